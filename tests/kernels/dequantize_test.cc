@@ -1,0 +1,83 @@
+// Hand-built blocks with values worked out from the ggml block layouts.
+// (Real tensors of both models are checked against the gguf package in tests/model.)
+#include "kernels/dequantize.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/half.h"
+
+namespace tokenmill {
+namespace {
+
+void PutHalf(std::vector<uint8_t>& bytes, size_t at, float v) {
+  const uint16_t h = FloatToHalf(v);
+  std::memcpy(bytes.data() + at, &h, 2);
+}
+
+TEST(DequantizeTest, Q4_0UsesLowNibblesFirstAndAnOffsetOfEight) {
+  std::vector<uint8_t> block(18);
+  PutHalf(block, 0, 0.5f);
+  for (int j = 0; j < 16; ++j) block[2 + j] = static_cast<uint8_t>((15 - j) << 4 | j);
+  std::vector<float> out(32);
+  DequantizeReference(TensorType::kQ4_0, block.data(), out);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 0.5f * (j - 8)) << j;
+    EXPECT_EQ(out[16 + j], 0.5f * (15 - j - 8)) << j;
+  }
+}
+
+TEST(DequantizeTest, Q4_1AddsTheBlockMinimum) {
+  std::vector<uint8_t> block(20);
+  PutHalf(block, 0, 0.25f);
+  PutHalf(block, 2, -1.0f);
+  for (int j = 0; j < 16; ++j) block[4 + j] = static_cast<uint8_t>(0xf0 | j);
+  std::vector<float> out(32);
+  DequantizeReference(TensorType::kQ4_1, block.data(), out);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 0.25f * j - 1.0f);
+    EXPECT_EQ(out[16 + j], 0.25f * 15 - 1.0f);
+  }
+}
+
+TEST(DequantizeTest, Q8_0IsSignedBytesTimesScale) {
+  std::vector<uint8_t> blocks(2 * 34);
+  for (int b = 0; b < 2; ++b) {
+    PutHalf(blocks, b * 34, b == 0 ? 2.0f : -0.125f);
+    for (int j = 0; j < 32; ++j) blocks[b * 34 + 2 + j] = static_cast<uint8_t>(static_cast<int8_t>(j - 16));
+  }
+  std::vector<float> out(64);
+  DequantizeReference(TensorType::kQ8_0, blocks.data(), out);
+  for (int j = 0; j < 32; ++j) {
+    EXPECT_EQ(out[j], 2.0f * (j - 16));
+    EXPECT_EQ(out[32 + j], -0.125f * (j - 16));
+  }
+}
+
+TEST(DequantizeTest, FloatTypes) {
+  const uint16_t halves[] = {0x3c00, 0xc000, 0x3555};
+  const uint16_t bf16s[] = {0x3f80, 0xc140, 0x0000};
+  const float floats[] = {1.5f, -0.0f, 3e38f};
+  std::vector<float> out(3);
+  DequantizeReference(TensorType::kF16, halves, out);
+  EXPECT_EQ(out, (std::vector<float>{1.0f, -2.0f, HalfToFloat(0x3555)}));
+  DequantizeReference(TensorType::kBF16, bf16s, out);
+  EXPECT_EQ(out, (std::vector<float>{1.0f, -12.0f, 0.0f}));
+  DequantizeReference(TensorType::kF32, floats, out);
+  EXPECT_EQ(out, (std::vector<float>{1.5f, -0.0f, 3e38f}));
+}
+
+TEST(TensorTypeTest, LayoutsOfSupportedAndUnsupportedTypes) {
+  EXPECT_EQ(LayoutOf(TensorType::kQ4_1).type_size, 20);
+  EXPECT_EQ(NameOf(TensorType::kBF16), "bf16");
+  ASSERT_TRUE(FindGgmlType(14).has_value());
+  EXPECT_EQ(FindGgmlType(14)->name, "q6_k");
+  EXPECT_FALSE(ToTensorType(14).has_value());  // known layout, but not computed with
+  EXPECT_FALSE(FindGgmlType(4).has_value());   // retired q4_2
+  EXPECT_FALSE(FindGgmlType(1000).has_value());
+}
+
+}  // namespace
+}  // namespace tokenmill
