@@ -1,0 +1,49 @@
+// `tokenmill info --model PATH`: metadata and the tensor table as JSON.
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <memory>
+
+#include "cli/command.h"
+#include "model/gguf.h"
+
+namespace tokenmill::cli {
+
+int Fail(const Status& status) {
+  std::cerr << "error: " << status.message() << "\n";
+  return 1;
+}
+
+namespace {
+
+int RunInfo(const std::string& model_path) {
+  StatusOr<GgufFile> file = GgufFile::Open(model_path);
+  if (!file.ok()) return Fail(file.status());
+  nlohmann::ordered_json out;
+  out["version"] = file->version();
+  out["alignment"] = file->alignment();
+  nlohmann::ordered_json& metadata = out["metadata"];
+  for (const auto& [key, value] : file->metadata()) metadata[std::string(key)] = value.ToString();
+  nlohmann::ordered_json& tensors = out["tensors"];
+  for (const GgufTensor& t : file->tensors()) {
+    const auto layout = FindGgmlType(t.ggml_type);  // the parser accepted only known types
+    tensors.push_back({{"name", t.name},
+                       {"type", layout->name},
+                       {"shape", t.shape},
+                       {"offset", t.offset},
+                       {"bytes", t.num_bytes}});
+  }
+  std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Command AddInfoCommand(CLI::App& app) {
+  auto model_path = std::make_shared<std::string>();
+  CLI::App* sub = app.add_subcommand("info", "Print a model's metadata and tensors as JSON");
+  sub->add_option("--model", *model_path, "GGUF file")->required();
+  return {sub, [model_path] { return RunInfo(*model_path); }};
+}
+
+}  // namespace tokenmill::cli
