@@ -15,7 +15,6 @@ namespace tokenmill {
 namespace {
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
-constexpr uint32_t kDefaultAlignment = 32;
 constexpr int kMaxDims = 4;               // GGML_MAX_DIMS
 constexpr int kMaxArrayNesting = 8;
 
