@@ -1,0 +1,116 @@
+// A fixed pool of KV blocks: reference counts, the LRU free queue and the prefix-cache
+// index. Pure bookkeeping; one engine thread owns it, so there are no locks.
+//
+// Block states (kv_block.h): free, cached-evictable, in use. Each method below names the
+// transitions it makes. Prefix lookups (FindCached) never change state.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/block_hash.h"
+#include "cache/free_block_queue.h"
+#include "cache/kv_block.h"
+#include "common/status.h"
+
+namespace tokenmill {
+
+// The full key of a block for the prefix cache (tokens are not owned).
+struct BlockKey {
+  BlockHash hash = 0;
+  BlockHash parent_hash = kRootBlockHash;
+  PrefixId parent_prefix_id = kEmptyPrefix;
+  std::span<const TokenId> tokens;
+  std::string_view extra_key;
+};
+
+class BlockPool {
+ public:
+  // All blocks start free, queued in id order (block 0 is taken first).
+  BlockPool(int num_blocks, int block_size, BlockHasher hasher = DefaultBlockHasher());
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+
+  int num_blocks() const { return static_cast<int>(blocks_.size()); }
+  int block_size() const { return block_size_; }
+  // Blocks a fresh allocation can take: free + cached-evictable.
+  int num_free_blocks() const { return free_queue_.size(); }
+  // Of the free-queue blocks, those still holding a cached prefix.
+  int num_cached_evictable_blocks() const { return num_cached_evictable_; }
+  int num_in_use_blocks() const { return num_blocks() - num_free_blocks(); }
+  // Fraction of blocks in use, in [0, 1].
+  double Usage() const;
+  // Cached blocks whose prefix was dropped to make room for a fresh allocation.
+  int64_t num_evictions() const { return num_evictions_; }
+
+  const KvBlock& block(BlockId id) const;
+  // Free-queue block ids from the front (next to be allocated) to the back.
+  std::vector<BlockId> FreeQueueIds() const { return free_queue_.Ids(); }
+
+  // free -> in use, or cached-evictable -> in use with its prefix evicted, for `count`
+  // blocks from the front of the free queue; each gets ref count 1. CHECKs that
+  // count <= num_free_blocks(): callers ask first, running out is not an error.
+  std::vector<BlockId> AllocateFresh(int count);
+
+  // A prefix hit takes its blocks: cached-evictable -> in use (removed from the free queue in
+  // O(1)), or in use -> in use with one more reference.
+  void Touch(std::span<const BlockId> ids);
+
+  // One reference fewer per block: in use -> in use, or at ref count 0
+  //   in use (cached)   -> cached-evictable, pushed at the back (most recently used)
+  //   in use (uncached) -> free, pushed at the front (reused first: nothing is lost)
+  // Pass a request's blocks tail first, so its tail is evicted before the shared head.
+  void Release(std::span<const BlockId> ids_in_eviction_order);
+
+  // The chained hash of a block under this pool's hasher.
+  BlockHash Hash(BlockHash parent_hash, std::span<const TokenId> tokens,
+                 std::string_view extra_key) const;
+
+  // The cached block (in use or cached-evictable) that holds key.tokens right after the
+  // prefix key.parent_prefix_id with key.extra_key; no state change. Matching compares the
+  // tokens, extra key and parent prefix, so a hash collision never returns a wrong block.
+  // Among equal copies it prefers one in use (sharing it costs no free block), then the
+  // lowest id.
+  std::optional<BlockId> FindCached(const BlockKey& key) const;
+
+  // in use (uncached, full) -> in use (cached): the block now holds `key` and can be found.
+  // Returns its PrefixId (shared with an existing copy of the same prefix, else new).
+  PrefixId Cache(BlockId id, const BlockKey& key);
+
+  // Drops every cached prefix (cached-evictable -> free) when no block is in use; returns
+  // false, changing nothing, otherwise.
+  bool ResetPrefixCache();
+
+  // Every block -> free, queued in id order, with no prefix cached: the initial state. The
+  // caller drops every block table first. Counters are kept (they are monotonic).
+  void Reset();
+
+  // Checks: the free queue is well linked and holds exactly the blocks with ref count 0;
+  // free + cached-evictable + in use == total and the counters agree; every cached block's
+  // tokens hash to its hash and the index finds it; every cached block's parent prefix is
+  // still cached. With expected_ref_counts (one per block), each ref count must equal it.
+  Status CheckInvariants(std::span<const int> expected_ref_counts = {}) const;
+
+ private:
+  KvBlock& mutable_block(BlockId id);
+  bool Matches(const KvBlock& block, const BlockKey& key) const;
+  void Evict(KvBlock& block);  // drops its identity and index entry
+  Status CheckFreeQueue() const;
+  Status CheckCachedBlock(const KvBlock& block) const;
+
+  int block_size_;
+  BlockHasher hasher_;
+  std::vector<KvBlock> blocks_;
+  FreeBlockQueue free_queue_;
+  // Hash -> cached blocks with that hash (copies of one prefix, or collisions).
+  std::unordered_multimap<BlockHash, BlockId> cached_by_hash_;
+  int num_cached_evictable_ = 0;
+  PrefixId next_prefix_id_ = kEmptyPrefix + 1;
+  int64_t num_evictions_ = 0;
+};
+
+}  // namespace tokenmill
