@@ -81,8 +81,8 @@ class BlockPool {
   // Returns its PrefixId (shared with an existing copy of the same prefix, else new).
   PrefixId Cache(BlockId id, const BlockKey& key);
 
-  // Drops every cached prefix (cached-evictable -> free) when no block is in use; returns
-  // false, changing nothing, otherwise.
+  // Drops every cached prefix (cached-evictable -> free, queued again in id order) when no
+  // block is in use; returns false, changing nothing, otherwise.
   bool ResetPrefixCache();
 
   // Every block -> free, queued in id order, with no prefix cached: the initial state. The

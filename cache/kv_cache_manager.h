@@ -87,7 +87,8 @@ class KvCacheManager {
   //   full blocks of computed, verified tokens: in use -> in use (cached)
   // Returns the newly allocated blocks (maybe none), or nullopt with no state change when
   // the pool has too few free blocks (keeping watermark_blocks free when this is the
-  // request's first allocation).
+  // request's first allocation). A block is hashed only once request.num_computed_tokens
+  // covers it, so no hit ever reads K/V that a step has yet to write.
   std::optional<std::vector<BlockId>> AllocateSlots(const KvCacheRequest& request,
                                                     int num_new_tokens,
                                                     int num_lookahead_tokens = 0,
@@ -119,6 +120,7 @@ class KvCacheManager {
   // The pool's invariants (BlockPool::CheckInvariants) with each block's ref count equal to
   // the number of tables holding it, plus: no table holds a block twice, and each table's
   // cached blocks are a chain of prefixes (block i's parent prefix is block i-1's).
+  // O(blocks x block_size): for tests, and for TM_DCHECK after each engine step.
   Status CheckInvariants() const;
 
  private:
