@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Writes the tokenizer golden files tests/data/tokenizer/<model>.json.
+
+For every string of a fixed corpus (ASCII, accents, CJK, emoji, code, whitespace runs, digits,
+special-token text, the empty string, ...) it records llama.cpp's token ids, through
+llama-cpp-python (`Llama(model_path=..., vocab_only=True).tokenize(text, add_bos=True,
+special=...)`), for both settings of special-token parsing. tests/model/tokenizer/golden_test.cc
+checks that our tokenizer produces exactly these ids.
+
+It also tokenizes the corpus with Hugging Face `tokenizers`, built from the same GGUF by
+`transformers`' own GGUF conversion code, and records every string where the two disagree under
+"hf_disagreements"; golden_test.cc says which side is right and why.
+
+transformers (5.x) cannot load a GGUF without torch: `AutoTokenizer.from_pretrained(...,
+gguf_file=...)` imports transformers.integrations.gguf.reader, which imports torch, and torch is
+not installed here (the PyPI wheel pulls gigabytes of CUDA libraries). So when torch is missing,
+this script reads the tokenizer metadata with the `gguf` package exactly as transformers'
+`get_gguf_tokenizer` does and hands it to transformers' `convert_gguf_tokenizer`, the same code
+AutoTokenizer runs.
+
+Usage (from the repository root, with the reference requirements installed):
+  .venv/bin/pip install -r tests/reference/requirements.txt
+  .venv/bin/python tests/reference/make_tokenizer_golden.py
+"""
+import json
+import os
+import random
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODELS_DIR = os.environ.get("TOKENMILL_MODELS_DIR", os.path.join(REPO, "models"))
+OUT_DIR = os.path.join(REPO, "tests", "data", "tokenizer")
+MODELS = ["SmolLM2-135M-Instruct.Q4_1.gguf", "stories260K.gguf"]
+
+# ---------------------------------------------------------------------------------------------
+# The corpus: hand-written cases first, then deterministic random mixes of fragments.
+
+ASCII = [
+    "Hello world", "Hello, world!", "hello world", "HELLO WORLD", "The quick brown fox jumps over the lazy dog.",
+    "a", "A", "I", "ab", "abc", "x y z", "Once upon a time, there was a little girl named Lily.",
+    "She liked to play outside in the park with her friends.", "What's up?", "I'm fine, thanks.",
+    "you're they've we'll she'd it's don't", "YOU'RE THEY'VE WE'LL SHE'D IT'S DON'T",
+    "You'Re They'Ve We'Ll", "'s 't 're 've 'm 'll 'd", "'''", "rock 'n' roll", "o'clock",
+    "Tom's dog's bone", "e-mail", "state-of-the-art", "well...", "Wait -- what?", "(parentheses)",
+    "[brackets] {braces} <angles>", "semi;colon:colon", "quote \"double\" 'single'", "back`tick`",
+    "a+b=c", "50% off!", "#hashtag @mention", "user@example.com", "https://example.com/path?q=1&r=2#frag",
+    "C:\\Windows\\System32", "/usr/local/bin/tokenmill", "~/.bashrc", "!!!???", "...", "---", "___", "***",
+    "^_^", ":-)", "<3", "$100.00", "|pipe|", "a|b", "x^2", "a<b>c", "=>", "->", "::", "&&", "||",
+    "supercalifragilisticexpialidocious", "antidisestablishmentarianism",
+    "Pneumonoultramicroscopicsilicovolcanoconiosis", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "abababababababababababababababab", "zzzzzzzz zzzzzzzz", "The The The The", "the\tthe", "MiXeD CaSe",
+    "camelCaseIdentifier", "snake_case_identifier", "SCREAMING_SNAKE", "kebab-case-name", "ALLCAPS",
+]
+
+ACCENTS = [
+    "café", "naïve", "résumé", "Ångström", "façade", "jalapeño", "São Paulo", "Zürich", "Kraków",
+    "Ærøskøbing", "Straße", "ÉCOLE", "crème brûlée", "piñata", "coöperate", "Dvořák", "Łódź", "İstanbul",
+    "e\u0301", "cafe\u0301", "n\u0303", "a\u0300\u0301\u0302", "Ω ≈ ç √ ∫", "Größe", "el niño", "ı",
+    "Привет, мир!", "Здравствуйте", "Γειά σου Κόσμε", "αβγδε", "שלום עולם", "مرحبا بالعالم",
+    "नमस्ते दुनिया", "สวัสดีชาวโลก", "Xin chào thế giới", "Tiếng Việt có dấu", "ქართული", "Հայերեն",
+    "ᚠᚢᚦᚨᚱᚲ", "Ελληνικά και English", "ǅungla", "ﬁnance", "ﬀ", "Ⅻ", "①②③", "½ ¾ ⅓", "²³",
+]
+
+CJK = [
+    "你好，世界", "中文分词测试", "我爱北京天安门", "こんにちは世界", "カタカナとひらがな", "日本語のテキスト",
+    "안녕하세요 세계", "한국어 텍스트입니다", "漢字", "東京都", "朝鮮民主主義人民共和國", "你好world",
+    "Hello你好", "中文，标点。符号！", "「引用」", "全角　スペース", "ｆｕｌｌｗｉｄｔｈ", "１２３４５",
+    "一二三四五六七八九十", "天地玄黄宇宙洪荒", "𠀀𠀁𠀂", "𪚥", "ㄅㄆㄇ", "ᄀᄁᄂ",
+]
+
+EMOJI = [
+    "😀", "😀😃😄", "👍🏽", "👨‍👩‍👧‍👦", "🏳️‍🌈", "🇺🇸🇫🇷", "❤️", "✨ sparkle ✨", "I ❤ NY",
+    "🤖 robots", "emoji😀in😃text", "🔥🔥🔥", "🎉 Party!", "☕", "⚡️", "🧑‍💻", "🫠", "🦄🌈",
+    "👋 Hello", "✅ done", "❌ failed", "→ ← ↑ ↓", "★☆", "♠♥♦♣", "™ © ®", "€ £ ¥ ₹ ₿",
+]
+
+CODE = [
+    "def f(x):\n    return x * 2\n",
+    "int main() {\n  return 0;\n}\n",
+    "for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}",
+    "#include <vector>\n#include <string>",
+    "std::vector<std::string> names;",
+    "if x == 1 and y != 2:\n        pass",
+    "console.log(`value: ${value}`);",
+    "SELECT * FROM users WHERE id = 42;",
+    "{\"key\": \"value\", \"n\": [1, 2, 3]}",
+    "<div class=\"main\"><p>Hi</p></div>",
+    "x = [i**2 for i in range(10)]",
+    "lambda a, b: a + b",
+    "fn main() { println!(\"hi\"); }",
+    "#!/bin/bash\necho $HOME && ls -la",
+    "    indented = True",
+    "\tTabbed\tline",
+    "a = b // c; d %= e",
+    "0x1F 0b1010 0o777 1e-9 3.14f",
+    "// comment\n/* block */",
+    "print('hello')  # comment",
+    "git commit -m \"fix: bug\"",
+    "<|im_start|>user\nWrite code<|im_end|>\n<|im_start|>assistant\n```python\nprint(1)\n```<|im_end|>",
+    "---\ntitle: YAML\nitems:\n  - a\n  - b\n",
+    "| col1 | col2 |\n|------|------|\n| 1 | 2 |",
+    "$$\\frac{a}{b} = \\sum_{i=0}^{n} x_i$$",
+]
+
+WHITESPACE = [
+    "", " ", "  ", "   ", "    ", "        ", " " * 33, "\t", "\t\t", "\n", "\n\n", "\n\n\n", "\r\n", "\r\n\r\n",
+    "\r", " \n", "\n ", " \n ", "  \n  ", "\t\n\t", " a", "  a", "   a", "a ", "a  ", "a   ", " a ",
+    "  a  ", "a b", "a  b", "a   b", "a    b", "a\tb", "a\nb", "a\n\nb", "a \n b", "a\r\nb", "hello  world",
+    "hello   world  ", "   leading", "trailing   ", "\n\nparagraph\n\n", "line1\nline2\nline3",
+    "a\u00a0b", "a\u3000b", "a\u2028b", "a\u2029b", "a\u0085b", "a\u2003b", "a\u200bb", "\u00a0\u00a0",
+    "\u3000", "a\x0bb", "a\x0cb", " \t \n \r ", "word\n    indented", "end.\n", "x" + " " * 20 + "y",
+    "\n" * 10, "\t" * 8 + "deep", " ! ", "  !!  ", " 1", "  1", "1 ", " 12 34 ",
+]
+
+DIGITS = [
+    "0", "1", "12", "123", "1234", "12345", "123456", "1234567890", "3.14159", "2.718281828",
+    "1,234,567", "1.234.567,89", "-42", "+1", "1e10", "10^6", "2024-01-15", "12:34:56", "+1 (555) 123-4567",
+    "3/4", "100%", "v1.2.3", "0.0.0.0", "192.168.1.1", "007", "00000", "99 bottles", "4th", "21st century",
+    "Room 101", "abc123def", "123abc", "a1b2c3", "x86_64", "H2O", "1st 2nd 3rd", "٣٤٥", "१२३", "๑๒๓",
+    "1" * 40, "3 + 4 = 7", "12.5kg", "$1,000,000", "1/2/3/4", "#1", "№5",
+]
+
+SPECIAL = [
+    "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "<unk>", "<s> hello", "hello </s>",
+    "<s>hello</s>", "<|im_start|>user\nHi<|im_end|>", "<|im_start|>system\nYou are helpful.<|im_end|>\n",
+    "text<|endoftext|>more", "<|im_start|><|im_end|>", "<|im_start|> <|im_end|>", "<|im_start", "im_start|>",
+    "<|im_start|im_end|>", "<<|im_start|>>", "<|endoftext|><|endoftext|>", "a<s>b</s>c", "<s><s>", "< s >",
+    "<|im_end|>\n<|im_start|>assistant\n", "<repo_name>tokenmill<file_sep>main.cc", "<jupyter_code>print(1)",
+    "<empty_output>", "<gh_stars>100", "<unk><unk>", "  <s>  ", "\n<|im_end|>\n", "<0x41>", "<0xFF>",
+    "x</s>y", "<|im_start|>user\n你好😀<|im_end|>", "<filename>a.py\n<issue_start>bug",
+]
+
+FRAGMENTS = (ASCII[:40] + ACCENTS[:30] + CJK[:15] + EMOJI[:20] + DIGITS[:25] + SPECIAL[:20]
+             + ["\n", " ", "  ", "\t", "\r\n", "   ", ", ", ". ", "!", "?", "'s", "'ll"])
+
+
+def build_corpus():
+    fixed = ASCII + ACCENTS + CJK + EMOJI + CODE + WHITESPACE + DIGITS + SPECIAL
+    rng = random.Random(20261130)
+    mixes = []
+    while len(fixed) + len(mixes) < 600:
+        parts = rng.sample(FRAGMENTS, rng.randint(2, 5))
+        joiner = rng.choice(["", " ", "  ", "\n", "\t"])
+        mixes.append(joiner.join(parts))
+    # Longer texts: a paragraph made of many fragments, and runs that stress the merge loop.
+    mixes.append(" ".join(rng.choice(FRAGMENTS) for _ in range(200)))
+    mixes.append("a" * 1000)
+    mixes.append(" " * 500 + "x")
+    mixes.append("😀" * 64)
+    mixes.append("\n".join(CODE))
+    corpus = []
+    for text in fixed + mixes:
+        if text not in corpus:
+            corpus.append(text)
+    return corpus
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face, through transformers' GGUF conversion.
+
+def hf_tokenizer(model_path):
+    """(backend tokenizers.Tokenizer, add_bos, bos_id, how it was loaded)."""
+    try:
+        import torch  # noqa: F401
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(os.path.dirname(model_path), gguf_file=os.path.basename(model_path))
+        return tok.backend_tokenizer, bool(getattr(tok, "add_bos_token", False)), tok.bos_token_id, "AutoTokenizer"
+    except ImportError:
+        pass
+    # No torch: the metadata read of transformers' get_gguf_tokenizer, done with the gguf package.
+    import gguf
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import (
+        GGUF_TOKENIZER_MAPPING, convert_gguf_tokenizer)
+
+    reader = gguf.GGUFReader(model_path)
+    metadata = {name: field.contents() for name, field in reader.fields.items()}
+    architecture = metadata["general.architecture"]
+    tokenizer_dict = {name: metadata[f"tokenizer.{key}"]
+                      for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items()
+                      if f"tokenizer.{key}" in metadata}
+    add_bos = metadata.get("tokenizer.ggml.add_bos_token",
+                           tokenizer_dict.get("tokenizer_type") == "llama")
+    backend, _ = convert_gguf_tokenizer(architecture, tokenizer_dict)
+    return backend, bool(add_bos), metadata.get("tokenizer.ggml.bos_token_id"), \
+        "convert_gguf_tokenizer (no torch, so not AutoTokenizer)"
+
+
+def hf_encode(backend, add_bos, bos_id, text, special):
+    # Special-token text is matched as special tokens unless encode_special_tokens is set.
+    backend.encode_special_tokens = not special
+    ids = backend.encode(text, add_special_tokens=False).ids
+    return ([bos_id] if add_bos else []) + ids
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main():
+    from llama_cpp import Llama
+    import llama_cpp
+
+    corpus = build_corpus()
+    os.makedirs(OUT_DIR, exist_ok=True)
+    for model in MODELS:
+        path = os.path.join(MODELS_DIR, model)
+        llm = Llama(model_path=path, vocab_only=True, verbose=False)
+        backend, add_bos, bos_id, how = hf_tokenizer(path)
+        cases, disagreements = [], []
+        for text in corpus:
+            case = {"text": text}
+            for special, key in [(False, "ids"), (True, "ids_special")]:
+                ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=special)
+                case[key] = ids
+                hf_ids = hf_encode(backend, add_bos, bos_id, text, special)
+                if hf_ids != ids:
+                    disagreements.append({"text": text, "special": special, "llama_cpp": ids, "hf": hf_ids})
+            cases.append(case)
+        out = {
+            "model": model,
+            "generator": f"llama-cpp-python {llama_cpp.__version__}: Llama(vocab_only=True).tokenize("
+                         "text.encode(), add_bos=True, special=False -> ids / True -> ids_special)",
+            "hf": f"transformers + tokenizers via {how}",
+            "cases": cases,
+            "hf_disagreements": disagreements,
+        }
+        dest = os.path.join(OUT_DIR, model.removesuffix(".gguf") + ".json")
+        with open(dest, "w", encoding="utf-8") as f:
+            json.dump(out, f, ensure_ascii=True, indent=0)
+            f.write("\n")
+        print(f"{model}: {len(cases)} strings, {len(disagreements)} HF disagreements -> {dest}",
+              file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
