@@ -20,5 +20,6 @@ int Fail(const Status& status);
 
 Command AddInfoCommand(CLI::App& app);
 Command AddDequantizeCommand(CLI::App& app);
+Command AddTokenizeCommand(CLI::App& app);
 
 }  // namespace tokenmill::cli
