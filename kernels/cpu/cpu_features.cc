@@ -1,0 +1,50 @@
+#include "kernels/cpu/cpu_features.h"
+
+namespace tokenmill {
+
+std::string_view IsaName(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kScalar: return "scalar";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512Vnni: return "avx512vnni";
+  }
+  return "unknown";
+}
+
+std::optional<CpuIsa> ParseIsa(std::string_view name) {
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+    if (IsaName(isa) == name) return isa;
+  }
+  return std::nullopt;
+}
+
+bool CpuSupports(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kScalar:
+      return true;
+    case CpuIsa::kAvx2:
+#if defined(__x86_64__)
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+#else
+      return false;
+#endif
+    case CpuIsa::kAvx512Vnni:
+#if defined(__x86_64__)
+      return CpuSupports(CpuIsa::kAvx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512vnni");
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+CpuIsa BestCpuIsa() {
+  if (CpuSupports(CpuIsa::kAvx512Vnni)) return CpuIsa::kAvx512Vnni;
+  if (CpuSupports(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
+  return CpuIsa::kScalar;
+}
+
+}  // namespace tokenmill

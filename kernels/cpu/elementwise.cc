@@ -1,0 +1,76 @@
+#include "kernels/cpu/elementwise.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/check.h"
+
+namespace tokenmill {
+
+void RmsNorm(const float* x, std::span<const float> weight, float eps, int64_t n_rows,
+             float* out) {
+  const int64_t n = static_cast<int64_t>(weight.size());
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * n;
+    float* o = out + r * n;
+    double sum_squares = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum_squares += static_cast<double>(xr[i]) * xr[i];
+    const float scale =
+        static_cast<float>(1.0 / std::sqrt(sum_squares / static_cast<double>(n) + eps));
+    for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * scale * weight[static_cast<size_t>(i)];
+  }
+}
+
+void ApplyRope(const RopeParams& p, std::span<const int32_t> positions, int n_heads, float* x) {
+  TM_CHECK(p.n_rot % 2 == 0 && p.n_rot <= p.head_dim);
+  const int half = p.n_rot / 2;
+  TM_CHECK(p.freq_factors.empty() || static_cast<int>(p.freq_factors.size()) == half);
+  for (size_t t = 0; t < positions.size(); ++t) {
+    const double position = static_cast<double>(positions[t]) * p.position_scale;
+    float* row = x + static_cast<int64_t>(t) * n_heads * p.head_dim;
+    for (int i = 0; i < half; ++i) {
+      double theta = position * std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_rot);
+      if (!p.freq_factors.empty()) theta /= p.freq_factors[static_cast<size_t>(i)];
+      const float c = static_cast<float>(std::cos(theta));
+      const float s = static_cast<float>(std::sin(theta));
+      const int i0 = p.style == RopeStyle::kNeox ? i : 2 * i;
+      const int i1 = p.style == RopeStyle::kNeox ? i + half : 2 * i + 1;
+      for (int h = 0; h < n_heads; ++h) {
+        float* head = row + h * p.head_dim;
+        const float a = head[i0];
+        const float b = head[i1];
+        head[i0] = a * c - b * s;
+        head[i1] = a * s + b * c;
+      }
+    }
+  }
+}
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void AddInPlace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void AddBias(float* x, std::span<const float> bias, int64_t n_rows) {
+  const int64_t n = static_cast<int64_t>(bias.size());
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t i = 0; i < n; ++i) x[r * n + i] += bias[static_cast<size_t>(i)];
+  }
+}
+
+void SoftmaxInPlace(std::span<float> x) {
+  if (x.empty()) return;
+  const float max = *std::max_element(x.begin(), x.end());
+  float sum = 0.0f;
+  for (float& v : x) {
+    v = std::exp(v - max);
+    sum += v;
+  }
+  const float inv = 1.0f / sum;
+  for (float& v : x) v *= inv;
+}
+
+}  // namespace tokenmill

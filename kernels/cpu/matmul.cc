@@ -1,0 +1,100 @@
+#include "kernels/cpu/matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/check.h"
+#include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/dequantize.h"
+#include "kernels/half.h"
+
+namespace tokenmill {
+
+void QuantizeActivations(const float* x, int64_t n, Q8ActivationBlock* out) {
+  TM_DCHECK(n % 32 == 0);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float d = amax / 127.0f;
+    const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      const int q = static_cast<int>(std::nearbyint(xb[i] * inv));
+      out[b].q[i] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    out[b].d = HalfToFloat(FloatToHalf(d));
+    out[b].scaled_sum = HalfToFloat(FloatToHalf(d * static_cast<float>(sum)));
+    out[b].sum = sum;
+  }
+}
+
+const CpuKernelTable& KernelTable(CpuIsa isa) {
+  TM_CHECK(CpuSupports(isa)) << "this CPU cannot run " << IsaName(isa) << " kernels";
+  switch (isa) {
+#if defined(__x86_64__)
+    case CpuIsa::kAvx2: return internal::Avx2KernelTable();
+    case CpuIsa::kAvx512Vnni: return internal::Avx512VnniKernelTable();
+#endif
+    default: return internal::ScalarKernelTable();
+  }
+}
+
+bool UsesQuantizedActivations(TensorType type) {
+  return type == TensorType::kQ8_0 || type == TensorType::kQ4_0 || type == TensorType::kQ4_1;
+}
+
+namespace {
+
+MatmulRangeFn RangeFnFor(const CpuKernelTable& table, TensorType type) {
+  switch (type) {
+    case TensorType::kF32: return table.f32;
+    case TensorType::kF16: return table.f16;
+    case TensorType::kBF16: return table.bf16;
+    case TensorType::kQ8_0: return table.q8_0;
+    case TensorType::kQ4_0: return table.q4_0;
+    case TensorType::kQ4_1: return table.q4_1;
+  }
+  TM_CHECK(false) << "no matmul kernel for type " << NameOf(type);
+  return nullptr;
+}
+
+}  // namespace
+
+void Matmul(const CpuContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tokens,
+            float* y) {
+  if (n_tokens == 0 || w.rows == 0) return;
+  const MatmulRangeFn fn = RangeFnFor(*ctx.kernels, w.type);
+  std::vector<Q8ActivationBlock> quantized;
+  const void* activations = x;
+  if (UsesQuantizedActivations(w.type)) {
+    TM_CHECK_EQ(w.cols % 32, 0);
+    const int64_t blocks = w.cols / 32;
+    quantized.resize(static_cast<size_t>(blocks * n_tokens));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      QuantizeActivations(x + t * w.cols, w.cols, quantized.data() + t * blocks);
+    }
+    activations = quantized.data();
+  }
+  ParallelFor(ctx.pool, w.rows, 16, [&](int64_t begin, int64_t end) {
+    fn(MatmulRange{&w, activations, n_tokens, y, w.rows, begin, end});
+  });
+}
+
+void MatmulReference(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    DequantizeReference(w.type, w.data + r * w.row_bytes, row);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const float* xt = x + t * w.cols;
+      float sum = 0.0f;
+      for (int64_t c = 0; c < w.cols; ++c) sum += row[static_cast<size_t>(c)] * xt[c];
+      y[t * w.rows + r] = sum;
+    }
+  }
+}
+
+}  // namespace tokenmill

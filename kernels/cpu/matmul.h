@@ -1,0 +1,89 @@
+// Matrix multiplication of activations by model weights: y = x · Wᵀ for several tokens.
+// Weights stay in their file type (F32, F16, BF16, Q8_0, Q4_0, Q4_1) as views into the
+// model file. For quantized weights the activations are quantized on the fly to int8
+// blocks of 32 (Q8ActivationBlock) so the dot products are integer ones.
+//
+// Determinism: the value of y[t][r] depends only on row r and token t, never on how many
+// tokens run together or how rows are split over threads (the same instructions in the
+// same order for every token), so batching and chunking do not change results.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/tensor_type.h"
+
+namespace tokenmill {
+
+class ThreadPool;
+
+// `rows` rows of `cols` elements each, `row_bytes` apart (a GGUF tensor of shape
+// [cols, rows] in ggml order). Non-owning.
+struct WeightMatrix {
+  TensorType type = TensorType::kF32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_bytes = 0;
+};
+
+// 32 activations as int8 with their scale d: x[i] ≈ d * q[i]; sum = Σ q[i], and
+// scaled_sum ≈ d * sum (for the minimum term of Q4_1 weights).
+struct Q8ActivationBlock {
+  float d;
+  float scaled_sum;
+  int32_t sum;
+  int8_t q[32];
+};
+
+// Quantizes n (a multiple of 32) floats into n / 32 blocks, rounding to nearest. As in
+// llama.cpp (whose Q8_0/Q8_1 blocks store them as f16), d and scaled_sum are rounded to
+// f16 precision, so greedy tokens agree with it more often.
+void QuantizeActivations(const float* x, int64_t n, Q8ActivationBlock* out);
+
+// What one ISA's kernel computes: y[t * y_stride + r] for rows [row_begin, row_end) and
+// every token t < n_tokens. `x` is float (cols per token) for F32/F16/BF16 weights and
+// Q8ActivationBlock (cols / 32 per token) for quantized ones.
+struct MatmulRange {
+  const WeightMatrix* w;
+  const void* x;
+  int64_t n_tokens;
+  float* y;
+  int64_t y_stride;
+  int64_t row_begin;
+  int64_t row_end;
+};
+using MatmulRangeFn = void (*)(const MatmulRange&);
+
+// The kernels of one ISA.
+struct CpuKernelTable {
+  CpuIsa isa;
+  MatmulRangeFn f32, f16, bf16, q8_0, q4_0, q4_1;
+  // Attention helpers over KV rows stored as f16 or f32.
+  float (*dot_f16)(const float* a, const uint16_t* b, int64_t n);
+  float (*dot_f32)(const float* a, const float* b, int64_t n);
+  void (*axpy_f16)(float alpha, const uint16_t* x, float* y, int64_t n);  // y += alpha * x
+  void (*axpy_f32)(float alpha, const float* x, float* y, int64_t n);
+};
+
+// The table of `isa`; CHECKs that the CPU supports it.
+const CpuKernelTable& KernelTable(CpuIsa isa);
+// Whether `type` activations get quantized to Q8ActivationBlock for this weight type.
+bool UsesQuantizedActivations(TensorType type);
+
+// How the CPU kernels run: which ISA and which threads (pool may be null: one thread).
+struct CpuContext {
+  const CpuKernelTable* kernels;
+  ThreadPool* pool = nullptr;
+};
+
+// y[t * w.rows + r] = Σ_c x[t * w.cols + c] · W[r][c] for t < n_tokens, with the fast
+// kernels of ctx. Threads split the rows.
+void Matmul(const CpuContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tokens,
+            float* y);
+
+// The reference: each weight row dequantized to float and dotted with float activations
+// in a plain loop (no activation quantization). Slow; the oracle for tests.
+void MatmulReference(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
+
+}  // namespace tokenmill

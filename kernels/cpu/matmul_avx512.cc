@@ -1,0 +1,26 @@
+// AVX-512 VL/BW + VNNI (256-bit vectors) kernels. Only this file is compiled with these target flags
+// (kernels/CMakeLists.txt); it runs only after CpuSupports(CpuIsa::kAvx512Vnni).
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/quant_blocks.h"
+#include "kernels/half.h"
+
+namespace tokenmill::internal {
+namespace {
+#define TM_SIMD_VNNI 1
+#include "kernels/cpu/matmul_simd.inc"
+#undef TM_SIMD_VNNI
+}  // namespace
+
+const CpuKernelTable& Avx512VnniKernelTable() {
+  static constexpr CpuKernelTable kTable = {
+      CpuIsa::kAvx512Vnni, F32Range, F16Range, Bf16Range, Q8_0Range, Q4_0Range, Q4_1Range,
+      DotF16,       DotF32,   AxpyF16,  AxpyF32,
+  };
+  return kTable;
+}
+
+}  // namespace tokenmill::internal

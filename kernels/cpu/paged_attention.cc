@@ -1,0 +1,208 @@
+#include "kernels/cpu/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/half.h"
+
+namespace tokenmill {
+
+int64_t KvElementBytes(KvType type) { return type == KvType::kF16 ? 2 : 4; }
+
+Status ValidateRaggedBatch(const RaggedBatch& b, int block_size, int64_t num_blocks) {
+  const int64_t n_tokens = b.num_tokens();
+  if (b.cu_seqlens.empty() || b.cu_seqlens.front() != 0 || b.cu_seqlens.back() != n_tokens) {
+    return InvalidArgumentError("cu_seqlens must start at 0 and end at the number of tokens (" +
+                                std::to_string(n_tokens) + ")");
+  }
+  const int64_t n_seqs = b.num_seqs();
+  if (static_cast<int64_t>(b.slot_mapping.size()) != n_tokens ||
+      static_cast<int64_t>(b.kv_indptr.size()) != n_seqs + 1 ||
+      static_cast<int64_t>(b.kv_last_block_len.size()) != n_seqs) {
+    return InvalidArgumentError(
+        "slot_mapping needs one entry per token, kv_indptr n_seqs + 1, kv_last_block_len n_seqs");
+  }
+  if (b.kv_indptr.front() != 0 || b.kv_indptr.back() != static_cast<int32_t>(b.kv_indices.size())) {
+    return InvalidArgumentError("kv_indptr must start at 0 and end at kv_indices.size()");
+  }
+  for (int32_t block : b.kv_indices) {
+    if (block < 0 || block >= num_blocks) {
+      return InvalidArgumentError("block id " + std::to_string(block) + " outside the pool of " +
+                                  std::to_string(num_blocks) + " blocks");
+    }
+  }
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const int32_t blocks = b.kv_indptr[s + 1] - b.kv_indptr[s];
+    const int32_t last = b.kv_last_block_len[s];
+    if (b.cu_seqlens[s + 1] < b.cu_seqlens[s] || blocks < 1 || last < 1 || last > block_size) {
+      return InvalidArgumentError("sequence " + std::to_string(s) +
+                                  " has a bad query range, block count or last block length");
+    }
+    const int64_t kv_len = static_cast<int64_t>(blocks - 1) * block_size + last;
+    for (int32_t t = b.cu_seqlens[s]; t < b.cu_seqlens[s + 1]; ++t) {
+      const int32_t pos = b.positions[t];
+      if (pos < 0 || pos >= kv_len) {
+        return InvalidArgumentError("token " + std::to_string(t) + " has position " +
+                                    std::to_string(pos) + " outside its sequence's KV length " +
+                                    std::to_string(kv_len));
+      }
+      const int64_t slot = static_cast<int64_t>(b.kv_indices[b.kv_indptr[s] + pos / block_size]) *
+                               block_size + pos % block_size;
+      if (b.slot_mapping[t] != slot) {
+        return InvalidArgumentError("token " + std::to_string(t) + " has slot " +
+                                    std::to_string(b.slot_mapping[t]) +
+                                    " but its block table puts position " + std::to_string(pos) +
+                                    " at slot " + std::to_string(slot));
+      }
+    }
+  }
+  return OkStatus();
+}
+
+void StoreKv(const PagedKvLayer& kv, std::span<const int64_t> slot_mapping, const float* k,
+             const float* v) {
+  const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
+  for (size_t t = 0; t < slot_mapping.size(); ++t) {
+    const int64_t dst = slot_mapping[t] * row;
+    const float* kt = k + static_cast<int64_t>(t) * row;
+    const float* vt = v + static_cast<int64_t>(t) * row;
+    if (kv.type == KvType::kF16) {
+      auto* kd = static_cast<uint16_t*>(kv.k) + dst;
+      auto* vd = static_cast<uint16_t*>(kv.v) + dst;
+      for (int64_t i = 0; i < row; ++i) {
+        kd[i] = FloatToHalf(kt[i]);
+        vd[i] = FloatToHalf(vt[i]);
+      }
+    } else {
+      std::copy(kt, kt + row, static_cast<float*>(kv.k) + dst);
+      std::copy(vt, vt + row, static_cast<float*>(kv.v) + dst);
+    }
+  }
+}
+
+namespace {
+
+// Sequence index of every token.
+std::vector<int32_t> SequenceOfTokens(const RaggedBatch& b) {
+  std::vector<int32_t> seq(static_cast<size_t>(b.num_tokens()));
+  for (int64_t s = 0; s < b.num_seqs(); ++s) {
+    for (int32_t t = b.cu_seqlens[s]; t < b.cu_seqlens[s + 1]; ++t) seq[t] = static_cast<int32_t>(s);
+  }
+  return seq;
+}
+
+inline float RoundToHalf(float x) { return HalfToFloat(FloatToHalf(x)); }
+
+// Element offset of (position, kv head) in a sequence's blocks.
+inline int64_t KvOffset(const PagedKvLayer& kv, const int32_t* blocks, int32_t pos, int head) {
+  const int64_t slot = static_cast<int64_t>(blocks[pos / kv.block_size]) * kv.block_size +
+                       pos % kv.block_size;
+  return (slot * kv.n_kv_heads + head) * kv.head_dim;
+}
+
+}  // namespace
+
+void PagedAttention(const CpuContext& ctx, const PagedKvLayer& kv, const RaggedBatch& b,
+                    const float* q, int n_heads, float scale, float* out) {
+  const std::vector<int32_t> seq_of = SequenceOfTokens(b);
+  const int group = n_heads / kv.n_kv_heads;
+  const int64_t d = kv.head_dim;
+  const CpuKernelTable& k = *ctx.kernels;
+  const int64_t units = b.num_tokens() * kv.n_kv_heads;
+  ParallelFor(ctx.pool, units, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores, q_rounded;
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t t = u / kv.n_kv_heads;
+      const int kv_head = static_cast<int>(u % kv.n_kv_heads);
+      const int32_t* blocks = b.kv_indices.data() + b.kv_indptr[seq_of[t]];
+      const int32_t len = b.positions[t] + 1;
+      scores.assign(static_cast<size_t>(group) * len, 0.0f);
+      const float* q_group = q + (t * n_heads + kv_head * group) * d;
+      if (kv.type == KvType::kF16) {
+        q_rounded.resize(static_cast<size_t>(group * d));
+        for (int64_t i = 0; i < group * d; ++i) q_rounded[i] = RoundToHalf(q_group[i]);
+        q_group = q_rounded.data();
+      }
+      for (int32_t j = 0; j < len; ++j) {
+        const int64_t off = KvOffset(kv, blocks, j, kv_head);
+        for (int g = 0; g < group; ++g) {
+          const float* qh = q_group + g * d;
+          const float dot = kv.type == KvType::kF16
+                                ? k.dot_f16(qh, static_cast<const uint16_t*>(kv.k) + off, d)
+                                : k.dot_f32(qh, static_cast<const float*>(kv.k) + off, d);
+          scores[static_cast<size_t>(g) * len + j] = dot * scale;
+        }
+      }
+      float* out_group = out + (t * n_heads + kv_head * group) * d;
+      std::fill(out_group, out_group + group * d, 0.0f);
+      for (int g = 0; g < group; ++g) {
+        SoftmaxInPlace(std::span<float>(scores).subspan(static_cast<size_t>(g) * len, len));
+      }
+      if (kv.type == KvType::kF16) {
+        for (float& p : scores) p = RoundToHalf(p);
+      }
+      for (int32_t j = 0; j < len; ++j) {
+        const int64_t off = KvOffset(kv, blocks, j, kv_head);
+        for (int g = 0; g < group; ++g) {
+          const float p = scores[static_cast<size_t>(g) * len + j];
+          if (kv.type == KvType::kF16) {
+            k.axpy_f16(p, static_cast<const uint16_t*>(kv.v) + off, out_group + g * d, d);
+          } else {
+            k.axpy_f32(p, static_cast<const float*>(kv.v) + off, out_group + g * d, d);
+          }
+        }
+      }
+    }
+  });
+}
+
+void PagedAttentionReference(const PagedKvLayer& kv, const RaggedBatch& b, const float* q,
+                             int n_heads, float scale, float* out) {
+  const std::vector<int32_t> seq_of = SequenceOfTokens(b);
+  const int group = n_heads / kv.n_kv_heads;
+  const int64_t d = kv.head_dim;
+  auto load = [&](const void* base, int64_t i) {
+    return kv.type == KvType::kF16 ? HalfToFloat(static_cast<const uint16_t*>(base)[i])
+                                   : static_cast<const float*>(base)[i];
+  };
+  for (int64_t t = 0; t < b.num_tokens(); ++t) {
+    const int32_t* blocks = b.kv_indices.data() + b.kv_indptr[seq_of[t]];
+    const int32_t len = b.positions[t] + 1;
+    for (int h = 0; h < n_heads; ++h) {
+      const int kv_head = h / group;
+      std::vector<float> qh(q + (t * n_heads + h) * d, q + (t * n_heads + h + 1) * d);
+      if (kv.type == KvType::kF16) {
+        for (float& x : qh) x = RoundToHalf(x);
+      }
+      std::vector<double> p(static_cast<size_t>(len));
+      double max = -INFINITY;
+      for (int32_t j = 0; j < len; ++j) {
+        const int64_t off = KvOffset(kv, blocks, j, kv_head);
+        double dot = 0.0;
+        for (int64_t i = 0; i < d; ++i) dot += static_cast<double>(qh[i]) * load(kv.k, off + i);
+        p[j] = dot * scale;
+        max = std::max(max, p[j]);
+      }
+      double sum = 0.0;
+      for (double& v : p) sum += (v = std::exp(v - max));
+      for (double& v : p) {
+        v /= sum;
+        if (kv.type == KvType::kF16) v = RoundToHalf(static_cast<float>(v));
+      }
+      float* o = out + (t * n_heads + h) * d;
+      for (int64_t i = 0; i < d; ++i) {
+        double acc = 0.0;
+        for (int32_t j = 0; j < len; ++j) {
+          acc += p[j] * load(kv.v, KvOffset(kv, blocks, j, kv_head) + i);
+        }
+        o[i] = static_cast<float>(acc);
+      }
+    }
+  }
+}
+
+}  // namespace tokenmill

@@ -1,0 +1,42 @@
+// Model hyper-parameters of a llama-family GGUF (architectures llama and qwen2), read
+// from its metadata. Anything tokenmill cannot run is refused here, by name.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "kernels/cpu/elementwise.h"
+#include "model/gguf.h"
+
+namespace tokenmill {
+
+enum class ModelArch { kLlama, kQwen2 };
+
+struct ModelConfig {
+  ModelArch arch = ModelArch::kLlama;
+  std::string arch_name;  // as in general.architecture
+  int n_layers = 0;
+  int n_embd = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;  // < n_heads: grouped-query attention (1: multi-query)
+  int head_dim = 0;
+  int n_ff = 0;
+  int n_vocab = 0;
+  int context_length = 0;
+  float rms_eps = 1e-5f;
+  // RoPE: rotated dimensions, base, pairing and linear position scaling; Llama 3's
+  // frequency factors come as the tensor rope_freqs.weight (ModelWeights::rope_freqs).
+  int n_rot = 0;
+  float rope_freq_base = 10000.0f;
+  float rope_position_scale = 1.0f;
+  RopeStyle rope_style = RopeStyle::kAdjacentPairs;
+  bool qkv_bias = false;      // qwen2
+  bool tied_output = false;   // no output.weight: logits use token_embd.weight
+
+  int q_dim() const { return n_heads * head_dim; }
+  int kv_dim() const { return n_kv_heads * head_dim; }
+};
+
+StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file);
+
+}  // namespace tokenmill

@@ -1,0 +1,117 @@
+#include "model/forward.h"
+
+#include <cmath>
+#include <string>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/dequantize.h"
+
+namespace tokenmill {
+namespace {
+
+void Grow(std::vector<float>& buffer, int64_t n) {
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+}
+
+}  // namespace
+
+ForwardPass::ForwardPass(const Model& model, CpuContext ctx, KernelMode mode)
+    : model_(model), ctx_(ctx), mode_(mode) {}
+
+void ForwardPass::MatmulOp(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
+  if (mode_ == KernelMode::kReference) {
+    MatmulReference(w, x, n_tokens, y);
+  } else {
+    Matmul(ctx_, w, x, n_tokens, y);
+  }
+}
+
+Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span<float> logits) {
+  const ModelConfig& c = model_.config();
+  const ModelWeights& w = model_.weights();
+  const int64_t n = static_cast<int64_t>(in.token_ids.size());
+  if (in.batch.num_tokens() != n) {
+    return InvalidArgumentError("token_ids and positions differ in length");
+  }
+  if (kv.n_layers != c.n_layers || kv.n_kv_heads != c.n_kv_heads || kv.head_dim != c.head_dim) {
+    return InvalidArgumentError("the KV cache was made for another model shape");
+  }
+  TM_RETURN_IF_ERROR(ValidateRaggedBatch(in.batch, kv.block_size, kv.num_blocks));
+  const int64_t n_logits = static_cast<int64_t>(in.logit_rows.size());
+  if (static_cast<int64_t>(logits.size()) != n_logits * c.n_vocab) {
+    return InvalidArgumentError("logits must hold " + std::to_string(n_logits) + " rows of " +
+                                std::to_string(c.n_vocab));
+  }
+  for (int32_t id : in.token_ids) {
+    if (id < 0 || id >= c.n_vocab) {
+      return InvalidArgumentError("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                                  std::to_string(c.n_vocab));
+    }
+  }
+  for (int32_t row : in.logit_rows) {
+    if (row < 0 || row >= n) return InvalidArgumentError("logit row outside the batch");
+  }
+  for (int32_t pos : in.batch.positions) {
+    if (pos >= c.context_length) {
+      return OutOfRangeError("position " + std::to_string(pos) + " is beyond the model's context of " +
+                             std::to_string(c.context_length) + " tokens");
+    }
+  }
+
+  const int64_t d = c.n_embd;
+  Grow(x_, n * d);
+  Grow(h_, n * d);
+  Grow(q_, n * c.q_dim());
+  Grow(k_, n * c.kv_dim());
+  Grow(v_, n * c.kv_dim());
+  Grow(attn_, n * c.q_dim());
+  Grow(proj_, n * d);
+  Grow(gate_, n * c.n_ff);
+  Grow(up_, n * c.n_ff);
+  Grow(final_, n_logits * d);
+
+  for (int64_t t = 0; t < n; ++t) {
+    DequantizeReference(w.token_embd.type,
+                        w.token_embd.data + in.token_ids[t] * w.token_embd.row_bytes,
+                        std::span<float>(x_.data() + t * d, static_cast<size_t>(d)));
+  }
+  const RopeParams rope{c.rope_style, c.head_dim, c.n_rot, c.rope_freq_base,
+                        c.rope_position_scale, w.rope_freqs};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const LayerWeights& l = w.layers[layer];
+    RmsNorm(x_.data(), l.attn_norm, c.rms_eps, n, h_.data());
+    MatmulOp(l.q, h_.data(), n, q_.data());
+    MatmulOp(l.k, h_.data(), n, k_.data());
+    MatmulOp(l.v, h_.data(), n, v_.data());
+    if (c.qkv_bias) {
+      AddBias(q_.data(), l.q_bias, n);
+      AddBias(k_.data(), l.k_bias, n);
+      AddBias(v_.data(), l.v_bias, n);
+    }
+    ApplyRope(rope, in.batch.positions, c.n_heads, q_.data());
+    ApplyRope(rope, in.batch.positions, c.n_kv_heads, k_.data());
+    const PagedKvLayer kv_layer = kv.Layer(layer);
+    StoreKv(kv_layer, in.batch.slot_mapping, k_.data(), v_.data());
+    if (mode_ == KernelMode::kReference) {
+      PagedAttentionReference(kv_layer, in.batch, q_.data(), c.n_heads, scale, attn_.data());
+    } else {
+      PagedAttention(ctx_, kv_layer, in.batch, q_.data(), c.n_heads, scale, attn_.data());
+    }
+    MatmulOp(l.o, attn_.data(), n, proj_.data());
+    AddInPlace(x_.data(), proj_.data(), n * d);
+    RmsNorm(x_.data(), l.ffn_norm, c.rms_eps, n, h_.data());
+    MatmulOp(l.gate, h_.data(), n, gate_.data());
+    MatmulOp(l.up, h_.data(), n, up_.data());
+    SwiGlu(gate_.data(), up_.data(), n * c.n_ff, gate_.data());
+    MatmulOp(l.down, gate_.data(), n, proj_.data());
+    AddInPlace(x_.data(), proj_.data(), n * d);
+  }
+  for (int64_t i = 0; i < n_logits; ++i) {
+    RmsNorm(x_.data() + in.logit_rows[i] * d, w.output_norm, c.rms_eps, 1, final_.data() + i * d);
+  }
+  MatmulOp(w.output, final_.data(), n_logits, logits.data());
+  return OkStatus();
+}
+
+}  // namespace tokenmill

@@ -1,0 +1,44 @@
+// The llama-family forward pass, written once against the CPU kernel ops, over a ragged
+// batch of several sequences and a paged KV cache (DESIGN.md section 3). It writes the
+// new tokens' K/V into their slots and returns logits only for the rows asked for.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/paged_attention.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace tokenmill {
+
+struct ForwardInput {
+  std::span<const int32_t> token_ids;   // one per token of the batch
+  RaggedBatch batch;                    // positions, sequences, slots, block tables
+  std::span<const int32_t> logit_rows;  // token rows whose logits are wanted, in order
+};
+
+// Which kernels compute: the fast ones of a CpuContext, or the scalar references
+// (float activations, dequantized weights: slow, the oracle for tests).
+enum class KernelMode { kFast, kReference };
+
+class ForwardPass {
+ public:
+  ForwardPass(const Model& model, CpuContext ctx, KernelMode mode = KernelMode::kFast);
+
+  // logits receives logit_rows.size() rows of n_vocab floats.
+  Status Run(const ForwardInput& input, const KvCacheView& kv, std::span<float> logits);
+
+ private:
+  void MatmulOp(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
+
+  const Model& model_;
+  CpuContext ctx_;
+  KernelMode mode_;
+  // Scratch activations, grown to the largest batch seen.
+  std::vector<float> x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, final_;
+};
+
+}  // namespace tokenmill

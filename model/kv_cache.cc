@@ -1,0 +1,95 @@
+#include "model/kv_cache.h"
+
+#include <algorithm>
+#include <string>
+
+namespace tokenmill {
+
+PagedKvLayer KvCacheView::Layer(int layer) const {
+  const int64_t layer_bytes = num_blocks * block_size * n_kv_heads * head_dim * KvElementBytes(type);
+  return PagedKvLayer{type,
+                      static_cast<uint8_t*>(k) + layer * layer_bytes,
+                      static_cast<uint8_t*>(v) + layer * layer_bytes,
+                      num_blocks,
+                      block_size,
+                      n_kv_heads,
+                      head_dim};
+}
+
+KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks,
+                               int block_size) {
+  view_ = KvCacheView{type, nullptr, nullptr, num_blocks, block_size, config.n_layers,
+                      config.n_kv_heads, config.head_dim};
+  const int64_t bytes = static_cast<int64_t>(config.n_layers) * num_blocks * block_size *
+                        config.kv_dim() * KvElementBytes(type);
+  k_.assign(static_cast<size_t>(bytes), 0);
+  v_.assign(static_cast<size_t>(bytes), 0);
+  view_.k = k_.data();
+  view_.v = v_.data();
+}
+
+KvCacheView KvCacheStorage::view() { return view_; }
+
+BatchBuilder::BatchBuilder(int block_size, int64_t num_blocks)
+    : block_size_(block_size), num_blocks_(num_blocks) {}
+
+int BatchBuilder::AddSequence() {
+  seqs_.emplace_back();
+  return static_cast<int>(seqs_.size()) - 1;
+}
+
+Status BatchBuilder::Append(int seq, std::span<const int32_t> tokens, Logits logits) {
+  if (seq < 0 || seq >= static_cast<int>(seqs_.size())) {
+    return InvalidArgumentError("no sequence " + std::to_string(seq));
+  }
+  if (std::find(step_seqs_.begin(), step_seqs_.end(), seq) != step_seqs_.end()) {
+    return InvalidArgumentError("sequence " + std::to_string(seq) + " is already in this step");
+  }
+  if (tokens.empty()) return InvalidArgumentError("a step needs at least one token per sequence");
+  Sequence& s = seqs_[seq];
+  const int64_t new_length = s.length + static_cast<int64_t>(tokens.size());
+  const int64_t blocks_needed = (new_length + block_size_ - 1) / block_size_;
+  const int64_t more = blocks_needed - static_cast<int64_t>(s.blocks.size());
+  if (next_free_block_ + more > num_blocks_) {
+    return ResourceExhaustedError("the KV cache has " + std::to_string(num_blocks_) +
+                                  " blocks; this step needs more (use a larger cache)");
+  }
+  for (int64_t i = 0; i < more; ++i) s.blocks.push_back(static_cast<int32_t>(next_free_block_++));
+  step_seqs_.push_back(seq);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int32_t pos = s.length + static_cast<int32_t>(i);
+    const bool wants = logits == Logits::kAll || (logits == Logits::kLast && i + 1 == tokens.size());
+    if (wants) logit_rows_.push_back(static_cast<int32_t>(token_ids_.size()));
+    token_ids_.push_back(tokens[i]);
+    positions_.push_back(pos);
+    slot_mapping_.push_back(static_cast<int64_t>(s.blocks[pos / block_size_]) * block_size_ +
+                            pos % block_size_);
+  }
+  s.length = static_cast<int32_t>(new_length);
+  cu_seqlens_.push_back(static_cast<int32_t>(token_ids_.size()));
+  if (kv_indptr_.empty()) kv_indptr_.push_back(0);
+  kv_indices_.insert(kv_indices_.end(), s.blocks.begin(), s.blocks.end());
+  kv_indptr_.push_back(static_cast<int32_t>(kv_indices_.size()));
+  kv_last_block_len_.push_back(s.length - (static_cast<int32_t>(s.blocks.size()) - 1) * block_size_);
+  return OkStatus();
+}
+
+RaggedBatch BatchBuilder::batch() {
+  if (kv_indptr_.empty()) kv_indptr_.push_back(0);
+  return RaggedBatch{positions_, cu_seqlens_, slot_mapping_, kv_indptr_, kv_indices_,
+                     kv_last_block_len_};
+}
+
+void BatchBuilder::Clear() {
+  step_seqs_.clear();
+  token_ids_.clear();
+  positions_.clear();
+  cu_seqlens_.assign(1, 0);
+  logit_rows_.clear();
+  slot_mapping_.clear();
+  kv_indptr_.clear();
+  kv_indices_.clear();
+  kv_last_block_len_.clear();
+}
+
+}  // namespace tokenmill

@@ -1,0 +1,164 @@
+// Attention, RoPE, RMSNorm and the thread pool against plain references.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/half.h"
+
+namespace tokenmill {
+namespace {
+
+std::vector<float> Random(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+// Two sequences in scattered blocks: one prefilling 13 new tokens after 6 cached ones,
+// one decoding its 21st token. GQA: 6 query heads over 2 KV heads, head size 20.
+struct AttentionSetup {
+  static constexpr int kBlockSize = 4, kHeads = 6, kKvHeads = 2, kHeadDim = 20;
+  std::vector<int32_t> positions, cu_seqlens = {0, 13, 14}, kv_indptr = {0, 5, 11},
+                                  kv_indices = {7, 2, 9, 0, 4, 1, 3, 10, 5, 8, 6},
+                                  last_len = {3, 1};
+  std::vector<int64_t> slots;
+  AttentionSetup() {
+    for (int p = 6; p < 19; ++p) positions.push_back(p);
+    positions.push_back(20);
+    for (size_t t = 0; t < positions.size(); ++t) {
+      const int s = t < 13 ? 0 : 1;
+      const int32_t pos = positions[t];
+      slots.push_back(int64_t{kv_indices[kv_indptr[s] + pos / kBlockSize]} * kBlockSize +
+                      pos % kBlockSize);
+    }
+  }
+  RaggedBatch batch() const {
+    return {positions, cu_seqlens, slots, kv_indptr, kv_indices, last_len};
+  }
+};
+
+class PagedAttentionTest : public ::testing::TestWithParam<KvType> {};
+
+TEST_P(PagedAttentionTest, EveryIsaMatchesTheReference) {
+  AttentionSetup s;
+  ASSERT_TRUE(ValidateRaggedBatch(s.batch(), s.kBlockSize, 11).ok());
+  std::mt19937 rng(5);
+  const int64_t row = s.kKvHeads * s.kHeadDim;
+  const size_t elements = 11 * s.kBlockSize * row;
+  std::vector<uint8_t> k_mem(elements * KvElementBytes(GetParam()));
+  std::vector<uint8_t> v_mem(k_mem.size());
+  const PagedKvLayer kv{GetParam(), k_mem.data(), v_mem.data(), 11, s.kBlockSize, s.kKvHeads,
+                        s.kHeadDim};
+  // Fill every slot with random K/V (the "cached prefix"), then store this step's rows.
+  std::vector<int64_t> all_slots(11 * s.kBlockSize);
+  std::iota(all_slots.begin(), all_slots.end(), 0);
+  StoreKv(kv, all_slots, Random(elements, rng).data(), Random(elements, rng).data());
+  const std::vector<float> q = Random(14 * s.kHeads * s.kHeadDim, rng);
+  std::vector<float> expected(q.size());
+  PagedAttentionReference(kv, s.batch(), q.data(), s.kHeads, 0.2f, expected.data());
+  ThreadPool pool(2);
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+    if (!CpuSupports(isa)) continue;
+    std::vector<float> out(q.size(), NAN);
+    PagedAttention(CpuContext{&KernelTable(isa), &pool}, kv, s.batch(), q.data(), s.kHeads, 0.2f,
+                   out.data());
+    // With f16 K/V the probabilities are rounded to f16; float vs double softmax can round
+    // one of them to the neighbouring f16 value.
+    const float tolerance = GetParam() == KvType::kF16 ? 5e-4f : 1e-5f;
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_NEAR(out[i], expected[i], tolerance) << IsaName(isa) << " at " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(KvTypes, PagedAttentionTest,
+                         ::testing::Values(KvType::kF16, KvType::kF32),
+                         [](const ::testing::TestParamInfo<KvType>& param_info) {
+                           return param_info.param == KvType::kF16 ? "f16" : "f32";
+                         });
+
+TEST(PagedAttentionTest, TheReferenceAttendsCausallyOverTheSequenceOnly) {
+  // One KV head, head size 1, K = 0 everywhere: uniform attention, so the output is the
+  // mean of V over positions 0..pos of the token's own sequence.
+  const std::vector<int32_t> positions = {0, 1, 2, 0}, cu = {0, 3, 4}, indptr = {0, 1, 2},
+                             indices = {1, 0}, last = {3, 1};
+  const std::vector<int64_t> slots = {4, 5, 6, 0};
+  std::vector<float> k(8, 0.0f), v = {100, 100, 100, 100, 1, 2, 6, 100};
+  const PagedKvLayer kv{KvType::kF32, k.data(), v.data(), 2, 4, 1, 1};
+  const RaggedBatch batch{positions, cu, slots, indptr, indices, last};
+  ASSERT_TRUE(ValidateRaggedBatch(batch, 4, 2).ok());
+  const std::vector<float> q = {1, 1, 1, 1};
+  std::vector<float> out(4);
+  PagedAttentionReference(kv, batch, q.data(), 1, 1.0f, out.data());
+  EXPECT_FLOAT_EQ(out[0], 1.0f);
+  EXPECT_FLOAT_EQ(out[1], 1.5f);
+  EXPECT_FLOAT_EQ(out[2], 3.0f);
+  EXPECT_FLOAT_EQ(out[3], 100.0f);
+}
+
+TEST(PagedAttentionTest, ValidationNamesTheProblem) {
+  AttentionSetup s;
+  s.slots[3] += 1;
+  const Status wrong_slot = ValidateRaggedBatch(s.batch(), s.kBlockSize, 11);
+  EXPECT_NE(wrong_slot.message().find("slot"), std::string::npos) << wrong_slot.ToString();
+  AttentionSetup t;
+  const Status small_pool = ValidateRaggedBatch(t.batch(), t.kBlockSize, 10);
+  EXPECT_NE(small_pool.message().find("block id 10"), std::string::npos) << small_pool.ToString();
+  AttentionSetup u;
+  u.positions[13] = 21;
+  EXPECT_FALSE(ValidateRaggedBatch(u.batch(), u.kBlockSize, 11).ok());
+}
+
+TEST(RopeTest, RotatesPairsByPositionTimesFrequency) {
+  // head_dim 4: adjacent pairs (0,1), (2,3) vs NeoX pairs (0,2), (1,3); base 100.
+  const std::vector<int32_t> positions = {3};
+  for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kNeox}) {
+    std::vector<float> x = {1, 2, 3, 4};
+    ApplyRope(RopeParams{style, 4, 4, 100.0f, 1.0f, {}}, positions, 1, x.data());
+    const double t0 = 3.0, t1 = 3.0 / 10.0;  // 100^(-0/4), 100^(-2/4)
+    const int a0 = 0, b0 = style == RopeStyle::kNeox ? 2 : 1;
+    const int a1 = style == RopeStyle::kNeox ? 1 : 2, b1 = 3;
+    const std::vector<float> in = {1, 2, 3, 4};
+    EXPECT_NEAR(x[a0], in[a0] * std::cos(t0) - in[b0] * std::sin(t0), 1e-5);
+    EXPECT_NEAR(x[b0], in[a0] * std::sin(t0) + in[b0] * std::cos(t0), 1e-5);
+    EXPECT_NEAR(x[a1], in[a1] * std::cos(t1) - in[b1] * std::sin(t1), 1e-5);
+    EXPECT_NEAR(x[b1], in[a1] * std::sin(t1) + in[b1] * std::cos(t1), 1e-5);
+  }
+}
+
+TEST(RmsNormTest, NormalizesEachRow) {
+  const std::vector<float> x = {3, 4, 0, 0, 1, 1};
+  const std::vector<float> w = {1, 2, 3};
+  std::vector<float> out(6);
+  RmsNorm(x.data(), w, 0.0f, 2, out.data());
+  const float r0 = std::sqrt(25.0f / 3), r1 = std::sqrt(2.0f / 3);
+  EXPECT_NEAR(out[0], 3 / r0, 1e-6);
+  EXPECT_NEAR(out[1], 8 / r0, 1e-6);
+  EXPECT_NEAR(out[5], 3 / r1, 1e-6);
+}
+
+TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
+  for (int threads : {1, 2, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 15, 16, 17, 1000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      for (int rep = 0; rep < 20; ++rep) {
+        ParallelFor(&pool, n, 16, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+        });
+      }
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 20) << threads << " " << n << " " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tokenmill

@@ -1,0 +1,176 @@
+// Matmul kernels: every ISA path against the float reference (within the error of
+// int8 activations) and against each other, on random weights of every type and
+// awkward sizes; plus batch-size independence (determinism).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/half.h"
+#include "kernels/tensor_type.h"
+
+namespace tokenmill {
+namespace {
+
+std::vector<CpuIsa> SupportedIsas() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+    if (CpuSupports(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// Random weights of `type`: valid blocks with random scales and quants.
+std::vector<uint8_t> RandomWeights(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const GgmlTypeLayout& layout = LayoutOf(type);
+  const int64_t row_bytes = cols / layout.block_size * layout.type_size;
+  std::vector<uint8_t> data(static_cast<size_t>(rows * row_bytes));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  auto put16 = [&](size_t at, uint16_t v) { std::memcpy(&data[at], &v, 2); };
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < cols / layout.block_size; ++b) {
+      const size_t at = static_cast<size_t>(r * row_bytes + b * layout.type_size);
+      switch (type) {
+        case TensorType::kF32: {
+          const float v = normal(rng) * 0.1f;
+          std::memcpy(&data[at], &v, 4);
+          break;
+        }
+        case TensorType::kF16: put16(at, FloatToHalf(normal(rng) * 0.1f)); break;
+        case TensorType::kBF16: {
+          const float v = normal(rng) * 0.1f;
+          put16(at, static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16));
+          break;
+        }
+        case TensorType::kQ4_1:
+          put16(at, FloatToHalf(scale(rng)));
+          put16(at + 2, FloatToHalf(-8.0f * scale(rng)));
+          for (int i = 4; i < 20; ++i) data[at + i] = static_cast<uint8_t>(byte(rng));
+          break;
+        case TensorType::kQ4_0:
+          put16(at, FloatToHalf(scale(rng)));
+          for (int i = 2; i < 18; ++i) data[at + i] = static_cast<uint8_t>(byte(rng));
+          break;
+        case TensorType::kQ8_0:
+          put16(at, FloatToHalf(scale(rng) / 8.0f));
+          // Includes -128, which the sign trick of the SIMD paths must handle.
+          for (int i = 2; i < 34; ++i) data[at + i] = static_cast<uint8_t>(byte(rng));
+          break;
+      }
+    }
+  }
+  return data;
+}
+
+std::vector<float> RandomActivations(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+struct Case {
+  TensorType type;
+  int64_t rows, cols, tokens;
+};
+
+class MatmulTest : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(MatmulTest, EveryIsaMatchesTheReferenceAndEachOther) {
+  const TensorType type = GetParam();
+  const int64_t block = LayoutOf(type).block_size;
+  std::mt19937 rng(42);
+  ThreadPool pool(3);
+  // Awkward sizes: odd row counts, token counts around the tile width, float types with
+  // columns that are no multiple of 8.
+  const std::vector<Case> cases = {
+      {type, 1, block == 1 ? 3 : 32, 1},       {type, 37, block == 1 ? 171 : 96, 5},
+      {type, 129, block == 1 ? 64 : 576, 7},   {type, 16, block == 1 ? 9 : 160, 4},
+      {type, 300, block == 1 ? 250 : 1536, 2},
+  };
+  for (const Case& c : cases) {
+    const std::vector<uint8_t> data = RandomWeights(type, c.rows, c.cols, rng);
+    const WeightMatrix w{type, data.data(), c.rows, c.cols,
+                         c.cols / block * LayoutOf(type).type_size};
+    const std::vector<float> x = RandomActivations(c.tokens * c.cols, rng);
+    std::vector<float> expected(static_cast<size_t>(c.tokens * c.rows));
+    MatmulReference(w, x.data(), c.tokens, expected.data());
+    float scale = 0.0f;
+    for (float v : expected) scale = std::max(scale, std::fabs(v));
+    std::vector<float> scalar_result;
+    for (CpuIsa isa : SupportedIsas()) {
+      std::vector<float> y(expected.size(), NAN);
+      Matmul(CpuContext{&KernelTable(isa), &pool}, w, x.data(), c.tokens, y.data());
+      // Int8 activations lose ~1/254 of each block's range; float paths only rounding.
+      const float tolerance = (UsesQuantizedActivations(type) ? 2e-2f : 1e-5f) * scale + 1e-6f;
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_NEAR(y[i], expected[i], tolerance)
+            << IsaName(isa) << " " << NameOf(type) << " rows " << c.rows << " cols " << c.cols
+            << " tokens " << c.tokens << " at " << i;
+      }
+      if (isa == CpuIsa::kScalar) {
+        scalar_result = y;
+      } else {
+        // Same integer dot products; only the float summation order differs.
+        for (size_t i = 0; i < y.size(); ++i) {
+          ASSERT_NEAR(y[i], scalar_result[i], 1e-5f * scale + 1e-6f)
+              << IsaName(isa) << " vs scalar, " << NameOf(type) << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(MatmulTest, ResultsDoNotDependOnBatchSizeOrThreads) {
+  const TensorType type = GetParam();
+  const int64_t block = LayoutOf(type).block_size;
+  const int64_t rows = 70, cols = block == 1 ? 100 : 192, tokens = 11;
+  std::mt19937 rng(7);
+  const std::vector<uint8_t> data = RandomWeights(type, rows, cols, rng);
+  const WeightMatrix w{type, data.data(), rows, cols, cols / block * LayoutOf(type).type_size};
+  const std::vector<float> x = RandomActivations(tokens * cols, rng);
+  for (CpuIsa isa : SupportedIsas()) {
+    ThreadPool three(3);
+    std::vector<float> batched(static_cast<size_t>(tokens * rows));
+    Matmul(CpuContext{&KernelTable(isa), &three}, w, x.data(), tokens, batched.data());
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<float> alone(static_cast<size_t>(rows));
+      Matmul(CpuContext{&KernelTable(isa), nullptr}, w, x.data() + t * cols, 1, alone.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(alone[r], batched[t * rows + r]) << IsaName(isa) << " token " << t << " row " << r;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MatmulTest,
+                         ::testing::Values(TensorType::kF32, TensorType::kF16, TensorType::kBF16,
+                                           TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1),
+                         [](const ::testing::TestParamInfo<TensorType>& param_info) {
+                           return std::string(NameOf(param_info.param));
+                         });
+
+TEST(QuantizeActivationsTest, RoundTripsWithinHalfAStep) {
+  std::mt19937 rng(3);
+  const std::vector<float> x = RandomActivations(96, rng);
+  std::vector<Q8ActivationBlock> blocks(3);
+  QuantizeActivations(x.data(), 96, blocks.data());
+  for (int b = 0; b < 3; ++b) {
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      EXPECT_NEAR(blocks[b].d * blocks[b].q[i], x[b * 32 + i], blocks[b].d * 0.5f + 1e-7f);
+      sum += blocks[b].q[i];
+    }
+    EXPECT_EQ(sum, blocks[b].sum);
+  }
+}
+
+}  // namespace
+}  // namespace tokenmill

@@ -1,0 +1,191 @@
+// The forward pass against two independent references (tests/data/logits/, written by
+// tests/reference/make_logits_golden.py): the NumPy forward pass (float32 weights and
+// activations) and llama.cpp (its logits and greedy continuations).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "kernels/cpu/thread_pool.h"
+#include "model/forward.h"
+#include "tests/model/forward/golden.h"
+
+namespace tokenmill {
+namespace {
+
+using testing::Golden;
+using testing::GoldenPrompt;
+using testing::LoadGolden;
+using testing::SparseLogits;
+
+// A gap between llama.cpp's two best logits below this is a near-tie: a different but
+// equally valid rounding (int8 activations, f16 KV, summation order) may flip it.
+constexpr float kNearTie = 0.25f;
+
+struct ModelCase {
+  std::string stem;
+  // Max |ours - NumPy| over the golden logits: fast kernels (int8 activations, f16 KV)
+  // and the scalar reference kernels (float activations, f32 KV).
+  float fast_tolerance;
+  float reference_tolerance;
+  int reference_prompts;  // prompts checked with the (slow) reference kernels
+  // Greedy continuations that must equal llama.cpp's, of the golden file's 12.
+  int min_identical_continuations;
+};
+
+std::ostream& operator<<(std::ostream& os, const ModelCase& c) { return os << c.stem; }
+
+class ForwardGoldenTest : public ::testing::TestWithParam<ModelCase> {
+ protected:
+  void SetUp() override {
+    golden_ = LoadGolden(GetParam().stem);
+    auto model = Model::Load(std::string(TOKENMILL_MODELS_DIR) + "/" + golden_.model_file);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    model_ = std::move(*model);
+  }
+
+  // Logits (all prompt rows) of one prompt run as a single prefill.
+  std::vector<float> PromptLogits(const GoldenPrompt& p, KernelMode mode, KvType kv_type) {
+    const ModelConfig& c = model_->config();
+    KvCacheStorage storage(c, kv_type, 64, 16);
+    BatchBuilder builder(16, 64);
+    const int seq = builder.AddSequence();
+    EXPECT_TRUE(builder.Append(seq, p.prompt_tokens, BatchBuilder::Logits::kAll).ok());
+    ForwardPass forward(*model_, CpuContext{&KernelTable(BestCpuIsa()), &pool_}, mode);
+    std::vector<float> logits(p.prompt_tokens.size() * c.n_vocab);
+    const Status s = forward.Run({builder.token_ids(), builder.batch(), builder.logit_rows()},
+                                 storage.view(), logits);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return logits;
+  }
+
+  // Max |ours - NumPy| over every golden id of every prompt position.
+  float MaxDiffFromNumpy(const GoldenPrompt& p, const std::vector<float>& logits) {
+    const int64_t vocab = model_->config().n_vocab;
+    float max_diff = 0.0f;
+    for (size_t pos = 0; pos < p.numpy_logits.size(); ++pos) {
+      const SparseLogits& row = p.numpy_logits[pos];
+      for (size_t i = 0; i < row.ids.size(); ++i) {
+        const float ours = logits[pos * vocab + row.ids[i]];
+        max_diff = std::max(max_diff, std::fabs(ours - row.values[i]));
+      }
+    }
+    return max_diff;
+  }
+
+  Golden golden_;
+  std::unique_ptr<Model> model_;
+  ThreadPool pool_{2};
+};
+
+int32_t Argmax(const float* row, int64_t n) {
+  return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
+
+bool NearTie(const SparseLogits& top) { return top.values[0] - top.values[1] < kNearTie; }
+
+TEST_P(ForwardGoldenTest, FastKernelLogitsMatchNumpyAndTop1MatchesLlamaCpp) {
+  const int64_t vocab = model_->config().n_vocab;
+  float worst = 0.0f;
+  int checked = 0, near_ties = 0;
+  for (const GoldenPrompt& p : golden_.prompts) {
+    const std::vector<float> logits = PromptLogits(p, KernelMode::kFast, KvType::kF16);
+    worst = std::max(worst, MaxDiffFromNumpy(p, logits));
+    for (size_t pos = 0; pos < p.prompt_tokens.size(); ++pos) {
+      const SparseLogits& top = p.llama_cpp_top[pos];
+      if (NearTie(top)) {
+        ++near_ties;
+        continue;
+      }
+      ++checked;
+      EXPECT_EQ(Argmax(&logits[pos * vocab], vocab), top.ids[0])
+          << "prompt '" << p.text << "' position " << pos;
+    }
+  }
+  std::cout << GetParam().stem << ": fast kernels, max |ours - numpy| = " << worst
+            << " (tolerance " << GetParam().fast_tolerance << "); top-1 equal to llama.cpp at "
+            << checked << " prompt positions (" << near_ties << " near-ties skipped)\n";
+  EXPECT_LE(worst, GetParam().fast_tolerance);
+}
+
+TEST_P(ForwardGoldenTest, ReferenceKernelLogitsMatchNumpyClosely) {
+  float worst = 0.0f;
+  const int n = std::min<int>(GetParam().reference_prompts, golden_.prompts.size());
+  for (int i = 0; i < n; ++i) {
+    const GoldenPrompt& p = golden_.prompts[i];
+    worst = std::max(worst, MaxDiffFromNumpy(p, PromptLogits(p, KernelMode::kReference,
+                                                             KvType::kF32)));
+  }
+  std::cout << GetParam().stem << ": reference kernels on " << n
+            << " prompts, max |ours - numpy| = " << worst << " (tolerance "
+            << GetParam().reference_tolerance << ")\n";
+  EXPECT_LE(worst, GetParam().reference_tolerance);
+}
+
+// Greedy continuation, one decode step per token, as llama.cpp produced it.
+TEST_P(ForwardGoldenTest, GreedyContinuationsMatchLlamaCpp) {
+  const ModelConfig& c = model_->config();
+  ForwardPass forward(*model_, CpuContext{&KernelTable(BestCpuIsa()), &pool_});
+  int identical = 0;
+  for (const GoldenPrompt& p : golden_.prompts) {
+    KvCacheStorage storage(c, KvType::kF16, 16, 16);
+    BatchBuilder builder(16, 16);
+    const int seq = builder.AddSequence();
+    std::vector<float> logits(c.n_vocab);
+    std::vector<int32_t> step = p.prompt_tokens;
+    std::vector<int32_t> ours;
+    for (size_t i = 0; i < p.continuation.size(); ++i) {
+      ASSERT_TRUE(builder.Append(seq, step, BatchBuilder::Logits::kLast).ok());
+      ASSERT_TRUE(forward.Run({builder.token_ids(), builder.batch(), builder.logit_rows()},
+                              storage.view(), logits).ok());
+      builder.Clear();
+      ours.push_back(Argmax(logits.data(), c.n_vocab));
+      if (ours.back() != p.continuation[i]) break;
+      step = {ours.back()};
+    }
+    if (ours == p.continuation) {
+      ++identical;
+      continue;
+    }
+    // Diverged at step i: llama.cpp's own logit for our token must be within kNearTie of
+    // its best (a near-tie), so a different valid rounding explains the choice.
+    const size_t i = ours.size() - 1;
+    const SparseLogits& top = p.llama_cpp_top[p.prompt_tokens.size() - 1 + i];
+    const auto it = std::find(top.ids.begin(), top.ids.end(), ours.back());
+    const float our_gap = it == top.ids.end() ? INFINITY
+                                               : top.values[0] - top.values[it - top.ids.begin()];
+    std::cout << GetParam().stem << ": prompt '" << p.text << "' diverges at generated token "
+              << i << ": ours " << ours.back() << ", llama.cpp " << top.ids[0] << " (logit "
+              << top.values[0] << "); llama.cpp's logit for ours is " << our_gap
+              << " below its best\n";
+    EXPECT_LT(our_gap, kNearTie) << "prompt '" << p.text << "' diverges from llama.cpp at "
+                                 << "generated token " << i << ", not at a near-tie";
+  }
+  const int n = static_cast<int>(golden_.prompts.size());
+  std::cout << GetParam().stem << ": " << identical << " of " << n
+            << " greedy continuations identical to llama.cpp's\n";
+  EXPECT_GE(identical, GetParam().min_identical_continuations);
+}
+
+// SmolLM2 Q4_1: int8 activations through 30 layers move logits by up to ~2.4 from the
+// float NumPy reference (llama.cpp, which quantizes activations the same way, is itself up
+// to ~1.0 away on its top-5 logits). Its greedy text is full of near-ties (top-2 gaps of
+// 0.01-0.1): llama.cpp run with 1 thread and the prompt fed token by token reproduces its
+// own golden continuations on only 6 of 12 prompts, so "9 in 10 identical" cannot hold
+// for this model; every divergence must still start at a near-tie.
+INSTANTIATE_TEST_SUITE_P(
+    Models, ForwardGoldenTest,
+    ::testing::Values(ModelCase{"SmolLM2-135M-Instruct.Q4_1", 3.0f, 5e-3f, 2, 2},
+                      ModelCase{"stories260K", 0.05f, 1e-3f, 12, 11}),
+    [](const ::testing::TestParamInfo<ModelCase>& param_info) {
+      std::string name = param_info.param.stem;
+      std::replace_if(name.begin(), name.end(), [](char ch) { return !std::isalnum(ch); }, '_');
+      return name;
+    });
+
+}  // namespace
+}  // namespace tokenmill

@@ -1,0 +1,37 @@
+#include "tests/model/forward/golden.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/check.h"
+
+namespace tokenmill::testing {
+namespace {
+
+SparseLogits ToSparse(const nlohmann::json& j) {
+  return {j.at("ids").get<std::vector<int32_t>>(), j.at("values").get<std::vector<float>>()};
+}
+
+}  // namespace
+
+Golden LoadGolden(const std::string& model_stem) {
+  const std::string path = std::string(TOKENMILL_TEST_DATA_DIR) + "/logits/" + model_stem + ".json";
+  std::ifstream in(path);
+  TM_CHECK(in.good()) << "cannot read " << path;
+  const nlohmann::json j = nlohmann::json::parse(in);
+  Golden golden;
+  golden.model_file = j.at("model").get<std::string>();
+  for (const nlohmann::json& p : j.at("prompts")) {
+    GoldenPrompt prompt;
+    prompt.text = p.at("text").get<std::string>();
+    prompt.prompt_tokens = p.at("prompt_tokens").get<std::vector<int32_t>>();
+    prompt.continuation = p.at("continuation").get<std::vector<int32_t>>();
+    for (const auto& row : p.at("llama_cpp_top")) prompt.llama_cpp_top.push_back(ToSparse(row));
+    for (const auto& row : p.at("numpy_logits")) prompt.numpy_logits.push_back(ToSparse(row));
+    golden.prompts.push_back(std::move(prompt));
+  }
+  return golden;
+}
+
+}  // namespace tokenmill::testing

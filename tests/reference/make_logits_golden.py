@@ -1,0 +1,107 @@
+"""Writes tests/data/logits/<model>.json: for each prompt, llama.cpp's token ids, its top
+logits at every position of prompt + greedy continuation, that continuation (up to 64
+tokens, stopping at end-of-sequence), and the NumPy reference's logits (numpy_forward.py)
+at every prompt position for a fixed sample of vocabulary ids plus its top ids.
+
+Run from the repository root (needs tests/reference/requirements.txt):
+  .venv/bin/python tests/reference/make_logits_golden.py
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import llama_cpp
+from llama_cpp import Llama
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from numpy_forward import NumpyModel  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MODELS = os.environ.get("TOKENMILL_MODELS_DIR", os.path.join(ROOT, "models"))
+OUT_DIR = os.path.join(ROOT, "tests", "data", "logits")
+CONTINUATION = 64
+TOP_K = 5          # llama.cpp's top logits kept per position
+SAMPLE_IDS = 128   # vocabulary ids whose NumPy logits are kept at every prompt position
+NUMPY_TOP = 8
+
+PROMPTS = [
+    "Once upon a time, there was a little girl named Lily.",
+    "The capital of France is",
+    "Tom and his dog went to the park. They",
+    "def fibonacci(n):",
+    "Water boils at a temperature of",
+    "One day, a big bear found a red ball in the forest.",
+    "The three primary colors are",
+    "Sam was sad because his toy was broken. His mom said",
+    "In 1969, the first humans",
+    "The cat sat on the mat and",
+    "Photosynthesis is the process by which plants",
+    "Once there was a tiny bird who wanted to fly high.",
+]
+
+MODEL_FILES = ["SmolLM2-135M-Instruct.Q4_1.gguf", "stories260K.gguf"]
+
+
+def rounded(values):
+    return [round(float(v), 5) for v in values]
+
+
+def golden_for_model(model_file):
+    path = os.path.join(MODELS, model_file)
+    llm = Llama(model_path=path, n_ctx=512, n_threads=2, logits_all=True, verbose=False, seed=0)
+    reference = NumpyModel(path)
+    n_vocab = llm.n_vocab()
+    rng = np.random.default_rng(1234)
+    sample_ids = sorted(rng.choice(n_vocab, size=min(SAMPLE_IDS, n_vocab), replace=False).tolist())
+    eos = llm.token_eos()
+    prompts = []
+    for text in PROMPTS:
+        llm.reset()
+        prompt = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+        llm.eval(prompt)
+        continuation = []
+        while len(continuation) < CONTINUATION:
+            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            if token == eos:
+                break
+            continuation.append(token)
+            llm.eval([token])
+        scores = np.array(llm.scores[: llm.n_tokens], dtype=np.float32)
+        top = np.argsort(-scores, axis=-1, kind="stable")[:, :TOP_K]
+        numpy_logits = reference.forward(prompt)
+        numpy_rows = []
+        for row in numpy_logits:
+            top_ids = np.argsort(-row, kind="stable")[:NUMPY_TOP].tolist()
+            ids = sorted(set(sample_ids) | set(top_ids))
+            numpy_rows.append({"ids": ids, "values": rounded(row[ids])})
+        prompts.append({
+            "text": text,
+            "prompt_tokens": [int(t) for t in prompt],
+            "continuation": continuation,
+            "llama_cpp_top": [{"ids": top[i].tolist(), "values": rounded(scores[i, top[i]])}
+                              for i in range(len(scores))],
+            "numpy_logits": numpy_rows,
+        })
+        print(model_file, repr(text), len(prompt), "prompt tokens,", len(continuation),
+              "generated", flush=True)
+    return {
+        "model": model_file,
+        "llama_cpp_python_version": llama_cpp.__version__,
+        "note": "llama_cpp_top[i] are the logits after token i of prompt + continuation",
+        "prompts": prompts,
+    }
+
+
+def main():
+    os.makedirs(OUT_DIR, exist_ok=True)
+    for model_file in MODEL_FILES:
+        golden = golden_for_model(model_file)
+        out = os.path.join(OUT_DIR, os.path.splitext(model_file)[0] + ".json")
+        with open(out, "w") as f:
+            json.dump(golden, f, separators=(",", ":"))
+        print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
