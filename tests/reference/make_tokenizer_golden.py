@@ -185,11 +185,91 @@ def hf_tokenizer(model_path):
         "convert_gguf_tokenizer (no torch, so not AutoTokenizer)"
 
 
+def third_reference(model_path, backend):
+    """A third tokenizer to settle disagreements between llama.cpp and HF: (description, encode)
+    where encode(text) gives ids without BOS for special=False.
+
+    SentencePiece vocabularies: the sentencepiece library itself, with a model proto built from
+    the GGUF (pieces, scores, types) and the normalizer llama2.c's tokenizers were trained with
+    (identity, add_dummy_prefix, no whitespace squeezing, byte fallback).
+    Byte-level BPE with pre "smollm": HF's converted tokenizer with the pre-tokenizer of SmolLM2's
+    own tokenizer.json, Digits(individual_digits) then ByteLevel; the GGUF conversion drops it."""
+    import gguf
+    reader = gguf.GGUFReader(model_path)
+    md = {name: field.contents() for name, field in reader.fields.items()}
+    if md["tokenizer.ggml.model"] == "llama":
+        import sentencepiece
+        from sentencepiece import sentencepiece_model_pb2 as pb
+        proto = pb.ModelProto()
+        proto.trainer_spec.model_type = pb.TrainerSpec.BPE
+        proto.trainer_spec.byte_fallback = True
+        proto.trainer_spec.unk_id, proto.trainer_spec.bos_id = 0, 1
+        proto.trainer_spec.eos_id, proto.trainer_spec.pad_id = 2, -1
+        proto.normalizer_spec.name = "identity"
+        proto.normalizer_spec.add_dummy_prefix = True
+        proto.normalizer_spec.remove_extra_whitespaces = False
+        proto.normalizer_spec.escape_whitespaces = True
+        for text, score, token_type in zip(md["tokenizer.ggml.tokens"], md["tokenizer.ggml.scores"],
+                                           md["tokenizer.ggml.token_type"]):
+            piece = proto.pieces.add()
+            piece.piece, piece.score, piece.type = text, score, token_type
+        sp = sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString())
+        return f"sentencepiece {sentencepiece.__version__} (model proto built from the GGUF)", sp.encode
+    if md.get("tokenizer.ggml.pre") == "smollm":
+        import copy
+        from tokenizers import pre_tokenizers
+        fixed = copy.deepcopy(backend)
+        fixed.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+        fixed.encode_special_tokens = True
+        return ("HF tokenizers with SmolLM2's pre-tokenizer (Digits(individual_digits) + ByteLevel)",
+                lambda text: fixed.encode(text, add_special_tokens=False).ids)
+    return None, None
+
+
 def hf_encode(backend, add_bos, bos_id, text, special):
     # Special-token text is matched as special tokens unless encode_special_tokens is set.
     backend.encode_special_tokens = not special
     ids = backend.encode(text, add_special_tokens=False).ids
     return ([bos_id] if add_bos else []) + ids
+
+
+# ---------------------------------------------------------------------------------------------
+# Pre-tokenizer splits for vocabularies the two models do not cover (Llama 3, Qwen2, GPT-2),
+# from the `regex` module running the expressions of the original tokenizer.json files.
+
+PRE_TOKENIZER_REGEXES = {
+    "llama-bpe": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+             r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "gpt2": r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+}
+
+
+def regex_split(pattern, text):
+    """Matches and the text between them, as Hugging Face's Split(behavior="isolated")."""
+    import regex
+    pieces, end = [], 0
+    for match in regex.finditer(pattern, text):
+        if match.start() > end:
+            pieces.append(text[end:match.start()])
+        pieces.append(match.group())
+        end = match.end()
+    if end < len(text):
+        pieces.append(text[end:])
+    return pieces
+
+
+def write_pre_tokenizer_splits(corpus):
+    out = {name: [{"text": t, "pieces": regex_split(p, t)} for t in corpus]
+           for name, p in PRE_TOKENIZER_REGEXES.items()}
+    dest = os.path.join(OUT_DIR, "pre_tokenizer_splits.json")
+    with open(dest, "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=True, indent=0)
+        f.write("\n")
+    print(f"pre-tokenizer splits for {sorted(out)} -> {dest}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,10 +280,12 @@ def main():
 
     corpus = build_corpus()
     os.makedirs(OUT_DIR, exist_ok=True)
+    write_pre_tokenizer_splits(corpus)
     for model in MODELS:
         path = os.path.join(MODELS_DIR, model)
         llm = Llama(model_path=path, vocab_only=True, verbose=False)
         backend, add_bos, bos_id, how = hf_tokenizer(path)
+        third_name, third_encode = third_reference(path, backend)
         cases, disagreements = [], []
         for text in corpus:
             case = {"text": text}
@@ -212,13 +294,17 @@ def main():
                 case[key] = ids
                 hf_ids = hf_encode(backend, add_bos, bos_id, text, special)
                 if hf_ids != ids:
-                    disagreements.append({"text": text, "special": special, "llama_cpp": ids, "hf": hf_ids})
+                    entry = {"text": text, "special": special, "llama_cpp": ids, "hf": hf_ids}
+                    if third_encode is not None and not special:
+                        entry["third"] = ([bos_id] if add_bos else []) + third_encode(text)
+                    disagreements.append(entry)
             cases.append(case)
         out = {
             "model": model,
             "generator": f"llama-cpp-python {llama_cpp.__version__}: Llama(vocab_only=True).tokenize("
                          "text.encode(), add_bos=True, special=False -> ids / True -> ids_special)",
             "hf": f"transformers + tokenizers via {how}",
+            "third": third_name,
             "cases": cases,
             "hf_disagreements": disagreements,
         }

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -138,6 +139,42 @@ TEST_P(GoldenTest, IncrementalDecodeMatchesDecode) {
     }
     streamed += decoder.Finish();
     EXPECT_EQ(streamed, c.text);
+  }
+}
+
+// Where Hugging Face's tokenizer, built from the same GGUF by transformers, disagrees with
+// llama.cpp (the golden file records every such string), llama.cpp is right, and a third
+// reference, recorded as "third", shows it:
+// - SmolLM2 ("smollm" pre-tokenizer): transformers' GGUF conversion gives byte-level BPE the
+//   GPT-2 split and drops SmolLM2's Digits(individual_digits=True) pre-tokenizer, so it merges
+//   " 12" and "12345" where the model's own tokenizer.json splits every digit (\p{N}, so "¾"
+//   too). HF tokenizers with that pre-tokenizer restored gives llama.cpp's ids on every one.
+// - stories260K (SentencePiece): HF's Metaspace(prepend_scheme="first") adds no "▁" prefix when
+//   the text already starts with a space, so " " becomes one "▁" instead of two. The
+//   sentencepiece library itself, on a model proto built from the GGUF, always adds the dummy
+//   prefix and gives llama.cpp's ids on every one.
+// - stories260K with special parsing: after a special token ("<s>hello") llama.cpp starts the
+//   next text with "▁", as the original Llama tokenizer did by encoding each segment with
+//   SentencePiece (transformers' legacy=True); HF's non-legacy Metaspace does not. SentencePiece
+//   has no special tokens to compare; we follow llama.cpp, which GGUF models are run with.
+TEST_P(GoldenTest, HuggingFaceDisagreementsAreSettledForLlamaCpp) {
+  std::set<std::string> settled;  // texts where the third reference agreed with llama.cpp
+  for (const nlohmann::json& d : golden_.hf_disagreements) {
+    if (!d.contains("third")) continue;
+    const std::string text = d.at("text").get<std::string>();
+    EXPECT_EQ(d.at("third"), d.at("llama_cpp")) << text;
+    EXPECT_NE(d.at("third"), d.at("hf")) << text;
+    settled.insert(text);
+  }
+  for (const nlohmann::json& d : golden_.hf_disagreements) {
+    if (d.contains("third")) continue;
+    const std::string text = d.at("text").get<std::string>();
+    ASSERT_TRUE(d.at("special").get<bool>()) << "special=False disagreements have a third reference";
+    bool has_special_text = false;
+    for (const TokenId id : tokenizer_->vocab().special_tokens()) {
+      has_special_text |= text.find(tokenizer_->vocab().text(id)) != std::string::npos;
+    }
+    EXPECT_TRUE(settled.contains(text) || (IsSentencePiece() && has_special_text)) << text;
   }
 }
 
