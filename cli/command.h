@@ -20,6 +20,8 @@ int Fail(const Status& status);
 
 Command AddInfoCommand(CLI::App& app);
 Command AddDequantizeCommand(CLI::App& app);
+Command AddGenerateCommand(CLI::App& app);
 Command AddTokenizeCommand(CLI::App& app);
+Command AddRenderChatCommand(CLI::App& app);
 
 }  // namespace tokenmill::cli

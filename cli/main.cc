@@ -16,7 +16,9 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {
       AddInfoCommand(app),
       AddDequantizeCommand(app),
+      AddGenerateCommand(app),
       AddTokenizeCommand(app),
+      AddRenderChatCommand(app),
   };
   CLI11_PARSE(app, argc, argv);
   if (const tokenmill::Status s = tokenmill::SetupLogging(log_level); !s.ok()) return Fail(s);

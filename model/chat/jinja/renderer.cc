@@ -1,0 +1,370 @@
+#include "model/chat/jinja/renderer.h"
+
+#include <unordered_map>
+#include <vector>
+
+#include "model/chat/jinja/builtins.h"
+#include "model/chat/jinja/operators.h"
+#include "model/chat/jinja/python_ops.h"
+
+namespace tokenmill::jinja {
+namespace {
+
+// Deep enough for recursive macros over nested JSON schemas, shallow enough for the stack.
+constexpr int kMaxCallDepth = 100;
+// A template may not produce more than this (a guard against runaway loops).
+constexpr size_t kMaxOutputBytes = size_t{64} << 20;
+
+enum class Flow { kNormal, kBreak, kContinue };
+
+class Renderer {
+ public:
+  explicit Renderer(const Json& variables) : variables_(Value::Of(variables)) {
+    scopes_.emplace_back();
+  }
+
+  std::string Render(const Body& body) {
+    std::string out;
+    out_ = &out;
+    Exec(body);
+    return out;
+  }
+
+ private:
+  using Scope = std::unordered_map<std::string, Value>;
+
+  // ------------------------------------------------------------------ statements
+  Flow Exec(const Body& body) {
+    for (const StmtPtr& stmt : body) {
+      const Flow flow = ExecOne(*stmt);
+      if (flow != Flow::kNormal) return flow;
+    }
+    return Flow::kNormal;
+  }
+
+  Flow ExecOne(const Stmt& s) {
+    try {
+      switch (s.kind) {
+        case Stmt::Kind::kText:
+          Write(s.text);
+          return Flow::kNormal;
+        case Stmt::Kind::kOutput:
+          Write(PyStr(Eval(*s.expr)));
+          return Flow::kNormal;
+        case Stmt::Kind::kIf:
+          for (const auto& [condition, body] : s.branches) {
+            if (!condition || Truthy(Eval(*condition))) return Exec(body);
+          }
+          return Flow::kNormal;
+        case Stmt::Kind::kFor:
+          ExecFor(s);
+          return Flow::kNormal;
+        case Stmt::Kind::kSet:
+          ExecSet(s);
+          return Flow::kNormal;
+        case Stmt::Kind::kSetBlock: {
+          Value captured = Value::Of(Capture(s.body));
+          if (s.filter) captured = ApplyFilterChain(*s.filter, captured);
+          scopes_.back()[s.targets[0]] = captured;
+          return Flow::kNormal;
+        }
+        case Stmt::Kind::kMacro:
+          scopes_.back()[s.name] = Value::Macro(&s);
+          return Flow::kNormal;
+        case Stmt::Kind::kFilter:
+          Write(PyStr(ApplyFilterChain(*s.filter, Value::Of(Capture(s.body)))));
+          return Flow::kNormal;
+        case Stmt::Kind::kBreak:
+          return Flow::kBreak;
+        case Stmt::Kind::kContinue:
+          return Flow::kContinue;
+        case Stmt::Kind::kScope:
+          return Exec(s.body);
+      }
+    } catch (TemplateError& e) {
+      e.set_pos_if_unknown(s.pos);
+      throw;
+    }
+    return Flow::kNormal;
+  }
+
+  void Write(const std::string& text) {
+    if (out_->size() + text.size() > kMaxOutputBytes) {
+      throw TemplateError("the template's output exceeds " + std::to_string(kMaxOutputBytes) +
+                          " bytes");
+    }
+    out_->append(text);
+  }
+
+  std::string Capture(const Body& body) {
+    std::string captured;
+    std::string* saved = out_;
+    out_ = &captured;
+    try {
+      Exec(body);
+    } catch (...) {
+      out_ = saved;
+      throw;
+    }
+    out_ = saved;
+    return captured;
+  }
+
+  void Assign(Scope& scope, const std::vector<std::string>& targets, const Value& value) {
+    if (targets.size() == 1) {
+      scope[targets[0]] = value;
+      return;
+    }
+    const std::vector<Value> items = Iterate(value);
+    if (items.size() != targets.size()) {
+      throw TemplateError("cannot unpack " + std::to_string(items.size()) + " values into " +
+                          std::to_string(targets.size()) + " variables");
+    }
+    for (size_t i = 0; i < targets.size(); ++i) scope[targets[i]] = items[i];
+  }
+
+  void ExecSet(const Stmt& s) {
+    const Value value = Eval(*s.expr);
+    if (s.attribute.empty()) {
+      Assign(scopes_.back(), s.targets, value);
+      return;
+    }
+    const Value target = Lookup(s.targets[0]);
+    if (!target.is_namespace()) {
+      throw TemplateError("cannot assign attribute on non-namespace object '" + s.targets[0] + "'");
+    }
+    RequireDefined(value);
+    if (!value.is_data())
+      throw TemplateError("a " + value.TypeName() + " cannot be stored in a namespace");
+    target.namespace_object()[s.attribute] = value.data();
+  }
+
+  void ExecFor(const Stmt& s) {
+    std::vector<Value> items = Iterate(Eval(*s.expr));
+    if (s.condition) {  // `for x in xs if cond`: filtered before loop.* is computed
+      std::vector<Value> kept;
+      for (const Value& item : items) {
+        scopes_.emplace_back();
+        Assign(scopes_.back(), s.targets, item);
+        const bool keep = Truthy(Eval(*s.condition));
+        scopes_.pop_back();
+        if (keep) kept.push_back(item);
+      }
+      items = std::move(kept);
+    }
+    if (items.empty()) {
+      Exec(s.else_body);
+      return;
+    }
+    const int64_t length = static_cast<int64_t>(items.size());
+    for (int64_t i = 0; i < length; ++i) {
+      Json loop = {{"index", i + 1},
+                   {"index0", i},
+                   {"revindex", length - i},
+                   {"revindex0", length - i - 1},
+                   {"first", i == 0},
+                   {"last", i == length - 1},
+                   {"length", length},
+                   {"depth", 1},
+                   {"depth0", 0}};
+      if (i > 0 && items[i - 1].is_data()) loop["previtem"] = items[i - 1].data();
+      if (i + 1 < length && items[i + 1].is_data()) loop["nextitem"] = items[i + 1].data();
+      scopes_.emplace_back();
+      scopes_.back()["loop"] = Value::Of(std::move(loop));
+      Assign(scopes_.back(), s.targets, items[i]);
+      Flow flow;
+      try {
+        flow = Exec(s.body);
+      } catch (...) {
+        scopes_.pop_back();
+        throw;
+      }
+      scopes_.pop_back();
+      if (flow == Flow::kBreak) break;
+    }
+  }
+
+  // ------------------------------------------------------------------ expressions
+  Value Lookup(const std::string& name) const {
+    for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
+      const auto it = scope->find(name);
+      if (it != scope->end()) return it->second;
+      if (scope->contains("\x01macro")) break;  // a macro sees its own scope, then globals
+    }
+    if (scopes_.size() > 1 && scopes_.front().contains(name)) return scopes_.front().at(name);
+    const Json& vars = variables_.data();
+    if (const auto it = vars.find(name); it != vars.end()) return variables_.Child(*it);
+    if (IsGlobalFunction(name)) return Value::Builtin(name);
+    return Value::Undefined("'" + name + "' is undefined");
+  }
+
+  CallArgs EvalArgs(const Expr& e, size_t first) {
+    CallArgs args;
+    for (size_t i = first; i < e.args.size(); ++i) args.positional.push_back(Eval(*e.args[i]));
+    for (const auto& [key, value] : e.kwargs) args.keyword.emplace_back(key, Eval(*value));
+    return args;
+  }
+
+  // A filter node whose innermost subject is null gets `subject` there (filter blocks).
+  Value ApplyFilterChain(const Expr& filter, const Value& subject) {
+    const Value inner = filter.args[0] ? ApplyFilterChain(*filter.args[0], subject) : subject;
+    return ApplyFilter(filter.name, inner, EvalArgs(filter, 1));
+  }
+
+  Value Eval(const Expr& e) {
+    try {
+      return EvalUnchecked(e);
+    } catch (TemplateError& error) {
+      error.set_pos_if_unknown(e.pos);
+      throw;
+    }
+  }
+
+  Value EvalUnchecked(const Expr& e) {
+    switch (e.kind) {
+      case Expr::Kind::kLiteral:
+        return Value::Of(e.literal);
+      case Expr::Kind::kName:
+        return Lookup(e.name);
+      case Expr::Kind::kList: {
+        Json list = Json::array();
+        for (const ExprPtr& item : e.args) list.push_back(DataOf(Eval(*item)));
+        return Value::Of(std::move(list));
+      }
+      case Expr::Kind::kDict: {
+        Json dict = Json::object();
+        for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+          const Value key = Eval(*e.args[i]);
+          if (!key.is_string())
+            throw TemplateError("dict keys must be strings, not " + key.TypeName());
+          dict[key.str()] = DataOf(Eval(*e.args[i + 1]));
+        }
+        return Value::Of(std::move(dict));
+      }
+      case Expr::Kind::kAttribute:
+        return GetAttribute(Eval(*e.args[0]), e.name);
+      case Expr::Kind::kItem:
+        return GetItem(Eval(*e.args[0]), Eval(*e.args[1]));
+      case Expr::Kind::kSlice: {
+        auto part = [&](size_t i) { return e.args[i] ? Eval(*e.args[i]) : Value(); };
+        return GetSlice(Eval(*e.args[0]), part(1), part(2), part(3));
+      }
+      case Expr::Kind::kCall:
+        return EvalCall(e);
+      case Expr::Kind::kFilter:
+        return ApplyFilter(e.name, Eval(*e.args[0]), EvalArgs(e, 1));
+      case Expr::Kind::kTest: {
+        // `x is defined` must not fail on an undefined x; the other tests see it as is.
+        const bool result = ApplyTest(e.name, Eval(*e.args[0]), EvalArgs(e, 1));
+        return Value::Of(result != e.negated);
+      }
+      case Expr::Kind::kUnary:
+        if (e.name == "not") return Value::Of(!Truthy(Eval(*e.args[0])));
+        return Negate(Eval(*e.args[0]), e.name == "-");
+      case Expr::Kind::kBinary: {
+        if (e.name == "and" || e.name == "or") {  // Python: returns an operand
+          Value left = Eval(*e.args[0]);
+          if (Truthy(left) == (e.name == "or")) return left;
+          return Eval(*e.args[1]);
+        }
+        return BinaryOp(e.name, Eval(*e.args[0]), Eval(*e.args[1]));
+      }
+      case Expr::Kind::kCompare: {
+        Value left = Eval(*e.args[0]);
+        for (size_t i = 0; i < e.ops.size(); ++i) {
+          Value right = Eval(*e.args[i + 1]);
+          if (!Compare(e.ops[i], left, right)) return Value::Of(false);
+          left = std::move(right);
+        }
+        return Value::Of(true);
+      }
+      case Expr::Kind::kCondition:
+        if (Truthy(Eval(*e.args[1]))) return Eval(*e.args[0]);
+        if (e.args[2]) return Eval(*e.args[2]);
+        return Value::Undefined(
+            "the inline if-expression evaluated to false and no else section was defined.");
+    }
+    throw TemplateError("unknown expression");
+  }
+
+  static Json DataOf(const Value& v) {
+    RequireDefined(v);
+    if (!v.is_data())
+      throw TemplateError("a " + v.TypeName() + " cannot be stored in a list or dict");
+    return v.data();
+  }
+
+  Value EvalCall(const Expr& e) {
+    const Expr& callee = *e.args[0];
+    if (callee.kind == Expr::Kind::kAttribute) {  // methods: "text".strip(), d.items(), ...
+      const Value object = Eval(*callee.args[0]);
+      RequireDefined(object);
+      const CallArgs args = EvalArgs(e, 1);
+      if (std::optional<Value> result = CallMethod(object, callee.name, args)) return *result;
+      return CallValue(GetAttribute(object, callee.name), args, callee.name);
+    }
+    const Value function = Eval(callee);
+    return CallValue(function, EvalArgs(e, 1), callee.kind == Expr::Kind::kName ? callee.name : "");
+  }
+
+  Value CallValue(const Value& function, const CallArgs& args, const std::string& name) {
+    if (function.kind() == Value::Kind::kBuiltin) return CallGlobal(function.text(), args);
+    if (function.kind() == Value::Kind::kMacro) return CallMacro(*function.macro(), args);
+    if (function.is_undefined()) throw TemplateError(function.text());
+    throw TemplateError("'" + (name.empty() ? function.TypeName() : name) + "' is not callable");
+  }
+
+  Value CallMacro(const Stmt& macro, const CallArgs& args) {
+    if (call_depth_ >= kMaxCallDepth) {
+      throw TemplateError("macro calls nested deeper than " + std::to_string(kMaxCallDepth));
+    }
+    if (args.positional.size() > macro.params.size()) {
+      throw TemplateError("macro '" + macro.name + "' takes not more than " +
+                          std::to_string(macro.params.size()) + " argument(s)");
+    }
+    Scope scope;
+    scope["\x01macro"] = Value();  // marks the boundary for Lookup
+    for (size_t i = 0; i < args.positional.size(); ++i)
+      scope[macro.params[i].first] = args.positional[i];
+    for (const auto& [key, value] : args.keyword) {
+      const auto it = std::find_if(macro.params.begin(), macro.params.end(),
+                                   [&](const auto& p) { return p.first == key; });
+      if (it == macro.params.end()) {
+        throw TemplateError("macro '" + macro.name + "' takes no keyword argument '" + key + "'");
+      }
+      scope[key] = value;
+    }
+    // Defaults are evaluated in the caller's scope at call time, as Jinja2 does.
+    for (const auto& [param, default_value] : macro.params) {
+      if (scope.contains(param)) continue;
+      scope[param] = default_value ? Eval(*default_value)
+                                   : Value::Undefined("parameter '" + param + "' was not provided");
+    }
+    scopes_.push_back(std::move(scope));
+    ++call_depth_;
+    std::string result;
+    try {
+      result = Capture(macro.body);
+    } catch (...) {
+      --call_depth_;
+      scopes_.pop_back();
+      throw;
+    }
+    --call_depth_;
+    scopes_.pop_back();
+    return Value::Of(std::move(result));
+  }
+
+  Value variables_;
+  std::vector<Scope> scopes_;
+  std::string* out_ = nullptr;
+  int call_depth_ = 0;
+};
+
+}  // namespace
+
+std::string RenderBody(const Body& body, const Json& variables) {
+  return Renderer(variables).Render(body);
+}
+
+}  // namespace tokenmill::jinja

@@ -1,0 +1,87 @@
+#include "model/chat/jinja/value.h"
+
+#include "common/check.h"
+
+namespace tokenmill::jinja {
+
+Value Value::Undefined(std::string description) {
+  Value v(Kind::kUndefined);
+  v.text_ = std::move(description);
+  return v;
+}
+
+Value Value::Of(Json data) {
+  Value v(Kind::kData);
+  v.root_ = std::make_shared<const Json>(std::move(data));
+  v.node_ = v.root_.get();
+  return v;
+}
+
+Value Value::Namespace(Json object) {
+  Value v(Kind::kNamespace);
+  v.namespace_ = std::make_shared<Json>(std::move(object));
+  return v;
+}
+
+Value Value::Builtin(std::string name) {
+  Value v(Kind::kBuiltin);
+  v.text_ = std::move(name);
+  return v;
+}
+
+Value Value::Macro(const Stmt* definition) {
+  Value v(Kind::kMacro);
+  v.macro_ = definition;
+  return v;
+}
+
+const Json& Value::data() const {
+  if (kind_ == Kind::kNamespace) return *namespace_;
+  TM_CHECK(kind_ == Kind::kData) << "data() of a value of type " << TypeName();
+  return *node_;
+}
+
+Value Value::Child(const Json& node) const {
+  if (kind_ == Kind::kNamespace) return Of(node);  // the namespace may change: copy
+  TM_CHECK(kind_ == Kind::kData);
+  Value v(Kind::kData);
+  v.root_ = root_;
+  v.node_ = &node;
+  return v;
+}
+
+std::string Value::TypeName() const {
+  switch (kind_) {
+    case Kind::kUndefined:
+      return "undefined";
+    case Kind::kNamespace:
+      return "Namespace";
+    case Kind::kBuiltin:
+      return "builtin_function";
+    case Kind::kMacro:
+      return "Macro";
+    case Kind::kData:
+      break;
+  }
+  switch (node_->type()) {
+    case Json::value_t::null:
+      return "NoneType";
+    case Json::value_t::boolean:
+      return "bool";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+      return "int";
+    case Json::value_t::number_float:
+      return "float";
+    case Json::value_t::string:
+      return "str";
+    case Json::value_t::array:
+      return "list";
+    case Json::value_t::object:
+      return "dict";
+    default:
+      return "bytes";
+  }
+}
+
+}  // namespace tokenmill::jinja

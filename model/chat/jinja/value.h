@@ -1,0 +1,93 @@
+// The values a Jinja template computes with. Data is nlohmann::ordered_json (Python dicts keep
+// insertion order, and so does ordered_json); on top of it Jinja needs `undefined`, mutable
+// `namespace()` objects and callables (macros and the environment's global functions).
+// Data values are views into a shared immutable tree, so `messages[i]` copies nothing.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace tokenmill::jinja {
+
+using Json = nlohmann::ordered_json;
+
+// 1-based line and column in the template source; line 0 means "unknown".
+struct SourcePos {
+  int line = 0;
+  int column = 0;
+};
+
+// A parse or render failure. It stays inside the renderer: Template turns it into a Status.
+class TemplateError : public std::runtime_error {
+ public:
+  TemplateError(const std::string& message, SourcePos pos = {})
+      : std::runtime_error(message), pos_(pos) {}
+  SourcePos pos() const { return pos_; }
+  void set_pos_if_unknown(SourcePos pos) {
+    if (pos_.line == 0) pos_ = pos;
+  }
+
+ private:
+  SourcePos pos_;
+};
+
+struct Stmt;  // a macro's definition, owned by the parsed template
+
+class Value {
+ public:
+  enum class Kind { kUndefined, kData, kNamespace, kBuiltin, kMacro };
+
+  // Undefined; `description` says what was missing, e.g. "'foo' is undefined".
+  Value() : Value(Kind::kUndefined) {}
+  static Value Undefined(std::string description);
+  static Value Of(Json data);
+  static Value Namespace(Json object);
+  static Value Builtin(std::string name);
+  static Value Macro(const Stmt* definition);
+
+  Kind kind() const { return kind_; }
+  bool is_undefined() const { return kind_ == Kind::kUndefined; }
+  bool is_data() const { return kind_ == Kind::kData; }
+  bool is_namespace() const { return kind_ == Kind::kNamespace; }
+  bool is_callable() const { return kind_ == Kind::kBuiltin || kind_ == Kind::kMacro; }
+
+  // Data only (CHECKed). A namespace reads as its object.
+  const Json& data() const;
+  // A view of `node`, which lies inside this value's data.
+  Value Child(const Json& node) const;
+
+  // Namespaces only: the object that `set ns.x = ...` changes.
+  Json& namespace_object() const { return *namespace_; }
+  // Undefined: what was missing. Builtin: its name.
+  const std::string& text() const { return text_; }
+  const Stmt* macro() const { return macro_; }
+
+  // Convenience for data.
+  bool is_null() const { return is_data() && data().is_null(); }
+  bool is_string() const { return is_data() && data().is_string(); }
+  bool is_bool() const { return is_data() && data().is_boolean(); }
+  bool is_number() const { return is_data() && data().is_number(); }
+  bool is_integer() const { return is_data() && data().is_number_integer(); }
+  bool is_float() const { return is_data() && data().is_number_float(); }
+  bool is_list() const { return is_data() && data().is_array(); }
+  bool is_dict() const { return (is_data() && data().is_object()) || is_namespace(); }
+  const std::string& str() const { return data().get_ref<const std::string&>(); }
+
+  // What Jinja calls the type in messages: "str", "int", "list", "dict", "undefined", ...
+  std::string TypeName() const;
+
+ private:
+  explicit Value(Kind kind) : kind_(kind) {}
+
+  Kind kind_;
+  std::shared_ptr<const Json> root_;  // data: the tree `node_` points into
+  const Json* node_ = nullptr;
+  std::shared_ptr<Json> namespace_;
+  std::string text_;
+  const Stmt* macro_ = nullptr;
+};
+
+}  // namespace tokenmill::jinja
