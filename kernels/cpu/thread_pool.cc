@@ -11,7 +11,9 @@
 namespace tokenmill {
 namespace {
 
-constexpr int kSpinIterations = 20000;
+// About 50 µs of spinning (pause is ~100+ cycles), then sleep: on a busy machine a spinning
+// thread would steal the core from the one it waits for.
+constexpr int kSpinIterations = 1000;
 
 inline void CpuRelax() {
 #if defined(__x86_64__)
