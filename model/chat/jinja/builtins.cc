@@ -753,7 +753,7 @@ const std::unordered_map<std::string_view, TestFn>& Tests() {
 }
 
 std::string_view CanonicalTest(std::string_view name) {
-  static constexpr std::array<std::pair<std::string_view, std::string_view>, 10> kAliases = {{
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 9> kAliases = {{
       {"==", "eq"},
       {"equalto", "eq"},
       {"!=", "ne"},
@@ -763,7 +763,6 @@ std::string_view CanonicalTest(std::string_view name) {
       {">", "gt"},
       {"greaterthan", "gt"},
       {">=", "ge"},
-      {"ge", "ge"},
   }};
   for (const auto& [alias, canonical] : kAliases) {
     if (name == alias) return canonical;

@@ -4,6 +4,7 @@
 #include <initializer_list>
 
 #include "model/chat/jinja/builtins.h"
+#include "model/chat/jinja/python_ops.h"
 
 namespace tokenmill::jinja {
 namespace {
@@ -98,8 +99,10 @@ class Parser {
       switch (t.kind) {
         case TokenKind::kEnd:
           if (end_tags.size() != 0) {
-            Fail(std::string("unexpected end of template: expected '{% ") + *end_tags.begin() +
-                     " %}'",
+            const Token& opener = *open_blocks_.back();
+            Fail(StrCat({"unexpected end of template: '{% ", opener.text, " %}' at line ",
+                         std::to_string(opener.pos.line), " is not closed (expected '{% ",
+                         *(end_tags.end() - 1), " %}')"}),
                  t);
           }
           return body;
@@ -144,6 +147,13 @@ class Parser {
 
   StmtPtr ParseStatement() {
     const Token& tag = Next();
+    open_blocks_.push_back(&tag);
+    StmtPtr s = ParseTag(tag);
+    open_blocks_.pop_back();
+    return s;
+  }
+
+  StmtPtr ParseTag(const Token& tag) {
     auto s = std::make_unique<Stmt>();
     s->pos = tag.pos;
     const std::string& name = tag.text;
@@ -573,7 +583,7 @@ class Parser {
   }
 
   ExprPtr ParseCall(ExprPtr callee) {
-    auto call = Make(Expr::Kind::kCall, Peek().pos);
+    auto call = Make(Expr::Kind::kCall, callee->pos);
     call->args.push_back(std::move(callee));
     ParseArguments(*call);
     return call;
@@ -624,9 +634,6 @@ class Parser {
     } else {
       Fail("expected a test name after 'is', got " + Describe(name), name);
     }
-    if (test->name == "none" || test->name == "true" || test->name == "false") {
-      // `is none` etc.: the names are tests here, not literals
-    }
     if (!IsKnownTest(test->name)) Fail("unknown test '" + test->name + "'", name);
     test->args.push_back(std::move(subject));
     if (IsOp("(")) {
@@ -646,6 +653,7 @@ class Parser {
   const std::vector<Token>& tokens_;
   size_t pos_ = 0;
   int loop_depth_ = 0;
+  std::vector<const Token*> open_blocks_;  // the tag names of the blocks being parsed
 };
 
 }  // namespace

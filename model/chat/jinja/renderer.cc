@@ -1,6 +1,7 @@
 #include "model/chat/jinja/renderer.h"
 
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "model/chat/jinja/builtins.h"
@@ -31,7 +32,31 @@ class Renderer {
   }
 
  private:
-  using Scope = std::unordered_map<std::string, Value>;
+  struct Scope {
+    std::unordered_map<std::string, Value> vars;
+    bool is_macro_call = false;  // names below it (the caller's) are out of sight
+  };
+
+  // Pushes a scope for a loop iteration or a macro call; pops it however the body ends.
+  class ScopeGuard {
+   public:
+    ScopeGuard(Renderer& renderer, Scope scope) : renderer_(renderer) {
+      if (scope.is_macro_call && renderer.call_depth_ >= kMaxCallDepth) {
+        throw TemplateError("macro calls nested deeper than " + std::to_string(kMaxCallDepth));
+      }
+      renderer.call_depth_ += scope.is_macro_call ? 1 : 0;
+      renderer.scopes_.push_back(std::move(scope));
+    }
+    ~ScopeGuard() {
+      renderer_.call_depth_ -= renderer_.scopes_.back().is_macro_call ? 1 : 0;
+      renderer_.scopes_.pop_back();
+    }
+    ScopeGuard(const ScopeGuard&) = delete;
+    ScopeGuard& operator=(const ScopeGuard&) = delete;
+
+   private:
+    Renderer& renderer_;
+  };
 
   // ------------------------------------------------------------------ statements
   Flow Exec(const Body& body) {
@@ -65,11 +90,11 @@ class Renderer {
         case Stmt::Kind::kSetBlock: {
           Value captured = Value::Of(Capture(s.body));
           if (s.filter) captured = ApplyFilterChain(*s.filter, captured);
-          scopes_.back()[s.targets[0]] = captured;
+          scopes_.back().vars[s.targets[0]] = captured;
           return Flow::kNormal;
         }
         case Stmt::Kind::kMacro:
-          scopes_.back()[s.name] = Value::Macro(&s);
+          scopes_.back().vars[s.name] = Value::Macro(&s);
           return Flow::kNormal;
         case Stmt::Kind::kFilter:
           Write(PyStr(ApplyFilterChain(*s.filter, Value::Of(Capture(s.body)))));
@@ -98,8 +123,7 @@ class Renderer {
 
   std::string Capture(const Body& body) {
     std::string captured;
-    std::string* saved = out_;
-    out_ = &captured;
+    std::string* saved = std::exchange(out_, &captured);
     try {
       Exec(body);
     } catch (...) {
@@ -112,7 +136,7 @@ class Renderer {
 
   void Assign(Scope& scope, const std::vector<std::string>& targets, const Value& value) {
     if (targets.size() == 1) {
-      scope[targets[0]] = value;
+      scope.vars[targets[0]] = value;
       return;
     }
     const std::vector<Value> items = Iterate(value);
@@ -120,7 +144,7 @@ class Renderer {
       throw TemplateError("cannot unpack " + std::to_string(items.size()) + " values into " +
                           std::to_string(targets.size()) + " variables");
     }
-    for (size_t i = 0; i < targets.size(); ++i) scope[targets[i]] = items[i];
+    for (size_t i = 0; i < targets.size(); ++i) scope.vars[targets[i]] = items[i];
   }
 
   void ExecSet(const Stmt& s) {
@@ -144,11 +168,9 @@ class Renderer {
     if (s.condition) {  // `for x in xs if cond`: filtered before loop.* is computed
       std::vector<Value> kept;
       for (const Value& item : items) {
-        scopes_.emplace_back();
+        const ScopeGuard guard(*this, Scope{});
         Assign(scopes_.back(), s.targets, item);
-        const bool keep = Truthy(Eval(*s.condition));
-        scopes_.pop_back();
-        if (keep) kept.push_back(item);
+        if (Truthy(Eval(*s.condition))) kept.push_back(item);
       }
       items = std::move(kept);
     }
@@ -169,29 +191,25 @@ class Renderer {
                    {"depth0", 0}};
       if (i > 0 && items[i - 1].is_data()) loop["previtem"] = items[i - 1].data();
       if (i + 1 < length && items[i + 1].is_data()) loop["nextitem"] = items[i + 1].data();
-      scopes_.emplace_back();
-      scopes_.back()["loop"] = Value::Of(std::move(loop));
+      const ScopeGuard guard(*this, Scope{});
+      scopes_.back().vars["loop"] = Value::Of(std::move(loop));
       Assign(scopes_.back(), s.targets, items[i]);
-      Flow flow;
-      try {
-        flow = Exec(s.body);
-      } catch (...) {
-        scopes_.pop_back();
-        throw;
-      }
-      scopes_.pop_back();
-      if (flow == Flow::kBreak) break;
+      if (Exec(s.body) == Flow::kBreak) break;
     }
   }
 
   // ------------------------------------------------------------------ expressions
   Value Lookup(const std::string& name) const {
+    // Innermost first; a macro call sees its own scopes, then the template's top level.
     for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
-      const auto it = scope->find(name);
-      if (it != scope->end()) return it->second;
-      if (scope->contains("\x01macro")) break;  // a macro sees its own scope, then globals
+      const auto it = scope->vars.find(name);
+      if (it != scope->vars.end()) return it->second;
+      if (scope->is_macro_call) {
+        const auto top = scopes_.front().vars.find(name);
+        if (top != scopes_.front().vars.end()) return top->second;
+        break;
+      }
     }
-    if (scopes_.size() > 1 && scopes_.front().contains(name)) return scopes_.front().at(name);
     const Json& vars = variables_.data();
     if (const auto it = vars.find(name); it != vars.end()) return variables_.Child(*it);
     if (IsGlobalFunction(name)) return Value::Builtin(name);
@@ -315,15 +333,13 @@ class Renderer {
   }
 
   Value CallMacro(const Stmt& macro, const CallArgs& args) {
-    if (call_depth_ >= kMaxCallDepth) {
-      throw TemplateError("macro calls nested deeper than " + std::to_string(kMaxCallDepth));
-    }
     if (args.positional.size() > macro.params.size()) {
       throw TemplateError("macro '" + macro.name + "' takes not more than " +
                           std::to_string(macro.params.size()) + " argument(s)");
     }
-    Scope scope;
-    scope["\x01macro"] = Value();  // marks the boundary for Lookup
+    Scope call_scope;
+    call_scope.is_macro_call = true;
+    auto& scope = call_scope.vars;
     for (size_t i = 0; i < args.positional.size(); ++i)
       scope[macro.params[i].first] = args.positional[i];
     for (const auto& [key, value] : args.keyword) {
@@ -334,25 +350,14 @@ class Renderer {
       }
       scope[key] = value;
     }
-    // Defaults are evaluated in the caller's scope at call time, as Jinja2 does.
+    // Defaults are evaluated at each call.
     for (const auto& [param, default_value] : macro.params) {
       if (scope.contains(param)) continue;
       scope[param] = default_value ? Eval(*default_value)
                                    : Value::Undefined("parameter '" + param + "' was not provided");
     }
-    scopes_.push_back(std::move(scope));
-    ++call_depth_;
-    std::string result;
-    try {
-      result = Capture(macro.body);
-    } catch (...) {
-      --call_depth_;
-      scopes_.pop_back();
-      throw;
-    }
-    --call_depth_;
-    scopes_.pop_back();
-    return Value::Of(std::move(result));
+    const ScopeGuard guard(*this, std::move(call_scope));
+    return Value::Of(Capture(macro.body));
   }
 
   Value variables_;
