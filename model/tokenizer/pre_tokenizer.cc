@@ -28,9 +28,9 @@ constexpr const char* kQwen2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+"
     "|\\p{N}| ?[^" TM_WS "\\p{L}\\p{N}]+[\\r\\n]*|[" TM_WS "]*[\\r\\n]+|[" TM_WS
     "]+(?![^" TM_WS "])|[" TM_WS "]+";
-constexpr const char* kPunctuationRuns = "[\\p{P}\\$\\+<=>\\^`\\|]+";
-constexpr const char* kTrailingSpace = "[" TM_WS "]+\\z";  // std::regex's `$`: end of text only
-constexpr const char* kCjkRuns = "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+";
+#undef TM_WS
+constexpr const char* kPunctuationRuns = "[\\p{P}\\$\\+<=>\\^~\\|`]+";
+constexpr const char* kAsciiDigitTriples = "[0-9][0-9][0-9]";
 constexpr const char* kEachDigit = "\\p{N}";
 constexpr const char* kDigitRuns = "\\p{N}+";
 
@@ -43,8 +43,8 @@ struct PreTokenizerSpec {
 
 const std::vector<PreTokenizerSpec>& Specs() {
   static const std::vector<PreTokenizerSpec> specs = {
-      {"default", {kPunctuationRuns, kGpt2, kTrailingSpace, kCjkRuns, kDigitRuns}},
-      {"gpt2", {kGpt2}},
+      {"default", {kPunctuationRuns, kGpt2, kDigitRuns, kAsciiDigitTriples}},
+      {"gpt-2", {kGpt2}},
       {"smollm", {kEachDigit, kGpt2}},
       {"starcoder", {kEachDigit, kGpt2}},
       {"llama-bpe", {kLlama3}, true, true},

@@ -244,7 +244,7 @@ PRE_TOKENIZER_REGEXES = {
                  r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
     "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
              r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
-    "gpt2": r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+    "gpt-2": r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
 }
 
 
@@ -273,6 +273,55 @@ def write_pre_tokenizer_splits(corpus):
 
 
 # ---------------------------------------------------------------------------------------------
+# The SmolLM2 vocabulary under other pre-tokenizers: llama.cpp's ids for a copy of its GGUF
+# metadata (no tensors) with tokenizer.ggml.pre replaced, so that every pre-tokenizer we
+# support is checked end to end against llama.cpp, not only the model's own "smollm".
+
+PRE_VARIANTS = ["gpt-2", "llama-bpe", "qwen2", "default"]
+
+
+def write_vocab_copy(source_path, dest_path, pre):
+    import gguf
+    reader = gguf.GGUFReader(source_path)
+    writer = gguf.GGUFWriter(dest_path, reader.fields["general.architecture"].contents())
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        value = pre if name == "tokenizer.ggml.pre" else field.contents()
+        if field.types[0] == gguf.GGUFValueType.ARRAY:
+            writer.add_key_value(name, value, field.types[0], sub_type=field.types[-1])
+        else:
+            writer.add_key_value(name, value, field.types[0])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def write_pre_variants(corpus):
+    import tempfile
+    from llama_cpp import Llama
+    source = os.path.join(MODELS_DIR, MODELS[0])
+    texts = corpus[:450]
+    variants = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for pre in PRE_VARIANTS:
+            path = os.path.join(tmp, "vocab.gguf")
+            write_vocab_copy(source, path, pre)
+            llm = Llama(model_path=path, vocab_only=True, verbose=False)
+            variants[pre] = [{"text": t,
+                              "ids": llm.tokenize(t.encode("utf-8"), add_bos=True, special=False),
+                              "ids_special": llm.tokenize(t.encode("utf-8"), add_bos=True, special=True)}
+                             for t in texts]
+            del llm
+    dest = os.path.join(OUT_DIR, "pre_variants.json")
+    with open(dest, "w", encoding="utf-8") as f:
+        json.dump({"vocabulary": MODELS[0], "variants": variants}, f, ensure_ascii=True, indent=0)
+        f.write("\n")
+    print(f"{MODELS[0]} vocabulary under pre {PRE_VARIANTS} -> {dest}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------
 
 def main():
     from llama_cpp import Llama
@@ -281,6 +330,7 @@ def main():
     corpus = build_corpus()
     os.makedirs(OUT_DIR, exist_ok=True)
     write_pre_tokenizer_splits(corpus)
+    write_pre_variants(corpus)
     for model in MODELS:
         path = os.path.join(MODELS_DIR, model)
         llm = Llama(model_path=path, vocab_only=True, verbose=False)

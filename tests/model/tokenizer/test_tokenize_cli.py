@@ -81,7 +81,7 @@ def test_unsupported_pre_tokenizer_is_named(tmp_path):
     r = tokenize("--model", str(path), "hi")
     assert r.returncode != 0
     assert "tokenizer.ggml.pre 'no-such-pre'" in r.stderr
-    write_vocab_gguf(path, "gpt2", pre="gpt2")
+    write_vocab_gguf(path, "gpt2", pre="gpt-2")
     r = tokenize("--model", str(path), "ab")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == [2]  # "a" + "b" merged by the one merge

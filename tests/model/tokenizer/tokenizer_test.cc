@@ -229,7 +229,7 @@ TEST(TokenizerErrorsTest, MissingMergesAndMismatchedArrays) {
 TEST(TokenizerErrorsTest, SmallSyntheticBpeVocabularyWorks) {
   testing::GgufBuilder b;
   b.KeyString("tokenizer.ggml.model", "gpt2")
-      .KeyString("tokenizer.ggml.pre", "gpt2")
+      .KeyString("tokenizer.ggml.pre", "gpt-2")
       .KeyStrings("tokenizer.ggml.tokens", {"a", "b", "ab", "Ġ", "Ġab"})
       .KeyStrings("tokenizer.ggml.merges", {"a b", "Ġ ab"});
   const std::vector<uint8_t> bytes = b.Build();
