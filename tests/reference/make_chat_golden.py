@@ -326,6 +326,32 @@ FEATURES = [
      {"messages": MSGS}),
     ("undefined_prints_empty", "[{{ missing }}][{{ m.missing }}][{{ missing | length }}]",
      {"m": {}}),
+    # scoping and combinations real templates rely on
+    ("scope_set_in_iteration", "{% for i in [1, 2, 3] %}{% if i == 1 %}{% set x = 'set' %}"
+     "{% endif %}[{{ x }}]{% endfor %}", {}),
+    ("scope_loop_var_after_loop", "{% for i in [1, 2] %}{% endfor %}{{ i is defined }}", {}),
+    ("scope_macro_sees_later_global", "{% macro m() %}{{ later }}{% endmacro %}"
+     "{% set later = 'L' %}{{ m() }}", {}),
+    ("scope_macro_no_caller_loop", "{% macro m() %}{{ loop is defined }}{% endmacro %}"
+     "{% for i in [1] %}{{ m() }}{% endfor %}", {}),
+    ("namespace_list", "{% set ns = namespace(a=[]) %}{% for m in messages %}"
+     "{% set ns.a = ns.a + [m.role] %}{% endfor %}{{ ns.a | join(',') }}", {"messages": MSGS}),
+    ("chained_filters", "{{ messages | selectattr('role', 'in', ['user', 'assistant']) | list "
+     "| length }} {{ tools | map(attribute='function') | map(attribute='name') | join(', ') }}",
+     {"messages": MSGS, "tools": [{"function": {"name": "a"}}, {"function": {"name": "b"}}]}),
+    ("chained_get", "{{ d.get('a', {}).get('b') }} {{ d.get('x', {}).get('b', 'none') }}",
+     {"d": {"a": {"b": 7}}}),
+    ("mixed_conditions", "{% if x is not defined or x is none %}1{% endif %}"
+     "{% set y = 'a' if x else 'b' %}{{ y }}{{ (s | trim | length) > 0 }}{{ 'B' < 'a' }}",
+     {"x": None, "s": "  "}),
+    ("numbers_more", "{{ 2 ** 62 }} {{ 10000000000000000.0 }} {{ 1 / 3 }} {{ 7.0 // 2 }} "
+     "{{ -7.5 % 2 }} {{ 3 * 1.5 }} {{ true + 1 }}", {}),
+    ("loop_else_filtered", "{% for m in messages if m.role == 'tool' %}{{ m }}{% else %}"
+     "no tools{% endfor %}", {"messages": MSGS}),
+    ("unary_filter_precedence", "{{ -1 | abs }} {{ not true == false }} {{ -2 ** 2 }}", {}),
+    ("error_concat_precedence", "{{ 'a' ~ 1 + 2 }}", {}),
+    ("error_undefined_is_defined", "{{ x.y is defined }}", {}),
+    ("error_sort_mixed", "{{ [1, 'a'] | sort }}", {}),
     # errors jinja2 reports at render time
     ("error_undefined_attribute", "{{ missing.attr }}", {}),
     ("error_undefined_plus", "{{ m.missing + 'x' }}", {"m": {}}),
