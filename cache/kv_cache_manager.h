@@ -71,6 +71,7 @@ class KvCacheManager {
 
   int block_size() const { return pool_.block_size(); }
   int num_blocks() const { return pool_.num_blocks(); }
+  int watermark_blocks() const { return config_.watermark_blocks; }
   const BlockPool& pool() const { return pool_; }
 
   // The longest run of cached full blocks that starts the request's verified tokens, with

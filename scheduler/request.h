@@ -1,0 +1,101 @@
+// One generation request as the scheduler tracks it: its tokens, how many of them have K/V
+// in the cache, and where it is in its life.
+//
+// States:  waiting -> running -> finished (stopped, length, aborted)
+//                       |  ^
+//                       v  |  (recompute: blocks freed, prefix stays cached)
+//                    preempted (back in the waiting queue)
+// A request catches up: each step computes some of num_tokens() - num_computed_tokens
+// (a prompt chunk, one decode token, or the last token plus draft tokens to verify).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cache/types.h"
+
+namespace tokenmill {
+
+using RequestId = uint64_t;
+
+// What the scheduler needs of the sampling parameters: when to stop. The sampler's own
+// fields (temperature, top-k, ...) come with the sampling issue.
+struct SamplingParams {
+  int max_tokens = 16;                  // generated tokens, at least 1
+  std::vector<TokenId> stop_token_ids;  // finish (stopped) after any of these
+  bool ignore_eos = false;              // keep going past the model's EOS ids
+};
+
+// What a caller submits; the scheduler assigns the arrival order.
+struct NewRequest {
+  RequestId id = 0;
+  std::vector<TokenId> prompt_token_ids;
+  SamplingParams sampling;
+  // Smaller runs first (0 by default); ties go to the earlier arrival.
+  int priority = 0;
+  // Keeps tenants apart in the prefix cache.
+  std::string cache_salt;
+  std::chrono::steady_clock::time_point arrival_time = std::chrono::steady_clock::now();
+};
+
+enum class RequestState {
+  kWaiting,
+  kRunning,
+  kPreempted,  // waiting again, to recompute its K/V
+  kFinishedStopped,
+  kFinishedLength,
+  kFinishedAborted,
+};
+
+enum class FinishReason {
+  kStop,    // EOS, a stop token id, or (from the engine) a stop string
+  kLength,  // max_tokens or the context length
+  kAbort,   // cancelled by the client
+};
+
+std::string_view RequestStateName(RequestState state);
+std::string_view FinishReasonName(FinishReason reason);
+RequestState FinishedState(FinishReason reason);
+bool IsFinished(RequestState state);
+
+// Plain data owned by the Scheduler, which alone changes it; others read it through const.
+struct Request {
+  Request(NewRequest spec, uint64_t arrival_order);
+
+  RequestId id = 0;
+  SamplingParams sampling;
+  int priority = 0;
+  uint64_t arrival_order = 0;  // unique, increasing with each Add
+  std::chrono::steady_clock::time_point arrival_time;
+  std::string cache_salt;
+
+  // Prompt then generated (and accepted draft) tokens: the verified tokens.
+  std::vector<TokenId> token_ids;
+  int num_prompt_tokens = 0;
+  // Tokens whose K/V are in the cache. May run past num_tokens() by the draft tokens of the
+  // step in flight; Update rolls back the rejected ones.
+  int num_computed_tokens = 0;
+  // Proposed tokens awaiting verification: they get lookahead slots, are never hashed, and
+  // are dropped on preemption.
+  std::vector<TokenId> draft_token_ids;
+
+  RequestState state = RequestState::kWaiting;
+  int num_cached_prompt_tokens = 0;  // prompt tokens served by the prefix cache at admission
+  int num_preemptions = 0;
+
+  int num_tokens() const { return static_cast<int>(token_ids.size()); }
+  int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  std::span<const TokenId> prompt_token_ids() const {
+    return std::span<const TokenId>(token_ids).first(num_prompt_tokens);
+  }
+  std::span<const TokenId> output_token_ids() const {
+    return std::span<const TokenId>(token_ids).subspan(num_prompt_tokens);
+  }
+};
+
+}  // namespace tokenmill

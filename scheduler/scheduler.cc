@@ -1,0 +1,363 @@
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "common/check.h"
+#include "scheduler/stop_conditions.h"
+
+namespace tokenmill {
+namespace {
+
+std::string Num(int64_t value) { return std::to_string(value); }
+
+// Longest context the pool can serve one request alone: its K/V (all tokens but the last
+// sampled one) in at most num_blocks - watermark blocks, so that even its first allocation
+// after a preemption fits once nothing else runs.
+int PoolLimitedModelLen(const KvCacheManager& kv, int max_model_len) {
+  const int64_t pool_tokens =
+      int64_t{kv.num_blocks() - kv.watermark_blocks()} * kv.block_size() + 1;
+  return static_cast<int>(std::min<int64_t>(max_model_len, pool_tokens));
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv_cache)
+    : config_(config), kv_(kv_cache), max_model_len_(PoolLimitedModelLen(kv_cache,
+                                                                         config.max_model_len)) {
+  const Status valid = ValidateSchedulerConfig(config);
+  TM_CHECK(valid.ok()) << valid.ToString();
+}
+
+KvCacheRequest Scheduler::KvView(const Request& request) const {
+  return KvCacheRequest{.id = request.id,
+                        .verified_tokens = request.token_ids,
+                        .num_computed_tokens = request.num_computed_tokens,
+                        .cache_salt = request.cache_salt};
+}
+
+Status Scheduler::Add(NewRequest spec) {
+  if (requests_.contains(spec.id)) {
+    return InvalidArgumentError("request id " + Num(spec.id) + " is already in use");
+  }
+  const int num_prompt_tokens = static_cast<int>(spec.prompt_token_ids.size());
+  if (num_prompt_tokens == 0) {
+    return InvalidArgumentError("the prompt is empty: give at least one token");
+  }
+  if (spec.sampling.max_tokens < 1) {
+    return InvalidArgumentError("max_tokens must be at least 1, got " +
+                                Num(spec.sampling.max_tokens));
+  }
+  if (num_prompt_tokens >= max_model_len_) {
+    const std::string prefix = "the prompt has " + Num(num_prompt_tokens) + " tokens, ";
+    if (max_model_len_ < config_.max_model_len) {
+      return InvalidArgumentError(
+          prefix + "but the KV cache holds at most " + Num(max_model_len_) +
+          " tokens per request (" + Num(kv_.num_blocks()) + " blocks of " +
+          Num(kv_.block_size()) + ", " + Num(kv_.watermark_blocks()) +
+          " kept free for admission): shorten it to at most " + Num(max_model_len_ - 1) +
+          " tokens or give the KV cache more memory");
+    }
+    return InvalidArgumentError(prefix + "but the context length is " + Num(max_model_len_) +
+                                ": shorten it to at most " + Num(max_model_len_ - 1) +
+                                " tokens, leaving room for one generated token");
+  }
+  if (static_cast<int>(waiting_.size()) >= config_.max_queue) {
+    return ResourceExhaustedError(Num(waiting_.size()) + " requests are already waiting (" +
+                                  "--max-queue " + Num(config_.max_queue) + "): retry later");
+  }
+  const RequestId id = spec.id;
+  auto request = std::make_unique<Request>(std::move(spec), next_arrival_order_++);
+  waiting_.Push(request.get());
+  requests_.emplace(id, std::move(request));
+  return OkStatus();
+}
+
+Status Scheduler::FinishRequest(RequestId id, FinishReason reason) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) {
+    return NotFoundError("no live request " + Num(id) + " (finished already, or never added)");
+  }
+  Finish(it->second.get(), reason);
+  DebugCheckInvariants();
+  return OkStatus();
+}
+
+void Scheduler::Finish(Request* request, FinishReason reason) {
+  if (request->state == RequestState::kRunning) {
+    running_.erase(std::find(running_.begin(), running_.end(), request));
+    kv_.Free(KvView(*request));
+  } else {
+    TM_CHECK(waiting_.Remove(request)) << "request " << request->id << " is neither running nor "
+                                       << "waiting";
+  }
+  request->state = FinishedState(reason);
+  finished_since_schedule_.push_back(request->id);
+  ++stats_.num_finished;
+  requests_.erase(request->id);  // destroys *request
+}
+
+SchedulerOutput Scheduler::Schedule() {
+  SchedulerOutput out;
+  out.finished_ids = std::move(finished_since_schedule_);
+  finished_since_schedule_.clear();
+  last_step_.clear();
+
+  std::vector<StepPlan> plans;
+  int budget = config_.max_num_batched_tokens;
+  // Admitting right after a preemption would take back the blocks it just freed.
+  if (!ScheduleRunning(plans, budget, out)) AdmitWaiting(plans, budget);
+
+  for (StepPlan& plan : plans) {
+    out.requests.push_back(Commit(plan));
+    out.num_batched_tokens += out.requests.back().num_new_tokens;
+  }
+  DebugCheckInvariants();
+  return out;
+}
+
+bool Scheduler::ScheduleRunning(std::vector<StepPlan>& plans, int& budget,
+                                SchedulerOutput& out) {
+  bool preempted = false;
+  size_t i = 0;
+  while (i < running_.size() && budget > 0) {
+    Request* request = running_[i];
+    const int num_missing = request->num_tokens() - request->num_computed_tokens;
+    if (num_missing <= 0) {  // its last step has not been updated yet
+      ++i;
+      continue;
+    }
+    const int num_verified = std::min(num_missing, budget);
+    int num_drafts = 0;
+    if (num_verified == num_missing) {
+      // Draft rows sit at positions num_tokens.. and must stay inside the context.
+      const int room = max_model_len_ - 1 - request->num_tokens();
+      num_drafts = std::max(0, std::min({static_cast<int>(request->draft_token_ids.size()),
+                                         budget - num_verified, room}));
+    }
+
+    std::optional<std::vector<BlockId>> blocks;
+    bool preempted_itself = false;
+    while (!(blocks = kv_.AllocateSlots(KvView(*request), num_verified, num_drafts))) {
+      Request* victim = PickVictim();
+      const size_t victim_index =
+          static_cast<size_t>(std::find(running_.begin(), running_.end(), victim) -
+                              running_.begin());
+      Preempt(victim, plans, budget, out);
+      preempted = true;
+      if (victim == request) {
+        preempted_itself = true;
+        break;
+      }
+      if (victim_index < i) --i;
+    }
+    if (preempted_itself) continue;  // running_[i] is now the next request
+    budget -= num_verified + num_drafts;
+    plans.push_back(StepPlan{.request = request,
+                             .num_verified_tokens = num_verified,
+                             .num_draft_tokens = num_drafts,
+                             .first_scheduled = false,
+                             .new_block_ids = std::move(*blocks)});
+    ++i;
+  }
+  return preempted;
+}
+
+void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget) {
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    Request* request = waiting_.Front();
+    const PrefixHit hit = kv_.GetComputedBlocks(KvView(*request));
+    const int num_new = std::min(request->num_tokens() - hit.num_tokens, budget);
+    std::optional<std::vector<BlockId>> blocks =
+        kv_.AllocateSlots(KvView(*request), num_new, 0, hit);
+    if (!blocks) break;  // strict order: nobody overtakes the head of the queue
+    waiting_.PopFront();
+    if (request->state == RequestState::kWaiting) {
+      request->num_cached_prompt_tokens = std::min(hit.num_tokens, request->num_prompt_tokens);
+    }
+    stats_.num_prefix_query_tokens += request->num_tokens();
+    stats_.num_prefix_hit_tokens += hit.num_tokens;
+    request->num_computed_tokens = hit.num_tokens;
+    request->state = RequestState::kRunning;
+    running_.push_back(request);
+    budget -= num_new;
+    plans.push_back(StepPlan{.request = request,
+                             .num_verified_tokens = num_new,
+                             .num_draft_tokens = 0,
+                             .first_scheduled = true,
+                             .new_block_ids = std::move(*blocks)});
+  }
+}
+
+Request* Scheduler::PickVictim() const {
+  TM_CHECK(!running_.empty());
+  return *std::max_element(running_.begin(), running_.end(),
+                           [](const Request* a, const Request* b) {
+                             return std::tie(a->priority, a->arrival_order) <
+                                    std::tie(b->priority, b->arrival_order);
+                           });
+}
+
+void Scheduler::Preempt(Request* victim, std::vector<StepPlan>& plans, int& budget,
+                        SchedulerOutput& out) {
+  const auto plan = std::find_if(plans.begin(), plans.end(),
+                                 [victim](const StepPlan& p) { return p.request == victim; });
+  if (plan != plans.end()) {
+    budget += plan->num_verified_tokens + plan->num_draft_tokens;
+    plans.erase(plan);
+  }
+  // Its computed tokens stay counted until Commit, so Free caches only K/V already written.
+  kv_.Free(KvView(*victim));
+  victim->num_computed_tokens = 0;
+  victim->draft_token_ids.clear();
+  victim->state = RequestState::kPreempted;
+  ++victim->num_preemptions;
+  ++stats_.num_preemptions;
+  running_.erase(std::find(running_.begin(), running_.end(), victim));
+  waiting_.Push(victim);
+  out.preempted_ids.push_back(victim->id);
+}
+
+ScheduledRequest Scheduler::Commit(StepPlan& plan) {
+  Request& request = *plan.request;
+  const int start = request.num_computed_tokens;
+  const int num_missing = request.num_tokens() - start;
+  ScheduledRequest scheduled{
+      .id = request.id,
+      .num_computed_tokens = start,
+      .num_new_tokens = plan.num_verified_tokens + plan.num_draft_tokens,
+      .num_draft_tokens = plan.num_draft_tokens,
+      .token_ids = {},
+      .is_prefill = num_missing > 1,
+      .num_logits = plan.num_verified_tokens == num_missing ? 1 + plan.num_draft_tokens : 0,
+      .first_scheduled = plan.first_scheduled,
+      .block_table = {},
+      .new_block_ids = std::move(plan.new_block_ids),
+  };
+  const auto verified = request.token_ids.begin() + start;
+  scheduled.token_ids.assign(verified, verified + plan.num_verified_tokens);
+  scheduled.token_ids.insert(scheduled.token_ids.end(), request.draft_token_ids.begin(),
+                             request.draft_token_ids.begin() + plan.num_draft_tokens);
+  const std::span<const BlockId> table = kv_.BlockTable(request.id);
+  scheduled.block_table.assign(table.begin(), table.end());
+
+  stats_.num_prompt_tokens +=
+      std::max(0, std::min(start + plan.num_verified_tokens, request.num_prompt_tokens) - start);
+  request.num_computed_tokens += scheduled.num_new_tokens;
+  if (scheduled.num_logits > 0) {
+    last_step_[request.id] = ScheduledLogits{.num_draft_tokens = plan.num_draft_tokens,
+                                             .num_logits = scheduled.num_logits};
+  }
+  return scheduled;
+}
+
+std::vector<RequestEvent> Scheduler::Update(const ModelOutput& output) {
+  std::vector<RequestEvent> events;
+  for (const SampledTokens& sampled : output.requests) {
+    const auto step = last_step_.find(sampled.id);
+    TM_CHECK(step != last_step_.end())
+        << "sampled tokens for request " << sampled.id << ", which needed no logits this step";
+    const ScheduledLogits scheduled = step->second;
+    last_step_.erase(step);
+    const auto it = requests_.find(sampled.id);
+    if (it == requests_.end() || it->second->state != RequestState::kRunning) continue;
+    Request& request = *it->second;
+
+    const int num_sampled = static_cast<int>(sampled.token_ids.size());
+    TM_CHECK(num_sampled >= 1 && num_sampled <= 1 + scheduled.num_draft_tokens)
+        << num_sampled << " tokens for request " << request.id << " after "
+        << scheduled.num_draft_tokens << " drafts";
+    // Rejected drafts' K/V are garbage: they will be overwritten, never hashed.
+    request.num_computed_tokens -= scheduled.num_draft_tokens - (num_sampled - 1);
+    request.draft_token_ids.clear();
+
+    RequestEvent event;
+    event.id = request.id;
+    for (const TokenId token : sampled.token_ids) {
+      event.new_token_ids.push_back(token);
+      event.finish_reason = AppendToken(request, token);
+      if (event.finish_reason.has_value()) break;
+    }
+    event.num_prompt_tokens = request.num_prompt_tokens;
+    event.num_cached_prompt_tokens = request.num_cached_prompt_tokens;
+    event.num_output_tokens = request.num_output_tokens();
+    if (event.finish_reason.has_value()) {
+      Finish(&request, *event.finish_reason);
+    } else {
+      request.draft_token_ids = sampled.next_draft_token_ids;
+    }
+    events.push_back(std::move(event));
+  }
+  for (const auto& [id, scheduled] : last_step_) {
+    TM_CHECK(!requests_.contains(id)) << "no sampled tokens for request " << id
+                                      << ", which needed " << scheduled.num_logits << " logits";
+  }
+  last_step_.clear();
+  DebugCheckInvariants();
+  return events;
+}
+
+std::optional<FinishReason> Scheduler::AppendToken(Request& request, TokenId token) {
+  request.token_ids.push_back(token);
+  ++stats_.num_generation_tokens;
+  return CheckStop(request, config_.eos_token_ids, max_model_len_);
+}
+
+const Request* Scheduler::Find(RequestId id) const {
+  const auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+SchedulerStats Scheduler::Stats() const {
+  SchedulerStats stats = stats_;
+  stats.num_running = static_cast<int>(running_.size());
+  stats.num_waiting = static_cast<int>(waiting_.size());
+  stats.kv_usage = kv_.pool().Usage();
+  return stats;
+}
+
+Status Scheduler::CheckInvariants() const {
+  TM_RETURN_IF_ERROR(kv_.CheckInvariants());
+  if (static_cast<int>(running_.size()) > config_.max_num_seqs) {
+    return InternalError(Num(running_.size()) + " running requests, over max_num_seqs");
+  }
+  if (running_.size() + waiting_.size() != requests_.size()) {
+    return InternalError(Num(running_.size()) + " running + " + Num(waiting_.size()) +
+                         " waiting != " + Num(requests_.size()) + " live requests");
+  }
+  for (const Request* request : running_) {
+    const std::string name = "running request " + Num(request->id);
+    const int64_t slots = int64_t{kv_.block_size()} *
+                          static_cast<int64_t>(kv_.BlockTable(request->id).size());
+    if (request->state != RequestState::kRunning || request->num_computed_tokens > slots ||
+        request->num_computed_tokens >
+            request->num_tokens() + static_cast<int>(request->draft_token_ids.size())) {
+      return InternalError(name + ": state " + std::string(RequestStateName(request->state)) +
+                           ", " + Num(request->num_computed_tokens) + " computed of " +
+                           Num(request->num_tokens()) + " tokens, " + Num(slots) + " slots");
+    }
+  }
+  Status status;
+  waiting_.ForEach([&](const Request& request) {
+    const bool ok = (request.state == RequestState::kWaiting ||
+                     request.state == RequestState::kPreempted) &&
+                    request.num_computed_tokens == 0 && kv_.BlockTable(request.id).empty();
+    if (!ok && status.ok()) {
+      status = InternalError("waiting request " + Num(request.id) + " is " +
+                             std::string(RequestStateName(request.state)) + ", has computed " +
+                             Num(request.num_computed_tokens) + " tokens or holds blocks");
+    }
+  });
+  return status;
+}
+
+void Scheduler::DebugCheckInvariants() const {
+#ifndef NDEBUG
+  const Status status = CheckInvariants();
+  TM_CHECK(status.ok()) << status.ToString();
+#endif
+}
+
+}  // namespace tokenmill

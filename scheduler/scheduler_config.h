@@ -1,0 +1,27 @@
+// Limits of the scheduler, from the server's flags.
+#pragma once
+
+#include <vector>
+
+#include "cache/types.h"
+#include "common/status.h"
+
+namespace tokenmill {
+
+struct SchedulerConfig {
+  // Tokens computed per step over all requests (--max-num-batched-tokens).
+  int max_num_batched_tokens = 2048;
+  // Running requests at once (--max-num-seqs).
+  int max_num_seqs = 256;
+  // The model's context length: prompt plus generated tokens.
+  int max_model_len = 2048;
+  // Waiting requests beyond which Add refuses new ones (preempted ones always requeue).
+  int max_queue = 1024;
+  // The model's end-of-sequence ids (EOS, EOT): they stop a request unless ignore_eos.
+  std::vector<TokenId> eos_token_ids;
+};
+
+// InvalidArgument naming the flag when a limit is not positive.
+Status ValidateSchedulerConfig(const SchedulerConfig& config);
+
+}  // namespace tokenmill

@@ -1,0 +1,235 @@
+// Add-time rejections, the context length the pool allows, Abort/FinishRequest, and what
+// each ScheduledRequest, RequestEvent and the counters report.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "tests/scheduler/scheduler_sim.h"
+
+namespace tokenmill::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+SchedulerConfig Config(int budget = 64, int max_num_seqs = 8, int max_model_len = 64) {
+  SchedulerConfig config;
+  config.max_num_batched_tokens = budget;
+  config.max_num_seqs = max_num_seqs;
+  config.max_model_len = max_model_len;
+  config.max_queue = 16;
+  return config;
+}
+
+TEST(SchedulerConfigTest, RejectsNonPositiveLimitsNamingTheFlag) {
+  EXPECT_TRUE(ValidateSchedulerConfig(Config()).ok());
+  SchedulerConfig config = Config(/*budget=*/0);
+  Status status = ValidateSchedulerConfig(config);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--max-num-batched-tokens"));
+  config = Config(64, /*max_num_seqs=*/-1);
+  EXPECT_THAT(ValidateSchedulerConfig(config).message(), HasSubstr("--max-num-seqs"));
+  config = Config(64, 8, /*max_model_len=*/1);
+  EXPECT_EQ(ValidateSchedulerConfig(config).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(SchedulerAddTest, PromptLongerThanTheContextIsRejected) {
+  SchedulerSim sim(Config(64, 8, /*max_model_len=*/16), MakeCacheConfig(64, 4));
+  EXPECT_EQ(sim.scheduler().max_model_len(), 16);
+  const Status status = sim.Add(MakeRequest(1, 16, 1));
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("16 tokens"));
+  EXPECT_THAT(status.message(), HasSubstr("context length is 16"));
+  EXPECT_THAT(status.message(), HasSubstr("at most 15"));
+  EXPECT_TRUE(sim.Add(MakeRequest(2, 15, 1)).ok());
+  EXPECT_TRUE(sim.scheduler().has_unfinished_requests());
+}
+
+TEST(SchedulerAddTest, PromptThatCanNeverFitThePoolIsRejected) {
+  // 4 blocks of 4 with 1 kept free for admission: one request holds at most 12 tokens of
+  // K/V, so its context is 13 tokens (the last sampled token needs no K/V).
+  SchedulerSim sim(Config(), MakeCacheConfig(4, 4, /*watermark_blocks=*/1));
+  EXPECT_EQ(sim.scheduler().max_model_len(), 13);
+  const Status status = sim.Add(MakeRequest(1, 13, 1));
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("KV cache holds at most 13 tokens"));
+  EXPECT_THAT(status.message(), HasSubstr("more memory"));
+  EXPECT_FALSE(sim.scheduler().has_unfinished_requests());
+}
+
+TEST(SchedulerAddTest, LongestPromptThatFitsRunsToThePoolLimit) {
+  SchedulerSim sim(Config(/*budget=*/5), MakeCacheConfig(4, 4, /*watermark_blocks=*/1));
+  ASSERT_TRUE(sim.Add(MakeRequest(1, 12, 100)).ok());
+  ASSERT_TRUE(sim.RunToCompletion(10));
+  EXPECT_EQ(sim.streamed(1).size(), 1u);  // 12 + 1 = the 13-token context
+  EXPECT_EQ(sim.States(), "1:len");
+  sim.ExpectReferenceOutputs();
+}
+
+TEST(SchedulerAddTest, ShortPromptGrowsUntilThePoolLimitWithoutDeadlock) {
+  SchedulerSim sim(Config(), MakeCacheConfig(4, 4, /*watermark_blocks=*/1));
+  ASSERT_TRUE(sim.Add(MakeRequest(1, 2, 100)).ok());
+  ASSERT_TRUE(sim.Add(MakeRequest(2, 2, 100)).ok());
+  ASSERT_TRUE(sim.RunToCompletion(100));
+  EXPECT_EQ(sim.streamed(1).size(), 11u);
+  EXPECT_EQ(sim.streamed(2).size(), 11u);
+  EXPECT_GT(sim.scheduler().Stats().num_preemptions, 0);
+  EXPECT_EQ(sim.kv_cache().Stats().num_in_use_blocks, 0);
+  sim.ExpectReferenceOutputs();
+}
+
+TEST(SchedulerAddTest, BadRequestsAreRejected) {
+  SchedulerSim sim(Config(), MakeCacheConfig(16, 4));
+  EXPECT_THAT(sim.Add(MakeRequest(1, 0, 4)).message(), HasSubstr("prompt is empty"));
+  EXPECT_THAT(sim.Add(MakeRequest(1, 3, 0)).message(), HasSubstr("max_tokens"));
+  ASSERT_TRUE(sim.Add(MakeRequest(1, 3, 4)).ok());
+  const Status duplicate = sim.Add(MakeRequest(1, 3, 4));
+  EXPECT_EQ(duplicate.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(duplicate.message(), HasSubstr("already in use"));
+}
+
+TEST(SchedulerAddTest, FullQueueIsResourceExhaustedUntilAdmissionDrainsIt) {
+  SchedulerConfig config = Config();
+  config.max_queue = 2;
+  SchedulerSim sim(config, MakeCacheConfig(16, 4));
+  ASSERT_TRUE(sim.Add(MakeRequest(1, 3, 4)).ok());
+  ASSERT_TRUE(sim.Add(MakeRequest(2, 3, 4)).ok());
+  const Status full = sim.Add(MakeRequest(3, 3, 4));
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.message(), HasSubstr("--max-queue 2"));
+  EXPECT_EQ(sim.Step(), "1:3 2:3");
+  EXPECT_TRUE(sim.Add(MakeRequest(3, 3, 4)).ok());
+}
+
+TEST(SchedulerFinishTest, UnknownOrFinishedRequestIsNotFound) {
+  SchedulerSim sim(Config(), MakeCacheConfig(16, 4));
+  EXPECT_EQ(sim.scheduler().Abort(7).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(sim.Add(MakeRequest(1, 3, 4)).ok());
+  ASSERT_TRUE(sim.Abort(1).ok());
+  EXPECT_EQ(sim.scheduler().Abort(1).code(), StatusCode::kNotFound);
+  EXPECT_EQ(sim.scheduler().FinishRequest(1, FinishReason::kStop).code(), StatusCode::kNotFound);
+}
+
+TEST(SchedulerFinishTest, EndedRequestsAreListedOnceInTheNextOutput) {
+  SchedulerSim sim(Config(), MakeCacheConfig(16, 4));
+  ASSERT_TRUE(sim.Add(MakeRequest(1, 3, 1)).ok());
+  ASSERT_TRUE(sim.Add(MakeRequest(2, 3, 5)).ok());
+  ASSERT_TRUE(sim.Add(MakeRequest(3, 3, 5)).ok());
+  EXPECT_EQ(sim.Step(), "1:3 2:3 3:3");  // 1 ends by length
+  ASSERT_TRUE(sim.Abort(2).ok());
+  EXPECT_EQ(sim.Step(), "3:1");
+  std::vector<RequestId> finished = sim.last_output().finished_ids;
+  std::sort(finished.begin(), finished.end());
+  EXPECT_EQ(finished, (std::vector<RequestId>{1, 2}));
+  EXPECT_EQ(sim.Step(), "3:1");
+  EXPECT_TRUE(sim.last_output().finished_ids.empty());
+}
+
+// A stop string is the engine's to match: it finishes the request with kStop after Update.
+TEST(SchedulerFinishTest, EngineFinishesARunningRequestFreeingItsBlocks) {
+  SchedulerSim sim(Config(), MakeCacheConfig(16, 4));
+  ASSERT_TRUE(sim.Add(MakeRequest(1, 6, 10)).ok());
+  EXPECT_EQ(sim.Step(), "1:6");
+  EXPECT_EQ(sim.kv_cache().Stats().num_in_use_blocks, 2);
+  ASSERT_TRUE(sim.scheduler().FinishRequest(1, FinishReason::kStop).ok());
+  EXPECT_EQ(sim.kv_cache().Stats().num_in_use_blocks, 0);
+  EXPECT_EQ(sim.scheduler().Find(1), nullptr);
+  EXPECT_EQ(sim.Step(), "");
+  EXPECT_EQ(sim.last_output().finished_ids, (std::vector<RequestId>{1}));
+}
+
+TEST(SchedulerOutputTest, ChunkedPrefillRowsLogitsAndBlocks) {
+  SchedulerSim sim(Config(/*budget=*/8), MakeCacheConfig(16, 4));
+  ASSERT_TRUE(sim.Add(MakeRequest(1, 20, 2)).ok());
+  const std::vector<TokenId> prompt = sim.prompt(1);
+
+  EXPECT_EQ(sim.Step(), "1:8");
+  ScheduledRequest step = sim.last_output().requests.at(0);
+  EXPECT_EQ(step.num_computed_tokens, 0);
+  EXPECT_TRUE(step.is_prefill);
+  EXPECT_TRUE(step.first_scheduled);
+  EXPECT_EQ(step.num_logits, 0);
+  EXPECT_EQ(step.token_ids, std::vector<TokenId>(prompt.begin(), prompt.begin() + 8));
+  EXPECT_EQ(step.new_block_ids.size(), 2u);
+  EXPECT_EQ(step.block_table, step.new_block_ids);
+  EXPECT_TRUE(sim.last_events().empty());
+
+  EXPECT_EQ(sim.Step(), "1:8");
+  step = sim.last_output().requests.at(0);
+  EXPECT_EQ(step.num_computed_tokens, 8);
+  EXPECT_FALSE(step.first_scheduled);
+  EXPECT_EQ(step.block_table.size(), 4u);
+  EXPECT_EQ(step.new_block_ids, std::vector<BlockId>(step.block_table.begin() + 2,
+                                                     step.block_table.end()));
+
+  EXPECT_EQ(sim.Step(), "1:4");
+  step = sim.last_output().requests.at(0);
+  EXPECT_TRUE(step.is_prefill);
+  EXPECT_EQ(step.num_logits, 1);
+  EXPECT_EQ(step.new_block_ids.size(), 1u);
+  ASSERT_EQ(sim.last_events().size(), 1u);
+  EXPECT_EQ(sim.last_events()[0].num_prompt_tokens, 20);
+  EXPECT_EQ(sim.last_events()[0].num_output_tokens, 1);
+
+  EXPECT_EQ(sim.Step(), "1:1");
+  step = sim.last_output().requests.at(0);
+  EXPECT_FALSE(step.is_prefill);
+  EXPECT_EQ(step.num_logits, 1);
+  EXPECT_EQ(step.token_ids, std::vector<TokenId>{sim.streamed(1).at(0)});
+  EXPECT_EQ(sim.last_events().at(0).finish_reason, FinishReason::kLength);
+  sim.ExpectReferenceOutputs();
+}
+
+TEST(SchedulerStatsTest, CountsTokensHitsAndQueues) {
+  SchedulerSim sim(Config(64, /*max_num_seqs=*/1), MakeCacheConfig(16, 4));
+  std::vector<TokenId> prompt(10);
+  for (int i = 0; i < 10; ++i) prompt[i] = 100 + i;
+  std::vector<TokenId> sharing(prompt.begin(), prompt.begin() + 8);
+  sharing.insert(sharing.end(), {1, 2, 3});
+  ASSERT_TRUE(sim.Add(MakeRequest(1, prompt, 2)).ok());
+  ASSERT_TRUE(sim.Add(MakeRequest(2, sharing, 1)).ok());
+
+  EXPECT_EQ(sim.Step(), "1:10");
+  SchedulerStats stats = sim.scheduler().Stats();
+  EXPECT_EQ(stats.num_running, 1);
+  EXPECT_EQ(stats.num_waiting, 1);
+  EXPECT_GT(stats.kv_usage, 0.0);
+  EXPECT_EQ(sim.Step(), "1:1");
+  EXPECT_EQ(sim.Step(), "2:3");
+  ASSERT_EQ(sim.last_events().size(), 1u);
+  EXPECT_EQ(sim.last_events()[0].num_cached_prompt_tokens, 8);
+
+  stats = sim.scheduler().Stats();
+  EXPECT_EQ(stats.num_running, 0);
+  EXPECT_EQ(stats.num_waiting, 0);
+  EXPECT_EQ(stats.num_prompt_tokens, 10 + 3);
+  EXPECT_EQ(stats.num_generation_tokens, 2 + 1);
+  EXPECT_EQ(stats.num_prefix_query_tokens, 10 + 11);
+  EXPECT_EQ(stats.num_prefix_hit_tokens, 8);
+  EXPECT_EQ(stats.num_preemptions, 0);
+  EXPECT_EQ(stats.num_finished, 2);
+  EXPECT_EQ(stats.kv_usage, 0.0);
+  sim.ExpectReferenceOutputs();
+}
+
+TEST(SchedulerStatsTest, CacheSaltKeepsEqualPromptsApart) {
+  SchedulerSim sim(Config(), MakeCacheConfig(16, 4));
+  NewRequest first = MakeRequest(1, 9, 1);
+  NewRequest second = MakeRequest(2, first.prompt_token_ids, 1);
+  first.cache_salt = "tenant-a";
+  second.cache_salt = "tenant-b";
+  NewRequest third = MakeRequest(3, first.prompt_token_ids, 1);
+  third.cache_salt = "tenant-a";
+  ASSERT_TRUE(sim.Add(first).ok());
+  EXPECT_EQ(sim.Step(), "1:9");
+  ASSERT_TRUE(sim.Add(second).ok());
+  EXPECT_EQ(sim.Step(), "2:9");
+  ASSERT_TRUE(sim.Add(third).ok());
+  EXPECT_EQ(sim.Step(), "3:1");
+  sim.ExpectReferenceOutputs();
+}
+
+}  // namespace
+}  // namespace tokenmill::testing
