@@ -128,18 +128,22 @@ bool Scheduler::ScheduleRunning(std::vector<StepPlan>& plans, int& budget,
       ++i;
       continue;
     }
-    const int num_verified = std::min(num_missing, budget);
+    int num_verified = 0;
     int num_drafts = 0;
-    if (num_verified == num_missing) {
-      // Draft rows sit at positions num_tokens.. and must stay inside the context.
-      const int room = max_model_len_ - 1 - request->num_tokens();
-      num_drafts = std::max(0, std::min({static_cast<int>(request->draft_token_ids.size()),
-                                         budget - num_verified, room}));
-    }
-
     std::optional<std::vector<BlockId>> blocks;
     bool preempted_itself = false;
-    while (!(blocks = kv_.AllocateSlots(KvView(*request), num_verified, num_drafts))) {
+    while (true) {
+      // Sized again after each preemption: a victim batched earlier gives its budget back.
+      num_verified = std::min(num_missing, budget);
+      num_drafts = 0;
+      if (num_verified == num_missing) {
+        // Draft rows sit at positions num_tokens.. and must stay inside the context.
+        const int room = max_model_len_ - 1 - request->num_tokens();
+        num_drafts = std::max(0, std::min({static_cast<int>(request->draft_token_ids.size()),
+                                           budget - num_verified, room}));
+      }
+      blocks = kv_.AllocateSlots(KvView(*request), num_verified, num_drafts);
+      if (blocks.has_value()) break;
       Request* victim = PickVictim();
       const size_t victim_index =
           static_cast<size_t>(std::find(running_.begin(), running_.end(), victim) -

@@ -22,6 +22,9 @@ struct Coverage {
   int aborts = 0;
   int chunked_steps = 0;
   int draft_steps = 0;
+  int completed = 0;  // ended by length, not aborted
+  int too_long = 0;   // Add rejected: the prompt can never fit
+  int queue_full = 0;  // Add rejected: max_queue reached (retried later)
 };
 
 class RandomWorkload {
@@ -72,8 +75,10 @@ class RandomWorkload {
           ++next_id;
         } else if (status.code() == StatusCode::kInvalidArgument) {
           EXPECT_GE(static_cast<int>(prompt.size()), sim.scheduler().max_model_len());
+          ++coverage.too_long;
         } else {
           EXPECT_EQ(status.code(), StatusCode::kResourceExhausted) << status.ToString();
+          ++coverage.queue_full;
         }
       }
       if (next_id > 0 && Uniform(0, 40) == 0) {
@@ -103,6 +108,7 @@ class RandomWorkload {
       const int expected = std::min(max_tokens_of[id], sim.scheduler().max_model_len() -
                                                            prompt_length);
       EXPECT_EQ(static_cast<int>(sim.streamed(id).size()), expected) << "request " << id;
+      ++coverage.completed;
     }
     sim.ExpectReferenceOutputs();
     const KvCacheStats cache = sim.kv_cache().Stats();
@@ -136,6 +142,9 @@ TEST(SchedulerRandomizedTest, EveryRequestFinishesWithItsTokensAndNoBlockLeaks) 
   EXPECT_GT(coverage.aborts, 20);
   EXPECT_GT(coverage.chunked_steps, 100);
   EXPECT_GT(coverage.draft_steps, 100);
+  EXPECT_GT(coverage.completed, 2000);
+  EXPECT_GT(coverage.too_long, 10);
+  EXPECT_GT(coverage.queue_full, 10);
 }
 
 }  // namespace

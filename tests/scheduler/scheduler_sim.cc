@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <utility>
 
 namespace tokenmill::testing {
@@ -53,7 +54,8 @@ KvCacheConfig MakeCacheConfig(int num_blocks, int block_size, int watermark_bloc
 }
 
 SchedulerSim::SchedulerSim(const SchedulerConfig& config, const KvCacheConfig& cache_config)
-    : kv_cache_(cache_config),
+    : config_(config),
+      kv_cache_(cache_config),
       scheduler_(config, kv_cache_),
       runner_(cache_config.num_blocks, cache_config.block_size) {}
 
@@ -83,6 +85,7 @@ void SchedulerSim::ExpectInvariants(const char* when) {
 std::string SchedulerSim::Step() {
   last_output_ = scheduler_.Schedule();
   ExpectInvariants("after Schedule");
+  ExpectBudgetUsedBeforeCutting();
   std::string batch;
   for (const ScheduledRequest& request : last_output_.requests) {
     if (!batch.empty()) batch += ' ';
@@ -110,6 +113,28 @@ std::string SchedulerSim::Step() {
     if (event.finish_reason.has_value()) ended_[event.id] = EndName(*event.finish_reason);
   }
   return batch;
+}
+
+void SchedulerSim::ExpectBudgetUsedBeforeCutting() {
+  const bool budget_used = last_output_.num_batched_tokens == config_.max_num_batched_tokens;
+  EXPECT_LE(last_output_.num_batched_tokens, config_.max_num_batched_tokens);
+  std::set<RequestId> batched;
+  for (const ScheduledRequest& scheduled : last_output_.requests) {
+    batched.insert(scheduled.id);
+    const Request* request = scheduler_.Find(scheduled.id);
+    const int num_verified = scheduled.num_new_tokens - scheduled.num_draft_tokens;
+    if (request != nullptr &&
+        num_verified < request->num_tokens() - scheduled.num_computed_tokens) {
+      EXPECT_TRUE(budget_used) << "request " << scheduled.id << " cut to " << num_verified
+                               << " tokens with budget left";
+    }
+  }
+  for (const auto& [id, prompt] : prompts_) {
+    const Request* request = scheduler_.Find(id);
+    if (request != nullptr && request->state == RequestState::kRunning && !batched.contains(id)) {
+      EXPECT_TRUE(budget_used) << "running request " << id << " left out with budget left";
+    }
+  }
 }
 
 std::string SchedulerSim::States() const {

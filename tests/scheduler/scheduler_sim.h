@@ -54,7 +54,11 @@ class SchedulerSim {
 
  private:
   void ExpectInvariants(const char* when);
+  // Running requests are served in order until the budget runs out: a request left out or
+  // cut short means the whole budget went to the batch.
+  void ExpectBudgetUsedBeforeCutting();
 
+  SchedulerConfig config_;
   KvCacheManager kv_cache_;
   Scheduler scheduler_;
   FakeRunner runner_;

@@ -167,6 +167,48 @@ std::vector<TableCase> Cases() {
                 {"2:1", "1:len 2:R"},
                 {"2:1", "1:len 2:len"}},
   });
+  // 5 blocks: request 2 preempts itself right after computing its second block; Free
+  // caches that block, so on resumption it hits 8 tokens and recomputes only its last one.
+  cases.push_back({
+      .name = "PreemptedPrefixStaysCached",
+      .config = Config(64, 8),
+      .cache = MakeCacheConfig(5, 4),
+      .requests = {{1, MakeRequest(1, 4, 8)}, {1, MakeRequest(2, 4, 8)}},
+      .aborts = {},
+      .steps = {{"1:4 2:4", "1:R 2:R"},
+                {"1:1 2:1", "1:R 2:R"},
+                {"1:1 2:1", "1:R 2:R"},
+                {"1:1 2:1", "1:R 2:R"},
+                {"1:1 2:1", "1:R 2:R"},
+                {"1:1", "1:R 2:P"},
+                {"1:1", "1:R 2:P"},
+                {"1:1", "1:len 2:P"},
+                {"2:1", "1:len 2:R"},
+                {"2:1", "1:len 2:R"},
+                {"2:1", "1:len 2:len"}},
+  });
+  // As above, with a more urgent one-token request waiting: the step that preempts admits
+  // nobody (the freed blocks would be taken back at once); it is admitted the step after.
+  cases.push_back({
+      .name = "NoAdmissionInAStepThatPreempted",
+      .config = Config(64, 8),
+      .cache = MakeCacheConfig(4, 4),
+      .requests = {{1, MakeRequest(1, 4, 8)},
+                   {1, MakeRequest(2, 4, 8)},
+                   {6, MakeRequest(3, 1, 1, /*priority=*/-1)}},
+      .aborts = {},
+      .steps = {{"1:4 2:4", "1:R 2:R"},
+                {"1:1 2:1", "1:R 2:R"},
+                {"1:1 2:1", "1:R 2:R"},
+                {"1:1 2:1", "1:R 2:R"},
+                {"1:1 2:1", "1:R 2:R"},
+                {"1:1", "1:R 2:P 3:W"},
+                {"1:1 3:1", "1:R 2:P 3:len"},
+                {"1:1", "1:len 2:P 3:len"},
+                {"2:9", "1:len 2:R 3:len"},
+                {"2:1", "1:len 2:R 3:len"},
+                {"2:1", "1:len 2:len 3:len"}},
+  });
   // Request 2 (priority 0) needs a block after request 1 (priority 1) was already batched
   // this step: request 1 is taken out of the batch and preempted.
   cases.push_back({
