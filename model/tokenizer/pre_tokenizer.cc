@@ -134,7 +134,9 @@ StatusOr<PreTokenizer> PreTokenizer::ForName(std::string_view name) {
     return pre;
   }
   std::string known;
-  for (const PreTokenizerSpec& spec : Specs()) known += (known.empty() ? "" : ", ") + std::string(spec.name);
+  for (const PreTokenizerSpec& spec : Specs()) {
+    known += (known.empty() ? "" : ", ") + std::string(spec.name);
+  }
   return UnimplementedError("unsupported tokenizer.ggml.pre '" + std::string(name) +
                             "'; tokenmill knows: " + known);
 }

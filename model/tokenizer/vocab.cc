@@ -86,10 +86,10 @@ StatusOr<Vocab> Vocab::FromGguf(const GgufFile& file) {
   }
   TM_RETURN_IF_ERROR(vocab.ReadSpecialIds(file));
   if (vocab.add_bos_ && vocab.bos_ == kNoToken) {
-    return InvalidArgumentError("tokenizer.ggml.add_bos_token is set but the vocabulary has no BOS");
+    return InvalidArgumentError("tokenizer.ggml.add_bos_token is set but there is no BOS token");
   }
   if (vocab.add_eos_ && vocab.eos_ == kNoToken) {
-    return InvalidArgumentError("tokenizer.ggml.add_eos_token is set but the vocabulary has no EOS");
+    return InvalidArgumentError("tokenizer.ggml.add_eos_token is set but there is no EOS token");
   }
   vocab.FindEndOfGeneration();
 

@@ -36,29 +36,32 @@ MODELS = ["SmolLM2-135M-Instruct.Q4_1.gguf", "stories260K.gguf"]
 # The corpus: hand-written cases first, then deterministic random mixes of fragments.
 
 ASCII = [
-    "Hello world", "Hello, world!", "hello world", "HELLO WORLD", "The quick brown fox jumps over the lazy dog.",
-    "a", "A", "I", "ab", "abc", "x y z", "Once upon a time, there was a little girl named Lily.",
+    "Hello world", "Hello, world!", "hello world", "HELLO WORLD",
+    "The quick brown fox jumps over the lazy dog.", "a", "A", "I", "ab", "abc", "x y z",
+    "Once upon a time, there was a little girl named Lily.",
     "She liked to play outside in the park with her friends.", "What's up?", "I'm fine, thanks.",
     "you're they've we'll she'd it's don't", "YOU'RE THEY'VE WE'LL SHE'D IT'S DON'T",
     "You'Re They'Ve We'Ll", "'s 't 're 've 'm 'll 'd", "'''", "rock 'n' roll", "o'clock",
     "Tom's dog's bone", "e-mail", "state-of-the-art", "well...", "Wait -- what?", "(parentheses)",
     "[brackets] {braces} <angles>", "semi;colon:colon", "quote \"double\" 'single'", "back`tick`",
-    "a+b=c", "50% off!", "#hashtag @mention", "user@example.com", "https://example.com/path?q=1&r=2#frag",
-    "C:\\Windows\\System32", "/usr/local/bin/tokenmill", "~/.bashrc", "!!!???", "...", "---", "___", "***",
-    "^_^", ":-)", "<3", "$100.00", "|pipe|", "a|b", "x^2", "a<b>c", "=>", "->", "::", "&&", "||",
-    "supercalifragilisticexpialidocious", "antidisestablishmentarianism",
-    "Pneumonoultramicroscopicsilicovolcanoconiosis", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
-    "abababababababababababababababab", "zzzzzzzz zzzzzzzz", "The The The The", "the\tthe", "MiXeD CaSe",
-    "camelCaseIdentifier", "snake_case_identifier", "SCREAMING_SNAKE", "kebab-case-name", "ALLCAPS",
+    "a+b=c", "50% off!", "#hashtag @mention", "user@example.com",
+    "https://example.com/path?q=1&r=2#frag", "C:\\Windows\\System32", "/usr/local/bin/tokenmill",
+    "~/.bashrc", "!!!???", "...", "---", "___", "***", "^_^", ":-)", "<3", "$100.00", "|pipe|",
+    "a|b", "x^2", "a<b>c", "=>", "->", "::", "&&", "||", "supercalifragilisticexpialidocious",
+    "antidisestablishmentarianism", "Pneumonoultramicroscopicsilicovolcanoconiosis",
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "abababababababababababababababab",
+    "zzzzzzzz zzzzzzzz", "The The The The", "the\tthe", "MiXeD CaSe", "camelCaseIdentifier",
+    "snake_case_identifier", "SCREAMING_SNAKE", "kebab-case-name", "ALLCAPS",
 ]
 
 ACCENTS = [
     "café", "naïve", "résumé", "Ångström", "façade", "jalapeño", "São Paulo", "Zürich", "Kraków",
-    "Ærøskøbing", "Straße", "ÉCOLE", "crème brûlée", "piñata", "coöperate", "Dvořák", "Łódź", "İstanbul",
-    "e\u0301", "cafe\u0301", "n\u0303", "a\u0300\u0301\u0302", "Ω ≈ ç √ ∫", "Größe", "el niño", "ı",
-    "Привет, мир!", "Здравствуйте", "Γειά σου Κόσμε", "αβγδε", "שלום עולם", "مرحبا بالعالم",
-    "नमस्ते दुनिया", "สวัสดีชาวโลก", "Xin chào thế giới", "Tiếng Việt có dấu", "ქართული", "Հայերեն",
-    "ᚠᚢᚦᚨᚱᚲ", "Ελληνικά και English", "ǅungla", "ﬁnance", "ﬀ", "Ⅻ", "①②③", "½ ¾ ⅓", "²³",
+    "Ærøskøbing", "Straße", "ÉCOLE", "crème brûlée", "piñata", "coöperate", "Dvořák", "Łódź",
+    "İstanbul", "e\u0301", "cafe\u0301", "n\u0303", "a\u0300\u0301\u0302", "Ω ≈ ç √ ∫", "Größe",
+    "el niño", "ı", "Привет, мир!", "Здравствуйте", "Γειά σου Κόσμε", "αβγδε", "שלום עולם",
+    "مرحبا بالعالم", "नमस्ते दुनिया", "สวัสดีชาวโลก", "Xin chào thế giới", "Tiếng Việt có dấu",
+    "ქართული", "Հայերեն", "ᚠᚢᚦᚨᚱᚲ", "Ελληνικά και English", "ǅungla", "ﬁnance", "ﬀ", "Ⅻ", "①②③",
+    "½ ¾ ⅓", "²³",
 ]
 
 CJK = [
@@ -75,59 +78,51 @@ EMOJI = [
 ]
 
 CODE = [
-    "def f(x):\n    return x * 2\n",
-    "int main() {\n  return 0;\n}\n",
-    "for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}",
-    "#include <vector>\n#include <string>",
-    "std::vector<std::string> names;",
-    "if x == 1 and y != 2:\n        pass",
-    "console.log(`value: ${value}`);",
-    "SELECT * FROM users WHERE id = 42;",
-    "{\"key\": \"value\", \"n\": [1, 2, 3]}",
-    "<div class=\"main\"><p>Hi</p></div>",
-    "x = [i**2 for i in range(10)]",
-    "lambda a, b: a + b",
-    "fn main() { println!(\"hi\"); }",
-    "#!/bin/bash\necho $HOME && ls -la",
-    "    indented = True",
-    "\tTabbed\tline",
-    "a = b // c; d %= e",
-    "0x1F 0b1010 0o777 1e-9 3.14f",
-    "// comment\n/* block */",
-    "print('hello')  # comment",
-    "git commit -m \"fix: bug\"",
-    "<|im_start|>user\nWrite code<|im_end|>\n<|im_start|>assistant\n```python\nprint(1)\n```<|im_end|>",
-    "---\ntitle: YAML\nitems:\n  - a\n  - b\n",
-    "| col1 | col2 |\n|------|------|\n| 1 | 2 |",
+    "def f(x):\n    return x * 2\n", "int main() {\n  return 0;\n}\n",
+    "for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}", "#include <vector>\n#include <string>",
+    "std::vector<std::string> names;", "if x == 1 and y != 2:\n        pass",
+    "console.log(`value: ${value}`);", "SELECT * FROM users WHERE id = 42;",
+    "{\"key\": \"value\", \"n\": [1, 2, 3]}", "<div class=\"main\"><p>Hi</p></div>",
+    "x = [i**2 for i in range(10)]", "lambda a, b: a + b", "fn main() { println!(\"hi\"); }",
+    "#!/bin/bash\necho $HOME && ls -la", "    indented = True", "\tTabbed\tline",
+    "a = b // c; d %= e", "0x1F 0b1010 0o777 1e-9 3.14f", "// comment\n/* block */",
+    "print('hello')  # comment", "git commit -m \"fix: bug\"",
+    "<|im_start|>user\nWrite code<|im_end|>\n<|im_start|>assistant\n"
+    "```python\nprint(1)\n```<|im_end|>",
+    "---\ntitle: YAML\nitems:\n  - a\n  - b\n", "| col1 | col2 |\n|------|------|\n| 1 | 2 |",
     "$$\\frac{a}{b} = \\sum_{i=0}^{n} x_i$$",
 ]
 
 WHITESPACE = [
-    "", " ", "  ", "   ", "    ", "        ", " " * 33, "\t", "\t\t", "\n", "\n\n", "\n\n\n", "\r\n", "\r\n\r\n",
-    "\r", " \n", "\n ", " \n ", "  \n  ", "\t\n\t", " a", "  a", "   a", "a ", "a  ", "a   ", " a ",
-    "  a  ", "a b", "a  b", "a   b", "a    b", "a\tb", "a\nb", "a\n\nb", "a \n b", "a\r\nb", "hello  world",
-    "hello   world  ", "   leading", "trailing   ", "\n\nparagraph\n\n", "line1\nline2\nline3",
-    "a\u00a0b", "a\u3000b", "a\u2028b", "a\u2029b", "a\u0085b", "a\u2003b", "a\u200bb", "\u00a0\u00a0",
-    "\u3000", "a\x0bb", "a\x0cb", " \t \n \r ", "word\n    indented", "end.\n", "x" + " " * 20 + "y",
-    "\n" * 10, "\t" * 8 + "deep", " ! ", "  !!  ", " 1", "  1", "1 ", " 12 34 ",
+    "", " ", "  ", "   ", "    ", "        ", " " * 33, "\t", "\t\t", "\n", "\n\n", "\n\n\n",
+    "\r\n", "\r\n\r\n", "\r", " \n", "\n ", " \n ", "  \n  ", "\t\n\t", " a", "  a", "   a", "a ",
+    "a  ", "a   ", " a ", "  a  ", "a b", "a  b", "a   b", "a    b", "a\tb", "a\nb", "a\n\nb",
+    "a \n b", "a\r\nb", "hello  world", "hello   world  ", "   leading", "trailing   ",
+    "\n\nparagraph\n\n", "line1\nline2\nline3", "a\u00a0b", "a\u3000b", "a\u2028b", "a\u2029b",
+    "a\u0085b", "a\u2003b", "a\u200bb", "\u00a0\u00a0", "\u3000", "a\x0bb", "a\x0cb", " \t \n \r ",
+    "word\n    indented", "end.\n", "x" + " " * 20 + "y", "\n" * 10, "\t" * 8 + "deep", " ! ",
+    "  !!  ", " 1", "  1", "1 ", " 12 34 ",
 ]
 
 DIGITS = [
     "0", "1", "12", "123", "1234", "12345", "123456", "1234567890", "3.14159", "2.718281828",
-    "1,234,567", "1.234.567,89", "-42", "+1", "1e10", "10^6", "2024-01-15", "12:34:56", "+1 (555) 123-4567",
-    "3/4", "100%", "v1.2.3", "0.0.0.0", "192.168.1.1", "007", "00000", "99 bottles", "4th", "21st century",
-    "Room 101", "abc123def", "123abc", "a1b2c3", "x86_64", "H2O", "1st 2nd 3rd", "٣٤٥", "१२३", "๑๒๓",
-    "1" * 40, "3 + 4 = 7", "12.5kg", "$1,000,000", "1/2/3/4", "#1", "№5",
+    "1,234,567", "1.234.567,89", "-42", "+1", "1e10", "10^6", "2024-01-15", "12:34:56",
+    "+1 (555) 123-4567", "3/4", "100%", "v1.2.3", "0.0.0.0", "192.168.1.1", "007", "00000",
+    "99 bottles", "4th", "21st century", "Room 101", "abc123def", "123abc", "a1b2c3", "x86_64",
+    "H2O", "1st 2nd 3rd", "٣٤٥", "१२३", "๑๒๓", "1" * 40, "3 + 4 = 7", "12.5kg", "$1,000,000",
+    "1/2/3/4", "#1", "№5",
 ]
 
 SPECIAL = [
-    "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "<unk>", "<s> hello", "hello </s>",
-    "<s>hello</s>", "<|im_start|>user\nHi<|im_end|>", "<|im_start|>system\nYou are helpful.<|im_end|>\n",
-    "text<|endoftext|>more", "<|im_start|><|im_end|>", "<|im_start|> <|im_end|>", "<|im_start", "im_start|>",
-    "<|im_start|im_end|>", "<<|im_start|>>", "<|endoftext|><|endoftext|>", "a<s>b</s>c", "<s><s>", "< s >",
-    "<|im_end|>\n<|im_start|>assistant\n", "<repo_name>tokenmill<file_sep>main.cc", "<jupyter_code>print(1)",
-    "<empty_output>", "<gh_stars>100", "<unk><unk>", "  <s>  ", "\n<|im_end|>\n", "<0x41>", "<0xFF>",
-    "x</s>y", "<|im_start|>user\n你好😀<|im_end|>", "<filename>a.py\n<issue_start>bug",
+    "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "<unk>", "<s> hello",
+    "hello </s>", "<s>hello</s>", "<|im_start|>user\nHi<|im_end|>",
+    "<|im_start|>system\nYou are helpful.<|im_end|>\n", "text<|endoftext|>more",
+    "<|im_start|><|im_end|>", "<|im_start|> <|im_end|>", "<|im_start", "im_start|>",
+    "<|im_start|im_end|>", "<<|im_start|>>", "<|endoftext|><|endoftext|>", "a<s>b</s>c", "<s><s>",
+    "< s >", "<|im_end|>\n<|im_start|>assistant\n", "<repo_name>tokenmill<file_sep>main.cc",
+    "<jupyter_code>print(1)", "<empty_output>", "<gh_stars>100", "<unk><unk>", "  <s>  ",
+    "\n<|im_end|>\n", "<0x41>", "<0xFF>", "x</s>y", "<|im_start|>user\n你好😀<|im_end|>",
+    "<filename>a.py\n<issue_start>bug",
 ]
 
 FRAGMENTS = (ASCII[:40] + ACCENTS[:30] + CJK[:15] + EMOJI[:20] + DIGITS[:25] + SPECIAL[:20]
@@ -163,8 +158,10 @@ def hf_tokenizer(model_path):
     try:
         import torch  # noqa: F401
         from transformers import AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(os.path.dirname(model_path), gguf_file=os.path.basename(model_path))
-        return tok.backend_tokenizer, bool(getattr(tok, "add_bos_token", False)), tok.bos_token_id, "AutoTokenizer"
+        tok = AutoTokenizer.from_pretrained(os.path.dirname(model_path),
+                                            gguf_file=os.path.basename(model_path))
+        add_bos = bool(getattr(tok, "add_bos_token", False))
+        return tok.backend_tokenizer, add_bos, tok.bos_token_id, "AutoTokenizer"
     except ImportError:
         pass
     # No torch: the metadata read of transformers' get_gguf_tokenizer, done with the gguf package.
@@ -214,7 +211,8 @@ def third_reference(model_path, backend):
             piece = proto.pieces.add()
             piece.piece, piece.score, piece.type = text, score, token_type
         sp = sentencepiece.SentencePieceProcessor(model_proto=proto.SerializeToString())
-        return f"sentencepiece {sentencepiece.__version__} (model proto built from the GGUF)", sp.encode
+        name = f"sentencepiece {sentencepiece.__version__} (model proto built from the GGUF)"
+        return name, sp.encode
     if md.get("tokenizer.ggml.pre") == "smollm":
         import copy
         from tokenizers import pre_tokenizers
@@ -223,7 +221,8 @@ def third_reference(model_path, backend):
             pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
         fixed.encode_special_tokens = True
-        return ("HF tokenizers with SmolLM2's pre-tokenizer (Digits(individual_digits) + ByteLevel)",
+        return ("HF tokenizers with SmolLM2's pre-tokenizer "
+                "(Digits(individual_digits) + ByteLevel)",
                 lambda text: fixed.encode(text, add_special_tokens=False).ids)
     return None, None
 
@@ -309,10 +308,11 @@ def write_pre_variants(corpus):
             path = os.path.join(tmp, "vocab.gguf")
             write_vocab_copy(source, path, pre)
             llm = Llama(model_path=path, vocab_only=True, verbose=False)
-            variants[pre] = [{"text": t,
-                              "ids": llm.tokenize(t.encode("utf-8"), add_bos=True, special=False),
-                              "ids_special": llm.tokenize(t.encode("utf-8"), add_bos=True, special=True)}
-                             for t in texts]
+            variants[pre] = [
+                {"text": t,
+                 "ids": llm.tokenize(t.encode("utf-8"), add_bos=True, special=False),
+                 "ids_special": llm.tokenize(t.encode("utf-8"), add_bos=True, special=True)}
+                for t in texts]
             del llm
     dest = os.path.join(OUT_DIR, "pre_variants.json")
     with open(dest, "w", encoding="utf-8") as f:
@@ -351,7 +351,8 @@ def main():
             cases.append(case)
         out = {
             "model": model,
-            "generator": f"llama-cpp-python {llama_cpp.__version__}: Llama(vocab_only=True).tokenize("
+            "generator": f"llama-cpp-python {llama_cpp.__version__}: "
+                         "Llama(vocab_only=True).tokenize("
                          "text.encode(), add_bos=True, special=False -> ids / True -> ids_special)",
             "hf": f"transformers + tokenizers via {how}",
             "third": third_name,

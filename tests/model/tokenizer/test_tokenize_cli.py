@@ -21,7 +21,8 @@ def golden_cases(stem, count=40):
         cases = json.load(f)["cases"]
     # Spread over the corpus; texts starting with "-" would read as options.
     picked = [c for c in cases[:: max(1, len(cases) // count)] if not c["text"].startswith("-")]
-    return picked + [c for c in cases if c["text"] in ("", "<|im_start|>user\nHi<|im_end|>", "<s>hello</s>")]
+    wanted = ("", "<|im_start|>user\nHi<|im_end|>", "<s>hello</s>")
+    return picked + [c for c in cases if c["text"] in wanted]
 
 
 @pytest.mark.parametrize("stem", STEMS)
