@@ -10,6 +10,8 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr std::string_view kTemplateKey = "tokenizer.chat_template";
+// Messages, tools and extra variables sit one level below the template's variables object.
+constexpr int kMaxNesting = jinja::kMaxVariableNesting - 1;
 constexpr std::array<std::string_view, 6> kRoles = {"system",    "developer", "user",
                                                     "assistant", "tool",      "ipython"};
 
@@ -63,6 +65,10 @@ Status ValidateContent(const Json& message, const std::string& where) {
 
 Status ValidateChatMessages(const Json& messages) {
   if (!messages.is_array()) return InvalidArgumentError("'messages' must be a list of messages");
+  if (jinja::NestsDeeperThan(messages, kMaxNesting)) {
+    return InvalidArgumentError("'messages' nests deeper than " + std::to_string(kMaxNesting) +
+                                " levels");
+  }
   if (messages.empty())
     return InvalidArgumentError("'messages' is empty: send at least one message");
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -135,8 +141,16 @@ StatusOr<std::string> ChatTemplate::Render(const ChatRequest& request) const {
   if (!request.tools.is_null() && !request.tools.is_array()) {
     return InvalidArgumentError("'tools' must be a list of tool definitions");
   }
+  if (jinja::NestsDeeperThan(request.tools, kMaxNesting)) {
+    return InvalidArgumentError("'tools' nests deeper than " + std::to_string(kMaxNesting) +
+                                " levels");
+  }
   if (!request.extra_variables.is_object()) {
     return InvalidArgumentError("extra template variables must be a JSON object");
+  }
+  if (jinja::NestsDeeperThan(request.extra_variables, kMaxNesting)) {
+    return InvalidArgumentError("extra template variables nest deeper than " +
+                                std::to_string(kMaxNesting) + " levels");
   }
   // The variables Hugging Face passes: messages, tools, documents, add_generation_prompt,
   // then the special tokens and the caller's extra keyword arguments.

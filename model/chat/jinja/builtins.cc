@@ -943,7 +943,12 @@ Value CallGlobal(std::string_view name, const CallArgs& args) {
       object = init.data();
     }
     for (const auto& [key, value] : args.keyword) object[key] = ToData(value);
-    return name == "dict" ? Value::Of(std::move(object)) : Value::Namespace(std::move(object));
+    if (name == "dict") return Value::Of(std::move(object));
+    if (NestsDeeperThan(object, kMaxValueNesting)) {
+      throw TemplateError("a value nests deeper than " + std::to_string(kMaxValueNesting) +
+                          " levels");
+    }
+    return Value::Namespace(std::move(object));
   }
   throw TemplateError("unknown function '" + std::string(name) + "'");
 }

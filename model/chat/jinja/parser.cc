@@ -9,6 +9,8 @@
 namespace tokenmill::jinja {
 namespace {
 
+constexpr int kMaxNesting = 100;
+
 std::string Describe(const Token& t) {
   switch (t.kind) {
     case TokenKind::kText:
@@ -147,6 +149,7 @@ class Parser {
 
   StmtPtr ParseStatement() {
     const Token& tag = Next();
+    const DepthGuard depth(*this, tag);
     open_blocks_.push_back(&tag);
     StmtPtr s = ParseTag(tag);
     open_blocks_.pop_back();
@@ -295,6 +298,7 @@ class Parser {
   }
 
   ExprPtr ParseExpression(bool with_condition = true) {
+    const DepthGuard depth(*this, Peek());
     if (!with_condition) return ParseOr();
     const SourcePos pos = Peek().pos;
     ExprPtr value = ParseOr();
@@ -335,6 +339,7 @@ class Parser {
   }
 
   ExprPtr ParseNot() {
+    const DepthGuard depth(*this, Peek());
     if (IsName("not")) {
       auto e = Make(Expr::Kind::kUnary, Next().pos);
       e->name = "not";
@@ -411,6 +416,7 @@ class Parser {
   }
 
   ExprPtr ParseUnary(bool with_filter) {
+    const DepthGuard depth(*this, Peek());
     ExprPtr node;
     if (IsOp("-") || IsOp("+")) {
       const Token& op = Next();
@@ -652,6 +658,26 @@ class Parser {
 
   const std::vector<Token>& tokens_;
   size_t pos_ = 0;
+  // Bounds the parser's recursion (and the renderer's, which follows the tree) so that a
+  // hostile template cannot overflow the stack.
+  class DepthGuard {
+   public:
+    DepthGuard(Parser& parser, const Token& at) : parser_(parser) {
+      if (++parser_.depth_ > kMaxNesting) {
+        throw TemplateError("the template nests blocks or expressions deeper than " +
+                                std::to_string(kMaxNesting) + " levels",
+                            at.pos);
+      }
+    }
+    ~DepthGuard() { --parser_.depth_; }
+    DepthGuard(const DepthGuard&) = delete;
+    DepthGuard& operator=(const DepthGuard&) = delete;
+
+   private:
+    Parser& parser_;
+  };
+
+  int depth_ = 0;
   int loop_depth_ = 0;
   std::vector<const Token*> open_blocks_;  // the tag names of the blocks being parsed
 };

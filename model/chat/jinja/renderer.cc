@@ -160,6 +160,10 @@ class Renderer {
     RequireDefined(value);
     if (!value.is_data())
       throw TemplateError("a " + value.TypeName() + " cannot be stored in a namespace");
+    if (NestsDeeperThan(value.data(), kMaxValueNesting - 1)) {
+      throw TemplateError("a value nests deeper than " + std::to_string(kMaxValueNesting) +
+                          " levels");
+    }
     target.namespace_object()[s.attribute] = value.data();
   }
 

@@ -39,8 +39,13 @@ StatusOr<Template> Template::Parse(std::string_view source) {
 }
 
 StatusOr<std::string> Template::Render(const Json& variables) const {
-  if (!variables.is_object())
+  if (!variables.is_object()) {
     return InvalidArgumentError("template variables must be a JSON object");
+  }
+  if (NestsDeeperThan(variables, kMaxVariableNesting)) {
+    return InvalidArgumentError("template variables nest deeper than " +
+                                std::to_string(kMaxVariableNesting) + " levels");
+  }
   try {
     return RenderBody(program_->body, variables);
   } catch (const RaisedError& e) {

@@ -1,8 +1,23 @@
 #include "model/chat/jinja/value.h"
 
+#include <utility>
+#include <vector>
+
 #include "common/check.h"
 
 namespace tokenmill::jinja {
+
+bool NestsDeeperThan(const Json& value, int limit) {
+  std::vector<std::pair<const Json*, int>> pending = {{&value, 1}};
+  while (!pending.empty()) {
+    const auto [node, depth] = pending.back();
+    pending.pop_back();
+    if (!node->is_structured()) continue;
+    if (depth > limit) return true;
+    for (const Json& child : *node) pending.emplace_back(&child, depth + 1);
+  }
+  return false;
+}
 
 Value Value::Undefined(std::string description) {
   Value v(Kind::kUndefined);
@@ -11,6 +26,10 @@ Value Value::Undefined(std::string description) {
 }
 
 Value Value::Of(Json data) {
+  if (data.is_structured() && NestsDeeperThan(data, kMaxValueNesting)) {
+    throw TemplateError("a value nests deeper than " + std::to_string(kMaxValueNesting) +
+                        " levels");
+  }
   Value v(Kind::kData);
   v.root_ = std::make_shared<const Json>(std::move(data));
   v.node_ = v.root_.get();

@@ -34,6 +34,14 @@ class TemplateError : public std::runtime_error {
   SourcePos pos_;
 };
 
+// Whether `value` nests arrays and objects deeper than `limit` levels. Iterative: it guards
+// the recursive code (copies, printing, comparison) against hostile input.
+bool NestsDeeperThan(const Json& value, int limit);
+
+// How deep template variables may nest, and values a template builds (which may wrap them).
+inline constexpr int kMaxVariableNesting = 64;
+inline constexpr int kMaxValueNesting = 128;
+
 struct Stmt;  // a macro's definition, owned by the parsed template
 
 class Value {
@@ -43,6 +51,7 @@ class Value {
   // Undefined; `description` says what was missing, e.g. "'foo' is undefined".
   Value() : Value(Kind::kUndefined) {}
   static Value Undefined(std::string description);
+  // Throws TemplateError when `data` nests deeper than kMaxValueNesting.
   static Value Of(Json data);
   static Value Namespace(Json object);
   static Value Builtin(std::string name);

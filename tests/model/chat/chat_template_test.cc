@@ -86,6 +86,14 @@ TEST(ChatTemplateTest, BadMessagesNameTheMessage) {
             "messages[0]: 'tool_calls' must be a list");
 }
 
+TEST(ChatTemplateTest, DeeplyNestedInputIsRejected) {
+  Json deep = "x";
+  for (int i = 0; i < 100000; ++i) deep = Json::array({std::move(deep)});
+  ChatRequest request = RequestWith(Json::array({{{"role", "user"}, {"content", "a"}}}));
+  request.tools = Json::array({deep});
+  EXPECT_EQ(RenderError(Chatml(), request), "'tools' nests deeper than 63 levels");
+}
+
 TEST(ChatTemplateTest, AssistantToolCallsNeedNoContent) {
   const StatusOr<ChatTemplate> t = ChatTemplate::FromSource(
       "{% for m in messages %}{{ m.role }}:{{ m.tool_calls | length }};{% endfor %}", {});

@@ -176,6 +176,23 @@ TEST(GuardTest, RunawayTemplatesFailInsteadOfHanging) {
   EXPECT_THAT(Render("{{ 'x' * 100000000 }}"), HasSubstr("too large"));
 }
 
+TEST(GuardTest, DeepNestingIsAnErrorNotAStackOverflow) {
+  EXPECT_THAT(Render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}"),
+              HasSubstr("nests blocks or expressions deeper than 100 levels"));
+  EXPECT_THAT(Render("{{ " + std::string(5000, '-') + "1 }}"), HasSubstr("deeper than 100"));
+  std::string nested_ifs;
+  for (int i = 0; i < 500; ++i) nested_ifs += "{% if true %}";
+  EXPECT_THAT(Render(nested_ifs), HasSubstr("deeper than 100"));
+  // Values built by the template, and values passed in.
+  EXPECT_THAT(Render("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}"
+                     "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}"),
+              HasSubstr("a value nests deeper than 128 levels"));
+  Json deep = Json::array();
+  for (int i = 0; i < 100; ++i) deep = Json::array({deep});
+  EXPECT_EQ(Render("{{ v }}", {{"v", deep}}),
+            "RENDER: template variables nest deeper than 64 levels");
+}
+
 TEST(ScopeTest, LoopAndMacroScopesFollowJinja) {
   // A set inside a loop lives for one iteration; namespace() carries values out.
   EXPECT_EQ(Render("{% set x = 0 %}{% set ns = namespace(n=0) %}{% for i in [1, 2] %}"
