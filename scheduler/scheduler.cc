@@ -24,8 +24,9 @@ int PoolLimitedModelLen(const KvCacheManager& kv, int max_model_len) {
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv_cache)
-    : config_(config), kv_(kv_cache), max_model_len_(PoolLimitedModelLen(kv_cache,
-                                                                         config.max_model_len)) {
+    : config_(config),
+      kv_(kv_cache),
+      max_model_len_(PoolLimitedModelLen(kv_cache, config.max_model_len)) {
   const Status valid = ValidateSchedulerConfig(config);
   TM_CHECK(valid.ok()) << valid.ToString();
 }
@@ -39,7 +40,7 @@ KvCacheRequest Scheduler::KvView(const Request& request) const {
 
 Status Scheduler::Add(NewRequest spec) {
   if (requests_.contains(spec.id)) {
-    return InvalidArgumentError("request id " + Num(spec.id) + " is already in use");
+    return InvalidArgumentError("request id " + std::to_string(spec.id) + " is already in use");
   }
   const int num_prompt_tokens = static_cast<int>(spec.prompt_token_ids.size());
   if (num_prompt_tokens == 0) {
@@ -77,7 +78,8 @@ Status Scheduler::Add(NewRequest spec) {
 Status Scheduler::FinishRequest(RequestId id, FinishReason reason) {
   const auto it = requests_.find(id);
   if (it == requests_.end()) {
-    return NotFoundError("no live request " + Num(id) + " (finished already, or never added)");
+    return NotFoundError("no live request " + std::to_string(id) +
+                         " (finished already, or never added)");
   }
   Finish(it->second.get(), reason);
   DebugCheckInvariants();
@@ -89,20 +91,21 @@ void Scheduler::Finish(Request* request, FinishReason reason) {
     running_.erase(std::find(running_.begin(), running_.end(), request));
     kv_.Free(KvView(*request));
   } else {
-    TM_CHECK(waiting_.Remove(request)) << "request " << request->id << " is neither running nor "
-                                       << "waiting";
+    const bool was_waiting = waiting_.Remove(request);
+    TM_CHECK(was_waiting) << "request " << request->id << " is neither running nor waiting";
   }
-  request->state = FinishedState(reason);
+  request->state = FinishedState(reason);  // its last state; events carry the reason
   finished_since_schedule_.push_back(request->id);
   ++stats_.num_finished;
   requests_.erase(request->id);  // destroys *request
 }
 
 SchedulerOutput Scheduler::Schedule() {
+  TM_CHECK(last_step_.empty()) << "Schedule() called before Update() took the sampled tokens "
+                                  "of the previous step";
   SchedulerOutput out;
   out.finished_ids = std::move(finished_since_schedule_);
   finished_since_schedule_.clear();
-  last_step_.clear();
 
   std::vector<StepPlan> plans;
   int budget = config_.max_num_batched_tokens;
@@ -124,10 +127,8 @@ bool Scheduler::ScheduleRunning(std::vector<StepPlan>& plans, int& budget,
   while (i < running_.size() && budget > 0) {
     Request* request = running_[i];
     const int num_missing = request->num_tokens() - request->num_computed_tokens;
-    if (num_missing <= 0) {  // its last step has not been updated yet
-      ++i;
-      continue;
-    }
+    // Update() leaves every running request at least its next token to compute.
+    TM_CHECK_GT(num_missing, 0) << "running request " << request->id;
     int num_verified = 0;
     int num_drafts = 0;
     std::optional<std::vector<BlockId>> blocks;

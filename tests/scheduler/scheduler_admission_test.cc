@@ -140,6 +140,30 @@ TEST(SchedulerFinishTest, EngineFinishesARunningRequestFreeingItsBlocks) {
   EXPECT_EQ(sim.last_output().finished_ids, (std::vector<RequestId>{1}));
 }
 
+// The engine applies aborts between steps, but one that lands between Schedule() and
+// Update() must not bring the request back: its sampled tokens are dropped.
+TEST(SchedulerFinishTest, AbortBetweenScheduleAndUpdateDropsItsTokens) {
+  KvCacheManager kv_cache(MakeCacheConfig(16, 4));
+  Scheduler scheduler(Config(), kv_cache);
+  FakeRunner runner(16, 4);
+  ASSERT_TRUE(scheduler.Add(MakeRequest(1, 5, 4)).ok());
+  ASSERT_TRUE(scheduler.Add(MakeRequest(2, 5, 4)).ok());
+  const SchedulerOutput step = scheduler.Schedule();
+  ASSERT_EQ(step.requests.size(), 2u);
+  const ModelOutput sampled = runner.Execute(step);
+  ASSERT_TRUE(scheduler.Abort(1).ok());
+  const std::vector<RequestEvent> events = scheduler.Update(sampled);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].id, 2u);
+  EXPECT_EQ(scheduler.Find(1), nullptr);
+  EXPECT_TRUE(scheduler.CheckInvariants().ok());
+  EXPECT_EQ(kv_cache.BlockTable(1).size(), 0u);
+  const SchedulerOutput next = scheduler.Schedule();
+  EXPECT_EQ(next.finished_ids, std::vector<RequestId>{1});
+  ASSERT_EQ(next.requests.size(), 1u);
+  EXPECT_EQ(next.requests[0].id, 2u);
+}
+
 TEST(SchedulerOutputTest, ChunkedPrefillRowsLogitsAndBlocks) {
   SchedulerSim sim(Config(/*budget=*/8), MakeCacheConfig(16, 4));
   ASSERT_TRUE(sim.Add(MakeRequest(1, 20, 2)).ok());

@@ -256,13 +256,18 @@ std::vector<TableCase> Cases() {
                 {"1:1", "1:R 2:len"},
                 {"1:1", "1:len 2:len"}},
   });
+  // Request 1 is aborted in the middle of its prefill, request 2 while waiting.
   cases.push_back({
       .name = "AbortWaitingAndMidPrefill",
       .config = Config(4, 1),
       .cache = MakeCacheConfig(16, 4),
-      .requests = {{1, MakeRequest(1, 10, 4)}, {1, MakeRequest(2, 3, 2)}, {1, MakeRequest(3, 3, 2)}},
+      .requests = {{1, MakeRequest(1, 10, 4)},
+                   {1, MakeRequest(2, 3, 2)},
+                   {1, MakeRequest(3, 3, 2)}},
       .aborts = {{2, 1}, {2, 2}},
-      .steps = {{"1:4", "1:R 2:W 3:W"}, {"3:3", "1:abort 2:abort 3:R"}, {"3:1", "1:abort 2:abort 3:len"}},
+      .steps = {{"1:4", "1:R 2:W 3:W"},
+                {"3:3", "1:abort 2:abort 3:R"},
+                {"3:1", "1:abort 2:abort 3:len"}},
   });
   // Request 3 is aborted while decoding, request 2 while preempted.
   cases.push_back({
