@@ -114,11 +114,15 @@ Status Vocab::ReadSpecialIds(const GgufFile& file) {
   }
   const auto read = [&](std::string_view key, TokenId& id) -> Status {
     if (!file.Has(key)) return OkStatus();
-    // Ids are u32 in the file; -1 (0xFFFFFFFF) or any id past the vocabulary means "none" and
-    // keeps the default, as in llama.cpp.
-    TM_ASSIGN_OR_RETURN(const uint64_t value, file.GetU64(key));
-    if (value < texts_.size()) id = static_cast<TokenId>(value);
-    return OkStatus();
+    // Ids are u32 in the file; -1 (0xFFFFFFFF, or a signed -1 in some files) or any id past the
+    // vocabulary means "none" and keeps the default, as in llama.cpp.
+    const StatusOr<uint64_t> value = file.GetU64(key);
+    if (value.ok()) {
+      if (*value < texts_.size()) id = static_cast<TokenId>(*value);
+      return OkStatus();
+    }
+    const StatusOr<int32_t> negative = file.GetI32(key);
+    return negative.ok() ? OkStatus() : value.status();
   };
   TM_RETURN_IF_ERROR(read("tokenizer.ggml.bos_token_id", bos_));
   TM_RETURN_IF_ERROR(read("tokenizer.ggml.eos_token_id", eos_));

@@ -226,18 +226,20 @@ TEST(TokenizerErrorsTest, MissingMergesAndMismatchedArrays) {
   EXPECT_THAT(LoadError(no_tokens), HasSubstr("tokenizer.ggml.tokens"));
 }
 
-TEST(TokenizerErrorsTest, SmallSyntheticBpeVocabularyWorks) {
+TEST(TokenizerTest, SmallSyntheticBpeVocabulary) {
   testing::GgufBuilder b;
   b.KeyString("tokenizer.ggml.model", "gpt2")
       .KeyString("tokenizer.ggml.pre", "gpt-2")
       .KeyStrings("tokenizer.ggml.tokens", {"a", "b", "ab", "Ġ", "Ġab"})
-      .KeyStrings("tokenizer.ggml.merges", {"a b", "Ġ ab"});
+      .KeyStrings("tokenizer.ggml.merges", {"a b", "Ġ ab"})
+      .KeyI32("tokenizer.ggml.padding_token_id", -1);
   const std::vector<uint8_t> bytes = b.Build();
   StatusOr<GgufFile> file = GgufFile::Parse(bytes);
   ASSERT_TRUE(file.ok());
   StatusOr<Tokenizer> t = Tokenizer::FromGguf(*file);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_FALSE(t->vocab().add_bos());
+  EXPECT_EQ(t->vocab().padding(), kNoToken);  // stored as a signed -1
   EXPECT_THAT(Encode(*t, "ab ab"), ElementsAre(2, 4));
   EXPECT_EQ(t->Decode(Encode(*t, "ab ab")), "ab ab");
 }
