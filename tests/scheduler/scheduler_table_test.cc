@@ -167,6 +167,27 @@ std::vector<TableCase> Cases() {
                 {"2:1", "1:len 2:R"},
                 {"2:1", "1:len 2:len"}},
   });
+  // Request 3 waits for a sequence slot; preempted request 2 requeues ahead of it (same
+  // priority, earlier arrival), and the queue is strict: request 3, which would fit, waits
+  // behind it until request 1 is done.
+  cases.push_back({
+      .name = "PreemptedRequeuesAheadOfLaterArrivals",
+      .config = Config(64, 2),
+      .cache = MakeCacheConfig(4, 4),
+      .requests = {{1, MakeRequest(1, 4, 8)}, {1, MakeRequest(2, 4, 8)}, {1, MakeRequest(3, 1, 1)}},
+      .aborts = {},
+      .steps = {{"1:4 2:4", "1:R 2:R 3:W"},
+                {"1:1 2:1", "1:R 2:R 3:W"},
+                {"1:1 2:1", "1:R 2:R 3:W"},
+                {"1:1 2:1", "1:R 2:R 3:W"},
+                {"1:1 2:1", "1:R 2:R 3:W"},
+                {"1:1", "1:R 2:P 3:W"},
+                {"1:1", "1:R 2:P 3:W"},
+                {"1:1", "1:len 2:P 3:W"},
+                {"2:5 3:1", "1:len 2:R 3:len"},
+                {"2:1", "1:len 2:R 3:len"},
+                {"2:1", "1:len 2:len 3:len"}},
+  });
   // 5 blocks: request 2 preempts itself right after computing its second block; Free
   // caches that block, so on resumption it hits 8 tokens and recomputes only its last one.
   cases.push_back({
