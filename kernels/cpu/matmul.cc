@@ -75,7 +75,7 @@ void Matmul(const CpuContext& ctx, const WeightMatrix& w, const float* x, int64_
     const int64_t blocks = w.cols / 32;
     quantized.resize(static_cast<size_t>(blocks * n_tokens));
     for (int64_t t = 0; t < n_tokens; ++t) {
-      QuantizeActivations(x + t * w.cols, w.cols, quantized.data() + t * blocks);
+      ctx.kernels->quantize(x + t * w.cols, w.cols, quantized.data() + t * blocks);
     }
     activations = quantized.data();
   }

@@ -55,6 +55,26 @@ struct MatmulRange {
 };
 using MatmulRangeFn = void (*)(const MatmulRange&);
 
+// One (token, KV head) unit of paged attention (paged_attention.h): the `group` query
+// heads sharing KV head `kv_head` attend over positions [0, len) of the sequence whose
+// blocks are `blocks`. K/V rows are f16 (kv_f16) or f32. `scores` is group × len scratch.
+struct AttendArgs {
+  const void* k;
+  const void* v;
+  bool kv_f16;
+  int block_size;
+  int n_kv_heads;
+  int head_dim;
+  const int32_t* blocks;
+  int32_t len;
+  int kv_head;
+  const float* q_group;  // group × head_dim, already rounded to f16 when kv_f16
+  int group;
+  float scale;
+  float* scores;
+  float* out_group;  // group × head_dim
+};
+
 // The kernels of one ISA.
 struct CpuKernelTable {
   CpuIsa isa;
@@ -64,6 +84,9 @@ struct CpuKernelTable {
   float (*dot_f32)(const float* a, const float* b, int64_t n);
   void (*axpy_f16)(float alpha, const uint16_t* x, float* y, int64_t n);  // y += alpha * x
   void (*axpy_f32)(float alpha, const float* x, float* y, int64_t n);
+  void (*attend)(const AttendArgs& args);
+  // QuantizeActivations, bit-identical on every ISA.
+  void (*quantize)(const float* x, int64_t n, Q8ActivationBlock* out);
 };
 
 // The table of `isa`; CHECKs that the CPU supports it.

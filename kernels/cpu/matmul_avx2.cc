@@ -3,7 +3,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <type_traits>
 
+#include "kernels/cpu/attend_impl.h"
 #include "kernels/cpu/matmul_isa.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/half.h"
@@ -18,7 +20,7 @@ namespace {
 const CpuKernelTable& Avx2KernelTable() {
   static constexpr CpuKernelTable kTable = {
       CpuIsa::kAvx2, F32Range, F16Range, Bf16Range, Q8_0Range, Q4_0Range, Q4_1Range,
-      DotF16,       DotF32,   AxpyF16,  AxpyF32,
+      SimdDotF16,   SimdDotF32, SimdAxpyF16, SimdAxpyF32, Attend, Quantize,
   };
   return kTable;
 }

@@ -1,6 +1,7 @@
 // Portable kernels: the same integer arithmetic as the SIMD ones, in plain loops.
 #include <cstring>
 
+#include "kernels/cpu/attend_impl.h"
 #include "kernels/cpu/matmul_isa.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/half.h"
@@ -76,29 +77,38 @@ void Bf16Range(const MatmulRange& m) {
   FloatRange<uint16_t>(m, [](uint16_t v) { return Bf16ToFloat(v); });
 }
 
-float DotF16(const float* a, const uint16_t* b, int64_t n) {
+float ScalarDotF16(const float* a, const uint16_t* b, int64_t n) {
   float sum = 0.0f;
   for (int64_t i = 0; i < n; ++i) sum += a[i] * HalfToFloat(b[i]);
   return sum;
 }
-float DotF32(const float* a, const float* b, int64_t n) {
+float ScalarDotF32(const float* a, const float* b, int64_t n) {
   float sum = 0.0f;
   for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }
-void AxpyF16(float alpha, const uint16_t* x, float* y, int64_t n) {
+void ScalarAxpyF16(float alpha, const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * HalfToFloat(x[i]);
 }
-void AxpyF32(float alpha, const float* x, float* y, int64_t n) {
+void ScalarAxpyF32(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
+
+struct ScalarOps {
+  static constexpr auto DotF16 = ScalarDotF16;
+  static constexpr auto DotF32 = ScalarDotF32;
+  static constexpr auto AxpyF16 = ScalarAxpyF16;
+  static constexpr auto AxpyF32 = ScalarAxpyF32;
+};
+
+void Attend(const AttendArgs& args) { AttendWith<ScalarOps>(args); }
 
 }  // namespace
 
 const CpuKernelTable& ScalarKernelTable() {
   static constexpr CpuKernelTable kTable = {
       CpuIsa::kScalar, F32Range, F16Range, Bf16Range, Q8_0Range, Q4_0Range, Q4_1Range,
-      DotF16,          DotF32,   AxpyF16,  AxpyF32,
+      ScalarDotF16,    ScalarDotF32, ScalarAxpyF16, ScalarAxpyF32, Attend, QuantizeActivations,
   };
   return kTable;
 }

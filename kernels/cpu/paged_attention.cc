@@ -120,42 +120,16 @@ void PagedAttention(const CpuContext& ctx, const PagedKvLayer& kv, const RaggedB
       const int kv_head = static_cast<int>(u % kv.n_kv_heads);
       const int32_t* blocks = b.kv_indices.data() + b.kv_indptr[seq_of[t]];
       const int32_t len = b.positions[t] + 1;
-      scores.assign(static_cast<size_t>(group) * len, 0.0f);
+      scores.resize(static_cast<size_t>(group) * len);
       const float* q_group = q + (t * n_heads + kv_head * group) * d;
       if (kv.type == KvType::kF16) {
         q_rounded.resize(static_cast<size_t>(group * d));
         for (int64_t i = 0; i < group * d; ++i) q_rounded[i] = RoundToHalf(q_group[i]);
         q_group = q_rounded.data();
       }
-      for (int32_t j = 0; j < len; ++j) {
-        const int64_t off = KvOffset(kv, blocks, j, kv_head);
-        for (int g = 0; g < group; ++g) {
-          const float* qh = q_group + g * d;
-          const float dot = kv.type == KvType::kF16
-                                ? k.dot_f16(qh, static_cast<const uint16_t*>(kv.k) + off, d)
-                                : k.dot_f32(qh, static_cast<const float*>(kv.k) + off, d);
-          scores[static_cast<size_t>(g) * len + j] = dot * scale;
-        }
-      }
-      float* out_group = out + (t * n_heads + kv_head * group) * d;
-      std::fill(out_group, out_group + group * d, 0.0f);
-      for (int g = 0; g < group; ++g) {
-        SoftmaxInPlace(std::span<float>(scores).subspan(static_cast<size_t>(g) * len, len));
-      }
-      if (kv.type == KvType::kF16) {
-        for (float& p : scores) p = RoundToHalf(p);
-      }
-      for (int32_t j = 0; j < len; ++j) {
-        const int64_t off = KvOffset(kv, blocks, j, kv_head);
-        for (int g = 0; g < group; ++g) {
-          const float p = scores[static_cast<size_t>(g) * len + j];
-          if (kv.type == KvType::kF16) {
-            k.axpy_f16(p, static_cast<const uint16_t*>(kv.v) + off, out_group + g * d, d);
-          } else {
-            k.axpy_f32(p, static_cast<const float*>(kv.v) + off, out_group + g * d, d);
-          }
-        }
-      }
+      k.attend(AttendArgs{kv.k, kv.v, kv.type == KvType::kF16, kv.block_size, kv.n_kv_heads,
+                          kv.head_dim, blocks, len, kv_head, q_group, group, scale, scores.data(),
+                          out + (t * n_heads + kv_head * group) * d});
     }
   });
 }

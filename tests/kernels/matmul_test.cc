@@ -172,5 +172,24 @@ TEST(QuantizeActivationsTest, RoundTripsWithinHalfAStep) {
   }
 }
 
+TEST(QuantizeActivationsTest, EveryIsaIsBitIdenticalToTheScalarOne) {
+  std::mt19937 rng(11);
+  std::vector<float> x = RandomActivations(32 * 40, rng);
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // an all-zero block
+  for (int i = 0; i < 32; ++i) x[128 + i] = 0.5f * static_cast<float>(i - 16);  // exact ties
+  std::vector<Q8ActivationBlock> expected(40);
+  QuantizeActivations(x.data(), static_cast<int64_t>(x.size()), expected.data());
+  for (CpuIsa isa : SupportedIsas()) {
+    std::vector<Q8ActivationBlock> got(40);
+    KernelTable(isa).quantize(x.data(), static_cast<int64_t>(x.size()), got.data());
+    for (size_t b = 0; b < got.size(); ++b) {
+      EXPECT_EQ(got[b].d, expected[b].d) << IsaName(isa) << " block " << b;
+      EXPECT_EQ(got[b].scaled_sum, expected[b].scaled_sum) << IsaName(isa) << " block " << b;
+      EXPECT_EQ(got[b].sum, expected[b].sum) << IsaName(isa) << " block " << b;
+      EXPECT_EQ(0, std::memcmp(got[b].q, expected[b].q, 32)) << IsaName(isa) << " block " << b;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tokenmill

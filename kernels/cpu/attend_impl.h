@@ -1,0 +1,56 @@
+// The loop of one paged-attention unit (AttendArgs), written once over an ISA's dot and
+// axpy primitives (internal to kernels/cpu; included by each ISA's kernel file).
+#pragma once
+
+#include <algorithm>
+#include <span>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/half.h"
+
+namespace tokenmill::internal {
+
+// Ops: static DotF16, DotF32 (float(const float*, const T*, int64_t)) and AxpyF16,
+// AxpyF32 (void(float, const T*, float*, int64_t)).
+template <typename Ops>
+void AttendWith(const AttendArgs& a) {
+  const int64_t d = a.head_dim;
+  const int64_t row = static_cast<int64_t>(a.n_kv_heads) * d;
+  const int64_t len = a.len;
+  auto offset = [&](int32_t pos) {
+    const int64_t slot =
+        static_cast<int64_t>(a.blocks[pos / a.block_size]) * a.block_size + pos % a.block_size;
+    return slot * row + a.kv_head * d;
+  };
+  for (int32_t j = 0; j < a.len; ++j) {
+    const int64_t off = offset(j);
+    for (int g = 0; g < a.group; ++g) {
+      const float* qh = a.q_group + g * d;
+      const float dot = a.kv_f16 ? Ops::DotF16(qh, static_cast<const uint16_t*>(a.k) + off, d)
+                                 : Ops::DotF32(qh, static_cast<const float*>(a.k) + off, d);
+      a.scores[g * len + j] = dot * a.scale;
+    }
+  }
+  std::fill(a.out_group, a.out_group + a.group * d, 0.0f);
+  for (int g = 0; g < a.group; ++g) {
+    std::span<float> p(a.scores + g * len, static_cast<size_t>(len));
+    SoftmaxInPlace(p);
+    if (a.kv_f16) {
+      for (float& v : p) v = HalfToFloat(FloatToHalf(v));
+    }
+  }
+  for (int32_t j = 0; j < a.len; ++j) {
+    const int64_t off = offset(j);
+    for (int g = 0; g < a.group; ++g) {
+      const float p = a.scores[g * len + j];
+      if (a.kv_f16) {
+        Ops::AxpyF16(p, static_cast<const uint16_t*>(a.v) + off, a.out_group + g * d, d);
+      } else {
+        Ops::AxpyF32(p, static_cast<const float*>(a.v) + off, a.out_group + g * d, d);
+      }
+    }
+  }
+}
+
+}  // namespace tokenmill::internal
