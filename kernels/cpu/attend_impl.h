@@ -11,8 +11,10 @@
 
 namespace tokenmill::internal {
 
-// Ops: static DotF16, DotF32 (float(const float*, const T*, int64_t)) and AxpyF16,
-// AxpyF32 (void(float, const T*, float*, int64_t)).
+// Ops: static DotF16, DotF32 (float(const float*, const T*, int64_t)), AxpyF16, AxpyF32
+// (void(float, const T*, float*, int64_t)), RoundToHalf (float(float), round to nearest
+// even) and AccumulateV (out[0..d) = Σ_j p[j] · V row j, in order of j, or false when the
+// ISA has no special case for this head size).
 template <typename Ops>
 void AttendWith(const AttendArgs& a) {
   const int64_t d = a.head_dim;
@@ -37,9 +39,10 @@ void AttendWith(const AttendArgs& a) {
     std::span<float> p(a.scores + g * len, static_cast<size_t>(len));
     SoftmaxInPlace(p);
     if (a.kv_f16) {
-      for (float& v : p) v = HalfToFloat(FloatToHalf(v));
+      for (float& v : p) v = Ops::RoundToHalf(v);
     }
   }
+  if (Ops::AccumulateV(a, offset)) return;
   for (int32_t j = 0; j < a.len; ++j) {
     const int64_t off = offset(j);
     for (int g = 0; g < a.group; ++g) {

@@ -99,6 +99,9 @@ struct ScalarOps {
   static constexpr auto DotF32 = ScalarDotF32;
   static constexpr auto AxpyF16 = ScalarAxpyF16;
   static constexpr auto AxpyF32 = ScalarAxpyF32;
+  static float RoundToHalf(float x) { return HalfToFloat(FloatToHalf(x)); }
+  template <typename Offset>
+  static bool AccumulateV(const AttendArgs&, const Offset&) { return false; }
 };
 
 void Attend(const AttendArgs& args) { AttendWith<ScalarOps>(args); }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
@@ -23,14 +25,15 @@ std::vector<float> Random(size_t n, std::mt19937& rng) {
 }
 
 // Two sequences in scattered blocks: one prefilling 13 new tokens after 6 cached ones,
-// one decoding its 21st token. GQA: 6 query heads over 2 KV heads, head size 20.
+// one decoding its 21st token. GQA: 6 query heads over 2 KV heads.
 struct AttentionSetup {
-  static constexpr int kBlockSize = 4, kHeads = 6, kKvHeads = 2, kHeadDim = 20;
+  static constexpr int kBlockSize = 4, kHeads = 6, kKvHeads = 2;
+  int head_dim = 20;
   std::vector<int32_t> positions, cu_seqlens = {0, 13, 14}, kv_indptr = {0, 5, 11},
                                   kv_indices = {7, 2, 9, 0, 4, 1, 3, 10, 5, 8, 6},
                                   last_len = {3, 1};
   std::vector<int64_t> slots;
-  AttentionSetup() {
+  explicit AttentionSetup(int dim = 20) : head_dim(dim) {
     for (int p = 6; p < 19; ++p) positions.push_back(p);
     positions.push_back(20);
     for (size_t t = 0; t < positions.size(); ++t) {
@@ -45,23 +48,24 @@ struct AttentionSetup {
   }
 };
 
-class PagedAttentionTest : public ::testing::TestWithParam<KvType> {};
+class PagedAttentionTest : public ::testing::TestWithParam<std::tuple<KvType, int>> {};
 
 TEST_P(PagedAttentionTest, EveryIsaMatchesTheReference) {
-  AttentionSetup s;
+  const KvType kv_type = std::get<0>(GetParam());
+  AttentionSetup s(std::get<1>(GetParam()));  // 64 takes the SIMD head-size-64 path
   ASSERT_TRUE(ValidateRaggedBatch(s.batch(), s.kBlockSize, 11).ok());
   std::mt19937 rng(5);
-  const int64_t row = s.kKvHeads * s.kHeadDim;
+  const int64_t row = s.kKvHeads * s.head_dim;
   const size_t elements = 11 * s.kBlockSize * row;
-  std::vector<uint8_t> k_mem(elements * KvElementBytes(GetParam()));
+  std::vector<uint8_t> k_mem(elements * KvElementBytes(kv_type));
   std::vector<uint8_t> v_mem(k_mem.size());
-  const PagedKvLayer kv{GetParam(), k_mem.data(), v_mem.data(), 11, s.kBlockSize, s.kKvHeads,
-                        s.kHeadDim};
+  const PagedKvLayer kv{kv_type, k_mem.data(), v_mem.data(), 11, s.kBlockSize, s.kKvHeads,
+                        s.head_dim};
   // Fill every slot with random K/V (the "cached prefix"), then store this step's rows.
   std::vector<int64_t> all_slots(11 * s.kBlockSize);
   std::iota(all_slots.begin(), all_slots.end(), 0);
   StoreKv(kv, all_slots, Random(elements, rng).data(), Random(elements, rng).data());
-  const std::vector<float> q = Random(14 * s.kHeads * s.kHeadDim, rng);
+  const std::vector<float> q = Random(14 * s.kHeads * s.head_dim, rng);
   std::vector<float> expected(q.size());
   PagedAttentionReference(kv, s.batch(), q.data(), s.kHeads, 0.2f, expected.data());
   ThreadPool pool(2);
@@ -72,18 +76,20 @@ TEST_P(PagedAttentionTest, EveryIsaMatchesTheReference) {
                    out.data());
     // With f16 K/V the probabilities are rounded to f16; float vs double softmax can round
     // one of them to the neighbouring f16 value.
-    const float tolerance = GetParam() == KvType::kF16 ? 5e-4f : 1e-5f;
+    const float tolerance = kv_type == KvType::kF16 ? 5e-4f : 1e-5f;
     for (size_t i = 0; i < out.size(); ++i) {
       ASSERT_NEAR(out[i], expected[i], tolerance) << IsaName(isa) << " at " << i;
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(KvTypes, PagedAttentionTest,
-                         ::testing::Values(KvType::kF16, KvType::kF32),
-                         [](const ::testing::TestParamInfo<KvType>& param_info) {
-                           return param_info.param == KvType::kF16 ? "f16" : "f32";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    KvTypesAndHeadSizes, PagedAttentionTest,
+    ::testing::Combine(::testing::Values(KvType::kF16, KvType::kF32), ::testing::Values(20, 64)),
+    [](const ::testing::TestParamInfo<std::tuple<KvType, int>>& param_info) {
+      return std::string(std::get<0>(param_info.param) == KvType::kF16 ? "f16" : "f32") + "_d" +
+             std::to_string(std::get<1>(param_info.param));
+    });
 
 TEST(PagedAttentionTest, TheReferenceAttendsCausallyOverTheSequenceOnly) {
   // One KV head, head size 1, K = 0 everywhere: uniform attention, so the output is the
