@@ -76,6 +76,12 @@ TEMPLATES = {
     "phi3": {"bos_token": "<s>", "eos_token": "<|endoftext|>"},
     "deepseek_r1_distill": {"bos_token": "<｜begin▁of▁sentence｜>",
                             "eos_token": "<｜end▁of▁sentence｜>"},
+    "deepseek_v31": {"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"},
+    "phi4_mini": {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
+    "kimi_k2": {"bos_token": "[BOS]", "eos_token": "[EOS]"},
+    "kimi_k2_thinking": {"bos_token": "[BOS]", "eos_token": "[EOS]"},
+    "glm46": {"bos_token": "", "eos_token": "<|endoftext|>"},
+    "nemotron_nano_v2": {"bos_token": "<SPECIAL_1>", "eos_token": "<SPECIAL_12>"},
 }
 
 # ----------------------------------------------------------------------------- conversations
@@ -128,6 +134,13 @@ CONVERSATIONS = {
     "think_tags": ([USER2, {"role": "assistant",
                             "content": "<think>2 and 2 make 4.</think>The answer is 4."},
                     {"role": "user", "content": "And 3 + 3?"}], None, {}),
+    "thinking_off": ([SYSTEM, USER, {"role": "assistant",
+                                     "content": "<think>\nShort.\n</think>\n\nFine."},
+                      {"role": "user", "content": "Explain /no_think"}], None,
+                     {"enable_thinking": False}),
+    "thinking_on": ([USER, {"role": "assistant", "content": "Fine.",
+                            "reasoning_content": "The user greets me."}, USER2], None,
+                    {"enable_thinking": True, "thinking": True}),
     "not_alternating": ([USER, USER2], None, {}),
     "assistant_first": ([ASSISTANT, USER], None, {}),
     "tools_offered": ([SYSTEM, WEATHER_QUESTION], TOOLS, {}),

@@ -72,7 +72,9 @@ INSTANTIATE_TEST_SUITE_P(ChatTemplates, TemplateGoldenTest,
                          ::testing::Values("smollm2", "chatml", "llama2", "llama3",
                                            "llama3.1_tools", "mistral_instruct", "mistral_tools",
                                            "qwen2.5", "hermes_tools", "gemma", "phi3",
-                                           "deepseek_r1_distill"),
+                                           "deepseek_r1_distill", "deepseek_v31", "phi4_mini",
+                                           "kimi_k2", "kimi_k2_thinking", "glm46",
+                                           "nemotron_nano_v2"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            std::string name = param.param;
                            for (char& ch : name) {
