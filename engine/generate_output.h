@@ -1,0 +1,59 @@
+// What an engine streams back for a request: one GenerateOutput per step that produced
+// something for it, the last with finished == true.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/types.h"
+#include "common/status.h"
+#include "scheduler/request.h"
+
+namespace tokenmill {
+
+enum class CompletionReason {
+  kStop,    // EOS/EOT, a stop token id or a stop string
+  kLength,  // max_tokens or the context length
+  kAbort,   // Abort(), or Shutdown past its drain time
+  kError,   // the engine could not run it; GenerateOutput::error says why
+};
+std::string_view CompletionReasonName(CompletionReason reason);
+
+struct RequestUsage {
+  int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;  // of those, served by the prefix cache
+  int completion_tokens = 0;     // generated tokens reported so far (a stop token included)
+};
+
+// Seconds, measured on the engine's steady clock from Submit.
+struct RequestTimings {
+  double queue_seconds = 0.0;          // Submit -> first scheduled
+  double time_to_first_token = 0.0;    // Submit -> first token sampled
+  // Gap before each generated token: [0] is time_to_first_token, then inter-token times.
+  std::vector<double> token_seconds;
+  double total_seconds = 0.0;          // Submit -> finished
+};
+
+struct GenerateOutput {
+  RequestId id = 0;
+  std::vector<TokenId> token_ids;  // generated since the previous event
+  // UTF-8 text since the previous event. Text that may begin a stop string, or an
+  // unfinished character, is held back until it is known not to (or at the end).
+  std::string text;
+  bool finished = false;
+  // Set on the final event only.
+  std::optional<CompletionReason> finish_reason;
+  std::string stop_string;  // the stop string that matched, if that was the reason
+  Status error;             // why, when finish_reason is kError
+  RequestUsage usage;       // running totals
+  RequestTimings timings;   // complete on the final event only
+};
+
+// Receives a request's events, in order, on the engine thread. It must not block or call
+// back into the engine's Shutdown: hand the event to a queue (OutputStream) or to a gRPC
+// reactor that starts a write when none is in flight.
+using OutputSink = std::function<void(GenerateOutput&&)>;
+
+}  // namespace tokenmill
