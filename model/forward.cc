@@ -26,6 +26,22 @@ void ForwardPass::MatmulOp(const WeightMatrix& w, const float* x, int64_t n_toke
   }
 }
 
+void ForwardPass::MatmulOps(
+    std::initializer_list<std::pair<const WeightMatrix*, float*>> outputs, const float* x,
+    int64_t n_tokens) {
+  if (mode_ == KernelMode::kReference) {
+    for (const auto& [w, y] : outputs) MatmulReference(*w, x, n_tokens, y);
+    return;
+  }
+  std::vector<const WeightMatrix*> ws;
+  std::vector<float*> ys;
+  for (const auto& [w, y] : outputs) {
+    ws.push_back(w);
+    ys.push_back(y);
+  }
+  MatmulMany(ctx_, ws, x, n_tokens, ys);
+}
+
 Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span<float> logits) {
   const ModelConfig& c = model_.config();
   const ModelWeights& w = model_.weights();
@@ -81,9 +97,7 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& l = w.layers[layer];
     RmsNorm(x_.data(), l.attn_norm, c.rms_eps, n, h_.data());
-    MatmulOp(l.q, h_.data(), n, q_.data());
-    MatmulOp(l.k, h_.data(), n, k_.data());
-    MatmulOp(l.v, h_.data(), n, v_.data());
+    MatmulOps({{&l.q, q_.data()}, {&l.k, k_.data()}, {&l.v, v_.data()}}, h_.data(), n);
     if (c.qkv_bias) {
       AddBias(q_.data(), l.q_bias, n);
       AddBias(k_.data(), l.k_bias, n);
@@ -101,8 +115,7 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
     MatmulOp(l.o, attn_.data(), n, proj_.data());
     AddInPlace(x_.data(), proj_.data(), n * d);
     RmsNorm(x_.data(), l.ffn_norm, c.rms_eps, n, h_.data());
-    MatmulOp(l.gate, h_.data(), n, gate_.data());
-    MatmulOp(l.up, h_.data(), n, up_.data());
+    MatmulOps({{&l.gate, gate_.data()}, {&l.up, up_.data()}}, h_.data(), n);
     SwiGlu(gate_.data(), up_.data(), n * c.n_ff, gate_.data());
     MatmulOp(l.down, gate_.data(), n, proj_.data());
     AddInPlace(x_.data(), proj_.data(), n * d);

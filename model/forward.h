@@ -3,7 +3,9 @@
 // new tokens' K/V into their slots and returns logits only for the rows asked for.
 #pragma once
 
+#include <initializer_list>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -33,6 +35,9 @@ class ForwardPass {
 
  private:
   void MatmulOp(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
+  // Several matrices over the same input (one parallel pass on the fast path).
+  void MatmulOps(std::initializer_list<std::pair<const WeightMatrix*, float*>> outputs,
+                 const float* x, int64_t n_tokens);
 
   const Model& model_;
   CpuContext ctx_;

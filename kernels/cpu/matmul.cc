@@ -66,21 +66,46 @@ MatmulRangeFn RangeFnFor(const CpuKernelTable& table, TensorType type) {
 
 void Matmul(const CpuContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tokens,
             float* y) {
-  if (n_tokens == 0 || w.rows == 0) return;
-  const MatmulRangeFn fn = RangeFnFor(*ctx.kernels, w.type);
+  const WeightMatrix* ws[] = {&w};
+  float* ys[] = {y};
+  MatmulMany(ctx, ws, x, n_tokens, ys);
+}
+
+void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, const float* x,
+                int64_t n_tokens, std::span<float* const> ys) {
+  TM_CHECK_EQ(ws.size(), ys.size());
+  if (n_tokens == 0 || ws.empty()) return;
+  const int64_t cols = ws[0]->cols;
+  int64_t total_rows = 0;
+  bool quantize = false;
+  for (const WeightMatrix* w : ws) {
+    TM_CHECK_EQ(w->cols, cols);
+    total_rows += w->rows;
+    quantize = quantize || UsesQuantizedActivations(w->type);
+  }
   std::vector<Q8ActivationBlock> quantized;
-  const void* activations = x;
-  if (UsesQuantizedActivations(w.type)) {
-    TM_CHECK_EQ(w.cols % 32, 0);
-    const int64_t blocks = w.cols / 32;
+  if (quantize) {
+    TM_CHECK_EQ(cols % 32, 0);
+    const int64_t blocks = cols / 32;
     quantized.resize(static_cast<size_t>(blocks * n_tokens));
     for (int64_t t = 0; t < n_tokens; ++t) {
-      ctx.kernels->quantize(x + t * w.cols, w.cols, quantized.data() + t * blocks);
+      ctx.kernels->quantize(x + t * cols, cols, quantized.data() + t * blocks);
     }
-    activations = quantized.data();
   }
-  ParallelFor(ctx.pool, w.rows, 16, [&](int64_t begin, int64_t end) {
-    fn(MatmulRange{&w, activations, n_tokens, y, w.rows, begin, end});
+  // Rows [begin, end) of the concatenation, cut at matrix boundaries.
+  ParallelFor(ctx.pool, total_rows, 16, [&](int64_t begin, int64_t end) {
+    int64_t first = 0;
+    for (size_t i = 0; i < ws.size(); first += ws[i]->rows, ++i) {
+      const WeightMatrix& w = *ws[i];
+      const int64_t lo = std::max(begin, first) - first;
+      const int64_t hi = std::min(end, first + w.rows) - first;
+      if (lo >= hi) continue;
+      const void* activations = UsesQuantizedActivations(w.type)
+                                    ? static_cast<const void*>(quantized.data())
+                                    : static_cast<const void*>(x);
+      RangeFnFor(*ctx.kernels, w.type)(
+          MatmulRange{&w, activations, n_tokens, ys[i], w.rows, lo, hi});
+    }
   });
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/tensor_type.h"
@@ -104,6 +105,13 @@ struct CpuContext {
 // kernels of ctx. Threads split the rows.
 void Matmul(const CpuContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tokens,
             float* y);
+
+// Several matrices with the same number of columns over the same activations (Q/K/V,
+// gate/up): the activations are quantized once and one parallel pass covers the rows of
+// all, so threads meet once instead of once per matrix. ys[i] gets n_tokens × rows_i.
+// Each output is computed exactly as Matmul computes it.
+void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, const float* x,
+                int64_t n_tokens, std::span<float* const> ys);
 
 // The reference: each weight row dequantized to float and dotted with float activations
 // in a plain loop (no activation quantization). Slow; the oracle for tests.

@@ -157,6 +157,40 @@ INSTANTIATE_TEST_SUITE_P(Types, MatmulTest,
                            return std::string(NameOf(param_info.param));
                          });
 
+TEST(MatmulManyTest, EqualsSeparateMatmulsBitForBit) {
+  std::mt19937 rng(9);
+  const int64_t cols = 96, tokens = 6;
+  const std::vector<std::pair<TensorType, int64_t>> shapes = {
+      {TensorType::kQ4_1, 50}, {TensorType::kQ8_0, 17}, {TensorType::kF16, 33}};
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<WeightMatrix> ws;
+  for (const auto& [type, rows] : shapes) {
+    data.push_back(RandomWeights(type, rows, cols, rng));
+    const GgmlTypeLayout& layout = LayoutOf(type);
+    ws.push_back(
+        {type, data.back().data(), rows, cols, cols / layout.block_size * layout.type_size});
+  }
+  const std::vector<float> x = RandomActivations(tokens * cols, rng);
+  ThreadPool pool(3);
+  for (CpuIsa isa : SupportedIsas()) {
+    const CpuContext ctx{&KernelTable(isa), &pool};
+    std::vector<std::vector<float>> together(ws.size()), apart(ws.size());
+    std::vector<const WeightMatrix*> w_ptrs;
+    std::vector<float*> y_ptrs;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      together[i].assign(static_cast<size_t>(tokens * ws[i].rows), NAN);
+      apart[i].assign(together[i].size(), NAN);
+      Matmul(ctx, ws[i], x.data(), tokens, apart[i].data());
+      w_ptrs.push_back(&ws[i]);
+      y_ptrs.push_back(together[i].data());
+    }
+    MatmulMany(ctx, w_ptrs, x.data(), tokens, y_ptrs);
+    for (size_t i = 0; i < ws.size(); ++i) {
+      EXPECT_EQ(together[i], apart[i]) << IsaName(isa) << " matrix " << i;
+    }
+  }
+}
+
 TEST(QuantizeActivationsTest, RoundTripsWithinHalfAStep) {
   std::mt19937 rng(3);
   const std::vector<float> x = RandomActivations(96, rng);
