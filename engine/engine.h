@@ -105,28 +105,32 @@ class Engine {
   int vocab_size() const { return vocab_size_; }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  struct Submitted {
+    RequestId id;
+    GenerateRequest request;
+    Clock::time_point submit_time;
+  };
+  // What other threads post; the engine thread takes it all at the top of each iteration.
   struct Inbox {
-    std::vector<std::pair<RequestId, GenerateRequest>> submitted;
+    std::vector<Submitted> submitted;
     std::vector<RequestId> aborted;
-    bool shutting_down = false;
-    std::chrono::steady_clock::time_point drain_deadline = std::chrono::steady_clock::time_point::max();
   };
 
-  Engine(std::unique_ptr<EngineCore> core, int max_model_len, int vocab_size, int max_queue);
+  Engine(std::unique_ptr<EngineCore> core, int max_model_len, int vocab_size);
   void Loop();
   void PublishStats();
 
   std::unique_ptr<EngineCore> core_;  // touched only by the engine thread
   const int max_model_len_;
   const int vocab_size_;
-  const int max_queue_;
   std::atomic<RequestId> next_id_{1};
 
   mutable std::mutex inbox_mutex_;
   std::condition_variable inbox_cv_;
-  Inbox inbox_;
-  bool accepting_ = true;    // guarded by inbox_mutex_
-  int num_in_flight_ = 0;    // submitted and not yet finished; guarded by inbox_mutex_
+  Inbox inbox_;                     // guarded by inbox_mutex_
+  bool shutting_down_ = false;      // guarded by inbox_mutex_
+  Clock::time_point drain_deadline_ = Clock::time_point::max();  // guarded by inbox_mutex_
 
   mutable std::mutex stats_mutex_;
   EngineStats stats_;  // guarded by stats_mutex_

@@ -1,0 +1,124 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+#include "engine/engine_core.h"
+#include "engine/request_validation.h"
+
+namespace tokenmill {
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Tokenizer& tokenizer,
+                                                 const EngineConfig& config) {
+  TM_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
+                      EngineCore::Create(model, tokenizer, config));
+  const RequestLimits limits = core->limits();
+  std::unique_ptr<Engine> engine(new Engine(std::move(core), limits.max_model_len,
+                                            limits.vocab_size));
+  engine->PublishStats();
+  engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
+  return engine;
+}
+
+Engine::Engine(std::unique_ptr<EngineCore> core, int max_model_len, int vocab_size)
+    : core_(std::move(core)), max_model_len_(max_model_len), vocab_size_(vocab_size) {}
+
+Engine::~Engine() { Shutdown(std::chrono::milliseconds(0)); }
+
+StatusOr<RequestId> Engine::Submit(GenerateRequest request) {
+  TM_RETURN_IF_ERROR(ValidateGenerateRequest(
+      request, RequestLimits{.max_model_len = max_model_len_, .vocab_size = vocab_size_}));
+  const RequestId id = next_id_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    if (shutting_down_) {
+      return UnavailableError("the engine is shutting down: send the request to another server");
+    }
+    inbox_.submitted.push_back(Submitted{id, std::move(request), Clock::now()});
+  }
+  inbox_cv_.notify_one();
+  return id;
+}
+
+void Engine::Abort(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    inbox_.aborted.push_back(id);
+  }
+  inbox_cv_.notify_one();
+}
+
+EngineStats Engine::Stats() const {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  return stats_;
+}
+
+void Engine::Shutdown(std::chrono::milliseconds drain_timeout) {
+  std::lock_guard<std::mutex> serialize(shutdown_mutex_);
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    const Clock::time_point now = Clock::now();
+    // Saturate: "forever" must not overflow the clock.
+    const Clock::time_point deadline =
+        drain_timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(
+                             Clock::time_point::max() - now)
+            ? Clock::time_point::max()
+            : now + drain_timeout;
+    drain_deadline_ = std::min(drain_deadline_, deadline);
+    shutting_down_ = true;
+  }
+  inbox_cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::Loop() {
+  bool idle = false;  // the last step could run nothing
+  while (true) {
+    Inbox inbox;
+    bool abort_all = false;
+    {
+      std::unique_lock<std::mutex> lock(inbox_mutex_);
+      // Sleep while nothing can change: no news, and no request that could run.
+      inbox_cv_.wait_until(lock, shutting_down_ ? drain_deadline_ : Clock::time_point::max(),
+                           [&] {
+                             return !inbox_.submitted.empty() || !inbox_.aborted.empty() ||
+                                    (shutting_down_ && !core_->has_unfinished_requests()) ||
+                                    (!idle && core_->has_unfinished_requests());
+                           });
+      std::swap(inbox, inbox_);
+      abort_all = shutting_down_ && Clock::now() >= drain_deadline_;
+    }
+    for (Submitted& s : inbox.submitted) {
+      OutputSink sink = s.request.sink;
+      const Status status = core_->Add(s.id, std::move(s.request), s.submit_time);
+      if (!status.ok()) {
+        // Accepted by Submit, refused by the scheduler (a full queue): a final error event.
+        GenerateOutput out;
+        out.id = s.id;
+        out.finished = true;
+        out.finish_reason = CompletionReason::kError;
+        out.error = status;
+        sink(std::move(out));
+      }
+    }
+    for (const RequestId id : inbox.aborted) core_->Abort(id);
+    if (abort_all) core_->AbortAll();
+    const bool ran = core_->has_unfinished_requests() && core_->Step();
+    idle = !ran;
+    PublishStats();
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    if (shutting_down_ && !core_->has_unfinished_requests() && inbox_.submitted.empty()) break;
+  }
+}
+
+void Engine::PublishStats() {
+  EngineStats stats = core_->Stats();
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    stats.num_waiting += static_cast<int>(inbox_.submitted.size());
+  }
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  stats_ = stats;
+}
+
+}  // namespace tokenmill

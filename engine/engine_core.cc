@@ -1,0 +1,163 @@
+#include "engine/engine_core.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "cache/kv_cache_sizing.h"
+#include "common/check.h"
+
+namespace tokenmill {
+
+StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const Model& model,
+                                                         const Tokenizer& tokenizer,
+                                                         const EngineConfig& config) {
+  TM_RETURN_IF_ERROR(ValidateEngineConfig(config));
+  const ModelConfig& mc = model.config();
+  if (tokenizer.vocab_size() > mc.n_vocab) {
+    return InvalidArgumentError("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
+                                " tokens but the model's output only " +
+                                std::to_string(mc.n_vocab) + ": use the tokenizer of this model");
+  }
+  int num_blocks = config.num_kv_blocks;
+  if (num_blocks == 0) {
+    const KvGeometry geometry{mc.n_layers, mc.n_kv_heads, mc.head_dim,
+                              static_cast<int>(KvElementBytes(config.kv_type))};
+    TM_ASSIGN_OR_RETURN(KvCachePlan plan,
+                        PlanKvCache(geometry, config.block_size, config.kv_cache_bytes));
+    num_blocks = plan.num_blocks;
+  }
+  if (num_blocks <= config.watermark_blocks) {
+    return InvalidArgumentError("the KV pool has " + std::to_string(num_blocks) +
+                                " blocks, not more than the watermark (" +
+                                std::to_string(config.watermark_blocks) +
+                                "): give the KV cache more memory");
+  }
+  auto kv = std::make_unique<KvCacheManager>(KvCacheConfig{
+      .num_blocks = num_blocks,
+      .block_size = config.block_size,
+      .enable_prefix_caching = config.enable_prefix_caching,
+      .watermark_blocks = config.watermark_blocks});
+  SchedulerConfig sc = config.scheduler;
+  sc.max_model_len = std::min(sc.max_model_len, mc.context_length);
+  sc.eos_token_ids = tokenizer.end_of_generation_ids();
+  auto scheduler = std::make_unique<Scheduler>(sc, *kv);
+  const int threads = config.num_threads > 0
+                          ? config.num_threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  auto runner = std::make_unique<ModelRunner>(model, config.isa.value_or(BestCpuIsa()), threads,
+                                              config.kv_type, num_blocks, config.block_size);
+  const RequestLimits limits{.max_model_len = scheduler->max_model_len(),
+                             .vocab_size = tokenizer.vocab_size()};
+  return std::unique_ptr<EngineCore>(new EngineCore(tokenizer, std::move(kv), std::move(scheduler),
+                                                    std::move(runner), limits));
+}
+
+EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManager> kv,
+                       std::unique_ptr<Scheduler> scheduler, std::unique_ptr<ModelRunner> runner,
+                       RequestLimits limits)
+    : tokenizer_(tokenizer),
+      kv_(std::move(kv)),
+      scheduler_(std::move(scheduler)),
+      runner_(std::move(runner)),
+      limits_(limits) {}
+
+Status EngineCore::Add(RequestId id, GenerateRequest request, Clock::time_point submit_time) {
+  TM_RETURN_IF_ERROR(ValidateGenerateRequest(request, limits_));
+  if (outputs_.contains(id)) {
+    return InvalidArgumentError("request id " + std::to_string(id) + " is already in use");
+  }
+  const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
+  TM_RETURN_IF_ERROR(scheduler_->Add(NewRequest{.id = id,
+                                                .prompt_token_ids = request.prompt_token_ids,
+                                                .sampling = request.sampling,
+                                                .priority = request.priority,
+                                                .cache_salt = request.cache_salt,
+                                                .arrival_time = submit_time}));
+  outputs_.emplace(id, RequestOutput(id, tokenizer_, std::move(request.stop_strings),
+                                     std::move(request.sink), num_prompt, submit_time));
+  return OkStatus();
+}
+
+bool EngineCore::Abort(RequestId id) {
+  const auto it = outputs_.find(id);
+  if (it == outputs_.end()) return false;
+  // Frees the blocks now; the scheduler reports the id in the next step's finished_ids.
+  const Status status = scheduler_->Abort(id);
+  TM_CHECK(status.ok()) << status.ToString();
+  it->second.Finish(CompletionReason::kAbort, OkStatus(), Clock::now());
+  outputs_.erase(it);
+  return true;
+}
+
+void EngineCore::AbortAll() {
+  std::vector<RequestId> ids;
+  for (const auto& [id, output] : outputs_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (const RequestId id : ids) Abort(id);
+}
+
+bool EngineCore::Step() {
+  const SchedulerOutput step = scheduler_->Schedule();
+  if (step.empty()) return false;
+  ++num_steps_;
+  const Clock::time_point start = Clock::now();
+  for (const ScheduledRequest& r : step.requests) outputs_.at(r.id).MarkScheduled(start);
+
+  StatusOr<ModelOutput> sampled = runner_->Execute(step, *scheduler_, sampler_);
+  if (!sampled.ok()) {
+    FailStep(step, sampled.status());
+    return true;
+  }
+  const std::vector<RequestEvent> events = scheduler_->Update(*sampled);
+  const Clock::time_point now = Clock::now();
+  for (const RequestEvent& event : events) {
+    const auto it = outputs_.find(event.id);
+    TM_CHECK(it != outputs_.end()) << "event for unknown request " << event.id;
+    if (!it->second.OnTokens(event.new_token_ids, event.finish_reason,
+                             event.num_cached_prompt_tokens, now)) {
+      continue;
+    }
+    // A stop string finished it while the scheduler still runs it.
+    if (!event.finish_reason) {
+      const Status status = scheduler_->FinishRequest(event.id, FinishReason::kStop);
+      TM_CHECK(status.ok()) << status.ToString();
+    }
+    outputs_.erase(it);
+  }
+  return true;
+}
+
+void EngineCore::FailStep(const SchedulerOutput& step, const Status& error) {
+  const Status reported = InternalError("the forward pass failed: " + error.ToString());
+  for (const ScheduledRequest& r : step.requests) {
+    const auto it = outputs_.find(r.id);
+    if (it == outputs_.end()) continue;
+    const Status status = scheduler_->FinishRequest(r.id, FinishReason::kAbort);
+    TM_CHECK(status.ok()) << status.ToString();
+    it->second.Finish(CompletionReason::kError, reported, Clock::now());
+    outputs_.erase(it);
+  }
+  // Tells the scheduler the step is over; its requests are all finished.
+  scheduler_->Update(ModelOutput{});
+}
+
+EngineStats EngineCore::Stats() const {
+  const SchedulerStats s = scheduler_->Stats();
+  const KvCacheStats k = kv_->Stats();
+  EngineStats stats;
+  stats.num_running = s.num_running;
+  stats.num_waiting = s.num_waiting;
+  stats.kv_usage = k.usage;
+  stats.num_kv_blocks = k.num_blocks;
+  stats.num_kv_blocks_in_use = k.num_in_use_blocks;
+  stats.prefix_query_tokens = k.prefix_query_tokens;
+  stats.prefix_hit_tokens = k.prefix_hit_tokens;
+  stats.num_preemptions = s.num_preemptions;
+  stats.num_prompt_tokens = s.num_prompt_tokens;
+  stats.num_generation_tokens = s.num_generation_tokens;
+  stats.num_finished = s.num_finished;
+  stats.num_steps = num_steps_;
+  return stats;
+}
+
+}  // namespace tokenmill

@@ -1,0 +1,47 @@
+// Runs one scheduler step: one forward pass over all scheduled sequences with logits only
+// for the rows that sample, then the sampler, with greedy verification of draft tokens.
+// Owns the KV memory the cache manager's block ids address (slot = block * block_size +
+// offset). Engine thread only.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/sampler.h"
+#include "kernels/cpu/thread_pool.h"
+#include "model/forward.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/scheduler_output.h"
+
+namespace tokenmill {
+
+class ModelRunner {
+ public:
+  // `model` must outlive the runner. num_threads counts the calling (engine) thread.
+  ModelRunner(const Model& model, CpuIsa isa, int num_threads, KvType kv_type,
+              int64_t num_blocks, int block_size);
+
+  // Computes `step` (from scheduler.Schedule()) and samples a token for each request with
+  // num_logits > 0: accepted drafts (those equal to the sampler's pick at the row before
+  // them) then one sampled token.
+  StatusOr<ModelOutput> Execute(const SchedulerOutput& step, const Scheduler& scheduler,
+                                Sampler& sampler);
+
+  int block_size() const { return block_size_; }
+  int64_t num_blocks() const { return num_blocks_; }
+
+ private:
+  const Model& model_;
+  std::unique_ptr<ThreadPool> pool_;
+  ForwardPass forward_;
+  KvCacheStorage kv_;
+  int64_t num_blocks_;
+  int block_size_;
+  std::vector<float> logits_;
+};
+
+}  // namespace tokenmill

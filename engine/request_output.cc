@@ -1,0 +1,97 @@
+#include "engine/request_output.h"
+
+namespace tokenmill {
+namespace {
+
+double Seconds(RequestOutput::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+CompletionReason FromFinishReason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return CompletionReason::kStop;
+    case FinishReason::kLength: return CompletionReason::kLength;
+    case FinishReason::kAbort: return CompletionReason::kAbort;
+  }
+  return CompletionReason::kError;
+}
+
+}  // namespace
+
+RequestOutput::RequestOutput(RequestId id, const Tokenizer& tokenizer,
+                             std::vector<std::string> stop_strings, OutputSink sink,
+                             int num_prompt_tokens, Clock::time_point submit_time)
+    : id_(id),
+      // The stream continues a prompt: keep a leading space.
+      decoder_(tokenizer, DecodeOptions{.render_special = false, .strip_space_prefix = false}),
+      stop_matcher_(stop_strings),
+      stop_strings_(std::move(stop_strings)),
+      sink_(std::move(sink)),
+      submit_time_(submit_time) {
+  usage_.prompt_tokens = num_prompt_tokens;
+}
+
+void RequestOutput::MarkScheduled(Clock::time_point now) {
+  if (scheduled_) return;
+  scheduled_ = true;
+  timings_.queue_seconds = Seconds(now - submit_time_);
+}
+
+bool RequestOutput::OnTokens(std::span<const TokenId> tokens, std::optional<FinishReason> finish,
+                             int num_cached_prompt_tokens, Clock::time_point now) {
+  usage_.cached_prompt_tokens = num_cached_prompt_tokens;
+  GenerateOutput out;
+  std::optional<size_t> matched;
+  for (const TokenId token : tokens) {
+    const Clock::time_point previous = last_token_time_.value_or(submit_time_);
+    if (!last_token_time_) timings_.time_to_first_token = Seconds(now - submit_time_);
+    timings_.token_seconds.push_back(Seconds(now - previous));
+    last_token_time_ = now;
+    out.token_ids.push_back(token);
+    ++usage_.completion_tokens;
+    StopStringMatcher::Result text = stop_matcher_.Add(decoder_.Add(token));
+    out.text += text.text;
+    if (text.matched) {
+      matched = text.matched;
+      break;
+    }
+  }
+  if (!matched && finish) {
+    // The end of the stream: an unfinished character, then what the matcher held back.
+    StopStringMatcher::Result text = stop_matcher_.Add(decoder_.Finish());
+    out.text += text.text;
+    matched = text.matched;
+    if (!matched) out.text += stop_matcher_.Flush();
+  }
+  if (matched) {
+    out.stop_string = stop_strings_[*matched];
+    FillFinal(out, CompletionReason::kStop, now);
+  } else if (finish) {
+    FillFinal(out, FromFinishReason(*finish), now);
+  }
+  out.usage = usage_;
+  const bool final_event = out.finished;
+  Emit(std::move(out));
+  return final_event;
+}
+
+void RequestOutput::Finish(CompletionReason reason, Status error, Clock::time_point now) {
+  GenerateOutput out;
+  out.error = std::move(error);
+  FillFinal(out, reason, now);
+  out.usage = usage_;
+  Emit(std::move(out));
+}
+
+void RequestOutput::FillFinal(GenerateOutput& out, CompletionReason reason,
+                              Clock::time_point now) {
+  out.finished = true;
+  out.finish_reason = reason;
+  timings_.total_seconds = Seconds(now - submit_time_);
+  out.timings = timings_;
+}
+
+void RequestOutput::Emit(GenerateOutput&& output) {
+  output.id = id_;
+  sink_(std::move(output));
+}
+
+}  // namespace tokenmill

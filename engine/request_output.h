@@ -1,0 +1,58 @@
+// One request's side of the output stream: turns the scheduler's token events into
+// GenerateOutputs (text deltas through the incremental decoder and the stop-string
+// hold-back, usage, timings) and hands them to the request's sink. Engine thread only.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/generate_output.h"
+#include "engine/stop_string_matcher.h"
+#include "model/tokenizer/incremental_decoder.h"
+#include "model/tokenizer/tokenizer.h"
+#include "scheduler/request.h"
+
+namespace tokenmill {
+
+class RequestOutput {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `tokenizer` must outlive this.
+  RequestOutput(RequestId id, const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
+                OutputSink sink, int num_prompt_tokens, Clock::time_point submit_time);
+
+  // The request ran in a step (the first call sets the queue time).
+  void MarkScheduled(Clock::time_point now);
+
+  // Emits the tokens the scheduler appended this step. `finish` is the scheduler's reason
+  // when it finished the request. Returns true when the event was final: the scheduler
+  // finished it, or a stop string matched (the caller must then finish it in the scheduler;
+  // tokens after the match are dropped).
+  bool OnTokens(std::span<const TokenId> tokens, std::optional<FinishReason> finish,
+                int num_cached_prompt_tokens, Clock::time_point now);
+
+  // Emits the final event for an abort or an error (`error` says why).
+  void Finish(CompletionReason reason, Status error, Clock::time_point now);
+
+ private:
+  void Emit(GenerateOutput&& output);
+  void FillFinal(GenerateOutput& output, CompletionReason reason, Clock::time_point now);
+
+  RequestId id_;
+  IncrementalDecoder decoder_;
+  StopStringMatcher stop_matcher_;
+  std::vector<std::string> stop_strings_;
+  OutputSink sink_;
+  RequestUsage usage_;
+  RequestTimings timings_;
+  Clock::time_point submit_time_;
+  std::optional<Clock::time_point> last_token_time_;
+  bool scheduled_ = false;
+};
+
+}  // namespace tokenmill

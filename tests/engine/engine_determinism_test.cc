@@ -1,0 +1,165 @@
+// Greedy decoding is deterministic bit for bit (DESIGN.md section 3, "Determinism"): a
+// request's tokens do not depend on what else is batched with it, on whether its prefix
+// came from the cache, on how its prefill was chunked, or on being preempted. Driven step
+// by step through EngineCore with stories260K.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "tests/engine/engine_test_util.h"
+
+namespace tokenmill::testing {
+namespace {
+
+struct Spec {
+  std::vector<TokenId> prompt;
+  int max_tokens;
+};
+
+int Vocab() { return Stories().tokenizer->vocab_size(); }
+
+// Each spec run by itself on a fresh engine with a roomy pool and whole prefill.
+std::vector<std::vector<TokenId>> RunEachAlone(const std::vector<Spec>& specs) {
+  std::vector<std::vector<TokenId>> outputs;
+  for (const Spec& spec : specs) {
+    auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, SmallConfig());
+    TM_CHECK(core.ok()) << core.status().ToString();
+    Collector collector;
+    TM_CHECK((*core)->Add(1, Greedy(spec.prompt, spec.max_tokens, collector.Sink(1))).ok());
+    TM_CHECK(RunToCompletion(**core));
+    outputs.push_back(collector[1].token_ids);
+  }
+  return outputs;
+}
+
+// Sixteen requests of mixed prompt lengths and budgets; they fit stories260K's context of
+// 128.
+std::vector<Spec> MixedSpecs() {
+  const std::vector<int> lengths = {20, 1, 3, 7, 12, 17, 25, 31, 40, 50, 60, 70, 5, 9, 33, 90};
+  std::vector<Spec> specs;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int room = 127 - lengths[i];
+    specs.push_back({RandomPrompt(lengths[i], Vocab(), 100 + static_cast<uint32_t>(i)),
+                     i == 0 ? 60 : 1 + static_cast<int>(i * 7) % room});
+  }
+  return specs;
+}
+
+TEST(EngineDeterminismTest, BatchedWithFifteenOthersEqualsAlone) {
+  const std::vector<Spec> specs = MixedSpecs();
+  const std::vector<std::vector<TokenId>> alone = RunEachAlone(specs);
+  ASSERT_EQ(alone[0].size(), 60u);
+
+  EngineConfig config = SmallConfig();
+  config.scheduler.max_num_batched_tokens = 64;  // prompts are chunked too, mixed with decodes
+  auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, config);
+  ASSERT_TRUE(core.ok()) << core.status().ToString();
+  Collector collector;
+  // Half arrive first; the rest join while those decode.
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const RequestId id = i + 1;
+    ASSERT_TRUE((*core)->Add(id, Greedy(specs[i].prompt, specs[i].max_tokens,
+                                        collector.Sink(id))).ok());
+    if (i == 7) {
+      for (int step = 0; step < 3; ++step) ASSERT_TRUE((*core)->Step());
+    }
+  }
+  int max_batch = 0;
+  while ((*core)->has_unfinished_requests()) {
+    max_batch = std::max(max_batch, (*core)->Stats().num_running);
+    ASSERT_TRUE((*core)->Step());
+  }
+  EXPECT_GE(max_batch, 12) << "the requests should have run together";
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(collector[i + 1].token_ids, alone[i]) << "request " << i + 1;
+  }
+}
+
+TEST(EngineDeterminismTest, PrefixCacheHitEqualsMiss) {
+  const std::vector<TokenId> shared = RandomPrompt(48, Vocab(), 7);
+  std::vector<TokenId> same = shared;
+  same.push_back(300);
+  std::vector<TokenId> other = shared;
+  other.resize(32);  // shares two full blocks
+  for (TokenId t : RandomPrompt(20, Vocab(), 8)) other.push_back(t);
+  const std::vector<Spec> specs = {{same, 50}, {same, 50}, {other, 50}};
+
+  EngineConfig no_cache = SmallConfig();
+  no_cache.enable_prefix_caching = false;
+  std::vector<std::vector<TokenId>> cold;
+  for (const Spec& spec : specs) {
+    auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, no_cache);
+    ASSERT_TRUE(core.ok());
+    Collector c;
+    ASSERT_TRUE((*core)->Add(1, Greedy(spec.prompt, spec.max_tokens, c.Sink(1))).ok());
+    ASSERT_TRUE(RunToCompletion(**core));
+    EXPECT_EQ(c[1].final_event.usage.cached_prompt_tokens, 0);
+    cold.push_back(c[1].token_ids);
+  }
+
+  auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, SmallConfig());
+  ASSERT_TRUE(core.ok());
+  Collector collector;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const RequestId id = i + 1;
+    ASSERT_TRUE((*core)->Add(id, Greedy(specs[i].prompt, specs[i].max_tokens,
+                                        collector.Sink(id))).ok());
+    ASSERT_TRUE(RunToCompletion(**core));  // one after the other: each finds the last's blocks
+  }
+  EXPECT_EQ(collector[1].final_event.usage.cached_prompt_tokens, 0);
+  EXPECT_EQ(collector[2].final_event.usage.cached_prompt_tokens, 48);
+  EXPECT_EQ(collector[3].final_event.usage.cached_prompt_tokens, 32);
+  EXPECT_EQ(collector[2].final_event.usage.prompt_tokens, 49);
+  EXPECT_GE((*core)->Stats().prefix_hit_tokens, 80);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(collector[i + 1].token_ids, cold[i]) << "request " << i + 1;
+  }
+}
+
+TEST(EngineDeterminismTest, ChunkedPrefillEqualsWholePrefill) {
+  const std::vector<Spec> specs = {{RandomPrompt(61, Vocab(), 21), 40},
+                                   {RandomPrompt(9, Vocab(), 22), 60}};
+  const std::vector<std::vector<TokenId>> whole = RunEachAlone(specs);
+  for (const int budget : {1, 5, 16, 17}) {
+    EngineConfig config = SmallConfig();
+    config.scheduler.max_num_batched_tokens = budget;
+    auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, config);
+    ASSERT_TRUE(core.ok());
+    Collector collector;
+    // The short one decodes while the long one's prompt comes in chunks.
+    ASSERT_TRUE((*core)->Add(2, Greedy(specs[1].prompt, specs[1].max_tokens,
+                                       collector.Sink(2))).ok());
+    ASSERT_TRUE((*core)->Step());
+    ASSERT_TRUE((*core)->Add(1, Greedy(specs[0].prompt, specs[0].max_tokens,
+                                       collector.Sink(1))).ok());
+    ASSERT_TRUE(RunToCompletion(**core));
+    EXPECT_GE((*core)->Stats().num_steps, 61 / budget) << "budget " << budget;
+    EXPECT_EQ(collector[1].token_ids, whole[0]) << "budget " << budget;
+    EXPECT_EQ(collector[2].token_ids, whole[1]) << "budget " << budget;
+  }
+}
+
+TEST(EngineDeterminismTest, PreemptedRequestsResumeWithTheSameTokens) {
+  std::vector<Spec> specs;
+  for (uint32_t i = 0; i < 6; ++i) specs.push_back({RandomPrompt(20 + 3 * i, Vocab(), 40 + i), 80});
+  const std::vector<std::vector<TokenId>> alone = RunEachAlone(specs);
+
+  // 6 requests of ~100 tokens (7 blocks each) in a pool of 16 blocks.
+  EngineConfig config = SmallConfig(16);
+  auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, config);
+  ASSERT_TRUE(core.ok());
+  Collector collector;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_TRUE((*core)->Add(i + 1, Greedy(specs[i].prompt, specs[i].max_tokens,
+                                           collector.Sink(i + 1))).ok());
+  }
+  ASSERT_TRUE(RunToCompletion(**core));
+  EXPECT_GT((*core)->Stats().num_preemptions, 0);
+  EXPECT_EQ((*core)->kv_cache().Stats().num_in_use_blocks, 0);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(collector[i + 1].token_ids, alone[i]) << "request " << i + 1;
+  }
+}
+
+}  // namespace
+}  // namespace tokenmill::testing
