@@ -39,7 +39,9 @@ class ChatTemplate {
   static StatusOr<ChatTemplate> FromSource(std::string source, ChatSpecialTokens tokens);
 
   // INVALID_ARGUMENT naming the message for bad messages (not an object, unknown role,
-  // missing content), or naming line and column for errors inside the template.
+  // missing content), or naming line and column for errors inside the template (including the
+  // template's own raise_exception, e.g. "roles must alternate"). Safe to call from several
+  // threads at once: rendering keeps its state on the stack.
   StatusOr<std::string> Render(const ChatRequest& request) const;
 
   const std::string& source() const { return source_; }

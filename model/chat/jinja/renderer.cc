@@ -347,8 +347,9 @@ class Renderer {
     for (size_t i = 0; i < args.positional.size(); ++i)
       scope[macro.params[i].first] = args.positional[i];
     for (const auto& [key, value] : args.keyword) {
+      const std::string& name = key;  // clang 14 cannot capture a structured binding
       const auto it = std::find_if(macro.params.begin(), macro.params.end(),
-                                   [&](const auto& p) { return p.first == key; });
+                                   [&](const auto& p) { return p.first == name; });
       if (it == macro.params.end()) {
         throw TemplateError("macro '" + macro.name + "' takes no keyword argument '" + key + "'");
       }
