@@ -185,6 +185,12 @@ class Parser {
       ExpectEndTag("endgeneration");
       return s;
     }
+    static constexpr std::string_view kUnsupported[] = {
+        "autoescape", "block", "call", "extends", "from", "import", "include", "raw", "with"};
+    if (std::find(std::begin(kUnsupported), std::end(kUnsupported), name) !=
+        std::end(kUnsupported)) {
+      Fail("'{% " + name + " %}' is a Jinja tag this renderer does not support", tag);
+    }
     Fail("unknown tag '" + name + "'", tag);
   }
 

@@ -142,6 +142,9 @@ TEST(ErrorTest, SyntaxErrorsNameLineAndColumn) {
             "PARSE: template syntax error at line 1, column 8: expected an expression, got '}}'");
   EXPECT_EQ(Render("{% break %}"),
             "PARSE: template syntax error at line 1, column 4: 'break' outside of a loop");
+  EXPECT_EQ(Render("{% include 'x.jinja' %}"),
+            "PARSE: template syntax error at line 1, column 4: '{% include %}' is a Jinja tag "
+            "this renderer does not support");
   EXPECT_EQ(Render("{% if true %}{% endfor %}"),
             "PARSE: template syntax error at line 1, column 17: unknown tag 'endfor'");
 }
