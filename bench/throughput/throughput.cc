@@ -1,0 +1,169 @@
+// Offline throughput of the engine: for each concurrency c, an engine with max_num_seqs = c
+// gets N = c x waves requests submitted at once (random prompt ids, greedy, ignore_eos, the
+// same max_tokens), and reports output tokens/s over the whole run, aggregate decode
+// tokens/s (the tokens after each request's first, over the time from the last first token
+// to the end; exact for one wave, where all decode in lockstep), the peak KV usage and the
+// preemptions. One JSON line per concurrency, then a summary table on stderr.
+//
+//   build/bin/tokenmill_throughput --model models/SmolLM2-135M-Instruct.Q4_1.gguf
+//       --concurrency 1,4,16,32 --prompt-tokens 64 --max-tokens 64 --threads 2
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/byte_size.h"
+#include "engine/engine.h"
+
+namespace tokenmill {
+namespace {
+
+struct Options {
+  std::string model_path;
+  std::vector<int> concurrency = {1, 4, 16, 32};
+  int waves = 1;
+  int prompt_tokens = 64;
+  int max_tokens = 64;
+  int threads = 2;
+  std::string kv_cache_memory = "256MiB";
+};
+
+struct Result {
+  int concurrency = 0;
+  int requests = 0;
+  int64_t output_tokens = 0;
+  double wall_seconds = 0.0;
+  double output_tokens_per_second = 0.0;
+  double decode_tokens_per_second = 0.0;
+  double mean_ttft = 0.0;
+  double peak_kv_usage = 0.0;
+  int64_t preemptions = 0;
+};
+
+StatusOr<Result> RunOnce(const Model& model, const Tokenizer& tokenizer, const Options& o,
+                         int concurrency, int64_t kv_bytes) {
+  EngineConfig config;
+  config.scheduler.max_num_seqs = concurrency;
+  config.kv_cache_bytes = kv_bytes;
+  config.num_threads = o.threads;
+  TM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(model, tokenizer, config));
+
+  const int n = concurrency * o.waves;
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<TokenId> pick(3, tokenizer.vocab_size() - 1);
+  std::vector<std::unique_ptr<OutputStream>> streams;
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < n; ++i) {
+    streams.push_back(std::make_unique<OutputStream>());
+    GenerateRequest r;
+    r.prompt_token_ids.resize(static_cast<size_t>(o.prompt_tokens));
+    for (TokenId& t : r.prompt_token_ids) t = pick(rng);
+    r.sampling.max_tokens = o.max_tokens;
+    r.sampling.ignore_eos = true;
+    r.sink = streams.back()->Sink();
+    requests.push_back(std::move(r));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (GenerateRequest& r : requests) TM_RETURN_IF_ERROR(engine->Submit(std::move(r)).status());
+
+  Result result;
+  result.concurrency = concurrency;
+  result.requests = n;
+  double last_first_token = 0.0, last_end = 0.0, ttft_sum = 0.0;
+  int64_t decode_tokens = 0;
+  for (auto& stream : streams) {
+    while (true) {
+      std::optional<GenerateOutput> out = stream->NextFor(std::chrono::milliseconds(2));
+      result.peak_kv_usage = std::max(result.peak_kv_usage, engine->Stats().kv_usage);
+      if (!out) continue;
+      result.output_tokens += static_cast<int64_t>(out->token_ids.size());
+      if (!out->finished) continue;
+      if (out->finish_reason != CompletionReason::kLength) {
+        return InternalError("a request ended with " +
+                             std::string(CompletionReasonName(*out->finish_reason)) + ": " +
+                             out->error.ToString());
+      }
+      const RequestTimings& t = out->timings;
+      last_first_token = std::max(last_first_token, t.time_to_first_token);
+      last_end = std::max(last_end, t.total_seconds);
+      ttft_sum += t.time_to_first_token;
+      decode_tokens += out->usage.completion_tokens - 1;
+      break;
+    }
+  }
+  result.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.output_tokens_per_second = static_cast<double>(result.output_tokens) / result.wall_seconds;
+  result.decode_tokens_per_second = static_cast<double>(decode_tokens) / (last_end - last_first_token);
+  result.mean_ttft = ttft_sum / n;
+  result.preemptions = engine->Stats().num_preemptions;
+  engine->Shutdown();
+  return result;
+}
+
+int Run(const Options& o) {
+  auto fail = [](const Status& s) {
+    std::cerr << "error: " << s.ToString() << "\n";
+    return 1;
+  };
+  StatusOr<int64_t> kv_bytes = ParseByteSize(o.kv_cache_memory);
+  if (!kv_bytes.ok()) return fail(kv_bytes.status());
+  StatusOr<std::unique_ptr<Model>> model = Model::Load(o.model_path);
+  if (!model.ok()) return fail(model.status());
+  StatusOr<Tokenizer> tokenizer = Tokenizer::FromGguf((*model)->file());
+  if (!tokenizer.ok()) return fail(tokenizer.status());
+  std::vector<Result> results;
+  for (const int c : o.concurrency) {
+    StatusOr<Result> r = RunOnce(**model, *tokenizer, o, c, *kv_bytes);
+    if (!r.ok()) return fail(r.status());
+    results.push_back(*r);
+    std::cout << nlohmann::json{{"concurrency", r->concurrency},
+                                {"requests", r->requests},
+                                {"prompt_tokens", o.prompt_tokens},
+                                {"max_tokens", o.max_tokens},
+                                {"threads", o.threads},
+                                {"output_tokens", r->output_tokens},
+                                {"wall_seconds", r->wall_seconds},
+                                {"output_tokens_per_second", r->output_tokens_per_second},
+                                {"decode_tokens_per_second", r->decode_tokens_per_second},
+                                {"mean_ttft_seconds", r->mean_ttft},
+                                {"peak_kv_usage", r->peak_kv_usage},
+                                {"preemptions", r->preemptions}}
+                     .dump()
+              << std::endl;
+  }
+  std::fprintf(stderr, "%11s %8s %12s %12s %10s %8s %8s %11s\n", "concurrency", "requests",
+               "output tok/s", "decode tok/s", "x single", "TTFT s", "peak KV", "preemptions");
+  for (const Result& r : results) {
+    std::fprintf(stderr, "%11d %8d %12.1f %12.1f %10.2f %8.3f %7.1f%% %11lld\n", r.concurrency,
+                 r.requests, r.output_tokens_per_second, r.decode_tokens_per_second,
+                 r.decode_tokens_per_second / results.front().decode_tokens_per_second,
+                 r.mean_ttft, 100.0 * r.peak_kv_usage, static_cast<long long>(r.preemptions));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tokenmill
+
+int main(int argc, char** argv) {
+  tokenmill::Options o;
+  CLI::App app("Offline throughput of the tokenmill engine at several concurrencies");
+  app.add_option("--model", o.model_path, "GGUF file")->required();
+  app.add_option("--concurrency", o.concurrency, "max running sequences, one run each")
+      ->delimiter(',');
+  app.add_option("--waves", o.waves, "requests per run = concurrency x waves (default 1)");
+  app.add_option("--prompt-tokens", o.prompt_tokens, "prompt length (default 64)");
+  app.add_option("--max-tokens", o.max_tokens, "generated tokens per request (default 64)");
+  app.add_option("--threads", o.threads, "CPU threads of the forward pass (default 2)");
+  app.add_option("--kv-cache-memory", o.kv_cache_memory, "KV pool size (default 256MiB)");
+  CLI11_PARSE(app, argc, argv);
+  return tokenmill::Run(o);
+}
