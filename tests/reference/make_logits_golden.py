@@ -47,6 +47,27 @@ def rounded(values):
     return [round(float(v), 5) for v in values]
 
 
+def llama_cpp_self_agreement(path, prompts):
+    """How many of llama.cpp's own greedy continuations it reproduces when run differently
+    (1 thread, prompt fed one token at a time): a measure of how full of near-ties the
+    model's greedy text is, i.e. what "identical continuations" can fairly demand."""
+    llm = Llama(model_path=path, n_ctx=512, n_threads=1, n_batch=1, n_ubatch=1,
+                logits_all=True, verbose=False, seed=0)
+    same = 0
+    for p in prompts:
+        llm.reset()
+        for token in p["prompt_tokens"]:
+            llm.eval([token])
+        out = []
+        while len(out) < len(p["continuation"]):
+            out.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+            if out[-1] != p["continuation"][len(out) - 1]:
+                break
+            llm.eval([out[-1]])
+        same += out == p["continuation"]
+    return same
+
+
 def golden_for_model(model_file):
     path = os.path.join(MODELS, model_file)
     llm = Llama(model_path=path, n_ctx=512, n_threads=2, logits_all=True, verbose=False, seed=0)
@@ -85,9 +106,18 @@ def golden_for_model(model_file):
         })
         print(model_file, repr(text), len(prompt), "prompt tokens,", len(continuation),
               "generated", flush=True)
+    self_agreement = llama_cpp_self_agreement(path, prompts)
+    print(model_file, "llama.cpp reproduces", self_agreement, "of", len(prompts),
+          "of its continuations with 1 thread and token-by-token prompts", flush=True)
     return {
         "model": model_file,
         "llama_cpp_python_version": llama_cpp.__version__,
+        "llama_cpp_self_agreement": {
+            "identical_continuations": self_agreement,
+            "of": len(prompts),
+            "how": "n_threads=1, prompt fed one token at a time, vs the golden run "
+                   "(n_threads=2, prompt in one batch)",
+        },
         "note": "llama_cpp_top[i] are the logits after token i of prompt + continuation",
         "prompts": prompts,
     }

@@ -22,6 +22,10 @@ Golden LoadGolden(const std::string& model_stem) {
   const nlohmann::json j = nlohmann::json::parse(in);
   Golden golden;
   golden.model_file = j.at("model").get<std::string>();
+  if (j.contains("llama_cpp_self_agreement")) {
+    golden.llama_cpp_self_agreement =
+        j.at("llama_cpp_self_agreement").at("identical_continuations").get<int>();
+  }
   for (const nlohmann::json& p : j.at("prompts")) {
     GoldenPrompt prompt;
     prompt.text = p.at("text").get<std::string>();

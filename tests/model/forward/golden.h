@@ -25,6 +25,9 @@ struct GoldenPrompt {
 
 struct Golden {
   std::string model_file;
+  // Of these prompts, how many continuations llama.cpp itself reproduces when run with one
+  // thread and the prompt fed token by token (-1 when the file does not say).
+  int llama_cpp_self_agreement = -1;
   std::vector<GoldenPrompt> prompts;
 };
 
