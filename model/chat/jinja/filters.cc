@@ -325,6 +325,7 @@ const std::unordered_map<std::string_view, FilterFn>& Filters() {
            if (!first) out += separator;
            first = false;
            out += PyStr(attribute ? GetPath(item, *attribute) : item);
+           CheckStringSize(out.size());
          }
          return Value::Of(out);
        }},

@@ -142,7 +142,12 @@ Value GetSlice(const Value& object, const Value& start, const Value& stop, const
 }
 
 Value BinaryOp(std::string_view op, const Value& a, const Value& b) {
-  if (op == "~") return Value::Of(PyStr(a) + PyStr(b));
+  if (op == "~") {
+    std::string left = PyStr(a);
+    const std::string right = PyStr(b);
+    CheckStringSize(left.size() + right.size());
+    return Value::Of(left.append(right));
+  }
   RequireDefined(a);
   RequireDefined(b);
   if (!a.is_data() || !b.is_data()) Unsupported(op, a, b);
@@ -154,7 +159,10 @@ Value BinaryOp(std::string_view op, const Value& a, const Value& b) {
     if (ints) return Value::Of(AsInt(x) + AsInt(y));
     if (numbers) return Value::Of(AsDouble(x) + AsDouble(y));
     if (x.is_string() && y.is_string()) {
-      return Value::Of(x.get_ref<const std::string&>() + y.get_ref<const std::string&>());
+      const std::string& left = x.get_ref<const std::string&>();
+      const std::string& right = y.get_ref<const std::string&>();
+      CheckStringSize(left.size() + right.size());
+      return Value::Of(left + right);
     }
     if (x.is_array() && y.is_array()) {
       Json out = x;

@@ -92,6 +92,7 @@ std::string Replace(const std::string& s, const std::string& old, const std::str
     for (size_t i = 0; i <= text.size(); ++i) {
       if (count < 0 || done < count) {
         out += with;
+        CheckStringSize(out.size());
         ++done;
       }
       if (i < text.size()) out += EncodeUtf8(std::u32string(1, text[i]));
@@ -102,6 +103,7 @@ std::string Replace(const std::string& s, const std::string& old, const std::str
     const size_t found = s.find(old, start);
     if (found == std::string::npos) break;
     out += s.substr(start, found - start) + with;
+    CheckStringSize(out.size());
     start = found + old.size();
     ++done;
   }

@@ -19,6 +19,12 @@ bool NestsDeeperThan(const Json& value, int limit) {
   return false;
 }
 
+void CheckStringSize(size_t bytes) {
+  if (bytes > kMaxStringBytes) {
+    throw TemplateError("a string would exceed " + std::to_string(kMaxStringBytes) + " bytes");
+  }
+}
+
 Value Value::Undefined(std::string description) {
   Value v(Kind::kUndefined);
   v.text_ = std::move(description);

@@ -41,6 +41,11 @@ bool NestsDeeperThan(const Json& value, int limit);
 // How deep template variables may nest, and values a template builds (which may wrap them).
 inline constexpr int kMaxVariableNesting = 64;
 inline constexpr int kMaxValueNesting = 128;
+// The longest string a template may build (Python would grow until memory runs out).
+inline constexpr size_t kMaxStringBytes = size_t{1} << 26;
+
+// Throws TemplateError when a string of `bytes` would exceed kMaxStringBytes.
+void CheckStringSize(size_t bytes);
 
 struct Stmt;  // a macro's definition, owned by the parsed template
 

@@ -177,6 +177,14 @@ TEST(GuardTest, RunawayTemplatesFailInsteadOfHanging) {
   EXPECT_THAT(Render("{% for i in range(100001) %}{% endfor %}"),
               HasSubstr("Range too big. The sandbox blocks ranges larger than MAX_RANGE"));
   EXPECT_THAT(Render("{{ 'x' * 100000000 }}"), HasSubstr("too large"));
+  EXPECT_THAT(Render("{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+                     "{% set ns.s = ns.s ~ ns.s %}{% endfor %}"),
+              HasSubstr("a string would exceed 67108864 bytes"));
+  EXPECT_THAT(Render("{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+                     "{% set ns.s = ns.s + ns.s %}{% endfor %}"),
+              HasSubstr("a string would exceed"));
+  EXPECT_THAT(Render("{{ ('x' * 10000000) | replace('x', 'yyyyyyyyyy') }}"),
+              HasSubstr("a string would exceed"));
 }
 
 TEST(GuardTest, DeepNestingIsAnErrorNotAStackOverflow) {
