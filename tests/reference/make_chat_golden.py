@@ -76,7 +76,8 @@ TEMPLATES = {
     "phi3": {"bos_token": "<s>", "eos_token": "<|endoftext|>"},
     "deepseek_r1_distill": {"bos_token": "<｜begin▁of▁sentence｜>",
                             "eos_token": "<｜end▁of▁sentence｜>"},
-    "deepseek_v31": {"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"},
+    "deepseek_v31": {"bos_token": "<｜begin▁of▁sentence｜>",
+                     "eos_token": "<｜end▁of▁sentence｜>"},
     "phi4_mini": {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"},
     "kimi_k2": {"bos_token": "[BOS]", "eos_token": "[EOS]"},
     "kimi_k2_thinking": {"bos_token": "[BOS]", "eos_token": "[EOS]"},
@@ -216,7 +217,8 @@ FEATURES = [
     ("loop_nested", "{% for a in [1, 2] %}{% for b in 'xy' %}{{ a }}{{ b }}"
      "{{ loop.index }}{% endfor %}/{{ loop.index }} {% endfor %}", {}),
     ("loop_undefined", "{% for x in missing %}{{ x }}{% else %}none{% endfor %}", {}),
-    ("range_forms", "{{ range(3) | list }} {{ range(1, 7, 2) | list }} {{ range(5, 0, -2) | list }}",
+    ("range_forms", "{{ range(3) | list }} {{ range(1, 7, 2) | list }} "
+     "{{ range(5, 0, -2) | list }}",
      {}),
     # if / elif / else, conditional expressions
     ("if_elif_else", "{% for n in [0, 1, 2, 3] %}{% if n == 0 %}zero{% elif n == 1 %}one"
@@ -224,7 +226,8 @@ FEATURES = [
     ("cond_expr", "{{ 'a' if x else 'b' }}{{ 'c' if not x }}|{{ 'd' if y else 'e' }}",
      {"x": False, "y": [0]}),
     # set, namespace, set block
-    ("set_tuple", "{% set a, b = 1, 'two' %}{{ a }}{{ b }}{% set t = (1, 2) %}{{ t[1] }}{{ t | length }}",
+    ("set_tuple", "{% set a, b = 1, 'two' %}{{ a }}{{ b }}{% set t = (1, 2) %}{{ t[1] }}"
+     "{{ t | length }}",
      {}),
     ("namespace", "{% set ns = namespace(count=0, seen=false) %}{% for m in messages %}"
      "{% set ns.count = ns.count + 1 %}{% if m.role == 'user' %}{% set ns.seen = true %}"
@@ -266,14 +269,17 @@ FEATURES = [
      {"m": MSGS[1], "ms": MSGS}),
     ("slicing", "{{ l[1:] }} {{ l[:-1] }} {{ l[::2] }} {{ l[::-1] }} {{ s[1:4] }} {{ s[-3:] }} "
      "{{ s[::-1] }} {{ l[5:] }}", {"l": [0, 1, 2, 3, 4], "s": "héllo wörld"}),
-    ("dict_methods", "{{ d.keys() | list }} {{ d.values() | list }} {{ d.items() | map('join', '=') | list }} "
+    ("dict_methods", "{{ d.keys() | list }} {{ d.values() | list }} "
+     "{{ d.items() | map('join', '=') | list }} "
      "{{ d.get('a') }} {{ d.get('zz') }} {{ d.get('zz', 'dflt') }}", {"d": {"a": 1, "b": 2}}),
     # string methods
-    ("str_strip", "[{{ s.strip() }}][{{ s.lstrip() }}][{{ s.rstrip() }}][{{ 'xxhixx'.strip('x') }}]",
+    ("str_strip", "[{{ s.strip() }}][{{ s.lstrip() }}][{{ s.rstrip() }}]"
+     "[{{ 'xxhixx'.strip('x') }}]",
      {"s": " \t padded \n "}),
     ("str_split", "{{ 'a,b,,c'.split(',') }} {{ '  a  b '.split() }} {{ 'a-b-c'.split('-', 1) }} "
      "{{ 'x</think>y</think>z'.split('</think>')[-1] }}", {}),
-    ("str_affixes", "{{ s.startswith('Hel') }} {{ s.endswith('!') }} {{ s.startswith(('x', 'H')) }}",
+    ("str_affixes", "{{ s.startswith('Hel') }} {{ s.endswith('!') }} "
+     "{{ s.startswith(('x', 'H')) }}",
      {"s": "Hello!"}),
     ("str_replace_case", "{{ s.replace('l', 'L') }} {{ s.replace('l', '', 1) }} {{ s.upper() }} "
      "{{ s.lower() }} {{ s.title() }} {{ s.capitalize() }}", {"s": "hello wOrld"}),
@@ -284,7 +290,8 @@ FEATURES = [
      "[{{ 'xxyx' | trim('x') }}]", {"s": "  héllo  ", "l": [1, 2], "d": {"a": 1}}),
     ("filter_default", "{{ missing | default('d') }} {{ none | default('d') }} "
      "{{ '' | default('d', true) }} {{ x | d('no') }}", {"x": 0}),
-    ("filter_join_list", "{{ l | join(', ') }} {{ l | join }} {{ ms | join('|', attribute='role') }} "
+    ("filter_join_list", "{{ l | join(', ') }} {{ l | join }} "
+     "{{ ms | join('|', attribute='role') }} "
      "{{ 'abc' | list }}", {"l": [1, "b", None], "ms": MSGS}),
     ("filter_case", "{{ 'Mixed Case' | upper }} {{ 'Mixed Case' | lower }} "
      "{{ 'hello world-wide (x)' | title }} {{ 'hELLO' | capitalize }}", {}),
@@ -297,12 +304,14 @@ FEATURES = [
     ("filter_tojson", "{{ v | tojson }}|{{ v | tojson(indent=2) }}|{{ s | tojson }}",
      {"v": {"b": [1, 2.5, None, True], "a": "x<y>&'z'", "u": "日本 é", "e": {}, "l": []},
       "s": "ctl\u0001\t\"\\"}),
-    ("filter_tojson_options", "{{ v | tojson(sort_keys=true) }}|{{ v | tojson(separators=(',', ':')) }}"
+    ("filter_tojson_options", "{{ v | tojson(sort_keys=true) }}|"
+     "{{ v | tojson(separators=(',', ':')) }}"
      "|{{ v | tojson(ensure_ascii=true) }}|{{ v | tojson(indent=0) }}",
      {"v": {"z": 1, "a": ["é", 1e-07, 100000000000000000000.0]}}),
     ("filter_items_dictsort", "{{ d | items | map('last') | list }} "
      "{% for k, v in d | dictsort %}{{ k }}{{ v }}{% endfor %} "
-     "{{ d | dictsort(by='value', reverse=true) | map('first') | join }}", {"d": {"b": 2, "a": 3, "C": 1}}),
+     "{{ d | dictsort(by='value', reverse=true) | map('first') | join }}",
+     {"d": {"b": 2, "a": 3, "C": 1}}),
     ("filter_select", "{{ ms | selectattr('role', 'equalto', 'user') | list }} "
      "{{ ms | rejectattr('role', 'eq', 'user') | map(attribute='role') | list }} "
      "{{ [0, 1, 2, 3] | select('odd') | list }} {{ [0, 1, '', 'a'] | select | list }} "
@@ -326,7 +335,8 @@ FEATURES = [
      "{{ 's' is iterable }} {{ 1 is iterable }} {{ true is boolean }} {{ range is callable }} "
      "{{ x is defined }} {{ x is undefined }} {{ none is not none }}",
      {"d": {}, "l": []}),
-    ("tests_values", "{{ 4 is even }} {{ 3 is odd }} {{ 9 is divisibleby 3 }} {{ 'a' is in 'abc' }} "
+    ("tests_values", "{{ 4 is even }} {{ 3 is odd }} {{ 9 is divisibleby 3 }} "
+     "{{ 'a' is in 'abc' }} "
      "{{ 'ab' is lower }} {{ 'AB' is upper }} {{ 1 is eq 1 }} {{ 2 is gt 1 }} "
      "{{ 'x' is equalto 'x' }} {{ false is sameas false }} {{ true is true }} {{ 0 is false }}",
      {}),
