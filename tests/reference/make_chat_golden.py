@@ -9,7 +9,8 @@ extension and a {% generation %} tag, a `tojson` that neither escapes HTML nor n
 the globals raise_exception and strftime_now. A list of small snippets (FEATURES below)
 pins the Jinja features one at a time, including the errors jinja2 reports.
 
-Output: tests/data/chat_templates/<name>.golden.json, features.golden.json.
+Output: tests/data/chat_templates/conversations.json (the table), <name>.golden.json (per
+template: each conversation with and without the generation prompt), features.golden.json.
 Run: .venv/bin/python tests/reference/make_chat_golden.py
 """
 import datetime
@@ -398,40 +399,44 @@ FEATURES = [
 
 
 def render_case(env, source, tokens, messages, tools, add_generation_prompt, extra):
-    """The case as the C++ test reads it: inputs, then output or the error jinja2 raised."""
-    case = {"messages": messages, "tools": tools, "add_generation_prompt": add_generation_prompt,
-            "extra_variables": extra}
+    """jinja2's output for one conversation, or the error it raised."""
     try:
         template = env.from_string(source)
-        case["output"] = template.render(messages=messages, tools=tools, documents=None,
-                                         add_generation_prompt=add_generation_prompt,
-                                         bos_token=tokens["bos_token"],
-                                         eos_token=tokens["eos_token"], **extra)
+        return {"output": template.render(messages=messages, tools=tools, documents=None,
+                                          add_generation_prompt=add_generation_prompt,
+                                          bos_token=tokens["bos_token"],
+                                          eos_token=tokens["eos_token"], **extra)}
     except jinja2.exceptions.TemplateError as e:
         # raise_exception raises the base class; jinja2's own errors are subclasses.
         raised = type(e) is jinja2.exceptions.TemplateError
-        case["error"] = "raised" if raised else "failed"
-        case["message"] = str(e)
+        return {"error": "raised" if raised else "failed", "message": str(e)}
     except Exception as e:  # TypeError and friends inside the template: rendering fails
-        case["error"] = "failed"
-        case["message"] = f"{type(e).__name__}: {e}"
-    return case
+        return {"error": "failed", "message": f"{type(e).__name__}: {e}"}
+
+
+def write_json(path, value):
+    path.write_text(json.dumps(value, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def write_template_goldens(env):
+    conversations = {name: {"messages": messages, "tools": tools, "extra_variables": extra}
+                     for name, (messages, tools, extra) in CONVERSATIONS.items()}
+    write_json(DATA / "conversations.json", conversations)
     for name, config in TEMPLATES.items():
         source = (DATA / f"{name}.jinja").read_bytes().decode("utf-8")
         tokens = {"bos_token": config["bos_token"], "eos_token": config["eos_token"]}
+        template_extra = config.get("extra_variables", {})
         cases = []
         for conversation, (messages, tools, extra) in CONVERSATIONS.items():
             for prompt in (True, False):
-                variables = {**config.get("extra_variables", {}), **extra}
-                case = render_case(env, source, tokens, messages, tools, prompt, variables)
-                case = {"name": f"{conversation}/{'prompt' if prompt else 'no_prompt'}", **case}
-                cases.append(case)
-        golden = {"template": f"{name}.jinja", **tokens, "cases": cases}
+                variables = {**template_extra, **extra}  # the conversation's win
+                result = render_case(env, source, tokens, messages, tools, prompt, variables)
+                cases.append({"conversation": conversation, "add_generation_prompt": prompt,
+                              **result})
+        golden = {"template": f"{name}.jinja", **tokens, "extra_variables": template_extra,
+                  "cases": cases}
         path = DATA / f"{name}.golden.json"
-        path.write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_json(path, golden)
         outputs = sum("output" in c for c in cases)
         print(f"{path.name}: {outputs} rendered, {len(cases) - outputs} errors")
 
@@ -453,7 +458,7 @@ def write_feature_goldens(env):
             case["message"] = f"{type(e).__name__}: {e}"
         cases.append(case)
     path = DATA / "features.golden.json"
-    path.write_text(json.dumps(cases, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(path, cases)
     print(f"{path.name}: {len(cases)} snippets")
 
 

@@ -29,19 +29,28 @@ std::string ReadFile(const std::string& path) {
 
 Json ReadJson(const std::string& path) { return Json::parse(ReadFile(path)); }
 
-ChatRequest RequestOf(const Json& c) {
+// A golden case's request: its conversation from conversations.json, the template's extra
+// variables, then the conversation's (which win, as in the script).
+ChatRequest RequestOf(const Json& golden, const Json& c) {
+  static const Json conversations = ReadJson(kDataDir + "conversations.json");
+  const Json& conversation = conversations.at(c["conversation"].get<std::string>());
   ChatRequest request;
-  request.messages = c["messages"];
-  request.tools = c["tools"];
+  request.messages = conversation["messages"];
+  request.tools = conversation["tools"];
   request.add_generation_prompt = c["add_generation_prompt"].get<bool>();
-  request.extra_variables = c["extra_variables"];
+  request.extra_variables = golden["extra_variables"];
+  request.extra_variables.update(conversation["extra_variables"]);
   return request;
+}
+
+std::string CaseName(const Json& c) {
+  return c["conversation"].get<std::string>() +
+         (c["add_generation_prompt"].get<bool>() ? "/prompt" : "/no_prompt");
 }
 
 // Checks one golden case: the same output, or a failure where jinja2 failed (with the
 // template's own message where it called raise_exception).
 void ExpectMatches(const StatusOr<std::string>& rendered, const Json& c) {
-  SCOPED_TRACE(c["name"].get<std::string>());
   if (c.contains("output")) {
     ASSERT_TRUE(rendered.ok()) << rendered.status().ToString();
     EXPECT_EQ(*rendered, c["output"].get<std::string>());
@@ -65,7 +74,10 @@ TEST_P(TemplateGoldenTest, MatchesJinja2) {
   const StatusOr<ChatTemplate> chat_template = ChatTemplate::FromSource(source, tokens);
   ASSERT_TRUE(chat_template.ok()) << chat_template.status().ToString();
   ASSERT_FALSE(golden["cases"].empty());
-  for (const Json& c : golden["cases"]) ExpectMatches(chat_template->Render(RequestOf(c)), c);
+  for (const Json& c : golden["cases"]) {
+    SCOPED_TRACE(CaseName(c));
+    ExpectMatches(chat_template->Render(RequestOf(golden, c)), c);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(ChatTemplates, TemplateGoldenTest,
@@ -121,7 +133,10 @@ TEST(DefaultModelTemplateTest, GgufTemplateMatchesGolden) {
   const Json golden = ReadJson(kDataDir + "smollm2.golden.json");
   EXPECT_EQ(chat_template->special_tokens().bos_token, golden["bos_token"]);
   EXPECT_EQ(chat_template->special_tokens().eos_token, golden["eos_token"]);
-  for (const Json& c : golden["cases"]) ExpectMatches(chat_template->Render(RequestOf(c)), c);
+  for (const Json& c : golden["cases"]) {
+    SCOPED_TRACE(CaseName(c));
+    ExpectMatches(chat_template->Render(RequestOf(golden, c)), c);
+  }
 }
 
 }  // namespace
