@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <string>
 
 #include "common/check.h"
 #include "engine/engine_core.h"
@@ -14,14 +15,18 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Token
                       EngineCore::Create(model, tokenizer, config));
   const RequestLimits limits = core->limits();
   std::unique_ptr<Engine> engine(new Engine(std::move(core), limits.max_model_len,
-                                            limits.vocab_size));
+                                            limits.vocab_size, config.scheduler.max_queue));
   engine->PublishStats();
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
 }
 
-Engine::Engine(std::unique_ptr<EngineCore> core, int max_model_len, int vocab_size)
-    : core_(std::move(core)), max_model_len_(max_model_len), vocab_size_(vocab_size) {}
+Engine::Engine(std::unique_ptr<EngineCore> core, int max_model_len, int vocab_size,
+               int max_queue)
+    : core_(std::move(core)),
+      max_model_len_(max_model_len),
+      vocab_size_(vocab_size),
+      max_queue_(max_queue) {}
 
 Engine::~Engine() { Shutdown(std::chrono::milliseconds(0)); }
 
@@ -33,6 +38,11 @@ StatusOr<RequestId> Engine::Submit(GenerateRequest request) {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     if (shutting_down_) {
       return UnavailableError("the engine is shutting down: send the request to another server");
+    }
+    const int queued = num_waiting_in_scheduler_ + static_cast<int>(inbox_.submitted.size());
+    if (queued >= max_queue_) {
+      return ResourceExhaustedError(std::to_string(queued) +
+                                    " requests are already waiting: retry later");
     }
     inbox_.submitted.push_back(Submitted{id, std::move(request), Clock::now()});
   }
@@ -86,6 +96,8 @@ void Engine::Loop() {
                                     (!idle && core_->has_unfinished_requests());
                            });
       std::swap(inbox, inbox_);
+      // Counted as waiting until the Adds below tell the truth.
+      num_waiting_in_scheduler_ += static_cast<int>(inbox.submitted.size());
       abort_all = shutting_down_ && Clock::now() >= drain_deadline_;
     }
     for (Submitted& s : inbox.submitted) {
@@ -101,12 +113,18 @@ void Engine::Loop() {
         sink(std::move(out));
       }
     }
+    {
+      const int waiting = core_->scheduler().Stats().num_waiting;
+      std::lock_guard<std::mutex> lock(inbox_mutex_);
+      num_waiting_in_scheduler_ = waiting;
+    }
     for (const RequestId id : inbox.aborted) core_->Abort(id);
     if (abort_all) core_->AbortAll();
     const bool ran = core_->has_unfinished_requests() && core_->Step();
     idle = !ran;
     PublishStats();
     std::lock_guard<std::mutex> lock(inbox_mutex_);
+    num_waiting_in_scheduler_ = core_->scheduler().Stats().num_waiting;
     if (shutting_down_ && !core_->has_unfinished_requests() && inbox_.submitted.empty()) break;
   }
 }

@@ -117,18 +117,21 @@ class Engine {
     std::vector<RequestId> aborted;
   };
 
-  Engine(std::unique_ptr<EngineCore> core, int max_model_len, int vocab_size);
+  Engine(std::unique_ptr<EngineCore> core, int max_model_len, int vocab_size, int max_queue);
   void Loop();
   void PublishStats();
 
   std::unique_ptr<EngineCore> core_;  // touched only by the engine thread
   const int max_model_len_;
   const int vocab_size_;
+  const int max_queue_;
   std::atomic<RequestId> next_id_{1};
 
   mutable std::mutex inbox_mutex_;
   std::condition_variable inbox_cv_;
   Inbox inbox_;                     // guarded by inbox_mutex_
+  // Requests waiting in the scheduler, never below the truth (Submit's queue limit).
+  int num_waiting_in_scheduler_ = 0;  // guarded by inbox_mutex_
   bool shutting_down_ = false;      // guarded by inbox_mutex_
   Clock::time_point drain_deadline_ = Clock::time_point::max();  // guarded by inbox_mutex_
 

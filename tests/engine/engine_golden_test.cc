@@ -23,6 +23,8 @@ struct GoldenCase {
   int min_identical;  // of 12; the forward pass alone reaches the same counts
 };
 
+std::ostream& operator<<(std::ostream& os, const GoldenCase& c) { return os << c.stem; }
+
 class EngineGoldenTest : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(EngineGoldenTest, BatchedGreedyContinuationsMatchLlamaCpp) {

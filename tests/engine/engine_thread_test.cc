@@ -188,6 +188,32 @@ TEST(EngineThreadTest, BadRequestsFailInSubmit) {
   EXPECT_FALSE(stream.TryNext().has_value());
 }
 
+TEST(EngineThreadTest, FullQueueRefusesInSubmit) {
+  EngineConfig config = SmallConfig();
+  config.scheduler.max_num_seqs = 1;
+  config.scheduler.max_queue = 2;
+  auto engine = NewEngine(config);
+  std::vector<std::unique_ptr<OutputStream>> streams;
+  std::vector<RequestId> ids;
+  for (uint32_t i = 0; i < 4; ++i) {
+    streams.push_back(std::make_unique<OutputStream>());
+    auto id = engine->Submit(Greedy(RandomPrompt(8, Vocab(), i), 110, streams.back()->Sink()));
+    if (i < 3) {
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+      ids.push_back(*id);
+    } else {
+      EXPECT_EQ(id.status().code(), StatusCode::kResourceExhausted);
+    }
+    // The first one runs before the others queue behind it.
+    if (i == 0) {
+      ASSERT_FALSE(streams[0]->Next().finished);
+    }
+  }
+  for (const RequestId id : ids) engine->Abort(id);
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_TRUE(Drain(*streams[i]).finished);
+  EXPECT_FALSE(streams[3]->TryNext().has_value());
+}
+
 TEST(EngineThreadTest, CreateRefusesConfigsThatCannotWork) {
   EngineConfig config = SmallConfig();
   config.block_size = 0;
