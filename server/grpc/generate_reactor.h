@@ -1,0 +1,64 @@
+// One Generate call: a gRPC ServerWriteReactor fed by the engine's output events.
+//
+// The engine calls the sink on its own thread; the sink only merges the event into the
+// pending response and starts a write when none is in flight (one write in flight, no
+// thread per stream). A client cancel or an expired deadline aborts the engine request,
+// which frees its KV blocks within one step. The reactor deletes itself once gRPC is done
+// with it (OnDone) AND the engine has sent the request's final event.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "engine/engine.h"
+#include "server/grpc/stream_counter.h"
+#include "server/metrics/request_metrics.h"
+#include "tokenmill/v1/inference.pb.h"
+
+namespace tokenmill::server {
+
+class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  GenerateReactor(Engine& engine, RequestMetrics& metrics, StreamCounter& streams,
+                  std::string request_id);
+
+  // Submits `request` (its sink is set here); a refusal finishes the call with its status.
+  void Start(GenerateRequest request);
+
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  ~GenerateReactor() override = default;
+
+  // Engine thread.
+  void OnOutput(GenerateOutput&& output);
+  // Starts the next write, or finishes the call, when the state allows it. Any thread.
+  void Pump();
+  // Drops one of the two holders (gRPC, engine); the last deletes the reactor.
+  void Release();
+
+  Engine& engine_;
+  RequestMetrics& metrics_;
+  StreamCounter& streams_;
+  const std::string request_id_;
+
+  std::mutex mutex_;
+  int holders_ = 1;  // gRPC until OnDone; Start adds the engine (until its final event)
+  std::optional<RequestId> engine_id_;   // once submitted
+  bool engine_finished_ = false;         // the final event arrived
+  v1::GenerateResponse pending_;         // merged events not yet written
+  bool has_pending_ = false;
+  bool final_pending_ = false;           // pending_ carries the finish reason and usage
+  std::optional<grpc::Status> finish_status_;  // how to finish once everything is written
+  bool cancelled_ = false;               // by the client, a deadline or a failed write
+  bool write_in_flight_ = false;
+  bool finish_called_ = false;
+  v1::GenerateResponse in_flight_;       // the message being written
+};
+
+}  // namespace tokenmill::server

@@ -1,0 +1,134 @@
+#include "server/grpc/inference_service.h"
+
+#include <filesystem>
+
+#include "model/tokenizer/utf8.h"
+#include "server/grpc/generate_reactor.h"
+#include "server/grpc/request_builder.h"
+#include "server/grpc/status_conversion.h"
+
+namespace tokenmill::server {
+namespace {
+
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
+                                      const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+// A write reactor that only reports an error.
+class RefusedStream final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+RequestContext ContextOf(const ServingModel& model) {
+  return RequestContext{
+      .tokenizer = &model.tokenizer,
+      .chat_template = model.chat_template ? &*model.chat_template : nullptr,
+      .max_model_len = model.engine->max_model_len()};
+}
+
+v1::SpecialToken SpecialTokenOf(const Tokenizer& tokenizer, TokenId id) {
+  v1::SpecialToken token;
+  token.set_id(id);
+  if (id >= 0) token.set_text(tokenizer::SanitizeUtf8(tokenizer.Piece(id, true)));
+  return token;
+}
+
+}  // namespace
+
+const ServingModel* InferenceService::ModelOrStatus(grpc::Status& status) const {
+  const ServingModel* model = model_.load(std::memory_order_acquire);
+  if (model == nullptr) {
+    status = grpc::Status(grpc::UNAVAILABLE, "the model is still loading: retry shortly");
+  }
+  return model;
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
+    grpc::CallbackServerContext* /*context*/, const v1::GenerateRequest* request) {
+  grpc::Status status;
+  const ServingModel* model = ModelOrStatus(status);
+  if (model == nullptr) return new RefusedStream(status);
+  if (draining_.load(std::memory_order_acquire)) {
+    return new RefusedStream(grpc::Status(
+        grpc::UNAVAILABLE, "the server is shutting down: send the request to another server"));
+  }
+  StatusOr<GenerateRequest> built = BuildGenerateRequest(*request, ContextOf(*model));
+  if (!built.ok()) return new RefusedStream(ToGrpcStatus(built.status()));
+  std::string request_id = request->request_id();
+  if (request_id.empty()) {
+    request_id = "gen-" + std::to_string(next_request_number_.fetch_add(1));
+  }
+  auto* reactor = new GenerateReactor(*model->engine, metrics_, streams_, std::move(request_id));
+  reactor->Start(std::move(*built));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::Tokenize(grpc::CallbackServerContext* context,
+                                                     const v1::TokenizeRequest* request,
+                                                     v1::TokenizeResponse* response) {
+  grpc::Status status;
+  const ServingModel* model = ModelOrStatus(status);
+  if (model == nullptr) return FinishUnary(context, status);
+  StatusOr<TokenizedPrompt> prompt = TokenizeRequestInput(*request, ContextOf(*model));
+  if (!prompt.ok()) return FinishUnary(context, ToGrpcStatus(prompt.status()));
+  response->mutable_token_ids()->Add(prompt->token_ids.begin(), prompt->token_ids.end());
+  response->set_prompt(std::move(prompt->text));
+  return FinishUnary(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::Detokenize(grpc::CallbackServerContext* context,
+                                                       const v1::DetokenizeRequest* request,
+                                                       v1::DetokenizeResponse* response) {
+  grpc::Status status;
+  const ServingModel* model = ModelOrStatus(status);
+  if (model == nullptr) return FinishUnary(context, status);
+  const int32_t vocab_size = model->tokenizer.vocab_size();
+  for (int i = 0; i < request->token_ids().size(); ++i) {
+    const int32_t id = request->token_ids(i);
+    if (id < 0 || id >= vocab_size) {
+      return FinishUnary(context, grpc::Status(grpc::INVALID_ARGUMENT,
+                                               "token_ids[" + std::to_string(i) + "] = " +
+                                                   std::to_string(id) +
+                                                   " is outside the vocabulary (0.." +
+                                                   std::to_string(vocab_size - 1) + ")"));
+    }
+  }
+  const std::vector<TokenId> ids(request->token_ids().begin(), request->token_ids().end());
+  const std::string text =
+      model->tokenizer.Decode(ids, DecodeOptions{.render_special = request->render_special()});
+  // Protobuf strings must be UTF-8; a cut-off character becomes U+FFFD.
+  response->set_text(tokenizer::SanitizeUtf8(text));
+  return FinishUnary(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                         const v1::GetModelInfoRequest*,
+                                                         v1::ModelInfo* response) {
+  grpc::Status status;
+  const ServingModel* model = ModelOrStatus(status);
+  if (model == nullptr) return FinishUnary(context, status);
+  const ModelConfig& config = model->model->config();
+  const Tokenizer& tokenizer = model->tokenizer;
+  response->set_name(tokenizer::SanitizeUtf8(model->name));
+  response->set_architecture(config.arch_name);
+  response->set_context_length(static_cast<uint32_t>(config.context_length));
+  response->set_vocab_size(static_cast<uint32_t>(tokenizer.vocab_size()));
+  *response->mutable_bos_token() = SpecialTokenOf(tokenizer, tokenizer.bos());
+  *response->mutable_eos_token() = SpecialTokenOf(tokenizer, tokenizer.eos());
+  for (const TokenId id : tokenizer.end_of_generation_ids()) {
+    *response->add_end_of_generation_tokens() = SpecialTokenOf(tokenizer, id);
+  }
+  response->set_tokenizer_model(std::string(tokenizer.model_name()));
+  response->set_kv_block_size(static_cast<uint32_t>(model->block_size));
+  response->set_num_kv_blocks(static_cast<uint32_t>(model->engine->Stats().num_kv_blocks));
+  response->set_max_model_len(static_cast<uint32_t>(model->engine->max_model_len()));
+  response->set_has_chat_template(model->chat_template.has_value());
+  return FinishUnary(context, grpc::Status::OK);
+}
+
+}  // namespace tokenmill::server

@@ -1,0 +1,52 @@
+// The tokenmill.v1.Inference service on gRPC's callback API. It answers UNAVAILABLE until a
+// model is attached (the server starts listening before the model loads, so health checks
+// see NOT_SERVING) and refuses new Generate calls once draining begins.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+#include "server/grpc/serving_model.h"
+#include "server/grpc/stream_counter.h"
+#include "server/metrics/request_metrics.h"
+#include "tokenmill/v1/inference.grpc.pb.h"
+
+namespace tokenmill::server {
+
+class InferenceService final : public v1::Inference::CallbackService {
+ public:
+  explicit InferenceService(RequestMetrics& metrics) : metrics_(metrics) {}
+
+  // Serves `model` from now on; it must outlive the calls (wait for the streams to end).
+  void Attach(ServingModel* model) { model_.store(model, std::memory_order_release); }
+  // New Generate calls answer UNAVAILABLE from now on; open streams go on.
+  void BeginDrain() { draining_.store(true, std::memory_order_release); }
+  StreamCounter& streams() { return streams_; }
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,
+                                       const v1::DetokenizeRequest* request,
+                                       v1::DetokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
+
+ private:
+  // The attached model, or null with `status` set to why calls cannot be served.
+  const ServingModel* ModelOrStatus(grpc::Status& status) const;
+
+  RequestMetrics& metrics_;
+  std::atomic<const ServingModel*> model_{nullptr};
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_request_number_{1};
+  StreamCounter streams_;
+};
+
+}  // namespace tokenmill::server

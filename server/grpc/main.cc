@@ -1,0 +1,153 @@
+// tokenmill-server: the gRPC API (tokenmill.v1.Inference, health, reflection) over the
+// engine, with Prometheus metrics on --metrics-port.
+//
+// Life: listen (health NOT_SERVING) -> load the model -> SERVING -> SIGTERM/SIGINT ->
+// NOT_SERVING, refuse new Generate calls, let in-flight ones finish (up to --drain-timeout,
+// then abort them) -> exit 0.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "common/logging.h"
+#include "server/grpc/inference_service.h"
+#include "server/grpc/json_log_formatter.h"
+#include "server/grpc/server_options.h"
+#include "server/grpc/serving_model.h"
+#include "server/grpc/shutdown_signals.h"
+#include "server/metrics/metrics_http_server.h"
+#include "server/metrics/prometheus_text.h"
+
+namespace tokenmill::server {
+namespace {
+
+constexpr const char* kServiceName = "tokenmill.v1.Inference";
+// After draining: how long the last responses may take to reach slow clients.
+constexpr auto kFinalWritesTimeout = std::chrono::seconds(5);
+
+int Fail(const Status& status) {
+  spdlog::error("{}", status.message());
+  return 1;
+}
+
+// MemAvailable of /proc/meminfo: what a fractional --kv-cache-memory is a fraction of.
+int64_t AvailableMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    int64_t kib = 0;
+    if (fields >> key >> kib && key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+std::string HostPort(const std::string& host, int port) {
+  // IPv6 literals need brackets in a gRPC address.
+  const bool ipv6 = host.find(':') != std::string::npos;
+  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+void SetHealth(grpc::Server& server, bool serving) {
+  grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
+  health->SetServingStatus(serving);
+  health->SetServingStatus(kServiceName, serving);
+}
+
+int Run(const ServerOptions& options) {
+  StatusOr<EngineConfig> engine_config = MakeEngineConfig(options, AvailableMemoryBytes());
+  if (!engine_config.ok()) return Fail(engine_config.status());
+
+  ShutdownSignals signals;  // before any other thread starts
+  RequestMetrics request_metrics;
+  InferenceService service(request_metrics);
+  std::atomic<const ServingModel*> serving_model{nullptr};
+
+  std::unique_ptr<MetricsHttpServer> metrics;
+  if (options.metrics_port >= 0) {
+    StatusOr<std::unique_ptr<MetricsHttpServer>> started = MetricsHttpServer::Start(
+        options.host, options.metrics_port, [&serving_model, &request_metrics] {
+          const ServingModel* model = serving_model.load(std::memory_order_acquire);
+          if (model == nullptr) return RenderMetrics("", std::nullopt, request_metrics);
+          return RenderMetrics(model->name, model->engine->Stats(), request_metrics);
+        });
+    if (!started.ok()) return Fail(started.status());
+    metrics = std::move(*started);
+    spdlog::info("metrics on http://{}/metrics", HostPort(options.host, metrics->port()));
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(HostPort(options.host, options.port),
+                           grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(UnavailableError("cannot listen on " + HostPort(options.host, options.port) +
+                                 ": is the port taken? choose another --port"));
+  }
+  SetHealth(*server, false);
+  spdlog::info("listening on {} (gRPC); health NOT_SERVING while the model loads",
+               HostPort(options.host, port));
+
+  StatusOr<std::unique_ptr<ServingModel>> loaded = LoadServingModel(options, *engine_config);
+  if (!loaded.ok()) {
+    server->Shutdown();
+    return Fail(loaded.status());
+  }
+  service.Attach(loaded->get());
+  serving_model.store(loaded->get(), std::memory_order_release);
+  SetHealth(*server, true);
+  spdlog::info("serving {} on {}", (*loaded)->name, HostPort(options.host, port));
+
+  const std::string signal_name = signals.Wait();
+  const auto drain_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(options.drain_timeout_seconds * 1000.0));
+  spdlog::info("{}: draining {} open streams (up to {} s), health NOT_SERVING", signal_name,
+               service.streams().open(), options.drain_timeout_seconds);
+  SetHealth(*server, false);
+  service.BeginDrain();
+  // Lets in-flight requests finish, aborts those left at the deadline (their clients get
+  // FINISH_REASON_ABORT) and stops the engine thread.
+  (*loaded)->engine->Shutdown(drain_timeout);
+  if (!service.streams().WaitUntilNoneOpen(std::chrono::steady_clock::now() +
+                                           kFinalWritesTimeout)) {
+    spdlog::warn("{} streams still writing; cancelling them", service.streams().open());
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  server->Wait();
+  metrics.reset();
+  serving_model.store(nullptr, std::memory_order_release);
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace tokenmill::server
+
+int main(int argc, char** argv) {
+  using namespace tokenmill;
+  server::ServerOptions options;
+  CLI::App app{"tokenmill-server: the tokenmill.v1.Inference gRPC API over one model"};
+  server::AddServerOptions(app, options);
+  CLI11_PARSE(app, argc, argv);
+  if (const Status s = SetupLogging(options.log_level); !s.ok()) {
+    std::cerr << "error: " << s.message() << "\n";
+    return 1;
+  }
+  if (options.log_json) {
+    spdlog::default_logger()->set_formatter(std::make_unique<server::JsonLogFormatter>());
+  }
+  return server::Run(options);
+}

@@ -1,0 +1,226 @@
+#include "server/grpc/request_builder.h"
+
+#include <cmath>
+#include <optional>
+
+namespace tokenmill::server {
+namespace {
+
+std::string Num(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g", value);
+  return buffer;
+}
+
+Status CheckTokenIds(std::string_view field, const google::protobuf::RepeatedField<int32_t>& ids,
+                     int32_t vocab_size) {
+  for (int i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      return InvalidArgumentError(std::string(field) + "[" + std::to_string(i) + "] = " +
+                                  std::to_string(ids[i]) + " is outside the vocabulary (0.." +
+                                  std::to_string(vocab_size - 1) + ")");
+    }
+  }
+  return OkStatus();
+}
+
+// The chat prompt carries its own markup ("<|im_start|>"): parse it, add nothing more.
+constexpr EncodeOptions kChatEncodeOptions{.add_special = false, .parse_special = true};
+
+StatusOr<std::vector<TokenId>> EncodeChat(const v1::Chat& chat, const RequestContext& context,
+                                          std::string& prompt) {
+  TM_ASSIGN_OR_RETURN(prompt, RenderChat(chat, context.chat_template));
+  return context.tokenizer->Encode(prompt, kChatEncodeOptions);
+}
+
+// A value the engine cannot honour yet is refused, never silently ignored.
+Status RefuseUnless(bool supported, std::string_view field, double value,
+                    std::string_view neutral) {
+  if (supported) return OkStatus();
+  return InvalidArgumentError("sampling." + std::string(field) + " = " + Num(value) +
+                              " is not supported yet: this server decodes greedily; leave it "
+                              "unset or " + std::string(neutral));
+}
+
+Status CheckFinite(std::string_view field, double value) {
+  if (std::isfinite(value)) return OkStatus();
+  return InvalidArgumentError("sampling." + std::string(field) + " must be a finite number");
+}
+
+Status CheckSampling(const v1::SamplingParams& s) {
+  if (s.has_temperature()) {
+    TM_RETURN_IF_ERROR(CheckFinite("temperature", s.temperature()));
+    if (s.temperature() < 0) {
+      return InvalidArgumentError("sampling.temperature must be >= 0 (0 is greedy), got " +
+                                  Num(s.temperature()));
+    }
+    TM_RETURN_IF_ERROR(RefuseUnless(s.temperature() == 0, "temperature", s.temperature(), "0"));
+  }
+  if (s.has_top_p()) {
+    TM_RETURN_IF_ERROR(CheckFinite("top_p", s.top_p()));
+    if (s.top_p() <= 0 || s.top_p() > 1) {
+      return InvalidArgumentError("sampling.top_p must be in (0, 1], got " + Num(s.top_p()));
+    }
+    TM_RETURN_IF_ERROR(RefuseUnless(s.top_p() == 1, "top_p", s.top_p(), "1"));
+  }
+  if (s.has_top_k()) {
+    if (s.top_k() < -1) {
+      return InvalidArgumentError("sampling.top_k must be -1 or 0 (off) or positive, got " +
+                                  std::to_string(s.top_k()));
+    }
+    TM_RETURN_IF_ERROR(RefuseUnless(s.top_k() <= 0, "top_k", s.top_k(), "0"));
+  }
+  if (s.has_min_p()) {
+    TM_RETURN_IF_ERROR(CheckFinite("min_p", s.min_p()));
+    if (s.min_p() < 0 || s.min_p() > 1) {
+      return InvalidArgumentError("sampling.min_p must be in [0, 1], got " + Num(s.min_p()));
+    }
+    TM_RETURN_IF_ERROR(RefuseUnless(s.min_p() == 0, "min_p", s.min_p(), "0"));
+  }
+  if (s.has_repetition_penalty()) {
+    TM_RETURN_IF_ERROR(CheckFinite("repetition_penalty", s.repetition_penalty()));
+    if (s.repetition_penalty() <= 0) {
+      return InvalidArgumentError("sampling.repetition_penalty must be > 0 (1 is off), got " +
+                                  Num(s.repetition_penalty()));
+    }
+    TM_RETURN_IF_ERROR(RefuseUnless(s.repetition_penalty() == 1, "repetition_penalty",
+                                    s.repetition_penalty(), "1"));
+  }
+  if (s.has_presence_penalty()) {
+    TM_RETURN_IF_ERROR(CheckFinite("presence_penalty", s.presence_penalty()));
+    TM_RETURN_IF_ERROR(
+        RefuseUnless(s.presence_penalty() == 0, "presence_penalty", s.presence_penalty(), "0"));
+  }
+  if (s.has_frequency_penalty()) {
+    TM_RETURN_IF_ERROR(CheckFinite("frequency_penalty", s.frequency_penalty()));
+    TM_RETURN_IF_ERROR(RefuseUnless(s.frequency_penalty() == 0, "frequency_penalty",
+                                    s.frequency_penalty(), "0"));
+  }
+  // A seed changes nothing under greedy decoding: accepted.
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_template) {
+  if (chat.messages().empty()) return InvalidArgumentError("chat.messages is empty");
+  if (chat_template == nullptr) {
+    return FailedPreconditionError(
+        "this model has no chat template: send text or token_ids, or start the server with "
+        "--chat-template FILE");
+  }
+  ChatRequest request;
+  for (const v1::ChatMessage& message : chat.messages()) {
+    request.messages.push_back({{"role", message.role()}, {"content", message.content()}});
+  }
+  request.add_generation_prompt =
+      chat.has_add_generation_prompt() ? chat.add_generation_prompt() : true;
+  StatusOr<std::string> prompt = chat_template->Render(request);
+  if (!prompt.ok()) {
+    return Status(prompt.status().code(), "chat: " + prompt.status().message());
+  }
+  return prompt;
+}
+
+StatusOr<TokenizedPrompt> TokenizeRequestInput(const v1::TokenizeRequest& request,
+                                               const RequestContext& context) {
+  TokenizedPrompt out;
+  switch (request.input_case()) {
+    case v1::TokenizeRequest::kText: {
+      out.text = request.text();
+      const EncodeOptions options{
+          .add_special = request.has_add_special_tokens() ? request.add_special_tokens() : true,
+          .parse_special = request.parse_special()};
+      TM_ASSIGN_OR_RETURN(out.token_ids, context.tokenizer->Encode(out.text, options));
+      return out;
+    }
+    case v1::TokenizeRequest::kChat: {
+      TM_ASSIGN_OR_RETURN(out.text, RenderChat(request.chat(), context.chat_template));
+      EncodeOptions options = kChatEncodeOptions;
+      if (request.has_add_special_tokens()) options.add_special = request.add_special_tokens();
+      TM_ASSIGN_OR_RETURN(out.token_ids, context.tokenizer->Encode(out.text, options));
+      return out;
+    }
+    case v1::TokenizeRequest::INPUT_NOT_SET:
+      break;
+  }
+  return InvalidArgumentError("set text or chat");
+}
+
+StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
+                                               const RequestContext& context) {
+  if (request.request_id().size() > kMaxRequestIdBytes) {
+    return InvalidArgumentError("request_id is longer than " +
+                                std::to_string(kMaxRequestIdBytes) + " bytes");
+  }
+  GenerateRequest out;
+  const int32_t vocab_size = context.tokenizer->vocab_size();
+  switch (request.input_case()) {
+    case v1::GenerateRequest::kText: {
+      if (request.text().empty()) {
+        return InvalidArgumentError("text is empty: give the prompt to continue");
+      }
+      TM_ASSIGN_OR_RETURN(out.prompt_token_ids, context.tokenizer->Encode(request.text()));
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds: {
+      if (request.token_ids().ids().empty()) {
+        return InvalidArgumentError("token_ids.ids is empty: give the prompt's token ids");
+      }
+      TM_RETURN_IF_ERROR(CheckTokenIds("token_ids.ids", request.token_ids().ids(), vocab_size));
+      out.prompt_token_ids.assign(request.token_ids().ids().begin(),
+                                  request.token_ids().ids().end());
+      break;
+    }
+    case v1::GenerateRequest::kChat: {
+      std::string prompt;
+      TM_ASSIGN_OR_RETURN(out.prompt_token_ids, EncodeChat(request.chat(), context, prompt));
+      break;
+    }
+    case v1::GenerateRequest::INPUT_NOT_SET:
+      return InvalidArgumentError("no input: set text, token_ids or chat");
+  }
+  if (out.prompt_token_ids.empty()) {
+    return InvalidArgumentError("the prompt has no tokens: give a longer text");
+  }
+
+  TM_RETURN_IF_ERROR(CheckSampling(request.sampling()));
+  if (request.logprobs() || request.top_logprobs() > 0) {
+    return InvalidArgumentError(std::string(request.logprobs() ? "logprobs" : "top_logprobs") +
+                                " is not supported yet: leave it unset");
+  }
+
+  const uint32_t max_tokens = request.has_max_tokens() ? request.max_tokens() : kDefaultMaxTokens;
+  if (max_tokens < 1) return InvalidArgumentError("max_tokens must be at least 1");
+  const int64_t prompt_tokens = static_cast<int64_t>(out.prompt_token_ids.size());
+  if (prompt_tokens >= context.max_model_len) {
+    return InvalidArgumentError("the prompt is " + std::to_string(prompt_tokens) +
+                                " tokens; this server's limit is " +
+                                std::to_string(context.max_model_len) +
+                                " tokens for prompt and output together: shorten the prompt");
+  }
+  if (prompt_tokens + max_tokens > context.max_model_len) {
+    return InvalidArgumentError(
+        "the prompt (" + std::to_string(prompt_tokens) + " tokens) plus max_tokens (" +
+        std::to_string(max_tokens) + ") exceeds this server's limit of " +
+        std::to_string(context.max_model_len) + " tokens: lower max_tokens to at most " +
+        std::to_string(context.max_model_len - prompt_tokens) + " or shorten the prompt");
+  }
+  out.sampling.max_tokens = static_cast<int>(max_tokens);
+
+  TM_RETURN_IF_ERROR(CheckTokenIds("stop_token_ids", request.stop_token_ids(), vocab_size));
+  out.sampling.stop_token_ids.assign(request.stop_token_ids().begin(),
+                                     request.stop_token_ids().end());
+  out.sampling.ignore_eos = request.ignore_eos();
+  for (int i = 0; i < request.stop().size(); ++i) {
+    if (request.stop(i).empty()) {
+      return InvalidArgumentError("stop[" + std::to_string(i) + "] is empty: remove it");
+    }
+    out.stop_strings.push_back(request.stop(i));
+  }
+  out.priority = request.priority();
+  out.cache_salt = request.cache_salt();
+  return out;
+}
+
+}  // namespace tokenmill::server

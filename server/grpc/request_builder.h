@@ -1,0 +1,44 @@
+// From the wire to the engine: validates a v1 request and turns its input into token ids.
+// Every refusal is INVALID_ARGUMENT (FAILED_PRECONDITION for a chat without a template) with
+// a message naming the field and saying what to change. Pure: no engine, no gRPC.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/engine.h"
+#include "model/chat/chat_template.h"
+#include "model/tokenizer/tokenizer.h"
+#include "tokenmill/v1/inference.pb.h"
+
+namespace tokenmill::server {
+
+// What a request is checked against.
+struct RequestContext {
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;  // null: chat input is refused
+  int max_model_len = 0;                        // prompt plus generated tokens
+};
+
+inline constexpr uint32_t kDefaultMaxTokens = 16;
+inline constexpr size_t kMaxRequestIdBytes = 256;
+
+// The prompt text of chat messages, rendered with the chat template.
+StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_template);
+
+struct TokenizedPrompt {
+  std::string text;  // empty for token id input
+  std::vector<TokenId> token_ids;
+};
+
+// Tokenize's input as token ids: text with the model's special tokens (unless
+// add_special_tokens is false), chat rendered and tokenized with its markup parsed.
+StatusOr<TokenizedPrompt> TokenizeRequestInput(const v1::TokenizeRequest& request,
+                                               const RequestContext& context);
+
+// The engine request for `request` (all but its sink).
+StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
+                                               const RequestContext& context);
+
+}  // namespace tokenmill::server

@@ -1,0 +1,91 @@
+#include "server/grpc/server_options.h"
+
+#include <cctype>
+#include <limits>
+
+#include "common/byte_size.h"
+
+namespace tokenmill::server {
+
+std::string EnvNameOfFlag(std::string_view flag) {
+  while (!flag.empty() && flag.front() == '-') flag.remove_prefix(1);
+  std::string name = "TOKENMILL_";
+  for (const char c : flag) {
+    name += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return name;
+}
+
+namespace {
+
+template <typename T>
+CLI::Option* AddOption(CLI::App& app, const std::string& flag, T& value, const std::string& help) {
+  return app.add_option(flag, value, help)->envname(EnvNameOfFlag(flag))->capture_default_str();
+}
+
+CLI::Option* AddFlag(CLI::App& app, const std::string& flag, bool& value, const std::string& help) {
+  return app.add_flag(flag, value, help)->envname(EnvNameOfFlag(flag));
+}
+
+}  // namespace
+
+void AddServerOptions(CLI::App& app, ServerOptions& o) {
+  AddOption(app, "--model", o.model_path, "GGUF model file")->required();
+  AddOption(app, "--chat-template", o.chat_template_path,
+            "Jinja chat template file (default: the model's own)")
+      ->check(CLI::ExistingFile);
+  AddOption(app, "--host", o.host, "address to listen on");
+  AddOption(app, "--port", o.port, "gRPC port (0: any free port)")->check(CLI::Range(0, 65535));
+  AddOption(app, "--metrics-port", o.metrics_port,
+            "Prometheus /metrics port (0: any free port, -1: none)")
+      ->check(CLI::Range(-1, 65535));
+  AddOption(app, "--threads", o.threads, "CPU threads of the forward pass (0: all cores)")
+      ->check(CLI::NonNegativeNumber);
+  AddOption(app, "--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  AddOption(app, "--kv-cache-memory", o.kv_cache_memory,
+            "KV cache size (\"2GiB\") or fraction of available memory (\"0.5\")");
+  AddOption(app, "--block-size", o.block_size, "tokens per KV block")
+      ->check(CLI::Range(1, 1024));
+  AddOption(app, "--max-num-seqs", o.max_num_seqs, "requests running at once")
+      ->check(CLI::PositiveNumber);
+  AddOption(app, "--max-num-batched-tokens", o.max_num_batched_tokens, "tokens per engine step")
+      ->check(CLI::PositiveNumber);
+  AddOption(app, "--max-queue", o.max_queue,
+            "waiting requests beyond which Generate answers RESOURCE_EXHAUSTED")
+      ->check(CLI::PositiveNumber);
+  AddOption(app, "--max-model-len", o.max_model_len,
+            "prompt plus generated tokens per request (0: the model's context)")
+      ->check(CLI::NonNegativeNumber);
+  AddFlag(app, "--no-prefix-cache", o.no_prefix_cache, "do not share cached prompt prefixes");
+  AddOption(app, "--drain-timeout", o.drain_timeout_seconds,
+            "seconds SIGTERM/SIGINT lets in-flight requests finish before aborting them")
+      ->check(CLI::NonNegativeNumber);
+  AddOption(app, "--log-level", o.log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  AddFlag(app, "--log-json", o.log_json, "one JSON object per log line");
+}
+
+StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t available_memory_bytes) {
+  if (o.device != "cpu") {
+    return InvalidArgumentError("--device " + o.device +
+                                ": this build has no CUDA backend yet; use --device cpu");
+  }
+  StatusOr<MemoryBudget> budget = ParseMemoryBudget(o.kv_cache_memory);
+  if (!budget.ok()) {
+    return InvalidArgumentError("--kv-cache-memory: " + budget.status().message());
+  }
+  EngineConfig config;
+  config.kv_cache_bytes = budget->Resolve(available_memory_bytes);
+  config.block_size = o.block_size;
+  config.enable_prefix_caching = !o.no_prefix_cache;
+  config.num_threads = o.threads;
+  config.scheduler.max_num_seqs = o.max_num_seqs;
+  config.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  config.scheduler.max_queue = o.max_queue;
+  // The engine caps the limit at the model's context: 0 asks for exactly that.
+  config.scheduler.max_model_len =
+      o.max_model_len > 0 ? o.max_model_len : std::numeric_limits<int>::max();
+  return config;  // Engine::Create validates the rest, once the model is known
+}
+
+}  // namespace tokenmill::server

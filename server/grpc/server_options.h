@@ -1,0 +1,45 @@
+// tokenmill-server's flags. Each is also settable by an environment variable
+// TOKENMILL_<NAME> (--max-queue: TOKENMILL_MAX_QUEUE); a flag on the command line wins.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "common/status.h"
+#include "engine/engine_config.h"
+
+namespace tokenmill::server {
+
+struct ServerOptions {
+  std::string model_path;
+  std::string chat_template_path;  // empty: the model's own template
+  std::string host = "127.0.0.1";
+  int port = 50051;          // 0: any free port (logged)
+  int metrics_port = 8002;   // 0: any free port (logged); -1: no metrics endpoint
+  int threads = 0;           // 0: all cores
+  std::string device = "cpu";
+  std::string kv_cache_memory = "256MiB";  // a size, or a fraction of free memory
+  int block_size = 16;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int max_queue = 1024;
+  int max_model_len = 0;  // 0: the model's context length
+  bool no_prefix_cache = false;
+  double drain_timeout_seconds = 30.0;
+  std::string log_level = "info";
+  bool log_json = false;
+};
+
+// Registers every flag on `app`, bound to `options`, with its TOKENMILL_<NAME> variable.
+void AddServerOptions(CLI::App& app, ServerOptions& options);
+
+// The environment variable of a flag: "--max-queue" -> "TOKENMILL_MAX_QUEUE".
+std::string EnvNameOfFlag(std::string_view flag);
+
+// The engine settings the flags ask for. `available_memory_bytes` resolves a fractional
+// --kv-cache-memory. InvalidArgument naming the flag when a value cannot work.
+StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& options,
+                                        int64_t available_memory_bytes);
+
+}  // namespace tokenmill::server

@@ -1,0 +1,78 @@
+#include "server/grpc/serving_model.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "common/byte_size.h"
+
+namespace tokenmill::server {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string ModelName(const GgufFile& file, const std::string& path) {
+  if (file.Has("general.name")) {
+    if (StatusOr<std::string_view> name = file.GetString("general.name"); name.ok()) {
+      return std::string(*name);
+    }
+  }
+  return std::filesystem::path(path).stem().string();
+}
+
+}  // namespace
+
+ServingModel::~ServingModel() {
+  if (engine) engine->Shutdown(std::chrono::milliseconds(0));
+  engine.reset();
+}
+
+StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& options,
+                                                         const EngineConfig& engine_config) {
+  auto start = std::chrono::steady_clock::now();
+  spdlog::info("loading model {}", options.model_path);
+  TM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(options.model_path));
+  const ModelConfig& config = model->config();
+  spdlog::info("model: {} layers, {} hidden, {} heads ({} KV), vocab {}, context {} ({:.2f} s)",
+               config.n_layers, config.n_embd, config.n_heads, config.n_kv_heads, config.n_vocab,
+               config.context_length, SecondsSince(start));
+
+  start = std::chrono::steady_clock::now();
+  TM_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(model->file()));
+  spdlog::info("tokenizer: {} {}, {} tokens ({:.2f} s)", tokenizer.model_name(),
+               tokenizer.pre_tokenizer_name(), tokenizer.vocab_size(), SecondsSince(start));
+  auto serving = std::make_unique<ServingModel>(std::move(model), std::move(tokenizer));
+  serving->name = ModelName(serving->model->file(), options.model_path);
+
+  if (!options.chat_template_path.empty()) {
+    TM_ASSIGN_OR_RETURN(ChatSpecialTokens tokens,
+                        ChatSpecialTokensFromGguf(serving->model->file()));
+    TM_ASSIGN_OR_RETURN(ChatTemplate chat_template,
+                        ChatTemplate::FromFile(options.chat_template_path, std::move(tokens)));
+    serving->chat_template.emplace(std::move(chat_template));
+    spdlog::info("chat template: {}", options.chat_template_path);
+  } else if (StatusOr<ChatTemplate> own = ChatTemplate::FromGguf(serving->model->file());
+             own.ok()) {
+    serving->chat_template.emplace(std::move(*own));
+    spdlog::info("chat template: the model's own");
+  } else {
+    spdlog::warn("chat input is refused: {}", own.status().message());
+  }
+
+  start = std::chrono::steady_clock::now();
+  spdlog::info("starting the engine: KV cache {} in blocks of {} tokens, prefix cache {}",
+               FormatBytes(engine_config.kv_cache_bytes), engine_config.block_size,
+               engine_config.enable_prefix_caching ? "on" : "off");
+  TM_ASSIGN_OR_RETURN(serving->engine,
+                      Engine::Create(*serving->model, serving->tokenizer, engine_config));
+  serving->block_size = engine_config.block_size;
+  const EngineStats stats = serving->engine->Stats();
+  spdlog::info("engine ready: {} KV blocks, max {} tokens per request ({:.2f} s)",
+               stats.num_kv_blocks, serving->engine->max_model_len(), SecondsSince(start));
+  return serving;
+}
+
+}  // namespace tokenmill::server

@@ -1,0 +1,35 @@
+// What a running server serves: the model, its tokenizer and chat template, and the engine
+// over them. Loaded once at startup; read-only afterwards except through the engine.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "engine/engine.h"
+#include "model/chat/chat_template.h"
+#include "model/model.h"
+#include "model/tokenizer/tokenizer.h"
+#include "server/grpc/server_options.h"
+
+namespace tokenmill::server {
+
+struct ServingModel {
+  ServingModel(std::unique_ptr<Model> m, Tokenizer t) : model(std::move(m)), tokenizer(std::move(t)) {}
+  ~ServingModel();  // stops the engine before what it reads goes away
+
+  std::unique_ptr<Model> model;
+  Tokenizer tokenizer;
+  std::optional<ChatTemplate> chat_template;  // none: chat input is refused
+  std::string name;                           // general.name, or the file's stem
+  int block_size = 0;
+  std::unique_ptr<Engine> engine;
+};
+
+// Loads the model file, tokenizer and chat template and starts the engine, logging each
+// step. Errors name the file or the flag to change.
+StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& options,
+                                                         const EngineConfig& engine_config);
+
+}  // namespace tokenmill::server

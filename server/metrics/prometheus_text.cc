@@ -1,0 +1,148 @@
+#include "server/metrics/prometheus_text.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace tokenmill::server {
+namespace {
+
+std::string EscapeLabelValue(std::string_view value) {
+  std::string out;
+  for (const char c : value) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+std::string EscapeHelp(std::string_view help) {
+  std::string out;
+  for (const char c : help) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+std::string FormatValue(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
+  return buffer;
+}
+
+}  // namespace
+
+PrometheusWriter::PrometheusWriter(std::vector<std::pair<std::string, std::string>> labels) {
+  for (const auto& [name, value] : labels) {
+    if (!labels_.empty()) labels_ += ',';
+    labels_ += name + "=\"" + EscapeLabelValue(value) + "\"";
+  }
+}
+
+void PrometheusWriter::Header(std::string_view name, std::string_view help,
+                              std::string_view type) {
+  text_ += "# HELP ";
+  text_ += name;
+  text_ += ' ';
+  text_ += EscapeHelp(help);
+  text_ += "\n# TYPE ";
+  text_ += name;
+  text_ += ' ';
+  text_ += type;
+  text_ += '\n';
+}
+
+void PrometheusWriter::Sample(std::string_view name, std::string_view extra_label, double value) {
+  text_ += name;
+  if (!labels_.empty() || !extra_label.empty()) {
+    text_ += '{';
+    text_ += labels_;
+    if (!labels_.empty() && !extra_label.empty()) text_ += ',';
+    text_ += extra_label;
+    text_ += '}';
+  }
+  text_ += ' ';
+  text_ += FormatValue(value);
+  text_ += '\n';
+}
+
+void PrometheusWriter::Gauge(std::string_view name, std::string_view help, double value) {
+  Header(name, help, "gauge");
+  Sample(name, "", value);
+}
+
+void PrometheusWriter::Counter(std::string_view name, std::string_view help, double value) {
+  Header(name, help, "counter");
+  Sample(name, "", value);
+}
+
+void PrometheusWriter::CounterByLabel(std::string_view name, std::string_view help,
+                                      std::string_view label_name,
+                                      const std::vector<std::pair<std::string, double>>& values) {
+  Header(name, help, "counter");
+  for (const auto& [label_value, value] : values) {
+    Sample(name, std::string(label_name) + "=\"" + EscapeLabelValue(label_value) + "\"", value);
+  }
+}
+
+void PrometheusWriter::Histogram(std::string_view name, std::string_view help,
+                                 const HistogramSnapshot& h) {
+  Header(name, help, "histogram");
+  const std::string bucket = std::string(name) + "_bucket";
+  for (size_t i = 0; i < h.upper_bounds.size(); ++i) {
+    Sample(bucket, "le=\"" + FormatValue(h.upper_bounds[i]) + "\"",
+           static_cast<double>(h.bucket_counts[i]));
+  }
+  Sample(bucket, "le=\"+Inf\"", static_cast<double>(h.count));
+  Sample(std::string(name) + "_sum", "", h.sum);
+  Sample(std::string(name) + "_count", "", static_cast<double>(h.count));
+}
+
+std::string RenderMetrics(std::string_view model_name,
+                          const std::optional<EngineStats>& engine_stats,
+                          const RequestMetrics& requests) {
+  PrometheusWriter w({{"model_name", std::string(model_name)}});
+  const EngineStats s = engine_stats.value_or(EngineStats{});
+  w.Gauge("tokenmill:num_requests_running", "Requests in the running batch.", s.num_running);
+  w.Gauge("tokenmill:num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting);
+  w.Gauge("tokenmill:kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = 100%).",
+          s.kv_usage);
+  w.Gauge("tokenmill:kv_cache_blocks_in_use", "KV cache blocks held by requests.",
+          s.num_kv_blocks_in_use);
+  w.Gauge("tokenmill:kv_cache_blocks", "KV cache blocks in the pool.", s.num_kv_blocks);
+  w.Counter("tokenmill:prefix_cache_queries_total",
+            "Prompt tokens looked up in the prefix cache.",
+            static_cast<double>(s.prefix_query_tokens));
+  w.Counter("tokenmill:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+            static_cast<double>(s.prefix_hit_tokens));
+  w.Counter("tokenmill:num_preemptions_total", "Requests preempted to free KV blocks.",
+            static_cast<double>(s.num_preemptions));
+  w.Counter("tokenmill:prompt_tokens_total", "Prompt tokens computed (prefix hits excluded).",
+            static_cast<double>(s.num_prompt_tokens));
+  w.Counter("tokenmill:generation_tokens_total", "Tokens generated.",
+            static_cast<double>(s.num_generation_tokens));
+  std::vector<std::pair<std::string, double>> finished;
+  for (const CompletionReason reason : {CompletionReason::kStop, CompletionReason::kLength,
+                                        CompletionReason::kAbort, CompletionReason::kError}) {
+    finished.emplace_back(std::string(CompletionReasonName(reason)),
+                          static_cast<double>(requests.finished(reason)));
+  }
+  w.CounterByLabel("tokenmill:request_success_total", "Finished requests by reason.",
+                   "finished_reason", finished);
+  w.Histogram("tokenmill:time_to_first_token_seconds", "Time to the first generated token.",
+              requests.time_to_first_token());
+  w.Histogram("tokenmill:time_per_output_token_seconds", "Time between generated tokens.",
+              requests.time_per_output_token());
+  w.Histogram("tokenmill:e2e_request_latency_seconds", "Time from arrival to finish.",
+              requests.e2e_request_latency());
+  w.Histogram("tokenmill:request_queue_time_seconds", "Time from arrival to first scheduled.",
+              requests.request_queue_time());
+  return w.text();
+}
+
+}  // namespace tokenmill::server

@@ -1,0 +1,44 @@
+// The Prometheus text exposition format (version 0.0.4), and tokenmill's metrics in it,
+// named like vLLM's under the "tokenmill:" prefix.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "engine/engine.h"
+#include "server/metrics/histogram.h"
+#include "server/metrics/request_metrics.h"
+
+namespace tokenmill::server {
+
+// Appends metric families to a text body; every sample gets the same labels.
+class PrometheusWriter {
+ public:
+  // `labels`: name="value" pairs; values are escaped here.
+  explicit PrometheusWriter(std::vector<std::pair<std::string, std::string>> labels);
+
+  void Gauge(std::string_view name, std::string_view help, double value);
+  // `name` ends with _total, as the format asks of counters.
+  void Counter(std::string_view name, std::string_view help, double value);
+  // One family with one sample per label value of `label_name`.
+  void CounterByLabel(std::string_view name, std::string_view help, std::string_view label_name,
+                      const std::vector<std::pair<std::string, double>>& values);
+  void Histogram(std::string_view name, std::string_view help, const HistogramSnapshot& h);
+
+  const std::string& text() const { return text_; }
+
+ private:
+  void Header(std::string_view name, std::string_view help, std::string_view type);
+  void Sample(std::string_view name, std::string_view extra_label, double value);
+
+  std::string labels_;  // `a="x",b="y"` (no braces)
+  std::string text_;
+};
+
+// The /metrics body. `engine_stats` is empty while the model loads.
+std::string RenderMetrics(std::string_view model_name,
+                          const std::optional<EngineStats>& engine_stats,
+                          const RequestMetrics& requests);
+
+}  // namespace tokenmill::server

@@ -1,0 +1,163 @@
+"""Starts the real tokenmill-server and talks to it with the Python grpcio client whose stubs
+are generated from proto/tokenmill/v1/*.proto (grpcio-tools) at test time."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+from grpc_tools import protoc
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parents[2]
+BIN_DIR = Path(os.environ.get("TOKENMILL_BIN_DIR", REPO / "build" / "bin"))
+MODELS_DIR = Path(os.environ.get("TOKENMILL_MODELS_DIR", REPO / "models"))
+SERVER_BIN = BIN_DIR / "tokenmill-server"
+CLI_BIN = BIN_DIR / "tokenmill"
+DEFAULT_MODEL = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_MODEL = MODELS_DIR / "stories260K.gguf"
+
+# Every wait in these tests is bounded by one of these.
+START_TIMEOUT_S = 60
+RPC_TIMEOUT_S = 120
+EXIT_TIMEOUT_S = 60
+
+
+def generate_stubs():
+    """Compiles the proto into a temporary package; returns (inference_pb2, inference_pb2_grpc)."""
+    out = tempfile.mkdtemp(prefix="tokenmill_stubs_")
+    proto_root = REPO / "proto"
+    args = ["protoc", f"-I{proto_root}", f"--python_out={out}", f"--grpc_python_out={out}",
+            str(proto_root / "tokenmill" / "v1" / "inference.proto")]
+    if protoc.main(args) != 0:
+        raise RuntimeError("grpc_tools.protoc failed on inference.proto")
+    sys.path.insert(0, out)
+    from tokenmill.v1 import inference_pb2, inference_pb2_grpc  # noqa: E402
+    return inference_pb2, inference_pb2_grpc
+
+
+pb2, pb2_grpc = generate_stubs()
+
+
+class Server:
+    """One tokenmill-server process on free ports, its log collected from stderr."""
+
+    def __init__(self, *extra_args, model=DEFAULT_MODEL, env=None, wait_ready=True,
+                 metrics=True):
+        self.args = [str(SERVER_BIN), "--model", str(model), "--port", "0",
+                     "--metrics-port", "0" if metrics else "-1", "--log-level", "debug",
+                     *map(str, extra_args)]
+        self.lines = []
+        self._cond = threading.Condition()
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True, errors="replace",
+                                     env={**os.environ, **(env or {})})
+        self._reader = threading.Thread(target=self._read_log, daemon=True)
+        self._reader.start()
+        self.port = int(self.wait_for_log(r"listening on [^ ]*:(\d+) \(gRPC\)").group(1))
+        self.metrics_port = None
+        if metrics:
+            self.metrics_port = int(self.wait_for_log(r"metrics on http://[^ ]*:(\d+)/").group(1))
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
+        self.stub = pb2_grpc.InferenceStub(self.channel)
+        if wait_ready:
+            self.wait_for_log(r"serving .* on ")
+
+    def _read_log(self):
+        for line in self.proc.stderr:
+            with self._cond:
+                self.lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def log_text(self):
+        with self._cond:
+            return "\n".join(self.lines)
+
+    def wait_for_log(self, pattern, timeout=START_TIMEOUT_S):
+        """The first match of `pattern` in the log, waiting for it to appear."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for line in self.lines:
+                    m = regex.search(line)
+                    if m:
+                        return m
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
+                    raise AssertionError(f"no log line matches {pattern!r}; log:\n" +
+                                         "\n".join(self.lines))
+                self._cond.wait(min(left, 0.5))
+
+    def metrics(self):
+        """{sample name with labels: value} from /metrics, parsed by prometheus_client."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        samples = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                extra = {k: v for k, v in s.labels.items() if k != "model_name"}
+                key = s.name + ("" if not extra else
+                                "{" + ",".join(f"{k}={v}" for k, v in sorted(extra.items())) + "}")
+                samples[key] = s.value
+        return samples
+
+    def wait_for_metrics(self, predicate, timeout=30):
+        """Polls /metrics until predicate(samples) holds; returns the samples."""
+        deadline = time.monotonic() + timeout
+        while True:
+            samples = self.metrics()
+            if predicate(samples):
+                return samples
+            if time.monotonic() > deadline:
+                raise AssertionError(f"metrics never matched; last: {samples}")
+            time.sleep(0.05)
+
+    def signal(self, sig=signal.SIGTERM):
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout=EXIT_TIMEOUT_S):
+        return self.proc.wait(timeout=timeout)
+
+    def close(self):
+        self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=EXIT_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(timeout=10)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def generate(stub, request, timeout=RPC_TIMEOUT_S):
+    """Runs one Generate stream: (token ids, text, list of responses)."""
+    responses = list(stub.Generate(request, timeout=timeout))
+    ids = [t for r in responses for t in r.token_ids]
+    return ids, "".join(r.text for r in responses), responses
+
+
+def cli_generate(prompt, max_tokens, model=DEFAULT_MODEL):
+    """`tokenmill generate --json`: the single-sequence reference the server must match."""
+    out = subprocess.run([str(CLI_BIN), "generate", "--model", str(model), "--prompt", prompt,
+                          "--max-tokens", str(max_tokens), "--json"],
+                         capture_output=True, text=True, timeout=RPC_TIMEOUT_S, check=True)
+    return json.loads(out.stdout)

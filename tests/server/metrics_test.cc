@@ -1,0 +1,91 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "server/metrics/histogram.h"
+#include "server/metrics/prometheus_text.h"
+#include "server/metrics/request_metrics.h"
+
+namespace tokenmill::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(Histogram, BucketsAreCumulativeAndInclusiveOfTheirBound) {
+  Histogram h({0.1, 1.0});
+  for (const double v : {0.05, 0.1, 0.5, 1.0, 3.0}) h.Observe(v);
+  const HistogramSnapshot s = h.Snapshot();
+  EXPECT_THAT(s.bucket_counts, ElementsAre(2, 4, 5));  // <=0.1, <=1, +Inf
+  EXPECT_EQ(s.count, 5u);
+  EXPECT_DOUBLE_EQ(s.sum, 4.65);
+}
+
+TEST(PrometheusWriter, WritesFamiliesWithEscapedLabels) {
+  using Labels = std::vector<std::pair<std::string, std::string>>;
+  PrometheusWriter w(Labels{{"model_name", "a \"b\"\\c\nd"}});
+  w.Gauge("x:g", "A gauge.", 0.25);
+  w.Counter("x:c_total", "A counter.", 3);
+  Histogram h({1.0});
+  h.Observe(0.5);
+  h.Observe(2.0);
+  w.Histogram("x:h_seconds", "A histogram.", h.Snapshot());
+  const std::string label = R"(model_name="a \"b\"\\c\nd")";
+  EXPECT_EQ(w.text(),
+            "# HELP x:g A gauge.\n# TYPE x:g gauge\nx:g{" + label + "} 0.25\n"
+            "# HELP x:c_total A counter.\n# TYPE x:c_total counter\nx:c_total{" + label +
+                "} 3\n"
+            "# HELP x:h_seconds A histogram.\n# TYPE x:h_seconds histogram\n"
+            "x:h_seconds_bucket{" + label + ",le=\"1\"} 1\n"
+            "x:h_seconds_bucket{" + label + ",le=\"+Inf\"} 2\n"
+            "x:h_seconds_sum{" + label + "} 2.5\n"
+            "x:h_seconds_count{" + label + "} 2\n");
+}
+
+TEST(RenderMetrics, NamesEveryMetricOfTheIssue) {
+  EngineStats stats;
+  stats.num_running = 2;
+  stats.num_waiting = 1;
+  stats.kv_usage = 0.5;
+  stats.num_preemptions = 4;
+  stats.prefix_query_tokens = 10;
+  stats.prefix_hit_tokens = 6;
+  stats.num_prompt_tokens = 17;
+  stats.num_generation_tokens = 40;
+  RequestMetrics requests;
+  RequestTimings timings;
+  timings.queue_seconds = 0.002;
+  timings.time_to_first_token = 0.03;
+  timings.token_seconds = {0.03, 0.01, 0.02};
+  timings.total_seconds = 0.06;
+  requests.ObserveFinished(timings, CompletionReason::kLength);
+  const std::string text = RenderMetrics("m", stats, requests);
+  for (const std::string line : {
+           "tokenmill:num_requests_running{model_name=\"m\"} 2\n",
+           "tokenmill:num_requests_waiting{model_name=\"m\"} 1\n",
+           "tokenmill:kv_cache_usage_perc{model_name=\"m\"} 0.5\n",
+           "tokenmill:prefix_cache_queries_total{model_name=\"m\"} 10\n",
+           "tokenmill:prefix_cache_hits_total{model_name=\"m\"} 6\n",
+           "tokenmill:num_preemptions_total{model_name=\"m\"} 4\n",
+           "tokenmill:prompt_tokens_total{model_name=\"m\"} 17\n",
+           "tokenmill:generation_tokens_total{model_name=\"m\"} 40\n",
+           "tokenmill:request_success_total{model_name=\"m\",finished_reason=\"length\"} 1\n",
+           "tokenmill:time_to_first_token_seconds_count{model_name=\"m\"} 1\n",
+           // Inter-token gaps only: the first token's wait is TTFT.
+           "tokenmill:time_per_output_token_seconds_count{model_name=\"m\"} 2\n",
+           "tokenmill:e2e_request_latency_seconds_count{model_name=\"m\"} 1\n",
+           "tokenmill:request_queue_time_seconds_count{model_name=\"m\"} 1\n",
+       }) {
+    EXPECT_THAT(text, HasSubstr(line));
+  }
+}
+
+TEST(RenderMetrics, ZerosBeforeTheModelLoads) {
+  RequestMetrics requests;
+  const std::string text = RenderMetrics("", std::nullopt, requests);
+  EXPECT_THAT(text, HasSubstr("tokenmill:num_requests_running{model_name=\"\"} 0\n"));
+  EXPECT_THAT(text, Not(HasSubstr("NaN")));
+}
+
+}  // namespace
+}  // namespace tokenmill::server

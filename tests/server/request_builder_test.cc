@@ -1,0 +1,253 @@
+#include "server/grpc/request_builder.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <optional>
+
+namespace tokenmill::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A model's tokenizer and chat template, loaded once per test suite.
+struct LoadedVocab {
+  explicit LoadedVocab(const std::string& file_name) {
+    StatusOr<GgufFile> file = GgufFile::Open(std::string(TOKENMILL_MODELS_DIR) + "/" + file_name);
+    TM_CHECK(file.ok()) << file.status().ToString();
+    StatusOr<Tokenizer> t = Tokenizer::FromGguf(*file);
+    TM_CHECK(t.ok()) << t.status().ToString();
+    tokenizer.emplace(std::move(*t));
+    if (StatusOr<ChatTemplate> c = ChatTemplate::FromGguf(*file); c.ok()) {
+      chat_template.emplace(std::move(*c));
+    }
+  }
+  RequestContext Context(int max_model_len) const {
+    return {&*tokenizer, chat_template ? &*chat_template : nullptr, max_model_len};
+  }
+  std::optional<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;
+};
+
+const LoadedVocab& SmolLm2() {
+  static const LoadedVocab vocab("SmolLM2-135M-Instruct.Q4_1.gguf");
+  return vocab;
+}
+const LoadedVocab& Stories() {
+  static const LoadedVocab vocab("stories260K.gguf");
+  return vocab;
+}
+
+v1::GenerateRequest TextRequest(const std::string& text) {
+  v1::GenerateRequest request;
+  request.set_text(text);
+  return request;
+}
+
+TEST(BuildGenerateRequest, TextIsTokenizedWithTheModelsSpecialTokens) {
+  // stories260K adds BOS (SentencePiece default); special-token text stays plain text.
+  const LoadedVocab& vocab = Stories();
+  StatusOr<GenerateRequest> built = BuildGenerateRequest(TextRequest("Once upon </s>"),
+                                                         vocab.Context(128));
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  ASSERT_FALSE(built->prompt_token_ids.empty());
+  EXPECT_EQ(built->prompt_token_ids.front(), vocab.tokenizer->bos());
+  EXPECT_EQ(std::count(built->prompt_token_ids.begin(), built->prompt_token_ids.end(),
+                       vocab.tokenizer->eos()), 0);
+  EXPECT_EQ(built->sampling.max_tokens, static_cast<int>(kDefaultMaxTokens));
+}
+
+TEST(BuildGenerateRequest, CarriesTokenIdsAndStopConditionsAsGiven) {
+  v1::GenerateRequest request;
+  request.mutable_token_ids()->add_ids(5);
+  request.mutable_token_ids()->add_ids(7);
+  request.set_max_tokens(3);
+  request.add_stop("\n\n");
+  request.add_stop_token_ids(9);
+  request.set_ignore_eos(true);
+  request.set_priority(-2);
+  request.set_cache_salt("tenant-a");
+  request.mutable_sampling()->set_temperature(0.0f);  // greedy, spelled out
+  request.mutable_sampling()->set_seed(42);            // meaningless but harmless when greedy
+  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, SmolLm2().Context(8192));
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_THAT(built->prompt_token_ids, ElementsAre(5, 7));
+  EXPECT_EQ(built->sampling.max_tokens, 3);
+  EXPECT_THAT(built->sampling.stop_token_ids, ElementsAre(9));
+  EXPECT_TRUE(built->sampling.ignore_eos);
+  EXPECT_THAT(built->stop_strings, ElementsAre("\n\n"));
+  EXPECT_EQ(built->priority, -2);
+  EXPECT_EQ(built->cache_salt, "tenant-a");
+}
+
+TEST(BuildGenerateRequest, ChatMarkupBecomesSpecialTokens) {
+  const LoadedVocab& vocab = SmolLm2();
+  ASSERT_TRUE(vocab.chat_template.has_value());
+  v1::GenerateRequest request;
+  v1::ChatMessage* message = request.mutable_chat()->add_messages();
+  message->set_role("user");
+  message->set_content("Hi");
+  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, vocab.Context(8192));
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  const TokenId im_start = vocab.tokenizer->vocab().Find("<|im_start|>");
+  ASSERT_GE(im_start, 0);
+  // The template opens the user's and the assistant's turns (and maybe a system turn).
+  EXPECT_GE(std::count(built->prompt_token_ids.begin(), built->prompt_token_ids.end(), im_start),
+            2);
+}
+
+struct BadInput {
+  std::string name;
+  std::function<void(v1::GenerateRequest&)> edit;
+  StatusCode code;
+  std::string message;
+};
+
+TEST(BuildGenerateRequest, RefusesBadInputSayingWhatToChange) {
+  const std::vector<BadInput> cases = {
+      {"no input", [](v1::GenerateRequest& r) { r.clear_input(); }, StatusCode::kInvalidArgument,
+       "set text, token_ids or chat"},
+      {"empty text", [](v1::GenerateRequest& r) { r.set_text(""); },
+       StatusCode::kInvalidArgument, "text is empty"},
+      {"empty ids", [](v1::GenerateRequest& r) { r.mutable_token_ids(); },
+       StatusCode::kInvalidArgument, "token_ids.ids is empty"},
+      {"id outside vocab",
+       [](v1::GenerateRequest& r) {
+         r.mutable_token_ids()->add_ids(1);
+         r.mutable_token_ids()->add_ids(49152);
+       },
+       StatusCode::kInvalidArgument, "token_ids.ids[1] = 49152 is outside the vocabulary"},
+      {"negative id", [](v1::GenerateRequest& r) { r.mutable_token_ids()->add_ids(-3); },
+       StatusCode::kInvalidArgument, "token_ids.ids[0] = -3"},
+      {"empty chat", [](v1::GenerateRequest& r) { r.mutable_chat(); },
+       StatusCode::kInvalidArgument, "chat.messages is empty"},
+      {"unknown role",
+       [](v1::GenerateRequest& r) {
+         v1::ChatMessage* m = r.mutable_chat()->add_messages();
+         m->set_role("wizard");
+         m->set_content("hi");
+       },
+       StatusCode::kInvalidArgument, "wizard"},
+      {"max_tokens 0", [](v1::GenerateRequest& r) { r.set_max_tokens(0); },
+       StatusCode::kInvalidArgument, "max_tokens must be at least 1"},
+      {"too long", [](v1::GenerateRequest& r) { r.set_max_tokens(8192); },
+       StatusCode::kInvalidArgument, "lower max_tokens to at most"},
+      {"temperature", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_temperature(0.7f); },
+       StatusCode::kInvalidArgument, "sampling.temperature = 0.7 is not supported yet"},
+      {"negative temperature",
+       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_temperature(-1.0f); },
+       StatusCode::kInvalidArgument, "sampling.temperature must be >= 0"},
+      {"nan temperature",
+       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_temperature(NAN); },
+       StatusCode::kInvalidArgument, "sampling.temperature must be a finite number"},
+      {"top_p", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_p(0.9f); },
+       StatusCode::kInvalidArgument, "sampling.top_p = 0.9 is not supported yet"},
+      {"top_p range", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_p(1.5f); },
+       StatusCode::kInvalidArgument, "sampling.top_p must be in (0, 1]"},
+      {"top_k", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_k(40); },
+       StatusCode::kInvalidArgument, "sampling.top_k = 40 is not supported yet"},
+      {"min_p", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_min_p(0.1f); },
+       StatusCode::kInvalidArgument, "sampling.min_p = 0.1"},
+      {"repetition_penalty",
+       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_repetition_penalty(1.1f); },
+       StatusCode::kInvalidArgument, "sampling.repetition_penalty = 1.1"},
+      {"presence_penalty",
+       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_presence_penalty(0.5f); },
+       StatusCode::kInvalidArgument, "sampling.presence_penalty = 0.5"},
+      {"frequency_penalty",
+       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_frequency_penalty(-0.5f); },
+       StatusCode::kInvalidArgument, "sampling.frequency_penalty = -0.5"},
+      {"logprobs", [](v1::GenerateRequest& r) { r.set_logprobs(true); },
+       StatusCode::kInvalidArgument, "logprobs is not supported yet"},
+      {"top_logprobs", [](v1::GenerateRequest& r) { r.set_top_logprobs(5); },
+       StatusCode::kInvalidArgument, "top_logprobs is not supported yet"},
+      {"empty stop",
+       [](v1::GenerateRequest& r) {
+         r.add_stop("x");
+         r.add_stop("");
+       },
+       StatusCode::kInvalidArgument, "stop[1] is empty"},
+      {"stop id outside vocab", [](v1::GenerateRequest& r) { r.add_stop_token_ids(100000); },
+       StatusCode::kInvalidArgument, "stop_token_ids[0] = 100000"},
+      {"long request id",
+       [](v1::GenerateRequest& r) { r.set_request_id(std::string(300, 'x')); },
+       StatusCode::kInvalidArgument, "request_id is longer than 256 bytes"},
+  };
+  for (const BadInput& c : cases) {
+    SCOPED_TRACE(c.name);
+    v1::GenerateRequest request = TextRequest("Hello");
+    c.edit(request);
+    StatusOr<GenerateRequest> built = BuildGenerateRequest(request, SmolLm2().Context(8192));
+    ASSERT_FALSE(built.ok());
+    EXPECT_EQ(built.status().code(), c.code) << built.status().ToString();
+    EXPECT_THAT(built.status().message(), HasSubstr(c.message));
+  }
+}
+
+TEST(BuildGenerateRequest, PromptMustLeaveRoomToGenerate) {
+  const LoadedVocab& vocab = Stories();
+  v1::GenerateRequest request;
+  for (int i = 0; i < 10; ++i) request.mutable_token_ids()->add_ids(100);
+  StatusOr<GenerateRequest> full = BuildGenerateRequest(request, vocab.Context(10));
+  ASSERT_FALSE(full.ok());
+  EXPECT_THAT(full.status().message(), HasSubstr("the prompt is 10 tokens"));
+  EXPECT_THAT(full.status().message(), HasSubstr("shorten the prompt"));
+
+  request.set_max_tokens(2);
+  StatusOr<GenerateRequest> over = BuildGenerateRequest(request, vocab.Context(11));
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(over.status().message(), HasSubstr("lower max_tokens to at most 1"));
+
+  request.set_max_tokens(1);
+  EXPECT_TRUE(BuildGenerateRequest(request, vocab.Context(11)).ok());
+}
+
+TEST(BuildGenerateRequest, ChatWithoutTemplateIsAFailedPrecondition) {
+  v1::GenerateRequest request;
+  v1::ChatMessage* message = request.mutable_chat()->add_messages();
+  message->set_role("user");
+  message->set_content("Hi");
+  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, Stories().Context(128));
+  ASSERT_FALSE(built.ok());
+  EXPECT_EQ(built.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(built.status().message(), HasSubstr("--chat-template"));
+}
+
+TEST(TokenizeRequestInput, AddSpecialTokensControlsBos) {
+  const LoadedVocab& vocab = Stories();
+  v1::TokenizeRequest request;
+  request.set_text("Once upon a time");
+  StatusOr<TokenizedPrompt> with = TokenizeRequestInput(request, vocab.Context(128));
+  request.set_add_special_tokens(false);
+  StatusOr<TokenizedPrompt> without = TokenizeRequestInput(request, vocab.Context(128));
+  ASSERT_TRUE(with.ok() && without.ok());
+  ASSERT_EQ(with->token_ids.size(), without->token_ids.size() + 1);
+  EXPECT_EQ(with->token_ids.front(), vocab.tokenizer->bos());
+  EXPECT_TRUE(std::equal(without->token_ids.begin(), without->token_ids.end(),
+                         with->token_ids.begin() + 1));
+  EXPECT_EQ(with->text, "Once upon a time");
+}
+
+TEST(TokenizeRequestInput, ParseSpecialTurnsMarkupIntoOneToken) {
+  const LoadedVocab& vocab = SmolLm2();
+  const TokenId im_end = vocab.tokenizer->vocab().Find("<|im_end|>");
+  v1::TokenizeRequest request;
+  request.set_text("<|im_end|>");
+  StatusOr<TokenizedPrompt> plain = TokenizeRequestInput(request, vocab.Context(8192));
+  request.set_parse_special(true);
+  StatusOr<TokenizedPrompt> parsed = TokenizeRequestInput(request, vocab.Context(8192));
+  ASSERT_TRUE(plain.ok() && parsed.ok());
+  EXPECT_THAT(parsed->token_ids, ElementsAre(im_end));
+  EXPECT_GT(plain->token_ids.size(), 1u);
+}
+
+TEST(TokenizeRequestInput, RefusesAMissingInput) {
+  StatusOr<TokenizedPrompt> none = TokenizeRequestInput({}, SmolLm2().Context(8192));
+  ASSERT_FALSE(none.ok());
+  EXPECT_THAT(none.status().message(), HasSubstr("set text or chat"));
+}
+
+}  // namespace
+}  // namespace tokenmill::server

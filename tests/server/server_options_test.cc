@@ -1,0 +1,127 @@
+#include "server/grpc/server_options.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+namespace tokenmill::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Parses argv into fresh options, as tokenmill-server does.
+struct Parsed {
+  explicit Parsed(std::vector<std::string> args) {
+    AddServerOptions(app, options);
+    args.insert(args.begin(), "tokenmill-server");
+    std::vector<const char*> argv;
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    try {
+      app.parse(static_cast<int>(argv.size()), argv.data());
+    } catch (const CLI::ParseError& e) {
+      error = e.what();
+    }
+  }
+  CLI::App app;
+  ServerOptions options;
+  std::string error;
+};
+
+// Sets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+TEST(ServerOptions, EnvNameIsTheFlagInUpperSnakeCase) {
+  EXPECT_EQ(EnvNameOfFlag("--max-num-batched-tokens"), "TOKENMILL_MAX_NUM_BATCHED_TOKENS");
+  EXPECT_EQ(EnvNameOfFlag("--model"), "TOKENMILL_MODEL");
+}
+
+TEST(ServerOptions, EveryFlagOfTheIssueHasItsVariable) {
+  CLI::App app;
+  ServerOptions options;
+  AddServerOptions(app, options);
+  for (const char* flag :
+       {"--model", "--host", "--port", "--metrics-port", "--threads", "--device",
+        "--kv-cache-memory", "--block-size", "--max-num-seqs", "--max-num-batched-tokens",
+        "--max-queue", "--no-prefix-cache", "--log-level", "--log-json", "--drain-timeout"}) {
+    SCOPED_TRACE(flag);
+    const CLI::Option* option = app.get_option(flag);
+    ASSERT_NE(option, nullptr);
+    EXPECT_EQ(option->get_envname(), EnvNameOfFlag(flag));
+  }
+}
+
+TEST(ServerOptions, EnvironmentSetsAndCommandLineWins) {
+  ScopedEnv queue("TOKENMILL_MAX_QUEUE", "7");
+  ScopedEnv port("TOKENMILL_PORT", "1234");
+  ScopedEnv no_prefix("TOKENMILL_NO_PREFIX_CACHE", "1");
+  Parsed parsed({"--model", "m.gguf", "--port", "4321"});
+  ASSERT_EQ(parsed.error, "");
+  EXPECT_EQ(parsed.options.max_queue, 7);
+  EXPECT_EQ(parsed.options.port, 4321);
+  EXPECT_TRUE(parsed.options.no_prefix_cache);
+}
+
+TEST(ServerOptions, BadValuesFailAtParseTime) {
+  EXPECT_THAT(Parsed({}).error, HasSubstr("--model is required"));
+  EXPECT_THAT(Parsed({"--model", "m", "--port", "70000"}).error, HasSubstr("--port"));
+  EXPECT_THAT(Parsed({"--model", "m", "--device", "tpu"}).error, HasSubstr("--device"));
+  EXPECT_THAT(Parsed({"--model", "m", "--max-queue", "0"}).error, HasSubstr("--max-queue"));
+  EXPECT_THAT(Parsed({"--model", "m", "--log-level", "loud"}).error, HasSubstr("--log-level"));
+  ScopedEnv env("TOKENMILL_BLOCK_SIZE", "zero");
+  EXPECT_THAT(Parsed({"--model", "m"}).error, HasSubstr("--block-size"));
+}
+
+TEST(MakeEngineConfig, MapsFlagsToTheEngine) {
+  ServerOptions options;
+  options.kv_cache_memory = "64MiB";
+  options.block_size = 32;
+  options.max_num_seqs = 8;
+  options.max_num_batched_tokens = 512;
+  options.max_queue = 3;
+  options.max_model_len = 1024;
+  options.no_prefix_cache = true;
+  options.threads = 2;
+  StatusOr<EngineConfig> config = MakeEngineConfig(options, 0);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->kv_cache_bytes, int64_t{64} << 20);
+  EXPECT_EQ(config->block_size, 32);
+  EXPECT_EQ(config->scheduler.max_num_seqs, 8);
+  EXPECT_EQ(config->scheduler.max_num_batched_tokens, 512);
+  EXPECT_EQ(config->scheduler.max_queue, 3);
+  EXPECT_EQ(config->scheduler.max_model_len, 1024);
+  EXPECT_FALSE(config->enable_prefix_caching);
+  EXPECT_EQ(config->num_threads, 2);
+}
+
+TEST(MakeEngineConfig, FractionOfAvailableMemory) {
+  ServerOptions options;
+  options.kv_cache_memory = "0.25";
+  StatusOr<EngineConfig> config = MakeEngineConfig(options, int64_t{4} << 30);
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->kv_cache_bytes, int64_t{1} << 30);
+}
+
+TEST(MakeEngineConfig, RefusesWhatCannotWork) {
+  ServerOptions options;
+  options.kv_cache_memory = "lots";
+  StatusOr<EngineConfig> bad_memory = MakeEngineConfig(options, 0);
+  ASSERT_FALSE(bad_memory.ok());
+  EXPECT_THAT(bad_memory.status().message(), HasSubstr("--kv-cache-memory"));
+
+  options = ServerOptions{};
+  options.device = "cuda";
+  StatusOr<EngineConfig> cuda = MakeEngineConfig(options, 0);
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_THAT(cuda.status().message(), HasSubstr("--device cpu"));
+}
+
+}  // namespace
+}  // namespace tokenmill::server
