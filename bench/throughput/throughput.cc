@@ -3,7 +3,8 @@
 // same max_tokens), and reports output tokens/s over the whole run, aggregate decode
 // tokens/s (the tokens after each request's first, over the time from the last first token
 // to the end; exact for one wave, where all decode in lockstep), the peak KV usage and the
-// preemptions. One JSON line per concurrency, then a summary table on stderr.
+// preemptions. Runs repeat in rounds over all concurrencies (so load from other processes
+// spreads evenly); one JSON line per run, then a table of medians on stderr.
 //
 //   build/bin/tokenmill_throughput --model models/SmolLM2-135M-Instruct.Q4_1.gguf
 //       --concurrency 1,4,16,32 --prompt-tokens 64 --max-tokens 64 --threads 2
@@ -29,6 +30,7 @@ struct Options {
   std::string model_path;
   std::vector<int> concurrency = {1, 4, 16, 32};
   int waves = 1;
+  int repeats = 3;
   int prompt_tokens = 64;
   int max_tokens = 64;
   int threads = 2;
@@ -113,31 +115,48 @@ int Run(const Options& o) {
     std::cerr << "error: " << s.ToString() << "\n";
     return 1;
   };
+  if (o.repeats < 1 || o.waves < 1 || o.concurrency.empty() || o.prompt_tokens < 1 ||
+      o.max_tokens < 2) {
+    return fail(InvalidArgumentError(
+        "--repeats, --waves and --prompt-tokens must be positive, --max-tokens at least 2 and "
+        "--concurrency non-empty"));
+  }
   StatusOr<int64_t> kv_bytes = ParseByteSize(o.kv_cache_memory);
   if (!kv_bytes.ok()) return fail(kv_bytes.status());
   StatusOr<std::unique_ptr<Model>> model = Model::Load(o.model_path);
   if (!model.ok()) return fail(model.status());
   StatusOr<Tokenizer> tokenizer = Tokenizer::FromGguf((*model)->file());
   if (!tokenizer.ok()) return fail(tokenizer.status());
+  std::vector<std::vector<Result>> runs(o.concurrency.size());
+  for (int round = 0; round < o.repeats; ++round) {
+    for (size_t i = 0; i < o.concurrency.size(); ++i) {
+      StatusOr<Result> r = RunOnce(**model, *tokenizer, o, o.concurrency[i], *kv_bytes);
+      if (!r.ok()) return fail(r.status());
+      runs[i].push_back(*r);
+      std::cout << nlohmann::json{{"round", round},
+                                  {"concurrency", r->concurrency},
+                                  {"requests", r->requests},
+                                  {"prompt_tokens", o.prompt_tokens},
+                                  {"max_tokens", o.max_tokens},
+                                  {"threads", o.threads},
+                                  {"output_tokens", r->output_tokens},
+                                  {"wall_seconds", r->wall_seconds},
+                                  {"output_tokens_per_second", r->output_tokens_per_second},
+                                  {"decode_tokens_per_second", r->decode_tokens_per_second},
+                                  {"mean_ttft_seconds", r->mean_ttft},
+                                  {"peak_kv_usage", r->peak_kv_usage},
+                                  {"preemptions", r->preemptions}}
+                       .dump()
+                << std::endl;
+    }
+  }
+  // The run of median decode speed stands for each concurrency.
   std::vector<Result> results;
-  for (const int c : o.concurrency) {
-    StatusOr<Result> r = RunOnce(**model, *tokenizer, o, c, *kv_bytes);
-    if (!r.ok()) return fail(r.status());
-    results.push_back(*r);
-    std::cout << nlohmann::json{{"concurrency", r->concurrency},
-                                {"requests", r->requests},
-                                {"prompt_tokens", o.prompt_tokens},
-                                {"max_tokens", o.max_tokens},
-                                {"threads", o.threads},
-                                {"output_tokens", r->output_tokens},
-                                {"wall_seconds", r->wall_seconds},
-                                {"output_tokens_per_second", r->output_tokens_per_second},
-                                {"decode_tokens_per_second", r->decode_tokens_per_second},
-                                {"mean_ttft_seconds", r->mean_ttft},
-                                {"peak_kv_usage", r->peak_kv_usage},
-                                {"preemptions", r->preemptions}}
-                     .dump()
-              << std::endl;
+  for (std::vector<Result>& r : runs) {
+    std::sort(r.begin(), r.end(), [](const Result& a, const Result& b) {
+      return a.decode_tokens_per_second < b.decode_tokens_per_second;
+    });
+    results.push_back(r[r.size() / 2]);
   }
   std::fprintf(stderr, "%11s %8s %12s %12s %10s %8s %8s %11s\n", "concurrency", "requests",
                "output tok/s", "decode tok/s", "x single", "TTFT s", "peak KV", "preemptions");
@@ -160,6 +179,7 @@ int main(int argc, char** argv) {
   app.add_option("--concurrency", o.concurrency, "max running sequences, one run each")
       ->delimiter(',');
   app.add_option("--waves", o.waves, "requests per run = concurrency x waves (default 1)");
+  app.add_option("--repeats", o.repeats, "rounds over all concurrencies; medians (default 3)");
   app.add_option("--prompt-tokens", o.prompt_tokens, "prompt length (default 64)");
   app.add_option("--max-tokens", o.max_tokens, "generated tokens per request (default 64)");
   app.add_option("--threads", o.threads, "CPU threads of the forward pass (default 2)");
