@@ -6,6 +6,9 @@
 
 #include <vector>
 
+#include "engine/sampler.h"
+#include "kernels/cpu/thread_pool.h"
+#include "model/forward.h"
 #include "tests/engine/engine_test_util.h"
 
 namespace tokenmill::testing {
@@ -158,6 +161,58 @@ TEST(EngineDeterminismTest, PreemptedRequestsResumeWithTheSameTokens) {
   EXPECT_EQ((*core)->kv_cache().Stats().num_in_use_blocks, 0);
   for (size_t i = 0; i < specs.size(); ++i) {
     EXPECT_EQ(collector[i + 1].token_ids, alone[i]) << "request " << i + 1;
+  }
+}
+
+}  // namespace
+}  // namespace tokenmill::testing
+
+namespace tokenmill::testing {
+namespace {
+
+// The greedy tokens of `tokenmill generate`'s path: one sequence over BatchBuilder, the
+// prompt in one step, then one token per step.
+std::vector<TokenId> GenerateAlone(const Model& model, std::span<const TokenId> prompt,
+                                   int max_tokens) {
+  ThreadPool pool(2);
+  ForwardPass forward(model, CpuContext{&KernelTable(BestCpuIsa()), &pool});
+  KvCacheStorage storage(model.config(), KvType::kF16, 16, 16);
+  BatchBuilder builder(16, 16);
+  const int seq = builder.AddSequence();
+  std::vector<float> logits(static_cast<size_t>(model.config().n_vocab));
+  std::vector<TokenId> step(prompt.begin(), prompt.end()), out;
+  while (static_cast<int>(out.size()) < max_tokens) {
+    TM_CHECK(builder.Append(seq, step, BatchBuilder::Logits::kLast).ok());
+    TM_CHECK(forward.Run({builder.token_ids(), builder.batch(), builder.logit_rows()},
+                         storage.view(), logits).ok());
+    builder.Clear();
+    out.push_back(Argmax(logits));
+    step = {out.back()};
+  }
+  return out;
+}
+
+// The default model (Q4_1/Q8_0 weights, int8 activations, f16 KV): six requests batched,
+// with chunked prompts, give each the tokens of generate's single-sequence path.
+TEST(EngineDeterminismTest, DefaultModelBatchedEqualsGeneratePath) {
+  const TestModel& smol = SmolLm2();
+  const int vocab = smol.tokenizer->vocab_size();
+  const std::vector<int> lengths = {40, 3, 17, 1, 29, 64};
+  EngineConfig config = SmallConfig(64);
+  config.num_threads = 2;
+  config.scheduler.max_num_batched_tokens = 48;
+  auto core = EngineCore::Create(*smol.model, *smol.tokenizer, config);
+  ASSERT_TRUE(core.ok()) << core.status().ToString();
+  Collector collector;
+  std::vector<std::vector<TokenId>> prompts;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    prompts.push_back(RandomPrompt(lengths[i], vocab, 900 + static_cast<uint32_t>(i)));
+    ASSERT_TRUE((*core)->Add(i + 1, Greedy(prompts[i], 16, collector.Sink(i + 1))).ok());
+  }
+  ASSERT_TRUE(RunToCompletion(**core));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(collector[i + 1].token_ids, GenerateAlone(*smol.model, prompts[i], 16))
+        << "request " << i + 1;
   }
 }
 
