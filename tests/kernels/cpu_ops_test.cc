@@ -151,6 +151,26 @@ TEST(RmsNormTest, NormalizesEachRow) {
   EXPECT_NEAR(out[5], 3 / r1, 1e-6);
 }
 
+TEST(SwiGluTest, IsSiluOfGateTimesUp) {
+  const std::vector<float> gate = {-3.0f, 0.0f, 0.5f, 4.0f}, up = {2.0f, 5.0f, -1.0f, 0.25f};
+  std::vector<float> out(4);
+  SwiGlu(gate.data(), up.data(), 4, out.data());
+  for (int i = 0; i < 4; ++i) {
+    const double silu = gate[i] / (1.0 + std::exp(-static_cast<double>(gate[i])));
+    EXPECT_NEAR(out[i], silu * up[i], 1e-6) << i;
+  }
+}
+
+TEST(SoftmaxTest, SumsToOneAndSurvivesLargeValues) {
+  std::vector<float> x = {1000.0f, 999.0f, -1000.0f, 1000.0f};
+  SoftmaxInPlace(x);
+  const double e = std::exp(-1.0);
+  EXPECT_NEAR(x[0], 1.0 / (2.0 + e), 1e-6);
+  EXPECT_NEAR(x[1], e / (2.0 + e), 1e-6);
+  EXPECT_EQ(x[2], 0.0f);
+  EXPECT_FLOAT_EQ(x[0], x[3]);
+}
+
 TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
   for (int threads : {1, 2, 5}) {
     ThreadPool pool(threads);
