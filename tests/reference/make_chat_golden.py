@@ -197,6 +197,8 @@ FEATURES = [
     ("ws_comment", "a\n  {# note #}\nb {#- tight -#} c", {}),
     ("ws_var_not_lstripped", "  {{ 'v' }}\n  {% if true %}t{% endif %}", {}),
     ("ws_trailing_newline", "text\n", {}),
+    ("raw_block", "{% raw %}{{ not rendered }} {% if %}{% endraw %}|\n  {% raw -%}  \n x {%- endraw %}\n"
+     "|{%- raw %} y \n  {% endraw +%}\nz", {}),
     ("ws_crlf", "a\r\n{% if true %}\r\nb\r\n{% endif %}\r\n", {}),
     # for loops
     ("loop_vars", "{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}"

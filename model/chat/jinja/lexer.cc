@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <optional>
 
 #include "model/chat/jinja/python_ops.h"
 
@@ -56,19 +57,18 @@ class Lexer {
       const char kind = src_[start + 1];  // '{', '%' or '#'
       size_t cursor = start + 2;
       const char sign = cursor < src_.size() ? src_[cursor] : '\0';
-      if (sign == '-') {
-        text.erase(
-            std::find_if(text.rbegin(), text.rend(), [](char c) { return !IsSpace(c); }).base(),
-            text.end());
-      } else if (sign != '+' && kind != '{' && options_.lstrip_blocks) {
-        const size_t line_start = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
-        const bool only_blanks = std::all_of(text.begin() + line_start, text.end(), IsSpace);
-        if ((line_start > 0 || line_starting) && only_blanks) text.erase(line_start);
+      if (kind == '{') {
+        if (sign == '-') StripTrailingSpace(text);
+      } else {
+        StripBeforeBlockTag(text, sign, line_starting);
       }
       Emit(TokenKind::kText, std::move(text), pos);
       if (sign == '-' || sign == '+') ++cursor;
       if (kind == '#') {
         pos = SkipComment(start, cursor);
+      } else if (const std::optional<TagEnd> raw = MatchTag(cursor, "raw");
+                 kind == '%' && raw && raw->sign != '+') {
+        pos = LexRaw(start, *raw);
       } else {
         pos = LexTag(start, cursor, kind == '{');
       }
@@ -79,6 +79,24 @@ class Lexer {
   }
 
  private:
+  static void StripTrailingSpace(std::string& text) {
+    text.erase(std::find_if(text.rbegin(), text.rend(), [](char c) { return !IsSpace(c); }).base(),
+               text.end());
+  }
+
+  // Text before a block or comment tag: `-` strips all trailing whitespace; lstrip_blocks the
+  // blanks between the last line start and the tag.
+  void StripBeforeBlockTag(std::string& text, char sign, bool line_starting) const {
+    if (sign == '-') {
+      StripTrailingSpace(text);
+    } else if (sign != '+' && options_.lstrip_blocks) {
+      const size_t newline = text.rfind('\n');
+      const size_t line_start = newline == std::string::npos ? 0 : newline + 1;
+      const bool only_blanks = std::all_of(text.begin() + line_start, text.end(), IsSpace);
+      if ((line_start > 0 || line_starting) && only_blanks) text.erase(line_start);
+    }
+  }
+
   SourcePos PosAt(size_t offset) const {
     const auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     const size_t line_start = *(it - 1);
@@ -113,6 +131,45 @@ class Lexer {
       ++end;
     }
     return end;
+  }
+
+  // Where a tag that holds only `word` ends: {% word %}, {%- word -%}, ...
+  struct TagEnd {
+    size_t end;  // after "%}"
+    char sign;   // '-', '+' or '\0' before "%}"
+  };
+  std::optional<TagEnd> MatchTag(size_t at, std::string_view word) const {
+    while (at < src_.size() && IsSpace(src_[at])) ++at;
+    if (std::string_view(src_).substr(at, word.size()) != word) return std::nullopt;
+    at += word.size();
+    if (at < src_.size() && IsNameChar(src_[at])) return std::nullopt;
+    while (at < src_.size() && IsSpace(src_[at])) ++at;
+    char sign = '\0';
+    if (at < src_.size() && (src_[at] == '-' || src_[at] == '+')) sign = src_[at++];
+    if (std::string_view(src_).substr(at, 2) != "%}") return std::nullopt;
+    return TagEnd{at + 2, sign};
+  }
+
+  // {% raw %}...{% endraw %}: the text between is literal. As in Jinja, `-%}` after raw eats
+  // whitespace but trim_blocks does not apply there; the endraw tag strips like any block tag.
+  size_t LexRaw(size_t start, TagEnd raw) {
+    size_t content_start = raw.end;
+    if (raw.sign == '-') {
+      while (content_start < src_.size() && IsSpace(src_[content_start])) ++content_start;
+    }
+    const bool line_starting = content_start > 0 && src_[content_start - 1] == '\n';
+    for (size_t at = src_.find("{%", content_start); at != std::string::npos;
+         at = src_.find("{%", at + 2)) {
+      const char sign = at + 2 < src_.size() ? src_[at + 2] : '\0';
+      const size_t name_at = at + 2 + (sign == '-' || sign == '+' ? 1 : 0);
+      const std::optional<TagEnd> end = MatchTag(name_at, "endraw");
+      if (!end) continue;
+      std::string text = src_.substr(content_start, at - content_start);
+      StripBeforeBlockTag(text, sign, line_starting);
+      Emit(TokenKind::kText, std::move(text), content_start);
+      return AfterBlockEnd(end->end, end->sign == '-', end->sign == '+');
+    }
+    Fail("unclosed raw block: missing '{% endraw %}'", start);
   }
 
   size_t SkipComment(size_t start, size_t cursor) {

@@ -186,7 +186,7 @@ class Parser {
       return s;
     }
     static constexpr std::string_view kUnsupported[] = {
-        "autoescape", "block", "call", "extends", "from", "import", "include", "raw", "with"};
+        "autoescape", "block", "call", "extends", "from", "import", "include", "with"};
     if (std::find(std::begin(kUnsupported), std::end(kUnsupported), name) !=
         std::end(kUnsupported)) {
       Fail("'{% " + name + " %}' is a Jinja tag this renderer does not support", tag);

@@ -142,6 +142,9 @@ TEST(ErrorTest, SyntaxErrorsNameLineAndColumn) {
             "PARSE: template syntax error at line 1, column 8: expected an expression, got '}}'");
   EXPECT_EQ(Render("{% break %}"),
             "PARSE: template syntax error at line 1, column 4: 'break' outside of a loop");
+  EXPECT_EQ(Render("ok\n{% raw %}{{ x }}"),
+            "PARSE: template syntax error at line 2, column 1: unclosed raw block: missing "
+            "'{% endraw %}'");
   EXPECT_EQ(Render("{% include 'x.jinja' %}"),
             "PARSE: template syntax error at line 1, column 4: '{% include %}' is a Jinja tag "
             "this renderer does not support");
