@@ -206,6 +206,7 @@ FEATURES = [
      {"xs": ["a", "b", "c"]}),
     ("loop_prev_next", "{% for x in xs %}{{ loop.previtem }}<{{ x }}>{{ loop.nextitem }}|"
      "{% endfor %}", {"xs": [1, 2, 3]}),
+    ("loop_cycle", "{% for i in range(5) %}{{ loop.cycle('odd', 'even') }} {% endfor %}", {}),
     ("loop_else", "{% for x in xs %}{{ x }}{% else %}empty{% endfor %}", {"xs": []}),
     ("loop_filter", "{% for m in messages if m.role != 'system' %}{{ loop.index }}:{{ m.role }} "
      "{% endfor %}", {"messages": MSGS}),

@@ -318,6 +318,7 @@ class Renderer {
 
   Value EvalCall(const Expr& e) {
     const Expr& callee = *e.args[0];
+    if (IsLoopCycle(callee)) return LoopCycle(e);
     if (callee.kind == Expr::Kind::kAttribute) {  // methods: "text".strip(), d.items(), ...
       const Value object = Eval(*callee.args[0]);
       RequireDefined(object);
@@ -327,6 +328,24 @@ class Renderer {
     }
     const Value function = Eval(callee);
     return CallValue(function, EvalArgs(e, 1), callee.kind == Expr::Kind::kName ? callee.name : "");
+  }
+
+  // loop.cycle(a, b, ...): `loop` cannot be assigned in Jinja, so the name identifies it.
+  static bool IsLoopCycle(const Expr& callee) {
+    return callee.kind == Expr::Kind::kAttribute && callee.name == "cycle" &&
+           callee.args[0]->kind == Expr::Kind::kName && callee.args[0]->name == "loop";
+  }
+
+  Value LoopCycle(const Expr& call) {
+    const Value loop = Lookup("loop");
+    if (!loop.is_dict() || !loop.data().contains("index0") ||
+        !loop.data()["index0"].is_number_integer()) {
+      throw TemplateError("loop.cycle() outside of a for loop");
+    }
+    const CallArgs args = EvalArgs(call, 1);
+    if (args.positional.empty()) throw TemplateError("no items for cycling given");
+    const int64_t index = loop.data().at("index0").get<int64_t>();
+    return args.positional[static_cast<size_t>(index) % args.positional.size()];
   }
 
   Value CallValue(const Value& function, const CallArgs& args, const std::string& name) {

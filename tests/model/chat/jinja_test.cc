@@ -169,6 +169,13 @@ TEST(ErrorTest, RenderErrorsNameLineAndColumn) {
             "serializable");
 }
 
+TEST(ErrorTest, LoopCycleNeedsALoop) {
+  EXPECT_EQ(Render("{{ loop.cycle(1, 2) }}"),
+            "RENDER: template error at line 1, column 8: loop.cycle() outside of a for loop");
+  EXPECT_EQ(Render("{{ loop.cycle(1) }}", {{"loop", {{"index0", "x"}}}}),
+            "RENDER: template error at line 1, column 8: loop.cycle() outside of a for loop");
+}
+
 TEST(ErrorTest, RaiseExceptionCarriesTheTemplatesMessage) {
   EXPECT_EQ(Render("{% if true %}\n  {{ raise_exception('Roles must alternate') }}{% endif %}"),
             "RENDER: template raised an error at line 2, column 6: Roles must alternate");
