@@ -114,10 +114,10 @@ int Run(const ServerOptions& options) {
   const std::string signal_name = signals.Wait();
   const auto drain_timeout = std::chrono::milliseconds(
       static_cast<int64_t>(options.drain_timeout_seconds * 1000.0));
-  spdlog::info("{}: draining {} open streams (up to {} s), health NOT_SERVING", signal_name,
-               service.streams().open(), options.drain_timeout_seconds);
   SetHealth(*server, false);
   service.BeginDrain();
+  spdlog::info("{}: draining {} open streams (up to {} s), health NOT_SERVING", signal_name,
+               service.streams().open(), options.drain_timeout_seconds);
   // Lets in-flight requests finish, aborts those left at the deadline (their clients get
   // FINISH_REASON_ABORT) and stops the engine thread.
   (*loaded)->engine->Shutdown(drain_timeout);
