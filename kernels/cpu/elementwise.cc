@@ -13,10 +13,11 @@ void RmsNorm(const float* x, std::span<const float> weight, float eps, int64_t n
   for (int64_t r = 0; r < n_rows; ++r) {
     const float* xr = x + r * n;
     float* o = out + r * n;
+    // As llama.cpp: float squares summed in double, the scale in float.
     double sum_squares = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum_squares += static_cast<double>(xr[i]) * xr[i];
-    const float scale =
-        static_cast<float>(1.0 / std::sqrt(sum_squares / static_cast<double>(n) + eps));
+    for (int64_t i = 0; i < n; ++i) sum_squares += static_cast<double>(xr[i] * xr[i]);
+    const float mean = static_cast<float>(sum_squares / static_cast<double>(n));
+    const float scale = 1.0f / std::sqrt(mean + eps);
     for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * scale * weight[static_cast<size_t>(i)];
   }
 }
@@ -64,12 +65,12 @@ void AddBias(float* x, std::span<const float> bias, int64_t n_rows) {
 void SoftmaxInPlace(std::span<float> x) {
   if (x.empty()) return;
   const float max = *std::max_element(x.begin(), x.end());
-  float sum = 0.0f;
+  double sum = 0.0;
   for (float& v : x) {
     v = std::exp(v - max);
     sum += v;
   }
-  const float inv = 1.0f / sum;
+  const float inv = static_cast<float>(1.0 / sum);
   for (float& v : x) v *= inv;
 }
 
