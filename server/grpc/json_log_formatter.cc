@@ -10,8 +10,8 @@ namespace {
 
 std::string UtcTimestamp(spdlog::log_clock::time_point time) {
   const auto since_epoch = time.time_since_epoch();
-  const std::time_t seconds =
-      static_cast<std::time_t>(std::chrono::duration_cast<std::chrono::seconds>(since_epoch).count());
+  const auto whole_seconds = std::chrono::duration_cast<std::chrono::seconds>(since_epoch);
+  const std::time_t seconds = static_cast<std::time_t>(whole_seconds.count());
   const auto millis =
       std::chrono::duration_cast<std::chrono::milliseconds>(since_epoch).count() % 1000;
   std::tm utc{};

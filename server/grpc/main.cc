@@ -97,6 +97,8 @@ int Run(const ServerOptions& options) {
     return Fail(UnavailableError("cannot listen on " + HostPort(options.host, options.port) +
                                  ": is the port taken? choose another --port"));
   }
+  // The default health service starts out SERVING: say otherwise before the log line that
+  // tells clients where to connect.
   SetHealth(*server, false);
   spdlog::info("listening on {} (gRPC); health NOT_SERVING while the model loads",
                HostPort(options.host, port));
@@ -108,8 +110,10 @@ int Run(const ServerOptions& options) {
   }
   service.Attach(loaded->get());
   serving_model.store(loaded->get(), std::memory_order_release);
-  SetHealth(*server, true);
-  spdlog::info("serving {} on {}", (*loaded)->name, HostPort(options.host, port));
+  if (!signals.received()) {  // a signal during the load: straight to draining
+    SetHealth(*server, true);
+    spdlog::info("serving {} on {}", (*loaded)->name, HostPort(options.host, port));
+  }
 
   const std::string signal_name = signals.Wait();
   const auto drain_timeout = std::chrono::milliseconds(

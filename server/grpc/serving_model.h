@@ -16,7 +16,8 @@
 namespace tokenmill::server {
 
 struct ServingModel {
-  ServingModel(std::unique_ptr<Model> m, Tokenizer t) : model(std::move(m)), tokenizer(std::move(t)) {}
+  ServingModel(std::unique_ptr<Model> m, Tokenizer t)
+      : model(std::move(m)), tokenizer(std::move(t)) {}
   ~ServingModel();  // stops the engine before what it reads goes away
 
   std::unique_ptr<Model> model;
