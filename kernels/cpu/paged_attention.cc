@@ -113,12 +113,11 @@ void PagedAttention(const CpuContext& ctx, const PagedKvLayer& kv, const RaggedB
   const int64_t d = kv.head_dim;
   const CpuKernelTable& k = *ctx.kernels;
   const int64_t units = b.num_tokens() * kv.n_kv_heads;
-  // Units go round-robin to threads: a causal prefill's late tokens attend over more
-  // positions, so contiguous ranges would leave the first thread idle.
-  const int threads = ctx.pool == nullptr ? 1 : ctx.pool->num_threads();
-  auto run = [&](int thread) {
+  // Small chunks taken dynamically: a causal prefill's late tokens attend over more
+  // positions, so fixed equal ranges would leave threads idle.
+  ParallelFor(ctx.pool, units, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, q_rounded;
-    for (int64_t u = thread; u < units; u += threads) {
+    for (int64_t u = begin; u < end; ++u) {
       const int64_t t = u / kv.n_kv_heads;
       const int kv_head = static_cast<int>(u % kv.n_kv_heads);
       const int32_t* blocks = b.kv_indices.data() + b.kv_indptr[seq_of[t]];
@@ -134,12 +133,7 @@ void PagedAttention(const CpuContext& ctx, const PagedKvLayer& kv, const RaggedB
                           kv.head_dim, blocks, len, kv_head, q_group, group, scale, scores.data(),
                           out + (t * n_heads + kv_head * group) * d});
     }
-  };
-  if (threads == 1) {
-    run(0);
-  } else {
-    ctx.pool->Run(run);
-  }
+  });
 }
 
 void PagedAttentionReference(const PagedKvLayer& kv, const RaggedBatch& b, const float* q,

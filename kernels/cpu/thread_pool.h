@@ -1,6 +1,7 @@
-// A small fixed pool of threads for the CPU kernels. Run() executes one job on every
-// thread (the caller is thread 0) and returns when all are done. Workers spin briefly
-// before sleeping, because a decode step launches a few hundred short jobs.
+// A small fixed pool of threads for the CPU kernels. Work is cut into chunks that the
+// caller and the workers take from a shared counter, so a worker that is slow to wake
+// (a busy machine) simply takes fewer chunks instead of holding everyone up. Workers spin
+// briefly before sleeping, because a decode step runs a few hundred short jobs.
 #pragma once
 
 #include <atomic>
@@ -20,22 +21,30 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return num_threads_; }
-  // Calls job(thread_index) once on each thread, index 0 on the caller.
-  void Run(const std::function<void(int)>& job);
+  // Calls chunk(i) once for every i in [0, n_chunks), on the caller and on whichever
+  // workers join in time; returns when all are done and no worker still holds the job.
+  // One call at a time.
+  void RunChunks(int64_t n_chunks, const std::function<void(int64_t)>& chunk);
 
  private:
-  void WorkerLoop(int index);
+  void WorkerLoop();
+  void TakeChunks();
 
   int num_threads_;
   std::vector<std::thread> workers_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> generation_{0};  // bumped per job; workers wait on it
   std::atomic<bool> stop_{false};
-  const std::function<void(int)>* job_ = nullptr;
+  // (job generation << 32) | kOpen | number of workers inside the job.
+  std::atomic<uint64_t> state_{0};
+  const std::function<void(int64_t)>* chunk_fn_ = nullptr;
+  int64_t n_chunks_ = 0;
+  std::atomic<int64_t> next_chunk_{0};
+  std::atomic<int64_t> done_chunks_{0};
 };
 
-// Splits [0, n) into one contiguous range per thread (multiples of `grain` except the
-// last) and calls fn(begin, end) for each non-empty one. A null pool runs inline.
+// Splits [0, n) into chunks of at least `grain` (multiples of it) and calls fn(begin,
+// end) for each, spread over the pool's threads. A null pool runs inline. Which thread
+// runs a chunk never changes what it computes.
 void ParallelFor(ThreadPool* pool, int64_t n, int64_t grain,
                  const std::function<void(int64_t, int64_t)>& fn);
 

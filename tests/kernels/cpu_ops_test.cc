@@ -186,5 +186,17 @@ TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
   }
 }
 
+TEST(ThreadPoolTest, ManyShortJobsInARowEachRunEveryChunkOnce) {
+  // The decode pattern: thousands of tiny jobs back to back, workers joining late or not.
+  ThreadPool pool(3);
+  std::vector<int64_t> sums(4);
+  for (int job = 0; job < 20000; ++job) {
+    std::atomic<int64_t> sum{0};
+    const int64_t n = 1 + job % 7;
+    pool.RunChunks(n, [&](int64_t i) { sum.fetch_add(i + 1); });
+    ASSERT_EQ(sum.load(), n * (n + 1) / 2) << "job " << job;
+  }
+}
+
 }  // namespace
 }  // namespace tokenmill
