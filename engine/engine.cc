@@ -64,6 +64,8 @@ EngineStats Engine::Stats() const {
 }
 
 void Engine::Shutdown(std::chrono::milliseconds drain_timeout) {
+  TM_CHECK(std::this_thread::get_id() != thread_.get_id())
+      << "Shutdown called on the engine thread (from an output sink?): it would join itself";
   std::lock_guard<std::mutex> serialize(shutdown_mutex_);
   {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
