@@ -47,6 +47,7 @@ struct Result {
   double mean_ttft = 0.0;
   double peak_kv_usage = 0.0;
   int64_t preemptions = 0;
+  int64_t steps = 0;  // forward passes: about max_tokens for one wave when all run together
 };
 
 StatusOr<Result> RunOnce(const Model& model, const Tokenizer& tokenizer, const Options& o,
@@ -105,8 +106,9 @@ StatusOr<Result> RunOnce(const Model& model, const Tokenizer& tokenizer, const O
   result.output_tokens_per_second = static_cast<double>(result.output_tokens) / result.wall_seconds;
   result.decode_tokens_per_second = static_cast<double>(decode_tokens) / (last_end - last_first_token);
   result.mean_ttft = ttft_sum / n;
+  engine->Shutdown();  // then the stats include the last step
   result.preemptions = engine->Stats().num_preemptions;
-  engine->Shutdown();
+  result.steps = engine->Stats().num_steps;
   return result;
 }
 
@@ -145,7 +147,8 @@ int Run(const Options& o) {
                                   {"decode_tokens_per_second", r->decode_tokens_per_second},
                                   {"mean_ttft_seconds", r->mean_ttft},
                                   {"peak_kv_usage", r->peak_kv_usage},
-                                  {"preemptions", r->preemptions}}
+                                  {"preemptions", r->preemptions},
+                                  {"steps", r->steps}}
                        .dump()
                 << std::endl;
     }
@@ -158,13 +161,15 @@ int Run(const Options& o) {
     });
     results.push_back(r[r.size() / 2]);
   }
-  std::fprintf(stderr, "%11s %8s %12s %12s %10s %8s %8s %11s\n", "concurrency", "requests",
-               "output tok/s", "decode tok/s", "x single", "TTFT s", "peak KV", "preemptions");
+  std::fprintf(stderr, "%11s %8s %12s %12s %10s %8s %8s %11s %6s\n", "concurrency", "requests",
+               "output tok/s", "decode tok/s", "x single", "TTFT s", "peak KV", "preemptions",
+               "steps");
   for (const Result& r : results) {
-    std::fprintf(stderr, "%11d %8d %12.1f %12.1f %10.2f %8.3f %7.1f%% %11lld\n", r.concurrency,
-                 r.requests, r.output_tokens_per_second, r.decode_tokens_per_second,
+    std::fprintf(stderr, "%11d %8d %12.1f %12.1f %10.2f %8.3f %7.1f%% %11lld %6lld\n",
+                 r.concurrency, r.requests, r.output_tokens_per_second, r.decode_tokens_per_second,
                  r.decode_tokens_per_second / results.front().decode_tokens_per_second,
-                 r.mean_ttft, 100.0 * r.peak_kv_usage, static_cast<long long>(r.preemptions));
+                 r.mean_ttft, 100.0 * r.peak_kv_usage, static_cast<long long>(r.preemptions),
+                 static_cast<long long>(r.steps));
   }
   return 0;
 }
