@@ -171,9 +171,13 @@ def test_expired_deadline_aborts_and_frees_the_kv_blocks(server):
 def test_metrics_count_tokens_and_latencies(server):
     before = server.metrics()
     ids, _, responses = generate(server.stub, text_request(PROMPTS[3], 8))
+    # The histograms move on the final event, the engine's counters after its step: wait
+    # for both.
     after = server.wait_for_metrics(
         lambda m: m["tokenmill:e2e_request_latency_seconds_count"] ==
-        before["tokenmill:e2e_request_latency_seconds_count"] + 1)
+        before["tokenmill:e2e_request_latency_seconds_count"] + 1 and
+        m["tokenmill:generation_tokens_total"] >= before["tokenmill:generation_tokens_total"] +
+        len(ids))
     assert (after["tokenmill:generation_tokens_total"] -
             before["tokenmill:generation_tokens_total"]) == len(ids)
     usage = responses[-1].usage
