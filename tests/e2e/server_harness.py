@@ -1,9 +1,11 @@
 """Starts the real tokenmill-server and talks to it with the Python grpcio client whose stubs
 are generated from proto/tokenmill/v1/*.proto (grpcio-tools) at test time."""
 
+import atexit
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,6 +36,7 @@ EXIT_TIMEOUT_S = 60
 def generate_stubs():
     """Compiles the proto into a temporary package; returns (inference_pb2, inference_pb2_grpc)."""
     out = tempfile.mkdtemp(prefix="tokenmill_stubs_")
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     proto_root = REPO / "proto"
     args = ["protoc", f"-I{proto_root}", f"--python_out={out}", f"--grpc_python_out={out}",
             str(proto_root / "tokenmill" / "v1" / "inference.proto")]

@@ -1,8 +1,10 @@
 """Tokenize, Detokenize and GetModelInfo against independent references: llama.cpp's token
 ids (the golden files of tests/data/tokenizer) and the GGUF metadata read by the gguf
-package."""
+package; and what the /metrics endpoint answers."""
 import json
 import os
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,17 @@ def test_model_info_matches_the_gguf_metadata(served):
     assert info.kv_block_size == 16
     assert info.max_model_len == info.context_length
     assert info.num_kv_blocks == server.metrics()["tokenmill:kv_cache_blocks"] > 0
+
+
+def test_metrics_endpoint_answers_only_metrics(served):
+    _, server = served
+    base = f"http://127.0.0.1:{server.metrics_port}"
+    with urllib.request.urlopen(base + "/metrics", timeout=10) as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(base + "/other", timeout=10)
+    assert error.value.code == 404
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(urllib.request.Request(base + "/metrics", data=b"x"), timeout=10)
+    assert error.value.code == 405
