@@ -7,6 +7,7 @@
 #include <cmath>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -89,8 +90,10 @@ int RunGenerate(const Options& o) {
   StatusOr<std::unique_ptr<Model>> model = Model::Load(o.model_path);
   if (!model.ok()) return Fail(model.status());
   const ModelConfig& c = (*model)->config();
+  // A vocabulary is needed for --prompt and for text; with --prompt-tokens a model file
+  // without one still runs (its continuation is printed as ids).
   StatusOr<Tokenizer> tokenizer = Tokenizer::FromGguf((*model)->file());
-  if (!tokenizer.ok()) return Fail(tokenizer.status());
+  if (!tokenizer.ok() && o.prompt_tokens.empty()) return Fail(tokenizer.status());
   StatusOr<std::vector<int32_t>> prompt =
       o.prompt_tokens.empty() ? tokenizer->Encode(o.prompt) : ParseTokenIds(o.prompt_tokens);
   if (!prompt.ok()) return Fail(prompt.status());
@@ -101,8 +104,9 @@ int RunGenerate(const Options& o) {
                                 " tokens; the model's context is " +
                                 std::to_string(c.context_length)));
   }
-  const int threads =
-      o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   ThreadPool pool(threads);
   ForwardPass forward(**model, CpuContext{&KernelTable(*isa), &pool});
   const int64_t blocks = (total + kBlockSize - 1) / kBlockSize;
@@ -113,7 +117,8 @@ int RunGenerate(const Options& o) {
   std::vector<float> logits(static_cast<size_t>(c.n_vocab));
   std::vector<int32_t> generated;
   // The continuation's text: streamed as it is generated unless --json.
-  IncrementalDecoder decoder(*tokenizer, DecodeOptions{.strip_space_prefix = false});
+  std::optional<IncrementalDecoder> decoder;
+  if (tokenizer.ok()) decoder.emplace(*tokenizer, DecodeOptions{.strip_space_prefix = false});
   std::string text;
   std::vector<int32_t> step = *prompt;
   double prefill_seconds = 0.0, decode_seconds = 0.0;
@@ -126,16 +131,16 @@ int RunGenerate(const Options& o) {
     builder.Clear();
     (generated.empty() ? prefill_seconds : decode_seconds) += SecondsSince(start);
     const int32_t next = Sample(logits, o.temperature, rng);
-    if (!o.ignore_eos && tokenizer->IsEndOfGeneration(next)) break;
+    if (!o.ignore_eos && tokenizer.ok() && tokenizer->IsEndOfGeneration(next)) break;
     generated.push_back(next);
-    const std::string piece = decoder.Add(next);
+    const std::string piece = decoder ? decoder->Add(next) : std::to_string(next) + " ";
     text += piece;
     if (!o.json) std::cout << piece << std::flush;
     step = {next};
   }
   // The last sampled token needs no forward step; decode steps = generated - 1.
   const int64_t decode_steps = std::max<int64_t>(0, static_cast<int64_t>(generated.size()) - 1);
-  const std::string rest = decoder.Finish();
+  const std::string rest = decoder ? decoder->Finish() : "";
   text += rest;
   if (o.json) {
     nlohmann::json out = {{"tokens", generated}, {"text", text}};
