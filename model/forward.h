@@ -26,6 +26,7 @@ struct ForwardInput {
 // (float activations, dequantized weights: slow, the oracle for tests).
 enum class KernelMode { kFast, kReference };
 
+// Holds scratch activations: one Run at a time (the engine thread owns it).
 class ForwardPass {
  public:
   ForwardPass(const Model& model, CpuContext ctx, KernelMode mode = KernelMode::kFast);
