@@ -115,6 +115,13 @@ StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_
   }
   request.add_generation_prompt =
       chat.has_add_generation_prompt() ? chat.add_generation_prompt() : true;
+  if (!chat.tools_json().empty()) {
+    request.tools = nlohmann::ordered_json::parse(chat.tools_json(), nullptr,
+                                                  /*allow_exceptions=*/false);
+    if (!request.tools.is_array()) {
+      return InvalidArgumentError("chat.tools_json must be a JSON array of tool definitions");
+    }
+  }
   StatusOr<std::string> prompt = chat_template->Render(request);
   if (!prompt.ok()) {
     return Status(prompt.status().code(), "chat: " + prompt.status().message());

@@ -215,6 +215,34 @@ TEST(BuildGenerateRequest, ChatWithoutTemplateIsAFailedPrecondition) {
   EXPECT_THAT(built.status().message(), HasSubstr("--chat-template"));
 }
 
+TEST(RenderChat, ToolsReachTheTemplate) {
+  StatusOr<ChatTemplate> qwen = ChatTemplate::FromFile(
+      std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/qwen2.5.jinja", {});
+  ASSERT_TRUE(qwen.ok()) << qwen.status().ToString();
+  v1::Chat chat;
+  v1::ChatMessage* message = chat.add_messages();
+  message->set_role("user");
+  message->set_content("Weather in Paris?");
+  const StatusOr<std::string> without_tools = RenderChat(chat, &*qwen);
+  ASSERT_TRUE(without_tools.ok());
+  EXPECT_THAT(*without_tools, ::testing::Not(HasSubstr("get_weather")));
+
+  chat.set_tools_json(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  const StatusOr<std::string> with_tools = RenderChat(chat, &*qwen);
+  ASSERT_TRUE(with_tools.ok()) << with_tools.status().ToString();
+  EXPECT_THAT(*with_tools, HasSubstr("<tools>"));
+  EXPECT_THAT(*with_tools, HasSubstr("\"name\": \"get_weather\""));
+
+  for (const char* bad : {"{not json", R"({"name": "x"})"}) {
+    chat.set_tools_json(bad);
+    const StatusOr<std::string> refused = RenderChat(chat, &*qwen);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(), HasSubstr("chat.tools_json must be a JSON array"));
+  }
+}
+
 TEST(TokenizeRequestInput, AddSpecialTokensControlsBos) {
   const LoadedVocab& vocab = Stories();
   v1::TokenizeRequest request;
