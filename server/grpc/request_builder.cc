@@ -96,6 +96,12 @@ Status CheckSampling(const v1::SamplingParams& s) {
     TM_RETURN_IF_ERROR(RefuseUnless(s.frequency_penalty() == 0, "frequency_penalty",
                                     s.frequency_penalty(), "0"));
   }
+  if (!s.logit_bias().empty()) {
+    return InvalidArgumentError("sampling.logit_bias is not supported yet: leave it empty");
+  }
+  if (s.min_tokens() > 0) {
+    return InvalidArgumentError("sampling.min_tokens is not supported yet: leave it unset or 0");
+  }
   // A seed changes nothing under greedy decoding: accepted.
   return OkStatus();
 }
@@ -195,6 +201,10 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
   if (request.logprobs() || request.top_logprobs() > 0) {
     return InvalidArgumentError(std::string(request.logprobs() ? "logprobs" : "top_logprobs") +
                                 " is not supported yet: leave it unset");
+  }
+  if (request.n() > 1) {
+    return InvalidArgumentError("n = " + std::to_string(request.n()) +
+                                " is not supported yet: leave it unset or 1");
   }
 
   const uint32_t max_tokens = request.has_max_tokens() ? request.max_tokens() : kDefaultMaxTokens;
