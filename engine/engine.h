@@ -39,8 +39,14 @@ class EngineCore;
 
 struct GenerateRequest {
   std::vector<TokenId> prompt_token_ids;
-  // max_tokens (>= 1), stop_token_ids, ignore_eos. The sampler's fields come later.
+  // Stop conditions and the sampler's parameters (scheduler/request.h). An unset seed is
+  // drawn at random when the engine adds the request.
   SamplingParams sampling;
+  // Sequences to generate from the prompt, each with sampling.sequence_index = its index
+  // 0..n-1 (so a seed gives reproducible, distinct sequences); they share the prompt's KV
+  // blocks. Every event carries its sequence's index; each sequence ends with its own final
+  // event. The request takes the ids id..id+n-1 in the engine.
+  int n = 1;
   // Finish (stop) when the generated text contains one of these; the text streamed stops
   // right before it, even when it spans several tokens. Each must be non-empty.
   std::vector<std::string> stop_strings;

@@ -59,6 +59,8 @@ EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManage
       kv_(std::move(kv)),
       scheduler_(std::move(scheduler)),
       runner_(std::move(runner)),
+      sampler_(tokenizer.end_of_generation_ids()),
+      seed_source_(std::random_device{}()),
       limits_(limits) {}
 
 Status EngineCore::Add(RequestId id, GenerateRequest request, Clock::time_point submit_time) {
@@ -67,14 +69,16 @@ Status EngineCore::Add(RequestId id, GenerateRequest request, Clock::time_point 
     return InvalidArgumentError("request id " + std::to_string(id) + " is already in use");
   }
   const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
+  if (!request.sampling.seed) request.sampling.seed = seed_source_();
   TM_RETURN_IF_ERROR(scheduler_->Add(NewRequest{.id = id,
                                                 .prompt_token_ids = request.prompt_token_ids,
                                                 .sampling = request.sampling,
                                                 .priority = request.priority,
                                                 .cache_salt = request.cache_salt,
                                                 .arrival_time = submit_time}));
-  outputs_.emplace(id, RequestOutput(id, tokenizer_, std::move(request.stop_strings),
-                                     std::move(request.sink), num_prompt, submit_time));
+  outputs_.emplace(id, RequestOutput(id, request.sampling.sequence_index, tokenizer_,
+                                     std::move(request.stop_strings), std::move(request.sink),
+                                     num_prompt, submit_time));
   return OkStatus();
 }
 
@@ -103,7 +107,7 @@ bool EngineCore::Step() {
   const Clock::time_point start = Clock::now();
   for (const ScheduledRequest& r : step.requests) outputs_.at(r.id).MarkScheduled(start);
 
-  StatusOr<ModelOutput> sampled = runner_->Execute(step, *scheduler_, sampler_);
+  StatusOr<ModelOutput> sampled = runner_->Execute(step, *scheduler_, sampler_, step_logprobs_);
   if (!sampled.ok()) {
     FailStep(step, sampled.status());
     return true;
@@ -113,7 +117,11 @@ bool EngineCore::Step() {
   for (const RequestEvent& event : events) {
     const auto it = outputs_.find(event.id);
     TM_CHECK(it != outputs_.end()) << "event for unknown request " << event.id;
-    if (!it->second.OnTokens(event.new_token_ids, event.finish_reason,
+    const auto logprobs = step_logprobs_.find(event.id);
+    const std::span<const TokenLogprobs> token_logprobs =
+        logprobs == step_logprobs_.end() ? std::span<const TokenLogprobs>()
+                                         : std::span<const TokenLogprobs>(logprobs->second);
+    if (!it->second.OnTokens(event.new_token_ids, token_logprobs, event.finish_reason,
                              event.num_cached_prompt_tokens, now)) {
       continue;
     }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <random>
 #include <unordered_map>
 
 #include "cache/kv_cache_manager.h"
@@ -33,7 +34,7 @@ class EngineCore {
   const RequestLimits& limits() const { return limits_; }
 
   // Queues a request under `id` (unique). Validates it first; on error the sink is not
-  // called.
+  // called. A request without a seed gets a random one here.
   Status Add(RequestId id, GenerateRequest request, Clock::time_point submit_time = Clock::now());
 
   // Frees the request's blocks now and emits its abort event; false for an unknown id.
@@ -59,7 +60,9 @@ class EngineCore {
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
-  GreedySampler sampler_;
+  Sampler sampler_;
+  StepLogprobs step_logprobs_;  // the last step's, reused
+  std::mt19937_64 seed_source_;  // seeds for requests that bring none
   RequestLimits limits_;
   std::unordered_map<RequestId, RequestOutput> outputs_;  // live requests
   int64_t num_steps_ = 0;

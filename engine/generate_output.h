@@ -9,6 +9,7 @@
 
 #include "cache/types.h"
 #include "common/status.h"
+#include "engine/sampling/token_logprobs.h"
 #include "scheduler/request.h"
 
 namespace tokenmill {
@@ -38,7 +39,11 @@ struct RequestTimings {
 
 struct GenerateOutput {
   RequestId id = 0;
+  // Which of the request's n sequences this event belongs to (0 when n is 1).
+  int index = 0;
   std::vector<TokenId> token_ids;  // generated since the previous event
+  // One per token_ids entry when the request asked for logprobs, else empty.
+  std::vector<TokenLogprobs> logprobs;
   // UTF-8 text since the previous event. Text that may begin a stop string, or an
   // unfinished character, is held back until it is known not to (or at the end).
   std::string text;
@@ -47,7 +52,7 @@ struct GenerateOutput {
   std::optional<CompletionReason> finish_reason;
   std::string stop_string;  // the stop string that matched, if that was the reason
   Status error;             // why, when finish_reason is kError
-  RequestUsage usage;       // running totals
+  RequestUsage usage;       // running totals of this sequence
   RequestTimings timings;   // complete on the final event only
 };
 

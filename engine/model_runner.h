@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -19,6 +20,9 @@
 
 namespace tokenmill {
 
+// Per request, the logprobs of its sampled tokens this step, in order.
+using StepLogprobs = std::unordered_map<RequestId, std::vector<TokenLogprobs>>;
+
 class ModelRunner {
  public:
   // `model` must outlive the runner. num_threads counts the calling (engine) thread.
@@ -27,9 +31,10 @@ class ModelRunner {
 
   // Computes `step` (from scheduler.Schedule()) and samples a token for each request with
   // num_logits > 0: accepted drafts (those equal to the sampler's pick at the row before
-  // them) then one sampled token.
+  // them) then one sampled token. `logprobs` gets, for each request that asked, one entry
+  // per sampled token (cleared first).
   StatusOr<ModelOutput> Execute(const SchedulerOutput& step, const Scheduler& scheduler,
-                                Sampler& sampler);
+                                Sampler& sampler, StepLogprobs& logprobs);
 
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }

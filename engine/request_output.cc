@@ -1,5 +1,7 @@
 #include "engine/request_output.h"
 
+#include "common/check.h"
+
 namespace tokenmill {
 namespace {
 
@@ -16,10 +18,11 @@ CompletionReason FromFinishReason(FinishReason reason) {
 
 }  // namespace
 
-RequestOutput::RequestOutput(RequestId id, const Tokenizer& tokenizer,
+RequestOutput::RequestOutput(RequestId id, int sequence_index, const Tokenizer& tokenizer,
                              std::vector<std::string> stop_strings, OutputSink sink,
                              int num_prompt_tokens, Clock::time_point submit_time)
     : id_(id),
+      sequence_index_(sequence_index),
       // The stream continues a prompt: keep a leading space.
       decoder_(tokenizer, DecodeOptions{.render_special = false, .strip_space_prefix = false}),
       stop_matcher_(stop_strings),
@@ -35,8 +38,11 @@ void RequestOutput::MarkScheduled(Clock::time_point now) {
   timings_.queue_seconds = Seconds(now - submit_time_);
 }
 
-bool RequestOutput::OnTokens(std::span<const TokenId> tokens, std::optional<FinishReason> finish,
-                             int num_cached_prompt_tokens, Clock::time_point now) {
+bool RequestOutput::OnTokens(std::span<const TokenId> tokens,
+                             std::span<const TokenLogprobs> logprobs,
+                             std::optional<FinishReason> finish, int num_cached_prompt_tokens,
+                             Clock::time_point now) {
+  TM_CHECK(logprobs.empty() || logprobs.size() >= tokens.size());
   usage_.cached_prompt_tokens = num_cached_prompt_tokens;
   GenerateOutput out;
   std::optional<size_t> matched;
@@ -45,6 +51,7 @@ bool RequestOutput::OnTokens(std::span<const TokenId> tokens, std::optional<Fini
     if (!last_token_time_) timings_.time_to_first_token = Seconds(now - submit_time_);
     timings_.token_seconds.push_back(Seconds(now - previous));
     last_token_time_ = now;
+    if (!logprobs.empty()) out.logprobs.push_back(logprobs[out.token_ids.size()]);
     out.token_ids.push_back(token);
     ++usage_.completion_tokens;
     StopStringMatcher::Result text = stop_matcher_.Add(decoder_.Add(token));
@@ -91,6 +98,7 @@ void RequestOutput::FillFinal(GenerateOutput& out, CompletionReason reason,
 
 void RequestOutput::Emit(GenerateOutput&& output) {
   output.id = id_;
+  output.index = sequence_index_;
   sink_(std::move(output));
 }
 

@@ -23,8 +23,10 @@ class RequestOutput {
   using Clock = std::chrono::steady_clock;
 
   // `tokenizer` must outlive this.
-  RequestOutput(RequestId id, const Tokenizer& tokenizer, std::vector<std::string> stop_strings,
-                OutputSink sink, int num_prompt_tokens, Clock::time_point submit_time);
+  // `id` and `sequence_index` are what the events carry.
+  RequestOutput(RequestId id, int sequence_index, const Tokenizer& tokenizer,
+                std::vector<std::string> stop_strings, OutputSink sink, int num_prompt_tokens,
+                Clock::time_point submit_time);
 
   // The request ran in a step (the first call sets the queue time).
   void MarkScheduled(Clock::time_point now);
@@ -32,9 +34,10 @@ class RequestOutput {
   // Emits the tokens the scheduler appended this step. `finish` is the scheduler's reason
   // when it finished the request. Returns true when the event was final: the scheduler
   // finished it, or a stop string matched (the caller must then finish it in the scheduler;
-  // tokens after the match are dropped).
-  bool OnTokens(std::span<const TokenId> tokens, std::optional<FinishReason> finish,
-                int num_cached_prompt_tokens, Clock::time_point now);
+  // tokens after the match are dropped). `logprobs` is empty or has one entry per token.
+  bool OnTokens(std::span<const TokenId> tokens, std::span<const TokenLogprobs> logprobs,
+                std::optional<FinishReason> finish, int num_cached_prompt_tokens,
+                Clock::time_point now);
 
   // Emits the final event for an abort or an error (`error` says why).
   void Finish(CompletionReason reason, Status error, Clock::time_point now);
@@ -44,6 +47,7 @@ class RequestOutput {
   void FillFinal(GenerateOutput& output, CompletionReason reason, Clock::time_point now);
 
   RequestId id_;
+  int sequence_index_;
   IncrementalDecoder decoder_;
   StopStringMatcher stop_matcher_;
   std::vector<std::string> stop_strings_;

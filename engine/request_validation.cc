@@ -1,8 +1,88 @@
 #include "engine/request_validation.h"
 
+#include <cmath>
+#include <cstdio>
 #include <string>
 
+#include "engine/sampling/token_logprobs.h"
+
 namespace tokenmill {
+namespace {
+
+std::string Num(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g", value);
+  return buffer;
+}
+
+Status CheckFinite(std::string_view field, double value) {
+  if (std::isfinite(value)) return OkStatus();
+  return InvalidArgumentError("sampling." + std::string(field) + " must be a finite number, got " +
+                              Num(value));
+}
+
+}  // namespace
+
+Status ValidateSamplingParams(const SamplingParams& s, int vocab_size) {
+  TM_RETURN_IF_ERROR(CheckFinite("temperature", s.temperature));
+  if (s.temperature < 0) {
+    return InvalidArgumentError("sampling.temperature must be >= 0 (0 is greedy), got " +
+                                Num(s.temperature));
+  }
+  TM_RETURN_IF_ERROR(CheckFinite("top_p", s.top_p));
+  if (s.top_p <= 0 || s.top_p > 1) {
+    return InvalidArgumentError("sampling.top_p must be in (0, 1] (1 is off), got " +
+                                Num(s.top_p));
+  }
+  if (s.top_k < -1) {
+    return InvalidArgumentError("sampling.top_k must be -1 or 0 (off) or positive, got " +
+                                std::to_string(s.top_k));
+  }
+  TM_RETURN_IF_ERROR(CheckFinite("min_p", s.min_p));
+  if (s.min_p < 0 || s.min_p > 1) {
+    return InvalidArgumentError("sampling.min_p must be in [0, 1] (0 is off), got " +
+                                Num(s.min_p));
+  }
+  TM_RETURN_IF_ERROR(CheckFinite("repetition_penalty", s.repetition_penalty));
+  if (s.repetition_penalty <= 0) {
+    return InvalidArgumentError("sampling.repetition_penalty must be > 0 (1 is off), got " +
+                                Num(s.repetition_penalty));
+  }
+  TM_RETURN_IF_ERROR(CheckFinite("presence_penalty", s.presence_penalty));
+  TM_RETURN_IF_ERROR(CheckFinite("frequency_penalty", s.frequency_penalty));
+  for (const auto& [field, value] : {std::pair<const char*, float>{"presence_penalty",
+                                                                   s.presence_penalty},
+                                     {"frequency_penalty", s.frequency_penalty}}) {
+    if (value < -2 || value > 2) {
+      return InvalidArgumentError("sampling." + std::string(field) +
+                                  " must be in [-2, 2] (0 is off), got " + Num(value));
+    }
+  }
+  for (const auto& [id, bias] : s.logit_bias) {
+    if (id < 0 || id >= vocab_size) {
+      return InvalidArgumentError("sampling.logit_bias has token id " + std::to_string(id) +
+                                  ", outside the vocabulary [0, " + std::to_string(vocab_size) +
+                                  ")");
+    }
+    if (!std::isfinite(bias) || bias < -100 || bias > 100) {
+      return InvalidArgumentError("sampling.logit_bias[" + std::to_string(id) + "] = " +
+                                  Num(bias) + " must be in [-100, 100]");
+    }
+  }
+  if (s.min_tokens < 0 || s.min_tokens > s.max_tokens) {
+    return InvalidArgumentError("sampling.min_tokens = " + std::to_string(s.min_tokens) +
+                                " must be in [0, max_tokens = " + std::to_string(s.max_tokens) +
+                                "]");
+  }
+  if (s.top_logprobs < 0 || s.top_logprobs > kMaxTopLogprobs) {
+    return InvalidArgumentError("top_logprobs = " + std::to_string(s.top_logprobs) +
+                                " must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
+  }
+  if (s.sequence_index < 0) {
+    return InvalidArgumentError("sampling.sequence_index must not be negative");
+  }
+  return OkStatus();
+}
 
 Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimits& limits) {
   const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
@@ -23,6 +103,11 @@ Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimi
   if (request.sampling.max_tokens < 1) {
     return InvalidArgumentError("max_tokens must be at least 1, got " +
                                 std::to_string(request.sampling.max_tokens));
+  }
+  TM_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling, limits.vocab_size));
+  if (request.n < 1 || request.n > kMaxSequencesPerRequest) {
+    return InvalidArgumentError("n = " + std::to_string(request.n) + " must be in [1, " +
+                                std::to_string(kMaxSequencesPerRequest) + "]");
   }
   for (const TokenId id : request.sampling.stop_token_ids) {
     if (id < 0) {

@@ -12,9 +12,20 @@ struct RequestLimits {
   int vocab_size = 0;
 };
 
+// The most sequences one request may ask for (GenerateRequest::n).
+inline constexpr int kMaxSequencesPerRequest = 16;
+
+// InvalidArgument, naming the field and its allowed range, for a temperature < 0, top_p
+// outside (0, 1], top_k < -1, min_p outside [0, 1], repetition_penalty <= 0, presence or
+// frequency penalties outside [-2, 2], a logit_bias id outside [0, vocab_size) or value
+// outside [-100, 100], min_tokens outside [0, max_tokens], top_logprobs outside [0, 20], or
+// any NaN or infinity.
+Status ValidateSamplingParams(const SamplingParams& sampling, int vocab_size);
+
 // InvalidArgument for an empty prompt, a token id outside the vocabulary, a prompt that
-// leaves no room to generate, max_tokens < 1, a negative stop token id, an empty stop
-// string or a missing sink.
+// leaves no room to generate, max_tokens < 1, bad sampling parameters (above), n outside
+// [1, kMaxSequencesPerRequest], a negative stop token id, an empty stop string or a missing
+// sink.
 Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimits& limits);
 
 }  // namespace tokenmill

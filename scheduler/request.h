@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cache/types.h"
@@ -23,12 +24,44 @@ namespace tokenmill {
 
 using RequestId = uint64_t;
 
-// What the scheduler needs of the sampling parameters: when to stop. The sampler's own
-// fields (temperature, top-k, ...) come with the sampling issue.
+// How a request picks its tokens and when it stops. The scheduler reads the stop fields;
+// the sampler (engine/sampler.h) the rest, applied to each logits row in this order:
+// repetition/frequency/presence penalties -> min_tokens mask -> logit_bias -> temperature ->
+// top_k -> top_p -> min_p -> a draw with the RNG at (seed, sequence_index, output position).
+// Neutral values (the defaults) change nothing; temperature 0 is greedy (argmax).
 struct SamplingParams {
   int max_tokens = 16;                  // generated tokens, at least 1
   std::vector<TokenId> stop_token_ids;  // finish (stopped) after any of these
   bool ignore_eos = false;              // keep going past the model's EOS ids
+  // End-of-generation ids (unless ignore_eos) and stop_token_ids are masked until this many
+  // tokens were generated.
+  int min_tokens = 0;
+
+  float temperature = 0.0f;  // below 1e-5: greedy
+  int top_k = 0;             // 0 or -1: off
+  float top_p = 1.0f;        // (0, 1]; 1: off
+  float min_p = 0.0f;        // [0, 1]; 0: off
+  // Over prompt and output tokens: a positive logit is divided by it, a negative one
+  // multiplied (as HF, vLLM and llama.cpp do). 1: off.
+  float repetition_penalty = 1.0f;
+  // Over output tokens: logit -= presence * (count > 0) + frequency * count. 0: off.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // Added to these ids' logits, in [-100, 100].
+  std::vector<std::pair<TokenId, float>> logit_bias;
+
+  // The RNG stream is (seed, sequence_index): the same seed gives the same tokens whatever
+  // else is batched. Unset: the engine draws one when the request is added.
+  std::optional<uint64_t> seed;
+  int sequence_index = 0;  // which of a request's n sequences this is
+
+  // Log-probabilities (the model's raw log-softmax) of each chosen token, and of the
+  // top_logprobs most likely ids at each step (top_logprobs > 0 implies logprobs).
+  bool logprobs = false;
+  int top_logprobs = 0;
+
+  bool greedy() const { return temperature < 1e-5f; }
+  bool wants_logprobs() const { return logprobs || top_logprobs > 0; }
 };
 
 // What a caller submits; the scheduler assigns the arrival order.

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "engine/sampler.h"
+#include "engine/sampling/logits_processors.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/forward.h"
 #include "tests/engine/engine_test_util.h"

@@ -30,6 +30,7 @@ void Accumulate(Collected& collected, GenerateOutput&& out) {
   ++collected.num_events;
   collected.token_ids.insert(collected.token_ids.end(), out.token_ids.begin(),
                              out.token_ids.end());
+  collected.logprobs.insert(collected.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
   collected.text += out.text;
   if (out.finished) {
     collected.finished = true;

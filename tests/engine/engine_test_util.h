@@ -27,6 +27,7 @@ inline const TestModel& SmolLm2() { return LoadTestModel("SmolLM2-135M-Instruct.
 // Everything a request streamed, concatenated, and its final event.
 struct Collected {
   std::vector<TokenId> token_ids;
+  std::vector<TokenLogprobs> logprobs;  // when the request asked for them
   std::string text;
   int num_events = 0;
   bool finished = false;
