@@ -24,6 +24,7 @@ class MemoryBudget {
   static MemoryBudget FractionOfFree(double fraction) { return MemoryBudget(0, fraction); }
 
   bool is_fraction() const { return fraction_ > 0.0; }
+  double fraction() const { return fraction_; }
   // The budget in bytes, given the device's free memory.
   int64_t Resolve(int64_t free_bytes) const;
   // "2.00 GiB" or "90% of free memory".

@@ -12,8 +12,14 @@ Status ValidateEngineConfig(const EngineConfig& config) {
   if (config.num_kv_blocks < 0) {
     return InvalidArgumentError("the KV block count must not be negative");
   }
-  if (config.num_kv_blocks == 0 && config.kv_cache_bytes <= 0) {
+  if (config.num_kv_blocks == 0 && config.kv_cache_bytes <= 0 && config.kv_cache_fraction <= 0) {
     return InvalidArgumentError("--kv-cache-memory must be positive");
+  }
+  if (config.kv_cache_fraction < 0 || config.kv_cache_fraction > 1) {
+    return InvalidArgumentError("a fraction of free memory for the KV cache must be in (0, 1]");
+  }
+  if (config.cuda_cublas_min_tokens < 0) {
+    return InvalidArgumentError("the cuBLAS token threshold must be 0 (never) or positive");
   }
   if (config.watermark_blocks < 0) {
     return InvalidArgumentError("the KV watermark must not be negative");

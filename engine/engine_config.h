@@ -1,4 +1,4 @@
-// How an engine is built: scheduler limits, the KV pool and the CPU backend.
+// How an engine is built: scheduler limits, the KV pool and the backend (CPU or CUDA).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,9 @@
 #include "scheduler/scheduler_config.h"
 
 namespace tokenmill {
+
+// Where the forward pass runs and the KV pool lives.
+enum class Device { kCpu, kCuda };
 
 struct EngineConfig {
   // Token budget, max sequences, context length (capped at the model's), queue length.
@@ -23,6 +26,13 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   // Blocks an admission must leave free so running requests can grow.
   int watermark_blocks = 1;
+  Device device = Device::kCpu;
+  // CUDA: > 0 sizes the KV pool as this fraction of the GPU's free memory once the weights are
+  // loaded (instead of kv_cache_bytes).
+  double kv_cache_fraction = 0.0;
+  // CUDA: steps of at least this many tokens use cuBLAS (0: never; every product by the GEMV
+  // kernel keeps greedy tokens bit-identical whatever is batched).
+  int cuda_cublas_min_tokens = 0;
   // CPU threads of the forward pass (the engine thread is one of them); 0: all cores.
   int num_threads = 0;
   // Kernels: the best this CPU has unless set.

@@ -18,12 +18,18 @@ StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const Model& model,
                                 " tokens but the model's output only " +
                                 std::to_string(mc.n_vocab) + ": use the tokenizer of this model");
   }
+  // The backend first: on a GPU the weights take their memory before the KV pool is sized.
+  TM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardBackend> backend, CreateForwardBackend(model, config));
   int num_blocks = config.num_kv_blocks;
   if (num_blocks == 0) {
+    int64_t kv_bytes = config.kv_cache_bytes;
+    if (config.kv_cache_fraction > 0) {
+      TM_ASSIGN_OR_RETURN(const int64_t free_bytes, backend->FreeMemoryBytes());
+      kv_bytes = static_cast<int64_t>(static_cast<double>(free_bytes) * config.kv_cache_fraction);
+    }
     const KvGeometry geometry{mc.n_layers, mc.n_kv_heads, mc.head_dim,
                               static_cast<int>(KvElementBytes(config.kv_type))};
-    TM_ASSIGN_OR_RETURN(KvCachePlan plan,
-                        PlanKvCache(geometry, config.block_size, config.kv_cache_bytes));
+    TM_ASSIGN_OR_RETURN(KvCachePlan plan, PlanKvCache(geometry, config.block_size, kv_bytes));
     num_blocks = plan.num_blocks;
   }
   if (num_blocks <= config.watermark_blocks) {
@@ -41,11 +47,9 @@ StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const Model& model,
   sc.max_model_len = std::min(sc.max_model_len, mc.context_length);
   sc.eos_token_ids = tokenizer.end_of_generation_ids();
   auto scheduler = std::make_unique<Scheduler>(sc, *kv);
-  const int threads = config.num_threads > 0
-                          ? config.num_threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  auto runner = std::make_unique<ModelRunner>(model, config.isa.value_or(BestCpuIsa()), threads,
-                                              config.kv_type, num_blocks, config.block_size);
+  TM_RETURN_IF_ERROR(backend->AllocateKv(config.kv_type, num_blocks, config.block_size));
+  auto runner =
+      std::make_unique<ModelRunner>(model, std::move(backend), num_blocks, config.block_size);
   const RequestLimits limits{.max_model_len = scheduler->max_model_len(),
                              .vocab_size = tokenizer.vocab_size()};
   return std::unique_ptr<EngineCore>(new EngineCore(tokenizer, std::move(kv), std::move(scheduler),

@@ -7,12 +7,10 @@
 
 namespace tokenmill {
 
-ModelRunner::ModelRunner(const Model& model, CpuIsa isa, int num_threads, KvType kv_type,
+ModelRunner::ModelRunner(const Model& model, std::unique_ptr<ForwardBackend> backend,
                          int64_t num_blocks, int block_size)
     : model_(model),
-      pool_(std::make_unique<ThreadPool>(num_threads)),
-      forward_(model, CpuContext{&KernelTable(isa), pool_.get()}),
-      kv_(model.config(), kv_type, num_blocks, block_size),
+      backend_(std::move(backend)),
       num_blocks_(num_blocks),
       block_size_(block_size) {}
 
@@ -23,8 +21,7 @@ StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
   const BatchInputs in = BuildBatchInputs(step, block_size_);
   const size_t n_vocab = static_cast<size_t>(model_.config().n_vocab);
   logits_.resize(in.logit_rows.size() * n_vocab);
-  TM_RETURN_IF_ERROR(forward_.Run({in.token_ids, in.batch(), in.logit_rows}, kv_.view(),
-                                  logits_));
+  TM_RETURN_IF_ERROR(backend_->Run({in.token_ids, in.batch(), in.logit_rows}, logits_));
   ModelOutput out;
   std::vector<TokenId> tokens_with_drafts;
   for (size_t i = 0; i < step.requests.size(); ++i) {

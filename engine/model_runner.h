@@ -1,7 +1,7 @@
 // Runs one scheduler step: one forward pass over all scheduled sequences with logits only
 // for the rows that sample, then the sampler, with greedy verification of draft tokens.
-// Owns the KV memory the cache manager's block ids address (slot = block * block_size +
-// offset). Engine thread only.
+// Owns the backend, which holds the KV memory the cache manager's block ids address
+// (slot = block * block_size + offset). Engine thread only.
 #pragma once
 
 #include <memory>
@@ -11,9 +11,7 @@
 
 #include "common/status.h"
 #include "engine/sampler.h"
-#include "kernels/cpu/thread_pool.h"
-#include "model/forward.h"
-#include "model/kv_cache.h"
+#include "engine/forward_backend.h"
 #include "model/model.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_output.h"
@@ -25,9 +23,9 @@ using StepLogprobs = std::unordered_map<RequestId, std::vector<TokenLogprobs>>;
 
 class ModelRunner {
  public:
-  // `model` must outlive the runner. num_threads counts the calling (engine) thread.
-  ModelRunner(const Model& model, CpuIsa isa, int num_threads, KvType kv_type,
-              int64_t num_blocks, int block_size);
+  // `model` must outlive the runner; `backend` has its KV pool of num_blocks allocated.
+  ModelRunner(const Model& model, std::unique_ptr<ForwardBackend> backend, int64_t num_blocks,
+              int block_size);
 
   // Computes `step` (from scheduler.Schedule()) and samples a token for each request with
   // num_logits > 0: accepted drafts (those equal to the sampler's pick at the row before
@@ -41,9 +39,7 @@ class ModelRunner {
 
  private:
   const Model& model_;
-  std::unique_ptr<ThreadPool> pool_;
-  ForwardPass forward_;
-  KvCacheStorage kv_;
+  std::unique_ptr<ForwardBackend> backend_;
   int64_t num_blocks_;
   int block_size_;
   std::vector<float> logits_;

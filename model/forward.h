@@ -22,6 +22,12 @@ struct ForwardInput {
   std::span<const int32_t> logit_rows;  // token rows whose logits are wanted, in order
 };
 
+// Checks a step's inputs against the model and the KV cache: consistent batch views, token
+// ids in the vocabulary, logit rows in the batch, positions within the context, and
+// logits_size = logit_rows.size() * n_vocab. Every backend's Run starts with it.
+Status ValidateForwardInput(const ModelConfig& config, const ForwardInput& input,
+                            const KvCacheView& kv, size_t logits_size);
+
 // Which kernels compute: the fast ones of a CpuContext, or the scalar references
 // (float activations, dequantized weights: slow, the oracle for tests).
 enum class KernelMode { kFast, kReference };

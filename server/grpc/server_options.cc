@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "common/byte_size.h"
+#include "engine/forward_backend.h"
 
 namespace tokenmill::server {
 
@@ -66,16 +67,22 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
 }
 
 StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t available_memory_bytes) {
-  if (o.device != "cpu") {
-    return InvalidArgumentError("--device " + o.device +
-                                ": this build has no CUDA backend yet; use --device cpu");
+  const Device device = o.device == "cuda" ? Device::kCuda : Device::kCpu;
+  if (Status available = CheckDeviceAvailable(device); !available.ok()) {
+    return InvalidArgumentError(available.message());
   }
   StatusOr<MemoryBudget> budget = ParseMemoryBudget(o.kv_cache_memory);
   if (!budget.ok()) {
     return InvalidArgumentError("--kv-cache-memory: " + budget.status().message());
   }
   EngineConfig config;
-  config.kv_cache_bytes = budget->Resolve(available_memory_bytes);
+  config.device = device;
+  if (device == Device::kCuda && budget->is_fraction()) {
+    config.kv_cache_fraction = budget->fraction();  // of the GPU's memory, once weights are in
+    config.kv_cache_bytes = 0;
+  } else {
+    config.kv_cache_bytes = budget->Resolve(available_memory_bytes);
+  }
   config.block_size = o.block_size;
   config.enable_prefix_caching = !o.no_prefix_cache;
   config.num_threads = o.threads;

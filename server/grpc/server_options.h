@@ -38,7 +38,8 @@ void AddServerOptions(CLI::App& app, ServerOptions& options);
 std::string EnvNameOfFlag(std::string_view flag);
 
 // The engine settings the flags ask for. `available_memory_bytes` resolves a fractional
-// --kv-cache-memory. InvalidArgument naming the flag when a value cannot work.
+// --kv-cache-memory on the CPU (with --device cuda the engine takes that fraction of the GPU's
+// free memory after loading the weights). InvalidArgument naming the flag when a value cannot work.
 StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& options,
                                         int64_t available_memory_bytes);
 

@@ -116,11 +116,21 @@ TEST(MakeEngineConfig, RefusesWhatCannotWork) {
   ASSERT_FALSE(bad_memory.ok());
   EXPECT_THAT(bad_memory.status().message(), HasSubstr("--kv-cache-memory"));
 
-  options = ServerOptions{};
+}
+
+TEST(MakeEngineConfig, CudaWhereAGpuIsElseRefused) {
+  ServerOptions options;
   options.device = "cuda";
-  StatusOr<EngineConfig> cuda = MakeEngineConfig(options, 0);
-  ASSERT_FALSE(cuda.ok());
-  EXPECT_THAT(cuda.status().message(), HasSubstr("--device cpu"));
+  options.kv_cache_memory = "0.5";
+  StatusOr<EngineConfig> cuda = MakeEngineConfig(options, int64_t{4} << 30);
+  if (!CheckDeviceAvailable(Device::kCuda).ok()) {
+    ASSERT_FALSE(cuda.ok());
+    EXPECT_THAT(cuda.status().message(), HasSubstr("use --device cpu"));
+    return;
+  }
+  ASSERT_TRUE(cuda.ok()) << cuda.status().ToString();
+  EXPECT_EQ(cuda->device, Device::kCuda);
+  EXPECT_EQ(cuda->kv_cache_fraction, 0.5);  // of the GPU's memory, not of the host's
 }
 
 }  // namespace

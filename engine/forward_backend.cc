@@ -1,0 +1,112 @@
+#include "engine/forward_backend.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "kernels/cpu/thread_pool.h"
+#include "model/kv_cache.h"
+
+#if TOKENMILL_HAVE_CUDA
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/device_buffer.h"
+#include "model/cuda/cuda_forward.h"
+#include "model/cuda/cuda_kv_cache.h"
+#endif
+
+namespace tokenmill {
+namespace {
+
+class CpuBackend final : public ForwardBackend {
+ public:
+  CpuBackend(const Model& model, CpuIsa isa, int num_threads)
+      : model_(model),
+        pool_(std::make_unique<ThreadPool>(num_threads)),
+        forward_(model, CpuContext{&KernelTable(isa), pool_.get()}) {}
+
+  StatusOr<int64_t> FreeMemoryBytes() const override {
+    return UnimplementedError("a fractional KV budget on the CPU is resolved by the caller");
+  }
+  int64_t KvBytesPerBlock(KvType type, int block_size) const override {
+    const ModelConfig& c = model_.config();
+    return 2 * static_cast<int64_t>(c.n_layers) * block_size * c.kv_dim() * KvElementBytes(type);
+  }
+  Status AllocateKv(KvType type, int64_t num_blocks, int block_size) override {
+    kv_ = std::make_unique<KvCacheStorage>(model_.config(), type, num_blocks, block_size);
+    return OkStatus();
+  }
+  Status Run(const ForwardInput& input, std::span<float> logits) override {
+    return forward_.Run(input, kv_->view(), logits);
+  }
+
+ private:
+  const Model& model_;
+  std::unique_ptr<ThreadPool> pool_;
+  ForwardPass forward_;
+  std::unique_ptr<KvCacheStorage> kv_;
+};
+
+#if TOKENMILL_HAVE_CUDA
+class CudaBackend final : public ForwardBackend {
+ public:
+  CudaBackend(const Model& model, std::unique_ptr<cuda::CudaForwardPass> forward)
+      : model_(model), forward_(std::move(forward)) {}
+
+  StatusOr<int64_t> FreeMemoryBytes() const override {
+    TM_ASSIGN_OR_RETURN(auto info, cuda::DeviceMemoryInfo());
+    return info.first;
+  }
+  int64_t KvBytesPerBlock(KvType type, int block_size) const override {
+    return cuda::CudaKvCache::BytesPerBlock(model_.config(), type, block_size);
+  }
+  Status AllocateKv(KvType type, int64_t num_blocks, int block_size) override {
+    TM_ASSIGN_OR_RETURN(cuda::CudaKvCache kv,
+                        cuda::CudaKvCache::Create(model_.config(), type, num_blocks, block_size));
+    kv_ = std::make_unique<cuda::CudaKvCache>(std::move(kv));
+    return OkStatus();
+  }
+  Status Run(const ForwardInput& input, std::span<float> logits) override {
+    return forward_->Run(input, kv_->view(), logits);
+  }
+
+ private:
+  const Model& model_;
+  std::unique_ptr<cuda::CudaForwardPass> forward_;
+  std::unique_ptr<cuda::CudaKvCache> kv_;
+};
+#endif
+
+}  // namespace
+
+Status CheckDeviceAvailable(Device device) {
+  if (device == Device::kCpu) return OkStatus();
+#if TOKENMILL_HAVE_CUDA
+  if (cuda::CountDevices() == 0) {
+    return FailedPreconditionError(
+        "--device cuda: no usable CUDA device here (no GPU, or no driver); use --device cpu");
+  }
+  return OkStatus();
+#else
+  return FailedPreconditionError(
+      "--device cuda: this build has no CUDA backend (nvcc was not found); use --device cpu");
+#endif
+}
+
+StatusOr<std::unique_ptr<ForwardBackend>> CreateForwardBackend(const Model& model,
+                                                               const EngineConfig& config) {
+  TM_RETURN_IF_ERROR(CheckDeviceAvailable(config.device));
+  if (config.device == Device::kCuda) {
+#if TOKENMILL_HAVE_CUDA
+    TM_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaForwardPass> forward,
+                        cuda::CudaForwardPass::Create(
+                            model, cuda::CudaForwardOptions{config.cuda_cublas_min_tokens}));
+    return std::unique_ptr<ForwardBackend>(new CudaBackend(model, std::move(forward)));
+#endif
+  }
+  const int threads = config.num_threads > 0
+                          ? config.num_threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return std::unique_ptr<ForwardBackend>(
+      new CpuBackend(model, config.isa.value_or(BestCpuIsa()), threads));
+}
+
+}  // namespace tokenmill

@@ -1,0 +1,39 @@
+// Where a step's forward pass runs and where the KV memory it reads and writes lives: the
+// CPU (ForwardPass over host memory) or an NVIDIA GPU (CudaForwardPass over device memory).
+// The model runner sees only this; the scheduler and cache never do.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "common/status.h"
+#include "engine/engine_config.h"
+#include "model/forward.h"
+#include "model/model.h"
+
+namespace tokenmill {
+
+class ForwardBackend {
+ public:
+  virtual ~ForwardBackend() = default;
+
+  // The memory a fractional KV budget is a fraction of, measured now (after the weights).
+  virtual StatusOr<int64_t> FreeMemoryBytes() const = 0;
+  // Bytes of one KV block (K and V of every layer).
+  virtual int64_t KvBytesPerBlock(KvType type, int block_size) const = 0;
+  // Allocates the zeroed KV pool; called once, before the first Run.
+  virtual Status AllocateKv(KvType type, int64_t num_blocks, int block_size) = 0;
+  // ForwardPass::Run over the pool; logits are host memory.
+  virtual Status Run(const ForwardInput& input, std::span<float> logits) = 0;
+};
+
+// The backend config.device asks for, with its weights in place (uploaded for CUDA).
+// FailedPrecondition naming --device when that device is not in this build or machine.
+StatusOr<std::unique_ptr<ForwardBackend>> CreateForwardBackend(const Model& model,
+                                                               const EngineConfig& config);
+
+// OK when `device` can run here: the CPU always; CUDA when this build has the backend and a
+// GPU with a working driver is present.
+Status CheckDeviceAvailable(Device device);
+
+}  // namespace tokenmill

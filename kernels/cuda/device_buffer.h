@@ -1,0 +1,50 @@
+// Device memory with an owner: cudaMalloc (never managed memory), freed on destruction.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "common/status.h"
+
+namespace tokenmill::cuda {
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  // `bytes` of uninitialized device memory; ResourceExhausted when it does not fit.
+  static StatusOr<DeviceBuffer> Allocate(int64_t bytes);
+  // A device copy of `bytes` bytes at `host`.
+  static StatusOr<DeviceBuffer> CopyOf(const void* host, int64_t bytes);
+  template <typename T>
+  static StatusOr<DeviceBuffer> CopyOf(std::span<const T> host) {
+    return CopyOf(host.data(), static_cast<int64_t>(host.size_bytes()));
+  }
+
+  // Makes the buffer at least `bytes` long (contents are lost when it grows).
+  Status Reserve(int64_t bytes);
+  // Sets every byte to zero (synchronous).
+  Status Zero();
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// (free, total) bytes of the current device.
+StatusOr<std::pair<int64_t, int64_t>> DeviceMemoryInfo();
+
+}  // namespace tokenmill::cuda

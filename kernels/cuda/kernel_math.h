@@ -1,0 +1,223 @@
+// Per-element math of the CUDA kernels, written once for the device and the host so the CPU
+// unit tests (tests/kernels/cuda/kernel_math_test.cc) check it against the CPU kernels:
+// weight dequantization, RoPE angles, the online-softmax merge of flash-decoding, the split-K
+// partition of attention and launch geometry. Plain C++ when not compiled by nvcc.
+#pragma once
+
+#include <cstdint>
+
+#include <cmath>
+#include <cstring>
+
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+#define TM_HOST_DEVICE __host__ __device__
+#else
+#include "kernels/half.h"
+#define TM_HOST_DEVICE
+#endif
+
+namespace tokenmill::cuda {
+
+// ---- numbers -------------------------------------------------------------------------------
+
+TM_HOST_DEVICE inline float BitsToFloat(uint32_t bits) {
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+TM_HOST_DEVICE inline float HalfBitsToFloat(uint16_t bits) {
+#ifdef __CUDACC__
+  __half_raw raw;
+  raw.x = bits;
+  return __half2float(__half(raw));
+#else
+  return HalfToFloat(bits);
+#endif
+}
+
+TM_HOST_DEVICE inline float Bf16BitsToFloat(uint16_t bits) {
+  return BitsToFloat(static_cast<uint32_t>(bits) << 16);
+}
+
+// Little-endian u16 at any byte address (GGUF blocks of 18 or 34 bytes are only 2-aligned).
+TM_HOST_DEVICE inline uint16_t LoadU16(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] | (p[1] << 8));
+}
+
+// ---- weights: GGUF block layouts (kernels/dequantize.cc is the reference) ------------------
+
+// Type ids as TensorType numbers them (GGUF's ggml_type); kept as ints so device code needs
+// no host headers.
+enum WeightTypeId : uint32_t { kWF32 = 0, kWF16 = 1, kWQ4_0 = 2, kWQ4_1 = 3, kWQ8_0 = 8, kWBF16 = 30 };
+
+constexpr int kQuantBlock = 32;  // elements per Q4_0 / Q4_1 / Q8_0 block
+
+TM_HOST_DEVICE constexpr bool IsQuantized(uint32_t type) {
+  return type == kWQ4_0 || type == kWQ4_1 || type == kWQ8_0;
+}
+
+// Bytes of one Q block, or of one element for the float types.
+TM_HOST_DEVICE constexpr int UnitBytes(uint32_t type) {
+  return type == kWQ4_0 ? 18 : type == kWQ4_1 ? 20 : type == kWQ8_0 ? 34 : type == kWF32 ? 4 : 2;
+}
+
+// Element j (< 32) of a Q4_0 / Q4_1 / Q8_0 block: low nibbles are elements 0..15, high
+// nibbles 16..31. d and m already as float (decoded once per block).
+TM_HOST_DEVICE inline float DequantQ4_0(const uint8_t* qs, int j, float d) {
+  const int q = j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
+  return d * static_cast<float>(q - 8);
+}
+TM_HOST_DEVICE inline float DequantQ4_1(const uint8_t* qs, int j, float d, float m) {
+  const int q = j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
+  return d * static_cast<float>(q) + m;
+}
+TM_HOST_DEVICE inline float DequantQ8_0(const uint8_t* qs, int j, float d) {
+  return d * static_cast<float>(static_cast<int8_t>(qs[j]));
+}
+
+// The 32 elements of quantized block `block` of a row (type Q4_0, Q4_1 or Q8_0).
+TM_HOST_DEVICE inline void DequantBlock(uint32_t type, const uint8_t* row, int64_t block,
+                                        float* out) {
+  const uint8_t* b = row + block * UnitBytes(type);
+  const float d = HalfBitsToFloat(LoadU16(b));
+  if (type == kWQ4_0) {
+    for (int j = 0; j < kQuantBlock; ++j) out[j] = DequantQ4_0(b + 2, j, d);
+  } else if (type == kWQ4_1) {
+    const float m = HalfBitsToFloat(LoadU16(b + 2));
+    for (int j = 0; j < kQuantBlock; ++j) out[j] = DequantQ4_1(b + 4, j, d, m);
+  } else {
+    for (int j = 0; j < kQuantBlock; ++j) out[j] = DequantQ8_0(b + 2, j, d);
+  }
+}
+
+// Element i of a row of any supported type (slow for Q types: decodes the block's scale).
+TM_HOST_DEVICE inline float DequantElement(uint32_t type, const uint8_t* row, int64_t i) {
+  switch (type) {
+    case kWF32: {
+      const uint8_t* p = row + 4 * i;
+      return BitsToFloat(static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24));
+    }
+    case kWF16:
+      return HalfBitsToFloat(LoadU16(row + 2 * i));
+    case kWBF16:
+      return Bf16BitsToFloat(LoadU16(row + 2 * i));
+    default: {
+      const uint8_t* b = row + (i / kQuantBlock) * UnitBytes(type);
+      const int j = static_cast<int>(i % kQuantBlock);
+      const float d = HalfBitsToFloat(LoadU16(b));
+      if (type == kWQ4_0) return DequantQ4_0(b + 2, j, d);
+      if (type == kWQ4_1) return DequantQ4_1(b + 4, j, d, HalfBitsToFloat(LoadU16(b + 2)));
+      return DequantQ8_0(b + 2, j, d);
+    }
+  }
+}
+
+// ---- RoPE ----------------------------------------------------------------------------------
+
+// The angle of rotation pair i at `position`, as kernels/cpu/elementwise.cc computes it:
+// position * position_scale * base^(-2i/n_rot) / freq_factor, in double. inv_freq_i is
+// base^(-2i/n_rot), computed once on the host with std::pow (the device's pow may round
+// differently); factor is 1 without Llama 3 frequency factors.
+TM_HOST_DEVICE inline double RopeAngle(int32_t position, float position_scale, double inv_freq_i,
+                                       float factor) {
+  const double p = static_cast<double>(position) * position_scale;
+  return p * inv_freq_i / static_cast<double>(factor);
+}
+
+// Which two dimensions of a head pair i rotates.
+TM_HOST_DEVICE inline void RopePair(bool neox, int i, int n_rot, int* i0, int* i1) {
+  *i0 = neox ? i : 2 * i;
+  *i1 = neox ? i + n_rot / 2 : 2 * i + 1;
+}
+
+// ---- online softmax (flash-decoding) -------------------------------------------------------
+
+// A partial softmax-weighted sum over some positions: max score m, Σ exp(s - m) = l; the
+// weighted sum of V rows (scaled by exp(-m)) is kept alongside by the caller.
+struct SoftmaxPartial {
+  float m;
+  float l;
+};
+
+TM_HOST_DEVICE inline float ExpF(float x) {
+#ifdef __CUDA_ARCH__
+  return expf(x);
+#else
+  return std::exp(x);
+#endif
+}
+
+// The empty partial (no positions yet).
+TM_HOST_DEVICE inline SoftmaxPartial EmptyPartial() { return SoftmaxPartial{-INFINITY, 0.0f}; }
+
+// Merging partial b into a: returns the merged state and the factors by which a's and b's
+// accumulated V sums must be multiplied (acc = acc_a * scale_a + acc_b * scale_b). An empty
+// side gets factor 0, so -inf never meets -inf in a subtraction.
+struct SoftmaxMerge {
+  SoftmaxPartial merged;
+  float scale_a;
+  float scale_b;
+};
+TM_HOST_DEVICE inline SoftmaxMerge MergePartials(SoftmaxPartial a, SoftmaxPartial b) {
+  if (b.l == 0.0f) return SoftmaxMerge{a, 1.0f, 0.0f};
+  if (a.l == 0.0f) return SoftmaxMerge{b, 0.0f, 1.0f};
+  const float m = a.m > b.m ? a.m : b.m;
+  const float sa = ExpF(a.m - m);
+  const float sb = ExpF(b.m - m);
+  return SoftmaxMerge{SoftmaxPartial{m, a.l * sa + b.l * sb}, sa, sb};
+}
+
+// Adds one score s to a partial: returns the factor for the accumulated sum and sets *p_out
+// to the weight of the new V row (acc = acc * factor + p * v).
+TM_HOST_DEVICE inline float AddScore(SoftmaxPartial* state, float s, float* p_out) {
+  const float m = state->m > s ? state->m : s;
+  const float factor = state->l == 0.0f ? 0.0f : ExpF(state->m - m);
+  const float p = ExpF(s - m);
+  state->l = state->l * factor + p;
+  state->m = m;
+  *p_out = p;
+  return factor;
+}
+
+// ---- split-K partition of attention --------------------------------------------------------
+
+// A query attending over `len` positions is split into chunks of kSplitPositions positions
+// each processed by its own thread block, then merged in order. The partition depends only
+// on len (never on the batch), so a token's result is the same whatever runs beside it.
+constexpr int kSplitPositions = 256;
+constexpr int kMaxSplits = 256;  // contexts up to 64k positions with one workspace shape
+
+TM_HOST_DEVICE constexpr int NumSplits(int32_t len) {
+  return len <= 0 ? 1 : static_cast<int>((len + kSplitPositions - 1) / kSplitPositions);
+}
+TM_HOST_DEVICE constexpr int32_t SplitBegin(int split) { return split * kSplitPositions; }
+TM_HOST_DEVICE constexpr int32_t SplitEnd(int split, int32_t len) {
+  return (split + 1) * kSplitPositions < len ? (split + 1) * kSplitPositions : len;
+}
+
+// Threads of the attention block: warps take positions round-robin within a split.
+constexpr int kAttentionWarps = 4;
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxGroup = 16;  // query heads per KV head processed together
+
+// ---- launch geometry -----------------------------------------------------------------------
+
+TM_HOST_DEVICE constexpr int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Matrix-vector kernels: one warp per output row, kGemvWarps warps per block, each block
+// handling kGemvTokens tokens so a weight row is read once per kGemvTokens tokens.
+constexpr int kGemvWarps = 4;
+constexpr int kGemvTokens = 8;
+
+struct GemvGrid {
+  int64_t blocks_x;  // over rows
+  int64_t blocks_y;  // over groups of kGemvTokens tokens
+};
+TM_HOST_DEVICE constexpr GemvGrid GemvGeometry(int64_t rows, int64_t n_tokens) {
+  return GemvGrid{CeilDiv(rows, kGemvWarps), CeilDiv(n_tokens, kGemvTokens)};
+}
+
+}  // namespace tokenmill::cuda

@@ -1,0 +1,116 @@
+// The CUDA kernels' launchers. Each has the contract of its CPU counterpart in kernels/cpu/
+// (same layouts, row-major float activations, KV blocks [block][offset][kv head][head_dim]),
+// takes device pointers, enqueues on `stream` and returns the launch's error (cudaSuccess
+// when enqueued). C++17 (nvcc) and plain C++ callers both include this header.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tokenmill::cuda {
+
+// A weight matrix in device memory: `rows` rows of `cols` elements in the GGUF type
+// `type` (TensorType's numbering), row_bytes apart; f16 is its dequantized copy (rows x cols
+// halves, row-major) for cuBLAS, or null.
+struct DeviceWeight {
+  uint32_t type = 0;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_bytes = 0;
+  const uint16_t* f16 = nullptr;
+};
+
+// KV element types on the device; room for int8/fp8 kinds later (kernels are templated on it).
+enum class DeviceKvType { kF16, kF32 };
+
+// One layer's K and V blocks (PagedKvLayer of kernels/cpu/paged_attention.h).
+struct DeviceKvLayer {
+  DeviceKvType type = DeviceKvType::kF16;
+  void* k = nullptr;
+  void* v = nullptr;
+  int block_size = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// The step's ragged batch on the device (RaggedBatch), plus each token's sequence.
+struct DeviceBatch {
+  const int32_t* positions = nullptr;     // n_tokens
+  const int32_t* seq_of_token = nullptr;  // n_tokens
+  const int64_t* slot_mapping = nullptr;  // n_tokens
+  const int32_t* kv_indptr = nullptr;     // n_seqs + 1
+  const int32_t* kv_indices = nullptr;
+  int64_t n_tokens = 0;
+  int32_t max_len = 0;  // max position + 1 over the tokens: sizes the split-K grid
+};
+
+// out[t] = dequantized row ids[t] of table (float, table.cols per row).
+cudaError_t Embedding(const DeviceWeight& table, const int32_t* ids, int64_t n_tokens, float* out,
+                      cudaStream_t stream);
+
+// out[r] = x[src_r] / sqrt(mean(x[src_r]^2) + eps) * weight, src_r = rows ? rows[r] : r;
+// squares summed in double as the CPU does.
+cudaError_t RmsNorm(const float* x, const float* weight, const int32_t* rows, int64_t n_rows, int n,
+                    float eps, float* out, cudaStream_t stream);
+
+// Residual add fused with the next norm: x[r] += y[r]; out[r] = RmsNorm(x[r]) (one read of x
+// and y, one write of x and out).
+cudaError_t AddRmsNorm(float* x, const float* y, const float* weight, int64_t n_rows, int n,
+                       float eps, float* out, cudaStream_t stream);
+
+// x[i] += y[i].
+cudaError_t AddInPlace(float* x, const float* y, int64_t n, cudaStream_t stream);
+
+// Adds bias (n values) to each of n_rows rows.
+cudaError_t AddBias(float* x, const float* bias, int64_t n_rows, int n, cudaStream_t stream);
+
+// RoPE in place over n_heads heads per token row (ApplyRope). inv_freq[i] = base^(-2i/n_rot)
+// in double (n_rot / 2 of them, from the host); factors: Llama 3 divisors or null.
+struct DeviceRope {
+  bool neox = false;
+  int head_dim = 0;
+  int n_rot = 0;
+  float position_scale = 1.0f;
+  const double* inv_freq = nullptr;
+  const float* factors = nullptr;
+};
+cudaError_t Rope(const DeviceRope& rope, const int32_t* positions, int64_t n_tokens, int n_heads,
+                 float* x, cudaStream_t stream);
+
+// out[i] = silu(gate[i]) * up[i] (out may alias gate).
+cudaError_t SwiGlu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
+
+// Writes each token's K and V rows (n_kv_heads * head_dim floats) into its slot (StoreKv).
+cudaError_t StoreKv(const DeviceKvLayer& kv, const int64_t* slot_mapping, int64_t n_tokens,
+                    const float* k, const float* v, cudaStream_t stream);
+
+// Floats of the split-K workspace PagedAttention needs.
+int64_t AttentionWorkspaceFloats(int64_t n_tokens, int n_heads, int head_dim, int32_t max_len);
+
+// Causal paged attention (PagedAttention of kernels/cpu): each token's n_heads query heads
+// over its sequence's K/V at positions <= its own; the query heads of a KV head together,
+// positions split in chunks of kSplitPositions merged with online softmax (kernel_math.h).
+// One kernel for decode and prefill chunks on top of a cached prefix; a token's result
+// depends only on its own query and K/V. head_dim <= kMaxHeadDim, group <= kMaxGroup.
+cudaError_t PagedAttention(const DeviceKvLayer& kv, const DeviceBatch& batch, const float* q,
+                           int n_heads, float scale, float* workspace, float* out,
+                           cudaStream_t stream);
+
+// y[t * w.rows + r] = sum_c x[t * w.cols + c] * W[r][c], one warp per row reading the weights
+// in their file type (Q4_0/Q4_1/Q8_0 blocks or f32/f16/bf16), fixed order per (t, r).
+cudaError_t Gemv(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y,
+                 cudaStream_t stream);
+
+// Dequantizes all of w into f16 (rows x cols, row-major).
+cudaError_t DequantizeToF16(const DeviceWeight& w, uint16_t* out, cudaStream_t stream);
+
+// out[i] = f16(x[i]), round to nearest even.
+cudaError_t FloatToF16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
+
+// out[r] = the index of the largest of row r's n_vocab logits (the first one on ties).
+cudaError_t ArgmaxRows(const float* logits, int64_t n_rows, int n_vocab, int32_t* out,
+                       cudaStream_t stream);
+
+}  // namespace tokenmill::cuda

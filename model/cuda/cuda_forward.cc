@@ -1,0 +1,233 @@
+#include "model/cuda/cuda_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/kernel_math.h"
+
+namespace tokenmill::cuda {
+namespace {
+
+DeviceKvLayer DeviceLayer(const KvCacheView& kv, int layer) {
+  const PagedKvLayer l = kv.Layer(layer);
+  return DeviceKvLayer{l.type == KvType::kF16 ? DeviceKvType::kF16 : DeviceKvType::kF32,
+                       l.k, l.v, l.block_size, l.n_kv_heads, l.head_dim};
+}
+
+// Appends `values` to `staging` at an 8-byte boundary; returns their offset.
+template <typename T>
+size_t Stage(std::vector<uint8_t>& staging, std::span<const T> values) {
+  const size_t offset = (staging.size() + 7) / 8 * 8;
+  staging.resize(offset + values.size_bytes());
+  if (!values.empty()) std::memcpy(staging.data() + offset, values.data(), values.size_bytes());
+  return offset;
+}
+
+}  // namespace
+
+CudaForwardPass::CudaForwardPass(const Model& model, CudaForwardOptions options)
+    : model_(model), options_(options) {}
+
+CudaForwardPass::~CudaForwardPass() {
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+StatusOr<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(const Model& model,
+                                                                   CudaForwardOptions options) {
+  if (CountDevices() == 0) {
+    return FailedPreconditionError("no usable CUDA device (or no driver): use --device cpu");
+  }
+  const ModelConfig& c = model.config();
+  if (c.head_dim > kMaxHeadDim || c.n_heads % c.n_kv_heads != 0 ||
+      c.n_heads / c.n_kv_heads > kMaxGroup) {
+    return InvalidArgumentError("the CUDA attention kernel takes head_dim <= " +
+                                std::to_string(kMaxHeadDim) + " and <= " +
+                                std::to_string(kMaxGroup) +
+                                " query heads per KV head; this model has head_dim " +
+                                std::to_string(c.head_dim) + ": use --device cpu");
+  }
+  std::unique_ptr<CudaForwardPass> pass(new CudaForwardPass(model, options));
+  TM_RETURN_IF_ERROR(pass->Init());
+  return pass;
+}
+
+Status CudaForwardPass::Init() {
+  TM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                          "creating a CUDA stream");
+  TM_ASSIGN_OR_RETURN(weights_, UploadWeights(model_, options_.cublas_min_tokens > 0));
+  if (options_.cublas_min_tokens > 0) TM_RETURN_IF_ERROR(gemm_.Init(stream_));
+  // base^(-2i/n_rot) in double on the host, exactly as ApplyRope computes it.
+  const ModelConfig& c = model_.config();
+  std::vector<double> inv_freq(static_cast<size_t>(std::max(1, c.n_rot / 2)));
+  for (int i = 0; i < c.n_rot / 2; ++i) {
+    inv_freq[static_cast<size_t>(i)] =
+        std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.n_rot);
+  }
+  TM_ASSIGN_OR_RETURN(rope_inv_freq_, DeviceBuffer::CopyOf(std::span<const double>(inv_freq)));
+  return OkStatus();
+}
+
+Status CudaForwardPass::UploadStep(const ForwardInput& in) {
+  const RaggedBatch& b = in.batch;
+  std::vector<int32_t> seq_of(static_cast<size_t>(b.num_tokens()));
+  for (int64_t s = 0; s < b.num_seqs(); ++s) {
+    for (int32_t t = b.cu_seqlens[s]; t < b.cu_seqlens[s + 1]; ++t) {
+      seq_of[static_cast<size_t>(t)] = static_cast<int32_t>(s);
+    }
+  }
+  staging_.clear();
+  const size_t ids = Stage(staging_, in.token_ids);
+  const size_t rows = Stage(staging_, in.logit_rows);
+  const size_t positions = Stage(staging_, b.positions);
+  const size_t seqs = Stage(staging_, std::span<const int32_t>(seq_of));
+  const size_t slots = Stage(staging_, b.slot_mapping);
+  const size_t indptr = Stage(staging_, b.kv_indptr);
+  const size_t indices = Stage(staging_, b.kv_indices);
+  TM_RETURN_IF_ERROR(step_.Reserve(static_cast<int64_t>(staging_.size())));
+  TM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(step_.data(), staging_.data(), staging_.size(),
+                                          cudaMemcpyHostToDevice, stream_),
+                          "copying the step's inputs to the device");
+  const uint8_t* base = step_.as<const uint8_t>();
+  d_token_ids_ = reinterpret_cast<const int32_t*>(base + ids);
+  d_logit_rows_ = reinterpret_cast<const int32_t*>(base + rows);
+  d_batch_.positions = reinterpret_cast<const int32_t*>(base + positions);
+  d_batch_.seq_of_token = reinterpret_cast<const int32_t*>(base + seqs);
+  d_batch_.slot_mapping = reinterpret_cast<const int64_t*>(base + slots);
+  d_batch_.kv_indptr = reinterpret_cast<const int32_t*>(base + indptr);
+  d_batch_.kv_indices = reinterpret_cast<const int32_t*>(base + indices);
+  d_batch_.n_tokens = b.num_tokens();
+  d_batch_.max_len = 0;
+  for (int32_t p : b.positions) d_batch_.max_len = std::max(d_batch_.max_len, p + 1);
+  return OkStatus();
+}
+
+Status CudaForwardPass::Matmul(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y) {
+  if (options_.cublas_min_tokens > 0 && n_tokens >= options_.cublas_min_tokens &&
+      w.f16 != nullptr) {
+    return gemm_.Multiply(w, x, n_tokens, y);
+  }
+  return CudaStatus(Gemv(w, x, n_tokens, y, stream_), "GEMV");
+}
+
+Status CudaForwardPass::Forward(const ForwardInput& in, const KvCacheView& kv) {
+  const ModelConfig& c = model_.config();
+  const int64_t n = static_cast<int64_t>(in.token_ids.size());
+  const int64_t n_logits = static_cast<int64_t>(in.logit_rows.size());
+  TM_RETURN_IF_ERROR(UploadStep(in));
+  const int64_t d = c.n_embd;
+  constexpr int64_t kF = sizeof(float);
+  TM_RETURN_IF_ERROR(x_.Reserve(n * d * kF));
+  TM_RETURN_IF_ERROR(h_.Reserve(n * d * kF));
+  TM_RETURN_IF_ERROR(q_.Reserve(n * c.q_dim() * kF));
+  TM_RETURN_IF_ERROR(k_.Reserve(n * c.kv_dim() * kF));
+  TM_RETURN_IF_ERROR(v_.Reserve(n * c.kv_dim() * kF));
+  TM_RETURN_IF_ERROR(attn_.Reserve(n * c.q_dim() * kF));
+  TM_RETURN_IF_ERROR(proj_.Reserve(n * d * kF));
+  TM_RETURN_IF_ERROR(gate_.Reserve(n * c.n_ff * kF));
+  TM_RETURN_IF_ERROR(up_.Reserve(n * c.n_ff * kF));
+  TM_RETURN_IF_ERROR(final_.Reserve(std::max<int64_t>(1, n_logits) * d * kF));
+  TM_RETURN_IF_ERROR(logits_.Reserve(std::max<int64_t>(1, n_logits) * c.n_vocab * kF));
+  TM_RETURN_IF_ERROR(workspace_.Reserve(
+      AttentionWorkspaceFloats(n, c.n_heads, c.head_dim, d_batch_.max_len) * kF));
+
+  float* x = x_.as<float>();
+  float* h = h_.as<float>();
+  float* q = q_.as<float>();
+  float* k = k_.as<float>();
+  float* v = v_.as<float>();
+  float* attn = attn_.as<float>();
+  float* proj = proj_.as<float>();
+  float* gate = gate_.as<float>();
+  float* up = up_.as<float>();
+  const DeviceRope rope{c.rope_style == RopeStyle::kNeox, c.head_dim, c.n_rot,
+                        c.rope_position_scale, rope_inv_freq_.as<const double>(),
+                        weights_.rope_factors.empty() ? nullptr : weights_.rope_factors.data()};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  cudaStream_t s = stream_;
+
+  TM_CUDA_RETURN_IF_ERROR(Embedding(weights_.token_embd.view, d_token_ids_, n, x, s), "embedding");
+  TM_CUDA_RETURN_IF_ERROR(
+      RmsNorm(x, weights_.layers[0].attn_norm.data(), nullptr, n, static_cast<int>(d), c.rms_eps, h,
+              s),
+      "RMSNorm");
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const DeviceLayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
+    TM_RETURN_IF_ERROR(Matmul(l.q.view, h, n, q));
+    TM_RETURN_IF_ERROR(Matmul(l.k.view, h, n, k));
+    TM_RETURN_IF_ERROR(Matmul(l.v.view, h, n, v));
+    if (c.qkv_bias) {
+      TM_CUDA_RETURN_IF_ERROR(AddBias(q, l.q_bias.data(), n, c.q_dim(), s), "bias");
+      TM_CUDA_RETURN_IF_ERROR(AddBias(k, l.k_bias.data(), n, c.kv_dim(), s), "bias");
+      TM_CUDA_RETURN_IF_ERROR(AddBias(v, l.v_bias.data(), n, c.kv_dim(), s), "bias");
+    }
+    TM_CUDA_RETURN_IF_ERROR(Rope(rope, d_batch_.positions, n, c.n_heads, q, s), "RoPE");
+    TM_CUDA_RETURN_IF_ERROR(Rope(rope, d_batch_.positions, n, c.n_kv_heads, k, s), "RoPE");
+    const DeviceKvLayer kv_layer = DeviceLayer(kv, layer);
+    TM_CUDA_RETURN_IF_ERROR(StoreKv(kv_layer, d_batch_.slot_mapping, n, k, v, s), "KV append");
+    TM_CUDA_RETURN_IF_ERROR(PagedAttention(kv_layer, d_batch_, q, c.n_heads, scale,
+                                           workspace_.as<float>(), attn, s),
+                            "paged attention");
+    TM_RETURN_IF_ERROR(Matmul(l.o.view, attn, n, proj));
+    TM_CUDA_RETURN_IF_ERROR(
+        AddRmsNorm(x, proj, l.ffn_norm.data(), n, static_cast<int>(d), c.rms_eps, h, s),
+        "residual add + RMSNorm");
+    TM_RETURN_IF_ERROR(Matmul(l.gate.view, h, n, gate));
+    TM_RETURN_IF_ERROR(Matmul(l.up.view, h, n, up));
+    TM_CUDA_RETURN_IF_ERROR(SwiGlu(gate, up, n * c.n_ff, gate, s), "SwiGLU");
+    TM_RETURN_IF_ERROR(Matmul(l.down.view, gate, n, proj));
+    if (layer + 1 < c.n_layers) {
+      // The residual add fused with the next layer's attention norm.
+      const float* next_norm = weights_.layers[static_cast<size_t>(layer) + 1].attn_norm.data();
+      TM_CUDA_RETURN_IF_ERROR(
+          AddRmsNorm(x, proj, next_norm, n, static_cast<int>(d), c.rms_eps, h, s),
+          "residual add + RMSNorm");
+    } else {
+      TM_CUDA_RETURN_IF_ERROR(AddInPlace(x, proj, n * d, s), "residual add");
+    }
+  }
+  TM_CUDA_RETURN_IF_ERROR(RmsNorm(x, weights_.output_norm.data(), d_logit_rows_, n_logits,
+                                  static_cast<int>(d), c.rms_eps, final_.as<float>(), s),
+                          "output RMSNorm");
+  return Matmul(weights_.output.view, final_.as<float>(), n_logits, logits_.as<float>());
+}
+
+Status CudaForwardPass::Run(const ForwardInput& in, const KvCacheView& kv,
+                            std::span<float> logits) {
+  TM_RETURN_IF_ERROR(ValidateForwardInput(model_.config(), in, kv, logits.size()));
+  TM_RETURN_IF_ERROR(Forward(in, kv));
+  if (!logits.empty()) {
+    TM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data(), logits_.data(), logits.size_bytes(),
+                                            cudaMemcpyDeviceToHost, stream_),
+                            "copying logits to the host");
+  }
+  return CudaStatus(cudaStreamSynchronize(stream_), "running the forward pass");
+}
+
+Status CudaForwardPass::RunGreedy(const ForwardInput& in, const KvCacheView& kv,
+                                  std::span<int32_t> token_ids) {
+  const ModelConfig& c = model_.config();
+  if (token_ids.size() != in.logit_rows.size()) {
+    return InvalidArgumentError("RunGreedy needs one output id per logit row");
+  }
+  TM_RETURN_IF_ERROR(ValidateForwardInput(c, in, kv, in.logit_rows.size() *
+                                                         static_cast<size_t>(c.n_vocab)));
+  TM_RETURN_IF_ERROR(Forward(in, kv));
+  const int64_t n_rows = static_cast<int64_t>(token_ids.size());
+  TM_RETURN_IF_ERROR(argmax_.Reserve(std::max<int64_t>(1, n_rows) * 4));
+  TM_CUDA_RETURN_IF_ERROR(
+      ArgmaxRows(logits_.as<float>(), n_rows, c.n_vocab, argmax_.as<int32_t>(), stream_),
+      "argmax");
+  if (n_rows > 0) {
+    TM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(token_ids.data(), argmax_.data(),
+                                            token_ids.size_bytes(), cudaMemcpyDeviceToHost,
+                                            stream_),
+                            "copying token ids to the host");
+  }
+  return CudaStatus(cudaStreamSynchronize(stream_), "running the forward pass");
+}
+
+}  // namespace tokenmill::cuda

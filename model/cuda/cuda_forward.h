@@ -1,0 +1,71 @@
+// The llama-family forward pass on an NVIDIA GPU: the contract of ForwardPass (model/forward.h)
+// -- the same ForwardInput and logits -- over a KV cache in device memory (CudaKvCache).
+// Kernels are those of kernels/cuda/ops.h; weights live on the device (cuda_weights.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/cuda/cublas_gemm.h"
+#include "kernels/cuda/device_buffer.h"
+#include "model/cuda/cuda_weights.h"
+#include "model/forward.h"
+
+namespace tokenmill::cuda {
+
+struct CudaForwardOptions {
+  // Steps of at least this many tokens multiply by cuBLAS over f16 copies of the weights
+  // (which then take device memory too). 0: never -- every product is the GEMV kernel's, so a
+  // token's logits are bit-identical whatever else is batched (DESIGN.md section 3).
+  int cublas_min_tokens = 0;
+};
+
+// Holds the device weights, a stream and scratch activations: one Run at a time.
+class CudaForwardPass {
+ public:
+  // Uploads the weights; FailedPrecondition without a CUDA device, InvalidArgument for a model
+  // shape the kernels do not take (head_dim > 256, more than 16 query heads per KV head).
+  static StatusOr<std::unique_ptr<CudaForwardPass>> Create(const Model& model,
+                                                           CudaForwardOptions options = {});
+  ~CudaForwardPass();
+  CudaForwardPass(const CudaForwardPass&) = delete;
+  CudaForwardPass& operator=(const CudaForwardPass&) = delete;
+
+  // As ForwardPass::Run; `kv` holds device memory (CudaKvCache::view()), `logits` is host
+  // memory receiving logit_rows.size() rows of n_vocab floats.
+  Status Run(const ForwardInput& input, const KvCacheView& kv, std::span<float> logits);
+
+  // The same step, but only each logit row's argmax comes back (greedy decoding moves 4 bytes
+  // per row instead of n_vocab floats).
+  Status RunGreedy(const ForwardInput& input, const KvCacheView& kv, std::span<int32_t> token_ids);
+
+  int64_t weight_bytes() const { return weights_.bytes; }
+
+ private:
+  CudaForwardPass(const Model& model, CudaForwardOptions options);
+  Status Init();
+  // Runs the layers and leaves the logits of the logit rows in logits_ (device).
+  Status Forward(const ForwardInput& input, const KvCacheView& kv);
+  Status UploadStep(const ForwardInput& input);
+  Status Matmul(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y);
+
+  const Model& model_;
+  CudaForwardOptions options_;
+  cudaStream_t stream_ = nullptr;
+  DeviceModelWeights weights_;
+  DeviceBuffer rope_inv_freq_;
+  CublasGemm gemm_;
+  // Step inputs (one upload per step) and scratch activations, grown to the largest step.
+  std::vector<uint8_t> staging_;
+  DeviceBuffer step_;
+  const int32_t* d_token_ids_ = nullptr;
+  const int32_t* d_logit_rows_ = nullptr;
+  DeviceBatch d_batch_;
+  DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, final_, logits_, workspace_, argmax_;
+};
+
+}  // namespace tokenmill::cuda

@@ -1,0 +1,29 @@
+// The KV pool in device memory (cudaMalloc), laid out as KvCacheStorage lays it out on the
+// host; its view carries device pointers for CudaForwardPass.
+#pragma once
+
+#include "common/status.h"
+#include "kernels/cuda/device_buffer.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+
+namespace tokenmill::cuda {
+
+class CudaKvCache {
+ public:
+  // Zeroed K and V for num_blocks blocks of every layer; ResourceExhausted when they do not
+  // fit in the device's memory.
+  static StatusOr<CudaKvCache> Create(const ModelConfig& config, KvType type, int64_t num_blocks,
+                                      int block_size);
+  // Device bytes of one block (K and V, all layers).
+  static int64_t BytesPerBlock(const ModelConfig& config, KvType type, int block_size);
+
+  KvCacheView view() const { return view_; }
+
+ private:
+  KvCacheView view_;
+  DeviceBuffer k_;
+  DeviceBuffer v_;
+};
+
+}  // namespace tokenmill::cuda

@@ -1,0 +1,68 @@
+#include "model/cuda/cuda_weights.h"
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_status.h"
+
+namespace tokenmill::cuda {
+namespace {
+
+StatusOr<DeviceVector> UploadVector(std::span<const float> host, int64_t& bytes) {
+  DeviceVector v;
+  if (host.empty()) return v;
+  TM_ASSIGN_OR_RETURN(v.buffer, DeviceBuffer::CopyOf(host));
+  bytes += v.buffer.bytes();
+  return v;
+}
+
+StatusOr<DeviceMatrix> UploadMatrix(const WeightMatrix& w, bool with_f16, int64_t& bytes) {
+  DeviceMatrix m;
+  TM_ASSIGN_OR_RETURN(m.raw, DeviceBuffer::CopyOf(w.data, w.rows * w.row_bytes));
+  m.view = DeviceWeight{static_cast<uint32_t>(w.type), m.raw.as<const uint8_t>(), w.rows, w.cols,
+                        w.row_bytes, nullptr};
+  bytes += m.raw.bytes();
+  if (with_f16) {
+    TM_ASSIGN_OR_RETURN(m.f16, DeviceBuffer::Allocate(w.rows * w.cols * 2));
+    TM_CUDA_RETURN_IF_ERROR(DequantizeToF16(m.view, m.f16.as<uint16_t>(), nullptr),
+                            "dequantizing a weight to f16");
+    m.view.f16 = m.f16.as<const uint16_t>();
+    bytes += m.f16.bytes();
+  }
+  return m;
+}
+
+}  // namespace
+
+StatusOr<DeviceModelWeights> UploadWeights(const Model& model, bool with_f16) {
+  const ModelWeights& w = model.weights();
+  DeviceModelWeights d;
+  int64_t& bytes = d.bytes;
+  TM_ASSIGN_OR_RETURN(d.token_embd, UploadMatrix(w.token_embd, with_f16, bytes));
+  if (w.output.data == w.token_embd.data) {
+    d.output.view = d.token_embd.view;  // tied: one copy
+  } else {
+    TM_ASSIGN_OR_RETURN(d.output, UploadMatrix(w.output, with_f16, bytes));
+  }
+  TM_ASSIGN_OR_RETURN(d.output_norm, UploadVector(w.output_norm, bytes));
+  TM_ASSIGN_OR_RETURN(d.rope_factors, UploadVector(w.rope_freqs, bytes));
+  for (const LayerWeights& l : w.layers) {
+    DeviceLayerWeights dl;
+    TM_ASSIGN_OR_RETURN(dl.attn_norm, UploadVector(l.attn_norm, bytes));
+    TM_ASSIGN_OR_RETURN(dl.ffn_norm, UploadVector(l.ffn_norm, bytes));
+    TM_ASSIGN_OR_RETURN(dl.q_bias, UploadVector(l.q_bias, bytes));
+    TM_ASSIGN_OR_RETURN(dl.k_bias, UploadVector(l.k_bias, bytes));
+    TM_ASSIGN_OR_RETURN(dl.v_bias, UploadVector(l.v_bias, bytes));
+    TM_ASSIGN_OR_RETURN(dl.q, UploadMatrix(l.q, with_f16, bytes));
+    TM_ASSIGN_OR_RETURN(dl.k, UploadMatrix(l.k, with_f16, bytes));
+    TM_ASSIGN_OR_RETURN(dl.v, UploadMatrix(l.v, with_f16, bytes));
+    TM_ASSIGN_OR_RETURN(dl.o, UploadMatrix(l.o, with_f16, bytes));
+    TM_ASSIGN_OR_RETURN(dl.gate, UploadMatrix(l.gate, with_f16, bytes));
+    TM_ASSIGN_OR_RETURN(dl.up, UploadMatrix(l.up, with_f16, bytes));
+    TM_ASSIGN_OR_RETURN(dl.down, UploadMatrix(l.down, with_f16, bytes));
+    d.layers.push_back(std::move(dl));
+  }
+  TM_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "uploading the weights");
+  return d;
+}
+
+}  // namespace tokenmill::cuda

@@ -1,0 +1,382 @@
+// Each CUDA kernel against its CPU counterpart on random inputs (label gpu: skipped where no
+// CUDA device is present).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cuda/cublas_gemm.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/kernel_math.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/dequantize.h"
+#include "kernels/half.h"
+
+namespace tokenmill::cuda {
+namespace {
+
+std::vector<float> Random(size_t n, std::mt19937& rng, float sigma = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, sigma);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+template <typename T>
+DeviceBuffer ToDevice(const std::vector<T>& host) {
+  StatusOr<DeviceBuffer> b = DeviceBuffer::CopyOf(std::span<const T>(host));
+  TM_CHECK(b.ok()) << b.status().ToString();
+  return std::move(*b);
+}
+
+template <typename T>
+std::vector<T> ToHost(const DeviceBuffer& device, size_t n) {
+  std::vector<T> host(n);
+  TM_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  TM_CHECK(cudaMemcpy(host.data(), device.data(), n * sizeof(T), cudaMemcpyDeviceToHost) ==
+           cudaSuccess);
+  return host;
+}
+
+DeviceBuffer Scratch(int64_t bytes) {
+  StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(bytes);
+  TM_CHECK(b.ok()) << b.status().ToString();
+  return std::move(*b);
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, float rel,
+                const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], rel * (1.0f + std::fabs(want[i]))) << what << " at " << i;
+  }
+}
+
+class CudaKernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CountDevices() == 0) GTEST_SKIP() << "no CUDA device here";
+  }
+  std::mt19937 rng_{1234};
+};
+
+// Random rows of a weight type (normal scales so nothing overflows).
+std::vector<uint8_t> RandomWeights(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const GgmlTypeLayout& layout = LayoutOf(type);
+  const int64_t row_bytes = cols / layout.block_size * layout.type_size;
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_bytes));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> value(-0.1f, 0.1f);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(byte(rng));
+  auto put = [&](size_t at, uint16_t bits) { std::memcpy(bytes.data() + at, &bits, 2); };
+  for (int64_t i = 0; i < rows * cols / layout.block_size; ++i) {
+    const size_t at = static_cast<size_t>(i * layout.type_size);
+    switch (type) {
+      case TensorType::kF32: {
+        const float f = value(rng);
+        std::memcpy(bytes.data() + at, &f, 4);
+        break;
+      }
+      case TensorType::kF16:
+        put(at, FloatToHalf(value(rng)));
+        break;
+      case TensorType::kBF16:
+        put(at, static_cast<uint16_t>(std::bit_cast<uint32_t>(value(rng)) >> 16));
+        break;
+      case TensorType::kQ4_1:
+        put(at + 2, FloatToHalf(value(rng)));
+        [[fallthrough]];
+      default:
+        put(at, FloatToHalf(value(rng) * 0.1f));
+    }
+  }
+  return bytes;
+}
+
+class GemvTest : public CudaKernelsTest, public ::testing::WithParamInterface<TensorType> {};
+
+TEST_P(GemvTest, MatchesTheReferenceAndIsBatchInvariant) {
+  const TensorType type = GetParam();
+  const int64_t rows = 67, cols = 256, n_tokens = 11;
+  const std::vector<uint8_t> w_host = RandomWeights(type, rows, cols, rng_);
+  const std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), rng_);
+  const WeightMatrix w{type, w_host.data(), rows, cols,
+                       static_cast<int64_t>(w_host.size()) / rows};
+  std::vector<float> want(static_cast<size_t>(n_tokens * rows));
+  MatmulReference(w, x.data(), n_tokens, want.data());
+
+  DeviceBuffer dw = ToDevice(w_host), dx = ToDevice(x);
+  DeviceBuffer dy = Scratch(n_tokens * rows * 4);
+  const DeviceWeight view{static_cast<uint32_t>(type), dw.as<const uint8_t>(), rows, cols,
+                          w.row_bytes, nullptr};
+  ASSERT_EQ(Gemv(view, dx.as<float>(), n_tokens, dy.as<float>(), nullptr), cudaSuccess);
+  const std::vector<float> batched = ToHost<float>(dy, want.size());
+  ExpectNear(batched, want, 1e-4f, "gemv");
+
+  // Each token alone gives the same bits as in the batch of 11.
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    ASSERT_EQ(Gemv(view, dx.as<float>() + t * cols, 1, dy.as<float>(), nullptr), cudaSuccess);
+    const std::vector<float> alone = ToHost<float>(dy, static_cast<size_t>(rows));
+    ASSERT_EQ(std::memcmp(alone.data(), batched.data() + t * rows, rows * 4), 0) << "token " << t;
+  }
+
+  // The f16 copy and cuBLAS: f16 activations, so a looser tolerance.
+  DeviceBuffer f16 = Scratch(rows * cols * 2);
+  ASSERT_EQ(DequantizeToF16(view, f16.as<uint16_t>(), nullptr), cudaSuccess);
+  const std::vector<uint16_t> halves = ToHost<uint16_t>(f16, static_cast<size_t>(rows * cols));
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    DequantizeReference(type, w_host.data() + r * w.row_bytes, row);
+    for (int64_t c = 0; c < cols; ++c) {
+      ASSERT_EQ(halves[static_cast<size_t>(r * cols + c)], FloatToHalf(row[static_cast<size_t>(c)]));
+    }
+  }
+  DeviceWeight with_f16 = view;
+  with_f16.f16 = f16.as<const uint16_t>();
+  CublasGemm gemm;
+  ASSERT_TRUE(gemm.Init(nullptr).ok());
+  ASSERT_TRUE(gemm.Multiply(with_f16, dx.as<float>(), n_tokens, dy.as<float>()).ok());
+  ExpectNear(ToHost<float>(dy, want.size()), want, 2e-2f, "cublas");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, GemvTest,
+                         ::testing::Values(TensorType::kF32, TensorType::kF16, TensorType::kBF16,
+                                           TensorType::kQ4_0, TensorType::kQ4_1,
+                                           TensorType::kQ8_0),
+                         [](const ::testing::TestParamInfo<TensorType>& type) {
+                           return std::string(NameOf(type.param));
+                         });
+
+TEST_F(CudaKernelsTest, EmbeddingDequantizesTheRowsOfTheIds) {
+  const int64_t vocab = 40, cols = 64;
+  const std::vector<uint8_t> table = RandomWeights(TensorType::kQ8_0, vocab, cols, rng_);
+  const std::vector<int32_t> ids = {3, 0, 39, 3};
+  DeviceBuffer dt = ToDevice(table), dids = ToDevice(ids), out = Scratch(4 * cols * 4);
+  const int64_t row_bytes = static_cast<int64_t>(table.size()) / vocab;
+  const DeviceWeight view{kWQ8_0, dt.as<const uint8_t>(), vocab, cols, row_bytes, nullptr};
+  ASSERT_EQ(Embedding(view, dids.as<int32_t>(), 4, out.as<float>(), nullptr), cudaSuccess);
+  const std::vector<float> got = ToHost<float>(out, 4 * cols);
+  std::vector<float> want(static_cast<size_t>(cols));
+  for (size_t t = 0; t < ids.size(); ++t) {
+    DequantizeReference(TensorType::kQ8_0, table.data() + ids[t] * row_bytes, want);
+    EXPECT_EQ(std::memcmp(got.data() + t * cols, want.data(), cols * 4), 0) << t;
+  }
+}
+
+TEST_F(CudaKernelsTest, RmsNormAddRmsNormSwiGluAndBiasMatchTheCpu) {
+  const int64_t rows = 5, n = 576;
+  const std::vector<float> x = Random(rows * n, rng_), y = Random(rows * n, rng_);
+  const std::vector<float> weight = Random(n, rng_), bias = Random(n, rng_);
+  DeviceBuffer dx = ToDevice(x), dy = ToDevice(y), dw = ToDevice(weight), db = ToDevice(bias);
+  DeviceBuffer out = Scratch(rows * n * 4);
+
+  std::vector<float> want(x.size());
+  tokenmill::RmsNorm(x.data(), weight, 1e-5f, rows, want.data());
+  ASSERT_EQ(cuda::RmsNorm(dx.as<float>(), dw.as<float>(), nullptr, rows, n, 1e-5f, out.as<float>(),
+                          nullptr),
+            cudaSuccess);
+  ExpectNear(ToHost<float>(out, x.size()), want, 1e-5f, "rmsnorm");
+
+  // Gathered rows (the final norm over the logit rows only).
+  const std::vector<int32_t> pick = {4, 1};
+  DeviceBuffer dpick = ToDevice(pick);
+  ASSERT_EQ(cuda::RmsNorm(dx.as<float>(), dw.as<float>(), dpick.as<int32_t>(), 2, n, 1e-5f,
+                          out.as<float>(), nullptr),
+            cudaSuccess);
+  const std::vector<float> gathered = ToHost<float>(out, 2 * n);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_NEAR(gathered[i], want[4 * n + i], 1e-5f * (1 + std::fabs(want[4 * n + i])));
+    ASSERT_NEAR(gathered[n + i], want[n + i], 1e-5f * (1 + std::fabs(want[n + i])));
+  }
+
+  std::vector<float> sum = x;
+  tokenmill::AddInPlace(sum.data(), y.data(), rows * n);
+  tokenmill::RmsNorm(sum.data(), weight, 1e-5f, rows, want.data());
+  ASSERT_EQ(AddRmsNorm(dx.as<float>(), dy.as<float>(), dw.as<float>(), rows, n, 1e-5f,
+                       out.as<float>(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(ToHost<float>(dx, x.size()), sum);  // the residual stream itself, exactly
+  ExpectNear(ToHost<float>(out, x.size()), want, 1e-5f, "add+rmsnorm");
+
+  std::vector<float> swiglu(x.size());
+  tokenmill::SwiGlu(x.data(), y.data(), rows * n, swiglu.data());
+  DeviceBuffer dx2 = ToDevice(x);
+  ASSERT_EQ(cuda::SwiGlu(dx2.as<float>(), dy.as<float>(), rows * n, out.as<float>(), nullptr),
+            cudaSuccess);
+  ExpectNear(ToHost<float>(out, x.size()), swiglu, 1e-6f, "swiglu");
+
+  std::vector<float> biased = x;
+  tokenmill::AddBias(biased.data(), bias, rows);
+  ASSERT_EQ(cuda::AddBias(dx2.as<float>(), db.as<float>(), rows, n, nullptr), cudaSuccess);
+  EXPECT_EQ(ToHost<float>(dx2, x.size()), biased);
+}
+
+TEST_F(CudaKernelsTest, RopeMatchesTheCpuInBothStylesWithFactors) {
+  const int head_dim = 64, n_rot = 64, n_heads = 3;
+  const std::vector<int32_t> positions = {0, 5, 77, 1000, 8191};
+  const std::vector<float> factors = Random(n_rot / 2, rng_, 0.1f);
+  std::vector<float> positive_factors(factors.size());
+  for (size_t i = 0; i < factors.size(); ++i) positive_factors[i] = 1.0f + std::fabs(factors[i]);
+  std::vector<double> inv_freq(n_rot / 2);
+  for (int i = 0; i < n_rot / 2; ++i) inv_freq[i] = std::pow(500000.0, -2.0 * i / n_rot);
+  DeviceBuffer dpos = ToDevice(positions), dinv = ToDevice(inv_freq),
+               dfac = ToDevice(positive_factors);
+  for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kNeox}) {
+    const std::vector<float> x = Random(positions.size() * n_heads * head_dim, rng_);
+    std::vector<float> want = x;
+    const RopeParams p{style, head_dim, n_rot, 500000.0f, 0.5f, positive_factors};
+    ApplyRope(p, positions, n_heads, want.data());
+    DeviceBuffer dx = ToDevice(x);
+    const DeviceRope rope{style == RopeStyle::kNeox, head_dim, n_rot, 0.5f, dinv.as<double>(),
+                          dfac.as<float>()};
+    ASSERT_EQ(Rope(rope, dpos.as<int32_t>(), static_cast<int64_t>(positions.size()), n_heads,
+                   dx.as<float>(), nullptr),
+              cudaSuccess);
+    ExpectNear(ToHost<float>(dx, x.size()), want, 1e-6f, "rope");
+  }
+}
+
+TEST_F(CudaKernelsTest, ArgmaxPicksTheFirstLargest) {
+  const int64_t rows = 3;
+  const int vocab = 49152;
+  std::vector<float> logits = Random(rows * vocab, rng_);
+  logits[vocab + 100] = 50.0f;
+  logits[vocab + 40000] = 50.0f;  // a tie: the first wins
+  DeviceBuffer dl = ToDevice(logits), out = Scratch(rows * 4);
+  ASSERT_EQ(ArgmaxRows(dl.as<float>(), rows, vocab, out.as<int32_t>(), nullptr), cudaSuccess);
+  const std::vector<int32_t> got = ToHost<int32_t>(out, rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto begin = logits.begin() + r * vocab;
+    EXPECT_EQ(got[r], std::max_element(begin, begin + vocab) - begin) << r;
+  }
+  EXPECT_EQ(got[1], 100);
+}
+
+// Three sequences in scattered blocks: a long decode (crosses several splits), a prefill chunk
+// of 40 tokens after 300 cached ones, and a short prefill from scratch. GQA 4:1 or 3:1.
+struct AttentionCase {
+  KvType kv_type;
+  int head_dim;
+  int n_heads;
+  int n_kv_heads;
+};
+
+class PagedAttentionTest : public CudaKernelsTest,
+                           public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
+  const AttentionCase c = GetParam();
+  const int block_size = 16;
+  const std::vector<int32_t> lengths = {1030, 340, 9};   // KV length after this step
+  const std::vector<int32_t> new_tokens = {1, 40, 9};    // tokens of this step
+  std::vector<int32_t> kv_indptr = {0}, kv_indices, last_len, positions, cu_seqlens = {0};
+  std::vector<int64_t> slots;
+  int64_t num_blocks = 0;
+  for (int32_t len : lengths) num_blocks += (len + block_size - 1) / block_size;
+  std::vector<int32_t> order(static_cast<size_t>(num_blocks));
+  for (int64_t i = 0; i < num_blocks; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  std::shuffle(order.begin(), order.end(), rng_);
+  // Every position of every sequence gets K/V (the cached prefix and this step's tokens).
+  std::vector<int64_t> all_slots;
+  size_t next = 0;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const int32_t n_blocks = (lengths[s] + block_size - 1) / block_size;
+    for (int32_t b = 0; b < n_blocks; ++b) kv_indices.push_back(order[next++]);
+    kv_indptr.push_back(static_cast<int32_t>(kv_indices.size()));
+    last_len.push_back(lengths[s] - (n_blocks - 1) * block_size);
+    for (int32_t pos = 0; pos < lengths[s]; ++pos) {
+      const int64_t slot =
+          int64_t{kv_indices[kv_indptr[s] + pos / block_size]} * block_size + pos % block_size;
+      all_slots.push_back(slot);
+      if (pos >= lengths[s] - new_tokens[s]) {
+        positions.push_back(pos);
+        slots.push_back(slot);
+      }
+    }
+    cu_seqlens.push_back(static_cast<int32_t>(positions.size()));
+  }
+  const int64_t n_tokens = static_cast<int64_t>(positions.size());
+  const int64_t row = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+  const std::vector<float> k = Random(all_slots.size() * row, rng_);
+  const std::vector<float> v = Random(all_slots.size() * row, rng_);
+  const std::vector<float> q = Random(n_tokens * c.n_heads * c.head_dim, rng_);
+
+  // CPU: store every K/V row, then the reference attention.
+  const int64_t elem = KvElementBytes(c.kv_type);
+  std::vector<uint8_t> k_cache(num_blocks * block_size * row * elem),
+      v_cache(num_blocks * block_size * row * elem);
+  const PagedKvLayer cpu_kv{c.kv_type, k_cache.data(), v_cache.data(), num_blocks, block_size,
+                            c.n_kv_heads, c.head_dim};
+  tokenmill::StoreKv(cpu_kv, all_slots, k.data(), v.data());
+  const RaggedBatch batch{positions, cu_seqlens, slots, kv_indptr, kv_indices, last_len};
+  ASSERT_TRUE(ValidateRaggedBatch(batch, block_size, num_blocks).ok());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  std::vector<float> want(q.size());
+  PagedAttentionReference(cpu_kv, batch, q.data(), c.n_heads, scale, want.data());
+
+  // GPU: store through the device kernel (must give the same bytes), then attend.
+  DeviceBuffer dk_cache = Scratch(static_cast<int64_t>(k_cache.size()));
+  DeviceBuffer dv_cache = Scratch(static_cast<int64_t>(v_cache.size()));
+  ASSERT_TRUE(dk_cache.Zero().ok() && dv_cache.Zero().ok());
+  const DeviceKvLayer gpu_kv{c.kv_type == KvType::kF16 ? DeviceKvType::kF16 : DeviceKvType::kF32,
+                             dk_cache.data(), dv_cache.data(), block_size, c.n_kv_heads,
+                             c.head_dim};
+  DeviceBuffer dall_slots = ToDevice(all_slots), dk = ToDevice(k), dv = ToDevice(v);
+  ASSERT_EQ(StoreKv(gpu_kv, dall_slots.as<int64_t>(), static_cast<int64_t>(all_slots.size()),
+                    dk.as<float>(), dv.as<float>(), nullptr),
+            cudaSuccess);
+  EXPECT_EQ(ToHost<uint8_t>(dk_cache, k_cache.size()), k_cache);
+  EXPECT_EQ(ToHost<uint8_t>(dv_cache, v_cache.size()), v_cache);
+
+  std::vector<int32_t> seq_of(static_cast<size_t>(n_tokens));
+  for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
+    for (int32_t t = cu_seqlens[s]; t < cu_seqlens[s + 1]; ++t) seq_of[t] = static_cast<int32_t>(s);
+  }
+  DeviceBuffer dpos = ToDevice(positions), dseq = ToDevice(seq_of), dslots = ToDevice(slots),
+               dindptr = ToDevice(kv_indptr), dindices = ToDevice(kv_indices), dq = ToDevice(q);
+  const int32_t max_len = *std::max_element(positions.begin(), positions.end()) + 1;
+  DeviceBatch db{dpos.as<int32_t>(), dseq.as<int32_t>(), dslots.as<int64_t>(),
+                 dindptr.as<int32_t>(), dindices.as<int32_t>(), n_tokens, max_len};
+  DeviceBuffer ws = Scratch(AttentionWorkspaceFloats(n_tokens, c.n_heads, c.head_dim, max_len) * 4);
+  DeviceBuffer out = Scratch(static_cast<int64_t>(q.size()) * 4);
+  ASSERT_EQ(PagedAttention(gpu_kv, db, dq.as<float>(), c.n_heads, scale, ws.as<float>(),
+                           out.as<float>(), nullptr),
+            cudaSuccess);
+  const std::vector<float> got = ToHost<float>(out, q.size());
+  // f16 KV: the CPU rounds the probabilities to f16, the online softmax cannot.
+  ExpectNear(got, want, c.kv_type == KvType::kF16 ? 3e-3f : 1e-4f, "attention");
+
+  // A token alone (a one-token batch over the same blocks) gives the same bits.
+  const int64_t per_token = static_cast<int64_t>(c.n_heads) * c.head_dim;
+  for (int64_t t : {int64_t{0}, int64_t{1}, int64_t{40}, n_tokens - 1}) {
+    DeviceBatch one = db;
+    one.positions += t;
+    one.seq_of_token += t;
+    one.slot_mapping += t;
+    one.n_tokens = 1;
+    one.max_len = positions[t] + 1;
+    ASSERT_EQ(PagedAttention(gpu_kv, one, dq.as<float>() + t * per_token, c.n_heads, scale,
+                             ws.as<float>(), out.as<float>(), nullptr),
+              cudaSuccess);
+    const std::vector<float> alone = ToHost<float>(out, static_cast<size_t>(per_token));
+    ASSERT_EQ(std::memcmp(alone.data(), got.data() + t * per_token, per_token * 4), 0)
+        << "token " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
+                         ::testing::Values(AttentionCase{KvType::kF16, 64, 9, 3},
+                                           AttentionCase{KvType::kF16, 128, 32, 8},
+                                           AttentionCase{KvType::kF32, 8, 8, 4},
+                                           AttentionCase{KvType::kF32, 256, 16, 1}));
+
+}  // namespace
+}  // namespace tokenmill::cuda

@@ -1,0 +1,207 @@
+// The CUDA kernels' per-element math (kernels/cuda/kernel_math.h), run on the CPU against
+// the CPU kernels: no GPU needed.
+#include "kernels/cuda/kernel_math.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/dequantize.h"
+#include "kernels/half.h"
+#include "kernels/tensor_type.h"
+
+namespace tokenmill::cuda {
+namespace {
+
+// Random bytes of n elements of `type`, with scales that are normal halves.
+std::vector<uint8_t> RandomRow(TensorType type, int64_t n, std::mt19937& rng) {
+  const GgmlTypeLayout& layout = LayoutOf(type);
+  std::vector<uint8_t> row(static_cast<size_t>(n / layout.block_size * layout.type_size));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& b : row) b = static_cast<uint8_t>(byte(rng));
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  auto put_half = [&](size_t at) {
+    const uint16_t h = FloatToHalf(value(rng));
+    std::memcpy(row.data() + at, &h, 2);
+  };
+  if (type == TensorType::kF32) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float f = value(rng);
+      std::memcpy(row.data() + 4 * i, &f, 4);
+    }
+  } else if (type == TensorType::kF16) {
+    for (int64_t i = 0; i < n; ++i) put_half(static_cast<size_t>(2 * i));
+  } else if (type != TensorType::kBF16) {
+    for (size_t b = 0; b < row.size(); b += static_cast<size_t>(layout.type_size)) {
+      put_half(b);
+      if (type == TensorType::kQ4_1) put_half(b + 2);
+    }
+  }
+  return row;
+}
+
+class DequantTest : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(DequantTest, EveryElementEqualsTheReference) {
+  const TensorType type = GetParam();
+  std::mt19937 rng(7);
+  const int64_t n = 8 * kQuantBlock;
+  const std::vector<uint8_t> row = RandomRow(type, n, rng);
+  std::vector<float> expected(static_cast<size_t>(n));
+  DequantizeReference(type, row.data(), expected);
+  const uint32_t id = static_cast<uint32_t>(type);
+  for (int64_t i = 0; i < n; ++i) {
+    const float got = DequantElement(id, row.data(), i);
+    ASSERT_EQ(std::memcmp(&got, &expected[static_cast<size_t>(i)], 4), 0)
+        << NameOf(type) << " element " << i << ": " << got << " vs " << expected[i];
+  }
+  if (IsQuantized(id)) {
+    for (int64_t b = 0; b < n / kQuantBlock; ++b) {
+      float block[kQuantBlock];
+      DequantBlock(id, row.data(), b, block);
+      for (int j = 0; j < kQuantBlock; ++j) {
+        ASSERT_EQ(block[j], expected[static_cast<size_t>(b * kQuantBlock + j)]) << b << "/" << j;
+      }
+    }
+  }
+  EXPECT_EQ(UnitBytes(id) * (IsQuantized(id) ? n / kQuantBlock : n),
+            static_cast<int64_t>(row.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, DequantTest,
+                         ::testing::Values(TensorType::kF32, TensorType::kF16, TensorType::kBF16,
+                                           TensorType::kQ4_0, TensorType::kQ4_1,
+                                           TensorType::kQ8_0),
+                         [](const ::testing::TestParamInfo<TensorType>& type) {
+                           return std::string(NameOf(type.param));
+                         });
+
+// RoPE as the CUDA kernel computes it (angles from RopeAngle with host-computed inverse
+// frequencies, pairs from RopePair, separately rounded products) equals ApplyRope bit for bit.
+void RopeAsTheKernelDoes(const RopeParams& p, std::span<const int32_t> positions, int n_heads,
+                         float* x) {
+  for (size_t t = 0; t < positions.size(); ++t) {
+    for (int h = 0; h < n_heads; ++h) {
+      float* head = x + (static_cast<int64_t>(t) * n_heads + h) * p.head_dim;
+      for (int i = 0; i < p.n_rot / 2; ++i) {
+        const double inv_freq = std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_rot);
+        const float factor = p.freq_factors.empty() ? 1.0f : p.freq_factors[static_cast<size_t>(i)];
+        const double theta = RopeAngle(positions[t], p.position_scale, inv_freq, factor);
+        const float c = static_cast<float>(std::cos(theta));
+        const float s = static_cast<float>(std::sin(theta));
+        int i0, i1;
+        RopePair(p.style == RopeStyle::kNeox, i, p.n_rot, &i0, &i1);
+        const float a = head[i0];
+        const float b = head[i1];
+        const float ac = a * c, bs = b * s, as = a * s, bc = b * c;
+        head[i0] = ac - bs;
+        head[i1] = as + bc;
+      }
+    }
+  }
+}
+
+TEST(RopeMathTest, AnglesAndPairsMatchApplyRopeBitForBit) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  const std::vector<float> factors = {1.0f, 1.5f, 4.0f, 8.0f, 2.0f, 1.0f, 3.0f, 1.25f};
+  const std::vector<int32_t> positions = {0, 1, 7, 100, 4095, 30000};
+  for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kNeox}) {
+    for (bool with_factors : {false, true}) {
+      RopeParams p{style, 32, 16, 500000.0f, with_factors ? 0.25f : 1.0f,
+                   with_factors ? std::span<const float>(factors) : std::span<const float>()};
+      const int n_heads = 3;
+      std::vector<float> x(positions.size() * n_heads * 32);
+      for (float& v : x) v = value(rng);
+      std::vector<float> expected = x;
+      ApplyRope(p, positions, n_heads, expected.data());
+      RopeAsTheKernelDoes(p, positions, n_heads, x.data());
+      ASSERT_EQ(std::memcmp(x.data(), expected.data(), x.size() * 4), 0)
+          << "style " << static_cast<int>(style) << " factors " << with_factors;
+    }
+  }
+}
+
+// Flash-decoding: partials over the splits of NumSplits, merged in order, give the softmax-
+// weighted sum that SoftmaxInPlace gives over all positions at once.
+TEST(OnlineSoftmaxTest, SplitPartialsMergeToTheFullSoftmax) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  const int d = 5;
+  for (int32_t len : {1, 2, 255, 256, 257, 1000, 4096}) {
+    std::vector<float> scores(static_cast<size_t>(len));
+    std::vector<float> v(static_cast<size_t>(len) * d);
+    for (float& s : scores) s = normal(rng);
+    for (float& x : v) x = normal(rng);
+    std::vector<float> p = scores;
+    SoftmaxInPlace(p);
+    std::vector<double> expected(d, 0.0);
+    for (int32_t j = 0; j < len; ++j) {
+      for (int i = 0; i < d; ++i) expected[i] += static_cast<double>(p[j]) * v[j * d + i];
+    }
+
+    SoftmaxPartial total = EmptyPartial();
+    std::vector<float> acc(d, 0.0f);
+    for (int split = 0; split < NumSplits(len); ++split) {
+      SoftmaxPartial state = EmptyPartial();
+      std::vector<float> part(d, 0.0f);
+      for (int32_t j = SplitBegin(split); j < SplitEnd(split, len); ++j) {
+        float w;
+        const float factor = AddScore(&state, scores[j], &w);
+        for (int i = 0; i < d; ++i) part[i] = part[i] * factor + w * v[j * d + i];
+      }
+      const SoftmaxMerge merge = MergePartials(total, state);
+      for (int i = 0; i < d; ++i) acc[i] = acc[i] * merge.scale_a + part[i] * merge.scale_b;
+      total = merge.merged;
+    }
+    for (int i = 0; i < d; ++i) {
+      EXPECT_NEAR(acc[i] / total.l, expected[i], 1e-4 * (1.0 + std::fabs(expected[i])))
+          << "len " << len << " dim " << i;
+    }
+  }
+}
+
+TEST(OnlineSoftmaxTest, MergingAnEmptyPartialChangesNothing) {
+  const SoftmaxPartial a{2.0f, 3.0f};
+  const SoftmaxMerge left = MergePartials(EmptyPartial(), a);
+  EXPECT_EQ(left.merged.m, 2.0f);
+  EXPECT_EQ(left.merged.l, 3.0f);
+  EXPECT_EQ(left.scale_a, 0.0f);
+  EXPECT_EQ(left.scale_b, 1.0f);
+  const SoftmaxMerge right = MergePartials(a, EmptyPartial());
+  EXPECT_EQ(right.merged.l, 3.0f);
+  EXPECT_EQ(right.scale_a, 1.0f);
+  EXPECT_EQ(right.scale_b, 0.0f);
+}
+
+TEST(SplitPartitionTest, SplitsCoverEveryPositionOnceAndNoneIsEmpty) {
+  for (int32_t len = 1; len <= 3 * kSplitPositions + 5; ++len) {
+    int32_t next = 0;
+    for (int s = 0; s < NumSplits(len); ++s) {
+      ASSERT_EQ(SplitBegin(s), next) << len;
+      ASSERT_GT(SplitEnd(s, len), SplitBegin(s)) << len << " split " << s;
+      next = SplitEnd(s, len);
+    }
+    ASSERT_EQ(next, len);
+  }
+  EXPECT_EQ(NumSplits(kMaxSplits * kSplitPositions), kMaxSplits);
+}
+
+TEST(LaunchGeometryTest, GemvGridCoversRowsAndTokens) {
+  for (int64_t rows : {1, 3, 4, 5, 576, 49152}) {
+    for (int64_t tokens : {1, 7, 8, 9, 2048}) {
+      const GemvGrid g = GemvGeometry(rows, tokens);
+      EXPECT_GE(g.blocks_x * kGemvWarps, rows);
+      EXPECT_LT((g.blocks_x - 1) * kGemvWarps, rows);
+      EXPECT_GE(g.blocks_y * kGemvTokens, tokens);
+      EXPECT_LT((g.blocks_y - 1) * kGemvTokens, tokens);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tokenmill::cuda
