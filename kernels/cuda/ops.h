@@ -99,7 +99,8 @@ cudaError_t PagedAttention(const DeviceKvLayer& kv, const DeviceBatch& batch, co
                            cudaStream_t stream);
 
 // y[t * w.rows + r] = sum_c x[t * w.cols + c] * W[r][c], one warp per row reading the weights
-// in their file type (Q4_0/Q4_1/Q8_0 blocks or f32/f16/bf16), fixed order per (t, r).
+// in their file type (Q4_0/Q4_1/Q8_0 blocks or f32/f16/bf16), fixed order per (t, r). x is
+// 16-byte aligned (quantized types read it as float4).
 cudaError_t Gemv(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y,
                  cudaStream_t stream);
 

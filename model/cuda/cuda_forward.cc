@@ -115,6 +115,9 @@ Status CudaForwardPass::Matmul(const DeviceWeight& w, const float* x, int64_t n_
 
 Status CudaForwardPass::Forward(const ForwardInput& in, const KvCacheView& kv) {
   const ModelConfig& c = model_.config();
+  if (kv.type != KvType::kF16 && kv.type != KvType::kF32) {
+    return InvalidArgumentError("the CUDA backend keeps KV as f16 or f32; pick one of those");
+  }
   const int64_t n = static_cast<int64_t>(in.token_ids.size());
   const int64_t n_logits = static_cast<int64_t>(in.logit_rows.size());
   TM_RETURN_IF_ERROR(UploadStep(in));

@@ -6,8 +6,8 @@
 
 #include <vector>
 
+#include "engine/forward_backend.h"
 #include "engine/sampling/logits_processors.h"
-#include "kernels/cpu/thread_pool.h"
 #include "model/forward.h"
 #include "tests/engine/engine_test_util.h"
 
@@ -171,20 +171,20 @@ namespace tokenmill::testing {
 namespace {
 
 // The greedy tokens of `tokenmill generate`'s path: one sequence over BatchBuilder, the
-// prompt in one step, then one token per step.
+// prompt in one step, then one token per step, on the device the engine tests use.
 std::vector<TokenId> GenerateAlone(const Model& model, std::span<const TokenId> prompt,
                                    int max_tokens) {
-  ThreadPool pool(2);
-  ForwardPass forward(model, CpuContext{&KernelTable(BestCpuIsa()), &pool});
-  KvCacheStorage storage(model.config(), KvType::kF16, 16, 16);
+  auto backend = CreateForwardBackend(model, SmallConfig());
+  TM_CHECK(backend.ok()) << backend.status().ToString();
+  TM_CHECK((*backend)->AllocateKv(KvType::kF16, 16, 16).ok());
   BatchBuilder builder(16, 16);
   const int seq = builder.AddSequence();
   std::vector<float> logits(static_cast<size_t>(model.config().n_vocab));
   std::vector<TokenId> step(prompt.begin(), prompt.end()), out;
   while (static_cast<int>(out.size()) < max_tokens) {
     TM_CHECK(builder.Append(seq, step, BatchBuilder::Logits::kLast).ok());
-    TM_CHECK(forward.Run({builder.token_ids(), builder.batch(), builder.logit_rows()},
-                         storage.view(), logits).ok());
+    TM_CHECK((*backend)->Run({builder.token_ids(), builder.batch(), builder.logit_rows()}, logits)
+                 .ok());
     builder.Clear();
     out.push_back(Argmax(logits));
     step = {out.back()};

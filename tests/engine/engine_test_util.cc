@@ -65,6 +65,9 @@ EngineConfig SmallConfig(int num_kv_blocks) {
   EngineConfig config;
   config.num_kv_blocks = num_kv_blocks;
   config.num_threads = 1;
+#ifdef TOKENMILL_TEST_ON_CUDA
+  config.device = Device::kCuda;  // engine_cuda_test: the same tests on the GPU
+#endif
   return config;
 }
 

@@ -52,7 +52,8 @@ std::vector<TokenId> RandomPrompt(int length, int vocab, uint32_t seed);
 GenerateRequest Greedy(std::vector<TokenId> prompt, int max_tokens, OutputSink sink,
                        bool ignore_eos = true);
 
-// A config small enough for the test machine: one thread, a fixed KV pool.
+// A config small enough for the test machine: one thread, a fixed KV pool (on the GPU in
+// engine_cuda_test).
 EngineConfig SmallConfig(int num_kv_blocks = 256);
 
 // Steps until no request is left; false if a step could run nothing meanwhile.

@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 
+#include "engine/forward_backend.h"
+
 namespace tokenmill::server {
 namespace {
 

@@ -1,0 +1,130 @@
+// Paged decode attention on the GPU: achieved bandwidth (K and V bytes read per call / time)
+// against the device's peak, at contexts 1k/4k/16k and batches 1/32. One query token per
+// sequence (decode), f16 KV in shuffled blocks of 16, Llama-3-8B's attention shape (32 query
+// heads over 8 KV heads of 128) and SmolLM2-135M's (9 over 3 of 64).
+// Usage: tokenmill_cuda_attention_bench [peak GB/s, default 4800 (H200)]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/ops.h"
+
+namespace tokenmill::cuda {
+namespace {
+
+struct Shape {
+  const char* name;
+  int n_heads, n_kv_heads, head_dim;
+};
+
+template <typename T>
+DeviceBuffer Upload(const std::vector<T>& host) {
+  StatusOr<DeviceBuffer> b = DeviceBuffer::CopyOf(std::span<const T>(host));
+  if (!b.ok()) {
+    std::fprintf(stderr, "%s\n", b.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(*b);
+}
+
+DeviceBuffer Allocate(int64_t bytes) {
+  StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(bytes);
+  if (!b.ok()) {
+    std::fprintf(stderr, "%s\n", b.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(*b);
+}
+
+void Check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+
+void Run(const Shape& s, int batch, int context, double peak_gbps) {
+  const int block_size = 16;
+  const int blocks_per_seq = (context + block_size - 1) / block_size;
+  const int64_t num_blocks = static_cast<int64_t>(batch) * blocks_per_seq;
+  std::vector<int32_t> indices(static_cast<size_t>(num_blocks));
+  std::iota(indices.begin(), indices.end(), 0);
+  std::shuffle(indices.begin(), indices.end(), std::mt19937(5));
+  std::vector<int32_t> indptr, positions, seq_of;
+  std::vector<int64_t> slots;
+  for (int b = 0; b <= batch; ++b) indptr.push_back(b * blocks_per_seq);
+  for (int b = 0; b < batch; ++b) {
+    const int32_t pos = context - 1;
+    positions.push_back(pos);
+    seq_of.push_back(b);
+    slots.push_back(int64_t{indices[static_cast<size_t>(b * blocks_per_seq + pos / block_size)]} *
+                        block_size + pos % block_size);
+  }
+  const int64_t row = static_cast<int64_t>(s.n_kv_heads) * s.head_dim;
+  const int64_t cache_bytes = num_blocks * block_size * row * 2;
+  DeviceBuffer k = Allocate(cache_bytes), v = Allocate(cache_bytes);
+  Check(cudaMemset(k.data(), 0, static_cast<size_t>(cache_bytes)), "memset");
+  Check(cudaMemset(v.data(), 0, static_cast<size_t>(cache_bytes)), "memset");
+  DeviceBuffer d_indices = Upload(indices), d_indptr = Upload(indptr),
+               d_positions = Upload(positions), d_seq = Upload(seq_of), d_slots = Upload(slots);
+  std::vector<float> q_host(static_cast<size_t>(batch) * s.n_heads * s.head_dim, 0.01f);
+  DeviceBuffer q = Upload(q_host);
+  DeviceBuffer out = Allocate(static_cast<int64_t>(q_host.size()) * 4);
+  DeviceBuffer ws =
+      Allocate(AttentionWorkspaceFloats(batch, s.n_heads, s.head_dim, context) * 4);
+  const DeviceKvLayer kv{DeviceKvType::kF16, k.data(), v.data(), block_size, s.n_kv_heads,
+                         s.head_dim};
+  const DeviceBatch db{d_positions.as<int32_t>(), d_seq.as<int32_t>(), d_slots.as<int64_t>(),
+                       d_indptr.as<int32_t>(), d_indices.as<int32_t>(), batch, context};
+  auto call = [&] {
+    Check(PagedAttention(kv, db, q.as<float>(), s.n_heads, 0.088f, ws.as<float>(),
+                         out.as<float>(), nullptr),
+          "attention");
+  };
+  for (int i = 0; i < 5; ++i) call();
+  cudaEvent_t start, stop;
+  Check(cudaEventCreate(&start), "event");
+  Check(cudaEventCreate(&stop), "event");
+  const int iterations = context >= 16384 && batch >= 32 ? 20 : 100;
+  Check(cudaEventRecord(start), "event");
+  for (int i = 0; i < iterations; ++i) call();
+  Check(cudaEventRecord(stop), "event");
+  Check(cudaEventSynchronize(stop), "event");
+  float ms = 0.0f;
+  Check(cudaEventElapsedTime(&ms, start, stop), "event");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  const double seconds = ms / 1000.0 / iterations;
+  const double bytes = 2.0 * batch * context * row * 2;  // K and V, f16
+  const double gbps = bytes / seconds / 1e9;
+  std::printf("| %s | %d | %d | %.1f | %.0f | %.1f%% |\n", s.name, batch, context, seconds * 1e6,
+              gbps, 100.0 * gbps / peak_gbps);
+}
+
+}  // namespace
+}  // namespace tokenmill::cuda
+
+int main(int argc, char** argv) {
+  using namespace tokenmill::cuda;
+  if (CountDevices() == 0) {
+    std::fprintf(stderr, "no CUDA device here\n");
+    return 1;
+  }
+  const double peak = argc > 1 ? std::atof(argv[1]) : 4800.0;
+  std::printf("device: %s; peak %.0f GB/s\n\n", DescribeDevice(0).c_str(), peak);
+  std::printf("| shape | batch | context | us/call | GB/s | of peak |\n|---|---|---|---|---|---|\n");
+  const Shape shapes[] = {{"llama3-8b (32/8 x 128)", 32, 8, 128}, {"smollm2 (9/3 x 64)", 9, 3, 64}};
+  for (const Shape& s : shapes) {
+    for (int batch : {1, 32}) {
+      for (int context : {1024, 4096, 16384}) Run(s, batch, context, peak);
+    }
+  }
+  return 0;
+}
