@@ -1,6 +1,6 @@
 // Paged decode attention on the GPU: achieved bandwidth (K and V bytes read per call / time)
 // against the device's peak, at contexts 1k/4k/16k and batches 1/32. One query token per
-// sequence (decode), f16 KV in shuffled blocks of 16, Llama-3-8B's attention shape (32 query
+// sequence (decode), f16 KV in shuffled blocks of 16, split-K as kernel_math.h partitions, Llama-3-8B's attention shape (32 query
 // heads over 8 KV heads of 128) and SmolLM2-135M's (9 over 3 of 64).
 // Usage: tokenmill_cuda_attention_bench [peak GB/s, default 4800 (H200)]
 #include <cuda_runtime.h>
@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/kernel_math.h"
 #include "kernels/cuda/ops.h"
 
 namespace tokenmill::cuda {
@@ -78,11 +79,12 @@ void Run(const Shape& s, int batch, int context, double peak_gbps) {
   DeviceBuffer q = Upload(q_host);
   DeviceBuffer out = Allocate(static_cast<int64_t>(q_host.size()) * 4);
   DeviceBuffer ws =
-      Allocate(AttentionWorkspaceFloats(batch, s.n_heads, s.head_dim, context) * 4);
+      Allocate(AttentionWorkspaceFloats(batch, s.n_heads, s.head_dim, NumSplits(context)) * 4);
   const DeviceKvLayer kv{DeviceKvType::kF16, k.data(), v.data(), block_size, s.n_kv_heads,
                          s.head_dim};
   const DeviceBatch db{d_positions.as<int32_t>(), d_seq.as<int32_t>(), d_slots.as<int64_t>(),
-                       d_indptr.as<int32_t>(), d_indices.as<int32_t>(), batch, context};
+                       d_indptr.as<int32_t>(), d_indices.as<int32_t>(), batch,
+                       NumSplits(context)};
   auto call = [&] {
     Check(PagedAttention(kv, db, q.as<float>(), s.n_heads, 0.088f, ws.as<float>(),
                          out.as<float>(), nullptr),

@@ -184,18 +184,28 @@ TM_HOST_DEVICE inline float AddScore(SoftmaxPartial* state, float s, float* p_ou
 
 // ---- split-K partition of attention --------------------------------------------------------
 
-// A query attending over `len` positions is split into chunks of kSplitPositions positions
-// each processed by its own thread block, then merged in order. The partition depends only
-// on len (never on the batch), so a token's result is the same whatever runs beside it.
-constexpr int kSplitPositions = 256;
-constexpr int kMaxSplits = 256;  // contexts up to 64k positions with one workspace shape
+// A query attending over `len` positions is split into chunks of SplitPositions(len)
+// positions, each processed by its own thread block, then merged in order. The chunk is 64
+// positions while that makes at most kMaxSplits splits and doubles beyond, so short contexts
+// still spread over many blocks and long ones stay at <= kMaxSplits partials. The partition is
+// a function of len alone (never of the batch), so a token's result is the same whatever runs
+// beside it.
+constexpr int kMinSplitPositions = 64;
+constexpr int kMaxSplits = 64;
 
-TM_HOST_DEVICE constexpr int NumSplits(int32_t len) {
-  return len <= 0 ? 1 : static_cast<int>((len + kSplitPositions - 1) / kSplitPositions);
+TM_HOST_DEVICE constexpr int32_t SplitPositions(int32_t len) {
+  int32_t chunk = kMinSplitPositions;
+  while (static_cast<int64_t>(chunk) * kMaxSplits < len) chunk *= 2;
+  return chunk;
 }
-TM_HOST_DEVICE constexpr int32_t SplitBegin(int split) { return split * kSplitPositions; }
+TM_HOST_DEVICE constexpr int NumSplits(int32_t len) {
+  return len <= 0 ? 1 : static_cast<int>((len + SplitPositions(len) - 1) / SplitPositions(len));
+}
+TM_HOST_DEVICE constexpr int32_t SplitBegin(int split, int32_t len) {
+  return split * SplitPositions(len);
+}
 TM_HOST_DEVICE constexpr int32_t SplitEnd(int split, int32_t len) {
-  return (split + 1) * kSplitPositions < len ? (split + 1) * kSplitPositions : len;
+  return (split + 1) * SplitPositions(len) < len ? (split + 1) * SplitPositions(len) : len;
 }
 
 // Threads of the attention block: warps take positions round-robin within a split.

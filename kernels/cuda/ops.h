@@ -43,8 +43,11 @@ struct DeviceBatch {
   const int32_t* kv_indptr = nullptr;     // n_seqs + 1
   const int32_t* kv_indices = nullptr;
   int64_t n_tokens = 0;
-  int32_t max_len = 0;  // max position + 1 over the tokens: sizes the split-K grid
+  int max_splits = 1;  // max over the tokens of NumSplits(position + 1): the split-K grid
 };
+
+// max_splits of a step's tokens (host positions).
+int MaxSplits(const int32_t* positions, int64_t n_tokens);
 
 // out[t] = dequantized row ids[t] of table (float, table.cols per row).
 cudaError_t Embedding(const DeviceWeight& table, const int32_t* ids, int64_t n_tokens, float* out,
@@ -87,11 +90,11 @@ cudaError_t StoreKv(const DeviceKvLayer& kv, const int64_t* slot_mapping, int64_
                     const float* k, const float* v, cudaStream_t stream);
 
 // Floats of the split-K workspace PagedAttention needs.
-int64_t AttentionWorkspaceFloats(int64_t n_tokens, int n_heads, int head_dim, int32_t max_len);
+int64_t AttentionWorkspaceFloats(int64_t n_tokens, int n_heads, int head_dim, int max_splits);
 
 // Causal paged attention (PagedAttention of kernels/cpu): each token's n_heads query heads
 // over its sequence's K/V at positions <= its own; the query heads of a KV head together,
-// positions split in chunks of kSplitPositions merged with online softmax (kernel_math.h).
+// positions split in chunks of SplitPositions(len) merged with online softmax (kernel_math.h).
 // One kernel for decode and prefill chunks on top of a cached prefix; a token's result
 // depends only on its own query and K/V. head_dim <= kMaxHeadDim, group <= kMaxGroup.
 cudaError_t PagedAttention(const DeviceKvLayer& kv, const DeviceBatch& batch, const float* q,

@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kThreads)
   const T* k_cache = static_cast<const T*>(kv.k);
   const T* v_cache = static_cast<const T*>(kv.v);
   const int32_t end = SplitEnd(split, len);
-  for (int32_t tile = SplitBegin(split); tile < end; tile += kTile) {
+  for (int32_t tile = SplitBegin(split, len); tile < end; tile += kTile) {
     const int n_pos = end - tile < kTile ? end - tile : kTile;
     __syncthreads();  // the previous tile is consumed (and q_s written, the first time)
     for (int e = threadIdx.x; e < n_pos * d_head; e += kThreads) {
@@ -141,7 +141,7 @@ __global__ void MergeKernel(DeviceBatch b, int n_heads, int d_head, int max_spli
 template <typename T>
 cudaError_t Launch(const DeviceKvLayer& kv, const DeviceBatch& b, const float* q, int n_heads,
                    float scale, float* workspace, float* out, cudaStream_t stream) {
-  const int max_splits = NumSplits(b.max_len);
+  const int max_splits = b.max_splits;
   const dim3 grid(static_cast<unsigned>(b.n_tokens), static_cast<unsigned>(kv.n_kv_heads),
                   static_cast<unsigned>(max_splits));
   SplitKernel<T><<<grid, kThreads, 0, stream>>>(kv, b, q, n_heads, scale, max_splits, workspace);
@@ -155,8 +155,17 @@ cudaError_t Launch(const DeviceKvLayer& kv, const DeviceBatch& b, const float* q
 
 }  // namespace
 
-int64_t AttentionWorkspaceFloats(int64_t n_tokens, int n_heads, int head_dim, int32_t max_len) {
-  return n_tokens * n_heads * NumSplits(max_len) * PartialFloats(head_dim);
+int64_t AttentionWorkspaceFloats(int64_t n_tokens, int n_heads, int head_dim, int max_splits) {
+  return n_tokens * n_heads * max_splits * PartialFloats(head_dim);
+}
+
+int MaxSplits(const int32_t* positions, int64_t n_tokens) {
+  int max_splits = 1;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int splits = NumSplits(positions[t] + 1);
+    if (splits > max_splits) max_splits = splits;
+  }
+  return max_splits;
 }
 
 cudaError_t PagedAttention(const DeviceKvLayer& kv, const DeviceBatch& batch, const float* q,
@@ -164,7 +173,8 @@ cudaError_t PagedAttention(const DeviceKvLayer& kv, const DeviceBatch& batch, co
                            cudaStream_t stream) {
   if (batch.n_tokens == 0) return cudaSuccess;
   if (kv.head_dim > kMaxHeadDim || kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 ||
-      n_heads / kv.n_kv_heads > kMaxGroup || NumSplits(batch.max_len) > kMaxSplits) {
+      n_heads / kv.n_kv_heads > kMaxGroup || batch.max_splits < 1 ||
+      batch.max_splits > kMaxSplits) {
     return cudaErrorInvalidValue;
   }
   switch (kv.type) {

@@ -100,8 +100,7 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
   d_batch_.kv_indptr = reinterpret_cast<const int32_t*>(base + indptr);
   d_batch_.kv_indices = reinterpret_cast<const int32_t*>(base + indices);
   d_batch_.n_tokens = b.num_tokens();
-  d_batch_.max_len = 0;
-  for (int32_t p : b.positions) d_batch_.max_len = std::max(d_batch_.max_len, p + 1);
+  d_batch_.max_splits = MaxSplits(b.positions.data(), b.num_tokens());
   return OkStatus();
 }
 
@@ -135,7 +134,7 @@ Status CudaForwardPass::Forward(const ForwardInput& in, const KvCacheView& kv) {
   TM_RETURN_IF_ERROR(final_.Reserve(std::max<int64_t>(1, n_logits) * d * kF));
   TM_RETURN_IF_ERROR(logits_.Reserve(std::max<int64_t>(1, n_logits) * c.n_vocab * kF));
   TM_RETURN_IF_ERROR(workspace_.Reserve(
-      AttentionWorkspaceFloats(n, c.n_heads, c.head_dim, d_batch_.max_len) * kF));
+      AttentionWorkspaceFloats(n, c.n_heads, c.head_dim, d_batch_.max_splits) * kF));
 
   float* x = x_.as<float>();
   float* h = h_.as<float>();

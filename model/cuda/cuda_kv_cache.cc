@@ -9,6 +9,9 @@ int64_t CudaKvCache::BytesPerBlock(const ModelConfig& config, KvType type, int b
 
 StatusOr<CudaKvCache> CudaKvCache::Create(const ModelConfig& config, KvType type,
                                           int64_t num_blocks, int block_size) {
+  if (type != KvType::kF16 && type != KvType::kF32) {
+    return InvalidArgumentError("the CUDA backend keeps KV as f16 or f32; pick one of those");
+  }
   CudaKvCache cache;
   const int64_t bytes = num_blocks * BytesPerBlock(config, type, block_size) / 2;
   TM_ASSIGN_OR_RETURN(cache.k_, DeviceBuffer::Allocate(bytes));

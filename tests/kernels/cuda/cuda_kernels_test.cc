@@ -342,10 +342,12 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   }
   DeviceBuffer dpos = ToDevice(positions), dseq = ToDevice(seq_of), dslots = ToDevice(slots),
                dindptr = ToDevice(kv_indptr), dindices = ToDevice(kv_indices), dq = ToDevice(q);
-  const int32_t max_len = *std::max_element(positions.begin(), positions.end()) + 1;
+  const int max_splits = MaxSplits(positions.data(), n_tokens);
+  ASSERT_GT(max_splits, 1);  // the long decode crosses splits
   DeviceBatch db{dpos.as<int32_t>(), dseq.as<int32_t>(), dslots.as<int64_t>(),
-                 dindptr.as<int32_t>(), dindices.as<int32_t>(), n_tokens, max_len};
-  DeviceBuffer ws = Scratch(AttentionWorkspaceFloats(n_tokens, c.n_heads, c.head_dim, max_len) * 4);
+                 dindptr.as<int32_t>(), dindices.as<int32_t>(), n_tokens, max_splits};
+  DeviceBuffer ws =
+      Scratch(AttentionWorkspaceFloats(n_tokens, c.n_heads, c.head_dim, max_splits) * 4);
   DeviceBuffer out = Scratch(static_cast<int64_t>(q.size()) * 4);
   ASSERT_EQ(PagedAttention(gpu_kv, db, dq.as<float>(), c.n_heads, scale, ws.as<float>(),
                            out.as<float>(), nullptr),
@@ -362,7 +364,7 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
     one.seq_of_token += t;
     one.slot_mapping += t;
     one.n_tokens = 1;
-    one.max_len = positions[t] + 1;
+    one.max_splits = NumSplits(positions[t] + 1);
     ASSERT_EQ(PagedAttention(gpu_kv, one, dq.as<float>() + t * per_token, c.n_heads, scale,
                              ws.as<float>(), out.as<float>(), nullptr),
               cudaSuccess);

@@ -149,7 +149,7 @@ TEST(OnlineSoftmaxTest, SplitPartialsMergeToTheFullSoftmax) {
     for (int split = 0; split < NumSplits(len); ++split) {
       SoftmaxPartial state = EmptyPartial();
       std::vector<float> part(d, 0.0f);
-      for (int32_t j = SplitBegin(split); j < SplitEnd(split, len); ++j) {
+      for (int32_t j = SplitBegin(split, len); j < SplitEnd(split, len); ++j) {
         float w;
         const float factor = AddScore(&state, scores[j], &w);
         for (int i = 0; i < d; ++i) part[i] = part[i] * factor + w * v[j * d + i];
@@ -179,16 +179,23 @@ TEST(OnlineSoftmaxTest, MergingAnEmptyPartialChangesNothing) {
 }
 
 TEST(SplitPartitionTest, SplitsCoverEveryPositionOnceAndNoneIsEmpty) {
-  for (int32_t len = 1; len <= 3 * kSplitPositions + 5; ++len) {
+  for (int32_t len = 1; len <= 40000; len += len < 5000 ? 1 : 97) {
+    ASSERT_LE(NumSplits(len), kMaxSplits) << len;
+    ASSERT_EQ(SplitPositions(len) % 16, 0) << "whole shared-memory tiles";
     int32_t next = 0;
     for (int s = 0; s < NumSplits(len); ++s) {
-      ASSERT_EQ(SplitBegin(s), next) << len;
-      ASSERT_GT(SplitEnd(s, len), SplitBegin(s)) << len << " split " << s;
+      ASSERT_EQ(SplitBegin(s, len), next) << len;
+      ASSERT_GT(SplitEnd(s, len), SplitBegin(s, len)) << len << " split " << s;
       next = SplitEnd(s, len);
     }
     ASSERT_EQ(next, len);
   }
-  EXPECT_EQ(NumSplits(kMaxSplits * kSplitPositions), kMaxSplits);
+  // Short contexts still spread over several blocks; 16k stays at kMaxSplits.
+  EXPECT_EQ(NumSplits(1024), 16);
+  EXPECT_EQ(NumSplits(4096), 64);
+  EXPECT_EQ(NumSplits(16384), 64);
+  EXPECT_EQ(SplitPositions(16384), 256);
+  EXPECT_EQ(NumSplits(16385), 33);
 }
 
 TEST(LaunchGeometryTest, GemvGridCoversRowsAndTokens) {
