@@ -1,0 +1,56 @@
+#include "server/openai/affinity.h"
+
+namespace tokenmill::gateway {
+
+uint64_t StableHash(std::string_view text) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+namespace {
+
+// splitmix64's finalizer: spreads the combined hashes so that every backend's weight is
+// an independent-looking draw.
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+}  // namespace
+
+int ChooseBackend(const std::vector<BackendCandidate>& candidates, std::string_view affinity_key,
+                  int max_imbalance) {
+  int least_loaded = -1;
+  for (int i = 0; i < static_cast<int>(candidates.size()); ++i) {
+    if (!candidates[i].eligible) continue;
+    if (least_loaded < 0 || candidates[i].in_flight < candidates[least_loaded].in_flight) {
+      least_loaded = i;
+    }
+  }
+  if (least_loaded < 0 || affinity_key.empty()) return least_loaded;
+
+  const uint64_t key_hash = StableHash(affinity_key);
+  int winner = -1;
+  uint64_t best = 0;
+  for (int i = 0; i < static_cast<int>(candidates.size()); ++i) {
+    const uint64_t weight = Mix(key_hash ^ Mix(StableHash(candidates[i].address)));
+    if (winner < 0 || weight > best) {
+      winner = i;
+      best = weight;
+    }
+  }
+  const BackendCandidate& chosen = candidates[winner];
+  if (!chosen.eligible) return least_loaded;
+  if (chosen.in_flight - candidates[least_loaded].in_flight > max_imbalance) return least_loaded;
+  return winner;
+}
+
+}  // namespace tokenmill::gateway

@@ -1,0 +1,365 @@
+#include "server/openai/completion_handler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <variant>
+
+#include "server/openai/response_format.h"
+
+namespace tokenmill::gateway {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::optional<HttpError> ParseBody(const HttpRequest& request, json& body) {
+  body = json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) {
+    return BadRequest("the request body is not valid JSON");
+  }
+  return std::nullopt;
+}
+
+HttpError ModelNotFound(const std::string& model) {
+  HttpError error = NotFound("The model `" + model +
+                                 "` does not exist: GET /v1/models lists the models served",
+                             "model_not_found");
+  error.param = "model";
+  return error;
+}
+
+// The backend for a request, or the error to answer (503 none ready, 404 unknown model).
+std::variant<Backend*, HttpError> Route(GatewayContext& context, const std::string& model,
+                                        std::string_view affinity_key) {
+  const BackendChoice choice = context.pool.Choose(model, affinity_key);
+  if (choice.backend != nullptr) return choice.backend;
+  if (!choice.any_healthy) return NoBackend();
+  return ModelNotFound(model);
+}
+
+// The text of each token id (render_special: a chosen <|im_end|> shows as itself), looked up
+// once per backend.
+asio::awaitable<std::map<int32_t, std::string>> TokenTexts(Backend& backend,
+                                                         const std::set<int32_t>& ids) {
+  std::map<int32_t, std::string> texts;
+  for (const int32_t id : ids) {
+    if (std::optional<std::string> cached = backend.CachedTokenText(id)) {
+      texts[id] = std::move(*cached);
+      continue;
+    }
+    v1::DetokenizeRequest request;
+    request.add_token_ids(id);
+    request.set_render_special(true);
+    v1::DetokenizeResponse response;
+    const grpc::Status status = co_await AwaitDetokenize(backend, request, response);
+    texts[id] = status.ok() ? response.text() : "";
+    if (status.ok()) backend.CacheTokenText(id, response.text());
+  }
+  co_return texts;
+}
+
+asio::awaitable<std::vector<TokenLogprobText>> LogprobTexts(Backend& backend,
+                                                            const v1::GenerateResponse& response) {
+  std::set<int32_t> ids;
+  for (const v1::TokenLogprobs& lp : response.logprobs()) {
+    ids.insert(lp.chosen().token_id());
+    for (const v1::TokenLogprob& top : lp.top()) ids.insert(top.token_id());
+  }
+  const std::map<int32_t, std::string> texts = co_await TokenTexts(backend, ids);
+  std::vector<TokenLogprobText> out;
+  for (const v1::TokenLogprobs& lp : response.logprobs()) {
+    TokenLogprobText entry;
+    entry.token = texts.at(lp.chosen().token_id());
+    entry.logprob = lp.chosen().logprob();
+    for (const v1::TokenLogprob& top : lp.top()) {
+      entry.top.emplace_back(texts.at(top.token_id()), top.logprob());
+    }
+    out.push_back(std::move(entry));
+  }
+  co_return out;
+}
+
+// Chat requests without max_tokens may use the rest of the context, as OpenAI's do: the
+// prompt's length comes from the backend's tokenizer.
+asio::awaitable<void> DefaultChatMaxTokens(Backend& backend, v1::GenerateRequest& generate) {
+  const std::optional<v1::ModelInfo> info = backend.model_info();
+  if (!info) co_return;
+  v1::TokenizeRequest request;
+  *request.mutable_chat() = generate.chat();
+  v1::TokenizeResponse response;
+  const grpc::Status status = co_await AwaitTokenize(backend, request, response);
+  // On failure Generate reports the problem with the input itself.
+  if (!status.ok()) co_return;
+  const int64_t left =
+      static_cast<int64_t>(info->max_model_len()) - response.token_ids_size();
+  if (left > 0) generate.set_max_tokens(static_cast<uint32_t>(left));
+}
+
+// Per-prompt usage, taken from each sequence's final response.
+struct PromptUsage {
+  uint64_t prompt_tokens = 0;
+  uint64_t cached_tokens = 0;
+};
+
+}  // namespace
+
+asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest& request,
+                                       Endpoint endpoint) {
+  GatewayContext& context = connection.context();
+  json body;
+  CompletionRequest parsed;
+  std::optional<HttpError> error = ParseBody(request, body);
+  if (!error) error = ParseCompletionRequest(body, endpoint, parsed);
+  if (error) {
+    co_await connection.WriteError(request, *error);
+    co_return;
+  }
+  std::variant<Backend*, HttpError> routed = Route(context, parsed.model, parsed.affinity_key);
+  if (auto* refused = std::get_if<HttpError>(&routed)) {
+    co_await connection.WriteError(request, *refused);
+    co_return;
+  }
+  Backend& backend = *std::get<Backend*>(routed);
+  if (const json* user = body.contains("user") ? &body["user"] : nullptr; user && user->is_string()) {
+    spdlog::debug("request for user {}", user->get<std::string>());
+  }
+
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  ResponseHeader header;
+  header.endpoint = endpoint;
+  header.id = connection.NewId(chat ? "chatcmpl" : "cmpl");
+  header.created = UnixSeconds();
+  {
+    const std::optional<v1::ModelInfo> info = backend.model_info();
+    header.model = info ? context.pool.ModelNameOf(*info) : parsed.model;
+  }
+  if (chat && !parsed.generates[0].has_max_tokens()) {
+    co_await DefaultChatMaxTokens(backend, parsed.generates[0]);
+  }
+
+  const auto executor = co_await asio::this_coro::executor;
+  auto events = std::make_shared<EventQueue>(executor);
+  std::vector<std::shared_ptr<GenerateCall>> calls;
+  for (size_t i = 0; i < parsed.generates.size(); ++i) {
+    parsed.generates[i].set_request_id(parsed.generates.size() == 1
+                                           ? header.id
+                                           : header.id + "-" + std::to_string(i));
+    calls.push_back(GenerateCall::Start(backend, std::move(parsed.generates[i]), events, i,
+                                        context.calls));
+  }
+  connection.WatchForClose(events);
+  const auto cancel_all = [&calls] {
+    for (const std::shared_ptr<GenerateCall>& call : calls) call->Cancel();
+  };
+
+  const uint32_t n = parsed.n;
+  std::vector<ChoiceResult> choices(calls.size() * n);
+  std::vector<bool> started(choices.size(), false);
+  std::vector<PromptUsage> prompt_usage(calls.size());
+  uint64_t completion_tokens = 0;
+  size_t open_calls = calls.size();
+  bool client_gone = false;
+  bool stream_started = false;
+  std::optional<HttpError> failure;
+
+  while (open_calls > 0) {
+    UpstreamEvent event = co_await events->Next();
+    if (event.kind == UpstreamEvent::Kind::kClientGone) {
+      if (!client_gone) spdlog::debug("{}: client went away; cancelling", header.id);
+      client_gone = true;
+      cancel_all();
+      continue;
+    }
+    if (event.kind == UpstreamEvent::Kind::kDone) {
+      --open_calls;
+      if (!event.status.ok() && !failure && !client_gone) {
+        failure = FromGrpcStatus(event.status);
+        cancel_all();
+      }
+      continue;
+    }
+    if (client_gone || failure) continue;
+    const v1::GenerateResponse& response = event.response;
+    if (response.index() >= n) continue;  // not ours to show; the server keeps to n
+    const size_t choice_index = event.call_index * n + response.index();
+    ChoiceResult& choice = choices[choice_index];
+    std::vector<TokenLogprobText> logprobs;
+    if (parsed.logprobs && response.logprobs_size() > 0) {
+      logprobs = co_await LogprobTexts(backend, response);
+    }
+    const size_t text_offset = choice.text.size();
+    choice.text += response.text();
+    if (response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      choice.finish_reason = response.finish_reason();
+      choice.stop_string = response.stop_string();
+      completion_tokens += response.usage().completion_tokens();
+      PromptUsage& usage = prompt_usage[event.call_index];
+      usage.prompt_tokens = std::max<uint64_t>(usage.prompt_tokens, response.usage().prompt_tokens());
+      usage.cached_tokens =
+          std::max<uint64_t>(usage.cached_tokens, response.usage().cached_prompt_tokens());
+    }
+    if (!parsed.stream) {
+      for (TokenLogprobText& lp : logprobs) choice.logprobs.push_back(std::move(lp));
+      continue;
+    }
+    const bool has_content = !response.text().empty() || choice.finish_reason.has_value() ||
+                             !logprobs.empty();
+    if (!has_content && started[choice_index]) continue;
+    if (!stream_started) {
+      stream_started = true;
+      if (!co_await connection.StartEventStream(request)) {
+        client_gone = true;
+        cancel_all();
+        continue;
+      }
+    }
+    std::optional<json> logprobs_json;
+    if (parsed.logprobs) logprobs_json = LogprobsJson(endpoint, logprobs, text_offset);
+    const json chunk = ChunkJson(header, static_cast<uint32_t>(choice_index), response.text(),
+                                 logprobs_json, choice.finish_reason, !started[choice_index]);
+    started[choice_index] = true;
+    if (!co_await connection.WriteEventChunk(SseEvent(chunk))) {
+      client_gone = true;
+      cancel_all();
+    }
+  }
+  co_await connection.StopWatching();
+
+  if (client_gone) {
+    connection.CloseAfterResponse();
+    co_return;
+  }
+  uint64_t prompt_tokens = 0;
+  uint64_t cached_tokens = 0;
+  for (const PromptUsage& usage : prompt_usage) {
+    prompt_tokens += usage.prompt_tokens;
+    cached_tokens += usage.cached_tokens;
+  }
+  const json usage = UsageJson(prompt_tokens, completion_tokens, cached_tokens);
+
+  if (!parsed.stream || !stream_started) {
+    if (failure) {
+      co_await connection.WriteError(request, *failure);
+    } else if (!parsed.stream) {
+      co_await connection.WriteJson(request, 200,
+                                    CompletionJson(header, choices, parsed.logprobs, usage));
+    } else {
+      // Every sequence ended without a response (cannot happen with a sane server): still
+      // a well-formed stream.
+      if (co_await connection.StartEventStream(request)) {
+        co_await connection.WriteEventChunk(SseDone());
+        co_await connection.EndEventStream();
+      }
+    }
+    co_return;
+  }
+  // The stream has begun: a late failure can only be an event.
+  if (failure) {
+    co_await connection.WriteEventChunk(SseEvent(failure->ToJson()));
+  } else if (parsed.include_usage) {
+    co_await connection.WriteEventChunk(SseEvent(UsageChunkJson(header, usage)));
+  }
+  if (co_await connection.WriteEventChunk(SseDone())) co_await connection.EndEventStream();
+}
+
+asio::awaitable<void> HandleModels(Connection& connection, const HttpRequest& request,
+                                   std::string model_id) {
+  GatewayContext& context = connection.context();
+  if (!context.pool.AnyHealthy()) {
+    co_await connection.WriteError(request, NoBackend());
+    co_return;
+  }
+  json data = json::array();
+  std::set<std::string> seen;
+  for (const auto& backend : context.pool.backends()) {
+    if (!backend->healthy()) continue;
+    const std::optional<v1::ModelInfo> info = backend->model_info();
+    if (!info) continue;
+    const std::string name = context.pool.ModelNameOf(*info);
+    if (!seen.insert(name).second) continue;
+    json model = {{"id", name},
+                  {"object", "model"},
+                  {"created", 0},
+                  {"owned_by", "tokenmill"},
+                  {"max_model_len", info->max_model_len()}};
+    if (!model_id.empty() && model_id == name) {
+      co_await connection.WriteJson(request, 200, model);
+      co_return;
+    }
+    data.push_back(std::move(model));
+  }
+  if (!model_id.empty()) {
+    co_await connection.WriteError(request, ModelNotFound(model_id));
+    co_return;
+  }
+  // (GCC 12 miscompiles braced JSON literals inside a co_await expression: build them first.)
+  const json list = {{"object", "list"}, {"data", data}};
+  co_await connection.WriteJson(request, 200, list);
+}
+
+asio::awaitable<void> HandleTokenize(Connection& connection, const HttpRequest& request) {
+  json body;
+  TokenizeCall call;
+  std::optional<HttpError> error = ParseBody(request, body);
+  if (!error) error = ParseTokenizeRequest(body, call);
+  if (error) {
+    co_await connection.WriteError(request, *error);
+    co_return;
+  }
+  std::variant<Backend*, HttpError> routed = Route(connection.context(), call.model, "");
+  if (auto* refused = std::get_if<HttpError>(&routed)) {
+    co_await connection.WriteError(request, *refused);
+    co_return;
+  }
+  Backend& backend = *std::get<Backend*>(routed);
+  v1::TokenizeResponse response;
+  const grpc::Status status = co_await AwaitTokenize(backend, call.request, response);
+  if (!status.ok()) {
+    co_await connection.WriteError(request, FromGrpcStatus(status));
+    co_return;
+  }
+  const std::optional<v1::ModelInfo> info = backend.model_info();
+  const json answer = {{"tokens", json(std::vector<int32_t>(response.token_ids().begin(),
+                                                            response.token_ids().end()))},
+                       {"count", response.token_ids_size()},
+                       {"max_model_len", info ? info->max_model_len() : 0},
+                       {"prompt", response.prompt()}};
+  co_await connection.WriteJson(request, 200, answer);
+}
+
+asio::awaitable<void> HandleDetokenize(Connection& connection, const HttpRequest& request) {
+  json body;
+  DetokenizeCall call;
+  std::optional<HttpError> error = ParseBody(request, body);
+  if (!error) error = ParseDetokenizeRequest(body, call);
+  if (error) {
+    co_await connection.WriteError(request, *error);
+    co_return;
+  }
+  std::variant<Backend*, HttpError> routed = Route(connection.context(), call.model, "");
+  if (auto* refused = std::get_if<HttpError>(&routed)) {
+    co_await connection.WriteError(request, *refused);
+    co_return;
+  }
+  v1::DetokenizeResponse response;
+  const grpc::Status status =
+      co_await AwaitDetokenize(*std::get<Backend*>(routed), call.request, response);
+  if (!status.ok()) {
+    co_await connection.WriteError(request, FromGrpcStatus(status));
+    co_return;
+  }
+  const json answer = {{"prompt", response.text()}};
+  co_await connection.WriteJson(request, 200, answer);
+}
+
+}  // namespace tokenmill::gateway

@@ -1,0 +1,26 @@
+// The handlers of the routes that reach a backend: completions and chat completions
+// (streamed or not), models, tokenize and detokenize.
+#pragma once
+
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+#include <utility>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <string>
+
+#include "server/openai/connection.h"
+#include "server/openai/request_mapping.h"
+
+namespace tokenmill::gateway {
+
+boost::asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest& request,
+                                              Endpoint endpoint);
+// `model_id` empty: the list; otherwise that model or 404.
+boost::asio::awaitable<void> HandleModels(Connection& connection, const HttpRequest& request,
+                                          std::string model_id);
+boost::asio::awaitable<void> HandleTokenize(Connection& connection, const HttpRequest& request);
+boost::asio::awaitable<void> HandleDetokenize(Connection& connection,
+                                              const HttpRequest& request);
+
+}  // namespace tokenmill::gateway

@@ -1,0 +1,332 @@
+#include "server/openai/connection.h"
+
+#include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "server/openai/completion_handler.h"
+#include "server/openai/http_gateway.h"
+#include "server/openai/response_format.h"
+
+namespace tokenmill::gateway {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kHeaderLimit = 64 * 1024;
+// A refused body is read and dropped up to this much, so the client sees the 413 rather
+// than a reset connection.
+constexpr size_t kDiscardLimit = 64 * 1024 * 1024;
+constexpr auto kDiscardTimeout = std::chrono::seconds(5);
+
+std::string_view Path(const HttpRequest& request) {
+  const std::string_view target(request.target().data(), request.target().size());
+  return target.substr(0, target.find('?'));
+}
+
+}  // namespace
+
+Connection::Connection(tcp::socket socket, GatewayContext& context)
+    : socket_(std::move(socket)), context_(context), watch_done_(socket_.get_executor()) {}
+
+asio::awaitable<void> ServeConnection(std::shared_ptr<Connection> connection) {
+  co_await connection->Run();
+}
+
+std::string Connection::NewId(std::string_view prefix) {
+  char counter[32];
+  std::snprintf(counter, sizeof(counter), "%012llx",
+                static_cast<unsigned long long>(
+                    context_.next_id.fetch_add(1, std::memory_order_relaxed)));
+  return std::string(prefix) + "-" + context_.id_prefix + counter;
+}
+
+asio::awaitable<void> Connection::Run() {
+  while (keep_alive_) {
+    if (!co_await HandleOne()) break;
+  }
+  beast::error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+}
+
+asio::awaitable<bool> Connection::HandleOne() {
+  http::request_parser<http::string_body> parser;
+  parser.header_limit(kHeaderLimit);
+  parser.body_limit(static_cast<uint64_t>(context_.max_body_bytes));
+  beast::error_code error;
+  co_await http::async_read_header(socket_, buffer_, parser,
+                                   asio::redirect_error(asio::use_awaitable, error));
+  const auto started = std::chrono::steady_clock::now();
+  if (!error && parser.get()[http::field::expect] == "100-continue" && !parser.is_done()) {
+    http::response<http::empty_body> go_on(http::status::continue_, parser.get().version());
+    co_await http::async_write(socket_, go_on, asio::redirect_error(asio::use_awaitable, error));
+  }
+  if (!error && !parser.is_done()) {
+    co_await http::async_read(socket_, buffer_, parser,
+                              asio::redirect_error(asio::use_awaitable, error));
+  }
+  if (error == http::error::body_limit) {
+    context_.metrics.RequestStarted();
+    keep_alive_ = false;
+    HttpRequest head = parser.release();
+    co_await WriteError(head, PayloadTooLarge(context_.max_body_bytes));
+    co_await DiscardInput();
+    context_.metrics.RequestFinished(GatewayMetrics::RouteLabel(Path(head)), 413,
+                                     std::chrono::duration<double>(
+                                         std::chrono::steady_clock::now() - started)
+                                         .count());
+    co_return false;
+  }
+  if (error) {
+    if (error != http::error::end_of_stream && error != asio::error::connection_reset &&
+        error != asio::error::eof && error != asio::error::operation_aborted) {
+      // Garbage that is not HTTP: say so once and close.
+      spdlog::debug("closing a connection after a bad request: {}", error.message());
+      http::response<http::string_body> response(http::status::bad_request, 11);
+      response.set(http::field::content_type, "application/json");
+      response.body() = DumpJson(BadRequest("malformed HTTP request: " + error.message()).ToJson());
+      response.keep_alive(false);
+      response.prepare_payload();
+      co_await http::async_write(socket_, response, asio::redirect_error(asio::use_awaitable, error));
+    }
+    co_return false;
+  }
+  HttpRequest request = parser.release();
+  keep_alive_ = request.keep_alive();
+  context_.metrics.RequestStarted();
+  last_status_ = 0;
+  co_await Dispatch(request);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  context_.metrics.RequestFinished(GatewayMetrics::RouteLabel(Path(request)), last_status_,
+                                   seconds);
+  spdlog::debug("{} {} -> {} in {:.3f} s", std::string(request.method_string()),
+                std::string(Path(request)), last_status_, seconds);
+  co_return keep_alive_;
+}
+
+bool Connection::Authorized(const HttpRequest& request) const {
+  const std::string& key = context_.options.api_key;
+  if (key.empty()) return true;
+  const auto header = request.find(http::field::authorization);
+  if (header == request.end()) return false;
+  std::string_view value(header->value().data(), header->value().size());
+  constexpr std::string_view kBearer = "Bearer ";
+  if (value.size() < kBearer.size() ||
+      !beast::iequals(beast::string_view(value.data(), kBearer.size()),
+                      beast::string_view(kBearer.data(), kBearer.size()))) {
+    return false;
+  }
+  value.remove_prefix(kBearer.size());
+  return ConstantTimeEquals(value, key);
+}
+
+asio::awaitable<void> Connection::Dispatch(const HttpRequest& request) {
+  const std::string_view path = Path(request);
+  const http::verb method = request.method();
+  const auto allow = [&](http::verb wanted) { return method == wanted; };
+  const auto method_not_allowed = [&]() -> HttpError {
+    return MakeError(405,
+                     "method " + std::string(request.method_string()) + " is not allowed on " +
+                         std::string(path),
+                     "invalid_request_error", "", "method_not_allowed");
+  };
+
+  if (path == "/health") {
+    if (!allow(http::verb::get)) {
+      co_await WriteError(request, method_not_allowed());
+    } else {
+      // (GCC 12 miscompiles braced JSON literals inside a co_await expression.)
+      const bool ready = context_.pool.AnyHealthy();
+      const json status = {{"status", ready ? "ok" : "no backend is ready"}};
+      co_await WriteJson(request, ready ? 200 : 503, status, ready ? 0 : 1);
+    }
+    co_return;
+  }
+  if (path == "/metrics") {
+    if (!allow(http::verb::get)) {
+      co_await WriteError(request, method_not_allowed());
+    } else {
+      co_await WriteText(request, 200, context_.metrics.Render(context_.pool),
+                         "text/plain; version=0.0.4; charset=utf-8");
+    }
+    co_return;
+  }
+
+  enum class Route { kNone, kCompletions, kChat, kModels, kModel, kTokenize, kDetokenize };
+  Route route = Route::kNone;
+  http::verb wanted = http::verb::post;
+  if (path == "/v1/completions") route = Route::kCompletions;
+  if (path == "/v1/chat/completions") route = Route::kChat;
+  if (path == "/tokenize") route = Route::kTokenize;
+  if (path == "/detokenize") route = Route::kDetokenize;
+  if (path == "/v1/models") route = Route::kModels, wanted = http::verb::get;
+  if (path.size() > 11 && path.substr(0, 11) == "/v1/models/") {
+    route = Route::kModel, wanted = http::verb::get;
+  }
+  if (route == Route::kNone) {
+    co_await WriteError(request, NotFound("Unknown route: " + std::string(request.method_string()) +
+                                              " " + std::string(path),
+                                          "unknown_route"));
+    co_return;
+  }
+  if (!allow(wanted)) {
+    co_await WriteError(request, method_not_allowed());
+    co_return;
+  }
+  if (!Authorized(request)) {
+    co_await WriteError(request, Unauthorized());
+    co_return;
+  }
+  switch (route) {
+    case Route::kCompletions:
+      co_await HandleCompletion(*this, request, Endpoint::kCompletions);
+      break;
+    case Route::kChat:
+      co_await HandleCompletion(*this, request, Endpoint::kChatCompletions);
+      break;
+    case Route::kModels:
+      co_await HandleModels(*this, request, "");
+      break;
+    case Route::kModel:
+      co_await HandleModels(*this, request, std::string(path.substr(11)));
+      break;
+    case Route::kTokenize:
+      co_await HandleTokenize(*this, request);
+      break;
+    case Route::kDetokenize:
+      co_await HandleDetokenize(*this, request);
+      break;
+    case Route::kNone:
+      break;
+  }
+}
+
+asio::awaitable<bool> Connection::Write(http::response<http::string_body>& response) {
+  last_status_ = static_cast<int>(response.result_int());
+  response.keep_alive(keep_alive_);
+  response.prepare_payload();
+  beast::error_code error;
+  co_await http::async_write(socket_, response, asio::redirect_error(asio::use_awaitable, error));
+  if (error) keep_alive_ = false;
+  co_return !error;
+}
+
+asio::awaitable<bool> Connection::WriteText(const HttpRequest& request, int status,
+                                            std::string body, const std::string& content_type) {
+  http::response<http::string_body> response(static_cast<http::status>(status),
+                                             request.version());
+  response.set(http::field::content_type, content_type);
+  response.body() = std::move(body);
+  co_return co_await Write(response);
+}
+
+asio::awaitable<bool> Connection::WriteJson(const HttpRequest& request, int status,
+                                            const json& body, int retry_after) {
+  http::response<http::string_body> response(static_cast<http::status>(status),
+                                             request.version());
+  response.set(http::field::content_type, "application/json");
+  if (retry_after > 0) response.set(http::field::retry_after, std::to_string(retry_after));
+  response.body() = DumpJson(body);
+  co_return co_await Write(response);
+}
+
+asio::awaitable<bool> Connection::WriteError(const HttpRequest& request, const HttpError& error) {
+  if (error.status >= 500) {
+    spdlog::warn("{} {}: {} {}", std::string(request.method_string()),
+                 std::string(Path(request)), error.status, error.message);
+  }
+  co_return co_await WriteJson(request, error.status, error.ToJson(), error.retry_after_seconds);
+}
+
+asio::awaitable<bool> Connection::StartEventStream(const HttpRequest& request) {
+  http::response<http::empty_body> response(http::status::ok, request.version());
+  response.set(http::field::content_type, "text/event-stream; charset=utf-8");
+  response.set(http::field::cache_control, "no-cache");
+  response.keep_alive(keep_alive_);
+  response.chunked(true);
+  last_status_ = 200;
+  http::response_serializer<http::empty_body> serializer(response);
+  beast::error_code error;
+  co_await http::async_write_header(socket_, serializer,
+                                    asio::redirect_error(asio::use_awaitable, error));
+  if (error) keep_alive_ = false;
+  co_return !error;
+}
+
+asio::awaitable<bool> Connection::WriteEventChunk(const std::string& data) {
+  beast::error_code error;
+  co_await asio::async_write(socket_, http::make_chunk(asio::buffer(data)),
+                             asio::redirect_error(asio::use_awaitable, error));
+  if (error) keep_alive_ = false;
+  co_return !error;
+}
+
+asio::awaitable<bool> Connection::EndEventStream() {
+  beast::error_code error;
+  co_await asio::async_write(socket_, http::make_chunk_last(),
+                             asio::redirect_error(asio::use_awaitable, error));
+  if (error) keep_alive_ = false;
+  co_return !error;
+}
+
+void Connection::WatchForClose(std::shared_ptr<EventQueue> events) {
+  watching_ = true;
+  stop_requested_ = false;
+  // Runs on the socket's executor, the connection's strand.
+  socket_.async_read_some(
+      buffer_.prepare(4096),
+      [self = shared_from_this(), events](const beast::error_code& error, size_t bytes) {
+        self->watching_ = false;
+        if (!error) {
+          self->buffer_.commit(bytes);  // the next request, sent early: kept for the parser
+        } else if (!self->stop_requested_) {
+          self->keep_alive_ = false;
+          UpstreamEvent gone;
+          gone.kind = UpstreamEvent::Kind::kClientGone;
+          events->PushOnStrand(std::move(gone));
+        }
+        self->watch_done_.cancel();
+      });
+}
+
+asio::awaitable<void> Connection::StopWatching() {
+  if (!watching_) co_return;
+  stop_requested_ = true;
+  beast::error_code ignored;
+  socket_.cancel(ignored);
+  while (watching_) {
+    watch_done_.expires_at(asio::steady_timer::time_point::max());
+    co_await watch_done_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+  }
+}
+
+asio::awaitable<void> Connection::DiscardInput() {
+  beast::error_code error;
+  socket_.shutdown(tcp::socket::shutdown_send, error);
+  asio::steady_timer deadline(socket_.get_executor());
+  deadline.expires_after(kDiscardTimeout);
+  deadline.async_wait([self = shared_from_this()](const beast::error_code& timer_error) {
+    beast::error_code ignored;
+    if (!timer_error) self->socket_.cancel(ignored);
+  });
+  std::vector<char> sink(64 * 1024);
+  size_t total = 0;
+  while (total < kDiscardLimit) {
+    const size_t n = co_await socket_.async_read_some(
+        asio::buffer(sink), asio::redirect_error(asio::use_awaitable, error));
+    if (error) break;
+    total += n;
+  }
+  deadline.cancel();
+}
+
+}  // namespace tokenmill::gateway

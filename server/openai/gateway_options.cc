@@ -1,0 +1,69 @@
+#include "server/openai/gateway_options.h"
+
+#include <cctype>
+
+#include "common/byte_size.h"
+
+namespace tokenmill::gateway {
+
+std::string GatewayEnvName(std::string_view flag) {
+  while (!flag.empty() && flag.front() == '-') flag.remove_prefix(1);
+  std::string name = "TOKENMILL_GATEWAY_";
+  for (const char c : flag) {
+    name += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return name;
+}
+
+namespace {
+
+template <typename T>
+CLI::Option* AddOption(CLI::App& app, const std::string& flag, T& value, const std::string& help) {
+  return app.add_option(flag, value, help)->envname(GatewayEnvName(flag))->capture_default_str();
+}
+
+}  // namespace
+
+void AddGatewayOptions(CLI::App& app, GatewayOptions& o) {
+  AddOption(app, "--host", o.host, "address to listen on");
+  AddOption(app, "--port", o.port, "HTTP port (0: any free port)")->check(CLI::Range(0, 65535));
+  AddOption(app, "--backend", o.backends,
+            "tokenmill-server gRPC address host:port (repeatable; the variable takes a "
+            "comma-separated list)")
+      ->required()
+      ->delimiter(',');
+  // No capture_default_str: the key must never show in --help.
+  app.add_option("--api-key", o.api_key,
+                 "clients must send 'Authorization: Bearer <key>' (empty: no key)")
+      ->envname(GatewayEnvName("--api-key"));
+  AddOption(app, "--max-body-size", o.max_body_size,
+            "largest request body (\"8MiB\"); larger ones get 413");
+  AddOption(app, "--io-threads", o.io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64));
+  AddOption(app, "--health-interval", o.health_interval_seconds,
+            "seconds between health checks of each backend")
+      ->check(CLI::Range(0.05, 3600.0));
+  AddOption(app, "--affinity-max-imbalance", o.affinity_max_imbalance,
+            "in-flight requests by which the affinity backend may exceed the least-loaded one")
+      ->check(CLI::NonNegativeNumber);
+  AddOption(app, "--served-model-name", o.served_model_name,
+            "the model name clients use (default: the backends' model name)");
+  AddOption(app, "--log-level", o.log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+}
+
+StatusOr<GatewayLimits> ResolveGatewayLimits(const GatewayOptions& options) {
+  StatusOr<int64_t> body = ParseByteSize(options.max_body_size);
+  if (!body.ok()) return InvalidArgumentError("--max-body-size: " + body.status().message());
+  if (*body <= 0) return InvalidArgumentError("--max-body-size must be positive");
+  for (const std::string& backend : options.backends) {
+    const size_t colon = backend.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == backend.size()) {
+      return InvalidArgumentError("--backend '" + backend + "' is not host:port");
+    }
+  }
+  GatewayLimits limits;
+  limits.max_body_bytes = *body;
+  return limits;
+}
+
+}  // namespace tokenmill::gateway

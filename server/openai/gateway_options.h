@@ -1,0 +1,44 @@
+// tokenmill-gateway's flags. Each is also settable by an environment variable
+// TOKENMILL_GATEWAY_<NAME> (--max-body-size: TOKENMILL_GATEWAY_MAX_BODY_SIZE); a flag on the
+// command line wins. --backend is repeatable; its variable takes a comma-separated list.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tokenmill::gateway {
+
+struct GatewayOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port (logged)
+  std::vector<std::string> backends;  // host:port of tokenmill-servers
+  std::string api_key;                // empty: no authentication
+  std::string max_body_size = "8MiB";
+  int io_threads = 2;
+  double health_interval_seconds = 1.0;
+  // A backend this many in-flight requests busier than the least-loaded one loses its
+  // affinity requests to the least-loaded one.
+  int affinity_max_imbalance = 16;
+  std::string served_model_name;  // empty: each backend's model name
+  std::string log_level = "info";
+};
+
+// Registers every flag on `app`, bound to `options`, with its TOKENMILL_GATEWAY_ variable.
+void AddGatewayOptions(CLI::App& app, GatewayOptions& options);
+
+// "--max-body-size" -> "TOKENMILL_GATEWAY_MAX_BODY_SIZE".
+std::string GatewayEnvName(std::string_view flag);
+
+// The checked values the flags ask for (InvalidArgument naming the flag otherwise).
+struct GatewayLimits {
+  int64_t max_body_bytes = 0;
+};
+StatusOr<GatewayLimits> ResolveGatewayLimits(const GatewayOptions& options);
+
+}  // namespace tokenmill::gateway
