@@ -3,6 +3,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 
@@ -29,6 +30,22 @@ constexpr auto kDiscardTimeout = std::chrono::seconds(5);
 std::string_view Path(const HttpRequest& request) {
   const std::string_view target(request.target().data(), request.target().size());
   return target.substr(0, target.find('?'));
+}
+
+// "%20" -> " " (a model id in a path); a malformed escape stays as it is.
+std::string PercentDecode(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      out += static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -197,7 +214,7 @@ asio::awaitable<void> Connection::Dispatch(const HttpRequest& request) {
       co_await HandleModels(*this, request, "");
       break;
     case Route::kModel:
-      co_await HandleModels(*this, request, std::string(path.substr(11)));
+      co_await HandleModels(*this, request, PercentDecode(path.substr(11)));
       break;
     case Route::kTokenize:
       co_await HandleTokenize(*this, request);
