@@ -58,13 +58,15 @@ void Run(const Shape& s, int batch, int context, double peak_gbps) {
   std::vector<int32_t> indices(static_cast<size_t>(num_blocks));
   std::iota(indices.begin(), indices.end(), 0);
   std::shuffle(indices.begin(), indices.end(), std::mt19937(5));
-  std::vector<int32_t> indptr, positions, seq_of;
+  std::vector<int32_t> indptr, positions, seq_of, tiles;
   std::vector<int64_t> slots;
   for (int b = 0; b <= batch; ++b) indptr.push_back(b * blocks_per_seq);
   for (int b = 0; b < batch; ++b) {
     const int32_t pos = context - 1;
     positions.push_back(pos);
     seq_of.push_back(b);
+    tiles.push_back(b);  // decode: a tile of one token per sequence
+    tiles.push_back(1);
     slots.push_back(int64_t{indices[static_cast<size_t>(b * blocks_per_seq + pos / block_size)]} *
                         block_size + pos % block_size);
   }
@@ -74,7 +76,8 @@ void Run(const Shape& s, int batch, int context, double peak_gbps) {
   Check(cudaMemset(k.data(), 0, static_cast<size_t>(cache_bytes)), "memset");
   Check(cudaMemset(v.data(), 0, static_cast<size_t>(cache_bytes)), "memset");
   DeviceBuffer d_indices = Upload(indices), d_indptr = Upload(indptr),
-               d_positions = Upload(positions), d_seq = Upload(seq_of), d_slots = Upload(slots);
+               d_positions = Upload(positions), d_seq = Upload(seq_of), d_slots = Upload(slots),
+               d_tiles = Upload(tiles);
   std::vector<float> q_host(static_cast<size_t>(batch) * s.n_heads * s.head_dim, 0.01f);
   DeviceBuffer q = Upload(q_host);
   DeviceBuffer out = Allocate(static_cast<int64_t>(q_host.size()) * 4);
@@ -84,7 +87,7 @@ void Run(const Shape& s, int batch, int context, double peak_gbps) {
                          s.head_dim};
   const DeviceBatch db{d_positions.as<int32_t>(), d_seq.as<int32_t>(), d_slots.as<int64_t>(),
                        d_indptr.as<int32_t>(), d_indices.as<int32_t>(), batch,
-                       NumSplits(context)};
+                       NumSplits(context), d_tiles.as<int32_t>(), batch};
   auto call = [&] {
     Check(PagedAttention(kv, db, q.as<float>(), s.n_heads, 0.088f, ws.as<float>(),
                          out.as<float>(), nullptr),

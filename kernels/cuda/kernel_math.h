@@ -212,6 +212,13 @@ TM_HOST_DEVICE constexpr int32_t SplitEnd(int split, int32_t len) {
 constexpr int kAttentionWarps = 4;
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxGroup = 16;  // query heads per KV head processed together
+// (token, query head) pairs one attention block holds: 4 per warp (attention_tiles.h).
+constexpr int kMaxTilePairs = 16;
+
+// Tokens per query tile for `group` query heads per KV head (>= 1).
+TM_HOST_DEVICE constexpr int TileTokens(int group) {
+  return group >= kMaxTilePairs ? 1 : kMaxTilePairs / group;
+}
 
 // ---- launch geometry -----------------------------------------------------------------------
 

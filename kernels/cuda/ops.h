@@ -44,6 +44,9 @@ struct DeviceBatch {
   const int32_t* kv_indices = nullptr;
   int64_t n_tokens = 0;
   int max_splits = 1;  // max over the tokens of NumSplits(position + 1): the split-K grid
+  // Query tiles from BuildAttentionTiles (attention_tiles.h): (first token, count) pairs.
+  const int32_t* tiles = nullptr;
+  int64_t n_tiles = 0;
 };
 
 // max_splits of a step's tokens (host positions).
@@ -96,7 +99,8 @@ int64_t AttentionWorkspaceFloats(int64_t n_tokens, int n_heads, int head_dim, in
 // over its sequence's K/V at positions <= its own; the query heads of a KV head together,
 // positions split in chunks of SplitPositions(len) merged with online softmax (kernel_math.h).
 // One kernel for decode and prefill chunks on top of a cached prefix; a token's result
-// depends only on its own query and K/V. head_dim <= kMaxHeadDim, group <= kMaxGroup.
+// depends only on its own query and K/V, never on its tile. head_dim <= kMaxHeadDim,
+// group <= kMaxGroup; the tiles must come from BuildAttentionTiles with this group.
 cudaError_t PagedAttention(const DeviceKvLayer& kv, const DeviceBatch& batch, const float* q,
                            int n_heads, float scale, float* workspace, float* out,
                            cudaStream_t stream);

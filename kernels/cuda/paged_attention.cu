@@ -1,7 +1,7 @@
-// Paged attention over the block tables, flash-decoding style: each (token, KV head, split)
-// block attends the split's positions for all the query heads of that KV head (GQA heads
-// share each K/V tile loaded into shared memory), then a merge kernel combines the splits'
-// online-softmax partials in order. The split partition depends only on a token's own length
+// Paged attention over the block tables, flash-decoding style: each (query tile, KV head,
+// split) block attends the split's positions for the tile's tokens and all the query heads of
+// that KV head (GQA heads and a prefill chunk's tokens share each K/V tile loaded into shared
+// memory), then a merge kernel combines the splits' online-softmax partials in order. The split partition depends only on a token's own length
 // (kernel_math.h), so prefill chunks, decode steps and batch neighbours never change a
 // token's result.
 #include <cuda_fp16.h>
@@ -19,52 +19,68 @@ using internal::WarpSum;
 
 constexpr int kTile = 16;  // positions per shared-memory K/V tile
 constexpr int kThreads = kAttentionWarps * kWarp;
-constexpr int kHeadsPerWarp = kMaxGroup / kAttentionWarps;
+constexpr int kPairsPerWarp = kMaxTilePairs / kAttentionWarps;
 constexpr int kDimsPerLane = kMaxHeadDim / kWarp;
 
 // Floats per (token, head, split) partial: the unnormalized output, then m and l.
 __host__ __device__ constexpr int64_t PartialFloats(int head_dim) { return head_dim + 2; }
 
+// One block per (query tile, KV head, split): the tile's tokens x the group's query heads are
+// (token, head) pairs, up to kPairsPerWarp per warp. Every pair walks the positions of its own
+// split range in order with the same operations (explicitly rounded, no contraction left to
+// the compiler), so a token's result does not depend on the tile it lands in.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     SplitKernel(DeviceKvLayer kv, DeviceBatch b, const float* q, int n_heads, float scale,
                 int max_splits, float* workspace) {
-  const int64_t t = blockIdx.x;
+  const int32_t first = b.tiles[2 * blockIdx.x];
+  const int count = b.tiles[2 * blockIdx.x + 1];
   const int kv_head = blockIdx.y;
   const int split = blockIdx.z;
-  const int32_t len = b.positions[t] + 1;
-  if (split >= NumSplits(len)) return;
+  // Tokens of a tile share the split size; the last one is the longest.
+  int32_t max_len = 0;
+  for (int i = 0; i < count; ++i) max_len = max(max_len, b.positions[first + i] + 1);
+  if (split >= NumSplits(max_len)) return;
   const int d_head = kv.head_dim;
   const int group = n_heads / kv.n_kv_heads;
-  const int32_t* blocks = b.kv_indices + b.kv_indptr[b.seq_of_token[t]];
+  const int32_t* blocks = b.kv_indices + b.kv_indptr[b.seq_of_token[first]];
 
-  __shared__ float q_s[kMaxGroup * kMaxHeadDim];
   __shared__ alignas(16) unsigned char k_raw[kTile * kMaxHeadDim * sizeof(T)];
   __shared__ alignas(16) unsigned char v_raw[kTile * kMaxHeadDim * sizeof(T)];
   T* k_s = reinterpret_cast<T*>(k_raw);
   T* v_s = reinterpret_cast<T*>(v_raw);
 
-  const float* q_t = q + (t * n_heads + static_cast<int64_t>(kv_head) * group) * d_head;
-  for (int e = threadIdx.x; e < group * d_head; e += kThreads) {
-    q_s[e] = KvElement<T>::RoundQuery(q_t[e]);
-  }
   const int warp = threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
-  SoftmaxPartial state[kHeadsPerWarp];
-  float acc[kHeadsPerWarp][kDimsPerLane];
+  const int n_pairs = count * group < kMaxTilePairs ? count * group : kMaxTilePairs;
+  SoftmaxPartial state[kPairsPerWarp];
+  float acc[kPairsPerWarp][kDimsPerLane];
+  float q_reg[kPairsPerWarp][kDimsPerLane];
+  int32_t pair_end[kPairsPerWarp];  // end of this pair's range in the split (<= begin: none)
 #pragma unroll
-  for (int hi = 0; hi < kHeadsPerWarp; ++hi) {
-    state[hi] = EmptyPartial();
+  for (int pi = 0; pi < kPairsPerWarp; ++pi) {
+    state[pi] = EmptyPartial();
+    const int pair = warp + pi * kAttentionWarps;
+    const int token = pair / group;
+    const int32_t len = pair < n_pairs ? b.positions[first + token] + 1 : 0;
+    pair_end[pi] = pair < n_pairs ? SplitEnd(split, len) : 0;
+    const float* q_pair =
+        q + ((static_cast<int64_t>(first) + token) * n_heads +
+             static_cast<int64_t>(kv_head) * group + pair % group) * d_head;
 #pragma unroll
-    for (int i = 0; i < kDimsPerLane; ++i) acc[hi][i] = 0.0f;
+    for (int i = 0; i < kDimsPerLane; ++i) {
+      const int d = lane + i * kWarp;
+      acc[pi][i] = 0.0f;
+      q_reg[pi][i] = pair < n_pairs && d < d_head ? KvElement<T>::RoundQuery(q_pair[d]) : 0.0f;
+    }
   }
 
   const T* k_cache = static_cast<const T*>(kv.k);
   const T* v_cache = static_cast<const T*>(kv.v);
-  const int32_t end = SplitEnd(split, len);
-  for (int32_t tile = SplitBegin(split, len); tile < end; tile += kTile) {
+  const int32_t end = SplitEnd(split, max_len);
+  for (int32_t tile = SplitBegin(split, max_len); tile < end; tile += kTile) {
     const int n_pos = end - tile < kTile ? end - tile : kTile;
-    __syncthreads();  // the previous tile is consumed (and q_s written, the first time)
+    __syncthreads();  // the previous tile is consumed
     for (int e = threadIdx.x; e < n_pos * d_head; e += kThreads) {
       const int32_t pos = tile + e / d_head;
       const int64_t slot = static_cast<int64_t>(blocks[pos / kv.block_size]) * kv.block_size +
@@ -75,25 +91,27 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
 #pragma unroll
-    for (int hi = 0; hi < kHeadsPerWarp; ++hi) {
-      const int g = warp + hi * kAttentionWarps;
-      if (g >= group) break;  // the same for the whole warp
-      const float* q_g = q_s + g * d_head;
-      for (int p = 0; p < n_pos; ++p) {
+    for (int pi = 0; pi < kPairsPerWarp; ++pi) {
+      // Causal: this pair's positions stop at its own token (the same for the whole warp).
+      const int n_mine = pair_end[pi] - tile < n_pos ? pair_end[pi] - tile : n_pos;
+      for (int p = 0; p < n_mine; ++p) {
         float partial = 0.0f;
 #pragma unroll
         for (int i = 0; i < kDimsPerLane; ++i) {
           const int d = lane + i * kWarp;
-          if (d < d_head) partial += q_g[d] * KvElement<T>::Load(k_s[p * d_head + d]);
+          if (d < d_head) {
+            partial = __fmaf_rn(q_reg[pi][i], KvElement<T>::Load(k_s[p * d_head + d]), partial);
+          }
         }
-        const float score = WarpSum(partial) * scale;
+        const float score = __fmul_rn(WarpSum(partial), scale);
         float weight;
-        const float factor = AddScore(&state[hi], score, &weight);
+        const float factor = AddScore(&state[pi], score, &weight);
 #pragma unroll
         for (int i = 0; i < kDimsPerLane; ++i) {
           const int d = lane + i * kWarp;
           if (d < d_head) {
-            acc[hi][i] = acc[hi][i] * factor + weight * KvElement<T>::Load(v_s[p * d_head + d]);
+            acc[pi][i] = __fmaf_rn(weight, KvElement<T>::Load(v_s[p * d_head + d]),
+                                   __fmul_rn(acc[pi][i], factor));
           }
         }
       }
@@ -101,19 +119,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 
 #pragma unroll
-  for (int hi = 0; hi < kHeadsPerWarp; ++hi) {
-    const int g = warp + hi * kAttentionWarps;
-    if (g >= group) break;
-    const int64_t head = static_cast<int64_t>(kv_head) * group + g;
+  for (int pi = 0; pi < kPairsPerWarp; ++pi) {
+    const int pair = warp + pi * kAttentionWarps;
+    if (pair >= n_pairs || pair_end[pi] <= SplitBegin(split, max_len)) continue;
+    const int64_t t = static_cast<int64_t>(first) + pair / group;
+    const int64_t head = static_cast<int64_t>(kv_head) * group + pair % group;
     float* dst = workspace + ((t * n_heads + head) * max_splits + split) * PartialFloats(d_head);
 #pragma unroll
     for (int i = 0; i < kDimsPerLane; ++i) {
       const int d = lane + i * kWarp;
-      if (d < d_head) dst[d] = acc[hi][i];
+      if (d < d_head) dst[d] = acc[pi][i];
     }
     if (lane == 0) {
-      dst[d_head] = state[hi].m;
-      dst[d_head + 1] = state[hi].l;
+      dst[d_head] = state[pi].m;
+      dst[d_head + 1] = state[pi].l;
     }
   }
 }
@@ -142,7 +161,7 @@ template <typename T>
 cudaError_t Launch(const DeviceKvLayer& kv, const DeviceBatch& b, const float* q, int n_heads,
                    float scale, float* workspace, float* out, cudaStream_t stream) {
   const int max_splits = b.max_splits;
-  const dim3 grid(static_cast<unsigned>(b.n_tokens), static_cast<unsigned>(kv.n_kv_heads),
+  const dim3 grid(static_cast<unsigned>(b.n_tiles), static_cast<unsigned>(kv.n_kv_heads),
                   static_cast<unsigned>(max_splits));
   SplitKernel<T><<<grid, kThreads, 0, stream>>>(kv, b, q, n_heads, scale, max_splits, workspace);
   const cudaError_t err = internal::LaunchStatus();
@@ -172,6 +191,7 @@ cudaError_t PagedAttention(const DeviceKvLayer& kv, const DeviceBatch& batch, co
                            int n_heads, float scale, float* workspace, float* out,
                            cudaStream_t stream) {
   if (batch.n_tokens == 0) return cudaSuccess;
+  if (batch.tiles == nullptr || batch.n_tiles < 1) return cudaErrorInvalidValue;
   if (kv.head_dim > kMaxHeadDim || kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 ||
       n_heads / kv.n_kv_heads > kMaxGroup || batch.max_splits < 1 ||
       batch.max_splits > kMaxSplits) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/kernel_math.h"
@@ -87,6 +88,10 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
   const size_t slots = Stage(staging_, b.slot_mapping);
   const size_t indptr = Stage(staging_, b.kv_indptr);
   const size_t indices = Stage(staging_, b.kv_indices);
+  const ModelConfig& c = model_.config();
+  const std::vector<int32_t> tiles =
+      BuildAttentionTiles(b.positions, b.cu_seqlens, c.n_heads / c.n_kv_heads);
+  const size_t tile_offset = Stage(staging_, std::span<const int32_t>(tiles));
   TM_RETURN_IF_ERROR(step_.Reserve(static_cast<int64_t>(staging_.size())));
   TM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(step_.data(), staging_.data(), staging_.size(),
                                           cudaMemcpyHostToDevice, stream_),
@@ -101,6 +106,8 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
   d_batch_.kv_indices = reinterpret_cast<const int32_t*>(base + indices);
   d_batch_.n_tokens = b.num_tokens();
   d_batch_.max_splits = MaxSplits(b.positions.data(), b.num_tokens());
+  d_batch_.tiles = reinterpret_cast<const int32_t*>(base + tile_offset);
+  d_batch_.n_tiles = static_cast<int64_t>(tiles.size() / 2);
   return OkStatus();
 }
 

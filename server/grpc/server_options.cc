@@ -43,6 +43,10 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
   AddOption(app, "--threads", o.threads, "CPU threads of the forward pass (0: all cores)")
       ->check(CLI::NonNegativeNumber);
   AddOption(app, "--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  AddOption(app, "--cublas-min-tokens", o.cublas_min_tokens,
+            "cuda: steps of at least this many tokens multiply with cuBLAS over f16 weights "
+            "(faster prefill; greedy tokens may then depend on the batch); 0: never")
+      ->check(CLI::NonNegativeNumber);
   AddOption(app, "--kv-cache-memory", o.kv_cache_memory,
             "KV cache size (\"2GiB\") or fraction of available memory (\"0.5\")");
   AddOption(app, "--block-size", o.block_size, "tokens per KV block")
@@ -77,6 +81,7 @@ StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t availabl
   }
   EngineConfig config;
   config.device = device;
+  config.cuda_cublas_min_tokens = o.cublas_min_tokens;
   if (device == Device::kCuda && budget->is_fraction()) {
     config.kv_cache_fraction = budget->fraction();  // of the GPU's memory, once weights are in
     config.kv_cache_bytes = 0;

@@ -19,6 +19,7 @@ struct ServerOptions {
   int metrics_port = 8002;   // 0: any free port (logged); -1: no metrics endpoint
   int threads = 0;           // 0: all cores
   std::string device = "cpu";
+  int cublas_min_tokens = 0;  // --device cuda: steps of >= this many tokens use cuBLAS; 0 never
   std::string kv_cache_memory = "256MiB";  // a size, or a fraction of free memory
   int block_size = 16;
   int max_num_seqs = 256;

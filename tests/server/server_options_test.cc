@@ -124,6 +124,7 @@ TEST(MakeEngineConfig, CudaWhereAGpuIsElseRefused) {
   ServerOptions options;
   options.device = "cuda";
   options.kv_cache_memory = "0.5";
+  options.cublas_min_tokens = 64;
   StatusOr<EngineConfig> cuda = MakeEngineConfig(options, int64_t{4} << 30);
   if (!CheckDeviceAvailable(Device::kCuda).ok()) {
     ASSERT_FALSE(cuda.ok());
@@ -133,6 +134,7 @@ TEST(MakeEngineConfig, CudaWhereAGpuIsElseRefused) {
   ASSERT_TRUE(cuda.ok()) << cuda.status().ToString();
   EXPECT_EQ(cuda->device, Device::kCuda);
   EXPECT_EQ(cuda->kv_cache_fraction, 0.5);  // of the GPU's memory, not of the host's
+  EXPECT_EQ(cuda->cuda_cublas_min_tokens, 64);
 }
 
 }  // namespace

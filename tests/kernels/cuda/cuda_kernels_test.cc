@@ -12,6 +12,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/cublas_gemm.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_buffer.h"
@@ -344,8 +345,13 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
                dindptr = ToDevice(kv_indptr), dindices = ToDevice(kv_indices), dq = ToDevice(q);
   const int max_splits = MaxSplits(positions.data(), n_tokens);
   ASSERT_GT(max_splits, 1);  // the long decode crosses splits
+  const std::vector<int32_t> tiles =
+      BuildAttentionTiles(positions, cu_seqlens, c.n_heads / c.n_kv_heads);
+  ASSERT_LT(tiles.size() / 2, static_cast<size_t>(n_tokens));  // the prefill chunk is tiled
+  DeviceBuffer dtiles = ToDevice(tiles), done_tile = ToDevice(std::vector<int32_t>{0, 1});
   DeviceBatch db{dpos.as<int32_t>(), dseq.as<int32_t>(), dslots.as<int64_t>(),
-                 dindptr.as<int32_t>(), dindices.as<int32_t>(), n_tokens, max_splits};
+                 dindptr.as<int32_t>(), dindices.as<int32_t>(), n_tokens, max_splits,
+                 dtiles.as<int32_t>(), static_cast<int64_t>(tiles.size() / 2)};
   DeviceBuffer ws =
       Scratch(AttentionWorkspaceFloats(n_tokens, c.n_heads, c.head_dim, max_splits) * 4);
   DeviceBuffer out = Scratch(static_cast<int64_t>(q.size()) * 4);
@@ -356,15 +362,18 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   // f16 KV: the CPU rounds the probabilities to f16, the online softmax cannot.
   ExpectNear(got, want, c.kv_type == KvType::kF16 ? 3e-3f : 1e-4f, "attention");
 
-  // A token alone (a one-token batch over the same blocks) gives the same bits.
+  // A token alone (a one-token batch over the same blocks, a tile of one) gives the same bits
+  // as in its prefill tile.
   const int64_t per_token = static_cast<int64_t>(c.n_heads) * c.head_dim;
-  for (int64_t t : {int64_t{0}, int64_t{1}, int64_t{40}, n_tokens - 1}) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
     DeviceBatch one = db;
     one.positions += t;
     one.seq_of_token += t;
     one.slot_mapping += t;
     one.n_tokens = 1;
     one.max_splits = NumSplits(positions[t] + 1);
+    one.tiles = done_tile.as<int32_t>();
+    one.n_tiles = 1;
     ASSERT_EQ(PagedAttention(gpu_kv, one, dq.as<float>() + t * per_token, c.n_heads, scale,
                              ws.as<float>(), out.as<float>(), nullptr),
               cudaSuccess);

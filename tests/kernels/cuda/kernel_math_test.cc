@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cuda/attention_tiles.h"
 #include "kernels/dequantize.h"
 #include "kernels/half.h"
 #include "kernels/tensor_type.h"
@@ -196,6 +198,34 @@ TEST(SplitPartitionTest, SplitsCoverEveryPositionOnceAndNoneIsEmpty) {
   EXPECT_EQ(NumSplits(16384), 64);
   EXPECT_EQ(SplitPositions(16384), 256);
   EXPECT_EQ(NumSplits(16385), 33);
+}
+
+TEST(AttentionTilesTest, EveryTokenOnceInTilesOfOneSequenceAndOneSplitSize) {
+  // Sequence 0 decodes at 5000, sequence 1 prefills 4090..4105 (its split size changes at
+  // length 4097), sequence 2 prefills 0..9.
+  std::vector<int32_t> positions = {4999};
+  for (int32_t p = 4090; p < 4106; ++p) positions.push_back(p);
+  for (int32_t p = 0; p < 10; ++p) positions.push_back(p);
+  const std::vector<int32_t> cu_seqlens = {0, 1, 17, 27};
+  for (int group : {1, 3, 4, 8, 16}) {
+    const std::vector<int32_t> tiles = BuildAttentionTiles(positions, cu_seqlens, group);
+    ASSERT_EQ(tiles.size() % 2, 0u);
+    std::vector<int> seen(positions.size(), 0);
+    for (size_t i = 0; i < tiles.size(); i += 2) {
+      const int32_t first = tiles[i], count = tiles[i + 1];
+      ASSERT_GE(count, 1);
+      ASSERT_LE(count, TileTokens(group));
+      ASSERT_LE(count * group, std::max(kMaxTilePairs, group));
+      const auto seq = std::upper_bound(cu_seqlens.begin(), cu_seqlens.end(), first) - 1;
+      ASSERT_LE(first + count, *(seq + 1)) << "a tile crosses sequences";
+      for (int32_t t = first; t < first + count; ++t) {
+        ++seen[static_cast<size_t>(t)];
+        ASSERT_EQ(SplitPositions(positions[t] + 1), SplitPositions(positions[first] + 1));
+      }
+    }
+    for (int n : seen) ASSERT_EQ(n, 1) << "group " << group;
+  }
+  EXPECT_EQ(BuildAttentionTiles(positions, cu_seqlens, 16).size() / 2, positions.size());
 }
 
 TEST(LaunchGeometryTest, GemvGridCoversRowsAndTokens) {

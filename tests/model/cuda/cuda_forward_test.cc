@@ -156,6 +156,32 @@ TEST_P(CudaForwardTest, GreedyContinuationsMatchLlamaCpp) {
   EXPECT_GE(identical, GetParam().min_identical_continuations);
 }
 
+// With --cublas-min-tokens 1 every product goes through cuBLAS over f16 weight copies and f16
+// activations: held to the same NumPy tolerance.
+TEST_P(CudaForwardTest, CublasPathLogitsMatchNumpy) {
+  auto cublas = CudaForwardPass::Create(*model_, CudaForwardOptions{.cublas_min_tokens = 1});
+  ASSERT_TRUE(cublas.ok()) << cublas.status().ToString();
+  const ModelConfig& c = model_->config();
+  const GoldenPrompt& p = golden_.prompts[0];
+  auto kv = CudaKvCache::Create(c, KvType::kF16, 64, 16);
+  ASSERT_TRUE(kv.ok());
+  BatchBuilder builder(16, 64);
+  const int seq = builder.AddSequence();
+  ASSERT_TRUE(builder.Append(seq, p.prompt_tokens, BatchBuilder::Logits::kAll).ok());
+  std::vector<float> logits(p.prompt_tokens.size() * c.n_vocab);
+  ASSERT_TRUE((*cublas)->Run({builder.token_ids(), builder.batch(), builder.logit_rows()},
+                             kv->view(), logits).ok());
+  float worst = 0.0f;
+  for (size_t pos = 0; pos < p.numpy_logits.size(); ++pos) {
+    const SparseLogits& row = p.numpy_logits[pos];
+    for (size_t k = 0; k < row.ids.size(); ++k) {
+      worst = std::max(worst, std::fabs(logits[pos * c.n_vocab + row.ids[k]] - row.values[k]));
+    }
+  }
+  std::cout << GetParam().stem << ": cuBLAS path max |logit - NumPy| = " << worst << "\n";
+  EXPECT_LE(worst, GetParam().numpy_tolerance);
+}
+
 TEST_P(CudaForwardTest, BadInputIsAStatusNotACrash) {
   const ModelConfig& c = model_->config();
   auto kv = CudaKvCache::Create(c, KvType::kF16, 4, 16);
