@@ -26,6 +26,9 @@ constexpr size_t kHeaderLimit = 64 * 1024;
 // than a reset connection.
 constexpr size_t kDiscardLimit = 64 * 1024 * 1024;
 constexpr auto kDiscardTimeout = std::chrono::seconds(5);
+// A connection that sends no complete request head for this long is closed (idle keep-alive
+// connections and clients that trickle bytes hold a coroutine each).
+constexpr auto kRequestHeadTimeout = std::chrono::seconds(120);
 
 std::string_view Path(const HttpRequest& request) {
   const std::string_view target(request.target().data(), request.target().size());
@@ -79,8 +82,20 @@ asio::awaitable<bool> Connection::HandleOne() {
   parser.header_limit(kHeaderLimit);
   parser.body_limit(static_cast<uint64_t>(context_.max_body_bytes));
   beast::error_code error;
-  co_await http::async_read_header(socket_, buffer_, parser,
-                                   asio::redirect_error(asio::use_awaitable, error));
+  {
+    asio::steady_timer deadline(socket_.get_executor());
+    deadline.expires_after(kRequestHeadTimeout);
+    // Both run on the strand; `read` keeps a late expiry from cancelling a later operation.
+    auto read = std::make_shared<bool>(false);
+    deadline.async_wait([self = shared_from_this(), read](const beast::error_code& timer_error) {
+      beast::error_code ignored;
+      if (!timer_error && !*read) self->socket_.cancel(ignored);
+    });
+    co_await http::async_read_header(socket_, buffer_, parser,
+                                     asio::redirect_error(asio::use_awaitable, error));
+    *read = true;
+    deadline.cancel();
+  }
   const auto started = std::chrono::steady_clock::now();
   if (!error && parser.get()[http::field::expect] == "100-continue" && !parser.is_done()) {
     http::response<http::empty_body> go_on(http::status::continue_, parser.get().version());

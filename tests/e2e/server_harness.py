@@ -54,8 +54,8 @@ class Server:
     """One tokenmill-server process on free ports, its log collected from stderr."""
 
     def __init__(self, *extra_args, model=DEFAULT_MODEL, env=None, wait_ready=True,
-                 metrics=True):
-        self.args = [str(SERVER_BIN), "--model", str(model), "--port", "0",
+                 metrics=True, port=0):
+        self.args = [str(SERVER_BIN), "--model", str(model), "--port", str(port),
                      "--metrics-port", "0" if metrics else "-1", "--log-level", "debug",
                      *map(str, extra_args)]
         self.lines = []
