@@ -26,8 +26,7 @@ def test_same_system_prompt_goes_to_the_same_backend(servers):
     with Gateway(*map(backend_address, servers)) as g:
         client = g.client()
         model = model_name(g)
-        placements = []
-        for system_index in range(6):
+        for system_index in range(3):
             system = (f"You are assistant number {system_index}. You answer questions about "
                       "the tokenmill inference server in one short sentence.")
             before = routed(g, servers)
@@ -42,13 +41,23 @@ def test_same_system_prompt_goes_to_the_same_backend(servers):
             delta = [x - y for x, y in zip(after, before)]
             # All three on one backend...
             assert sorted(delta) == [0, 3], delta
-            placements.append(delta.index(3))
             # ...whose prefix cache serves the system prompt to the second and third.
             assert usages[0].prompt_tokens_details.cached_tokens == 0
             assert all(u.prompt_tokens_details.cached_tokens >= 16 for u in usages[1:])
-        # Different system prompts spread over both backends (rendezvous hashing of six keys
-        # puts all on one side with probability 1/32).
-        assert set(placements) == {0, 1}, placements
+
+
+def test_different_system_prompts_spread_over_the_backends(servers):
+    with Gateway(*map(backend_address, servers)) as g:
+        client = g.client()
+        model = model_name(g)
+        for i in range(16):
+            client.chat.completions.create(
+                model=model, max_tokens=1,
+                messages=[{"role": "system", "content": f"You are spread test {i}."},
+                          {"role": "user", "content": "Hi"}])
+        # Rendezvous hashing of 16 keys leaves one backend empty with probability 2^-15.
+        counts = routed(g, servers)
+        assert sum(counts) == 16 and min(counts) >= 1, counts
 
 
 def test_a_backend_that_goes_away_loses_its_requests_to_the_other():
