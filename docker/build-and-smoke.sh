@@ -30,12 +30,14 @@ sudo=""
 install_tools() {
   local missing=()
   for p in "${TOOLS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return
   log "installing ${missing[*]}"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"
 }
 
 # A minimal Debian root file system as an image, slimmed as debuerreotype slims the official
