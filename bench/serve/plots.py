@@ -36,6 +36,7 @@ def plot_runs(runs_by_label, path, title=""):
         ax.set_xlabel("ms")
         ax.set_ylabel("fraction of requests" if key != "itl_ms" else "fraction of gaps")
         ax.set_xscale("log")
+        ax.set_ylim(0, 1.02)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title)
