@@ -144,6 +144,28 @@ def markdown(summary):
                          " | ".join(cell(s[engine][p]) for p, _, _ in TABLE) + " |")
         lines.append(f"| {name} | **ratio** | " +
                      " | ".join(cell(s["ratio"][p], True) for p, _, _ in TABLE) + " |")
+    lines.append("")
+    lines.append("ratio: median over the repeats of tokenmill / llama.cpp (above 1 is better for "
+                 "the rates, below 1 for the latencies; - where llama.cpp's value is 0).")
+    long = summary.get("long-prompt")
+    if long:
+        lines += ["", "| long-prompt | long prompt TTFT ms | decoder ITL during its prefill: "
+                  "median / max ms | decoder ITL otherwise: median / p99 ms |", "|---|---|---|---|"]
+        for engine in ENGINES:
+            reports = [r for r in long[engine].get("long_prompt", []) if "long_ttft_ms" in r]
+            if not reports:
+                continue
+            med = statistics.median
+
+            def during(k):
+                return med(r["decoder_itl_during_long_prefill_ms"][k] for r in reports)
+
+            def otherwise(k):
+                return med(r["decoder_itl_otherwise_ms"][k] for r in reports)
+
+            lines.append(f"| {engine} | {med(r['long_ttft_ms'] for r in reports):.0f} | "
+                         f"{during('median'):.0f} / {during('max'):.0f} | "
+                         f"{otherwise('median'):.0f} / {otherwise('p99'):.0f} |")
     return "\n".join(lines) + "\n"
 
 
