@@ -33,7 +33,8 @@ Engine::~Engine() { Shutdown(std::chrono::milliseconds(0)); }
 StatusOr<RequestId> Engine::Submit(GenerateRequest request) {
   TM_RETURN_IF_ERROR(ValidateGenerateRequest(
       request, RequestLimits{.max_model_len = max_model_len_, .vocab_size = vocab_size_}));
-  const RequestId id = next_id_.fetch_add(1);
+  // Its n sequences take the ids id..id+n-1 in the core.
+  const RequestId id = next_id_.fetch_add(static_cast<RequestId>(request.n));
   {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     if (shutting_down_) {

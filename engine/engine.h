@@ -42,8 +42,8 @@ struct GenerateRequest {
   // Stop conditions and the sampler's parameters (scheduler/request.h). An unset seed is
   // drawn at random when the engine adds the request.
   SamplingParams sampling;
-  // Sequences to generate from the prompt, each with sampling.sequence_index = its index
-  // 0..n-1 (so a seed gives reproducible, distinct sequences); they share the prompt's KV
+  // Sequences to generate from the prompt; sequence i draws with sampling.sequence_index + i
+  // (so a seed gives reproducible, distinct sequences). They share the prompt's KV
   // blocks. Every event carries its sequence's index; each sequence ends with its own final
   // event. The request takes the ids id..id+n-1 in the engine.
   int n = 1;

@@ -52,8 +52,10 @@ StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const Model& model,
       std::make_unique<ModelRunner>(model, std::move(backend), num_blocks, config.block_size);
   const RequestLimits limits{.max_model_len = scheduler->max_model_len(),
                              .vocab_size = tokenizer.vocab_size()};
-  return std::unique_ptr<EngineCore>(new EngineCore(tokenizer, std::move(kv), std::move(scheduler),
-                                                    std::move(runner), limits));
+  std::unique_ptr<EngineCore> core(new EngineCore(tokenizer, std::move(kv), std::move(scheduler),
+                                                 std::move(runner), limits));
+  core->prefix_caching_ = config.enable_prefix_caching;
+  return core;
 }
 
 EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManager> kv,
@@ -69,32 +71,96 @@ EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManage
 
 Status EngineCore::Add(RequestId id, GenerateRequest request, Clock::time_point submit_time) {
   TM_RETURN_IF_ERROR(ValidateGenerateRequest(request, limits_));
-  if (outputs_.contains(id)) {
-    return InvalidArgumentError("request id " + std::to_string(id) + " is already in use");
+  const int n = request.n;
+  for (int i = 0; i < n; ++i) {
+    if (outputs_.contains(id + static_cast<RequestId>(i)) || groups_.contains(id)) {
+      return InvalidArgumentError("request id " + std::to_string(id + static_cast<RequestId>(i)) +
+                                  " is already in use");
+    }
   }
   const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
   if (!request.sampling.seed) request.sampling.seed = seed_source_();
-  TM_RETURN_IF_ERROR(scheduler_->Add(NewRequest{.id = id,
-                                                .prompt_token_ids = request.prompt_token_ids,
-                                                .sampling = request.sampling,
-                                                .priority = request.priority,
-                                                .cache_salt = request.cache_salt,
-                                                .arrival_time = submit_time}));
-  outputs_.emplace(id, RequestOutput(id, request.sampling.sequence_index, tokenizer_,
-                                     std::move(request.stop_strings), std::move(request.sink),
-                                     num_prompt, submit_time));
+  std::vector<NewRequest> sequences;
+  for (int i = 0; i < n; ++i) {
+    SamplingParams sampling = request.sampling;
+    sampling.sequence_index += i;
+    sequences.push_back(NewRequest{.id = id + static_cast<RequestId>(i),
+                                   .prompt_token_ids = request.prompt_token_ids,
+                                   .sampling = std::move(sampling),
+                                   .priority = request.priority,
+                                   .cache_salt = request.cache_salt,
+                                   .arrival_time = submit_time});
+  }
+  TM_RETURN_IF_ERROR(scheduler_->Add(std::move(sequences[0])));
+  for (int i = 0; i < n; ++i) {
+    outputs_.emplace(id + static_cast<RequestId>(i),
+                     RequestOutput(id, i, tokenizer_, request.stop_strings, request.sink,
+                                   num_prompt, submit_time));
+  }
+  if (n > 1) {
+    groups_.emplace(id, Group{.n = n, .num_live = n});
+    held_.push_back(HeldSequences{
+        .first_id = id,
+        .sequences = std::vector<NewRequest>(std::make_move_iterator(sequences.begin() + 1),
+                                             std::make_move_iterator(sequences.end()))});
+    // Without a prefix cache there is nothing to wait for.
+    if (!prefix_caching_) ReleaseHeldSequences();
+  }
   return OkStatus();
 }
 
+void EngineCore::ReleaseHeldSequences() {
+  for (auto held = held_.begin(); held != held_.end();) {
+    const Request* first = scheduler_->Find(held->first_id);
+    const bool ready = first == nullptr || !prefix_caching_ ||
+                       first->num_computed_tokens >= first->num_prompt_tokens;
+    if (!ready) {
+      ++held;
+      continue;
+    }
+    for (NewRequest& sequence : held->sequences) {
+      const RequestId id = sequence.id;
+      const Status status = scheduler_->Add(std::move(sequence));
+      if (status.ok()) continue;
+      // The queue filled up meanwhile: this sequence ends with the error.
+      const auto it = outputs_.find(id);
+      TM_CHECK(it != outputs_.end());
+      it->second.Finish(CompletionReason::kError, status, Clock::now());
+      EraseOutput(it);
+    }
+    held = held_.erase(held);
+  }
+}
+
 bool EngineCore::Abort(RequestId id) {
+  const auto group = groups_.find(id);
+  if (group == groups_.end()) return AbortSequence(id);
+  const int n = group->second.n;
+  std::erase_if(held_, [id](const HeldSequences& held) { return held.first_id == id; });
+  bool any = false;
+  for (int i = 0; i < n; ++i) any = AbortSequence(id + static_cast<RequestId>(i)) || any;
+  return any;
+}
+
+bool EngineCore::AbortSequence(RequestId id) {
   const auto it = outputs_.find(id);
   if (it == outputs_.end()) return false;
   // Frees the blocks now; the scheduler reports the id in the next step's finished_ids.
-  const Status status = scheduler_->Abort(id);
-  TM_CHECK(status.ok()) << status.ToString();
+  // A held-back sequence is not in the scheduler yet.
+  if (scheduler_->Find(id) != nullptr) {
+    const Status status = scheduler_->Abort(id);
+    TM_CHECK(status.ok()) << status.ToString();
+  }
   it->second.Finish(CompletionReason::kAbort, OkStatus(), Clock::now());
-  outputs_.erase(it);
+  EraseOutput(it);
   return true;
+}
+
+void EngineCore::EraseOutput(std::unordered_map<RequestId, RequestOutput>::iterator it) {
+  const RequestId first_id = it->first - static_cast<RequestId>(it->second.sequence_index());
+  outputs_.erase(it);
+  const auto group = groups_.find(first_id);
+  if (group != groups_.end() && --group->second.num_live == 0) groups_.erase(group);
 }
 
 void EngineCore::AbortAll() {
@@ -105,6 +171,7 @@ void EngineCore::AbortAll() {
 }
 
 bool EngineCore::Step() {
+  ReleaseHeldSequences();
   const SchedulerOutput step = scheduler_->Schedule();
   if (step.empty()) return false;
   ++num_steps_;
@@ -134,8 +201,9 @@ bool EngineCore::Step() {
       const Status status = scheduler_->FinishRequest(event.id, FinishReason::kStop);
       TM_CHECK(status.ok()) << status.ToString();
     }
-    outputs_.erase(it);
+    EraseOutput(it);
   }
+  ReleaseHeldSequences();
   return true;
 }
 
@@ -147,7 +215,7 @@ void EngineCore::FailStep(const SchedulerOutput& step, const Status& error) {
     const Status status = scheduler_->FinishRequest(r.id, FinishReason::kAbort);
     TM_CHECK(status.ok()) << status.ToString();
     it->second.Finish(CompletionReason::kError, reported, Clock::now());
-    outputs_.erase(it);
+    EraseOutput(it);
   }
   // Tells the scheduler the step is over; its requests are all finished.
   scheduler_->Update(ModelOutput{});

@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 #include <unordered_map>
+#include <vector>
 
 #include "cache/kv_cache_manager.h"
 #include "common/status.h"
@@ -33,11 +34,14 @@ class EngineCore {
 
   const RequestLimits& limits() const { return limits_; }
 
-  // Queues a request under `id` (unique). Validates it first; on error the sink is not
-  // called. A request without a seed gets a random one here.
+  // Queues a request under `id`; its n sequences take the ids id..id+n-1 (all unused) and
+  // their events carry `id` and their index. Validates it first; on error the sink is not
+  // called. A request without a seed gets a random one here. Sequences 1..n-1 wait until
+  // sequence 0 has computed the prompt, so the prefix cache serves them its full blocks.
   Status Add(RequestId id, GenerateRequest request, Clock::time_point submit_time = Clock::now());
 
-  // Frees the request's blocks now and emits its abort event; false for an unknown id.
+  // Frees the request's blocks now and emits its abort event (for each of its sequences
+  // when `id` is the id of a request with n > 1); false for an unknown id.
   bool Abort(RequestId id);
   void AbortAll();
 
@@ -55,6 +59,18 @@ class EngineCore {
              std::unique_ptr<Scheduler> scheduler, std::unique_ptr<ModelRunner> runner,
              RequestLimits limits);
   void FailStep(const SchedulerOutput& step, const Status& error);
+  // Aborts one sequence (live or held back).
+  bool AbortSequence(RequestId id);
+  // Adds the held-back sequences of requests whose sequence 0 has computed its prompt.
+  void ReleaseHeldSequences();
+  // Drops a sequence's output and its group's count.
+  void EraseOutput(std::unordered_map<RequestId, RequestOutput>::iterator it);
+
+  // Sequences 1..n-1 of a request, waiting for sequence 0 (first_id) to fill the cache.
+  struct HeldSequences {
+    RequestId first_id;
+    std::vector<NewRequest> sequences;
+  };
 
   const Tokenizer& tokenizer_;
   std::unique_ptr<KvCacheManager> kv_;
@@ -64,7 +80,15 @@ class EngineCore {
   StepLogprobs step_logprobs_;  // the last step's, reused
   std::mt19937_64 seed_source_;  // seeds for requests that bring none
   RequestLimits limits_;
-  std::unordered_map<RequestId, RequestOutput> outputs_;  // live requests
+  std::unordered_map<RequestId, RequestOutput> outputs_;  // live sequences, held ones too
+  std::vector<HeldSequences> held_;
+  bool prefix_caching_ = true;
+  // Requests with n > 1, by their first id.
+  struct Group {
+    int n;
+    int num_live;  // sequences not finished yet
+  };
+  std::unordered_map<RequestId, Group> groups_;
   int64_t num_steps_ = 0;
 };
 

@@ -28,6 +28,8 @@ class RequestOutput {
                 std::vector<std::string> stop_strings, OutputSink sink, int num_prompt_tokens,
                 Clock::time_point submit_time);
 
+  int sequence_index() const { return sequence_index_; }
+
   // The request ran in a step (the first call sets the queue time).
   void MarkScheduled(Clock::time_point now);
 

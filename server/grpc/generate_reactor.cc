@@ -32,6 +32,7 @@ void GenerateReactor::Start(GenerateRequest request) {
     // the request, and gRPC end the call, before Submit returns.
     std::lock_guard lock(mutex_);
     holders_ += 2;
+    num_sequences_ = request.n;
   }
   StatusOr<RequestId> id = engine_.Submit(std::move(request));
   if (!id.ok()) {
@@ -57,45 +58,68 @@ void GenerateReactor::Start(GenerateRequest request) {
   Release();
 }
 
+v1::GenerateResponse& GenerateReactor::PendingFor(int index) {
+  // Merge into the last response not yet written when it is the same sequence's and not
+  // its final one: responses of one sequence stay in order, sequences interleave.
+  if (pending_.empty() || pending_.back().index() != static_cast<uint32_t>(index) ||
+      pending_.back().finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+    pending_.emplace_back();
+    pending_.back().set_request_id(request_id_);
+    pending_.back().set_index(static_cast<uint32_t>(index));
+  }
+  return pending_.back();
+}
+
 void GenerateReactor::OnOutput(GenerateOutput&& output) {
+  bool all_finished = false;
   {
     std::lock_guard lock(mutex_);
-    if (!has_pending_) {
-      pending_.Clear();
-      pending_.set_request_id(request_id_);
+    const bool error = output.finished && output.finish_reason == CompletionReason::kError;
+    if (!output.token_ids.empty() || !output.text.empty() || (output.finished && !error)) {
+      v1::GenerateResponse& response = PendingFor(output.index);
+      response.mutable_token_ids()->Add(output.token_ids.begin(), output.token_ids.end());
+      response.mutable_text()->append(output.text);
+      for (const TokenLogprobs& l : output.logprobs) {
+        v1::TokenLogprobs* wire = response.add_logprobs();
+        wire->mutable_chosen()->set_token_id(l.chosen.token_id);
+        wire->mutable_chosen()->set_logprob(l.chosen.logprob);
+        for (const TokenLogprob& t : l.top) {
+          v1::TokenLogprob* top = wire->add_top();
+          top->set_token_id(t.token_id);
+          top->set_logprob(t.logprob);
+        }
+      }
     }
-    has_pending_ = true;
-    pending_.mutable_token_ids()->Add(output.token_ids.begin(), output.token_ids.end());
-    pending_.mutable_text()->append(output.text);
     if (output.finished) {
-      engine_finished_ = true;
       const CompletionReason reason = output.finish_reason.value_or(CompletionReason::kError);
       metrics_.ObserveFinished(output.timings, reason);
-      spdlog::debug("request {} finished: {}, {} prompt + {} generated tokens", request_id_,
-                    CompletionReasonName(reason), output.usage.prompt_tokens,
-                    output.usage.completion_tokens);
-      if (reason == CompletionReason::kError) {
-        finish_status_ = ToGrpcStatus(output.error.ok() ? InternalError("the engine failed")
-                                                        : output.error);
-        if (finish_status_->ok()) finish_status_ = grpc::Status(grpc::INTERNAL, "engine error");
+      spdlog::debug("request {} sequence {} finished: {}, {} prompt + {} generated tokens",
+                    request_id_, output.index, CompletionReasonName(reason),
+                    output.usage.prompt_tokens, output.usage.completion_tokens);
+      if (error) {
+        if (!error_status_) {
+          error_status_ = ToGrpcStatus(output.error.ok() ? InternalError("the engine failed")
+                                                         : output.error);
+          if (error_status_->ok()) error_status_ = grpc::Status(grpc::INTERNAL, "engine error");
+        }
       } else {
-        final_pending_ = true;
-        pending_.set_finish_reason(ToProto(reason));
-        pending_.set_stop_string(output.stop_string);
-        v1::Usage* usage = pending_.mutable_usage();
+        v1::GenerateResponse& response = pending_.back();
+        response.set_finish_reason(ToProto(reason));
+        response.set_stop_string(output.stop_string);
+        v1::Usage* usage = response.mutable_usage();
         usage->set_prompt_tokens(static_cast<uint32_t>(output.usage.prompt_tokens));
         usage->set_cached_prompt_tokens(static_cast<uint32_t>(output.usage.cached_prompt_tokens));
         usage->set_completion_tokens(static_cast<uint32_t>(output.usage.completion_tokens));
-        finish_status_ = grpc::Status::OK;
       }
-      // Nothing left to write but an empty error chunk.
-      if (!final_pending_ && pending_.token_ids().empty() && pending_.text().empty()) {
-        has_pending_ = false;
+      all_finished = ++num_finished_sequences_ == num_sequences_;
+      if (all_finished) {
+        engine_finished_ = true;
+        finish_status_ = error_status_.value_or(grpc::Status::OK);
       }
     }
   }
   Pump();
-  if (output.finished) Release();
+  if (all_finished) Release();
 }
 
 void GenerateReactor::Pump() {
@@ -107,11 +131,10 @@ void GenerateReactor::Pump() {
     if (cancelled_) {
       action = Action::kFinish;
       status = grpc::Status(grpc::CANCELLED, "the call was cancelled");
-    } else if (has_pending_) {
+    } else if (!pending_.empty()) {
       action = Action::kWrite;
-      in_flight_.Swap(&pending_);
-      has_pending_ = false;
-      final_pending_ = false;
+      in_flight_ = std::move(pending_.front());
+      pending_.pop_front();
       write_in_flight_ = true;
     } else if (finish_status_) {
       action = Action::kFinish;

@@ -1,4 +1,5 @@
-// One Generate call: a gRPC ServerWriteReactor fed by the engine's output events.
+// One Generate call: a gRPC ServerWriteReactor fed by the engine's output events (of each
+// of the request's n sequences; every response carries its sequence's index).
 //
 // The engine calls the sink on its own thread; the sink only merges the event into the
 // pending response and starts a write when none is in flight (one write in flight, no
@@ -9,6 +10,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -37,6 +39,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   // Engine thread.
   void OnOutput(GenerateOutput&& output);
+  // The unwritten response to merge sequence `index`'s event into. mutex_ held.
+  v1::GenerateResponse& PendingFor(int index);
   // Starts the next write, or finishes the call, when the state allows it. Any thread.
   void Pump();
   // Drops one of the two holders (gRPC, engine); the last deletes the reactor.
@@ -50,10 +54,13 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   std::mutex mutex_;
   int holders_ = 1;  // gRPC until OnDone; Start adds the engine (until its final event)
   std::optional<RequestId> engine_id_;   // once submitted
-  bool engine_finished_ = false;         // the final event arrived
-  v1::GenerateResponse pending_;         // merged events not yet written
-  bool has_pending_ = false;
-  bool final_pending_ = false;           // pending_ carries the finish reason and usage
+  int num_sequences_ = 1;                // the request's n
+  int num_finished_sequences_ = 0;       // final events arrived
+  bool engine_finished_ = false;         // every sequence's final event arrived
+  // Events not yet written, merged per sequence while consecutive; a sequence's final
+  // response carries its finish reason and usage.
+  std::deque<v1::GenerateResponse> pending_;
+  std::optional<grpc::Status> error_status_;   // the first sequence that failed
   std::optional<grpc::Status> finish_status_;  // how to finish once everything is written
   bool cancelled_ = false;               // by the client, a deadline or a failed write
   bool write_in_flight_ = false;

@@ -1,16 +1,13 @@
 #include "server/grpc/request_builder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
+#include "engine/request_validation.h"
+
 namespace tokenmill::server {
 namespace {
-
-std::string Num(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), "%g", value);
-  return buffer;
-}
 
 Status CheckTokenIds(std::string_view field, const google::protobuf::RepeatedField<int32_t>& ids,
                      int32_t vocab_size) {
@@ -33,77 +30,20 @@ StatusOr<std::vector<TokenId>> EncodeChat(const v1::Chat& chat, const RequestCon
   return context.tokenizer->Encode(prompt, kChatEncodeOptions);
 }
 
-// A value the engine cannot honour yet is refused, never silently ignored.
-Status RefuseUnless(bool supported, std::string_view field, double value,
-                    std::string_view neutral) {
-  if (supported) return OkStatus();
-  return InvalidArgumentError("sampling." + std::string(field) + " = " + Num(value) +
-                              " is not supported yet: this server decodes greedily; leave it "
-                              "unset or " + std::string(neutral));
-}
-
-Status CheckFinite(std::string_view field, double value) {
-  if (std::isfinite(value)) return OkStatus();
-  return InvalidArgumentError("sampling." + std::string(field) + " must be a finite number");
-}
-
-Status CheckSampling(const v1::SamplingParams& s) {
-  if (s.has_temperature()) {
-    TM_RETURN_IF_ERROR(CheckFinite("temperature", s.temperature()));
-    if (s.temperature() < 0) {
-      return InvalidArgumentError("sampling.temperature must be >= 0 (0 is greedy), got " +
-                                  Num(s.temperature()));
-    }
-    TM_RETURN_IF_ERROR(RefuseUnless(s.temperature() == 0, "temperature", s.temperature(), "0"));
-  }
-  if (s.has_top_p()) {
-    TM_RETURN_IF_ERROR(CheckFinite("top_p", s.top_p()));
-    if (s.top_p() <= 0 || s.top_p() > 1) {
-      return InvalidArgumentError("sampling.top_p must be in (0, 1], got " + Num(s.top_p()));
-    }
-    TM_RETURN_IF_ERROR(RefuseUnless(s.top_p() == 1, "top_p", s.top_p(), "1"));
-  }
-  if (s.has_top_k()) {
-    if (s.top_k() < -1) {
-      return InvalidArgumentError("sampling.top_k must be -1 or 0 (off) or positive, got " +
-                                  std::to_string(s.top_k()));
-    }
-    TM_RETURN_IF_ERROR(RefuseUnless(s.top_k() <= 0, "top_k", s.top_k(), "0"));
-  }
-  if (s.has_min_p()) {
-    TM_RETURN_IF_ERROR(CheckFinite("min_p", s.min_p()));
-    if (s.min_p() < 0 || s.min_p() > 1) {
-      return InvalidArgumentError("sampling.min_p must be in [0, 1], got " + Num(s.min_p()));
-    }
-    TM_RETURN_IF_ERROR(RefuseUnless(s.min_p() == 0, "min_p", s.min_p(), "0"));
-  }
-  if (s.has_repetition_penalty()) {
-    TM_RETURN_IF_ERROR(CheckFinite("repetition_penalty", s.repetition_penalty()));
-    if (s.repetition_penalty() <= 0) {
-      return InvalidArgumentError("sampling.repetition_penalty must be > 0 (1 is off), got " +
-                                  Num(s.repetition_penalty()));
-    }
-    TM_RETURN_IF_ERROR(RefuseUnless(s.repetition_penalty() == 1, "repetition_penalty",
-                                    s.repetition_penalty(), "1"));
-  }
-  if (s.has_presence_penalty()) {
-    TM_RETURN_IF_ERROR(CheckFinite("presence_penalty", s.presence_penalty()));
-    TM_RETURN_IF_ERROR(
-        RefuseUnless(s.presence_penalty() == 0, "presence_penalty", s.presence_penalty(), "0"));
-  }
-  if (s.has_frequency_penalty()) {
-    TM_RETURN_IF_ERROR(CheckFinite("frequency_penalty", s.frequency_penalty()));
-    TM_RETURN_IF_ERROR(RefuseUnless(s.frequency_penalty() == 0, "frequency_penalty",
-                                    s.frequency_penalty(), "0"));
-  }
-  if (!s.logit_bias().empty()) {
-    return InvalidArgumentError("sampling.logit_bias is not supported yet: leave it empty");
-  }
-  if (s.min_tokens() > 0) {
-    return InvalidArgumentError("sampling.min_tokens is not supported yet: leave it unset or 0");
-  }
-  // A seed changes nothing under greedy decoding: accepted.
-  return OkStatus();
+// The wire's sampling fields into `out`; unset ones keep the engine's neutral defaults. The
+// ranges are checked by the engine's ValidateSamplingParams, which names each field.
+void CopySampling(const v1::SamplingParams& s, SamplingParams& out) {
+  if (s.has_temperature()) out.temperature = s.temperature();
+  if (s.has_top_p()) out.top_p = s.top_p();
+  if (s.has_top_k()) out.top_k = s.top_k();
+  if (s.has_min_p()) out.min_p = s.min_p();
+  if (s.has_repetition_penalty()) out.repetition_penalty = s.repetition_penalty();
+  if (s.has_presence_penalty()) out.presence_penalty = s.presence_penalty();
+  if (s.has_frequency_penalty()) out.frequency_penalty = s.frequency_penalty();
+  if (s.has_seed()) out.seed = s.seed();
+  for (const auto& [id, bias] : s.logit_bias()) out.logit_bias.emplace_back(id, bias);
+  // Map order is unspecified: sort, so the same request always builds the same params.
+  std::sort(out.logit_bias.begin(), out.logit_bias.end());
 }
 
 }  // namespace
@@ -197,15 +137,19 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
     return InvalidArgumentError("the prompt has no tokens: give a longer text");
   }
 
-  TM_RETURN_IF_ERROR(CheckSampling(request.sampling()));
-  if (request.logprobs() || request.top_logprobs() > 0) {
-    return InvalidArgumentError(std::string(request.logprobs() ? "logprobs" : "top_logprobs") +
-                                " is not supported yet: leave it unset");
+  if (request.top_logprobs() > static_cast<uint32_t>(kMaxTopLogprobs)) {
+    return InvalidArgumentError("top_logprobs = " + std::to_string(request.top_logprobs()) +
+                                " must be at most " + std::to_string(kMaxTopLogprobs));
   }
-  if (request.n() > 1) {
-    return InvalidArgumentError("n = " + std::to_string(request.n()) +
-                                " is not supported yet: leave it unset or 1");
+  out.sampling.logprobs = request.logprobs();
+  out.sampling.top_logprobs = static_cast<int>(request.top_logprobs());
+  if (request.has_n() &&
+      (request.n() < 1 || request.n() > static_cast<uint32_t>(kMaxSequencesPerRequest))) {
+    return InvalidArgumentError("n = " + std::to_string(request.n()) + " must be in [1, " +
+                                std::to_string(kMaxSequencesPerRequest) + "]");
   }
+  out.n = request.has_n() ? static_cast<int>(request.n()) : 1;
+  CopySampling(request.sampling(), out.sampling);
 
   const uint32_t max_tokens = request.has_max_tokens() ? request.max_tokens() : kDefaultMaxTokens;
   if (max_tokens < 1) return InvalidArgumentError("max_tokens must be at least 1");
@@ -224,6 +168,13 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
         std::to_string(context.max_model_len - prompt_tokens) + " or shorten the prompt");
   }
   out.sampling.max_tokens = static_cast<int>(max_tokens);
+  if (request.sampling().min_tokens() > max_tokens) {
+    return InvalidArgumentError("sampling.min_tokens = " +
+                                std::to_string(request.sampling().min_tokens()) +
+                                " exceeds max_tokens = " + std::to_string(max_tokens) +
+                                ": lower it or raise max_tokens");
+  }
+  out.sampling.min_tokens = static_cast<int>(request.sampling().min_tokens());
 
   TM_RETURN_IF_ERROR(CheckTokenIds("stop_token_ids", request.stop_token_ids(), vocab_size));
   out.sampling.stop_token_ids.assign(request.stop_token_ids().begin(),
@@ -237,6 +188,7 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
   }
   out.priority = request.priority();
   out.cache_salt = request.cache_salt();
+  TM_RETURN_IF_ERROR(ValidateSamplingParams(out.sampling, vocab_size));
   return out;
 }
 

@@ -70,7 +70,7 @@ TEST(BuildGenerateRequest, CarriesTokenIdsAndStopConditionsAsGiven) {
   request.set_priority(-2);
   request.set_cache_salt("tenant-a");
   request.mutable_sampling()->set_temperature(0.0f);  // greedy, spelled out
-  request.mutable_sampling()->set_seed(42);            // meaningless but harmless when greedy
+  request.mutable_sampling()->set_seed(42);
   StatusOr<GenerateRequest> built = BuildGenerateRequest(request, SmolLm2().Context(8192));
   ASSERT_TRUE(built.ok()) << built.status().ToString();
   EXPECT_THAT(built->prompt_token_ids, ElementsAre(5, 7));
@@ -80,6 +80,45 @@ TEST(BuildGenerateRequest, CarriesTokenIdsAndStopConditionsAsGiven) {
   EXPECT_THAT(built->stop_strings, ElementsAre("\n\n"));
   EXPECT_EQ(built->priority, -2);
   EXPECT_EQ(built->cache_salt, "tenant-a");
+  EXPECT_EQ(built->sampling.seed, 42u);
+  EXPECT_EQ(built->n, 1);
+  EXPECT_FALSE(built->sampling.wants_logprobs());
+}
+
+TEST(BuildGenerateRequest, CarriesEverySamplingField) {
+  v1::GenerateRequest request = TextRequest("Hello");
+  v1::SamplingParams& s = *request.mutable_sampling();
+  s.set_temperature(0.7f);
+  s.set_top_p(0.9f);
+  s.set_top_k(40);
+  s.set_min_p(0.05f);
+  s.set_repetition_penalty(1.1f);
+  s.set_presence_penalty(0.5f);
+  s.set_frequency_penalty(-0.5f);
+  (*s.mutable_logit_bias())[30] = -2.5f;
+  (*s.mutable_logit_bias())[7] = 100.0f;
+  s.set_min_tokens(2);
+  request.set_max_tokens(5);
+  request.set_logprobs(true);
+  request.set_top_logprobs(20);
+  request.set_n(16);
+  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, SmolLm2().Context(8192));
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  const SamplingParams& p = built->sampling;
+  EXPECT_EQ(p.temperature, 0.7f);
+  EXPECT_EQ(p.top_p, 0.9f);
+  EXPECT_EQ(p.top_k, 40);
+  EXPECT_EQ(p.min_p, 0.05f);
+  EXPECT_EQ(p.repetition_penalty, 1.1f);
+  EXPECT_EQ(p.presence_penalty, 0.5f);
+  EXPECT_EQ(p.frequency_penalty, -0.5f);
+  EXPECT_THAT(p.logit_bias, ElementsAre(std::pair<TokenId, float>{7, 100.0f},
+                                        std::pair<TokenId, float>{30, -2.5f}));
+  EXPECT_EQ(p.min_tokens, 2);
+  EXPECT_FALSE(p.seed.has_value()) << "the engine draws one";
+  EXPECT_TRUE(p.logprobs);
+  EXPECT_EQ(p.top_logprobs, 20);
+  EXPECT_EQ(built->n, 16);
 }
 
 TEST(BuildGenerateRequest, ChatMarkupBecomesSpecialTokens) {
@@ -134,35 +173,50 @@ TEST(BuildGenerateRequest, RefusesBadInputSayingWhatToChange) {
        StatusCode::kInvalidArgument, "max_tokens must be at least 1"},
       {"too long", [](v1::GenerateRequest& r) { r.set_max_tokens(8192); },
        StatusCode::kInvalidArgument, "lower max_tokens to at most"},
-      {"temperature", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_temperature(0.7f); },
-       StatusCode::kInvalidArgument, "sampling.temperature = 0.7 is not supported yet"},
       {"negative temperature",
        [](v1::GenerateRequest& r) { r.mutable_sampling()->set_temperature(-1.0f); },
        StatusCode::kInvalidArgument, "sampling.temperature must be >= 0"},
       {"nan temperature",
        [](v1::GenerateRequest& r) { r.mutable_sampling()->set_temperature(NAN); },
        StatusCode::kInvalidArgument, "sampling.temperature must be a finite number"},
-      {"top_p", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_p(0.9f); },
-       StatusCode::kInvalidArgument, "sampling.top_p = 0.9 is not supported yet"},
       {"top_p range", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_p(1.5f); },
        StatusCode::kInvalidArgument, "sampling.top_p must be in (0, 1]"},
-      {"top_k", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_k(40); },
-       StatusCode::kInvalidArgument, "sampling.top_k = 40 is not supported yet"},
-      {"min_p", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_min_p(0.1f); },
-       StatusCode::kInvalidArgument, "sampling.min_p = 0.1"},
+      {"top_p zero", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_p(0.0f); },
+       StatusCode::kInvalidArgument, "sampling.top_p must be in (0, 1]"},
+      {"top_k", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_top_k(-2); },
+       StatusCode::kInvalidArgument, "sampling.top_k must be -1 or 0 (off) or positive"},
+      {"min_p", [](v1::GenerateRequest& r) { r.mutable_sampling()->set_min_p(1.1f); },
+       StatusCode::kInvalidArgument, "sampling.min_p must be in [0, 1]"},
       {"repetition_penalty",
-       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_repetition_penalty(1.1f); },
-       StatusCode::kInvalidArgument, "sampling.repetition_penalty = 1.1"},
+       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_repetition_penalty(0.0f); },
+       StatusCode::kInvalidArgument, "sampling.repetition_penalty must be > 0"},
+      {"infinite repetition_penalty",
+       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_repetition_penalty(INFINITY); },
+       StatusCode::kInvalidArgument, "sampling.repetition_penalty must be a finite number"},
       {"presence_penalty",
-       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_presence_penalty(0.5f); },
-       StatusCode::kInvalidArgument, "sampling.presence_penalty = 0.5"},
+       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_presence_penalty(2.5f); },
+       StatusCode::kInvalidArgument, "sampling.presence_penalty must be in [-2, 2]"},
       {"frequency_penalty",
-       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_frequency_penalty(-0.5f); },
-       StatusCode::kInvalidArgument, "sampling.frequency_penalty = -0.5"},
-      {"logprobs", [](v1::GenerateRequest& r) { r.set_logprobs(true); },
-       StatusCode::kInvalidArgument, "logprobs is not supported yet"},
-      {"top_logprobs", [](v1::GenerateRequest& r) { r.set_top_logprobs(5); },
-       StatusCode::kInvalidArgument, "top_logprobs is not supported yet"},
+       [](v1::GenerateRequest& r) { r.mutable_sampling()->set_frequency_penalty(NAN); },
+       StatusCode::kInvalidArgument, "sampling.frequency_penalty must be a finite number"},
+      {"logit_bias id",
+       [](v1::GenerateRequest& r) { (*r.mutable_sampling()->mutable_logit_bias())[49152] = 1; },
+       StatusCode::kInvalidArgument, "sampling.logit_bias has token id 49152, outside"},
+      {"logit_bias value",
+       [](v1::GenerateRequest& r) { (*r.mutable_sampling()->mutable_logit_bias())[7] = 101; },
+       StatusCode::kInvalidArgument, "sampling.logit_bias[7] = 101 must be in [-100, 100]"},
+      {"min_tokens",
+       [](v1::GenerateRequest& r) {
+         r.set_max_tokens(4);
+         r.mutable_sampling()->set_min_tokens(5);
+       },
+       StatusCode::kInvalidArgument, "sampling.min_tokens = 5 exceeds max_tokens = 4"},
+      {"top_logprobs", [](v1::GenerateRequest& r) { r.set_top_logprobs(21); },
+       StatusCode::kInvalidArgument, "top_logprobs = 21 must be at most 20"},
+      {"n zero", [](v1::GenerateRequest& r) { r.set_n(0); }, StatusCode::kInvalidArgument,
+       "n = 0 must be in [1, 16]"},
+      {"n too large", [](v1::GenerateRequest& r) { r.set_n(17); },
+       StatusCode::kInvalidArgument, "n = 17 must be in [1, 16]"},
       {"empty stop",
        [](v1::GenerateRequest& r) {
          r.add_stop("x");
