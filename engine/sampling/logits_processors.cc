@@ -114,15 +114,28 @@ void ApplyTopP(std::span<double> probs, double top_p, std::vector<TokenId>& orde
       total += probs[i];
     }
   }
-  std::sort(order.begin(), order.end(), [&](TokenId a, TokenId b) {
+  if (order.empty()) return;
+  const auto more_likely = [&](TokenId a, TokenId b) {
     const double pa = probs[static_cast<size_t>(a)];
     const double pb = probs[static_cast<size_t>(b)];
     return pa > pb || (pa == pb && a < b);
-  });
+  };
+  // Sort only the head that holds top_p of the mass (a few hundred ids of a large
+  // vocabulary, usually): the order is total, so the head is what a full sort would give.
+  size_t head = std::min<size_t>(order.size(), 256);
+  while (true) {
+    std::nth_element(order.begin(), order.begin() + static_cast<ptrdiff_t>(head) - 1,
+                     order.end(), more_likely);
+    std::sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(head), more_likely);
+    double mass = 0.0;
+    for (size_t i = 0; i < head; ++i) mass += probs[static_cast<size_t>(order[i])] / total;
+    if (mass >= top_p || head == order.size()) break;
+    head = std::min(order.size(), head * 4);
+  }
   double before = 0.0;  // mass of the ids ranked above, as a fraction of the total
-  for (const TokenId id : order) {
-    double& p = probs[static_cast<size_t>(id)];
-    if (before >= top_p) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    double& p = probs[static_cast<size_t>(order[i])];
+    if (i >= head || before >= top_p) {
       p = 0.0;
     } else {
       before += p / total;
