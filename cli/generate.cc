@@ -1,10 +1,11 @@
 // `tokenmill generate --model PATH (--prompt TEXT | --prompt-tokens IDS) --max-tokens N
-//  --temperature T [--json] [--threads N]`: one sequence, prefilled in one step, then
+//  --temperature T [--json] [--threads N] [--device cpu|cuda]`: one sequence, prefilled in one step, then
 // decoded one token per step over a paged KV cache; prints the continuation (generated
 // tokens only), stopping at an end-of-generation token unless --ignore-eos.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -21,6 +22,11 @@
 #include "model/forward.h"
 #include "model/tokenizer/incremental_decoder.h"
 #include "model/tokenizer/tokenizer.h"
+
+#if TOKENMILL_HAVE_CUDA
+#include "model/cuda/cuda_forward.h"
+#include "model/cuda/cuda_kv_cache.h"
+#endif
 
 namespace tokenmill::cli {
 namespace {
@@ -40,7 +46,30 @@ struct Options {
   int threads = 0;  // 0: all hardware threads
   std::string isa;  // empty: the best this CPU has
   std::string kv_type = "f16";
+  std::string device = "cpu";
 };
+
+// One forward step of the sequence: on the CPU (ForwardPass over host KV) or the GPU.
+using StepFn = std::function<Status(const ForwardInput&, std::span<float>)>;
+
+StatusOr<StepFn> CudaStep(const Model& model, KvType kv_type, int64_t blocks) {
+#if TOKENMILL_HAVE_CUDA
+  TM_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaForwardPass> pass,
+                      cuda::CudaForwardPass::Create(model));
+  TM_ASSIGN_OR_RETURN(cuda::CudaKvCache kv,
+                      cuda::CudaKvCache::Create(model.config(), kv_type, blocks, kBlockSize));
+  auto forward = std::shared_ptr<cuda::CudaForwardPass>(std::move(pass));
+  auto cache = std::make_shared<cuda::CudaKvCache>(std::move(kv));
+  return StepFn([forward, cache](const ForwardInput& in, std::span<float> logits) {
+    return forward->Run(in, cache->view(), logits);
+  });
+#else
+  (void)model;
+  (void)kv_type;
+  (void)blocks;
+  return FailedPreconditionError("--device cuda: this build has no CUDA backend; use --device cpu");
+#endif
+}
 
 StatusOr<std::vector<int32_t>> ParseTokenIds(const std::string& text) {
   std::vector<int32_t> ids;
@@ -110,7 +139,16 @@ int RunGenerate(const Options& o) {
   ThreadPool pool(threads);
   ForwardPass forward(**model, CpuContext{&KernelTable(*isa), &pool});
   const int64_t blocks = (total + kBlockSize - 1) / kBlockSize;
-  KvCacheStorage storage(c, o.kv_type == "f16" ? KvType::kF16 : KvType::kF32, blocks, kBlockSize);
+  const KvType kv_type = o.kv_type == "f16" ? KvType::kF16 : KvType::kF32;
+  KvCacheStorage storage(c, kv_type, o.device == "cpu" ? blocks : 1, kBlockSize);
+  StepFn run_step = [&forward, &storage](const ForwardInput& in, std::span<float> logits) {
+    return forward.Run(in, storage.view(), logits);
+  };
+  if (o.device == "cuda") {
+    StatusOr<StepFn> cuda_step = CudaStep(**model, kv_type, blocks);
+    if (!cuda_step.ok()) return Fail(cuda_step.status());
+    run_step = std::move(*cuda_step);
+  }
   BatchBuilder builder(kBlockSize, blocks);
   const int seq = builder.AddSequence();
   std::mt19937_64 rng(o.seed);
@@ -125,8 +163,7 @@ int RunGenerate(const Options& o) {
   while (static_cast<int>(generated.size()) < o.max_tokens) {
     const auto start = std::chrono::steady_clock::now();
     if (Status s = builder.Append(seq, step, BatchBuilder::Logits::kLast); !s.ok()) return Fail(s);
-    const Status s = forward.Run({builder.token_ids(), builder.batch(), builder.logit_rows()},
-                                 storage.view(), logits);
+    const Status s = run_step({builder.token_ids(), builder.batch(), builder.logit_rows()}, logits);
     if (!s.ok()) return Fail(s);
     builder.Clear();
     (generated.empty() ? prefill_seconds : decode_seconds) += SecondsSince(start);
@@ -150,7 +187,8 @@ int RunGenerate(const Options& o) {
                       {"decode_steps", decode_steps},
                       {"decode_seconds", decode_seconds},
                       {"threads", threads},
-                      {"isa", IsaName(*isa)}};
+                      {"isa", IsaName(*isa)},
+                      {"device", o.device}};
     }
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
@@ -159,7 +197,7 @@ int RunGenerate(const Options& o) {
   if (o.stats && !o.json) {
     std::cerr << "prefill: " << prompt->size() / prefill_seconds << " tokens/s; decode: "
               << (decode_seconds > 0 ? decode_steps / decode_seconds : 0.0) << " tokens/s ("
-              << threads << " threads, " << IsaName(*isa) << ")\n";
+              << threads << " threads, " << IsaName(*isa) << ", " << o.device << ")\n";
   }
   return 0;
 }
@@ -168,7 +206,7 @@ int RunGenerate(const Options& o) {
 
 Command AddGenerateCommand(CLI::App& app) {
   auto o = std::make_shared<Options>();
-  CLI::App* sub = app.add_subcommand("generate", "Continue a prompt with the model (CPU)");
+  CLI::App* sub = app.add_subcommand("generate", "Continue a prompt with the model");
   sub->add_option("--model", o->model_path, "GGUF file")->required();
   CLI::Option* prompt = sub->add_option("--prompt", o->prompt, "prompt text");
   CLI::Option* ids =
@@ -188,6 +226,8 @@ Command AddGenerateCommand(CLI::App& app) {
   sub->add_option("--threads", o->threads, "CPU threads (default: all)");
   sub->add_option("--isa", o->isa, "kernels: scalar, avx2 or avx512vnni (default: best)");
   sub->add_option("--kv-type", o->kv_type, "KV cache element type: f16 (default) or f32");
+  sub->add_option("--device", o->device, "cpu (default) or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   return {sub, [o] { return RunGenerate(*o); }};
 }
 

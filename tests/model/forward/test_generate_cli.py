@@ -54,3 +54,15 @@ def test_errors_say_what_to_change():
     assert out_of_vocab.returncode != 0 and "vocabulary" in out_of_vocab.stderr
     no_prompt = generate("--model", STORIES)
     assert no_prompt.returncode != 0
+
+
+def test_device_cuda_gives_llama_cpp_greedy_tokens_or_says_to_use_the_cpu():
+    prompt = golden("stories260K")["prompts"][0]
+    ids = ",".join(str(t) for t in prompt["prompt_tokens"])
+    result = generate("--model", STORIES, "--prompt-tokens", ids, "--max-tokens", "64",
+                      "--json", "--device", "cuda")
+    if result.returncode != 0:  # no CUDA backend in this build, or no GPU here
+        assert "use --device cpu" in result.stderr, result.stderr
+        return
+    out = json.loads(result.stdout)
+    assert out["tokens"] == prompt["continuation"]
