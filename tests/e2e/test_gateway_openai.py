@@ -296,3 +296,19 @@ def test_keep_alive_serves_many_requests_on_one_connection(gateway, model):
         r = gateway.http.post("/v1/completions", json={"model": model, "prompt": "Hi",
                                                        "max_tokens": 1})
         assert r.status_code == 200 and r.headers.get("connection", "keep-alive") != "close"
+
+
+def test_client_disconnect_while_waiting_for_a_whole_response(server, gateway, model):
+    import json
+    import socket
+    aborted = server.metrics()["tokenmill:request_success_total{finished_reason=abort}"]
+    body = json.dumps({"model": model, "prompt": "Count forever:", "max_tokens": 4000,
+                       "ignore_eos": True}).encode()
+    with socket.create_connection(("127.0.0.1", gateway.port)) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        server.wait_for_metrics(lambda m: m["tokenmill:num_requests_running"] == 1)
+    # Closed before any answer: the gateway sees the socket close and cancels upstream.
+    server.wait_for_metrics(
+        lambda m: m["tokenmill:num_requests_running"] == 0 and
+        m["tokenmill:request_success_total{finished_reason=abort}"] == aborted + 1)
