@@ -89,7 +89,8 @@ class Engine {
 
   // Queues a request and returns its id. Any thread. InvalidArgument for a bad request
   // (empty prompt, token id outside the vocabulary, prompt leaving no room to generate in
-  // max_model_len, max_tokens < 1, empty stop string, no sink), ResourceExhausted when the
+  // max_model_len, max_tokens < 1, a sampling parameter out of range, n outside [1, 16],
+  // empty stop string, no sink), ResourceExhausted when the
   // queue is full, Unavailable after Shutdown began. On error the sink is never called.
   StatusOr<RequestId> Submit(GenerateRequest request);
 

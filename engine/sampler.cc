@@ -48,7 +48,12 @@ bool Sampler::ProcessedProbs(const SamplingContext& context) {
 SampledToken Sampler::Sample(std::span<const float> logits, const SamplingContext& context) {
   const SamplingParams& p = *context.params;
   SampledToken out;
-  if (p.greedy()) {
+  const bool changes_logits = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+                              p.frequency_penalty != 0.0f || !p.logit_bias.empty() ||
+                              context.output_position() < p.min_tokens;
+  if (p.greedy() && !changes_logits) {
+    out.token_id = Argmax(logits);  // the plain argmax, without copying the row
+  } else if (p.greedy()) {
     ProcessLogits(logits, context);
     out.token_id = Argmax(logits_);
   } else {
