@@ -8,7 +8,8 @@
 namespace tokenmill {
 
 int64_t KvGeometry::BytesPerToken() const {
-  return int64_t{2} * num_layers * num_kv_heads * head_dim * element_bytes;
+  return int64_t{2} * num_layers * num_kv_heads *
+         (int64_t{head_dim} * element_bytes + scale_bytes);
 }
 
 std::string KvCachePlan::Describe() const {
@@ -17,14 +18,15 @@ std::string KvCachePlan::Describe() const {
          " tokens = " + std::to_string(num_token_slots()) + " tokens in " +
          FormatBytes(total_bytes) + " (" + FormatBytes(g.BytesPerToken()) + "/token = 2 x " +
          std::to_string(g.num_layers) + " layers x " + std::to_string(g.num_kv_heads) +
-         " KV heads x " + std::to_string(g.head_dim) + " head dim x " +
-         std::to_string(g.element_bytes) + " B)";
+         " KV heads x " + (g.scale_bytes > 0 ? "(" : "") + std::to_string(g.head_dim) +
+         " head dim x " + std::to_string(g.element_bytes) + " B" +
+         (g.scale_bytes > 0 ? " + " + std::to_string(g.scale_bytes) + " B scale)" : "") + ")";
 }
 
 StatusOr<KvCachePlan> PlanKvCache(const KvGeometry& geometry, int block_size,
                                   int64_t budget_bytes) {
   if (geometry.num_layers <= 0 || geometry.num_kv_heads <= 0 || geometry.head_dim <= 0 ||
-      geometry.element_bytes <= 0 || block_size <= 0) {
+      geometry.element_bytes <= 0 || geometry.scale_bytes < 0 || block_size <= 0) {
     return InvalidArgumentError(
         "KV cache geometry must be positive: " + std::to_string(geometry.num_layers) + " layers, " +
         std::to_string(geometry.num_kv_heads) + " KV heads, head dim " +

@@ -13,9 +13,10 @@ struct KvGeometry {
   int num_layers = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
-  int element_bytes = 0;  // 2 for fp16/bf16, 4 for f32
+  int element_bytes = 0;  // 2 for fp16/bf16, 4 for f32, 1 for int8
+  int scale_bytes = 0;    // per (token, KV head) row of K (and of V): 4 for int8, else 0
 
-  // K and V: 2 x layers x KV heads x head dim x element size.
+  // K and V: 2 x layers x KV heads x (head dim x element size + scale bytes).
   int64_t BytesPerToken() const;
 };
 
@@ -28,7 +29,8 @@ struct KvCachePlan {
 
   int64_t num_token_slots() const { return int64_t{num_blocks} * block_size; }
   // One line for the startup log, e.g. "KV cache: 7281 blocks x 16 tokens = 116496 tokens in
-  // 2.00 GiB (18.00 KiB/token = 2 x 30 layers x 3 KV heads x 64 head dim x 2 B)".
+  // 2.00 GiB (18.00 KiB/token = 2 x 30 layers x 3 KV heads x 64 head dim x 2 B)"; with
+  // scales "... x (64 head dim x 1 B + 4 B scale))".
   std::string Describe() const;
 };
 

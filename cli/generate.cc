@@ -113,9 +113,8 @@ int RunGenerate(const Options& o) {
     return Fail(InvalidArgumentError("--isa '" + o.isa + "' is unknown or this CPU lacks it " +
                                      "(scalar, avx2, avx512vnni)"));
   }
-  if (o.kv_type != "f16" && o.kv_type != "f32") {
-    return Fail(InvalidArgumentError("--kv-type must be f16 or f32"));
-  }
+  const StatusOr<KvType> kv_type = ParseKvType(o.kv_type);
+  if (!kv_type.ok()) return Fail(InvalidArgumentError("--kv-type: " + kv_type.status().message()));
   StatusOr<std::unique_ptr<Model>> model = Model::Load(o.model_path);
   if (!model.ok()) return Fail(model.status());
   const ModelConfig& c = (*model)->config();
@@ -139,13 +138,12 @@ int RunGenerate(const Options& o) {
   ThreadPool pool(threads);
   ForwardPass forward(**model, CpuContext{&KernelTable(*isa), &pool});
   const int64_t blocks = (total + kBlockSize - 1) / kBlockSize;
-  const KvType kv_type = o.kv_type == "f16" ? KvType::kF16 : KvType::kF32;
-  KvCacheStorage storage(c, kv_type, o.device == "cpu" ? blocks : 1, kBlockSize);
+  KvCacheStorage storage(c, *kv_type, o.device == "cpu" ? blocks : 1, kBlockSize);
   StepFn run_step = [&forward, &storage](const ForwardInput& in, std::span<float> logits) {
     return forward.Run(in, storage.view(), logits);
   };
   if (o.device == "cuda") {
-    StatusOr<StepFn> cuda_step = CudaStep(**model, kv_type, blocks);
+    StatusOr<StepFn> cuda_step = CudaStep(**model, *kv_type, blocks);
     if (!cuda_step.ok()) return Fail(cuda_step.status());
     run_step = std::move(*cuda_step);
   }
@@ -225,7 +223,7 @@ Command AddGenerateCommand(CLI::App& app) {
   sub->add_flag("--ignore-eos", o->ignore_eos, "keep generating after end-of-sequence");
   sub->add_option("--threads", o->threads, "CPU threads (default: all)");
   sub->add_option("--isa", o->isa, "kernels: scalar, avx2 or avx512vnni (default: best)");
-  sub->add_option("--kv-type", o->kv_type, "KV cache element type: f16 (default) or f32");
+  sub->add_option("--kv-type", o->kv_type, "KV cache element type: f16 (default), f32 or int8");
   sub->add_option("--device", o->device, "cpu (default) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   return {sub, [o] { return RunGenerate(*o); }};

@@ -28,7 +28,8 @@ StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const Model& model,
       kv_bytes = static_cast<int64_t>(static_cast<double>(free_bytes) * config.kv_cache_fraction);
     }
     const KvGeometry geometry{mc.n_layers, mc.n_kv_heads, mc.head_dim,
-                              static_cast<int>(KvElementBytes(config.kv_type))};
+                              static_cast<int>(KvElementBytes(config.kv_type)),
+                              static_cast<int>(KvScaleBytes(config.kv_type))};
     TM_ASSIGN_OR_RETURN(KvCachePlan plan, PlanKvCache(geometry, config.block_size, kv_bytes));
     num_blocks = plan.num_blocks;
   }

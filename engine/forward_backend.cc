@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <string>
 
 #include "kernels/cpu/thread_pool.h"
 #include "model/kv_cache.h"
@@ -28,7 +29,8 @@ class CpuBackend final : public ForwardBackend {
   }
   int64_t KvBytesPerBlock(KvType type, int block_size) const override {
     const ModelConfig& c = model_.config();
-    return 2 * static_cast<int64_t>(c.n_layers) * block_size * c.kv_dim() * KvElementBytes(type);
+    const int64_t row_bytes = c.head_dim * KvElementBytes(type) + KvScaleBytes(type);
+    return 2 * static_cast<int64_t>(c.n_layers) * block_size * c.n_kv_heads * row_bytes;
   }
   Status AllocateKv(KvType type, int64_t num_blocks, int block_size) override {
     kv_ = std::make_unique<KvCacheStorage>(model_.config(), type, num_blocks, block_size);
@@ -59,6 +61,10 @@ class CudaBackend final : public ForwardBackend {
     return cuda::CudaKvCache::BytesPerBlock(model_.config(), type, block_size);
   }
   Status AllocateKv(KvType type, int64_t num_blocks, int block_size) override {
+    if (type != KvType::kF16 && type != KvType::kF32) {
+      return InvalidArgumentError("--kv-cache-dtype " + std::string(KvTypeName(type)) +
+                                  " is not in the CUDA backend yet: use f16 there");
+    }
     TM_ASSIGN_OR_RETURN(cuda::CudaKvCache kv,
                         cuda::CudaKvCache::Create(model_.config(), type, num_blocks, block_size));
     kv_ = std::make_unique<cuda::CudaKvCache>(std::move(kv));

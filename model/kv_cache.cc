@@ -6,14 +6,18 @@
 namespace tokenmill {
 
 PagedKvLayer KvCacheView::Layer(int layer) const {
-  const int64_t layer_bytes = num_blocks * block_size * n_kv_heads * head_dim * KvElementBytes(type);
+  const int64_t layer_rows = num_blocks * block_size * n_kv_heads;
+  const int64_t layer_bytes = layer_rows * head_dim * KvElementBytes(type);
+  const bool scaled = type == KvType::kInt8;
   return PagedKvLayer{type,
                       static_cast<uint8_t*>(k) + layer * layer_bytes,
                       static_cast<uint8_t*>(v) + layer * layer_bytes,
                       num_blocks,
                       block_size,
                       n_kv_heads,
-                      head_dim};
+                      head_dim,
+                      scaled ? k_scale + layer * layer_rows : nullptr,
+                      scaled ? v_scale + layer * layer_rows : nullptr};
 }
 
 KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks,
@@ -26,6 +30,14 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type, int64_t n
   v_.assign(static_cast<size_t>(bytes), 0);
   view_.k = k_.data();
   view_.v = v_.data();
+  if (type == KvType::kInt8) {
+    const int64_t rows =
+        static_cast<int64_t>(config.n_layers) * num_blocks * block_size * config.n_kv_heads;
+    k_scale_.assign(static_cast<size_t>(rows), 0.0f);
+    v_scale_.assign(static_cast<size_t>(rows), 0.0f);
+    view_.k_scale = k_scale_.data();
+    view_.v_scale = v_scale_.data();
+  }
 }
 
 KvCacheView KvCacheStorage::view() { return view_; }

@@ -13,7 +13,7 @@
 namespace tokenmill {
 
 // Every layer's K and V blocks: K is [layer][block][offset][kv head][head_dim], V alike.
-// Non-owning.
+// int8 adds k_scale and v_scale, [layer][block][offset][kv head] floats. Non-owning.
 struct KvCacheView {
   KvType type = KvType::kF16;
   void* k = nullptr;
@@ -23,11 +23,13 @@ struct KvCacheView {
   int n_layers = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
+  float* k_scale = nullptr;  // int8 only
+  float* v_scale = nullptr;  // int8 only
 
   PagedKvLayer Layer(int layer) const;
 };
 
-// Owns zeroed K/V memory of num_blocks blocks for a model.
+// Owns zeroed K/V memory (and int8 scales) of num_blocks blocks for a model.
 class KvCacheStorage {
  public:
   KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks, int block_size);
@@ -37,6 +39,8 @@ class KvCacheStorage {
   KvCacheView view_;
   std::vector<uint8_t> k_;
   std::vector<uint8_t> v_;
+  std::vector<float> k_scale_;
+  std::vector<float> v_scale_;
 };
 
 // Sequences that take fresh blocks from a bump allocator, and the step inputs for them.

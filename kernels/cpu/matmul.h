@@ -12,6 +12,7 @@
 #include <span>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/kv_type.h"
 #include "kernels/tensor_type.h"
 
 namespace tokenmill {
@@ -58,18 +59,21 @@ using MatmulRangeFn = void (*)(const MatmulRange&);
 
 // One (token, KV head) unit of paged attention (paged_attention.h): the `group` query
 // heads sharing KV head `kv_head` attend over positions [0, len) of the sequence whose
-// blocks are `blocks`. K/V rows are f16 (kv_f16) or f32. `scores` is group × len scratch.
+// blocks are `blocks`. K/V rows are f16, f32 or int8 (then k_scale/v_scale hold a scale
+// per (slot, KV head)). `scores` is group × len scratch.
 struct AttendArgs {
   const void* k;
   const void* v;
-  bool kv_f16;
+  KvType kv_type;
+  const float* k_scale;
+  const float* v_scale;
   int block_size;
   int n_kv_heads;
   int head_dim;
   const int32_t* blocks;
   int32_t len;
   int kv_head;
-  const float* q_group;  // group × head_dim, already rounded to f16 when kv_f16
+  const float* q_group;  // group × head_dim, already rounded to f16 when K/V are f16
   int group;
   float scale;
   float* scores;

@@ -94,11 +94,22 @@ void ScalarAxpyF32(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
+float ScalarDotI8(const float* a, const int8_t* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * static_cast<float>(b[i]);
+  return sum;
+}
+void ScalarAxpyI8(float alpha, const int8_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * static_cast<float>(x[i]);
+}
+
 struct ScalarOps {
   static constexpr auto DotF16 = ScalarDotF16;
   static constexpr auto DotF32 = ScalarDotF32;
+  static constexpr auto DotI8 = ScalarDotI8;
   static constexpr auto AxpyF16 = ScalarAxpyF16;
   static constexpr auto AxpyF32 = ScalarAxpyF32;
+  static constexpr auto AxpyI8 = ScalarAxpyI8;
   static float RoundToHalf(float x) { return HalfToFloat(FloatToHalf(x)); }
   template <typename Offset>
   static bool AccumulateV(const AttendArgs&, const Offset&) { return false; }

@@ -5,13 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "common/check.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/half.h"
 
 namespace tokenmill {
-
-int64_t KvElementBytes(KvType type) { return type == KvType::kF16 ? 2 : 4; }
 
 Status ValidateRaggedBatch(const RaggedBatch& b, int block_size, int64_t num_blocks) {
   const int64_t n_tokens = b.num_tokens();
@@ -63,6 +62,19 @@ Status ValidateRaggedBatch(const RaggedBatch& b, int block_size, int64_t num_blo
   return OkStatus();
 }
 
+float QuantizeKvRowInt8(const float* x, int64_t n, int8_t* q) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float scale = amax / 127.0f;
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    // x * inv is within [-127, 127] up to rounding; the clamp keeps that exact.
+    const float r = std::nearbyint(x[i] * inv);
+    q[i] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+  }
+  return scale;
+}
+
 void StoreKv(const PagedKvLayer& kv, std::span<const int64_t> slot_mapping, const float* k,
              const float* v) {
   const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
@@ -70,7 +82,17 @@ void StoreKv(const PagedKvLayer& kv, std::span<const int64_t> slot_mapping, cons
     const int64_t dst = slot_mapping[t] * row;
     const float* kt = k + static_cast<int64_t>(t) * row;
     const float* vt = v + static_cast<int64_t>(t) * row;
-    if (kv.type == KvType::kF16) {
+    if (kv.type == KvType::kInt8) {
+      TM_CHECK(kv.k_scale != nullptr && kv.v_scale != nullptr) << "int8 KV needs scale arrays";
+      for (int h = 0; h < kv.n_kv_heads; ++h) {
+        const int64_t off = static_cast<int64_t>(h) * kv.head_dim;
+        const int64_t scale_index = slot_mapping[t] * kv.n_kv_heads + h;
+        kv.k_scale[scale_index] = QuantizeKvRowInt8(
+            kt + off, kv.head_dim, static_cast<int8_t*>(kv.k) + dst + off);
+        kv.v_scale[scale_index] = QuantizeKvRowInt8(
+            vt + off, kv.head_dim, static_cast<int8_t*>(kv.v) + dst + off);
+      }
+    } else if (kv.type == KvType::kF16) {
       auto* kd = static_cast<uint16_t*>(kv.k) + dst;
       auto* vd = static_cast<uint16_t*>(kv.v) + dst;
       for (int64_t i = 0; i < row; ++i) {
@@ -129,9 +151,9 @@ void PagedAttention(const CpuContext& ctx, const PagedKvLayer& kv, const RaggedB
         for (int64_t i = 0; i < group * d; ++i) q_rounded[i] = RoundToHalf(q_group[i]);
         q_group = q_rounded.data();
       }
-      k.attend(AttendArgs{kv.k, kv.v, kv.type == KvType::kF16, kv.block_size, kv.n_kv_heads,
-                          kv.head_dim, blocks, len, kv_head, q_group, group, scale, scores.data(),
-                          out + (t * n_heads + kv_head * group) * d});
+      k.attend(AttendArgs{kv.k, kv.v, kv.type, kv.k_scale, kv.v_scale, kv.block_size,
+                          kv.n_kv_heads, kv.head_dim, blocks, len, kv_head, q_group, group, scale,
+                          scores.data(), out + (t * n_heads + kv_head * group) * d});
     }
   });
 }
@@ -141,9 +163,15 @@ void PagedAttentionReference(const PagedKvLayer& kv, const RaggedBatch& b, const
   const std::vector<int32_t> seq_of = SequenceOfTokens(b);
   const int group = n_heads / kv.n_kv_heads;
   const int64_t d = kv.head_dim;
-  auto load = [&](const void* base, int64_t i) {
-    return kv.type == KvType::kF16 ? HalfToFloat(static_cast<const uint16_t*>(base)[i])
-                                   : static_cast<const float*>(base)[i];
+  // Element i of K or V (scales: its scale array), as float.
+  auto load = [&](const void* base, const float* scales, int64_t i) -> double {
+    switch (kv.type) {
+      case KvType::kF16: return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
+      case KvType::kF32: return static_cast<const float*>(base)[i];
+      case KvType::kInt8:
+        return static_cast<double>(static_cast<const int8_t*>(base)[i]) * scales[i / d];
+    }
+    return 0.0;
   };
   for (int64_t t = 0; t < b.num_tokens(); ++t) {
     const int32_t* blocks = b.kv_indices.data() + b.kv_indptr[seq_of[t]];
@@ -159,7 +187,7 @@ void PagedAttentionReference(const PagedKvLayer& kv, const RaggedBatch& b, const
       for (int32_t j = 0; j < len; ++j) {
         const int64_t off = KvOffset(kv, blocks, j, kv_head);
         double dot = 0.0;
-        for (int64_t i = 0; i < d; ++i) dot += static_cast<double>(qh[i]) * load(kv.k, off + i);
+        for (int64_t i = 0; i < d; ++i) dot += qh[i] * load(kv.k, kv.k_scale, off + i);
         p[j] = dot * scale;
         max = std::max(max, p[j]);
       }
@@ -173,7 +201,7 @@ void PagedAttentionReference(const PagedKvLayer& kv, const RaggedBatch& b, const
       for (int64_t i = 0; i < d; ++i) {
         double acc = 0.0;
         for (int32_t j = 0; j < len; ++j) {
-          acc += p[j] * load(kv.v, KvOffset(kv, blocks, j, kv_head) + i);
+          acc += p[j] * load(kv.v, kv.v_scale, KvOffset(kv, blocks, j, kv_head) + i);
         }
         o[i] = static_cast<float>(acc);
       }

@@ -7,13 +7,12 @@
 
 #include "common/status.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/kv_type.h"
 
 namespace tokenmill {
 
-enum class KvType { kF16, kF32 };
-int64_t KvElementBytes(KvType type);
-
 // One layer's K and V blocks, each laid out [block][offset in block][kv head][head_dim].
+// With int8 K/V, k_scale and v_scale hold one float per [block][offset in block][kv head].
 struct PagedKvLayer {
   KvType type = KvType::kF16;
   void* k = nullptr;
@@ -22,6 +21,8 @@ struct PagedKvLayer {
   int block_size = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
+  float* k_scale = nullptr;  // int8 only
+  float* v_scale = nullptr;  // int8 only
 };
 
 // Tokens of several sequences, concatenated (a ragged batch), with each sequence's block
@@ -45,20 +46,27 @@ struct RaggedBatch {
 // puts that position.
 Status ValidateRaggedBatch(const RaggedBatch& batch, int block_size, int64_t num_blocks);
 
-// Writes each token's K and V rows (n_kv_heads * head_dim floats) into its slot.
+// Writes each token's K and V rows (n_kv_heads * head_dim floats) into its slot; int8
+// quantizes each (token, KV head) row with its own scale (QuantizeKvRowInt8).
 void StoreKv(const PagedKvLayer& kv, std::span<const int64_t> slot_mapping, const float* k,
              const float* v);
+
+// Symmetric int8 of one row of n values: returns scale = max|x| / 127 (0 for a zero row)
+// and q[i] = round(x[i] / scale), so |x[i] - q[i] * scale| <= scale / 2.
+float QuantizeKvRowInt8(const float* x, int64_t n, int8_t* q);
 
 // With f16 K/V the query and the attention probabilities are rounded to f16 too, as the
 // dot products take f16 operands (llama.cpp does the same).
 //
 // Causal attention of each token's n_heads query heads (row stride n_heads * head_dim)
 // over its sequence's cached K/V at positions <= its own; one kernel for prefill chunks
-// and decode. Query heads sharing a KV head (GQA) are processed together.
+// and decode. Query heads sharing a KV head (GQA) are processed together. int8 K/V rows
+// are dequantized in registers (q · scale), never copied out at full precision.
 void PagedAttention(const CpuContext& ctx, const PagedKvLayer& kv, const RaggedBatch& batch,
                     const float* q, int n_heads, float scale, float* out);
 
-// The same computation in plain scalar code over float K/V: the oracle for tests.
+// The same computation in plain scalar code (double sums over each stored element
+// converted to float): the oracle for tests.
 void PagedAttentionReference(const PagedKvLayer& kv, const RaggedBatch& batch, const float* q,
                              int n_heads, float scale, float* out);
 

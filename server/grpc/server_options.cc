@@ -49,6 +49,10 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
       ->check(CLI::NonNegativeNumber);
   AddOption(app, "--kv-cache-memory", o.kv_cache_memory,
             "KV cache size (\"2GiB\") or fraction of available memory (\"0.5\")");
+  AddOption(app, "--kv-cache-dtype", o.kv_cache_dtype,
+            "KV cache element type: f16, int8 (a scale per token and KV head: about twice "
+            "the tokens) or fp8 (needs --device cuda)")
+      ->check(CLI::IsMember({"f16", "int8", "fp8"}));
   AddOption(app, "--block-size", o.block_size, "tokens per KV block")
       ->check(CLI::Range(1, 1024));
   AddOption(app, "--max-num-seqs", o.max_num_seqs, "requests running at once")
@@ -79,9 +83,18 @@ StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t availabl
   if (!budget.ok()) {
     return InvalidArgumentError("--kv-cache-memory: " + budget.status().message());
   }
+  if (o.kv_cache_dtype == "fp8") {
+    return InvalidArgumentError(device == Device::kCuda
+                                    ? "--kv-cache-dtype fp8 is not in the CUDA backend yet: use f16"
+                                    : "--kv-cache-dtype fp8 needs --device cuda; on the CPU use "
+                                      "f16 or int8");
+  }
+  StatusOr<KvType> kv_type = ParseKvType(o.kv_cache_dtype);
+  if (!kv_type.ok()) return InvalidArgumentError("--kv-cache-dtype: " + kv_type.status().message());
   EngineConfig config;
   config.device = device;
   config.cuda_cublas_min_tokens = o.cublas_min_tokens;
+  config.kv_type = *kv_type;
   if (device == Device::kCuda && budget->is_fraction()) {
     config.kv_cache_fraction = budget->fraction();  // of the GPU's memory, once weights are in
     config.kv_cache_bytes = 0;

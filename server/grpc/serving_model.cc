@@ -63,12 +63,14 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
   }
 
   start = std::chrono::steady_clock::now();
-  spdlog::info("starting the engine on {}: KV cache {} in blocks of {} tokens, prefix cache {}",
-               engine_config.device == Device::kCuda ? "cuda" : "cpu",
-               engine_config.kv_cache_fraction > 0
-                   ? MemoryBudget::FractionOfFree(engine_config.kv_cache_fraction).ToString()
-                   : FormatBytes(engine_config.kv_cache_bytes),
-               engine_config.block_size, engine_config.enable_prefix_caching ? "on" : "off");
+  spdlog::info(
+      "starting the engine on {}: KV cache {} of {} in blocks of {} tokens, prefix cache {}",
+      engine_config.device == Device::kCuda ? "cuda" : "cpu",
+      engine_config.kv_cache_fraction > 0
+          ? MemoryBudget::FractionOfFree(engine_config.kv_cache_fraction).ToString()
+          : FormatBytes(engine_config.kv_cache_bytes),
+      KvTypeName(engine_config.kv_type), engine_config.block_size,
+      engine_config.enable_prefix_caching ? "on" : "off");
   TM_ASSIGN_OR_RETURN(serving->engine,
                       Engine::Create(*serving->model, serving->tokenizer, engine_config));
   serving->block_size = engine_config.block_size;

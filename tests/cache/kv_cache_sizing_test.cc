@@ -31,6 +31,20 @@ TEST(KvCacheSizingTest, FitsWholeBlocksInTheBudget) {
             "(22.50 KiB/token = 2 x 30 layers x 3 KV heads x 64 head dim x 2 B)");
 }
 
+TEST(KvCacheSizingTest, Int8CountsItsScalesAndFitsAboutTwiceTheTokens) {
+  // int8 K/V with a 4-byte scale per (token, KV head) for K and for V.
+  KvGeometry int8 = kSmolLm2;
+  int8.element_bytes = 1;
+  int8.scale_bytes = 4;
+  EXPECT_EQ(int8.BytesPerToken(), 2 * 30 * 3 * (64 * 1 + 4));  // 12240
+  const StatusOr<KvCachePlan> plan = PlanKvCache(int8, 16, *ParseByteSize("2GiB"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->num_blocks, 10965);  // floor(2147483648 / (12240 * 16)), 1.88x fp16's 5825
+  EXPECT_EQ(plan->Describe(),
+            "KV cache: 10965 blocks x 16 tokens = 175440 tokens in 2.00 GiB (11.95 KiB/token = "
+            "2 x 30 layers x 3 KV heads x (64 head dim x 1 B + 4 B scale))");
+}
+
 TEST(KvCacheSizingTest, AFractionOfFreeMemoryResolvesBeforePlanning) {
   const StatusOr<MemoryBudget> budget = ParseMemoryBudget("0.5");
   ASSERT_TRUE(budget.ok());

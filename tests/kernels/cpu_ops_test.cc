@@ -59,8 +59,12 @@ TEST_P(PagedAttentionTest, EveryIsaMatchesTheReference) {
   const size_t elements = 11 * s.kBlockSize * row;
   std::vector<uint8_t> k_mem(elements * KvElementBytes(kv_type));
   std::vector<uint8_t> v_mem(k_mem.size());
-  const PagedKvLayer kv{kv_type, k_mem.data(), v_mem.data(), 11, s.kBlockSize, s.kKvHeads,
-                        s.head_dim};
+  std::vector<float> k_scale(11 * s.kBlockSize * s.kKvHeads), v_scale(k_scale.size());
+  const bool int8 = kv_type == KvType::kInt8;
+  const PagedKvLayer kv{kv_type,     k_mem.data(), v_mem.data(),
+                        11,          s.kBlockSize, s.kKvHeads,
+                        s.head_dim,  int8 ? k_scale.data() : nullptr,
+                        int8 ? v_scale.data() : nullptr};
   // Fill every slot with random K/V (the "cached prefix"), then store this step's rows.
   std::vector<int64_t> all_slots(11 * s.kBlockSize);
   std::iota(all_slots.begin(), all_slots.end(), 0);
@@ -85,9 +89,10 @@ TEST_P(PagedAttentionTest, EveryIsaMatchesTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     KvTypesAndHeadSizes, PagedAttentionTest,
-    ::testing::Combine(::testing::Values(KvType::kF16, KvType::kF32), ::testing::Values(20, 64)),
+    ::testing::Combine(::testing::Values(KvType::kF16, KvType::kF32, KvType::kInt8),
+                       ::testing::Values(20, 64)),
     [](const ::testing::TestParamInfo<std::tuple<KvType, int>>& param_info) {
-      return std::string(std::get<0>(param_info.param) == KvType::kF16 ? "f16" : "f32") + "_d" +
+      return std::string(KvTypeName(std::get<0>(param_info.param))) + "_d" +
              std::to_string(std::get<1>(param_info.param));
     });
 

@@ -77,6 +77,8 @@ TEST(ServerOptions, BadValuesFailAtParseTime) {
   EXPECT_THAT(Parsed({"--model", "m", "--device", "tpu"}).error, HasSubstr("--device"));
   EXPECT_THAT(Parsed({"--model", "m", "--max-queue", "0"}).error, HasSubstr("--max-queue"));
   EXPECT_THAT(Parsed({"--model", "m", "--log-level", "loud"}).error, HasSubstr("--log-level"));
+  EXPECT_THAT(Parsed({"--model", "m", "--kv-cache-dtype", "int4"}).error,
+              HasSubstr("--kv-cache-dtype"));
   ScopedEnv env("TOKENMILL_BLOCK_SIZE", "zero");
   EXPECT_THAT(Parsed({"--model", "m"}).error, HasSubstr("--block-size"));
 }
@@ -101,6 +103,11 @@ TEST(MakeEngineConfig, MapsFlagsToTheEngine) {
   EXPECT_EQ(config->scheduler.max_model_len, 1024);
   EXPECT_FALSE(config->enable_prefix_caching);
   EXPECT_EQ(config->num_threads, 2);
+  EXPECT_EQ(config->kv_type, KvType::kF16);
+  options.kv_cache_dtype = "int8";
+  config = MakeEngineConfig(options, 0);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->kv_type, KvType::kInt8);
 }
 
 TEST(MakeEngineConfig, FractionOfAvailableMemory) {
@@ -135,6 +142,14 @@ TEST(MakeEngineConfig, CudaWhereAGpuIsElseRefused) {
   EXPECT_EQ(cuda->device, Device::kCuda);
   EXPECT_EQ(cuda->kv_cache_fraction, 0.5);  // of the GPU's memory, not of the host's
   EXPECT_EQ(cuda->cuda_cublas_min_tokens, 64);
+}
+
+TEST(MakeEngineConfig, Fp8KvCacheNeedsCuda) {
+  ServerOptions options;
+  options.kv_cache_dtype = "fp8";
+  StatusOr<EngineConfig> fp8 = MakeEngineConfig(options, 0);
+  ASSERT_FALSE(fp8.ok());
+  EXPECT_THAT(fp8.status().message(), HasSubstr("--kv-cache-dtype fp8 needs --device cuda"));
 }
 
 }  // namespace

@@ -1,0 +1,116 @@
+// KvCacheStorage: each layer's K/V (and int8 scales) round-trip through StoreKv and stay
+// apart from the other layers' memory.
+#include "model/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/half.h"
+
+namespace tokenmill {
+namespace {
+
+ModelConfig TinyConfig() {
+  ModelConfig c;
+  c.n_layers = 3;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 24;
+  return c;
+}
+
+// Element i of a layer's K or V as float (int8: q · its row's scale).
+float Load(const PagedKvLayer& layer, bool k, int64_t i) {
+  const void* base = k ? layer.k : layer.v;
+  switch (layer.type) {
+    case KvType::kF16: return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
+    case KvType::kF32: return static_cast<const float*>(base)[i];
+    case KvType::kInt8: {
+      const float* scales = k ? layer.k_scale : layer.v_scale;
+      return static_cast<const int8_t*>(base)[i] * scales[i / layer.head_dim];
+    }
+  }
+  return NAN;
+}
+
+class KvCacheStorageTest : public ::testing::TestWithParam<KvType> {};
+
+TEST_P(KvCacheStorageTest, StoredRowsReadBackInTheirLayerOnly) {
+  const KvType type = GetParam();
+  const ModelConfig c = TinyConfig();
+  constexpr int kBlocks = 5, kBlockSize = 3;
+  KvCacheStorage storage(c, type, kBlocks, kBlockSize);
+  const KvCacheView view = storage.view();
+  ASSERT_EQ(view.k_scale != nullptr, type == KvType::kInt8);
+  const std::vector<int64_t> slots = {13, 0, 7, 14};
+  const int64_t row = c.kv_dim();
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> k(slots.size() * row), v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    // Rows of very different magnitudes: each (token, KV head) row has its own scale.
+    const float m = std::pow(10.0f, static_cast<float>(i / c.head_dim % 4) - 2.0f);
+    k[i] = normal(rng) * m;
+    v[i] = normal(rng) * m;
+  }
+  StoreKv(view.Layer(1), slots, k.data(), v.data());
+
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const PagedKvLayer l = view.Layer(layer);
+    for (int64_t s = 0; s < kBlocks * kBlockSize; ++s) {
+      const auto it = std::find(slots.begin(), slots.end(), s);
+      for (int64_t e = 0; e < row; ++e) {
+        const int64_t i = s * row + e;
+        if (layer != 1 || it == slots.end()) {
+          ASSERT_EQ(Load(l, true, i), 0.0f) << "layer " << layer << " slot " << s;
+          ASSERT_EQ(Load(l, false, i), 0.0f) << "layer " << layer << " slot " << s;
+          continue;
+        }
+        const int64_t src = (it - slots.begin()) * row + e;
+        const int64_t head_begin = (it - slots.begin()) * row + e / c.head_dim * c.head_dim;
+        for (const auto& [x, is_k] : {std::pair{&k, true}, std::pair{&v, false}}) {
+          const float want = (*x)[src];
+          float tolerance = 0.0f;
+          if (type == KvType::kF16) tolerance = std::fabs(want) * 0x1p-11f;
+          if (type == KvType::kInt8) {
+            float amax = 0.0f;
+            for (int d = 0; d < c.head_dim; ++d) {
+              amax = std::max(amax, std::fabs((*x)[head_begin + d]));
+            }
+            tolerance = amax / 127.0f / 2.0f * (1 + 1e-5f);
+          }
+          ASSERT_LE(std::fabs(Load(l, is_k, i) - want), tolerance)
+              << KvTypeName(type) << " slot " << s << " element " << e;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(KvTypes, KvCacheStorageTest,
+                         ::testing::Values(KvType::kF16, KvType::kF32, KvType::kInt8),
+                         [](const ::testing::TestParamInfo<KvType>& param_info) {
+                           return std::string(KvTypeName(param_info.param));
+                         });
+
+TEST(KvTypeTest, NamesRoundTripAndFp8AsksForCuda) {
+  for (KvType type : {KvType::kF16, KvType::kF32, KvType::kInt8}) {
+    const StatusOr<KvType> parsed = ParseKvType(KvTypeName(type));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, type);
+  }
+  EXPECT_EQ(KvElementBytes(KvType::kInt8), 1);
+  EXPECT_EQ(KvScaleBytes(KvType::kInt8), 4);
+  EXPECT_EQ(KvScaleBytes(KvType::kF16), 0);
+  const StatusOr<KvType> fp8 = ParseKvType("fp8");
+  ASSERT_FALSE(fp8.ok());
+  EXPECT_NE(fp8.status().message().find("--device cuda"), std::string::npos);
+  EXPECT_FALSE(ParseKvType("int4").ok());
+}
+
+}  // namespace
+}  // namespace tokenmill
