@@ -23,5 +23,6 @@ Command AddDequantizeCommand(CLI::App& app);
 Command AddGenerateCommand(CLI::App& app);
 Command AddTokenizeCommand(CLI::App& app);
 Command AddRenderChatCommand(CLI::App& app);
+Command AddPerplexityCommand(CLI::App& app);
 
 }  // namespace tokenmill::cli

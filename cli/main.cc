@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
       AddGenerateCommand(app),
       AddTokenizeCommand(app),
       AddRenderChatCommand(app),
+      AddPerplexityCommand(app),
   };
   CLI11_PARSE(app, argc, argv);
   if (const tokenmill::Status s = tokenmill::SetupLogging(log_level); !s.ok()) return Fail(s);

@@ -1,0 +1,218 @@
+// `tokenmill perplexity --model PATH --file TEXT [--ctx N] [--kv-type T]
+//  [--compare-kv-type T] [--max-chunks N] [--json]`: perplexity of the model over a text,
+// as llama.cpp's perplexity tool measures it: the tokens are cut into chunks of --ctx,
+// each chunk runs from an empty KV cache, and only the second half of each chunk is
+// scored (every scored token then sees at least ctx/2 tokens of context).
+// With --compare-kv-type the same chunks also run over a second KV cache of that type and
+// the tool reports both perplexities, the mean KL divergence KL(first || second) of the
+// next-token distributions and how often their top-1 tokens agree.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "kernels/cpu/thread_pool.h"
+#include "model/forward.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace tokenmill::cli {
+namespace {
+
+constexpr int kBlockSize = 16;
+// Tokens per forward step: bounds the logits buffer (step x vocabulary floats).
+constexpr int kStepTokens = 128;
+
+struct Options {
+  std::string model_path;
+  std::string file;
+  int ctx = 512;
+  int max_chunks = 0;  // 0: all
+  std::string kv_type = "f16";
+  std::string compare_kv_type;  // empty: no comparison
+  int threads = 0;
+  bool json = false;
+};
+
+// log-softmax of one row of logits, in double.
+std::vector<double> LogSoftmax(std::span<const float> logits) {
+  const double max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float x : logits) sum += std::exp(x - max);
+  const double log_sum = std::log(sum) + max;
+  std::vector<double> out(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - log_sum;
+  return out;
+}
+
+// One KV cache type's pass over a chunk: the logits of every token of the chunk.
+class ChunkRunner {
+ public:
+  ChunkRunner(const Model& model, CpuContext ctx, KvType type, int chunk_tokens)
+      : model_(model),
+        forward_(model, ctx),
+        blocks_((chunk_tokens + kBlockSize - 1) / kBlockSize),
+        storage_(model.config(), type, blocks_, kBlockSize) {}
+
+  // Fills logits (tokens.size() x n_vocab) from an empty cache.
+  Status Run(std::span<const int32_t> tokens, std::vector<float>& logits) {
+    const int64_t vocab = model_.config().n_vocab;
+    logits.resize(tokens.size() * vocab);
+    BatchBuilder builder(kBlockSize, blocks_);
+    const int seq = builder.AddSequence();
+    for (size_t begin = 0; begin < tokens.size(); begin += kStepTokens) {
+      const size_t n = std::min<size_t>(kStepTokens, tokens.size() - begin);
+      TM_RETURN_IF_ERROR(
+          builder.Append(seq, tokens.subspan(begin, n), BatchBuilder::Logits::kAll));
+      const std::span<float> out = std::span<float>(logits).subspan(begin * vocab, n * vocab);
+      TM_RETURN_IF_ERROR(forward_.Run(
+          {builder.token_ids(), builder.batch(), builder.logit_rows()}, storage_.view(), out));
+      builder.Clear();
+    }
+    return OkStatus();
+  }
+
+ private:
+  const Model& model_;
+  ForwardPass forward_;
+  int64_t blocks_;
+  KvCacheStorage storage_;
+};
+
+struct Totals {
+  double nll = 0.0;  // Σ -log p(next token)
+  double Perplexity(int64_t n) const { return std::exp(nll / static_cast<double>(n)); }
+};
+
+int RunPerplexity(const Options& o) {
+  const StatusOr<KvType> type = ParseKvType(o.kv_type);
+  if (!type.ok()) return Fail(InvalidArgumentError("--kv-type: " + type.status().message()));
+  std::optional<KvType> compare;
+  if (!o.compare_kv_type.empty()) {
+    const StatusOr<KvType> t = ParseKvType(o.compare_kv_type);
+    if (!t.ok()) return Fail(InvalidArgumentError("--compare-kv-type: " + t.status().message()));
+    compare = *t;
+  }
+  if (o.ctx < 4) return Fail(InvalidArgumentError("--ctx must be at least 4"));
+  std::ifstream in(o.file, std::ios::binary);
+  if (!in) return Fail(NotFoundError("cannot read --file " + o.file));
+  std::stringstream text;
+  text << in.rdbuf();
+
+  StatusOr<std::unique_ptr<Model>> model = Model::Load(o.model_path);
+  if (!model.ok()) return Fail(model.status());
+  const ModelConfig& c = (*model)->config();
+  if (o.ctx > c.context_length) {
+    return Fail(InvalidArgumentError("--ctx " + std::to_string(o.ctx) +
+                                     " exceeds the model's context of " +
+                                     std::to_string(c.context_length)));
+  }
+  StatusOr<Tokenizer> tokenizer = Tokenizer::FromGguf((*model)->file());
+  if (!tokenizer.ok()) return Fail(tokenizer.status());
+  StatusOr<std::vector<int32_t>> tokens = tokenizer->Encode(text.str());
+  if (!tokens.ok()) return Fail(tokens.status());
+  int64_t chunks = static_cast<int64_t>(tokens->size()) / o.ctx;
+  if (o.max_chunks > 0) chunks = std::min<int64_t>(chunks, o.max_chunks);
+  if (chunks == 0) {
+    return Fail(InvalidArgumentError("the text has " + std::to_string(tokens->size()) +
+                                     " tokens, fewer than one chunk of --ctx " +
+                                     std::to_string(o.ctx)));
+  }
+
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  ThreadPool pool(threads);
+  const CpuContext ctx{&KernelTable(BestCpuIsa()), &pool};
+  ChunkRunner base(**model, ctx, *type, o.ctx);
+  std::unique_ptr<ChunkRunner> other;
+  if (compare) other = std::make_unique<ChunkRunner>(**model, ctx, *compare, o.ctx);
+
+  const int64_t vocab = c.n_vocab;
+  const int first = o.ctx / 2;
+  Totals base_totals, other_totals;
+  double kl_sum = 0.0, kl_max = 0.0;
+  int64_t scored = 0, top1_same = 0;
+  std::vector<float> base_logits, other_logits;
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const std::span<const int32_t> window(tokens->data() + chunk * o.ctx, o.ctx);
+    if (Status s = base.Run(window, base_logits); !s.ok()) return Fail(s);
+    if (other) {
+      if (Status s = other->Run(window, other_logits); !s.ok()) return Fail(s);
+    }
+    // Row i predicts token i + 1.
+    for (int i = first; i + 1 < o.ctx; ++i) {
+      const std::span<const float> row(base_logits.data() + i * vocab, vocab);
+      const std::vector<double> lp = LogSoftmax(row);
+      base_totals.nll -= lp[window[i + 1]];
+      if (other) {
+        const std::span<const float> other_row(other_logits.data() + i * vocab, vocab);
+        const std::vector<double> lq = LogSoftmax(other_row);
+        other_totals.nll -= lq[window[i + 1]];
+        double kl = 0.0;
+        for (int64_t v = 0; v < vocab; ++v) kl += std::exp(lp[v]) * (lp[v] - lq[v]);
+        kl_sum += kl;
+        kl_max = std::max(kl_max, kl);
+        top1_same += std::max_element(row.begin(), row.end()) - row.begin() ==
+                     std::max_element(other_row.begin(), other_row.end()) - other_row.begin();
+      }
+      ++scored;
+    }
+    if (!o.json) {
+      std::cerr << "chunk " << chunk + 1 << "/" << chunks << ": perplexity "
+                << base_totals.Perplexity(scored) << "\n";
+    }
+  }
+
+  nlohmann::json out = {{"file", o.file},
+                        {"text_tokens", tokens->size()},
+                        {"ctx", o.ctx},
+                        {"chunks", chunks},
+                        {"scored_tokens", scored},
+                        {"kv_type", o.kv_type},
+                        {"perplexity", base_totals.Perplexity(scored)}};
+  if (other) {
+    const double p0 = base_totals.Perplexity(scored), p1 = other_totals.Perplexity(scored);
+    out["compare"] = {{"kv_type", o.compare_kv_type},
+                      {"perplexity", p1},
+                      {"perplexity_change_percent", 100.0 * (p1 / p0 - 1.0)},
+                      {"mean_kl_divergence", kl_sum / static_cast<double>(scored)},
+                      {"max_kl_divergence", kl_max},
+                      {"top1_agreement_percent", 100.0 * top1_same / static_cast<double>(scored)}};
+  }
+  if (o.json) {
+    std::cout << out.dump() << "\n";
+  } else {
+    std::cout << out.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command AddPerplexityCommand(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  CLI::App* sub = app.add_subcommand(
+      "perplexity", "Perplexity over a text file in chunks of --ctx (the second half scored)");
+  sub->add_option("--model", o->model_path, "GGUF file")->required();
+  sub->add_option("--file", o->file, "UTF-8 text")->required();
+  sub->add_option("--ctx", o->ctx, "tokens per chunk (default 512)");
+  sub->add_option("--max-chunks", o->max_chunks, "score at most this many chunks (0: all)");
+  sub->add_option("--kv-type", o->kv_type, "KV cache element type: f16 (default), f32 or int8");
+  sub->add_option("--compare-kv-type", o->compare_kv_type,
+                  "also run over this KV type; report its perplexity and mean KL divergence");
+  sub->add_option("--threads", o->threads, "CPU threads (default: all)");
+  sub->add_flag("--json", o->json, "one JSON line, no progress");
+  return {sub, [o] { return RunPerplexity(*o); }};
+}
+
+}  // namespace tokenmill::cli
