@@ -1,6 +1,6 @@
 // End-to-end decode on the GPU: `batch` sequences each prefill a random prompt, then decode
 // `steps` greedy tokens together (one forward step per token, argmax on the device); reports
-// decode tokens/s and ms per step. Times only the decode steps.
+// decode tokens/s and ms per step, with and without CUDA graphs. Times only the decode steps.
 // Usage: tokenmill_cuda_decode_bench MODEL.gguf [prompt_len=128] [steps=128] [batches=1,8,32]
 #include <chrono>
 #include <cstdio>
@@ -22,7 +22,8 @@ void Fail(const Status& s) {
   std::exit(1);
 }
 
-void RunBatch(const Model& model, CudaForwardPass& forward, int batch, int prompt_len, int steps) {
+void RunBatch(const Model& model, CudaForwardPass& forward, bool graphs, int batch, int prompt_len,
+              int steps) {
   const ModelConfig& c = model.config();
   const int block_size = 16;
   const int64_t blocks = static_cast<int64_t>(batch) * ((prompt_len + steps) / block_size + 2);
@@ -59,7 +60,8 @@ void RunBatch(const Model& model, CudaForwardPass& forward, int batch, int promp
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("| %d | %d | %d | %.2f | %.0f |\n", batch, prompt_len, steps,
+  std::printf("| %s | %d | %d | %d | %.2f | %.0f |\n", graphs ? "on" : "off", batch, prompt_len,
+              steps,
               1000.0 * seconds / steps, batch * steps / seconds);
 }
 
@@ -86,9 +88,16 @@ int main(int argc, char** argv) {
   if (!model.ok()) Fail(model.status());
   StatusOr<std::unique_ptr<CudaForwardPass>> forward = CudaForwardPass::Create(**model);
   if (!forward.ok()) Fail(forward.status());
+  StatusOr<std::unique_ptr<CudaForwardPass>> no_graphs =
+      CudaForwardPass::Create(**model, CudaForwardOptions{.cuda_graphs = false});
+  if (!no_graphs.ok()) Fail(no_graphs.status());
   std::printf("device: %s; model %s (weights %.1f MiB on the device)\n\n",
               DescribeDevice(0).c_str(), argv[1], (*forward)->weight_bytes() / 1048576.0);
-  std::printf("| batch | prompt | decode steps | ms/step | decode tok/s |\n|---|---|---|---|---|\n");
-  for (int batch : batches) RunBatch(**model, **forward, batch, prompt_len, steps);
+  std::printf("| CUDA graphs | batch | prompt | decode steps | ms/step | decode tok/s |\n"
+              "|---|---|---|---|---|---|\n");
+  for (int batch : batches) {
+    RunBatch(**model, **forward, true, batch, prompt_len, steps);
+    RunBatch(**model, **no_graphs, false, batch, prompt_len, steps);
+  }
   return 0;
 }

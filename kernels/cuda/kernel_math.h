@@ -150,6 +150,16 @@ TM_HOST_DEVICE inline float ExpF(float x) {
 #endif
 }
 
+// a * b + c with one rounding, on both sides: the compiler gets no say in contraction, so every
+// instance of the online softmax rounds alike.
+TM_HOST_DEVICE inline float MulAdd(float a, float b, float c) {
+#ifdef __CUDA_ARCH__
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
 // The empty partial (no positions yet).
 TM_HOST_DEVICE inline SoftmaxPartial EmptyPartial() { return SoftmaxPartial{-INFINITY, 0.0f}; }
 
@@ -167,7 +177,7 @@ TM_HOST_DEVICE inline SoftmaxMerge MergePartials(SoftmaxPartial a, SoftmaxPartia
   const float m = a.m > b.m ? a.m : b.m;
   const float sa = ExpF(a.m - m);
   const float sb = ExpF(b.m - m);
-  return SoftmaxMerge{SoftmaxPartial{m, a.l * sa + b.l * sb}, sa, sb};
+  return SoftmaxMerge{SoftmaxPartial{m, MulAdd(a.l, sa, b.l * sb)}, sa, sb};
 }
 
 // Adds one score s to a partial: returns the factor for the accumulated sum and sets *p_out
@@ -176,7 +186,7 @@ TM_HOST_DEVICE inline float AddScore(SoftmaxPartial* state, float s, float* p_ou
   const float m = state->m > s ? state->m : s;
   const float factor = state->l == 0.0f ? 0.0f : ExpF(state->m - m);
   const float p = ExpF(s - m);
-  state->l = state->l * factor + p;
+  state->l = MulAdd(state->l, factor, p);
   state->m = m;
   *p_out = p;
   return factor;

@@ -150,7 +150,7 @@ __global__ void MergeKernel(DeviceBatch b, int n_heads, int d_head, int max_spli
     for (int s = 0; s < n_splits; ++s) {
       const float* src = partials + s * PartialFloats(d_head);
       const SoftmaxMerge merge = MergePartials(state, SoftmaxPartial{src[d_head], src[d_head + 1]});
-      acc = acc * merge.scale_a + src[d] * merge.scale_b;
+      acc = MulAdd(acc, merge.scale_a, src[d] * merge.scale_b);
       state = merge.merged;
     }
     out[(t * n_heads + head) * d_head + d] = acc / state.l;

@@ -34,6 +34,9 @@ CudaForwardPass::CudaForwardPass(const Model& model, CudaForwardOptions options)
     : model_(model), options_(options) {}
 
 CudaForwardPass::~CudaForwardPass() {
+  for (auto& [key, graph] : graphs_) {
+    if (graph.exec != nullptr) cudaGraphExecDestroy(graph.exec);
+  }
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -87,12 +90,14 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
   const size_t seqs = Stage(staging_, std::span<const int32_t>(seq_of));
   const size_t slots = Stage(staging_, b.slot_mapping);
   const size_t indptr = Stage(staging_, b.kv_indptr);
-  const size_t indices = Stage(staging_, b.kv_indices);
   const ModelConfig& c = model_.config();
   const std::vector<int32_t> tiles =
       BuildAttentionTiles(b.positions, b.cu_seqlens, c.n_heads / c.n_kv_heads);
   const size_t tile_offset = Stage(staging_, std::span<const int32_t>(tiles));
-  TM_RETURN_IF_ERROR(step_.Reserve(static_cast<int64_t>(staging_.size())));
+  // Last: the only array whose length is not a function of the token count, so a decode
+  // step's pointers are the same for every step of that many tokens (CUDA graphs).
+  const size_t indices = Stage(staging_, b.kv_indices);
+  TM_RETURN_IF_ERROR(Grow(step_, static_cast<int64_t>(staging_.size())));
   TM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(step_.data(), staging_.data(), staging_.size(),
                                           cudaMemcpyHostToDevice, stream_),
                           "copying the step's inputs to the device");
@@ -105,7 +110,12 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
   d_batch_.kv_indptr = reinterpret_cast<const int32_t*>(base + indptr);
   d_batch_.kv_indices = reinterpret_cast<const int32_t*>(base + indices);
   d_batch_.n_tokens = b.num_tokens();
-  d_batch_.max_splits = MaxSplits(b.positions.data(), b.num_tokens());
+  decode_only_ = b.num_seqs() == b.num_tokens();
+  // A graph is replayed whatever the context: its split grid is the largest there is (blocks
+  // past a token's own splits leave at once; the partition and results do not change).
+  d_batch_.max_splits = decode_only_ && options_.cuda_graphs
+                            ? kMaxSplits
+                            : MaxSplits(b.positions.data(), b.num_tokens());
   d_batch_.tiles = reinterpret_cast<const int32_t*>(base + tile_offset);
   d_batch_.n_tiles = static_cast<int64_t>(tiles.size() / 2);
   return OkStatus();
@@ -129,20 +139,30 @@ Status CudaForwardPass::Forward(const ForwardInput& in, const KvCacheView& kv) {
   TM_RETURN_IF_ERROR(UploadStep(in));
   const int64_t d = c.n_embd;
   constexpr int64_t kF = sizeof(float);
-  TM_RETURN_IF_ERROR(x_.Reserve(n * d * kF));
-  TM_RETURN_IF_ERROR(h_.Reserve(n * d * kF));
-  TM_RETURN_IF_ERROR(q_.Reserve(n * c.q_dim() * kF));
-  TM_RETURN_IF_ERROR(k_.Reserve(n * c.kv_dim() * kF));
-  TM_RETURN_IF_ERROR(v_.Reserve(n * c.kv_dim() * kF));
-  TM_RETURN_IF_ERROR(attn_.Reserve(n * c.q_dim() * kF));
-  TM_RETURN_IF_ERROR(proj_.Reserve(n * d * kF));
-  TM_RETURN_IF_ERROR(gate_.Reserve(n * c.n_ff * kF));
-  TM_RETURN_IF_ERROR(up_.Reserve(n * c.n_ff * kF));
-  TM_RETURN_IF_ERROR(final_.Reserve(std::max<int64_t>(1, n_logits) * d * kF));
-  TM_RETURN_IF_ERROR(logits_.Reserve(std::max<int64_t>(1, n_logits) * c.n_vocab * kF));
-  TM_RETURN_IF_ERROR(workspace_.Reserve(
+  TM_RETURN_IF_ERROR(Grow(x_, n * d * kF));
+  TM_RETURN_IF_ERROR(Grow(h_, n * d * kF));
+  TM_RETURN_IF_ERROR(Grow(q_, n * c.q_dim() * kF));
+  TM_RETURN_IF_ERROR(Grow(k_, n * c.kv_dim() * kF));
+  TM_RETURN_IF_ERROR(Grow(v_, n * c.kv_dim() * kF));
+  TM_RETURN_IF_ERROR(Grow(attn_, n * c.q_dim() * kF));
+  TM_RETURN_IF_ERROR(Grow(proj_, n * d * kF));
+  TM_RETURN_IF_ERROR(Grow(gate_, n * c.n_ff * kF));
+  TM_RETURN_IF_ERROR(Grow(up_, n * c.n_ff * kF));
+  TM_RETURN_IF_ERROR(Grow(final_, std::max<int64_t>(1, n_logits) * d * kF));
+  TM_RETURN_IF_ERROR(Grow(logits_, std::max<int64_t>(1, n_logits) * c.n_vocab * kF));
+  TM_RETURN_IF_ERROR(Grow(workspace_,
       AttentionWorkspaceFloats(n, c.n_heads, c.head_dim, d_batch_.max_splits) * kF));
 
+  if (!options_.cuda_graphs || !decode_only_ ||
+      (options_.cublas_min_tokens > 0 && n >= options_.cublas_min_tokens)) {
+    return EnqueueLayers(kv, n, n_logits);
+  }
+  return LaunchDecodeGraph(kv, n, n_logits);
+}
+
+Status CudaForwardPass::EnqueueLayers(const KvCacheView& kv, int64_t n, int64_t n_logits) {
+  const ModelConfig& c = model_.config();
+  const int64_t d = c.n_embd;
   float* x = x_.as<float>();
   float* h = h_.as<float>();
   float* q = q_.as<float>();
@@ -204,6 +224,34 @@ Status CudaForwardPass::Forward(const ForwardInput& in, const KvCacheView& kv) {
   return Matmul(weights_.output.view, final_.as<float>(), n_logits, logits_.as<float>());
 }
 
+Status CudaForwardPass::Grow(DeviceBuffer& buffer, int64_t bytes) {
+  if (bytes <= buffer.bytes()) return OkStatus();
+  ++buffer_generation_;  // captured graphs point at the old memory
+  return buffer.Reserve(bytes);
+}
+
+Status CudaForwardPass::LaunchDecodeGraph(const KvCacheView& kv, int64_t n, int64_t n_logits) {
+  const std::pair<int64_t, int64_t> key(n, n_logits);
+  DecodeGraph& g = graphs_[key];
+  if (g.exec == nullptr || g.generation != buffer_generation_ || g.kv_k != kv.k) {
+    if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+    g.exec = nullptr;
+    TM_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                            "capturing a decode step");
+    const Status enqueued = EnqueueLayers(kv, n, n_logits);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+    TM_RETURN_IF_ERROR(enqueued);
+    TM_CUDA_RETURN_IF_ERROR(ended, "capturing a decode step");
+    const cudaError_t made = cudaGraphInstantiate(&g.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    TM_CUDA_RETURN_IF_ERROR(made, "instantiating a decode step's graph");
+    g.generation = buffer_generation_;
+    g.kv_k = kv.k;
+  }
+  return CudaStatus(cudaGraphLaunch(g.exec, stream_), "launching a decode step's graph");
+}
+
 Status CudaForwardPass::Run(const ForwardInput& in, const KvCacheView& kv,
                             std::span<float> logits) {
   TM_RETURN_IF_ERROR(ValidateForwardInput(model_.config(), in, kv, logits.size()));
@@ -226,7 +274,7 @@ Status CudaForwardPass::RunGreedy(const ForwardInput& in, const KvCacheView& kv,
                                                          static_cast<size_t>(c.n_vocab)));
   TM_RETURN_IF_ERROR(Forward(in, kv));
   const int64_t n_rows = static_cast<int64_t>(token_ids.size());
-  TM_RETURN_IF_ERROR(argmax_.Reserve(std::max<int64_t>(1, n_rows) * 4));
+  TM_RETURN_IF_ERROR(Grow(argmax_, std::max<int64_t>(1, n_rows) * 4));
   TM_CUDA_RETURN_IF_ERROR(
       ArgmaxRows(logits_.as<float>(), n_rows, c.n_vocab, argmax_.as<int32_t>(), stream_),
       "argmax");

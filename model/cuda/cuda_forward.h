@@ -5,8 +5,10 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -22,6 +24,9 @@ struct CudaForwardOptions {
   // (which then take device memory too). 0: never -- every product is the GEMV kernel's, so a
   // token's logits are bit-identical whatever else is batched (DESIGN.md section 3).
   int cublas_min_tokens = 0;
+  // Decode steps (one token per sequence) replay a CUDA graph captured once per (tokens,
+  // logit rows): one launch instead of ~15 per layer. Same kernels, same results.
+  bool cuda_graphs = true;
 };
 
 // Holds the device weights, a stream and scratch activations: one Run at a time.
@@ -51,6 +56,11 @@ class CudaForwardPass {
   // Runs the layers and leaves the logits of the logit rows in logits_ (device).
   Status Forward(const ForwardInput& input, const KvCacheView& kv);
   Status UploadStep(const ForwardInput& input);
+  // Enqueues the kernels of a step whose inputs are uploaded and buffers sized.
+  Status EnqueueLayers(const KvCacheView& kv, int64_t n_tokens, int64_t n_logits);
+  Status LaunchDecodeGraph(const KvCacheView& kv, int64_t n_tokens, int64_t n_logits);
+  // Reserve that also invalidates the captured graphs when memory moves.
+  Status Grow(DeviceBuffer& buffer, int64_t bytes);
   Status Matmul(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y);
 
   const Model& model_;
@@ -66,6 +76,14 @@ class CudaForwardPass {
   const int32_t* d_logit_rows_ = nullptr;
   DeviceBatch d_batch_;
   DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, final_, logits_, workspace_, argmax_;
+  bool decode_only_ = false;
+  struct DecodeGraph {
+    cudaGraphExec_t exec = nullptr;
+    int64_t generation = -1;
+    const void* kv_k = nullptr;
+  };
+  std::map<std::pair<int64_t, int64_t>, DecodeGraph> graphs_;
+  int64_t buffer_generation_ = 0;
 };
 
 }  // namespace tokenmill::cuda

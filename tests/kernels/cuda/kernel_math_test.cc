@@ -154,10 +154,10 @@ TEST(OnlineSoftmaxTest, SplitPartialsMergeToTheFullSoftmax) {
       for (int32_t j = SplitBegin(split, len); j < SplitEnd(split, len); ++j) {
         float w;
         const float factor = AddScore(&state, scores[j], &w);
-        for (int i = 0; i < d; ++i) part[i] = part[i] * factor + w * v[j * d + i];
+        for (int i = 0; i < d; ++i) part[i] = MulAdd(w, v[j * d + i], part[i] * factor);
       }
       const SoftmaxMerge merge = MergePartials(total, state);
-      for (int i = 0; i < d; ++i) acc[i] = acc[i] * merge.scale_a + part[i] * merge.scale_b;
+      for (int i = 0; i < d; ++i) acc[i] = MulAdd(acc[i], merge.scale_a, part[i] * merge.scale_b);
       total = merge.merged;
     }
     for (int i = 0; i < d; ++i) {

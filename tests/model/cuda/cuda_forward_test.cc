@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <memory>
 
@@ -180,6 +181,44 @@ TEST_P(CudaForwardTest, CublasPathLogitsMatchNumpy) {
   }
   std::cout << GetParam().stem << ": cuBLAS path max |logit - NumPy| = " << worst << "\n";
   EXPECT_LE(worst, GetParam().numpy_tolerance);
+}
+
+// Decode steps replayed from CUDA graphs give the bits of plain launches, across batch sizes
+// (3 sequences, then 2) and a buffer growth that forces a new capture.
+TEST_P(CudaForwardTest, DecodeGraphsGiveTheSameLogits) {
+  auto plain = CudaForwardPass::Create(*model_, CudaForwardOptions{.cuda_graphs = false});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  const ModelConfig& c = model_->config();
+  auto kv_graph = CudaKvCache::Create(c, KvType::kF16, 64, 16);
+  auto kv_plain = CudaKvCache::Create(c, KvType::kF16, 64, 16);
+  ASSERT_TRUE(kv_graph.ok() && kv_plain.ok());
+  BatchBuilder builder(16, 64);
+  std::vector<std::vector<int32_t>> next;
+  for (size_t i = 0; i < 3; ++i) {
+    const int seq = builder.AddSequence();
+    ASSERT_TRUE(builder.Append(seq, golden_.prompts[i].prompt_tokens,
+                               BatchBuilder::Logits::kLast).ok());
+    next.push_back({golden_.prompts[i].prompt_tokens.back()});
+  }
+  std::vector<float> a(3 * c.n_vocab), b(3 * c.n_vocab);
+  ForwardInput in{builder.token_ids(), builder.batch(), builder.logit_rows()};
+  ASSERT_TRUE(gpu_->Run(in, kv_graph->view(), a).ok());
+  ASSERT_TRUE((*plain)->Run(in, kv_plain->view(), b).ok());
+  builder.Clear();
+  for (int step = 0; step < 24; ++step) {
+    const int n_seqs = step < 12 ? 3 : 2;
+    for (int s = 0; s < n_seqs; ++s) {
+      ASSERT_TRUE(builder.Append(s, next[s], BatchBuilder::Logits::kLast).ok());
+    }
+    a.resize(n_seqs * c.n_vocab);
+    b.resize(n_seqs * c.n_vocab);
+    in = ForwardInput{builder.token_ids(), builder.batch(), builder.logit_rows()};
+    ASSERT_TRUE(gpu_->Run(in, kv_graph->view(), a).ok());
+    ASSERT_TRUE((*plain)->Run(in, kv_plain->view(), b).ok());
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "step " << step;
+    builder.Clear();
+    for (int s = 0; s < n_seqs; ++s) next[s] = {Argmax(&a[s * c.n_vocab], c.n_vocab)};
+  }
 }
 
 TEST_P(CudaForwardTest, BadInputIsAStatusNotACrash) {
