@@ -3,11 +3,13 @@ reproducible (also among concurrent streams), seeds and unseeded requests differ
 streams every sequence with its index, usage and shared prompt blocks, logprobs equal NumPy's
 log-softmax of llama.cpp's logits, and every invalid sampling value is refused with a message
 that names it."""
+import json
+import os
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
-import numpy as np
 import pytest
 
 from server_harness import DEFAULT_MODEL, TINY_MODEL, Server, generate, pb2
@@ -111,50 +113,64 @@ def test_min_tokens_and_logit_bias(server):
     assert len(ids) == 6 and eog[0] not in ids
 
 
-def llama_cpp_log_softmax(model, tokens, first, count):
-    """NumPy's log-softmax of llama.cpp's logits at positions first..first+count-1."""
-    from llama_cpp import Llama
-    llm = Llama(model_path=str(model), n_ctx=256, n_threads=2, logits_all=True, verbose=False,
-                seed=0)
-    llm.eval(tokens)
-    scores = np.asarray(llm.scores[first:first + count], dtype=np.float64)
-    top = scores.max(axis=1, keepdims=True)
-    return scores - (top + np.log(np.exp(scores - top).sum(axis=1, keepdims=True)))
+def golden_logprobs(model):
+    """llama.cpp's greedy steps and log-softmax (tests/reference/make_logprobs_golden.py)."""
+    path = Path(os.environ["TOKENMILL_TEST_DATA_DIR"]) / "logprobs" / (Path(model).stem + ".json")
+    with open(path) as f:
+        return json.load(f)["cases"]
 
 
-def check_logprobs_against_llama_cpp(stub, model, prompt_text, tolerance):
-    prompt = list(stub.Tokenize(pb2.TokenizeRequest(text=prompt_text)).token_ids)
-    ids, _, responses = generate(stub, pb2.GenerateRequest(
-        token_ids=pb2.TokenIds(ids=prompt), max_tokens=8, ignore_eos=True, logprobs=True,
-        top_logprobs=5, sampling=pb2.SamplingParams(temperature=0.8, seed=11)))
-    logprobs = [l for r in responses for l in r.logprobs]
-    assert len(logprobs) == len(ids) == 8
-    reference = llama_cpp_log_softmax(model, prompt + ids, len(prompt) - 1, len(ids))
+def check_logprobs_against_llama_cpp(stub, model, tolerance):
+    """Greedy logprobs (chosen and top 5) against llama.cpp's, at every step while our greedy
+    tokens equal llama.cpp's (after a divergence the contexts differ)."""
+    compared = 0
     worst = 0.0
-    for step, (token, l) in enumerate(zip(ids, logprobs)):
-        assert l.chosen.token_id == token
-        worst = max(worst, abs(l.chosen.logprob - reference[step, token]))
-        assert len(l.top) == 5
-        assert [t.logprob for t in l.top] == sorted([t.logprob for t in l.top], reverse=True)
-        for t in l.top:
-            worst = max(worst, abs(t.logprob - reference[step, t.token_id]))
-        # Every top-5 entry is at least as likely as the reference's 5th (up to the tolerance).
-        fifth = np.sort(reference[step])[-5]
-        assert all(reference[step, t.token_id] >= fifth - 2 * tolerance for t in l.top)
+    for case in golden_logprobs(model):
+        ids, _, responses = generate(stub, pb2.GenerateRequest(
+            token_ids=pb2.TokenIds(ids=case["prompt_ids"]), max_tokens=len(case["steps"]),
+            ignore_eos=True, logprobs=True, top_logprobs=5))
+        logprobs = [l for r in responses for l in r.logprobs]
+        assert len(logprobs) == len(ids) == len(case["steps"])
+        for token, l, step in zip(ids, logprobs, case["steps"]):
+            reference = dict((i, lp) for i, lp in step["top"])
+            assert l.chosen.token_id == token
+            assert len(l.top) == 5
+            assert [t.logprob for t in l.top] == sorted([t.logprob for t in l.top], reverse=True)
+            for t in [l.chosen, *l.top]:
+                # Every id we rank in the top 5 is among llama.cpp's top 64.
+                assert t.token_id in reference, f"{t.token_id} not in llama.cpp's top 64"
+                worst = max(worst, abs(t.logprob - reference[t.token_id]))
+            compared += 1
+            if token != step["token"]:
+                break
+    assert compared >= 8, f"only {compared} steps compared"
     assert worst < tolerance, f"largest |ours - llama.cpp| = {worst:.4f} nats"
 
 
 def test_logprobs_are_log_softmax_of_llama_cpp_logits_tiny_f32_model():
     # stories260K is F32: log-probabilities measured within 1e-4 nats of llama.cpp.
     with Server(model=TINY_MODEL) as tiny:
-        check_logprobs_against_llama_cpp(tiny.stub, TINY_MODEL, "Once upon a time, there was",
-                                         tolerance=2e-3)
+        check_logprobs_against_llama_cpp(tiny.stub, TINY_MODEL, tolerance=2e-3)
 
 
 def test_logprobs_are_log_softmax_of_llama_cpp_logits_default_model(server):
     # SmolLM2 Q4_1: both quantize activations to int8 but with different kernels, which moves
     # logits by up to ~1 (tests/model/forward); log-probabilities measured within 0.26 nats.
-    check_logprobs_against_llama_cpp(server.stub, DEFAULT_MODEL, PROMPT, tolerance=0.5)
+    check_logprobs_against_llama_cpp(server.stub, DEFAULT_MODEL, tolerance=0.5)
+
+
+def test_logprobs_are_the_models_not_the_processed_distribution(server):
+    # top_k 1 leaves the argmax with probability 1 (logprob 0) in the processed distribution;
+    # the reported logprob is the model's raw one, as llama.cpp computes it.
+    case = golden_logprobs(DEFAULT_MODEL)[0]
+    step = case["steps"][0]
+    ids, _, responses = generate(server.stub, pb2.GenerateRequest(
+        token_ids=pb2.TokenIds(ids=case["prompt_ids"]), max_tokens=1, logprobs=True,
+        sampling=pb2.SamplingParams(temperature=0.5, top_k=1, seed=3)))
+    assert ids == [step["token"]]
+    chosen = responses[0].logprobs[0].chosen
+    assert abs(chosen.logprob - step["top"][0][1]) < 0.5
+    assert chosen.logprob < -0.05
 
 
 def test_no_logprobs_unless_asked(server):
