@@ -120,6 +120,19 @@ void KvCacheManager::Free(const KvCacheRequest& request) {
   tables_.erase(it);
 }
 
+void KvCacheManager::FreeTailBlocks(uint64_t request_id, int num_blocks_kept) {
+  const auto it = tables_.find(request_id);
+  if (it == tables_.end()) return;
+  Table& table = it->second;
+  if (num_blocks_kept >= static_cast<int>(table.blocks.size())) return;
+  TM_CHECK_LE(table.num_cached_blocks, num_blocks_kept)
+      << "request " << request_id << " would free cached blocks";
+  const std::vector<BlockId> tail_first(table.blocks.rbegin(),
+                                        table.blocks.rend() - num_blocks_kept);
+  pool_.Release(tail_first);
+  table.blocks.resize(static_cast<size_t>(num_blocks_kept));
+}
+
 std::span<const BlockId> KvCacheManager::BlockTable(uint64_t request_id) const {
   const auto it = tables_.find(request_id);
   if (it == tables_.end()) return {};

@@ -105,6 +105,11 @@ class KvCacheManager {
   // No-op for a request without blocks.
   void Free(const KvCacheRequest& request);
 
+  // Drops the request's blocks past the first `num_blocks_kept`, tail first: in use -> free.
+  // For lookahead blocks that only held rejected draft tokens; CHECKs that none of them is
+  // cached (a cached block holds verified tokens).
+  void FreeTailBlocks(uint64_t request_id, int num_blocks_kept);
+
   // The request's block table (empty when it has none).
   std::span<const BlockId> BlockTable(uint64_t request_id) const;
 

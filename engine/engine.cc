@@ -10,9 +10,10 @@
 namespace tokenmill {
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Tokenizer& tokenizer,
-                                                 const EngineConfig& config) {
+                                                 const EngineConfig& config,
+                                                 const Model* draft_model) {
   TM_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
-                      EngineCore::Create(model, tokenizer, config));
+                      EngineCore::Create(model, tokenizer, config, draft_model));
   const RequestLimits limits = core->limits();
   std::unique_ptr<Engine> engine(new Engine(std::move(core), limits.max_model_len,
                                             limits.vocab_size, config.scheduler.max_queue));

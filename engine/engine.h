@@ -73,15 +73,21 @@ struct EngineStats {
   int64_t num_generation_tokens = 0;  // tokens generated
   int64_t num_finished = 0;
   int64_t num_steps = 0;  // forward passes run
+  // Speculative decoding: verifications, draft tokens verified, of those accepted.
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
 };
 
 class Engine {
  public:
   // Builds the KV pool, scheduler and runner and starts the engine thread. `model` and
   // `tokenizer` must outlive the engine. InvalidArgument when the config cannot work (the
-  // message names the setting to change).
+  // message names the setting to change). `draft_model` (config.spec.method kDraft only)
+  // drafts tokens for speculative decoding and must outlive the engine too.
   static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const Tokenizer& tokenizer,
-                                                  const EngineConfig& config);
+                                                  const EngineConfig& config,
+                                                  const Model* draft_model = nullptr);
   // Shutdown(0): requests still in flight get an abort event.
   ~Engine();
   Engine(const Engine&) = delete;

@@ -31,6 +31,7 @@ Status ValidateEngineConfig(const EngineConfig& config) {
     return InvalidArgumentError("this CPU lacks the " + std::string(IsaName(*config.isa)) +
                                 " kernels; pick another --isa or leave it unset");
   }
+  TM_RETURN_IF_ERROR(ValidateSpecConfig(config.spec));
   return ValidateSchedulerConfig(config.scheduler);
 }
 

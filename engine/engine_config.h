@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "common/status.h"
+#include "engine/spec/spec_config.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/paged_attention.h"
 #include "scheduler/scheduler_config.h"
@@ -37,6 +38,8 @@ struct EngineConfig {
   int num_threads = 0;
   // Kernels: the best this CPU has unless set.
   std::optional<CpuIsa> isa;
+  // Speculative decoding (--spec, --spec-tokens); kDraft needs a draft model at Create.
+  SpecConfig spec;
 };
 
 // InvalidArgument naming the setting when a value cannot work.

@@ -5,13 +5,26 @@
 
 #include "cache/kv_cache_sizing.h"
 #include "common/check.h"
+#include "engine/spec/draft_model_proposer.h"
+#include "engine/spec/ngram_proposer.h"
 
 namespace tokenmill {
 
 StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const Model& model,
                                                          const Tokenizer& tokenizer,
-                                                         const EngineConfig& config) {
+                                                         const EngineConfig& config,
+                                                         const Model* draft_model) {
   TM_RETURN_IF_ERROR(ValidateEngineConfig(config));
+  if (config.spec.method == SpecMethod::kDraft) {
+    if (draft_model == nullptr) {
+      return InvalidArgumentError("--spec draft needs a draft model: give --draft-model PATH");
+    }
+    TM_RETURN_IF_ERROR(CheckDraftVocabulary(model, *draft_model));
+  } else if (draft_model != nullptr) {
+    return InvalidArgumentError("a draft model was given but --spec is " +
+                                std::string(SpecMethodName(config.spec.method)) +
+                                ": use --spec draft, or drop --draft-model");
+  }
   const ModelConfig& mc = model.config();
   if (tokenizer.vocab_size() > mc.n_vocab) {
     return InvalidArgumentError("the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
@@ -51,11 +64,34 @@ StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const Model& model,
   TM_RETURN_IF_ERROR(backend->AllocateKv(config.kv_type, num_blocks, config.block_size));
   auto runner =
       std::make_unique<ModelRunner>(model, std::move(backend), num_blocks, config.block_size);
+  std::unique_ptr<Speculator> speculator;
+  if (config.spec.method != SpecMethod::kNone) {
+    std::unique_ptr<DraftProposer> proposer;
+    if (config.spec.method == SpecMethod::kNgram) {
+      proposer = std::make_unique<NgramProposer>(config.spec.ngram_min, config.spec.ngram_max);
+    } else {
+      // The draft runs on the same device, with its own KV pool over the same block ids (plus
+      // scratch); at most max_batch_rows / 2 requests draft in one step (k + 1 >= 2 rows).
+      const int max_drafting = config.spec.max_batch_rows / 2;
+      TM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardBackend> draft_backend,
+                          CreateForwardBackend(*draft_model, config));
+      TM_RETURN_IF_ERROR(draft_backend->AllocateKv(
+          config.kv_type,
+          num_blocks + DraftModelProposer::NumScratchBlocks(
+                           max_drafting, config.spec.num_speculative_tokens, config.block_size),
+          config.block_size));
+      proposer = std::make_unique<DraftModelProposer>(
+          *draft_model, std::move(draft_backend), num_blocks, config.block_size, max_drafting,
+          config.spec.num_speculative_tokens, tokenizer.end_of_generation_ids());
+    }
+    speculator = std::make_unique<Speculator>(config.spec, std::move(proposer));
+  }
   const RequestLimits limits{.max_model_len = scheduler->max_model_len(),
                              .vocab_size = tokenizer.vocab_size()};
   std::unique_ptr<EngineCore> core(new EngineCore(tokenizer, std::move(kv), std::move(scheduler),
-                                                 std::move(runner), limits));
+                                                  std::move(runner), limits));
   core->prefix_caching_ = config.enable_prefix_caching;
+  core->speculator_ = std::move(speculator);
   return core;
 }
 
@@ -179,10 +215,19 @@ bool EngineCore::Step() {
   const Clock::time_point start = Clock::now();
   for (const ScheduledRequest& r : step.requests) outputs_.at(r.id).MarkScheduled(start);
 
-  StatusOr<ModelOutput> sampled = runner_->Execute(step, *scheduler_, sampler_, step_logprobs_);
+  StatusOr<ModelOutput> sampled = runner_->Execute(step, *scheduler_, sampler_, step_logprobs_,
+                                                     speculator_ ? speculator_->draft_probs()
+                                                                 : DraftProbs{});
   if (!sampled.ok()) {
     FailStep(step, sampled.status());
     return true;
+  }
+  if (speculator_) {
+    if (const Status proposed = speculator_->AfterStep(step, *scheduler_, *sampled);
+        !proposed.ok()) {
+      FailStep(step, proposed);
+      return true;
+    }
   }
   const std::vector<RequestEvent> events = scheduler_->Update(*sampled);
   const Clock::time_point now = Clock::now();
@@ -238,6 +283,12 @@ EngineStats EngineCore::Stats() const {
   stats.num_generation_tokens = s.num_generation_tokens;
   stats.num_finished = s.num_finished;
   stats.num_steps = num_steps_;
+  if (speculator_) {
+    const SpecStats& spec = speculator_->stats();
+    stats.spec_num_drafts = spec.num_drafts;
+    stats.spec_num_draft_tokens = spec.num_draft_tokens;
+    stats.spec_num_accepted_tokens = spec.num_accepted_tokens;
+  }
   return stats;
 }
 

@@ -17,6 +17,7 @@
 #include "engine/request_output.h"
 #include "engine/request_validation.h"
 #include "engine/sampler.h"
+#include "engine/spec/speculator.h"
 #include "model/model.h"
 #include "model/tokenizer/tokenizer.h"
 #include "scheduler/scheduler.h"
@@ -27,10 +28,12 @@ class EngineCore {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `model` and `tokenizer` must outlive the core.
+  // `model`, `tokenizer` and `draft_model` (for config.spec.method kDraft only) must
+  // outlive the core.
   static StatusOr<std::unique_ptr<EngineCore>> Create(const Model& model,
                                                       const Tokenizer& tokenizer,
-                                                      const EngineConfig& config);
+                                                      const EngineConfig& config,
+                                                      const Model* draft_model = nullptr);
 
   const RequestLimits& limits() const { return limits_; }
 
@@ -76,6 +79,7 @@ class EngineCore {
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Speculator> speculator_;  // null without speculative decoding
   Sampler sampler_;
   StepLogprobs step_logprobs_;  // the last step's, reused
   std::mt19937_64 seed_source_;  // seeds for requests that bring none

@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "engine/sampler.h"
 #include "engine/forward_backend.h"
+#include "engine/spec/proposer.h"
 #include "model/model.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_output.h"
@@ -28,11 +29,13 @@ class ModelRunner {
               int block_size);
 
   // Computes `step` (from scheduler.Schedule()) and samples a token for each request with
-  // num_logits > 0: accepted drafts (those equal to the sampler's pick at the row before
-  // them) then one sampled token. `logprobs` gets, for each request that asked, one entry
-  // per sampled token (cleared first).
+  // num_logits > 0: accepted drafts then one more token, verified by rejection sampling
+  // (engine/spec/rejection_sampler.h) against `draft_probs` (the draft model's q rows of
+  // the requests whose drafts were sampled; none: drafts are deterministic). `logprobs`
+  // gets, for each request that asked, one entry per sampled token (cleared first).
   StatusOr<ModelOutput> Execute(const SchedulerOutput& step, const Scheduler& scheduler,
-                                Sampler& sampler, StepLogprobs& logprobs);
+                                Sampler& sampler, StepLogprobs& logprobs,
+                                const DraftProbs& draft_probs = {});
 
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }

@@ -274,9 +274,14 @@ std::vector<RequestEvent> Scheduler::Update(const ModelOutput& output) {
     TM_CHECK(num_sampled >= 1 && num_sampled <= 1 + scheduled.num_draft_tokens)
         << num_sampled << " tokens for request " << request.id << " after "
         << scheduled.num_draft_tokens << " drafts";
-    // Rejected drafts' K/V are garbage: they will be overwritten, never hashed.
+    // Rejected drafts' K/V are garbage: never hashed, and the lookahead blocks that held
+    // nothing else go back to the pool (the next step allocates what it needs).
     request.num_computed_tokens -= scheduled.num_draft_tokens - (num_sampled - 1);
     request.draft_token_ids.clear();
+    if (scheduled.num_draft_tokens > 0) {
+      const int num_kept = request.num_tokens() + num_sampled;  // positions that stay
+      kv_.FreeTailBlocks(request.id, (num_kept + kv_.block_size() - 1) / kv_.block_size());
+    }
 
     RequestEvent event;
     event.id = request.id;

@@ -66,6 +66,15 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "prompt plus generated tokens per request (0: the model's context)")
       ->check(CLI::NonNegativeNumber);
   AddFlag(app, "--no-prefix-cache", o.no_prefix_cache, "do not share cached prompt prefixes");
+  AddOption(app, "--spec", o.spec,
+            "speculative decoding: none, ngram (prompt lookup) or draft (--draft-model)")
+      ->check(CLI::IsMember({"none", "ngram", "draft"}));
+  AddOption(app, "--spec-tokens", o.spec_tokens,
+            "most draft tokens per request and step (adapts to acceptance)")
+      ->check(CLI::Range(1, 16));
+  AddOption(app, "--draft-model", o.draft_model_path,
+            "GGUF draft model for --spec draft (same vocabulary as --model)")
+      ->check(CLI::ExistingFile);
   AddOption(app, "--drain-timeout", o.drain_timeout_seconds,
             "seconds SIGTERM/SIGINT lets in-flight requests finish before aborting them")
       ->check(CLI::NonNegativeNumber);
@@ -110,6 +119,19 @@ StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t availabl
   // The engine caps the limit at the model's context: 0 asks for exactly that.
   config.scheduler.max_model_len =
       o.max_model_len > 0 ? o.max_model_len : std::numeric_limits<int>::max();
+  config.spec.method = ParseSpecMethod(o.spec).value_or(SpecMethod::kNone);
+  config.spec.num_speculative_tokens = o.spec_tokens;
+  if (config.spec.method == SpecMethod::kDraft && o.draft_model_path.empty()) {
+    return InvalidArgumentError("--spec draft needs --draft-model PATH (a GGUF model with the "
+                                "same vocabulary as --model)");
+  }
+  if (config.spec.method != SpecMethod::kDraft && !o.draft_model_path.empty()) {
+    return InvalidArgumentError("--draft-model is only used with --spec draft (--spec is " +
+                                o.spec + ")");
+  }
+  if (!ParseSpecMethod(o.spec)) {
+    return InvalidArgumentError("--spec " + o.spec + ": use none, ngram or draft");
+  }
   return config;  // Engine::Create validates the rest, once the model is known
 }
 

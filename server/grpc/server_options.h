@@ -28,6 +28,9 @@ struct ServerOptions {
   int max_queue = 1024;
   int max_model_len = 0;  // 0: the model's context length
   bool no_prefix_cache = false;
+  std::string spec = "none";  // speculative decoding: none, ngram or draft
+  int spec_tokens = 4;        // most draft tokens per request and step
+  std::string draft_model_path;  // --spec draft: a GGUF with the model's vocabulary
   double drain_timeout_seconds = 30.0;
   std::string log_level = "info";
   bool log_json = false;

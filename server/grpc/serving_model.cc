@@ -62,7 +62,26 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
     spdlog::warn("chat input is refused: {}", own.status().message());
   }
 
+  if (!options.draft_model_path.empty()) {
+    start = std::chrono::steady_clock::now();
+    spdlog::info("loading draft model {}", options.draft_model_path);
+    StatusOr<std::unique_ptr<Model>> draft = Model::Load(options.draft_model_path);
+    if (!draft.ok()) {
+      return InvalidArgumentError("--draft-model " + options.draft_model_path + ": " +
+                                  draft.status().message());
+    }
+    serving->draft_model = std::move(*draft);
+    spdlog::info("draft model: {} layers, {} hidden, vocab {} ({:.2f} s)",
+                 serving->draft_model->config().n_layers, serving->draft_model->config().n_embd,
+                 serving->draft_model->config().n_vocab, SecondsSince(start));
+  }
+
   start = std::chrono::steady_clock::now();
+  if (engine_config.spec.method != SpecMethod::kNone) {
+    spdlog::info("speculative decoding: {}, up to {} draft tokens per step",
+                 SpecMethodName(engine_config.spec.method),
+                 engine_config.spec.num_speculative_tokens);
+  }
   spdlog::info(
       "starting the engine on {}: KV cache {} of {} in blocks of {} tokens, prefix cache {}",
       engine_config.device == Device::kCuda ? "cuda" : "cpu",
@@ -72,7 +91,8 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
       KvTypeName(engine_config.kv_type), engine_config.block_size,
       engine_config.enable_prefix_caching ? "on" : "off");
   TM_ASSIGN_OR_RETURN(serving->engine,
-                      Engine::Create(*serving->model, serving->tokenizer, engine_config));
+                      Engine::Create(*serving->model, serving->tokenizer, engine_config,
+                                     serving->draft_model.get()));
   serving->block_size = engine_config.block_size;
   const EngineStats stats = serving->engine->Stats();
   spdlog::info("engine ready: {} KV blocks, max {} tokens per request ({:.2f} s)",

@@ -21,6 +21,7 @@ struct ServingModel {
   ~ServingModel();  // stops the engine before what it reads goes away
 
   std::unique_ptr<Model> model;
+  std::unique_ptr<Model> draft_model;  // --spec draft only
   Tokenizer tokenizer;
   std::optional<ChatTemplate> chat_template;  // none: chat input is refused
   std::string name;                           // general.name, or the file's stem

@@ -126,6 +126,15 @@ std::string RenderMetrics(std::string_view model_name,
             static_cast<double>(s.num_prompt_tokens));
   w.Counter("tokenmill:generation_tokens_total", "Tokens generated.",
             static_cast<double>(s.num_generation_tokens));
+  w.Counter("tokenmill:spec_decode_num_drafts_total",
+            "Speculative decoding: verifications of a request's draft tokens.",
+            static_cast<double>(s.spec_num_drafts));
+  w.Counter("tokenmill:spec_decode_num_draft_tokens_total",
+            "Speculative decoding: draft tokens verified.",
+            static_cast<double>(s.spec_num_draft_tokens));
+  w.Counter("tokenmill:spec_decode_num_accepted_tokens_total",
+            "Speculative decoding: draft tokens accepted.",
+            static_cast<double>(s.spec_num_accepted_tokens));
   std::vector<std::pair<std::string, double>> finished;
   for (const CompletionReason reason : {CompletionReason::kStop, CompletionReason::kLength,
                                         CompletionReason::kAbort, CompletionReason::kError}) {

@@ -68,6 +68,26 @@ TEST(SchedulerDraftTest, RejectedDraftsAreRolledBack) {
   sim.ExpectReferenceOutputs();
 }
 
+TEST(SchedulerDraftTest, LookaheadBlocksOfRejectedDraftsAreFreed) {
+  // Block size 4: prompt 3 and a first token, then that token + 6 drafts at positions 3..9
+  // (blocks 0-2); all drafts rejected, so 5 tokens stay (positions 0..4, the last one to
+  // compute next step): block 2 goes back at once.
+  SchedulerSim sim(Config(), MakeCacheConfig(16, 4));
+  sim.set_drafter(ReferenceDrafter(6, /*wrong_index=*/0));
+  ASSERT_TRUE(sim.Add(MakeRequest(1, 3, 12)).ok());
+  EXPECT_EQ(sim.Step(), "1:3");
+  const int free_before = sim.kv_cache().Stats().num_free_blocks;
+  EXPECT_EQ(sim.Step(), "1:1+6");
+  EXPECT_EQ(sim.last_output().requests.at(0).block_table.size(), 3u);
+  EXPECT_EQ(sim.last_events().at(0).new_token_ids.size(), 1u);
+  EXPECT_EQ(sim.kv_cache().BlockTable(1).size(), 2u);
+  EXPECT_EQ(sim.kv_cache().Stats().num_free_blocks, free_before - 1);
+  EXPECT_TRUE(sim.scheduler().CheckInvariants().ok());
+  ASSERT_TRUE(sim.RunToCompletion(20));
+  EXPECT_EQ(sim.kv_cache().Stats().num_in_use_blocks, 0);
+  sim.ExpectReferenceOutputs();
+}
+
 TEST(SchedulerDraftTest, DraftsAreCappedByTheContextAndTheBudget) {
   SchedulerSim sim(Config(/*budget=*/64, /*max_model_len=*/8), MakeCacheConfig(16, 4));
   sim.set_drafter(ReferenceDrafter(3));

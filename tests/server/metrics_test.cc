@@ -52,6 +52,9 @@ TEST(RenderMetrics, NamesEveryMetricOfTheIssue) {
   stats.prefix_hit_tokens = 6;
   stats.num_prompt_tokens = 17;
   stats.num_generation_tokens = 40;
+  stats.spec_num_drafts = 5;
+  stats.spec_num_draft_tokens = 20;
+  stats.spec_num_accepted_tokens = 12;
   RequestMetrics requests;
   RequestTimings timings;
   timings.queue_seconds = 0.002;
@@ -69,6 +72,10 @@ TEST(RenderMetrics, NamesEveryMetricOfTheIssue) {
            "tokenmill:num_preemptions_total{model_name=\"m\"} 4\n",
            "tokenmill:prompt_tokens_total{model_name=\"m\"} 17\n",
            "tokenmill:generation_tokens_total{model_name=\"m\"} 40\n",
+           "# TYPE tokenmill:spec_decode_num_drafts_total counter\n",
+           "tokenmill:spec_decode_num_drafts_total{model_name=\"m\"} 5\n",
+           "tokenmill:spec_decode_num_draft_tokens_total{model_name=\"m\"} 20\n",
+           "tokenmill:spec_decode_num_accepted_tokens_total{model_name=\"m\"} 12\n",
            "tokenmill:request_success_total{model_name=\"m\",finished_reason=\"length\"} 1\n",
            "tokenmill:time_to_first_token_seconds_count{model_name=\"m\"} 1\n",
            // Inter-token gaps only: the first token's wait is TTFT.

@@ -52,7 +52,8 @@ TEST(ServerOptions, EveryFlagOfTheIssueHasItsVariable) {
   for (const char* flag :
        {"--model", "--host", "--port", "--metrics-port", "--threads", "--device",
         "--kv-cache-memory", "--block-size", "--max-num-seqs", "--max-num-batched-tokens",
-        "--max-queue", "--no-prefix-cache", "--log-level", "--log-json", "--drain-timeout"}) {
+        "--max-queue", "--no-prefix-cache", "--log-level", "--log-json", "--drain-timeout",
+        "--spec", "--spec-tokens", "--draft-model"}) {
     SCOPED_TRACE(flag);
     const CLI::Option* option = app.get_option(flag);
     ASSERT_NE(option, nullptr);
@@ -150,6 +151,33 @@ TEST(MakeEngineConfig, Fp8KvCacheNeedsCuda) {
   StatusOr<EngineConfig> fp8 = MakeEngineConfig(options, 0);
   ASSERT_FALSE(fp8.ok());
   EXPECT_THAT(fp8.status().message(), HasSubstr("--kv-cache-dtype fp8 needs --device cuda"));
+}
+
+TEST(MakeEngineConfig, SpeculativeDecodingFlags) {
+  Parsed ngram({"--model", "m", "--spec", "ngram", "--spec-tokens", "6"});
+  ASSERT_EQ(ngram.error, "");
+  StatusOr<EngineConfig> config = MakeEngineConfig(ngram.options, 0);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->spec.method, SpecMethod::kNgram);
+  EXPECT_EQ(config->spec.num_speculative_tokens, 6);
+
+  EXPECT_EQ(MakeEngineConfig(Parsed({"--model", "m"}).options, 0)->spec.method,
+            SpecMethod::kNone);
+  EXPECT_THAT(Parsed({"--model", "m", "--spec", "eagle"}).error, HasSubstr("--spec"));
+  EXPECT_THAT(Parsed({"--model", "m", "--spec-tokens", "0"}).error, HasSubstr("--spec-tokens"));
+  EXPECT_THAT(Parsed({"--model", "m", "--draft-model", "/no/such.gguf"}).error,
+              HasSubstr("--draft-model"));
+
+  ServerOptions draft;
+  draft.spec = "draft";
+  StatusOr<EngineConfig> no_path = MakeEngineConfig(draft, 0);
+  ASSERT_FALSE(no_path.ok());
+  EXPECT_THAT(no_path.status().message(), HasSubstr("--draft-model PATH"));
+  draft.spec = "ngram";
+  draft.draft_model_path = "d.gguf";
+  StatusOr<EngineConfig> unused = MakeEngineConfig(draft, 0);
+  ASSERT_FALSE(unused.ok());
+  EXPECT_THAT(unused.status().message(), HasSubstr("only used with --spec draft"));
 }
 
 }  // namespace

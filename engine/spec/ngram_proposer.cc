@@ -1,0 +1,37 @@
+#include "engine/spec/ngram_proposer.h"
+
+#include <algorithm>
+#include <cstddef>
+
+namespace tokenmill {
+
+std::vector<TokenId> ProposeNgram(std::span<const TokenId> tokens, int min_n, int max_n, int k) {
+  const ptrdiff_t size = static_cast<ptrdiff_t>(tokens.size());
+  if (k <= 0) return {};
+  for (ptrdiff_t n = std::min<ptrdiff_t>(max_n, size - 1); n >= min_n; --n) {
+    const std::span<const TokenId> suffix = tokens.last(static_cast<size_t>(n));
+    // Latest start first; a match must end before the suffix's last token so that at least
+    // one token follows it.
+    for (ptrdiff_t start = size - n - 1; start >= 0; --start) {
+      if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + start)) continue;
+      const ptrdiff_t from = start + n;
+      const ptrdiff_t count = std::min<ptrdiff_t>(k, size - from);
+      return std::vector<TokenId>(tokens.begin() + from, tokens.begin() + from + count);
+    }
+  }
+  return {};
+}
+
+StatusOr<std::vector<Proposal>> NgramProposer::Propose(
+    std::span<const ProposalRequest> requests) {
+  std::vector<Proposal> proposals;
+  proposals.reserve(requests.size());
+  for (const ProposalRequest& r : requests) {
+    proposals.push_back(
+        Proposal{.token_ids = ProposeNgram(r.token_ids, min_n_, max_n_, r.num_drafts),
+                 .probs = {}});
+  }
+  return proposals;
+}
+
+}  // namespace tokenmill
