@@ -4,8 +4,9 @@
 //   prompts (the answer repeats, quotes or edits the prompt) and open-ended ones, through
 //   EngineCore on this thread. Runs interleave (prompt by prompt, method by method, round by
 //   round) so load from other processes spreads evenly; reports per prompt and method the
-//   median decode tokens/s (tokens after the first over the time from the first to the last),
-//   draft acceptance and tokens per step, and each method's speed ratio to none.
+//   median decode tokens/s (tokens after the first over the time from the first to the last)
+//   over wall time and over the process's CPU time (load-proof on a shared machine), draft
+//   acceptance and tokens per step, and each method's speed ratio to none.
 // --mode rows: the time of one forward step by its number of rows (one sequence verifying
 //   R - 1 drafts after a 256-token context), which tells where a step's cost starts growing
 //   with its rows (the limit of SpecConfig::max_batch_rows).
