@@ -133,6 +133,25 @@ TEST(SpecGreedyTest, SeededSamplingDrawsThePlainTokens) {
   EXPECT_EQ(self_draft.stats.spec_num_accepted_tokens, self_draft.stats.spec_num_draft_tokens);
 }
 
+// A prefix-cache hit serves the target's K/V of the prompt, not the draft's: the draft model
+// recomputes its own, so with draft = target every draft is still accepted.
+TEST(SpecGreedyTest, DraftModelAfterAPrefixHitStillAcceptsEveryDraft) {
+  auto core = EngineCore::Create(*SmolLm2().model, *SmolLm2().tokenizer,
+                                 Config(SpecMethod::kDraft, 3), SmolLm2().model.get());
+  ASSERT_TRUE(core.ok()) << core.status().ToString();
+  Collector collector;
+  const std::vector<TokenId> prompt = Encode(Prompts()[0]);
+  for (RequestId id = 1; id <= 2; ++id) {
+    ASSERT_TRUE((*core)->Add(id, Greedy(prompt, 12, collector.Sink(id))).ok());
+    ASSERT_TRUE(RunToCompletion(**core));
+  }
+  EXPECT_GT(collector[2].final_event.usage.cached_prompt_tokens, 0) << "no prefix-cache hit";
+  EXPECT_EQ(collector[2].token_ids, collector[1].token_ids);
+  const EngineStats stats = (*core)->Stats();
+  EXPECT_GT(stats.spec_num_draft_tokens, 0);
+  EXPECT_EQ(stats.spec_num_accepted_tokens, stats.spec_num_draft_tokens);
+}
+
 TEST(SpecGreedyTest, PreemptionWithDraftsLosesNothing) {
   // A pool so small that the batched requests preempt each other while drafting.
   EngineConfig config = Config(SpecMethod::kNgram);
