@@ -20,9 +20,9 @@ GATEWAY_BIN = BIN_DIR / "tokenmill-gateway"
 class Gateway:
     """One tokenmill-gateway process on a free port in front of `backends` (host:port)."""
 
-    def __init__(self, *backends, extra_args=(), env=None, wait_ready=True):
+    def __init__(self, *backends, extra_args=(), env=None, wait_ready=True, log_level="debug"):
         self.args = [str(GATEWAY_BIN), "--port", "0", "--health-interval", "0.2",
-                     "--log-level", "debug", *[a for b in backends for a in ("--backend", b)],
+                     "--log-level", log_level, *[a for b in backends for a in ("--backend", b)],
                      *map(str, extra_args)]
         self.lines = []
         self._cond = threading.Condition()

@@ -54,9 +54,9 @@ class Server:
     """One tokenmill-server process on free ports, its log collected from stderr."""
 
     def __init__(self, *extra_args, model=DEFAULT_MODEL, env=None, wait_ready=True,
-                 metrics=True, port=0):
+                 metrics=True, port=0, log_level="debug"):
         self.args = [str(SERVER_BIN), "--model", str(model), "--port", str(port),
-                     "--metrics-port", "0" if metrics else "-1", "--log-level", "debug",
+                     "--metrics-port", "0" if metrics else "-1", "--log-level", log_level,
                      *map(str, extra_args)]
         self.lines = []
         self._cond = threading.Condition()

@@ -1,0 +1,76 @@
+"""Bad inputs of docs/bad-inputs.md that no other e2e test sends over HTTP: /tokenize and
+/detokenize bodies, chat message fields, wrong JSON types; and none of them disturbs a
+request running beside them."""
+import concurrent.futures
+
+import pytest
+
+from gateway_harness import Gateway, backend_address, model_name
+from server_harness import Server
+
+
+@pytest.fixture(scope="module")
+def server():
+    with Server() as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def gateway(server):
+    with Gateway(backend_address(server)) as g:
+        yield g
+
+
+def user(content):
+    return [{"role": "user", "content": content}]
+
+
+BAD = [
+    # (path, body, status, param, words of the message)
+    ("/tokenize", [1], 400, None, "the request body must be a JSON object"),
+    ("/tokenize", {}, 400, "prompt", "give either prompt or messages"),
+    ("/tokenize", {"prompt": "a", "messages": user("b")}, 400, "messages",
+     "give either prompt or messages"),
+    ("/tokenize", {"prompt": 5}, 400, "prompt", "prompt must be a string"),
+    ("/tokenize", {"prompt": "a", "lang": "fr"}, 400, "lang", "Unrecognized request argument"),
+    ("/tokenize", {"prompt": "a", "add_special_tokens": "yes"}, 400, "add_special_tokens",
+     "add_special_tokens must be"),
+    ("/detokenize", {}, 400, "tokens", "tokens must be a list of token ids"),
+    ("/detokenize", {"tokens": [1, -2]}, 400, "tokens", "non-negative token ids"),
+    ("/detokenize", {"tokens": [1, 2**40]}, 400, "tokens", "non-negative token ids"),
+    # The server's message names token_ids, which the gateway maps to "prompt".
+    ("/detokenize", {"tokens": [5, 60000]}, 400, "prompt", "outside the vocabulary"),
+    ("/v1/chat/completions", {"messages": "hi"}, 400, "messages",
+     "messages must be a non-empty list"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x", "name": "bob"}]},
+     400, "messages", "messages[0].name is not supported"),
+    ("/v1/chat/completions", {"messages": [{"role": "user"}]}, 400, "messages", "messages[0]"),
+    ("/v1/completions", {"prompt": "Hi", "max_tokens": 1.5}, 400, "max_tokens",
+     "max_tokens must be an integer"),
+    ("/v1/completions", {"prompt": "Hi", "stream": "yes"}, 400, "stream", "stream must be"),
+    ("/v1/completions", {"prompt": ["Hi"] * 65}, 400, "prompt", "at most 64 prompts"),
+    ("/v1/completions", {"prompt": []}, 400, "prompt", "prompt"),
+]
+
+
+@pytest.mark.parametrize("path,body,status,param,words", BAD,
+                         ids=[f"{p}-{i}" for i, (p, *_rest) in enumerate(BAD)])
+def test_bad_body_gets_its_status_and_message(gateway, path, body, status, param, words):
+    response = gateway.http.post(path, json=body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["param"] == param, error
+    assert words in error["message"], error
+
+
+def test_bad_inputs_do_not_disturb_a_running_request(gateway):
+    model = model_name(gateway)
+    body = {"model": model, "prompt": "Once upon a time", "max_tokens": 48, "ignore_eos": True,
+            "temperature": 0}
+    alone = gateway.http.post("/v1/completions", json=body).json()["choices"][0]["text"]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        running = pool.submit(gateway.http.post, "/v1/completions", json=body)
+        for path, bad, status, _, _ in BAD * 2:
+            assert gateway.http.post(path, json=bad).status_code == status
+        beside = running.result().json()["choices"][0]["text"]
+    assert beside == alone
