@@ -49,7 +49,7 @@ BAD = [
      "max_tokens must be an integer"),
     ("/v1/completions", {"prompt": "Hi", "stream": "yes"}, 400, "stream", "stream must be"),
     ("/v1/completions", {"prompt": ["Hi"] * 65}, 400, "prompt", "at most 64 prompts"),
-    ("/v1/completions", {"prompt": []}, 400, "prompt", "prompt"),
+    ("/v1/completions", {"prompt": []}, 400, "prompt", "prompt is empty"),
 ]
 
 
