@@ -117,7 +117,7 @@ async def run(args, factory=None):
     """One benchmark run; returns the result dict (also what --result-json writes)."""
     factory = factory or workloads.PromptFactory(args.tokenizer)
     built = build_workload(args, factory)
-    warmup = workloads.random_workload(factory, 1, 16, 4, args.seed + 1_000_003)[0]
+    warmup = workloads.random_workload(factory, 1, 16, 4, args.seed, "warmup")[0]
     url = f"{args.base_url}/v1/completions"
     async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
         model = args.model or await served_model(session, args.base_url)

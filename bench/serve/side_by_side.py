@@ -176,7 +176,10 @@ def scenario_args(name, repeat, args):
                            else ["--tokenizer", args.model])
     for key, value in SCENARIOS[name].items():
         setattr(ns, key, value)
-    ns.seed = args.seed + repeat  # new prompts each repeat: no cache hits across repeats
+    if args.num_prompts and "num_prompts" in SCENARIOS[name]:
+        ns.num_prompts = args.num_prompts
+    # New prompts for every scenario and repeat: no prefix-cache hits across runs.
+    ns.seed = args.seed + 1000 * repeat + list(SCENARIOS).index(name)
     ns.goodput = args.goodput
     ns.label = name
     return ns
@@ -191,6 +194,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scenarios", nargs="*", default=list(SCENARIOS),
                         choices=list(SCENARIOS))
+    parser.add_argument("--num-prompts", type=int, default=0,
+                        help="requests per scenario, instead of each scenario's own count")
     parser.add_argument("--goodput", nargs="*", default=["ttft:3000", "tpot:250"])
     parser.add_argument("--tokenmill-server-args", default="--max-num-batched-tokens 256",
                         help="extra tokenmill-server flags (the default chunks long prefills)")
@@ -234,6 +239,7 @@ def main():
     summary = {name: summarize_scenario(runs[name]) for name in args.scenarios}
     meta = {"started": started, "model": args.model, "threads": args.threads,
             "repeats": args.repeats, "goodput_slos": args.goodput,
+            "num_prompts_override": args.num_prompts,
             "tokenmill_server_args": args.tokenmill_server_args,
             "load_average_1min": {"min": min(loads), "max": max(loads)},
             "scenarios": {n: SCENARIOS[n] for n in args.scenarios}}

@@ -49,9 +49,11 @@ class PromptFactory:
         raise RuntimeError(f"no {n}-token prompt after 100 tries: the vocabulary merges words")
 
 
-def random_workload(factory, num_prompts, input_len, output_len, seed):
-    """num_prompts independent prompts of input_len tokens (BOS included when added)."""
-    rng = random.Random(seed)
+def random_workload(factory, num_prompts, input_len, output_len, seed, role="random"):
+    """num_prompts independent prompts of input_len tokens (BOS included when added).
+    Each role draws from its own stream, so no prompt of one workload is a prefix of
+    another's (a server's prefix cache would serve it)."""
+    rng = random.Random(f"{role}:{seed}")
     n = input_len - factory.bos_tokens
     return [RequestSpec(factory.words(rng, n), input_len, output_len)
             for _ in range(num_prompts)]
@@ -61,7 +63,7 @@ def shared_prefix_workload(factory, num_prompts, prefix_len, suffix_len, output_
     """Prompts that start with one shared 'system prompt' of prefix_len tokens (BOS
     included), each followed by its own suffix_len tokens: a prefix cache serves the shared
     part of every prompt after the first."""
-    rng = random.Random(seed)
+    rng = random.Random(f"shared-prefix:{seed}")
     prefix = factory.words(rng, prefix_len - factory.bos_tokens)
     return [RequestSpec(prefix + factory.words(rng, suffix_len), prefix_len + suffix_len,
                         output_len, tag="shared")
@@ -73,10 +75,10 @@ def long_prompt_workload(factory, num_decoders, input_len, output_len, long_inpu
     """num_decoders short prompts that decode output_len tokens each, plus one long prompt
     (tag "long") that the benchmark sends once they all decode: with chunked prefill their
     streams keep flowing while it is prefilled."""
-    specs = random_workload(factory, num_decoders, input_len, output_len, seed)
+    specs = random_workload(factory, num_decoders, input_len, output_len, seed, "decoder")
     for s in specs:
         s.tag = "decoder"
-    rng = random.Random(seed + 1)
+    rng = random.Random(f"long:{seed}")
     long = RequestSpec(factory.words(rng, long_input_len - factory.bos_tokens),
                        long_input_len, long_output_len, tag="long")
     return specs, long
