@@ -4,20 +4,19 @@ are generated from proto/tokenmill/v1/*.proto (grpcio-tools) at test time."""
 import atexit
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
 
 import grpc
 from grpc_tools import protoc
-from prometheus_client.parser import text_string_to_metric_families
+
+from process_harness import EXIT_TIMEOUT_S, RPC_TIMEOUT_S, LoggedProcess, metric_samples
 
 REPO = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("TOKENMILL_BIN_DIR", REPO / "build" / "bin"))
@@ -27,10 +26,6 @@ CLI_BIN = BIN_DIR / "tokenmill"
 DEFAULT_MODEL = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_MODEL = MODELS_DIR / "stories260K.gguf"
 
-# Every wait in these tests is bounded by one of these.
-START_TIMEOUT_S = 60
-RPC_TIMEOUT_S = 120
-EXIT_TIMEOUT_S = 60
 
 
 def generate_stubs():
@@ -50,7 +45,7 @@ def generate_stubs():
 pb2, pb2_grpc = generate_stubs()
 
 
-class Server:
+class Server(LoggedProcess):
     """One tokenmill-server process on free ports, its log collected from stderr."""
 
     def __init__(self, *extra_args, model=DEFAULT_MODEL, env=None, wait_ready=True,
@@ -58,13 +53,7 @@ class Server:
         self.args = [str(SERVER_BIN), "--model", str(model), "--port", str(port),
                      "--metrics-port", "0" if metrics else "-1", "--log-level", log_level,
                      *map(str, extra_args)]
-        self.lines = []
-        self._cond = threading.Condition()
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True, errors="replace",
-                                     env={**os.environ, **(env or {})})
-        self._reader = threading.Thread(target=self._read_log, daemon=True)
-        self._reader.start()
+        super().__init__(self.args, env)
         self.port = int(self.wait_for_log(r"listening on [^ ]*:(\d+) \(gRPC\)").group(1))
         self.metrics_port = None
         if metrics:
@@ -74,47 +63,12 @@ class Server:
         if wait_ready:
             self.wait_for_log(r"serving .* on ")
 
-    def _read_log(self):
-        for line in self.proc.stderr:
-            with self._cond:
-                self.lines.append(line.rstrip("\n"))
-                self._cond.notify_all()
-        with self._cond:
-            self._cond.notify_all()
-
-    def log_text(self):
-        with self._cond:
-            return "\n".join(self.lines)
-
-    def wait_for_log(self, pattern, timeout=START_TIMEOUT_S):
-        """The first match of `pattern` in the log, waiting for it to appear."""
-        regex = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for line in self.lines:
-                    m = regex.search(line)
-                    if m:
-                        return m
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.proc.poll() is not None and not self._reader.is_alive()):
-                    raise AssertionError(f"no log line matches {pattern!r}; log:\n" +
-                                         "\n".join(self.lines))
-                self._cond.wait(min(left, 0.5))
-
     def metrics(self):
         """{sample name with labels: value} from /metrics, parsed by prometheus_client."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as response:
             text = response.read().decode()
-        samples = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                extra = {k: v for k, v in s.labels.items() if k != "model_name"}
-                key = s.name + ("" if not extra else
-                                "{" + ",".join(f"{k}={v}" for k, v in sorted(extra.items())) + "}")
-                samples[key] = s.value
-        return samples
+        return metric_samples(text, ignore_labels=("model_name",))
 
     def wait_for_metrics(self, predicate, timeout=30):
         """Polls /metrics until predicate(samples) holds; returns the samples."""
@@ -135,20 +89,7 @@ class Server:
 
     def close(self):
         self.channel.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=EXIT_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(timeout=10)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        self.stop()
 
 
 def generate(stub, request, timeout=RPC_TIMEOUT_S):

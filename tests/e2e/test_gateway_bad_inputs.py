@@ -5,20 +5,7 @@ import concurrent.futures
 
 import pytest
 
-from gateway_harness import Gateway, backend_address, model_name
-from server_harness import Server
-
-
-@pytest.fixture(scope="module")
-def server():
-    with Server() as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def gateway(server):
-    with Gateway(backend_address(server)) as g:
-        yield g
+from gateway_harness import model_name
 
 
 def user(content):

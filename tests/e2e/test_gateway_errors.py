@@ -2,34 +2,11 @@
 package sees it: 400, 401, 404, 405, 413, 429 (with Retry-After) and 503."""
 import concurrent.futures
 
-import httpx2 as httpx
 import openai
 import pytest
 
 from gateway_harness import Gateway, backend_address, model_name
 from server_harness import Server
-
-
-@pytest.fixture(scope="module")
-def server():
-    with Server() as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def gateway(server):
-    with Gateway(backend_address(server)) as g:
-        yield g
-
-
-@pytest.fixture(scope="module")
-def client(gateway):
-    return gateway.client()
-
-
-@pytest.fixture(scope="module")
-def model(gateway):
-    return model_name(gateway)
 
 
 def error_of(response):

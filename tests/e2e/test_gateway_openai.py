@@ -6,33 +6,11 @@ import time
 
 import pytest
 
-from gateway_harness import Gateway, backend_address, model_name
-from server_harness import Server, generate, pb2
+from gateway_harness import backend_address
+from server_harness import generate, pb2
 
 SYSTEM = ("You are a helpful assistant for the tokenmill project. Answer briefly and "
           "precisely, in plain English, without lists or code unless asked for them.")
-
-
-@pytest.fixture(scope="module")
-def server():
-    with Server() as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def gateway(server):
-    with Gateway(backend_address(server)) as g:
-        yield g
-
-
-@pytest.fixture(scope="module")
-def client(gateway):
-    return gateway.client()
-
-
-@pytest.fixture(scope="module")
-def model(gateway):
-    return model_name(gateway)
 
 
 def grpc_chat(*messages):

@@ -1,7 +1,6 @@
 """Two tokenmill-servers behind one gateway: prefix affinity sends requests that share a system
 prompt to the same backend (whose prefix cache then hits), and a backend that goes away loses
 its requests to the other one."""
-import time
 
 import pytest
 
