@@ -1,0 +1,1 @@
+Once upon a time0

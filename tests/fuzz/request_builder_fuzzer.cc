@@ -1,0 +1,83 @@
+// libFuzzer target: the fuzz bytes as a serialized tokenmill.v1.GenerateRequest (what a gRPC
+// client sends) and as a TokenizeRequest, validated and tokenized by the server's
+// request_builder against the real tokenizer of TOKENMILL_FUZZ_MODEL (stories260K) and a
+// ChatML template: a request or a Status, never a crash. A built request must pass the
+// engine's own checks.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include <google/protobuf/stubs/logging.h>
+
+#include "engine/request_validation.h"
+#include "model/gguf.h"
+#include "server/grpc/request_builder.h"
+
+namespace {
+
+// SmolLM2's template (ChatML); stories260K ships none.
+constexpr const char* kChatMl =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+struct Served {
+  tokenmill::Tokenizer tokenizer;
+  tokenmill::ChatTemplate chat_template;
+};
+
+// Loaded once: libFuzzer calls the target millions of times in one process.
+const Served& LoadServed() {
+  static const Served* const served = [] {
+    // Invalid UTF-8 in string fields is a parse failure; its log line per input only slows.
+    google::protobuf::SetLogHandler(nullptr);
+    const char* path = std::getenv("TOKENMILL_FUZZ_MODEL");
+    if (path == nullptr) {
+      std::fprintf(stderr, "set TOKENMILL_FUZZ_MODEL to a GGUF file\n");
+      std::abort();
+    }
+    auto file = tokenmill::GgufFile::Open(path);
+    auto tokenizer = file.ok() ? tokenmill::Tokenizer::FromGguf(*file) : file.status();
+    auto chat_template = tokenmill::ChatTemplate::FromSource(kChatMl, {"<s>", "</s>"});
+    if (!tokenizer.ok() || !chat_template.ok()) {
+      std::fprintf(stderr, "%s %s\n", tokenizer.status().ToString().c_str(),
+                   chat_template.status().ToString().c_str());
+      std::abort();
+    }
+    return new Served{std::move(tokenizer).value(), std::move(chat_template).value()};
+  }();
+  return *served;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const Served& served = LoadServed();
+  const tokenmill::server::RequestContext context{
+      .tokenizer = &served.tokenizer,
+      .chat_template = &served.chat_template,
+      .max_model_len = 256};
+
+  tokenmill::v1::GenerateRequest generate;
+  if (generate.ParseFromArray(data, static_cast<int>(size))) {
+    auto built = tokenmill::server::BuildGenerateRequest(generate, context);
+    if (built.ok()) {
+      if (built->prompt_token_ids.empty()) __builtin_trap();
+      // The server adds the sink; everything else must already be valid for the engine.
+      built->sink = [](tokenmill::GenerateOutput&&) {};
+      const tokenmill::Status valid = tokenmill::ValidateGenerateRequest(
+          *built, {.max_model_len = context.max_model_len,
+                   .vocab_size = served.tokenizer.vocab_size()});
+      if (!valid.ok()) {
+        std::fprintf(stderr, "built request fails the engine: %s\n", valid.ToString().c_str());
+        std::abort();
+      }
+    }
+  }
+  tokenmill::v1::TokenizeRequest tokenize;
+  if (tokenize.ParseFromArray(data, static_cast<int>(size))) {
+    (void)tokenmill::server::TokenizeRequestInput(tokenize, context);
+  }
+  return 0;
+}
