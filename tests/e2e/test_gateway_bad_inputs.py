@@ -1,11 +1,13 @@
 """Bad inputs of docs/bad-inputs.md that no other e2e test sends over HTTP: /tokenize and
-/detokenize bodies, chat message fields, wrong JSON types; and none of them disturbs a
-request running beside them."""
+/detokenize bodies, chat message fields, wrong JSON types; and none of them, nor any bad gRPC
+request of test_server_errors.py, disturbs a request running beside them."""
 import concurrent.futures
 
+import grpc
 import pytest
 
 from gateway_harness import model_name
+from server_harness import generate, pb2
 
 
 def user(content):
@@ -60,4 +62,18 @@ def test_bad_inputs_do_not_disturb_a_running_request(gateway):
         for path, bad, status, _, _ in BAD * 2:
             assert gateway.http.post(path, json=bad).status_code == status
         beside = running.result().json()["choices"][0]["text"]
+    assert beside == alone
+
+
+def test_bad_grpc_requests_do_not_disturb_a_running_request(server):
+    from test_server_errors import BAD_GENERATE
+    request = pb2.GenerateRequest(text="Once upon a time", max_tokens=48, ignore_eos=True)
+    alone, _, _ = generate(server.stub, request)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        running = pool.submit(generate, server.stub, request)
+        for name, bad, code, _ in BAD_GENERATE:
+            with pytest.raises(grpc.RpcError) as error:
+                generate(server.stub, bad)
+            assert error.value.code() == code, name
+        beside, _, _ = running.result()
     assert beside == alone
