@@ -1,6 +1,7 @@
 """Security defaults of both binaries (issue 12): loopback unless told otherwise, limits on
 what one request may ask for, no model path taken from a request, and no prompt text or API
 key in the logs at the default (info) level."""
+import grpc
 import pytest
 
 from gateway_harness import Gateway, backend_address, model_name
@@ -124,3 +125,15 @@ def test_no_prompt_text_or_api_key_in_the_logs_at_info_level(server, gateway):
     assert "listening on" in logs  # the logs were read
     for secret in ("zebra-quartz", "4111-1111", SECRET_KEY, "Xq81"):
         assert secret not in logs, secret
+
+
+def test_grpc_limits_on_message_size_and_prompt_tokens(server):
+    # gRPC's default 4 MiB receive limit stands in front of the tokenizer.
+    with pytest.raises(grpc.RpcError) as error:
+        generate(server.stub, pb2.GenerateRequest(text="word " * (1 << 20), max_tokens=1))
+    assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # Under it, a prompt longer than the context is refused after tokenizing, not run.
+    with pytest.raises(grpc.RpcError) as error:
+        generate(server.stub, pb2.GenerateRequest(text="word " * (1 << 18), max_tokens=1))
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "this server's limit is 8192 tokens" in error.value.details()
