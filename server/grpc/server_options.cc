@@ -1,20 +1,15 @@
 #include "server/grpc/server_options.h"
 
-#include <cctype>
 #include <limits>
 
 #include "common/byte_size.h"
+#include "common/env_name.h"
 #include "engine/forward_backend.h"
 
 namespace tokenmill::server {
 
 std::string EnvNameOfFlag(std::string_view flag) {
-  while (!flag.empty() && flag.front() == '-') flag.remove_prefix(1);
-  std::string name = "TOKENMILL_";
-  for (const char c : flag) {
-    name += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  }
-  return name;
+  return tokenmill::EnvNameOfFlag("TOKENMILL_", flag);
 }
 
 namespace {

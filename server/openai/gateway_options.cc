@@ -1,18 +1,12 @@
 #include "server/openai/gateway_options.h"
 
-#include <cctype>
-
 #include "common/byte_size.h"
+#include "common/env_name.h"
 
 namespace tokenmill::gateway {
 
 std::string GatewayEnvName(std::string_view flag) {
-  while (!flag.empty() && flag.front() == '-') flag.remove_prefix(1);
-  std::string name = "TOKENMILL_GATEWAY_";
-  for (const char c : flag) {
-    name += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  }
-  return name;
+  return EnvNameOfFlag("TOKENMILL_GATEWAY_", flag);
 }
 
 namespace {
