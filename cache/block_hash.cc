@@ -1,21 +1,11 @@
 #include "cache/block_hash.h"
 
+#include "common/hash.h"
+
 namespace tokenmill {
 namespace {
 
-// splitmix64's finalizer: a bijection that spreads every input bit over the output.
-uint64_t Mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-uint64_t Combine(uint64_t seed, uint64_t value) {
-  return Mix64(seed + 0x9e3779b97f4a7c15ULL + value);
-}
+uint64_t Combine(uint64_t seed, uint64_t value) { return Mix64(seed + kGoldenGamma + value); }
 
 }  // namespace
 

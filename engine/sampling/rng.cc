@@ -1,15 +1,12 @@
 #include "engine/sampling/rng.h"
 
+#include "common/hash.h"
+
 namespace tokenmill {
 namespace {
 
-// SplitMix64's output function (Steele, Lea, Flood 2014): a bijection with full avalanche.
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+// SplitMix64's output function: a bijection with full avalanche.
+uint64_t Mix(uint64_t z) { return Mix64(z + kGoldenGamma); }
 
 }  // namespace
 

@@ -1,30 +1,10 @@
 #include "server/openai/affinity.h"
 
+#include "common/hash.h"
+
 namespace tokenmill::gateway {
 
-uint64_t StableHash(std::string_view text) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (const char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
-
-namespace {
-
-// splitmix64's finalizer: spreads the combined hashes so that every backend's weight is
-// an independent-looking draw.
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-}  // namespace
+uint64_t StableHash(std::string_view text) { return Fnv1a64(text); }
 
 int ChooseBackend(const std::vector<BackendCandidate>& candidates, std::string_view affinity_key,
                   int max_imbalance) {
@@ -41,7 +21,7 @@ int ChooseBackend(const std::vector<BackendCandidate>& candidates, std::string_v
   int winner = -1;
   uint64_t best = 0;
   for (int i = 0; i < static_cast<int>(candidates.size()); ++i) {
-    const uint64_t weight = Mix(key_hash ^ Mix(StableHash(candidates[i].address)));
+    const uint64_t weight = Mix64(key_hash ^ Mix64(StableHash(candidates[i].address)));
     if (winner < 0 || weight > best) {
       winner = i;
       best = weight;
