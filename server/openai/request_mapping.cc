@@ -11,6 +11,14 @@ using nlohmann::json;
 
 namespace {
 
+// Whether `object` is an object whose "type" is the string `type`. (json::value("type", "")
+// throws when "type" holds a list or a number: a dropped connection instead of a 400.)
+bool HasType(const json& object, std::string_view type) {
+  if (!object.is_object()) return false;
+  const auto it = object.find("type");
+  return it != object.end() && it->is_string() && it->get_ref<const std::string&>() == type;
+}
+
 // A present, non-null value (OpenAI treats null as "not given").
 const json* Field(const json& body, const char* name) {
   const auto it = body.find(name);
@@ -333,8 +341,7 @@ std::optional<HttpError> ParseContent(const json& content, size_t index, std::st
     return BadRequest(param + " must be a string or a list of text parts", "messages");
   }
   for (const json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string()) {
+    if (!HasType(part, "text") || !part.contains("text") || !part["text"].is_string()) {
       return BadRequest(param + ": only parts {\"type\": \"text\", \"text\": ...} are supported",
                         "messages");
     }
@@ -373,7 +380,7 @@ std::optional<HttpError> ParseChatInput(const json& body, CompletionRequest& out
   GW_RETURN_IF_ERROR(Bool(body, "add_generation_prompt", add_generation_prompt));
   if (add_generation_prompt) chat.set_add_generation_prompt(*add_generation_prompt);
   if (const json* format = Field(body, "response_format")) {
-    if (!format->is_object() || format->value("type", "") != "text") {
+    if (!HasType(*format, "text")) {
       return BadRequest("response_format: only {\"type\": \"text\"} is supported",
                         "response_format");
     }

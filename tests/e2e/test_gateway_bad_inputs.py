@@ -34,6 +34,13 @@ BAD = [
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x", "name": "bob"}]},
      400, "messages", "messages[0].name is not supported"),
     ("/v1/chat/completions", {"messages": [{"role": "user"}]}, 400, "messages", "messages[0]"),
+    # A "type" that is not a string dropped the connection (found by request_mapping_fuzzer).
+    ("/v1/chat/completions", {"messages": user("x"), "response_format": {"type": []}}, 400,
+     "response_format", "only {\"type\": \"text\"}"),
+    ("/v1/chat/completions", {"messages": user([{"type": 5, "text": "x"}])}, 400, "messages",
+     "only parts"),
+    ("/tokenize", {"messages": user([{"type": None, "text": "x"}])}, 400, "messages",
+     "only parts"),
     ("/v1/completions", {"prompt": "Hi", "max_tokens": 1.5}, 400, "max_tokens",
      "max_tokens must be an integer"),
     ("/v1/completions", {"prompt": "Hi", "stream": "yes"}, 400, "stream", "stream must be"),

@@ -151,6 +151,14 @@ TEST(GatewayRequestMapping, RefusalsNameTheParameter) {
       {Endpoint::kChatCompletions, {{"response_format", {{"type", "json_schema"}}}},
        "response_format"},
       {Endpoint::kChatCompletions, {{"functions", json::array()}}, "functions"},
+      // A "type" that is not a string once threw from json::value (found by
+      // request_mapping_fuzzer): the connection dropped without a response.
+      {Endpoint::kChatCompletions, {{"response_format", {{"type", json::array()}}}},
+       "response_format"},
+      {Endpoint::kChatCompletions, {{"response_format", {{"type", 5}}}}, "response_format"},
+      {Endpoint::kChatCompletions,
+       {{"messages", {{{"role", "user"}, {"content", {{{"type", {1}}, {"text", "x"}}}}}}}},
+       "messages"},
   };
   for (const Case& c : cases) {
     json body = c.endpoint == Endpoint::kCompletions ? completion_base : chat_base;
