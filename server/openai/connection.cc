@@ -6,6 +6,8 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <exception>
+#include <string>
 
 #include "server/openai/completion_handler.h"
 #include "server/openai/http_gateway.h"
@@ -135,7 +137,23 @@ asio::awaitable<bool> Connection::HandleOne() {
   keep_alive_ = request.keep_alive();
   context_.metrics.RequestStarted();
   last_status_ = 0;
-  co_await Dispatch(request);
+  // A handler's bug must not drop the connection without a word: answer 500 (when nothing
+  // was sent yet), log it and close.
+  std::string failure;
+  try {
+    co_await Dispatch(request);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (!failure.empty()) {
+    spdlog::error("{} {} failed: {}", std::string(request.method_string()),
+                  std::string(Path(request)), failure);
+    keep_alive_ = false;
+    if (last_status_ == 0) {
+      co_await WriteError(request, MakeError(500, "the gateway failed on this request",
+                                             "server_error", "", "internal_error"));
+    }
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   context_.metrics.RequestFinished(GatewayMetrics::RouteLabel(Path(request)), last_status_,
