@@ -133,6 +133,19 @@ void KvCacheManager::FreeTailBlocks(uint64_t request_id, int num_blocks_kept) {
   table.blocks.resize(static_cast<size_t>(num_blocks_kept));
 }
 
+void KvCacheManager::TruncateBlocks(uint64_t request_id, int num_blocks_kept) {
+  const auto it = tables_.find(request_id);
+  if (it == tables_.end()) return;
+  Table& table = it->second;
+  if (num_blocks_kept >= static_cast<int>(table.blocks.size())) return;
+  const std::vector<BlockId> tail_first(table.blocks.rbegin(),
+                                        table.blocks.rend() - num_blocks_kept);
+  pool_.Release(tail_first);
+  table.blocks.resize(static_cast<size_t>(num_blocks_kept));
+  table.num_cached_blocks = std::min(table.num_cached_blocks, num_blocks_kept);
+  if (table.blocks.empty()) tables_.erase(it);
+}
+
 std::span<const BlockId> KvCacheManager::BlockTable(uint64_t request_id) const {
   const auto it = tables_.find(request_id);
   if (it == tables_.end()) return {};

@@ -110,6 +110,11 @@ class KvCacheManager {
   // cached (a cached block holds verified tokens).
   void FreeTailBlocks(uint64_t request_id, int num_blocks_kept);
 
+  // Drops the request's blocks past the first `num_blocks_kept`, tail first, cached ones
+  // included (evicting the middle of a request's K/V):
+  //   in use -> in use (still shared), cached-evictable or free, as Free does.
+  void TruncateBlocks(uint64_t request_id, int num_blocks_kept);
+
   // The request's block table (empty when it has none).
   std::span<const BlockId> BlockTable(uint64_t request_id) const;
 

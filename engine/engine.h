@@ -54,6 +54,9 @@ struct GenerateRequest {
   int priority = 0;
   // Keeps tenants apart in the prefix cache.
   std::string cache_salt;
+  // Set: generate past the context length, keeping sink and recent tokens' K/V
+  // (scheduler/request.h); usage.evicted_tokens counts the tokens dropped.
+  std::optional<KvWindow> kv_window;
   // Receives every event of this request, on the engine thread; must not block (see
   // generate_output.h). Required.
   OutputSink sink;

@@ -108,6 +108,11 @@ EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManage
 
 Status EngineCore::Add(RequestId id, GenerateRequest request, Clock::time_point submit_time) {
   TM_RETURN_IF_ERROR(ValidateGenerateRequest(request, limits_));
+  if (request.kv_window.has_value() && speculator_) {
+    return InvalidArgumentError(
+        "kv_window does not work with speculative decoding yet: drop kv_window or run the "
+        "server without --spec");
+  }
   const int n = request.n;
   for (int i = 0; i < n; ++i) {
     if (outputs_.contains(id + static_cast<RequestId>(i)) || groups_.contains(id)) {
@@ -126,7 +131,8 @@ Status EngineCore::Add(RequestId id, GenerateRequest request, Clock::time_point 
                                    .sampling = std::move(sampling),
                                    .priority = request.priority,
                                    .cache_salt = request.cache_salt,
-                                   .arrival_time = submit_time});
+                                   .arrival_time = submit_time,
+                                   .kv_window = request.kv_window});
   }
   TM_RETURN_IF_ERROR(scheduler_->Add(std::move(sequences[0])));
   for (int i = 0; i < n; ++i) {
@@ -238,6 +244,7 @@ bool EngineCore::Step() {
     const std::span<const TokenLogprobs> token_logprobs =
         logprobs == step_logprobs_.end() ? std::span<const TokenLogprobs>()
                                          : std::span<const TokenLogprobs>(logprobs->second);
+    it->second.SetEvictedTokens(event.num_evicted_tokens);
     if (!it->second.OnTokens(event.new_token_ids, token_logprobs, event.finish_reason,
                              event.num_cached_prompt_tokens, now)) {
       continue;

@@ -26,6 +26,7 @@ struct RequestUsage {
   int prompt_tokens = 0;
   int cached_prompt_tokens = 0;  // of those, served by the prefix cache
   int completion_tokens = 0;     // generated tokens reported so far (a stop token included)
+  int evicted_tokens = 0;        // dropped from the K/V cache by a kv_window
 };
 
 // Seconds, measured on the engine's steady clock from Submit.

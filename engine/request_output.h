@@ -41,6 +41,9 @@ class RequestOutput {
                 std::optional<FinishReason> finish, int num_cached_prompt_tokens,
                 Clock::time_point now);
 
+  // Tokens the request's kv_window evicted so far, reported in the usage of later events.
+  void SetEvictedTokens(int num_evicted_tokens) { usage_.evicted_tokens = num_evicted_tokens; }
+
   // Emits the final event for an abort or an error (`error` says why).
   void Finish(CompletionReason reason, Status error, Clock::time_point now);
 

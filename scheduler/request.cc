@@ -11,6 +11,7 @@ Request::Request(NewRequest spec, uint64_t order)
       arrival_order(order),
       arrival_time(spec.arrival_time),
       cache_salt(std::move(spec.cache_salt)),
+      kv_window(spec.kv_window),
       token_ids(std::move(spec.prompt_token_ids)),
       num_prompt_tokens(static_cast<int>(token_ids.size())) {}
 

@@ -64,6 +64,15 @@ struct SamplingParams {
   bool wants_logprobs() const { return logprobs || top_logprobs > 0; }
 };
 
+// Bounded-memory generation past the context (StreamingLLM-style attention sinks): the
+// cache keeps the first sink_tokens (rounded up to whole blocks) and recent tokens; when the
+// request would hold more than sink + window_tokens (or the context), whole blocks from the
+// middle are evicted and the generation goes on. Off (unset) by default.
+struct KvWindow {
+  int sink_tokens = 4;
+  int window_tokens = 0;  // 0: as many as the context leaves after the sinks
+};
+
 // What a caller submits; the scheduler assigns the arrival order.
 struct NewRequest {
   RequestId id = 0;
@@ -74,6 +83,8 @@ struct NewRequest {
   // Keeps tenants apart in the prefix cache.
   std::string cache_salt;
   std::chrono::steady_clock::time_point arrival_time = std::chrono::steady_clock::now();
+  // Set: the request may run past the context length, evicting from the middle of its K/V.
+  std::optional<KvWindow> kv_window;
 };
 
 enum class RequestState {
@@ -106,12 +117,18 @@ struct Request {
   uint64_t arrival_order = 0;  // unique, increasing with each Add
   std::chrono::steady_clock::time_point arrival_time;
   std::string cache_salt;
+  std::optional<KvWindow> kv_window;
 
   // Prompt then generated (and accepted draft) tokens: the verified tokens.
   std::vector<TokenId> token_ids;
   int num_prompt_tokens = 0;
-  // Tokens whose K/V are in the cache. May run past num_tokens() by the draft tokens of the
-  // step in flight; Update rolls back the rejected ones.
+  // With a kv_window: token_ids[num_sink_tokens, num_sink_tokens + num_evicted_tokens) were
+  // evicted from the cache. The cache holds the other tokens in order, at positions 0, 1, ..
+  // ("cache positions"); without evictions they equal the token indices.
+  int num_sink_tokens = 0;  // kv_window's sink_tokens rounded up to whole blocks
+  int num_evicted_tokens = 0;
+  // Cache positions whose K/V are in the cache. May run past num_cache_tokens() by the draft
+  // tokens of the step in flight; Update rolls back the rejected ones.
   int num_computed_tokens = 0;
   // Proposed tokens awaiting verification: they get lookahead slots, are never hashed, and
   // are dropped on preemption.
@@ -122,6 +139,12 @@ struct Request {
   int num_preemptions = 0;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
+  // Verified tokens that belong in the cache: all of them but the evicted ones.
+  int num_cache_tokens() const { return num_tokens() - num_evicted_tokens; }
+  // The token at a cache position.
+  TokenId cache_token(int position) const {
+    return token_ids[position < num_sink_tokens ? position : position + num_evicted_tokens];
+  }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   std::span<const TokenId> prompt_token_ids() const {
     return std::span<const TokenId>(token_ids).first(num_prompt_tokens);

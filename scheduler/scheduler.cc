@@ -1,6 +1,7 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -32,8 +33,14 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv_cache)
 }
 
 KvCacheRequest Scheduler::KvView(const Request& request) const {
+  // After an eviction only the sink blocks are hashable: the later cache positions hold
+  // tokens at other positions than a fresh computation of the text would.
+  const std::span<const TokenId> hashable =
+      request.num_evicted_tokens == 0
+          ? std::span<const TokenId>(request.token_ids)
+          : std::span<const TokenId>(request.token_ids).first(request.num_sink_tokens);
   return KvCacheRequest{.id = request.id,
-                        .verified_tokens = request.token_ids,
+                        .verified_tokens = hashable,
                         .num_computed_tokens = request.num_computed_tokens,
                         .cache_salt = request.cache_salt};
 }
@@ -50,6 +57,7 @@ Status Scheduler::Add(NewRequest spec) {
     return InvalidArgumentError("max_tokens must be at least 1, got " +
                                 Num(spec.sampling.max_tokens));
   }
+  if (spec.kv_window.has_value()) TM_RETURN_IF_ERROR(CheckKvWindow(*spec.kv_window));
   if (num_prompt_tokens >= max_model_len_) {
     const std::string prefix = "the prompt has " + Num(num_prompt_tokens) + " tokens, ";
     if (max_model_len_ < config_.max_model_len) {
@@ -70,9 +78,67 @@ Status Scheduler::Add(NewRequest spec) {
   }
   const RequestId id = spec.id;
   auto request = std::make_unique<Request>(std::move(spec), next_arrival_order_++);
+  if (request->kv_window.has_value()) {
+    request->num_sink_tokens = RoundUpToBlocks(request->kv_window->sink_tokens);
+  }
   waiting_.Push(request.get());
   requests_.emplace(id, std::move(request));
   return OkStatus();
+}
+
+int Scheduler::RoundUpToBlocks(int num_tokens) const {
+  return (num_tokens + kv_.block_size() - 1) / kv_.block_size() * kv_.block_size();
+}
+
+Status Scheduler::CheckKvWindow(const KvWindow& window) const {
+  if (window.sink_tokens < 0 || window.window_tokens < 0) {
+    return InvalidArgumentError("kv_window.sink_tokens and window_tokens must be >= 0, got " +
+                                Num(window.sink_tokens) + " and " + Num(window.window_tokens));
+  }
+  // Room for the sinks, at least two blocks of recent tokens (one is kept after an eviction).
+  const int most_sinks = max_model_len_ - 2 * kv_.block_size();
+  if (RoundUpToBlocks(window.sink_tokens) > most_sinks) {
+    return InvalidArgumentError("kv_window.sink_tokens is " + Num(window.sink_tokens) +
+                                ", which leaves too little of the " + Num(max_model_len_) +
+                                "-token context for recent tokens: give at most " +
+                                Num(std::max(0, most_sinks)));
+  }
+  if (window.window_tokens != 0 && window.window_tokens < 2 * kv_.block_size()) {
+    return InvalidArgumentError("kv_window.window_tokens must be 0 (fill the context) or at "
+                                "least " +
+                                Num(2 * kv_.block_size()) + " (two KV blocks), got " +
+                                Num(window.window_tokens));
+  }
+  return OkStatus();
+}
+
+int Scheduler::KvWindowLimit(const Request& request) const {
+  if (!request.kv_window.has_value() || request.kv_window->window_tokens == 0) {
+    return max_model_len_;
+  }
+  return std::min(max_model_len_, request.num_sink_tokens + request.kv_window->window_tokens);
+}
+
+// Evicts from the middle when the request's cache would hold more than its limit. The kept
+// recent tokens are recomputed at their new cache positions (the sliding window with
+// recomputation of StreamingLLM) instead of re-rotating their keys: RoPE stays consistent
+// with no kernel (and no int8/fp8 or CUDA variant) to change, at the price of one prefill of
+// the kept tokens per eviction. Half the window is evicted at once to amortize that prefill.
+// The sink blocks keep their K/V: their positions do not change.
+void Scheduler::EvictIfOverWindow(Request& request) {
+  if (!request.kv_window.has_value()) return;
+  const int limit = KvWindowLimit(request);
+  if (request.num_cache_tokens() <= limit) return;
+  const int recent = std::max(kv_.block_size(), (limit - request.num_sink_tokens) / 2);
+  const int num_to_evict = request.num_cache_tokens() - request.num_sink_tokens - recent;
+  TM_CHECK_GT(num_to_evict, 0);
+  // Blocks past the sinks drop out of the table; those already hashed (computed before the
+  // first eviction, at their true positions) stay in the prefix cache.
+  const int num_sink_blocks = request.num_sink_tokens / kv_.block_size();
+  kv_.TruncateBlocks(request.id, num_sink_blocks);
+  request.num_computed_tokens = std::min(request.num_computed_tokens, request.num_sink_tokens);
+  request.num_evicted_tokens += num_to_evict;
+  stats_.num_evicted_tokens += num_to_evict;
 }
 
 Status Scheduler::FinishRequest(RequestId id, FinishReason reason) {
@@ -126,7 +192,8 @@ bool Scheduler::ScheduleRunning(std::vector<StepPlan>& plans, int& budget,
   size_t i = 0;
   while (i < running_.size() && budget > 0) {
     Request* request = running_[i];
-    const int num_missing = request->num_tokens() - request->num_computed_tokens;
+    EvictIfOverWindow(*request);
+    const int num_missing = request->num_cache_tokens() - request->num_computed_tokens;
     // Update() leaves every running request at least its next token to compute.
     TM_CHECK_GT(num_missing, 0) << "running request " << request->id;
     int num_verified = 0;
@@ -137,7 +204,7 @@ bool Scheduler::ScheduleRunning(std::vector<StepPlan>& plans, int& budget,
       // Sized again after each preemption: a victim batched earlier gives its budget back.
       num_verified = std::min(num_missing, budget);
       num_drafts = 0;
-      if (num_verified == num_missing) {
+      if (num_verified == num_missing && !request->kv_window.has_value()) {
         // Draft rows sit at positions num_tokens.. and must stay inside the context.
         const int room = max_model_len_ - 1 - request->num_tokens();
         num_drafts = std::max(0, std::min({static_cast<int>(request->draft_token_ids.size()),
@@ -173,8 +240,9 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget) {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
     Request* request = waiting_.Front();
+    EvictIfOverWindow(*request);
     const PrefixHit hit = kv_.GetComputedBlocks(KvView(*request));
-    const int num_new = std::min(request->num_tokens() - hit.num_tokens, budget);
+    const int num_new = std::min(request->num_cache_tokens() - hit.num_tokens, budget);
     std::optional<std::vector<BlockId>> blocks =
         kv_.AllocateSlots(KvView(*request), num_new, 0, hit);
     if (!blocks) break;  // strict order: nobody overtakes the head of the queue
@@ -228,7 +296,7 @@ void Scheduler::Preempt(Request* victim, std::vector<StepPlan>& plans, int& budg
 ScheduledRequest Scheduler::Commit(StepPlan& plan) {
   Request& request = *plan.request;
   const int start = request.num_computed_tokens;
-  const int num_missing = request.num_tokens() - start;
+  const int num_missing = request.num_cache_tokens() - start;
   ScheduledRequest scheduled{
       .id = request.id,
       .num_computed_tokens = start,
@@ -241,8 +309,9 @@ ScheduledRequest Scheduler::Commit(StepPlan& plan) {
       .block_table = {},
       .new_block_ids = std::move(plan.new_block_ids),
   };
-  const auto verified = request.token_ids.begin() + start;
-  scheduled.token_ids.assign(verified, verified + plan.num_verified_tokens);
+  for (int position = start; position < start + plan.num_verified_tokens; ++position) {
+    scheduled.token_ids.push_back(request.cache_token(position));
+  }
   scheduled.token_ids.insert(scheduled.token_ids.end(), request.draft_token_ids.begin(),
                              request.draft_token_ids.begin() + plan.num_draft_tokens);
   const std::span<const BlockId> table = kv_.BlockTable(request.id);
@@ -293,6 +362,7 @@ std::vector<RequestEvent> Scheduler::Update(const ModelOutput& output) {
     event.num_prompt_tokens = request.num_prompt_tokens;
     event.num_cached_prompt_tokens = request.num_cached_prompt_tokens;
     event.num_output_tokens = request.num_output_tokens();
+    event.num_evicted_tokens = request.num_evicted_tokens;
     if (event.finish_reason.has_value()) {
       Finish(&request, *event.finish_reason);
     } else {
@@ -312,7 +382,10 @@ std::vector<RequestEvent> Scheduler::Update(const ModelOutput& output) {
 std::optional<FinishReason> Scheduler::AppendToken(Request& request, TokenId token) {
   request.token_ids.push_back(token);
   ++stats_.num_generation_tokens;
-  return CheckStop(request, config_.eos_token_ids, max_model_len_);
+  // A kv_window request evicts instead of reaching the context length.
+  const int max_model_len =
+      request.kv_window.has_value() ? std::numeric_limits<int>::max() : max_model_len_;
+  return CheckStop(request, config_.eos_token_ids, max_model_len);
 }
 
 const Request* Scheduler::Find(RequestId id) const {
@@ -343,7 +416,8 @@ Status Scheduler::CheckInvariants() const {
                           static_cast<int64_t>(kv_.BlockTable(request->id).size());
     if (request->state != RequestState::kRunning || request->num_computed_tokens > slots ||
         request->num_computed_tokens >
-            request->num_tokens() + static_cast<int>(request->draft_token_ids.size())) {
+            request->num_cache_tokens() + static_cast<int>(request->draft_token_ids.size()) ||
+        request->num_cache_tokens() > max_model_len_ + 1) {
       return InternalError(name + ": state " + std::string(RequestStateName(request->state)) +
                            ", " + Num(request->num_computed_tokens) + " computed of " +
                            Num(request->num_tokens()) + " tokens, " + Num(slots) + " slots");

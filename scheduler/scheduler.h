@@ -38,6 +38,7 @@ struct SchedulerStats {
   int64_t num_prefix_query_tokens = 0;  // tokens of admitted requests looked up in the cache
   int64_t num_prefix_hit_tokens = 0;    // of those, served by the prefix cache
   int64_t num_finished = 0;
+  int64_t num_evicted_tokens = 0;  // dropped from kv_window requests' K/V
   double kv_usage = 0.0;  // fraction of KV blocks in use
 };
 
@@ -97,6 +98,11 @@ class Scheduler {
   };
 
   KvCacheRequest KvView(const Request& request) const;
+  int RoundUpToBlocks(int num_tokens) const;
+  Status CheckKvWindow(const KvWindow& window) const;
+  // Most tokens a kv_window request keeps in its cache.
+  int KvWindowLimit(const Request& request) const;
+  void EvictIfOverWindow(Request& request);
   // Serves running requests; returns whether any was preempted.
   bool ScheduleRunning(std::vector<StepPlan>& plans, int& budget, SchedulerOutput& out);
   void AdmitWaiting(std::vector<StepPlan>& plans, int& budget);

@@ -12,7 +12,8 @@
 namespace tokenmill {
 
 // One request's share of a step: its rows are positions
-// [num_computed_tokens, num_computed_tokens + num_new_tokens) of its sequence.
+// [num_computed_tokens, num_computed_tokens + num_new_tokens) of its sequence in the cache
+// (which differ from token indices once a kv_window evicted tokens).
 struct ScheduledRequest {
   RequestId id = 0;
   int num_computed_tokens = 0;  // before this step: the position of the first new token
@@ -63,6 +64,7 @@ struct RequestEvent {
   int num_prompt_tokens = 0;
   int num_cached_prompt_tokens = 0;
   int num_output_tokens = 0;
+  int num_evicted_tokens = 0;  // tokens evicted from its K/V so far (kv_window)
 };
 
 }  // namespace tokenmill

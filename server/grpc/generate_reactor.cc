@@ -110,6 +110,7 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
         usage->set_prompt_tokens(static_cast<uint32_t>(output.usage.prompt_tokens));
         usage->set_cached_prompt_tokens(static_cast<uint32_t>(output.usage.cached_prompt_tokens));
         usage->set_completion_tokens(static_cast<uint32_t>(output.usage.completion_tokens));
+        usage->set_evicted_tokens(static_cast<uint32_t>(output.usage.evicted_tokens));
       }
       all_finished = ++num_finished_sequences_ == num_sequences_;
       if (all_finished) {

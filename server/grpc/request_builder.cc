@@ -160,12 +160,25 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
                                 std::to_string(context.max_model_len) +
                                 " tokens for prompt and output together: shorten the prompt");
   }
-  if (prompt_tokens + max_tokens > context.max_model_len) {
+  if (request.has_kv_window()) {
+    const v1::KvWindow& window = request.kv_window();
+    if (window.sink_tokens() > static_cast<uint32_t>(context.max_model_len) ||
+        window.window_tokens() > static_cast<uint32_t>(context.max_model_len)) {
+      return InvalidArgumentError("kv_window.sink_tokens and window_tokens must be at most the "
+                                  "context length, " + std::to_string(context.max_model_len));
+    }
+    out.kv_window = KvWindow{};
+    if (window.has_sink_tokens()) {
+      out.kv_window->sink_tokens = static_cast<int>(window.sink_tokens());
+    }
+    out.kv_window->window_tokens = static_cast<int>(window.window_tokens());
+  } else if (prompt_tokens + max_tokens > context.max_model_len) {
     return InvalidArgumentError(
         "the prompt (" + std::to_string(prompt_tokens) + " tokens) plus max_tokens (" +
         std::to_string(max_tokens) + ") exceeds this server's limit of " +
         std::to_string(context.max_model_len) + " tokens: lower max_tokens to at most " +
-        std::to_string(context.max_model_len - prompt_tokens) + " or shorten the prompt");
+        std::to_string(context.max_model_len - prompt_tokens) +
+        ", shorten the prompt or set kv_window to generate past the context");
   }
   out.sampling.max_tokens = static_cast<int>(max_tokens);
   if (request.sampling().min_tokens() > max_tokens) {

@@ -44,6 +44,36 @@ class KvCacheManagerTest : public ::testing::Test {
   KvCacheManager manager_;
 };
 
+// kv_window eviction: the blocks past the sinks leave the table, cached ones included; a
+// cached block still shared stays in use, the others become evictable (cached) or free.
+TEST_F(KvCacheManagerTest, TruncateBlocksReleasesCachedAndUncachedTail) {
+  TestRequest req0(0, Blocks(3, kBlockSize, 0));  // 48 tokens, 3 full blocks
+  ASSERT_TRUE(manager_.AllocateSlots(req0.view(), 48 + 8).has_value());
+  req0.num_computed_tokens = 48;
+  manager_.CacheComputedBlocks(req0.view());
+  EXPECT_THAT(Table(req0), ElementsAre(0, 1, 2, 3));
+  // A second request shares the first two blocks.
+  TestRequest req1(1, Concat(Blocks(2, kBlockSize, 0), Repeat(9, 3)));
+  const PrefixHit hit = manager_.GetComputedBlocks(req1.view());
+  ASSERT_THAT(hit.blocks, ElementsAre(0, 1));
+  ASSERT_TRUE(manager_.AllocateSlots(req1.view(), 3, 0, hit).has_value());
+
+  manager_.TruncateBlocks(req0.id, 1);
+  EXPECT_THAT(Table(req0), ElementsAre(0));
+  EXPECT_EQ(RefCount(0), 2);
+  EXPECT_EQ(RefCount(1), 1) << "still held by req1";
+  EXPECT_EQ(RefCount(2), 0);
+  EXPECT_TRUE(IsCached(2)) << "its K/V were computed at their true positions";
+  EXPECT_EQ(RefCount(3), 0);
+  EXPECT_FALSE(IsCached(3));
+  EXPECT_INVARIANTS(manager_);
+
+  manager_.TruncateBlocks(req0.id, 0);
+  EXPECT_THAT(Table(req0), IsEmpty());
+  EXPECT_EQ(RefCount(0), 1);
+  EXPECT_INVARIANTS(manager_);
+}
+
 TEST_F(KvCacheManagerTest, ShareFreeReviveEvict) {
   const std::vector<TokenId> common = Blocks(3, kBlockSize, 0);  // 48 tokens, 3 full blocks
 
