@@ -167,6 +167,7 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
   std::vector<bool> started(choices.size(), false);
   std::vector<PromptUsage> prompt_usage(calls.size());
   uint64_t completion_tokens = 0;
+  uint64_t evicted_tokens = 0;
   size_t open_calls = calls.size();
   bool client_gone = false;
   bool stream_started = false;
@@ -203,6 +204,7 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
       choice.finish_reason = response.finish_reason();
       choice.stop_string = response.stop_string();
       completion_tokens += response.usage().completion_tokens();
+      evicted_tokens += response.usage().evicted_tokens();
       PromptUsage& usage = prompt_usage[event.call_index];
       usage.prompt_tokens = std::max<uint64_t>(usage.prompt_tokens, response.usage().prompt_tokens());
       usage.cached_tokens =
@@ -245,7 +247,9 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
     prompt_tokens += usage.prompt_tokens;
     cached_tokens += usage.cached_tokens;
   }
-  const json usage = UsageJson(prompt_tokens, completion_tokens, cached_tokens);
+  json usage = UsageJson(prompt_tokens, completion_tokens, cached_tokens);
+  // Tokens a kv_window request dropped from its KV cache (tokenmill's extension field).
+  if (evicted_tokens > 0) usage["evicted_tokens"] = evicted_tokens;
 
   if (!parsed.stream || !stream_started) {
     if (failure) {

@@ -104,7 +104,7 @@ const std::set<std::string_view>& CommonParams() {
       "stream_options", "stop",               "seed",              "presence_penalty",
       "frequency_penalty", "repetition_penalty", "logit_bias",     "logprobs",
       "user",           "ignore_eos",         "min_tokens",        "stop_token_ids",
-      "cache_salt",     "priority"};
+      "cache_salt",     "priority",           "kv_window"};
   return kParams;
 }
 
@@ -254,6 +254,28 @@ std::optional<HttpError> ParseGenerateCommon(const json& body, Endpoint endpoint
         return BadRequest("stream_options." + key + " is not supported", "stream_options");
       }
     }
+  }
+
+  // tokenmill's bounded-memory generation (attention sinks): {"sink_tokens", "window_tokens"}.
+  if (const json* window = Field(body, "kv_window")) {
+    if (!window->is_object()) {
+      return BadRequest("kv_window must be an object {\"sink_tokens\", \"window_tokens\"}",
+                        "kv_window");
+    }
+    for (const auto& [key, value] : window->items()) {
+      if (key != "sink_tokens" && key != "window_tokens") {
+        return BadRequest("kv_window." + key + " is not a kv_window field", "kv_window");
+      }
+    }
+    std::optional<int64_t> tokens;
+    GW_RETURN_IF_ERROR(Integer(*window, "sink_tokens", 0, std::numeric_limits<uint32_t>::max(),
+                               tokens));
+    v1::KvWindow& kv_window = *g.mutable_kv_window();
+    if (tokens) kv_window.set_sink_tokens(static_cast<uint32_t>(*tokens));
+    tokens.reset();
+    GW_RETURN_IF_ERROR(Integer(*window, "window_tokens", 0,
+                               std::numeric_limits<uint32_t>::max(), tokens));
+    if (tokens) kv_window.set_window_tokens(static_cast<uint32_t>(*tokens));
   }
 
   std::optional<int64_t> priority;

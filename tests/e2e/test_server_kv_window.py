@@ -5,6 +5,7 @@ refused up front; a bad kv_window is refused with a message naming it."""
 import grpc
 import pytest
 
+from gateway_harness import Gateway, backend_address, model_name
 from server_harness import RPC_TIMEOUT_S, TINY_MODEL, Server, pb2
 
 CONTEXT = 128
@@ -63,3 +64,19 @@ def test_sinks_leaving_no_room_are_refused(server):
         list(server.stub.Generate(request, timeout=RPC_TIMEOUT_S))
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "kv_window.sink_tokens" in error.value.details()
+
+
+def test_kv_window_through_the_openai_gateway(server):
+    # The gateway maps kv_window (a tokenmill extension) and reports usage.evicted_tokens.
+    with Gateway(backend_address(server)) as gateway:
+        completion = gateway.client().completions.create(
+            model=model_name(gateway), prompt="Once upon a time, there was a little girl",
+            max_tokens=4 * CONTEXT, extra_body={"ignore_eos": True,
+                                                 "kv_window": {"sink_tokens": 4}})
+        assert completion.choices[0].finish_reason == "length"
+        assert completion.usage.completion_tokens == 4 * CONTEXT
+        assert completion.usage.model_extra["evicted_tokens"] >= 3 * CONTEXT
+        bad = gateway.http.post("/v1/completions", json={
+            "model": model_name(gateway), "prompt": "Hi", "kv_window": {"sinks": 4}})
+        assert bad.status_code == 400
+        assert bad.json()["error"]["param"] == "kv_window"

@@ -62,6 +62,32 @@ TEST(GatewayRequestMapping, CompletionParametersReachTheGenerateRequest) {
   EXPECT_FALSE(r.stream);
 }
 
+TEST(GatewayRequestMapping, KvWindowReachesTheGenerateRequest) {
+  const CompletionRequest r = ParseOk(
+      json::parse(R"({"prompt": "Hi", "kv_window": {"sink_tokens": 8, "window_tokens": 64}})"),
+      Endpoint::kCompletions);
+  ASSERT_EQ(r.generates.size(), 1u);
+  ASSERT_TRUE(r.generates[0].has_kv_window());
+  EXPECT_EQ(r.generates[0].kv_window().sink_tokens(), 8u);
+  EXPECT_EQ(r.generates[0].kv_window().window_tokens(), 64u);
+  const CompletionRequest defaults =
+      ParseOk(json::parse(R"({"prompt": "Hi", "kv_window": {}})"), Endpoint::kCompletions);
+  EXPECT_TRUE(defaults.generates[0].has_kv_window());
+  EXPECT_FALSE(defaults.generates[0].kv_window().has_sink_tokens());
+  EXPECT_FALSE(
+      ParseOk(json{{"prompt", "Hi"}}, Endpoint::kCompletions).generates[0].has_kv_window());
+  EXPECT_EQ(ParseError(json{{"prompt", "Hi"}, {"kv_window", 4}}, Endpoint::kCompletions).param,
+            "kv_window");
+  EXPECT_EQ(ParseError(json::parse(R"({"prompt": "Hi", "kv_window": {"sinks": 4}})"),
+                       Endpoint::kCompletions)
+                .param,
+            "kv_window");
+  EXPECT_EQ(ParseError(json::parse(R"({"prompt": "Hi", "kv_window": {"sink_tokens": -1}})"),
+                       Endpoint::kCompletions)
+                .param,
+            "sink_tokens");
+}
+
 TEST(GatewayRequestMapping, UnsetParametersStayUnset) {
   const CompletionRequest r = ParseOk(json{{"prompt", "Hi"}, {"temperature", nullptr}},
                                       Endpoint::kCompletions);
