@@ -279,7 +279,10 @@ EngineStats EngineCore::Stats() const {
   const KvCacheStats k = kv_->Stats();
   EngineStats stats;
   stats.num_running = s.num_running;
-  stats.num_waiting = s.num_waiting;
+  stats.num_waiting = s.num_waiting;  // plus the n > 1 sequences not in the scheduler yet
+  for (const HeldSequences& held : held_) {
+    stats.num_waiting += static_cast<int>(held.sequences.size());
+  }
   stats.kv_usage = k.usage;
   stats.num_kv_blocks = k.num_blocks;
   stats.num_kv_blocks_in_use = k.num_in_use_blocks;

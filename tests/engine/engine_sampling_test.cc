@@ -134,11 +134,14 @@ TEST(EngineSamplingTest, NSequencesShareThePromptBlocksAndFollowTheirSeedAndInde
   GenerateRequest request = Sampled(prompt, 8, sequences.Sink(), 77);
   request.n = 4;
   ASSERT_TRUE(core->Add(1, std::move(request)).ok());
+  EXPECT_EQ(core->Stats().num_waiting, 4) << "the held-back sequences wait too";
   // Sequence 0 computes the prompt alone; the others join next step and share its blocks.
   ASSERT_TRUE(core->Step());
   EXPECT_EQ(core->Stats().num_running, 1);
+  EXPECT_EQ(core->Stats().num_waiting, 3);
   ASSERT_TRUE(core->Step());
   EXPECT_EQ(core->Stats().num_running, 4);
+  EXPECT_EQ(core->Stats().num_waiting, 0);
   // 3 blocks for sequence 0 (2 full prompt blocks + 1 partial), 1 own block for each other.
   EXPECT_EQ(core->kv_cache().Stats().num_in_use_blocks, 3 + 3);
   ASSERT_TRUE(RunToCompletion(*core));
