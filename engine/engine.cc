@@ -87,6 +87,7 @@ void Engine::Shutdown(std::chrono::milliseconds drain_timeout) {
 
 void Engine::Loop() {
   bool idle = false;  // the last step could run nothing
+  bool idle_checked = true;  // CheckIdle ran since the last request left
   while (true) {
     Inbox inbox;
     bool abort_all = false;
@@ -126,6 +127,12 @@ void Engine::Loop() {
     if (abort_all) core_->AbortAll();
     const bool ran = core_->has_unfinished_requests() && core_->Step();
     idle = !ran;
+    if (core_->has_unfinished_requests()) {
+      idle_checked = false;
+    } else if (!idle_checked) {
+      idle_checked = true;
+      (void)core_->CheckIdle();  // counted and logged by the core
+    }
     PublishStats();
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     num_waiting_in_scheduler_ = core_->scheduler().Stats().num_waiting;

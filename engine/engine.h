@@ -80,6 +80,10 @@ struct EngineStats {
   int64_t spec_num_drafts = 0;
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
+  // Self-checks run each time the engine falls idle (no request left): the scheduler's and
+  // KV cache's invariants hold and every KV block is free or cached. A failure is logged.
+  int64_t idle_checks = 0;
+  int64_t idle_check_failures = 0;
 };
 
 class Engine {

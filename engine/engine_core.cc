@@ -1,5 +1,7 @@
 #include "engine/engine_core.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -274,6 +276,25 @@ void EngineCore::FailStep(const SchedulerOutput& step, const Status& error) {
   scheduler_->Update(ModelOutput{});
 }
 
+Status EngineCore::CheckIdle() {
+  ++idle_checks_;
+  Status status = scheduler_->CheckInvariants();
+  if (status.ok() && !outputs_.empty()) {
+    status = InternalError("the idle check ran with " + std::to_string(outputs_.size()) +
+                           " sequences live");
+  }
+  const KvCacheStats k = kv_->Stats();
+  if (status.ok() && k.num_in_use_blocks != 0) {
+    status = InternalError(std::to_string(k.num_in_use_blocks) +
+                           " KV blocks are still in use with no request left");
+  }
+  if (!status.ok()) {
+    ++idle_check_failures_;
+    spdlog::error("engine idle check failed: {}", status.ToString());
+  }
+  return status;
+}
+
 EngineStats EngineCore::Stats() const {
   const SchedulerStats s = scheduler_->Stats();
   const KvCacheStats k = kv_->Stats();
@@ -293,6 +314,8 @@ EngineStats EngineCore::Stats() const {
   stats.num_generation_tokens = s.num_generation_tokens;
   stats.num_finished = s.num_finished;
   stats.num_steps = num_steps_;
+  stats.idle_checks = idle_checks_;
+  stats.idle_check_failures = idle_check_failures_;
   if (speculator_) {
     const SpecStats& spec = speculator_->stats();
     stats.spec_num_drafts = spec.num_drafts;

@@ -53,6 +53,9 @@ class EngineCore {
   bool Step();
 
   bool has_unfinished_requests() const { return !outputs_.empty(); }
+  // With no request left: the scheduler's invariants hold and no KV block is in use (every
+  // block free or cached). Counted in Stats(); a failure is logged at error level.
+  Status CheckIdle();
   EngineStats Stats() const;
   const KvCacheManager& kv_cache() const { return *kv_; }
   const Scheduler& scheduler() const { return *scheduler_; }
@@ -94,6 +97,8 @@ class EngineCore {
   };
   std::unordered_map<RequestId, Group> groups_;
   int64_t num_steps_ = 0;
+  int64_t idle_checks_ = 0;
+  int64_t idle_check_failures_ = 0;
 };
 
 }  // namespace tokenmill

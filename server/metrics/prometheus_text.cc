@@ -135,6 +135,12 @@ std::string RenderMetrics(std::string_view model_name,
   w.Counter("tokenmill:spec_decode_num_accepted_tokens_total",
             "Speculative decoding: draft tokens accepted.",
             static_cast<double>(s.spec_num_accepted_tokens));
+  w.Counter("tokenmill:engine_idle_checks_total",
+            "Self-checks run when the engine fell idle (invariants hold, no KV block in use).",
+            static_cast<double>(s.idle_checks));
+  w.Counter("tokenmill:engine_idle_check_failures_total",
+            "Idle self-checks that failed (logged at error level): a bug to report.",
+            static_cast<double>(s.idle_check_failures));
   std::vector<std::pair<std::string, double>> finished;
   for (const CompletionReason reason : {CompletionReason::kStop, CompletionReason::kLength,
                                         CompletionReason::kAbort, CompletionReason::kError}) {

@@ -121,6 +121,44 @@ TEST(EngineThreadTest, IdleLoopRunsNoSteps) {
   EXPECT_EQ(engine->Stats().num_steps, steps);
 }
 
+// Waits until the engine has run `count` idle checks (or 10 s pass).
+EngineStats WaitForIdleChecks(const Engine& engine, int64_t count) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  EngineStats stats = engine.Stats();
+  while (stats.idle_checks < count && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(1));
+    stats = engine.Stats();
+  }
+  return stats;
+}
+
+TEST(EngineThreadTest, IdleCheckRunsOncePerIdlePeriodAndPasses) {
+  auto engine = NewEngine();
+  EXPECT_EQ(engine->Stats().idle_checks, 0);  // a fresh engine has had no request yet
+  OutputStream finished;
+  ASSERT_TRUE(engine->Submit(Greedy(RandomPrompt(20, Vocab(), 4), 5, finished.Sink())).ok());
+  Drain(finished);
+  EngineStats stats = WaitForIdleChecks(*engine, 1);
+  EXPECT_EQ(stats.idle_checks, 1);
+  // An aborted request and one sequence group (n = 3) sharing prompt blocks.
+  OutputStream aborted, group;
+  auto id = engine->Submit(Greedy(RandomPrompt(40, Vocab(), 5), 200, aborted.Sink()));
+  ASSERT_TRUE(id.ok());
+  GenerateRequest three = Greedy(RandomPrompt(35, Vocab(), 6), 8, group.Sink());
+  three.n = 3;
+  ASSERT_TRUE(engine->Submit(std::move(three)).ok());
+  ASSERT_FALSE(aborted.Next().finished);
+  engine->Abort(*id);
+  Drain(aborted);
+  for (int finals = 0; finals < 3;) finals += group.Next().finished ? 1 : 0;
+  stats = WaitForIdleChecks(*engine, 2);
+  EXPECT_EQ(stats.idle_checks, 2);
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(engine->Stats().idle_checks, 2);  // idle: no further checks
+  EXPECT_EQ(stats.idle_check_failures, 0);
+  EXPECT_EQ(stats.num_kv_blocks_in_use, 0);
+}
+
 TEST(EngineThreadTest, ShutdownDrainsRequestsInFlight) {
   auto engine = NewEngine();
   std::vector<std::unique_ptr<OutputStream>> streams;

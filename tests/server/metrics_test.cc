@@ -55,6 +55,8 @@ TEST(RenderMetrics, NamesEveryMetricOfTheIssue) {
   stats.spec_num_drafts = 5;
   stats.spec_num_draft_tokens = 20;
   stats.spec_num_accepted_tokens = 12;
+  stats.idle_checks = 7;
+  stats.idle_check_failures = 1;
   RequestMetrics requests;
   RequestTimings timings;
   timings.queue_seconds = 0.002;
@@ -76,6 +78,8 @@ TEST(RenderMetrics, NamesEveryMetricOfTheIssue) {
            "tokenmill:spec_decode_num_drafts_total{model_name=\"m\"} 5\n",
            "tokenmill:spec_decode_num_draft_tokens_total{model_name=\"m\"} 20\n",
            "tokenmill:spec_decode_num_accepted_tokens_total{model_name=\"m\"} 12\n",
+           "tokenmill:engine_idle_checks_total{model_name=\"m\"} 7\n",
+           "tokenmill:engine_idle_check_failures_total{model_name=\"m\"} 1\n",
            "tokenmill:request_success_total{model_name=\"m\",finished_reason=\"length\"} 1\n",
            "tokenmill:time_to_first_token_seconds_count{model_name=\"m\"} 1\n",
            // Inter-token gaps only: the first token's wait is TTFT.
