@@ -148,7 +148,7 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
   }
 
   const auto executor = co_await asio::this_coro::executor;
-  auto events = std::make_shared<EventQueue>(executor);
+  auto events = std::make_shared<EventQueue>(executor, context.metrics);
   std::vector<std::shared_ptr<GenerateCall>> calls;
   for (size_t i = 0; i < parsed.generates.size(); ++i) {
     parsed.generates[i].set_request_id(parsed.generates.size() == 1
@@ -359,10 +359,15 @@ asio::awaitable<void> HandleDetokenize(Connection& connection, const HttpRequest
   const grpc::Status status =
       co_await AwaitDetokenize(*std::get<Backend*>(routed), call.request, response);
   if (!status.ok()) {
-    co_await connection.WriteError(request, FromGrpcStatus(status));
+    HttpError refused = FromGrpcStatus(status);
+    // The server names its own field (token_ids); here the ids came as `tokens`.
+    if (refused.status == 400) refused.param = "tokens";
+    co_await connection.WriteError(request, refused);
     co_return;
   }
-  const json answer = {{"prompt", response.text()}};
+  // vLLM's /detokenize answers {"prompt"}, llama-server's {"content"}: both, so that clients
+  // of either read the text.
+  const json answer = {{"prompt", response.text()}, {"content", response.text()}};
   co_await connection.WriteJson(request, 200, answer);
 }
 

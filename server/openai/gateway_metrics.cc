@@ -56,6 +56,13 @@ void GatewayMetrics::RequestFinished(const std::string& route, int status, doubl
   ++latency.count;
 }
 
+void GatewayMetrics::ObserveRequestBuffered(size_t count) {
+  uint64_t seen = max_request_buffered_.load(std::memory_order_relaxed);
+  while (count > seen && !max_request_buffered_.compare_exchange_weak(
+                             seen, count, std::memory_order_relaxed)) {
+  }
+}
+
 std::string GatewayMetrics::Render(const BackendPool& pool) const {
   std::ostringstream out;
   out << "# HELP tokenmill_gateway:requests_total HTTP requests answered, by route and status.\n"
@@ -87,6 +94,21 @@ std::string GatewayMetrics::Render(const BackendPool& pool) const {
          "# TYPE tokenmill_gateway:requests_in_flight gauge\n"
          "tokenmill_gateway:requests_in_flight "
       << in_flight_.load(std::memory_order_relaxed) << "\n";
+  out << "# HELP tokenmill_gateway:buffered_responses Backend responses read and not yet "
+         "written to their clients.\n"
+         "# TYPE tokenmill_gateway:buffered_responses gauge\n"
+         "tokenmill_gateway:buffered_responses "
+      << buffered_.load(std::memory_order_relaxed) << "\n";
+  out << "# HELP tokenmill_gateway:max_request_buffered_responses The most backend responses "
+         "one request has held at once (bounded by backpressure).\n"
+         "# TYPE tokenmill_gateway:max_request_buffered_responses gauge\n"
+         "tokenmill_gateway:max_request_buffered_responses "
+      << max_request_buffered_.load(std::memory_order_relaxed) << "\n";
+  out << "# HELP tokenmill_gateway:upstream_read_pauses_total Times a Generate stream stopped "
+         "reading because its client had not taken the responses already read.\n"
+         "# TYPE tokenmill_gateway:upstream_read_pauses_total counter\n"
+         "tokenmill_gateway:upstream_read_pauses_total "
+      << read_pauses_.load(std::memory_order_relaxed) << "\n";
   out << "# HELP tokenmill_gateway:backend_healthy 1 when the backend passes its health check.\n"
          "# TYPE tokenmill_gateway:backend_healthy gauge\n";
   for (const auto& backend : pool.backends()) {

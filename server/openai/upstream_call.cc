@@ -6,9 +6,19 @@ namespace tokenmill::gateway {
 
 namespace asio = boost::asio;
 
-EventQueue::EventQueue(asio::any_io_executor strand) : strand_(strand), wake_(strand) {}
+EventQueue::EventQueue(asio::any_io_executor strand, GatewayMetrics& metrics,
+                       size_t max_buffered)
+    : strand_(strand), wake_(strand), metrics_(metrics), max_buffered_(max_buffered) {}
+
+EventQueue::~EventQueue() { metrics_.ResponsesBuffered(-static_cast<int64_t>(buffered_)); }
 
 void EventQueue::Push(UpstreamEvent event) {
+  if (event.kind == UpstreamEvent::Kind::kResponse) {
+    std::lock_guard lock(mutex_);
+    ++buffered_;
+    metrics_.ResponsesBuffered(1);
+    metrics_.ObserveRequestBuffered(buffered_);
+  }
   asio::post(strand_, [self = shared_from_this(), event = std::move(event)]() mutable {
     self->PushOnStrand(std::move(event));
   });
@@ -28,7 +38,25 @@ asio::awaitable<UpstreamEvent> EventQueue::Next() {
   }
   UpstreamEvent event = std::move(events_.front());
   events_.pop_front();
+  if (event.kind == UpstreamEvent::Kind::kResponse) {
+    std::vector<std::function<void()>> resume;
+    {
+      std::lock_guard lock(mutex_);
+      --buffered_;
+      metrics_.ResponsesBuffered(-1);
+      if (buffered_ <= max_buffered_ / 2) std::swap(resume, paused_);
+    }
+    for (const std::function<void()>& start_read : resume) start_read();
+  }
   co_return event;
+}
+
+bool EventQueue::PauseIfFull(std::function<void()> resume) {
+  std::lock_guard lock(mutex_);
+  if (buffered_ < max_buffered_) return false;
+  paused_.push_back(std::move(resume));
+  metrics_.ReadPaused();
+  return true;
 }
 
 GenerateCall::GenerateCall(Backend& backend, v1::GenerateRequest request,
@@ -49,19 +77,40 @@ std::shared_ptr<GenerateCall> GenerateCall::Start(Backend& backend, v1::Generate
   call->self_ = call;
   registry.Add(call);
   backend.stub().async()->Generate(&call->context_, &call->request_, call.get());
+  // Reads resumed by the EventQueue start outside a reaction: the hold keeps the stream
+  // (and OnDone) waiting for them until a read reports the end.
+  call->AddHold();
   call->StartRead(&call->response_);
   call->StartCall();
   return call;
 }
 
 void GenerateCall::OnReadDone(bool ok) {
-  if (!ok) return;  // the stream ended: OnDone follows
+  if (!ok) {  // the stream ended: OnDone follows
+    RemoveHold();
+    return;
+  }
   UpstreamEvent event;
   event.call_index = call_index_;
   event.response = std::move(response_);
   response_.Clear();
   events_->Push(std::move(event));
-  StartRead(&response_);
+  paused_.store(true);
+  const bool full = events_->PauseIfFull(
+      [weak = std::weak_ptr<GenerateCall>(shared_from_this())] {
+        if (const std::shared_ptr<GenerateCall> call = weak.lock()) call->ResumeRead();
+      });
+  if (!full) ResumeRead();
+}
+
+void GenerateCall::ResumeRead() {
+  if (paused_.exchange(false)) StartRead(&response_);
+}
+
+void GenerateCall::Cancel() {
+  context_.TryCancel();
+  // A paused call reads on, so that the cancelled stream reaches its end and OnDone.
+  ResumeRead();
 }
 
 void GenerateCall::OnDone(const grpc::Status& status) {
@@ -88,10 +137,15 @@ void CallRegistry::Remove(const GenerateCall* call) {
 }
 
 void CallRegistry::CancelAll() {
-  std::lock_guard lock(mutex_);
-  for (const std::weak_ptr<GenerateCall>& weak : calls_) {
-    if (const std::shared_ptr<GenerateCall> call = weak.lock()) call->Cancel();
+  std::vector<std::shared_ptr<GenerateCall>> live;
+  {
+    std::lock_guard lock(mutex_);
+    for (const std::weak_ptr<GenerateCall>& weak : calls_) {
+      if (std::shared_ptr<GenerateCall> call = weak.lock()) live.push_back(std::move(call));
+    }
   }
+  // Outside the lock: a cancelled read may end the call (and Remove it) on this thread.
+  for (const std::shared_ptr<GenerateCall>& call : live) call->Cancel();
 }
 
 size_t CallRegistry::open() const {

@@ -12,13 +12,17 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "server/openai/backend_pool.h"
+#include "server/openai/gateway_metrics.h"
 #include "tokenmill/v1/inference.grpc.pb.h"
 
 namespace tokenmill::gateway {
@@ -31,19 +35,36 @@ struct UpstreamEvent {
   grpc::Status status;            // kDone
 };
 
+// Backend responses one HTTP request may hold before its Generate calls stop reading: a
+// client that reads slowly (or not at all) then holds back the backend's stream (gRPC flow
+// control) instead of growing the gateway's memory.
+inline constexpr size_t kMaxBufferedResponses = 32;
+
 // Events for one HTTP request, in arrival order. Push from any thread; Next() on the strand.
 class EventQueue : public std::enable_shared_from_this<EventQueue> {
  public:
-  explicit EventQueue(boost::asio::any_io_executor strand);
+  EventQueue(boost::asio::any_io_executor strand, GatewayMetrics& metrics,
+             size_t max_buffered = kMaxBufferedResponses);
+  ~EventQueue();
 
   void Push(UpstreamEvent event);  // any thread
   void PushOnStrand(UpstreamEvent event);
   boost::asio::awaitable<UpstreamEvent> Next();
 
+  // For a call that just pushed a response (any thread): true when max_buffered responses
+  // are waiting; the call must then not read on until `resume` runs, which Next() does (on
+  // the strand) once the reader has taken the queue down to half.
+  bool PauseIfFull(std::function<void()> resume);
+
  private:
   boost::asio::any_io_executor strand_;
-  std::deque<UpstreamEvent> events_;
+  std::deque<UpstreamEvent> events_;  // on the strand
   boost::asio::steady_timer wake_;
+  GatewayMetrics& metrics_;
+  const size_t max_buffered_;
+  std::mutex mutex_;
+  size_t buffered_ = 0;                        // responses pushed, not yet taken; by mutex_
+  std::vector<std::function<void()>> paused_;  // by mutex_
 };
 
 class GenerateCall;
@@ -62,14 +83,16 @@ class CallRegistry {
 };
 
 // One Generate stream. Keeps itself alive until gRPC's OnDone, which it reports as the last
-// event; Cancel() (any thread, any time) makes the server abort the request.
+// event; Cancel() (any thread, any time) makes the server abort the request. It reads the
+// next response only while its EventQueue has room (a hold lets it resume outside a
+// reaction).
 class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse>,
                      public std::enable_shared_from_this<GenerateCall> {
  public:
   static std::shared_ptr<GenerateCall> Start(Backend& backend, v1::GenerateRequest request,
                                              std::shared_ptr<EventQueue> events,
                                              size_t call_index, CallRegistry& registry);
-  void Cancel() { context_.TryCancel(); }
+  void Cancel();
 
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
@@ -77,6 +100,8 @@ class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse>,
  private:
   GenerateCall(Backend& backend, v1::GenerateRequest request, std::shared_ptr<EventQueue> events,
                size_t call_index, CallRegistry& registry);
+  // Starts the next read unless one is running (exactly once per pause).
+  void ResumeRead();
 
   BackendLease lease_;
   grpc::ClientContext context_;
@@ -86,6 +111,7 @@ class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse>,
   const size_t call_index_;
   CallRegistry& registry_;
   std::shared_ptr<GenerateCall> self_;  // until OnDone
+  std::atomic<bool> paused_{false};     // no read started since the last OnReadDone
 };
 
 inline constexpr auto kUnaryTimeout = std::chrono::seconds(30);

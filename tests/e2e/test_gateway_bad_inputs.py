@@ -27,8 +27,8 @@ BAD = [
     ("/detokenize", {}, 400, "tokens", "tokens must be a list of token ids"),
     ("/detokenize", {"tokens": [1, -2]}, 400, "tokens", "non-negative token ids"),
     ("/detokenize", {"tokens": [1, 2**40]}, 400, "tokens", "non-negative token ids"),
-    # The server's message names token_ids, which the gateway maps to "prompt".
-    ("/detokenize", {"tokens": [5, 60000]}, 400, "prompt", "outside the vocabulary"),
+    # The server's message names its token_ids; the HTTP parameter is tokens.
+    ("/detokenize", {"tokens": [5, 60000]}, 400, "tokens", "outside the vocabulary"),
     ("/v1/chat/completions", {"messages": "hi"}, 400, "messages",
      "messages must be a non-empty list"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x", "name": "bob"}]},

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gateway_harness import backend_address
+from gateway_harness import backend_address, model_name
 from server_harness import generate, pb2
 
 SYSTEM = ("You are a helpful assistant for the tokenmill project. Answer briefly and "
@@ -184,8 +184,13 @@ def test_tokenize_and_detokenize_match_the_server(server, gateway):
     expected = list(server.stub.Tokenize(pb2.TokenizeRequest(text=text)).token_ids)
     out = gateway.http.post("/tokenize", json={"prompt": text}).json()
     assert out["tokens"] == expected and out["count"] == len(expected)
-    back = gateway.http.post("/detokenize", json={"tokens": expected}).json()
+    # vLLM's request ({"model", "tokens"} -> {"prompt"}) and llama-server's ({"tokens"} ->
+    # {"content"}) both work.
+    back = gateway.http.post("/detokenize",
+                             json={"model": model_name(gateway), "tokens": expected}).json()
     assert back["prompt"] == text
+    back = gateway.http.post("/detokenize", json={"tokens": expected}).json()
+    assert back["content"] == text
     chat = gateway.http.post("/tokenize", json={
         "messages": [{"role": "user", "content": "Hi"}]}).json()
     grpc_chat_ids = server.stub.Tokenize(pb2.TokenizeRequest(
