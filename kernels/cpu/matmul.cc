@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "common/check.h"
@@ -29,6 +30,25 @@ void QuantizeActivations(const float* x, int64_t n, Q8ActivationBlock* out) {
     out[b].d = HalfToFloat(FloatToHalf(d));
     out[b].scaled_sum = HalfToFloat(FloatToHalf(d * static_cast<float>(sum)));
     out[b].sum = sum;
+  }
+}
+
+void GroupActivations(const Q8ActivationBlock* x, int64_t n_tokens, int64_t blocks,
+                      Q8TokenGroupBlock* out) {
+  const int64_t groups = (n_tokens + kTokenGroup - 1) / kTokenGroup;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      Q8TokenGroupBlock& group = out[g * blocks + b];
+      std::memset(&group, 0, sizeof(group));
+      for (int i = 0; i < kTokenGroup; ++i) {
+        const int64_t t = g * kTokenGroup + i;
+        if (t >= n_tokens) break;
+        const Q8ActivationBlock& a = x[t * blocks + b];
+        std::memcpy(group.q[i], a.q, sizeof(a.q));
+        std::fill(group.d[i], group.d[i] + 8, a.d);
+        group.scaled_sum[i] = a.scaled_sum;
+      }
+    }
   }
 }
 
@@ -83,14 +103,17 @@ void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, 
     total_rows += w->rows;
     quantize = quantize || UsesQuantizedActivations(w->type);
   }
-  std::vector<Q8ActivationBlock> quantized;
+  std::vector<Q8TokenGroupBlock> grouped;
   if (quantize) {
     TM_CHECK_EQ(cols % 32, 0);
     const int64_t blocks = cols / 32;
-    quantized.resize(static_cast<size_t>(blocks * n_tokens));
+    std::vector<Q8ActivationBlock> quantized(static_cast<size_t>(blocks * n_tokens));
     for (int64_t t = 0; t < n_tokens; ++t) {
       ctx.kernels->quantize(x + t * cols, cols, quantized.data() + t * blocks);
     }
+    const int64_t groups = (n_tokens + kTokenGroup - 1) / kTokenGroup;
+    grouped.resize(static_cast<size_t>(groups * blocks));
+    GroupActivations(quantized.data(), n_tokens, blocks, grouped.data());
   }
   // Rows [begin, end) of the concatenation, cut at matrix boundaries.
   ParallelFor(ctx.pool, total_rows, 16, [&](int64_t begin, int64_t end) {
@@ -101,7 +124,7 @@ void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, 
       const int64_t hi = std::min(end, first + w.rows) - first;
       if (lo >= hi) continue;
       const void* activations = UsesQuantizedActivations(w.type)
-                                    ? static_cast<const void*>(quantized.data())
+                                    ? static_cast<const void*>(grouped.data())
                                     : static_cast<const void*>(x);
       RangeFnFor(*ctx.kernels, w.type)(
           MatmulRange{&w, activations, n_tokens, ys[i], w.rows, lo, hi});

@@ -38,14 +38,35 @@ struct Q8ActivationBlock {
   int8_t q[32];
 };
 
-// Quantizes n (a multiple of 32) floats into n / 32 blocks, rounding to nearest. As in
-// llama.cpp (whose Q8_0/Q8_1 blocks store them as f16), d and scaled_sum are rounded to
-// f16 precision, so greedy tokens agree with it more often.
+// Quantizes n (a multiple of 32) floats into n / 32 blocks exactly as ggml's x86
+// quantize_row_q8_1 does (amax, d = amax / 127, q = round-half-even(x · 127 / amax), d and
+// d · Σq rounded to f16), so the quantized matmuls can match llama.cpp bit for bit.
 void QuantizeActivations(const float* x, int64_t n, Q8ActivationBlock* out);
+
+// The activations of a group of up to kTokenGroup tokens for one block of 32 columns, laid
+// out for the kernels: each token's quants, its scale repeated over 8 float lanes (one load
+// gives the vector the kernels multiply by) and the tokens' d · Σq side by side (the Q4_1
+// minimum terms of 8 tokens are one vector fma). Tokens past the end are zero.
+inline constexpr int kTokenGroup = 8;
+struct Q8TokenGroupBlock {
+  int8_t q[kTokenGroup][32];
+  float d[kTokenGroup][8];
+  float scaled_sum[kTokenGroup];
+};
+
+// Regroups per-token blocks (n_tokens × blocks, token-major) into
+// ceil(n_tokens / kTokenGroup) × blocks group blocks (group-major).
+void GroupActivations(const Q8ActivationBlock* x, int64_t n_tokens, int64_t blocks,
+                      Q8TokenGroupBlock* out);
 
 // What one ISA's kernel computes: y[t * y_stride + r] for rows [row_begin, row_end) and
 // every token t < n_tokens. `x` is float (cols per token) for F32/F16/BF16 weights and
-// Q8ActivationBlock (cols / 32 per token) for quantized ones.
+// Q8TokenGroupBlock (cols / 32 per group of kTokenGroup tokens) for quantized ones.
+//
+// Quantized weights accumulate each (row, token) in ggml's order (ggml_vec_dot_q4_1_q8_1
+// and friends, AVX2 path): 8 float lanes, lane i the integer dot product of bytes
+// 4i..4i+3 of a block; per block acc = fma(d_w · d_a, lanes, acc) and, for Q4_1,
+// min += m_w · s_a; the result is the 8 lanes summed pairwise (4+4, 2+2, 1+1) plus min.
 struct MatmulRange {
   const WeightMatrix* w;
   const void* x;
@@ -118,7 +139,8 @@ void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, 
                 int64_t n_tokens, std::span<float* const> ys);
 
 // The reference: each weight row dequantized to float and dotted with float activations
-// in a plain loop (no activation quantization). Slow; the oracle for tests.
+// in a plain loop (no activation quantization). Slow; the oracle for tests. (The scalar
+// kernel table is the bit-exact oracle of the ggml order for quantized weights.)
 void MatmulReference(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
 
 }  // namespace tokenmill

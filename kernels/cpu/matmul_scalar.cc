@@ -1,4 +1,5 @@
 // Portable kernels: the same integer arithmetic as the SIMD ones, in plain loops.
+#include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/attend_impl.h"
@@ -9,46 +10,64 @@
 namespace tokenmill::internal {
 namespace {
 
-template <typename Block, typename BlockDot>
-void QuantizedRange(const MatmulRange& m, BlockDot block_dot) {
+// ggml's order for one (row, token), in plain loops: `lanes` gives a block's 8 integer
+// dot products of 4 bytes each and its weight scale (and minimum); see matmul.h.
+template <typename Block, bool kHasMin, typename BlockLanes>
+void QuantizedRange(const MatmulRange& m, BlockLanes block_lanes) {
   const WeightMatrix& w = *m.w;
   const int64_t blocks = w.cols / 32;
-  const auto* x = static_cast<const Q8ActivationBlock*>(m.x);
+  const auto* x = static_cast<const Q8TokenGroupBlock*>(m.x);
   for (int64_t r = m.row_begin; r < m.row_end; ++r) {
     const auto* row = reinterpret_cast<const Block*>(w.data + r * w.row_bytes);
     for (int64_t t = 0; t < m.n_tokens; ++t) {
-      const Q8ActivationBlock* xt = x + t * blocks;
-      float sum = 0.0f;
-      for (int64_t b = 0; b < blocks; ++b) sum += block_dot(row[b], xt[b]);
-      m.y[t * m.y_stride + r] = sum;
+      const Q8TokenGroupBlock* xg = x + (t / kTokenGroup) * blocks;
+      const int i = static_cast<int>(t % kTokenGroup);
+      float acc[8] = {};
+      float min = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        int32_t lanes[8];
+        block_lanes(row[b], xg[b].q[i], lanes);
+        // f16 × f16: exact in float, so it does not matter where it is rounded.
+        const float scale = HalfToFloat(row[b].d) * xg[b].d[i][0];
+        for (int k = 0; k < 8; ++k) acc[k] = std::fma(scale, static_cast<float>(lanes[k]), acc[k]);
+        if constexpr (kHasMin) min += HalfToFloat(row[b].m) * xg[b].scaled_sum[i];
+      }
+      float half[4];
+      for (int k = 0; k < 4; ++k) half[k] = acc[k] + acc[k + 4];
+      const float sum = (half[0] + half[2]) + (half[1] + half[3]);
+      m.y[t * m.y_stride + r] = kHasMin ? sum + min : sum;
     }
   }
 }
 
+// Element j of a 4-bit block: the low nibble of qs[j] for j < 16, else the high nibble of
+// qs[j - 16].
+inline int Nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0x0f : qs[j - 16] >> 4; }
+
 void Q4_0Range(const MatmulRange& m) {
-  QuantizedRange<BlockQ4_0>(m, [](const BlockQ4_0& w, const Q8ActivationBlock& a) {
-    int32_t dot = 0;
-    for (int j = 0; j < 16; ++j) {
-      dot += ((w.qs[j] & 0x0f) - 8) * a.q[j] + ((w.qs[j] >> 4) - 8) * a.q[j + 16];
+  QuantizedRange<BlockQ4_0, false>(m, [](const BlockQ4_0& w, const int8_t* a, int32_t* lanes) {
+    for (int k = 0; k < 8; ++k) {
+      lanes[k] = 0;
+      for (int j = 4 * k; j < 4 * k + 4; ++j) lanes[k] += (Nibble(w.qs, j) - 8) * a[j];
     }
-    return HalfToFloat(w.d) * a.d * static_cast<float>(dot);
   });
 }
 
 void Q4_1Range(const MatmulRange& m) {
-  QuantizedRange<BlockQ4_1>(m, [](const BlockQ4_1& w, const Q8ActivationBlock& a) {
-    int32_t dot = 0;
-    for (int j = 0; j < 16; ++j) dot += (w.qs[j] & 0x0f) * a.q[j] + (w.qs[j] >> 4) * a.q[j + 16];
-    return HalfToFloat(w.d) * a.d * static_cast<float>(dot) +
-           HalfToFloat(w.m) * a.scaled_sum;
+  QuantizedRange<BlockQ4_1, true>(m, [](const BlockQ4_1& w, const int8_t* a, int32_t* lanes) {
+    for (int k = 0; k < 8; ++k) {
+      lanes[k] = 0;
+      for (int j = 4 * k; j < 4 * k + 4; ++j) lanes[k] += Nibble(w.qs, j) * a[j];
+    }
   });
 }
 
 void Q8_0Range(const MatmulRange& m) {
-  QuantizedRange<BlockQ8_0>(m, [](const BlockQ8_0& w, const Q8ActivationBlock& a) {
-    int32_t dot = 0;
-    for (int j = 0; j < 32; ++j) dot += w.qs[j] * a.q[j];
-    return HalfToFloat(w.d) * a.d * static_cast<float>(dot);
+  QuantizedRange<BlockQ8_0, false>(m, [](const BlockQ8_0& w, const int8_t* a, int32_t* lanes) {
+    for (int k = 0; k < 8; ++k) {
+      lanes[k] = 0;
+      for (int j = 4 * k; j < 4 * k + 4; ++j) lanes[k] += w.qs[j] * a[j];
+    }
   });
 }
 

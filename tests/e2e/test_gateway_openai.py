@@ -70,8 +70,10 @@ def test_chat_equals_direct_grpc_generate(server, client, model):
 
 def test_chat_without_max_tokens_runs_to_the_end(client, model):
     out = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "Say hello."}])
-    # Not cut at the server's default of 16 tokens: the model ends its turn.
+        model=model, messages=[{"role": "user", "content": "Hi!"}])
+    # Not cut at the server's default of 16 tokens: the model ends its turn (llama.cpp's greedy
+    # answer is "Hello! How can I assist you today?" then <|im_end|>, top-2 logit gap >= 0.7
+    # at every step, so a rounding difference does not make it run on).
     assert out.choices[0].finish_reason == "stop"
     assert out.usage.completion_tokens >= 1
 

@@ -13,9 +13,9 @@
 namespace tokenmill::testing {
 namespace {
 
-// As in tests/model/forward: a gap between llama.cpp's two best logits below this is a
-// near-tie that a different valid rounding may flip.
-constexpr float kNearTie = 0.25f;
+// As in tests/model/forward (see the reason for 0.35 there): a gap between llama.cpp's two
+// best logits below this is a near-tie that a different valid rounding may flip.
+constexpr float kNearTie = 0.35f;
 
 struct GoldenCase {
   std::string stem;

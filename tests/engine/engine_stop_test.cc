@@ -106,8 +106,10 @@ TEST(EngineStopTest, StopTokenIdIsStreamedAndEndsTheRequest) {
 }
 
 // stories260K never reaches </s> greedily within its context of 128, so EOS is checked on
-// SmolLM2 with a prompt after which llama.cpp's greedy continuation ends (44 tokens, then
-// <|endoftext|>): with ignore_eos the request goes past it, without it stops there.
+// SmolLM2 with a chat prompt after which llama.cpp's greedy answer ends ("The capital of
+// France is Paris." then <|im_end|>; its top-2 logit gap is >= 1.39 at every step, so no
+// rounding difference changes it): with ignore_eos the request goes past it, without it
+// stops there.
 TEST(EngineStopTest, EndOfGenerationStopsUnlessIgnored) {
   const TestModel& smol = SmolLm2();
   auto run = [&](bool ignore_eos) {
@@ -115,7 +117,9 @@ TEST(EngineStopTest, EndOfGenerationStopsUnlessIgnored) {
     config.num_threads = 2;
     auto core = EngineCore::Create(*smol.model, *smol.tokenizer, config);
     TM_CHECK(core.ok()) << core.status().ToString();
-    auto prompt = smol.tokenizer->Encode("Tom and his dog went to the park. They");
+    auto prompt = smol.tokenizer->Encode(
+        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+        EncodeOptions{.add_special = true, .parse_special = true});
     TM_CHECK(prompt.ok());
     Collector collector;
     TM_CHECK((*core)->Add(1, Greedy(*prompt, 56, collector.Sink(1), ignore_eos)).ok());

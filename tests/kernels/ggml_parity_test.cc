@@ -1,0 +1,174 @@
+// Quantized matmuls against llama.cpp's own CPU code, bit for bit: ggml's quantize_row_q8_1
+// / quantize_row_q8_0 and ggml_vec_dot_{q4_1_q8_1, q4_0_q8_0, q8_0_q8_0}, taken from the
+// libggml-cpu.so that llama-cpp-python ships (found by CMake in the project's .venv, or
+// named by TOKENMILL_GGML_CPU_LIB), through its public ggml_get_type_traits_cpu.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/half.h"
+#include "kernels/tensor_type.h"
+
+namespace tokenmill {
+namespace {
+
+// ggml's public C types (ggml-cpu.h), declared here so the test needs no ggml headers.
+using GgmlFromFloat = void (*)(const float* x, void* y, int64_t k);
+using GgmlVecDot = void (*)(int n, float* s, size_t bs, const void* x, size_t bx, const void* y,
+                            size_t by, int nrc);
+struct GgmlTypeTraitsCpu {
+  GgmlFromFloat from_float;
+  GgmlVecDot vec_dot;
+  int vec_dot_type;
+  int64_t nrows;
+};
+constexpr int kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ8_0 = 8, kGgmlQ8_1 = 9;
+
+class Ggml {
+ public:
+  Ggml() {
+    const char* env = std::getenv("TOKENMILL_GGML_CPU_LIB");
+    const std::string path = env != nullptr ? env : TOKENMILL_GGML_CPU_LIB;
+    if (path.empty()) return;
+    handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle_ == nullptr) return;
+    auto init = reinterpret_cast<void (*)()>(dlsym(handle_, "ggml_cpu_init"));
+    traits_ = reinterpret_cast<const GgmlTypeTraitsCpu* (*)(int)>(
+        dlsym(handle_, "ggml_get_type_traits_cpu"));
+    if (init != nullptr) init();
+  }
+  ~Ggml() {
+    if (handle_ != nullptr) dlclose(handle_);
+  }
+  Ggml(const Ggml&) = delete;
+  Ggml& operator=(const Ggml&) = delete;
+  bool loaded() const { return traits_ != nullptr; }
+  const GgmlTypeTraitsCpu& traits(int type) const { return *traits_(type); }
+
+ private:
+  void* handle_ = nullptr;
+  const GgmlTypeTraitsCpu* (*traits_)(int) = nullptr;
+};
+
+std::vector<CpuIsa> SupportedIsas() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+    if (CpuSupports(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// Weights as llama.cpp's quantizer would write them: scales of real magnitudes, all
+// quant values (Q8_0 in [-127, 127]).
+std::vector<uint8_t> RandomBlocks(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const GgmlTypeLayout& layout = LayoutOf(type);
+  const int64_t blocks = rows * cols / 32;
+  std::vector<uint8_t> data(static_cast<size_t>(blocks * layout.type_size));
+  std::uniform_int_distribution<int> byte(0, 255), q8(-127, 127);
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  auto put16 = [&](size_t at, uint16_t v) { std::memcpy(&data[at], &v, 2); };
+  for (int64_t b = 0; b < blocks; ++b) {
+    const size_t at = static_cast<size_t>(b * layout.type_size);
+    put16(at, FloatToHalf(scale(rng)));
+    if (type == TensorType::kQ4_1) put16(at + 2, FloatToHalf(-8.0f * scale(rng)));
+    const size_t first = type == TensorType::kQ4_1 ? 4 : 2;
+    for (size_t i = first; i < static_cast<size_t>(layout.type_size); ++i) {
+      data[at + i] = static_cast<uint8_t>(type == TensorType::kQ8_0 ? q8(rng) : byte(rng));
+    }
+  }
+  return data;
+}
+
+TEST(GgmlParityTest, QuantizedActivationsEqualGgmlQ8_1AndQ8_0) {
+  Ggml ggml;
+  if (!ggml.loaded()) GTEST_SKIP() << "llama-cpp-python's libggml-cpu.so not found";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(32 * 64);
+  for (float& v : x) v = normal(rng) * 3.0f;
+  std::fill(x.begin(), x.begin() + 32, 0.0f);                               // all zero
+  for (int i = 0; i < 32; ++i) x[32 + i] = 0.5f * static_cast<float>(i - 16);  // exact ties
+  const int64_t n = static_cast<int64_t>(x.size());
+  // block_q8_1 = {f16 d, f16 s, int8 qs[32]}; block_q8_0 = {f16 d, int8 qs[32]}.
+  std::vector<uint8_t> q8_1(static_cast<size_t>(n / 32 * 36)), q8_0(static_cast<size_t>(n / 32 * 34));
+  ggml.traits(kGgmlQ8_1).from_float(x.data(), q8_1.data(), n);
+  ggml.traits(kGgmlQ8_0).from_float(x.data(), q8_0.data(), n);
+  for (CpuIsa isa : SupportedIsas()) {
+    std::vector<Q8ActivationBlock> ours(static_cast<size_t>(n / 32));
+    KernelTable(isa).quantize(x.data(), n, ours.data());
+    for (size_t b = 0; b < ours.size(); ++b) {
+      uint16_t d1, s1, d0;
+      std::memcpy(&d1, &q8_1[b * 36], 2);
+      std::memcpy(&s1, &q8_1[b * 36 + 2], 2);
+      std::memcpy(&d0, &q8_0[b * 34], 2);
+      EXPECT_EQ(ours[b].d, HalfToFloat(d1)) << IsaName(isa) << " block " << b;
+      EXPECT_EQ(ours[b].d, HalfToFloat(d0)) << IsaName(isa) << " block " << b;
+      EXPECT_EQ(ours[b].scaled_sum, HalfToFloat(s1)) << IsaName(isa) << " block " << b;
+      EXPECT_EQ(0, std::memcmp(ours[b].q, &q8_1[b * 36 + 4], 32)) << IsaName(isa) << " " << b;
+      EXPECT_EQ(0, std::memcmp(ours[b].q, &q8_0[b * 34 + 2], 32)) << IsaName(isa) << " " << b;
+    }
+  }
+}
+
+struct ParityCase {
+  TensorType type;
+  int ggml_type;
+};
+
+class GgmlMatmulParityTest : public ::testing::TestWithParam<ParityCase> {};
+
+TEST_P(GgmlMatmulParityTest, EveryOutputEqualsGgmlVecDot) {
+  Ggml ggml;
+  if (!ggml.loaded()) GTEST_SKIP() << "llama-cpp-python's libggml-cpu.so not found";
+  const ParityCase c = GetParam();
+  const GgmlTypeTraitsCpu& traits = ggml.traits(c.ggml_type);
+  const int act_type = traits.vec_dot_type;
+  const size_t act_block_bytes = act_type == kGgmlQ8_1 ? 36 : 34;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // Token counts around the kernels' groups and tiles; the model's column counts.
+  for (const auto& [rows, cols, tokens] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {7, 576, 1}, {9, 1536, 3}, {5, 576, 8}, {11, 192, 13}, {3, 64, 17}}) {
+    const std::vector<uint8_t> w = RandomBlocks(c.type, rows, cols, rng);
+    const int64_t row_bytes = cols / 32 * LayoutOf(c.type).type_size;
+    std::vector<float> x(static_cast<size_t>(tokens * cols));
+    for (float& v : x) v = normal(rng);
+    std::vector<float> expected(static_cast<size_t>(tokens * rows));
+    std::vector<uint8_t> act(static_cast<size_t>(cols / 32) * act_block_bytes);
+    for (int64_t t = 0; t < tokens; ++t) {
+      ggml.traits(act_type).from_float(x.data() + t * cols, act.data(), cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        traits.vec_dot(static_cast<int>(cols), &expected[static_cast<size_t>(t * rows + r)], 0,
+                       w.data() + r * row_bytes, 0, act.data(), 0, 1);
+      }
+    }
+    const WeightMatrix matrix{c.type, w.data(), rows, cols, row_bytes};
+    for (CpuIsa isa : SupportedIsas()) {
+      std::vector<float> y(expected.size(), NAN);
+      Matmul(CpuContext{&KernelTable(isa), nullptr}, matrix, x.data(), tokens, y.data());
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_EQ(y[i], expected[i]) << IsaName(isa) << " " << NameOf(c.type) << " rows " << rows
+                                     << " cols " << cols << " tokens " << tokens << " at " << i;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GgmlMatmulParityTest,
+                         ::testing::Values(ParityCase{TensorType::kQ4_1, kGgmlQ4_1},
+                                           ParityCase{TensorType::kQ4_0, kGgmlQ4_0},
+                                           ParityCase{TensorType::kQ8_0, kGgmlQ8_0}),
+                         [](const ::testing::TestParamInfo<ParityCase>& param_info) {
+                           return std::string(NameOf(param_info.param.type));
+                         });
+
+}  // namespace
+}  // namespace tokenmill
