@@ -486,6 +486,8 @@ def soak(args):
                                               if k.startswith("tokenmill_gateway:backend_in_f")),
         }
         i = report["idle"]
+        if idle["tokenmill:num_requests_running"] or idle["tokenmill:num_requests_waiting"]:
+            problems.append("requests still running or waiting 2 minutes after the load")
         if i["kv_blocks_in_use"] != 0:
             problems.append(f"{i['kv_blocks_in_use']} KV blocks in use at idle")
         if i["engine_idle_checks"] <= idle_checks_before:
