@@ -1,6 +1,9 @@
 // Gateway pieces without a network: routing by affinity, response and SSE framing, error
-// mapping, API key comparison, flags.
+// mapping, API key comparison, flags, the event queue's backpressure.
 #include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 
 #include <map>
 #include <string>
@@ -10,6 +13,7 @@
 #include "server/openai/http_error.h"
 #include "server/openai/http_gateway.h"
 #include "server/openai/response_format.h"
+#include "server/openai/upstream_call.h"
 
 namespace tokenmill::gateway {
 namespace {
@@ -185,6 +189,45 @@ TEST(GatewayOptionsTest, EnvironmentVariablesAndChecks) {
   EXPECT_EQ(limits->max_body_bytes, 2048);
   options.backends.push_back("nohost");
   EXPECT_FALSE(ResolveGatewayLimits(options).ok());
+}
+
+UpstreamEvent ResponseEvent() { return UpstreamEvent{}; }
+
+TEST(GatewayEventQueue, PausesReadsAtItsBoundAndResumesThemAtHalf) {
+  namespace asio = boost::asio;
+  asio::io_context io;
+  GatewayMetrics metrics;
+  auto queue = std::make_shared<EventQueue>(asio::make_strand(io), metrics, /*max_buffered=*/4);
+  int resumed = 0;
+  const auto resume = [&resumed] { ++resumed; };
+  for (int i = 0; i < 3; ++i) {
+    queue->Push(ResponseEvent());
+    EXPECT_FALSE(queue->PauseIfFull(resume)) << "response " << i;
+  }
+  queue->Push(ResponseEvent());
+  EXPECT_TRUE(queue->PauseIfFull(resume));  // 4 waiting: the caller stops reading
+  UpstreamEvent done;
+  done.kind = UpstreamEvent::Kind::kDone;  // ends of calls do not count
+  queue->Push(done);
+  std::vector<int> resumed_after;  // after each Next
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        for (int i = 0; i < 5; ++i) {
+          const UpstreamEvent event = co_await queue->Next();
+          EXPECT_EQ(event.kind == UpstreamEvent::Kind::kDone, i == 4);
+          resumed_after.push_back(resumed);
+        }
+      },
+      asio::detached);
+  io.run();
+  // Still paused at 3 waiting; resumed once at 2 (half), not again.
+  EXPECT_EQ(resumed_after, (std::vector<int>{0, 1, 1, 1, 1}));
+  BackendPool pool({}, std::chrono::milliseconds(1000), 0, "");
+  const std::string text = metrics.Render(pool);
+  EXPECT_NE(text.find("tokenmill_gateway:buffered_responses 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("tokenmill_gateway:max_request_buffered_responses 4\n"), std::string::npos);
+  EXPECT_NE(text.find("tokenmill_gateway:upstream_read_pauses_total 1\n"), std::string::npos);
 }
 
 }  // namespace
