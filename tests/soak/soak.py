@@ -443,7 +443,8 @@ def percentile(values, q):
 
 
 def soak(args):
-    server_args = ["--kv-cache-memory", args.kv_cache_memory, "--threads", str(args.threads)]
+    server_args = ["--kv-cache-memory", args.kv_cache_memory, "--threads", str(args.threads),
+                   *args.server_arg]
     with Server(*server_args, model=args.model, log_level="info") as server, \
             Gateway(backend_address(server), log_level="info") as gateway:
         model = gateway.client().models.list().data[0].id
@@ -576,6 +577,9 @@ def parse_args(argv=None):
     p.add_argument("--kv-cache-memory", default="32MiB",
                    help="small, so that the load also preempts")
     p.add_argument("--threads", type=int, default=0, help="server forward-pass threads")
+    p.add_argument("--server-arg", action="append", default=[],
+                   help="one more tokenmill-server argument (repeat: --server-arg=--spec "
+                        "--server-arg=ngram)")
     p.add_argument("--request-timeout", type=float, default=120,
                    help="a request with no end by then counts as hung")
     p.add_argument("--warmup-fraction", type=float, default=0.2,
