@@ -115,6 +115,10 @@ int RunGenerate(const Options& o) {
   }
   const StatusOr<KvType> kv_type = ParseKvType(o.kv_type);
   if (!kv_type.ok()) return Fail(InvalidArgumentError("--kv-type: " + kv_type.status().message()));
+  if (o.device == "cpu" && !KvTypeOnCpu(*kv_type)) {
+    return Fail(InvalidArgumentError("--kv-type " + o.kv_type +
+                                     " needs --device cuda; on the CPU use f16, f32 or int8"));
+  }
   StatusOr<std::unique_ptr<Model>> model = Model::Load(o.model_path);
   if (!model.ok()) return Fail(model.status());
   const ModelConfig& c = (*model)->config();
@@ -223,7 +227,8 @@ Command AddGenerateCommand(CLI::App& app) {
   sub->add_flag("--ignore-eos", o->ignore_eos, "keep generating after end-of-sequence");
   sub->add_option("--threads", o->threads, "CPU threads (default: all)");
   sub->add_option("--isa", o->isa, "kernels: scalar, avx2 or avx512vnni (default: best)");
-  sub->add_option("--kv-type", o->kv_type, "KV cache element type: f16 (default), f32 or int8");
+  sub->add_option("--kv-type", o->kv_type,
+                  "KV cache element type: f16 (default), f32, int8 or fp8 (--device cuda)");
   sub->add_option("--device", o->device, "cpu (default) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   return {sub, [o] { return RunGenerate(*o); }};

@@ -1,11 +1,16 @@
 // `tokenmill perplexity --model PATH --file TEXT [--ctx N] [--kv-type T]
-//  [--compare-kv-type T] [--max-chunks N] [--json]`: perplexity of the model over a text,
-// as llama.cpp's perplexity tool measures it: the tokens are cut into chunks of --ctx,
-// each chunk runs from an empty KV cache, and only the second half of each chunk is
-// scored (every scored token then sees at least ctx/2 tokens of context).
+//  [--compare-kv-type T | --kv-window N [--sink-tokens S]] [--max-chunks N] [--json]`:
+// perplexity of the model over a text, as llama.cpp's perplexity tool measures it: the
+// tokens are cut into chunks of --ctx, each chunk runs from an empty KV cache, and only the
+// second half of each chunk is scored (every scored token then sees at least ctx/2 tokens
+// of context).
 // With --compare-kv-type the same chunks also run over a second KV cache of that type and
 // the tool reports both perplexities, the mean KL divergence KL(first || second) of the
 // next-token distributions and how often their top-1 tokens agree.
+// With --kv-window each chunk instead streams through the cache under the engine's
+// kv_window policy (attention sinks, cli/kv_window_stream.h): the same tokens are scored,
+// so the perplexity compares with the full-context one of the same --ctx; the chunk may be
+// longer than the model's context.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -21,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/kv_window_stream.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/forward.h"
 #include "model/tokenizer/tokenizer.h"
@@ -41,6 +47,8 @@ struct Options {
   std::string compare_kv_type;  // empty: no comparison
   int threads = 0;
   bool json = false;
+  int kv_window = -1;  // < 0: full context; else KvWindow::window_tokens
+  int sink_tokens = KvWindow{}.sink_tokens;
 };
 
 // log-softmax of one row of logits, in double.
@@ -96,13 +104,27 @@ struct Totals {
 int RunPerplexity(const Options& o) {
   const StatusOr<KvType> type = ParseKvType(o.kv_type);
   if (!type.ok()) return Fail(InvalidArgumentError("--kv-type: " + type.status().message()));
+  if (!KvTypeOnCpu(*type)) {
+    return Fail(InvalidArgumentError("--kv-type " + o.kv_type +
+                                     " needs the CUDA backend; perplexity runs on the CPU: use "
+                                     "f16, f32 or int8"));
+  }
   std::optional<KvType> compare;
   if (!o.compare_kv_type.empty()) {
     const StatusOr<KvType> t = ParseKvType(o.compare_kv_type);
     if (!t.ok()) return Fail(InvalidArgumentError("--compare-kv-type: " + t.status().message()));
+    if (!KvTypeOnCpu(*t)) {
+      return Fail(InvalidArgumentError("--compare-kv-type " + o.compare_kv_type +
+                                       " needs the CUDA backend; use f16, f32 or int8"));
+    }
     compare = *t;
   }
   if (o.ctx < 4) return Fail(InvalidArgumentError("--ctx must be at least 4"));
+  const bool windowed = o.kv_window >= 0;
+  if (windowed && compare) {
+    return Fail(InvalidArgumentError("--compare-kv-type and --kv-window do not go together: "
+                                     "run the two configurations separately"));
+  }
   std::ifstream in(o.file, std::ios::binary);
   if (!in) return Fail(NotFoundError("cannot read --file " + o.file));
   std::stringstream text;
@@ -111,7 +133,7 @@ int RunPerplexity(const Options& o) {
   StatusOr<std::unique_ptr<Model>> model = Model::Load(o.model_path);
   if (!model.ok()) return Fail(model.status());
   const ModelConfig& c = (*model)->config();
-  if (o.ctx > c.context_length) {
+  if (!windowed && o.ctx > c.context_length) {
     return Fail(InvalidArgumentError("--ctx " + std::to_string(o.ctx) +
                                      " exceeds the model's context of " +
                                      std::to_string(c.context_length)));
@@ -133,15 +155,47 @@ int RunPerplexity(const Options& o) {
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   ThreadPool pool(threads);
   const CpuContext ctx{&KernelTable(BestCpuIsa()), &pool};
-  ChunkRunner base(**model, ctx, *type, o.ctx);
-  std::unique_ptr<ChunkRunner> other;
-  if (compare) other = std::make_unique<ChunkRunner>(**model, ctx, *compare, o.ctx);
-
   const int64_t vocab = c.n_vocab;
   const int first = o.ctx / 2;
   Totals base_totals, other_totals;
   double kl_sum = 0.0, kl_max = 0.0;
   int64_t scored = 0, top1_same = 0;
+  if (windowed) {
+    const KvWindow kv_window{.sink_tokens = o.sink_tokens, .window_tokens = o.kv_window};
+    KvWindowStream stream(**model, ctx, *type, kv_window, o.ctx);
+    int64_t evicted = 0;
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      const std::span<const int32_t> chunk_tokens(tokens->data() + chunk * o.ctx, o.ctx);
+      const StatusOr<int64_t> chunk_evicted =
+          stream.Run(chunk_tokens, [&](int64_t i, int64_t, std::span<const float> row) {
+            if (i < first || i + 1 >= o.ctx) return;
+            base_totals.nll -= LogSoftmax(row)[chunk_tokens[i + 1]];
+            ++scored;
+          });
+      if (!chunk_evicted.ok()) return Fail(chunk_evicted.status());
+      evicted += *chunk_evicted;
+      if (!o.json) {
+        std::cerr << "chunk " << chunk + 1 << "/" << chunks << ": perplexity "
+                  << base_totals.Perplexity(scored) << "\n";
+      }
+    }
+    const nlohmann::json out = {
+        {"file", o.file},
+        {"text_tokens", tokens->size()},
+        {"ctx", o.ctx},
+        {"chunks", chunks},
+        {"scored_tokens", scored},
+        {"kv_type", o.kv_type},
+        {"kv_window", {{"sink_tokens", o.sink_tokens}, {"window_tokens", o.kv_window}}},
+        {"evicted_tokens", evicted},
+        {"perplexity", base_totals.Perplexity(scored)}};
+    std::cout << (o.json ? out.dump() : out.dump(2)) << "\n";
+    return 0;
+  }
+
+  ChunkRunner base(**model, ctx, *type, o.ctx);
+  std::unique_ptr<ChunkRunner> other;
+  if (compare) other = std::make_unique<ChunkRunner>(**model, ctx, *compare, o.ctx);
   std::vector<float> base_logits, other_logits;
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const std::span<const int32_t> window(tokens->data() + chunk * o.ctx, o.ctx);
@@ -211,6 +265,11 @@ Command AddPerplexityCommand(CLI::App& app) {
   sub->add_option("--compare-kv-type", o->compare_kv_type,
                   "also run over this KV type; report its perplexity and mean KL divergence");
   sub->add_option("--threads", o->threads, "CPU threads (default: all)");
+  sub->add_option("--kv-window", o->kv_window,
+                  "stream each chunk under the kv_window policy with this window_tokens "
+                  "(0: the model's context; default: off, full context)");
+  sub->add_option("--sink-tokens", o->sink_tokens,
+                  "kv_window sink tokens, rounded up to whole 16-token blocks (default 4)");
   sub->add_flag("--json", o->json, "one JSON line, no progress");
   return {sub, [o] { return RunPerplexity(*o); }};
 }

@@ -33,6 +33,10 @@ class CpuBackend final : public ForwardBackend {
     return 2 * static_cast<int64_t>(c.n_layers) * block_size * c.n_kv_heads * row_bytes;
   }
   Status AllocateKv(KvType type, int64_t num_blocks, int block_size) override {
+    if (!KvTypeOnCpu(type)) {
+      return InvalidArgumentError("--kv-cache-dtype " + std::string(KvTypeName(type)) +
+                                  " needs --device cuda; on the CPU use f16 or int8");
+    }
     kv_ = std::make_unique<KvCacheStorage>(model_.config(), type, num_blocks, block_size);
     return OkStatus();
   }
@@ -61,10 +65,6 @@ class CudaBackend final : public ForwardBackend {
     return cuda::CudaKvCache::BytesPerBlock(model_.config(), type, block_size);
   }
   Status AllocateKv(KvType type, int64_t num_blocks, int block_size) override {
-    if (type != KvType::kF16 && type != KvType::kF32) {
-      return InvalidArgumentError("--kv-cache-dtype " + std::string(KvTypeName(type)) +
-                                  " is not in the CUDA backend yet: use f16 there");
-    }
     TM_ASSIGN_OR_RETURN(cuda::CudaKvCache kv,
                         cuda::CudaKvCache::Create(model_.config(), type, num_blocks, block_size));
     kv_ = std::make_unique<cuda::CudaKvCache>(std::move(kv));

@@ -80,6 +80,10 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
   const ModelWeights& w = model_.weights();
   const int64_t n = static_cast<int64_t>(in.token_ids.size());
   TM_RETURN_IF_ERROR(ValidateForwardInput(c, in, kv, logits.size()));
+  if (!KvTypeOnCpu(kv.type)) {
+    return InvalidArgumentError("the CPU forward pass cannot read " +
+                                std::string(KvTypeName(kv.type)) + " KV: use f16, f32 or int8");
+  }
   const int64_t n_logits = static_cast<int64_t>(in.logit_rows.size());
   const int64_t d = c.n_embd;
   Grow(x_, n * d);

@@ -8,7 +8,7 @@ namespace tokenmill {
 PagedKvLayer KvCacheView::Layer(int layer) const {
   const int64_t layer_rows = num_blocks * block_size * n_kv_heads;
   const int64_t layer_bytes = layer_rows * head_dim * KvElementBytes(type);
-  const bool scaled = type == KvType::kInt8;
+  const bool scaled = KvScaleBytes(type) > 0;
   return PagedKvLayer{type,
                       static_cast<uint8_t*>(k) + layer * layer_bytes,
                       static_cast<uint8_t*>(v) + layer * layer_bytes,
@@ -30,7 +30,7 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type, int64_t n
   v_.assign(static_cast<size_t>(bytes), 0);
   view_.k = k_.data();
   view_.v = v_.data();
-  if (type == KvType::kInt8) {
+  if (KvScaleBytes(type) > 0) {
     const int64_t rows =
         static_cast<int64_t>(config.n_layers) * num_blocks * block_size * config.n_kv_heads;
     k_scale_.assign(static_cast<size_t>(rows), 0.0f);
@@ -62,11 +62,19 @@ Status BatchBuilder::Append(int seq, std::span<const int32_t> tokens, Logits log
   const int64_t new_length = s.length + static_cast<int64_t>(tokens.size());
   const int64_t blocks_needed = (new_length + block_size_ - 1) / block_size_;
   const int64_t more = blocks_needed - static_cast<int64_t>(s.blocks.size());
-  if (next_free_block_ + more > num_blocks_) {
+  const int64_t fresh = std::max<int64_t>(0, more - static_cast<int64_t>(s.spare_blocks.size()));
+  if (next_free_block_ + fresh > num_blocks_) {
     return ResourceExhaustedError("the KV cache has " + std::to_string(num_blocks_) +
                                   " blocks; this step needs more (use a larger cache)");
   }
-  for (int64_t i = 0; i < more; ++i) s.blocks.push_back(static_cast<int32_t>(next_free_block_++));
+  for (int64_t i = 0; i < more; ++i) {
+    if (s.spare_blocks.empty()) {
+      s.blocks.push_back(static_cast<int32_t>(next_free_block_++));
+    } else {
+      s.blocks.push_back(s.spare_blocks.back());
+      s.spare_blocks.pop_back();
+    }
+  }
   step_seqs_.push_back(seq);
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t pos = s.length + static_cast<int32_t>(i);
@@ -83,6 +91,25 @@ Status BatchBuilder::Append(int seq, std::span<const int32_t> tokens, Logits log
   kv_indices_.insert(kv_indices_.end(), s.blocks.begin(), s.blocks.end());
   kv_indptr_.push_back(static_cast<int32_t>(kv_indices_.size()));
   kv_last_block_len_.push_back(s.length - (static_cast<int32_t>(s.blocks.size()) - 1) * block_size_);
+  return OkStatus();
+}
+
+Status BatchBuilder::Truncate(int seq, int32_t length) {
+  if (seq < 0 || seq >= static_cast<int>(seqs_.size())) {
+    return InvalidArgumentError("no sequence " + std::to_string(seq));
+  }
+  if (!step_seqs_.empty()) return FailedPreconditionError("Truncate between steps only");
+  Sequence& s = seqs_[seq];
+  if (length < 0 || length > s.length) {
+    return InvalidArgumentError("cannot truncate a sequence of " + std::to_string(s.length) +
+                                " tokens to " + std::to_string(length));
+  }
+  s.length = length;
+  const size_t kept = static_cast<size_t>((length + block_size_ - 1) / block_size_);
+  while (s.blocks.size() > kept) {
+    s.spare_blocks.push_back(s.blocks.back());
+    s.blocks.pop_back();
+  }
   return OkStatus();
 }
 

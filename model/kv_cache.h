@@ -57,6 +57,10 @@ class BatchBuilder {
   enum class Logits { kNone, kLast, kAll };
   Status Append(int seq, std::span<const int32_t> tokens, Logits logits);
 
+  // Keeps the first `length` tokens of sequence `seq` (between steps); its blocks past them
+  // are kept aside for its later appends.
+  Status Truncate(int seq, int32_t length);
+
   // Views of the current step (valid until the next Append or Clear).
   std::span<const int32_t> token_ids() const { return token_ids_; }
   std::span<const int32_t> logit_rows() const { return logit_rows_; }
@@ -67,6 +71,7 @@ class BatchBuilder {
  private:
   struct Sequence {
     std::vector<int32_t> blocks;
+    std::vector<int32_t> spare_blocks;  // dropped by Truncate, reused first (last on top)
     int32_t length = 0;
   };
   int block_size_;

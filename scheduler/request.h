@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cache/types.h"
+#include "scheduler/kv_window.h"
 
 namespace tokenmill {
 
@@ -62,15 +63,6 @@ struct SamplingParams {
 
   bool greedy() const { return temperature < 1e-5f; }
   bool wants_logprobs() const { return logprobs || top_logprobs > 0; }
-};
-
-// Bounded-memory generation past the context (StreamingLLM-style attention sinks): the
-// cache keeps the first sink_tokens (rounded up to whole blocks) and recent tokens; when the
-// request would hold more than sink + window_tokens (or the context), whole blocks from the
-// middle are evicted and the generation goes on. Off (unset) by default.
-struct KvWindow {
-  int sink_tokens = 4;
-  int window_tokens = 0;  // 0: as many as the context leaves after the sinks
 };
 
 // What a caller submits; the scheduler assigns the arrival order.

@@ -57,7 +57,9 @@ Status Scheduler::Add(NewRequest spec) {
     return InvalidArgumentError("max_tokens must be at least 1, got " +
                                 Num(spec.sampling.max_tokens));
   }
-  if (spec.kv_window.has_value()) TM_RETURN_IF_ERROR(CheckKvWindow(*spec.kv_window));
+  if (spec.kv_window.has_value()) {
+    TM_RETURN_IF_ERROR(CheckKvWindow(*spec.kv_window, kv_.block_size(), max_model_len_));
+  }
   if (num_prompt_tokens >= max_model_len_) {
     const std::string prefix = "the prompt has " + Num(num_prompt_tokens) + " tokens, ";
     if (max_model_len_ < config_.max_model_len) {
@@ -79,58 +81,24 @@ Status Scheduler::Add(NewRequest spec) {
   const RequestId id = spec.id;
   auto request = std::make_unique<Request>(std::move(spec), next_arrival_order_++);
   if (request->kv_window.has_value()) {
-    request->num_sink_tokens = RoundUpToBlocks(request->kv_window->sink_tokens);
+    request->num_sink_tokens = KvWindowSinkTokens(*request->kv_window, kv_.block_size());
   }
   waiting_.Push(request.get());
   requests_.emplace(id, std::move(request));
   return OkStatus();
 }
 
-int Scheduler::RoundUpToBlocks(int num_tokens) const {
-  return (num_tokens + kv_.block_size() - 1) / kv_.block_size() * kv_.block_size();
-}
-
-Status Scheduler::CheckKvWindow(const KvWindow& window) const {
-  if (window.sink_tokens < 0 || window.window_tokens < 0) {
-    return InvalidArgumentError("kv_window.sink_tokens and window_tokens must be >= 0, got " +
-                                Num(window.sink_tokens) + " and " + Num(window.window_tokens));
-  }
-  // Room for the sinks, at least two blocks of recent tokens (one is kept after an eviction).
-  const int most_sinks = max_model_len_ - 2 * kv_.block_size();
-  if (RoundUpToBlocks(window.sink_tokens) > most_sinks) {
-    return InvalidArgumentError("kv_window.sink_tokens is " + Num(window.sink_tokens) +
-                                ", which leaves too little of the " + Num(max_model_len_) +
-                                "-token context for recent tokens: give at most " +
-                                Num(std::max(0, most_sinks)));
-  }
-  if (window.window_tokens != 0 && window.window_tokens < 2 * kv_.block_size()) {
-    return InvalidArgumentError("kv_window.window_tokens must be 0 (fill the context) or at "
-                                "least " +
-                                Num(2 * kv_.block_size()) + " (two KV blocks), got " +
-                                Num(window.window_tokens));
-  }
-  return OkStatus();
-}
-
-int Scheduler::KvWindowLimit(const Request& request) const {
-  if (!request.kv_window.has_value() || request.kv_window->window_tokens == 0) {
-    return max_model_len_;
-  }
-  return std::min(max_model_len_, request.num_sink_tokens + request.kv_window->window_tokens);
-}
-
-// Evicts from the middle when the request's cache would hold more than its limit. The kept
-// recent tokens are recomputed at their new cache positions (the sliding window with
-// recomputation of StreamingLLM) instead of re-rotating their keys: RoPE stays consistent
-// with no kernel (and no int8/fp8 or CUDA variant) to change, at the price of one prefill of
-// the kept tokens per eviction. Half the window is evicted at once to amortize that prefill.
-// The sink blocks keep their K/V: their positions do not change.
+// Evicts from the middle (KvWindowTokensToEvict) when the request's cache would hold more
+// than its limit. The kept recent tokens are recomputed at their new cache positions (the
+// sliding window with recomputation of StreamingLLM) instead of re-rotating their keys: RoPE
+// stays consistent with no kernel (and no int8/fp8 or CUDA variant) to change, at the price
+// of one prefill of the kept tokens per eviction. Half the window is evicted at once to
+// amortize that prefill. The sink blocks keep their K/V: their positions do not change.
 void Scheduler::EvictIfOverWindow(Request& request) {
   if (!request.kv_window.has_value()) return;
-  const int limit = KvWindowLimit(request);
-  if (request.num_cache_tokens() <= limit) return;
-  const int recent = std::max(kv_.block_size(), (limit - request.num_sink_tokens) / 2);
-  const int num_to_evict = request.num_cache_tokens() - request.num_sink_tokens - recent;
+  const int num_to_evict = KvWindowTokensToEvict(*request.kv_window, kv_.block_size(),
+                                                 max_model_len_, request.num_cache_tokens());
+  if (num_to_evict == 0) return;
   TM_CHECK_GT(num_to_evict, 0);
   // Blocks past the sinks drop out of the table; those already hashed (computed before the
   // first eviction, at their true positions) stay in the prefix cache.

@@ -98,10 +98,6 @@ class Scheduler {
   };
 
   KvCacheRequest KvView(const Request& request) const;
-  int RoundUpToBlocks(int num_tokens) const;
-  Status CheckKvWindow(const KvWindow& window) const;
-  // Most tokens a kv_window request keeps in its cache.
-  int KvWindowLimit(const Request& request) const;
   void EvictIfOverWindow(Request& request);
   // Serves running requests; returns whether any was preempted.
   bool ScheduleRunning(std::vector<StepPlan>& plans, int& budget, SchedulerOutput& out);

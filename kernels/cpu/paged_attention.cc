@@ -82,6 +82,7 @@ void StoreKv(const PagedKvLayer& kv, std::span<const int64_t> slot_mapping, cons
     const int64_t dst = slot_mapping[t] * row;
     const float* kt = k + static_cast<int64_t>(t) * row;
     const float* vt = v + static_cast<int64_t>(t) * row;
+    TM_CHECK(KvTypeOnCpu(kv.type)) << "the CPU kernels do not write " << KvTypeName(kv.type);
     if (kv.type == KvType::kInt8) {
       TM_CHECK(kv.k_scale != nullptr && kv.v_scale != nullptr) << "int8 KV needs scale arrays";
       for (int h = 0; h < kv.n_kv_heads; ++h) {
@@ -130,6 +131,7 @@ inline int64_t KvOffset(const PagedKvLayer& kv, const int32_t* blocks, int32_t p
 
 void PagedAttention(const CpuContext& ctx, const PagedKvLayer& kv, const RaggedBatch& b,
                     const float* q, int n_heads, float scale, float* out) {
+  TM_CHECK(KvTypeOnCpu(kv.type)) << "the CPU kernels do not read " << KvTypeName(kv.type);
   const std::vector<int32_t> seq_of = SequenceOfTokens(b);
   const int group = n_heads / kv.n_kv_heads;
   const int64_t d = kv.head_dim;
@@ -158,6 +160,20 @@ void PagedAttention(const CpuContext& ctx, const PagedKvLayer& kv, const RaggedB
   });
 }
 
+namespace {
+
+// The value of an FP8 E4M3 ("e4m3fn") code, for the reference only: the CPU kernels do not
+// read fp8; the CUDA tests compare against this, written apart from kernels/cuda's decoder.
+double E4M3Value(uint8_t code) {
+  const int exponent = (code >> 3) & 15, mantissa = code & 7;
+  if (exponent == 15 && mantissa == 7) return NAN;
+  const double magnitude =
+      exponent == 0 ? std::ldexp(mantissa, -9) : std::ldexp(8 + mantissa, exponent - 10);
+  return code & 0x80 ? -magnitude : magnitude;
+}
+
+}  // namespace
+
 void PagedAttentionReference(const PagedKvLayer& kv, const RaggedBatch& b, const float* q,
                              int n_heads, float scale, float* out) {
   const std::vector<int32_t> seq_of = SequenceOfTokens(b);
@@ -170,6 +186,8 @@ void PagedAttentionReference(const PagedKvLayer& kv, const RaggedBatch& b, const
       case KvType::kF32: return static_cast<const float*>(base)[i];
       case KvType::kInt8:
         return static_cast<double>(static_cast<const int8_t*>(base)[i]) * scales[i / d];
+      case KvType::kFp8:
+        return E4M3Value(static_cast<const uint8_t*>(base)[i]) * scales[i / d];
     }
     return 0.0;
   };

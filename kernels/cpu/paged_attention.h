@@ -12,7 +12,8 @@
 namespace tokenmill {
 
 // One layer's K and V blocks, each laid out [block][offset in block][kv head][head_dim].
-// With int8 K/V, k_scale and v_scale hold one float per [block][offset in block][kv head].
+// With int8 (or fp8) K/V, k_scale and v_scale hold one float per [block][offset in block][kv
+// head].
 struct PagedKvLayer {
   KvType type = KvType::kF16;
   void* k = nullptr;
@@ -66,7 +67,8 @@ void PagedAttention(const CpuContext& ctx, const PagedKvLayer& kv, const RaggedB
                     const float* q, int n_heads, float scale, float* out);
 
 // The same computation in plain scalar code (double sums over each stored element
-// converted to float): the oracle for tests.
+// converted to float): the oracle for tests. It also reads fp8 (E4M3 codes with int8's
+// scale layout), which only the CUDA kernels use.
 void PagedAttentionReference(const PagedKvLayer& kv, const RaggedBatch& batch, const float* q,
                              int n_heads, float scale, float* out);
 

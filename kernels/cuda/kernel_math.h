@@ -1,7 +1,8 @@
 // Per-element math of the CUDA kernels, written once for the device and the host so the CPU
 // unit tests (tests/kernels/cuda/kernel_math_test.cc) check it against the CPU kernels:
-// weight dequantization, RoPE angles, the online-softmax merge of flash-decoding, the split-K
-// partition of attention and launch geometry. Plain C++ when not compiled by nvcc.
+// weight dequantization, KV quantization (int8 and FP8 E4M3), RoPE angles, the online-softmax
+// merge of flash-decoding, the split-K partition of attention and launch geometry. Plain C++
+// when not compiled by nvcc.
 #pragma once
 
 #include <cstdint>
@@ -113,6 +114,107 @@ TM_HOST_DEVICE inline float DequantElement(uint32_t type, const uint8_t* row, in
       return DequantQ8_0(b + 2, j, d);
     }
   }
+}
+
+// ---- KV cache quantization: int8 and FP8 E4M3, a float scale per (token, KV head) row ------
+
+// Round to nearest, ties to even (the CPU's std::nearbyint in the default rounding mode).
+TM_HOST_DEVICE inline float RoundHalfEven(float x) {
+#ifdef __CUDA_ARCH__
+  return rintf(x);
+#else
+  return std::nearbyint(x);
+#endif
+}
+
+// max(m, |x|), NaN as soon as either is NaN: a row holding a NaN gets a NaN scale, so it
+// reads back as NaN instead of as plausible numbers. The order of the steps never matters.
+TM_HOST_DEVICE inline float AbsMaxStep(float m, float x) {
+  const float a = x < 0.0f ? -x : x;
+  if (a != a || m != m) return NAN;
+  return a > m ? a : m;
+}
+
+// The largest |q| of each quantized type.
+constexpr float kInt8KvMax = 127.0f;
+constexpr float kE4M3Max = 448.0f;
+
+// A row of amax = max|x| gets scale = amax / qmax (x ≈ q · scale) and is quantized as
+// x · (qmax / amax); a zero row gets scale 0 and all-zero codes. Both as the CPU's
+// QuantizeKvRowInt8 computes them for int8.
+TM_HOST_DEVICE inline float KvRowScale(float amax, float qmax) { return amax / qmax; }
+TM_HOST_DEVICE inline float KvRowInverseScale(float amax, float qmax) {
+  return amax > 0.0f ? qmax / amax : (amax == 0.0f ? 0.0f : NAN);
+}
+
+// int8 code of x · inv_scale: rounded half to even, clamped to [-127, 127]; NaN (only in a
+// row whose scale is NaN) gives 0.
+TM_HOST_DEVICE inline int8_t QuantizeInt8(float x, float inv_scale) {
+  const float r = RoundHalfEven(x * inv_scale);
+  if (r != r) return 0;
+  return static_cast<int8_t>(r < -kInt8KvMax ? -kInt8KvMax : r > kInt8KvMax ? kInt8KvMax : r);
+}
+TM_HOST_DEVICE inline float DequantizeInt8(int8_t q, float scale) {
+  return static_cast<float>(q) * scale;
+}
+
+// FP8 E4M3 ("e4m3fn" of the OCP spec, NVIDIA's __nv_fp8_e4m3): 1 sign, 4 exponent bits
+// (bias 7), 3 mantissa bits; subnormals m · 2^-9; S.1111.111 is NaN; no infinities; the
+// largest finite value is 448. Encoding rounds to nearest even and saturates (as
+// __NV_SATFINITE does): finite values and infinities beyond 448 become ±448, NaN stays NaN.
+TM_HOST_DEVICE inline uint8_t FloatToE4M3(float x) {
+  uint32_t bits;
+  memcpy(&bits, &x, sizeof bits);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t abs_bits = bits & 0x7fffffffu;
+  if (abs_bits > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7f);  // NaN
+  float a;
+  memcpy(&a, &abs_bits, sizeof a);
+  if (a >= kE4M3Max) return static_cast<uint8_t>(sign | 0x7e);  // saturate (also inf)
+  if (a < 0.015625f) {
+    // Subnormal range (below 2^-6): m · 2^-9, m = 8 is the smallest normal (bits 0x08).
+    return static_cast<uint8_t>(sign | static_cast<uint8_t>(RoundHalfEven(a * 512.0f)));
+  }
+  // Normal: round the 23-bit mantissa to 3 bits, half to even; a carry bumps the exponent.
+  const int exponent = static_cast<int>(abs_bits >> 23) - 127 + 7;  // 1..15
+  const uint32_t mantissa = (abs_bits >> 20) & 0x7u;
+  const uint32_t rest = abs_bits & 0xfffffu;
+  uint32_t code = (static_cast<uint32_t>(exponent) << 3) | mantissa;
+  if (rest > 0x80000u || (rest == 0x80000u && (mantissa & 1u))) ++code;  // carries into exponent
+  return static_cast<uint8_t>(sign | code);  // a < 448 rounds to at most 448 (0x7e)
+}
+
+TM_HOST_DEVICE inline float E4M3ToFloat(uint8_t code) {
+  const uint32_t sign = static_cast<uint32_t>(code & 0x80) << 24;
+  const uint32_t exponent = (code >> 3) & 0xf;
+  const uint32_t mantissa = code & 0x7;
+  if (exponent == 0xf && mantissa == 0x7) return BitsToFloat(sign | 0x7fc00000u);  // NaN
+  if (exponent == 0) {
+    const float value = static_cast<float>(mantissa) * 0.001953125f;  // m · 2^-9, exact
+    return sign ? -value : value;
+  }
+  return BitsToFloat(sign | ((exponent - 7 + 127) << 23) | (mantissa << 20));
+}
+
+TM_HOST_DEVICE inline uint8_t QuantizeE4M3(float x, float inv_scale) {
+  return FloatToE4M3(x * inv_scale);
+}
+TM_HOST_DEVICE inline float DequantizeE4M3(uint8_t q, float scale) {
+  return E4M3ToFloat(q) * scale;
+}
+
+// One (token, KV head) row of n values into codes (int8 as its two's-complement byte, or
+// E4M3); returns its scale. Serial, for the host; the device's StoreKv takes the same steps
+// over a warp (the max is order-free, so the results are identical).
+TM_HOST_DEVICE inline float QuantizeKvRow(const float* x, int n, bool fp8, uint8_t* codes) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = AbsMaxStep(amax, x[i]);
+  const float qmax = fp8 ? kE4M3Max : kInt8KvMax;
+  const float inv = KvRowInverseScale(amax, qmax);
+  for (int i = 0; i < n; ++i) {
+    codes[i] = fp8 ? QuantizeE4M3(x[i], inv) : static_cast<uint8_t>(QuantizeInt8(x[i], inv));
+  }
+  return KvRowScale(amax, qmax);
 }
 
 // ---- RoPE ----------------------------------------------------------------------------------

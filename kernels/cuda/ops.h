@@ -22,10 +22,12 @@ struct DeviceWeight {
   const uint16_t* f16 = nullptr;
 };
 
-// KV element types on the device; room for int8/fp8 kinds later (kernels are templated on it).
-enum class DeviceKvType { kF16, kF32 };
+// KV element types on the device (KvType): int8 and fp8 (E4M3) carry a float scale per
+// (token, KV head) row of K and of V (kernel_math.h's QuantizeKvRow).
+enum class DeviceKvType { kF16, kF32, kInt8, kFp8 };
 
-// One layer's K and V blocks (PagedKvLayer of kernels/cpu/paged_attention.h).
+// One layer's K and V blocks (PagedKvLayer of kernels/cpu/paged_attention.h); with int8 or
+// fp8, k_scale and v_scale hold one float per [block][offset in block][kv head].
 struct DeviceKvLayer {
   DeviceKvType type = DeviceKvType::kF16;
   void* k = nullptr;
@@ -33,6 +35,8 @@ struct DeviceKvLayer {
   int block_size = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
+  float* k_scale = nullptr;
+  float* v_scale = nullptr;
 };
 
 // The step's ragged batch on the device (RaggedBatch), plus each token's sequence.
@@ -88,7 +92,9 @@ cudaError_t Rope(const DeviceRope& rope, const int32_t* positions, int64_t n_tok
 // out[i] = silu(gate[i]) * up[i] (out may alias gate).
 cudaError_t SwiGlu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
 
-// Writes each token's K and V rows (n_kv_heads * head_dim floats) into its slot (StoreKv).
+// Writes each token's K and V rows (n_kv_heads * head_dim floats) into its slot (StoreKv);
+// int8/fp8 quantize each (token, KV head) row with its own scale, bit for bit as
+// QuantizeKvRow (so int8 equals the CPU's StoreKv).
 cudaError_t StoreKv(const DeviceKvLayer& kv, const int64_t* slot_mapping, int64_t n_tokens,
                     const float* k, const float* v, cudaStream_t stream);
 
@@ -99,7 +105,8 @@ int64_t AttentionWorkspaceFloats(int64_t n_tokens, int n_heads, int head_dim, in
 // over its sequence's K/V at positions <= its own; the query heads of a KV head together,
 // positions split in chunks of SplitPositions(len) merged with online softmax (kernel_math.h).
 // One kernel for decode and prefill chunks on top of a cached prefix; a token's result
-// depends only on its own query and K/V, never on its tile. head_dim <= kMaxHeadDim,
+// depends only on its own query and K/V, never on its tile. int8/fp8 K/V are dequantized
+// in registers (code x row scale) as they are used. head_dim <= kMaxHeadDim,
 // group <= kMaxGroup; the tiles must come from BuildAttentionTiles with this group.
 cudaError_t PagedAttention(const DeviceKvLayer& kv, const DeviceBatch& batch, const float* q,
                            int n_heads, float scale, float* workspace, float* out,

@@ -1,9 +1,10 @@
 // Paged attention over the block tables, flash-decoding style: each (query tile, KV head,
 // split) block attends the split's positions for the tile's tokens and all the query heads of
 // that KV head (GQA heads and a prefill chunk's tokens share each K/V tile loaded into shared
-// memory), then a merge kernel combines the splits' online-softmax partials in order. The split partition depends only on a token's own length
-// (kernel_math.h), so prefill chunks, decode steps and batch neighbours never change a
-// token's result.
+// memory), then a merge kernel combines the splits' online-softmax partials in order. The
+// split partition depends only on a token's own length (kernel_math.h), so prefill chunks,
+// decode steps and batch neighbours never change a token's result. int8/fp8 tiles stay
+// codes in shared memory, beside their rows' scales; each use is dequantized in registers.
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/kv_types.cuh"
@@ -13,6 +14,7 @@
 namespace tokenmill::cuda {
 namespace {
 
+using internal::E4M3Code;
 using internal::KvElement;
 using internal::kWarp;
 using internal::WarpSum;
@@ -47,6 +49,8 @@ __global__ void __launch_bounds__(kThreads)
 
   __shared__ alignas(16) unsigned char k_raw[kTile * kMaxHeadDim * sizeof(T)];
   __shared__ alignas(16) unsigned char v_raw[kTile * kMaxHeadDim * sizeof(T)];
+  __shared__ float k_scale_s[kTile];  // int8/fp8: the scale of each position's K row
+  __shared__ float v_scale_s[kTile];
   T* k_s = reinterpret_cast<T*>(k_raw);
   T* v_s = reinterpret_cast<T*>(v_raw);
 
@@ -89,6 +93,15 @@ __global__ void __launch_bounds__(kThreads)
       k_s[e] = k_cache[offset];
       v_s[e] = v_cache[offset];
     }
+    if constexpr (KvElement<T>::kScaled) {
+      for (int p = threadIdx.x; p < n_pos; p += kThreads) {
+        const int32_t pos = tile + p;
+        const int64_t slot = static_cast<int64_t>(blocks[pos / kv.block_size]) * kv.block_size +
+                             pos % kv.block_size;
+        k_scale_s[p] = kv.k_scale[slot * kv.n_kv_heads + kv_head];
+        v_scale_s[p] = kv.v_scale[slot * kv.n_kv_heads + kv_head];
+      }
+    }
     __syncthreads();
 #pragma unroll
     for (int pi = 0; pi < kPairsPerWarp; ++pi) {
@@ -103,14 +116,19 @@ __global__ void __launch_bounds__(kThreads)
             partial = __fmaf_rn(q_reg[pi][i], KvElement<T>::Load(k_s[p * d_head + d]), partial);
           }
         }
-        const float score = __fmul_rn(WarpSum(partial), scale);
+        float dot = WarpSum(partial);
+        if constexpr (KvElement<T>::kScaled) dot = __fmul_rn(dot, k_scale_s[p]);
+        const float score = __fmul_rn(dot, scale);
         float weight;
         const float factor = AddScore(&state[pi], score, &weight);
+        // A quantized V row's scale goes into its weight: weight · (code · scale).
+        float v_weight = weight;
+        if constexpr (KvElement<T>::kScaled) v_weight = __fmul_rn(weight, v_scale_s[p]);
 #pragma unroll
         for (int i = 0; i < kDimsPerLane; ++i) {
           const int d = lane + i * kWarp;
           if (d < d_head) {
-            acc[pi][i] = __fmaf_rn(weight, KvElement<T>::Load(v_s[p * d_head + d]),
+            acc[pi][i] = __fmaf_rn(v_weight, KvElement<T>::Load(v_s[p * d_head + d]),
                                    __fmul_rn(acc[pi][i], factor));
           }
         }
@@ -202,6 +220,12 @@ cudaError_t PagedAttention(const DeviceKvLayer& kv, const DeviceBatch& batch, co
       return Launch<__half>(kv, batch, q, n_heads, scale, workspace, out, stream);
     case DeviceKvType::kF32:
       return Launch<float>(kv, batch, q, n_heads, scale, workspace, out, stream);
+    case DeviceKvType::kInt8:
+      if (kv.k_scale == nullptr || kv.v_scale == nullptr) return cudaErrorInvalidValue;
+      return Launch<int8_t>(kv, batch, q, n_heads, scale, workspace, out, stream);
+    case DeviceKvType::kFp8:
+      if (kv.k_scale == nullptr || kv.v_scale == nullptr) return cudaErrorInvalidValue;
+      return Launch<E4M3Code>(kv, batch, q, n_heads, scale, workspace, out, stream);
   }
   return cudaErrorInvalidValue;
 }

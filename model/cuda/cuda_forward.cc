@@ -13,10 +13,20 @@
 namespace tokenmill::cuda {
 namespace {
 
+DeviceKvType DeviceType(KvType type) {
+  switch (type) {
+    case KvType::kF16: return DeviceKvType::kF16;
+    case KvType::kF32: return DeviceKvType::kF32;
+    case KvType::kInt8: return DeviceKvType::kInt8;
+    case KvType::kFp8: return DeviceKvType::kFp8;
+  }
+  return DeviceKvType::kF16;
+}
+
 DeviceKvLayer DeviceLayer(const KvCacheView& kv, int layer) {
   const PagedKvLayer l = kv.Layer(layer);
-  return DeviceKvLayer{l.type == KvType::kF16 ? DeviceKvType::kF16 : DeviceKvType::kF32,
-                       l.k, l.v, l.block_size, l.n_kv_heads, l.head_dim};
+  return DeviceKvLayer{DeviceType(l.type), l.k,          l.v,        l.block_size,
+                       l.n_kv_heads,       l.head_dim,   l.k_scale,  l.v_scale};
 }
 
 // Appends `values` to `staging` at an 8-byte boundary; returns their offset.
@@ -131,8 +141,9 @@ Status CudaForwardPass::Matmul(const DeviceWeight& w, const float* x, int64_t n_
 
 Status CudaForwardPass::Forward(const ForwardInput& in, const KvCacheView& kv) {
   const ModelConfig& c = model_.config();
-  if (kv.type != KvType::kF16 && kv.type != KvType::kF32) {
-    return InvalidArgumentError("the CUDA backend keeps KV as f16 or f32; pick one of those");
+  if (KvScaleBytes(kv.type) > 0 && (kv.k_scale == nullptr || kv.v_scale == nullptr)) {
+    return InvalidArgumentError(std::string(KvTypeName(kv.type)) +
+                                " KV needs its scale arrays (CudaKvCache allocates them)");
   }
   const int64_t n = static_cast<int64_t>(in.token_ids.size());
   const int64_t n_logits = static_cast<int64_t>(in.logit_rows.size());

@@ -11,11 +11,12 @@ namespace tokenmill::cuda {
 
 class CudaKvCache {
  public:
-  // Zeroed K and V for num_blocks blocks of every layer; ResourceExhausted when they do not
-  // fit in the device's memory.
+  // Zeroed K and V (and, for int8/fp8, their per-row scales) for num_blocks blocks of every
+  // layer; ResourceExhausted when they do not fit in the device's memory.
   static StatusOr<CudaKvCache> Create(const ModelConfig& config, KvType type, int64_t num_blocks,
                                       int block_size);
-  // Device bytes of one block (K and V, all layers).
+  // Device bytes of one block (K and V with their scales, all layers): what the CPU backend
+  // counts for the same type, so --kv-cache-memory gives both the same block count.
   static int64_t BytesPerBlock(const ModelConfig& config, KvType type, int block_size);
 
   KvCacheView view() const { return view_; }
@@ -24,6 +25,8 @@ class CudaKvCache {
   KvCacheView view_;
   DeviceBuffer k_;
   DeviceBuffer v_;
+  DeviceBuffer k_scale_;  // int8/fp8 only
+  DeviceBuffer v_scale_;
 };
 
 }  // namespace tokenmill::cuda

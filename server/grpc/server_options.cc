@@ -46,7 +46,7 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "KV cache size (\"2GiB\") or fraction of available memory (\"0.5\")");
   AddOption(app, "--kv-cache-dtype", o.kv_cache_dtype,
             "KV cache element type: f16, int8 (a scale per token and KV head: about twice "
-            "the tokens) or fp8 (needs --device cuda)")
+            "the tokens) or fp8 (E4M3 in the same layout; needs --device cuda)")
       ->check(CLI::IsMember({"f16", "int8", "fp8"}));
   AddOption(app, "--block-size", o.block_size, "tokens per KV block")
       ->check(CLI::Range(1, 1024));
@@ -87,14 +87,12 @@ StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t availabl
   if (!budget.ok()) {
     return InvalidArgumentError("--kv-cache-memory: " + budget.status().message());
   }
-  if (o.kv_cache_dtype == "fp8") {
-    return InvalidArgumentError(device == Device::kCuda
-                                    ? "--kv-cache-dtype fp8 is not in the CUDA backend yet: use f16"
-                                    : "--kv-cache-dtype fp8 needs --device cuda; on the CPU use "
-                                      "f16 or int8");
-  }
   StatusOr<KvType> kv_type = ParseKvType(o.kv_cache_dtype);
   if (!kv_type.ok()) return InvalidArgumentError("--kv-cache-dtype: " + kv_type.status().message());
+  if (device == Device::kCpu && !KvTypeOnCpu(*kv_type)) {
+    return InvalidArgumentError("--kv-cache-dtype " + o.kv_cache_dtype +
+                                " needs --device cuda; on the CPU use f16 or int8");
+  }
   EngineConfig config;
   config.device = device;
   config.cuda_cublas_min_tokens = o.cublas_min_tokens;

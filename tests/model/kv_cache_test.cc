@@ -33,6 +33,8 @@ float Load(const PagedKvLayer& layer, bool k, int64_t i) {
       const float* scales = k ? layer.k_scale : layer.v_scale;
       return static_cast<const int8_t*>(base)[i] * scales[i / layer.head_dim];
     }
+    case KvType::kFp8:
+      break;  // no CPU store: the CUDA tests cover it
   }
   return NAN;
 }
@@ -97,8 +99,34 @@ INSTANTIATE_TEST_SUITE_P(KvTypes, KvCacheStorageTest,
                            return std::string(KvTypeName(param_info.param));
                          });
 
-TEST(KvTypeTest, NamesRoundTripAndFp8AsksForCuda) {
-  for (KvType type : {KvType::kF16, KvType::kF32, KvType::kInt8}) {
+TEST(BatchBuilderTest, TruncateKeepsThePrefixAndReusesItsBlocks) {
+  BatchBuilder builder(4, 4);
+  const int seq = builder.AddSequence();
+  const std::vector<int32_t> ten = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  ASSERT_TRUE(builder.Append(seq, ten, BatchBuilder::Logits::kNone).ok());
+  const std::vector<int64_t> first_slots(builder.batch().slot_mapping.begin(),
+                                         builder.batch().slot_mapping.end());
+  EXPECT_FALSE(builder.Truncate(seq, 5).ok());  // not during a step
+  builder.Clear();
+  ASSERT_TRUE(builder.Truncate(seq, 5).ok());
+  EXPECT_EQ(builder.SequenceLength(seq), 5);
+  EXPECT_FALSE(builder.Truncate(seq, 6).ok());  // only shorter
+  // Positions 5..14 go to the sequence's own blocks first (3 of them), then one fresh block:
+  // 4 blocks in all, none past the pool.
+  const std::vector<int32_t> more(10, 7);
+  ASSERT_TRUE(builder.Append(seq, more, BatchBuilder::Logits::kLast).ok());
+  const RaggedBatch b = builder.batch();
+  ASSERT_EQ(b.positions.front(), 5);
+  for (size_t i = 0; i + 5 < first_slots.size(); ++i) {
+    EXPECT_EQ(b.slot_mapping[i], first_slots[i + 5]);
+  }
+  EXPECT_EQ(b.kv_indptr[1] - b.kv_indptr[0], 4);
+  EXPECT_EQ(b.kv_last_block_len[0], 3);
+  EXPECT_TRUE(ValidateRaggedBatch(b, 4, 4).ok());
+}
+
+TEST(KvTypeTest, NamesRoundTripAndFp8IsCudaOnly) {
+  for (KvType type : {KvType::kF16, KvType::kF32, KvType::kInt8, KvType::kFp8}) {
     const StatusOr<KvType> parsed = ParseKvType(KvTypeName(type));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, type);
@@ -106,10 +134,13 @@ TEST(KvTypeTest, NamesRoundTripAndFp8AsksForCuda) {
   EXPECT_EQ(KvElementBytes(KvType::kInt8), 1);
   EXPECT_EQ(KvScaleBytes(KvType::kInt8), 4);
   EXPECT_EQ(KvScaleBytes(KvType::kF16), 0);
-  const StatusOr<KvType> fp8 = ParseKvType("fp8");
-  ASSERT_FALSE(fp8.ok());
-  EXPECT_NE(fp8.status().message().find("--device cuda"), std::string::npos);
-  EXPECT_FALSE(ParseKvType("int4").ok());
+  EXPECT_EQ(KvElementBytes(KvType::kFp8), 1);
+  EXPECT_EQ(KvScaleBytes(KvType::kFp8), 4);
+  EXPECT_TRUE(KvTypeOnCpu(KvType::kInt8));
+  EXPECT_FALSE(KvTypeOnCpu(KvType::kFp8));
+  const StatusOr<KvType> int4 = ParseKvType("int4");
+  ASSERT_FALSE(int4.ok());
+  EXPECT_NE(int4.status().message().find("f16, f32, int8 or fp8"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,107 @@
+// KV cache element types through the engine: --kv-cache-memory buys blocks by element size
+// (int8 and fp8 take 1 byte plus a 4-byte scale per row of head_dim), fp8 is refused on the
+// CPU, and greedy decoding over a quantized cache stays batch-invariant (each row is
+// quantized alone, so a request's K/V never depend on its neighbours). Runs in engine_test
+// on the CPU and in engine_cuda_test on the GPU, where fp8 runs too.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cache/kv_cache_sizing.h"
+#include "tests/engine/engine_test_util.h"
+
+namespace tokenmill::testing {
+namespace {
+
+#ifdef TOKENMILL_TEST_ON_CUDA
+const std::vector<KvType> kTypes = {KvType::kF16, KvType::kInt8, KvType::kFp8};
+#else
+const std::vector<KvType> kTypes = {KvType::kF16, KvType::kInt8};
+#endif
+
+TEST(EngineKvDtypeTest, KvCacheMemoryBuysBlocksByElementSize) {
+  const ModelConfig& c = SmolLm2().model->config();
+  std::vector<int> blocks;
+  for (KvType type : kTypes) {
+    EngineConfig config = SmallConfig(0);
+    config.kv_cache_bytes = int64_t{64} << 20;
+    config.kv_type = type;
+    auto core = EngineCore::Create(*SmolLm2().model, *SmolLm2().tokenizer, config);
+    ASSERT_TRUE(core.ok()) << KvTypeName(type) << ": " << core.status().ToString();
+    // 2 (K, V) x layers x KV heads x (head_dim elements + scale) per token, 16 per block.
+    const int64_t row_bytes = c.head_dim * KvElementBytes(type) + KvScaleBytes(type);
+    const int64_t block_bytes = 2 * int64_t{c.n_layers} * c.n_kv_heads * row_bytes * 16;
+    EXPECT_EQ((*core)->Stats().num_kv_blocks, (int64_t{64} << 20) / block_bytes)
+        << KvTypeName(type);
+    blocks.push_back((*core)->Stats().num_kv_blocks);
+  }
+  // SmolLM2 (30 layers, 3 KV heads of 64): 22.50 KiB per token with f16, 11.95 with int8.
+  EXPECT_EQ(blocks[0], 182);
+  EXPECT_EQ(blocks[1], 342);
+  if (kTypes.size() > 2) {
+    EXPECT_EQ(blocks[2], blocks[1]);  // fp8: int8's footprint
+  }
+}
+
+#ifndef TOKENMILL_TEST_ON_CUDA
+TEST(EngineKvDtypeTest, Fp8IsRefusedOnTheCpuNamingTheFlag) {
+  EngineConfig config = SmallConfig();
+  config.kv_type = KvType::kFp8;
+  auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, config);
+  ASSERT_FALSE(core.ok());
+  EXPECT_NE(core.status().message().find("--kv-cache-dtype fp8 needs --device cuda; on the CPU "
+                                         "use f16 or int8"),
+            std::string::npos)
+      << core.status().message();
+}
+#endif
+
+// Eight requests together vs each alone, per KV type; and how far each type's greedy
+// tokens follow f16's (printed: quantization may flip near-ties).
+TEST(EngineKvDtypeTest, QuantizedGreedyIsBatchInvariant) {
+  const int vocab = Stories().tokenizer->vocab_size();
+  std::vector<std::vector<TokenId>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(RandomPrompt(5 + 9 * i, vocab, 300 + i));
+  std::vector<std::vector<TokenId>> f16_tokens;
+  for (KvType type : kTypes) {
+    EngineConfig config = SmallConfig();
+    config.kv_type = type;
+    std::vector<std::vector<TokenId>> alone;
+    for (const std::vector<TokenId>& prompt : prompts) {
+      auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, config);
+      ASSERT_TRUE(core.ok()) << core.status().ToString();
+      Collector collector;
+      ASSERT_TRUE((*core)->Add(1, Greedy(prompt, 32, collector.Sink(1))).ok());
+      ASSERT_TRUE(RunToCompletion(**core));
+      alone.push_back(collector[1].token_ids);
+    }
+    auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, config);
+    ASSERT_TRUE(core.ok()) << core.status().ToString();
+    Collector collector;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_TRUE((*core)->Add(i + 1, Greedy(prompts[i], 32, collector.Sink(i + 1))).ok());
+    }
+    ASSERT_TRUE(RunToCompletion(**core));
+    int same_as_f16 = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(collector[i + 1].token_ids, alone[i]) << KvTypeName(type) << " request " << i;
+      if (!f16_tokens.empty()) {
+        const std::vector<TokenId>& f16 = f16_tokens[i];
+        size_t n = 0;
+        while (n < f16.size() && n < alone[i].size() && f16[n] == alone[i][n]) ++n;
+        same_as_f16 += static_cast<int>(n);
+      }
+    }
+    if (f16_tokens.empty()) {
+      f16_tokens = alone;
+    } else {
+      std::printf("%s KV: %d of %d greedy tokens before the first difference from f16\n",
+                  std::string(KvTypeName(type)).c_str(), same_as_f16, 8 * 32);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tokenmill::testing
