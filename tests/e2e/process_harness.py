@@ -1,5 +1,7 @@
 """A real binary run as a child process, its stderr log collected line by line, so a test can
-wait for a log line and read the whole log; shared by server_harness.py and gateway_harness.py."""
+wait for a log line and read the whole log; shared by server_harness.py and gateway_harness.py.
+Stopping it fails the test when the process crashed, did not exit when told to, or left
+a sanitizer report (in its log, or in a *SAN_OPTIONS log_path file as scripts/sanitize sets)."""
 
 import os
 import re
@@ -9,6 +11,11 @@ import threading
 import time
 
 from prometheus_client.parser import text_string_to_metric_families
+
+# A line of an AddressSanitizer, LeakSanitizer, UndefinedBehaviorSanitizer or ThreadSanitizer
+# report; every report ends with a SUMMARY line.
+SANITIZER_REPORT = re.compile(r"(ERROR|WARNING): \w*Sanitizer|SUMMARY: \w*Sanitizer|"
+                              r": runtime error: ")
 
 # Every wait in these tests is bounded by one of these.
 START_TIMEOUT_S = 60
@@ -20,6 +27,7 @@ class LoggedProcess:
     def __init__(self, args, env=None):
         self.args = args
         self.lines = []
+        self.expected_signals = set()
         self._cond = threading.Condition()
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, errors="replace",
@@ -55,16 +63,47 @@ class LoggedProcess:
                                          "\n".join(self.lines))
                 self._cond.wait(min(left, 0.5))
 
+    def send_signal(self, sig):
+        """A signal the test means to send, so exiting by it is no crash."""
+        self.expected_signals.add(sig)
+        self.proc.send_signal(sig)
+
     def stop(self):
-        """SIGTERM, then SIGKILL if it has not exited within EXIT_TIMEOUT_S."""
+        """SIGTERM, then SIGKILL if it has not exited within EXIT_TIMEOUT_S. Raises when the
+        process crashed (killed by a signal nobody sent), outlived the SIGTERM or left a
+        sanitizer report. Its exit code is the test's to check: it may be exiting on its own."""
+        problem = None
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=EXIT_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                problem = f"still running {EXIT_TIMEOUT_S} s after SIGTERM"
         self._reader.join(timeout=10)
+        code = self.proc.returncode
+        if problem is None and code < 0 and -code not in self.expected_signals:
+            problem = f"killed by signal {-code}"
+        report = self.sanitizer_report()
+        if report:
+            problem = "left a sanitizer report"
+        if problem:
+            raise AssertionError(f"{os.path.basename(self.args[0])} (pid {self.proc.pid}) "
+                                 f"{problem}; log:\n{self.log_text()}\n{report}")
+
+    def sanitizer_report(self):
+        """The sanitizer reports of this process: report lines of its log and the files that a
+        log_path in ASAN_OPTIONS, UBSAN_OPTIONS or TSAN_OPTIONS names for its pid."""
+        with self._cond:
+            found = any(SANITIZER_REPORT.search(line) for line in self.lines)
+        texts = ["(report lines in the log above)"] if found else []
+        for path in sorted(sanitizer_log_paths()):
+            name = f"{path}.{self.proc.pid}"
+            if os.path.exists(name):
+                with open(name, errors="replace") as f:
+                    texts.append(f"{name}:\n{f.read()}")
+        return "\n".join(texts)
 
     def close(self):
         self.stop()
@@ -74,6 +113,17 @@ class LoggedProcess:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def sanitizer_log_paths():
+    """Every log_path=... of the sanitizers' option variables (colon-separated key=value)."""
+    paths = set()
+    for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS"):
+        for option in os.environ.get(var, "").split(":"):
+            key, _, value = option.partition("=")
+            if key == "log_path" and value not in ("", "stderr", "stdout"):
+                paths.add(value)
+    return paths
 
 
 def metric_samples(text, ignore_labels=()):

@@ -82,7 +82,7 @@ class Server(LoggedProcess):
             time.sleep(0.05)
 
     def signal(self, sig=signal.SIGTERM):
-        self.proc.send_signal(sig)
+        self.send_signal(sig)
 
     def wait_exit(self, timeout=EXIT_TIMEOUT_S):
         return self.proc.wait(timeout=timeout)

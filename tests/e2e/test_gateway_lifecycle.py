@@ -53,7 +53,7 @@ def test_sigterm_with_open_streams_exits_and_frees_them(server):
             t.start()
         started.wait(timeout=60)
         server.wait_for_metrics(lambda m: m["tokenmill:num_requests_running"] == 4)
-        g.proc.send_signal(signal.SIGTERM)
+        g.send_signal(signal.SIGTERM)
         assert g.proc.wait(timeout=20) == 0
         server.wait_for_metrics(lambda m: m["tokenmill:num_requests_running"] == 0)
         for t in threads:

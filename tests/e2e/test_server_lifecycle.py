@@ -68,8 +68,13 @@ def long_stream(server, prompt, max_tokens, request_id):
                                 timeout=RPC_TIMEOUT_S)
 
 
+# Draining waits for every stream however slow this machine (or a sanitizer build) is; the
+# drain timeout itself is test_drain_timeout_aborts_what_is_left's.
+NO_DRAIN_TIMEOUT = ("--drain-timeout", RPC_TIMEOUT_S)
+
+
 def test_serving_then_draining_on_sigterm():
-    server = Server()
+    server = Server(*NO_DRAIN_TIMEOUT)
     try:
         wait_for_health(server, SERVING)
         assert health(server, SERVICE) == SERVING
@@ -100,7 +105,7 @@ def test_serving_then_draining_on_sigterm():
 def test_shutdown_signal_during_8_streams_loses_none(sig):
     prompts = ["The sea", "In the morning", "My friend said", "Numbers: 1, 2,"]
     max_tokens = 40
-    server = Server()
+    server = Server(*NO_DRAIN_TIMEOUT)
     try:
         expected = {p: generate(server.stub, pb2.GenerateRequest(
             text=p, max_tokens=max_tokens, ignore_eos=True))[0] for p in prompts}
