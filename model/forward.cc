@@ -105,17 +105,27 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
   const RopeParams rope{c.rope_style, c.head_dim, c.n_rot, c.rope_freq_base,
                         c.rope_position_scale, w.rope_freqs};
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  auto tap = [&](const char* name, int layer, std::vector<float>& data, int64_t rows,
+                 int64_t row_size) {
+    if (tap_) tap_(name, layer, data.data(), rows, row_size);
+  };
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& l = w.layers[layer];
     RmsNorm(x_.data(), l.attn_norm, c.rms_eps, n, h_.data());
+    tap("attn_norm", layer, h_, n, d);
     MatmulOps({{&l.q, q_.data()}, {&l.k, k_.data()}, {&l.v, v_.data()}}, h_.data(), n);
     if (c.qkv_bias) {
       AddBias(q_.data(), l.q_bias, n);
       AddBias(k_.data(), l.k_bias, n);
       AddBias(v_.data(), l.v_bias, n);
     }
+    tap("Qraw", layer, q_, n, c.q_dim());
+    tap("Kraw", layer, k_, n, c.kv_dim());
     ApplyRope(rope, in.batch.positions, c.n_heads, q_.data());
     ApplyRope(rope, in.batch.positions, c.n_kv_heads, k_.data());
+    tap("Qcur", layer, q_, n, c.q_dim());
+    tap("Kcur", layer, k_, n, c.kv_dim());
+    tap("Vcur", layer, v_, n, c.kv_dim());
     const PagedKvLayer kv_layer = kv.Layer(layer);
     StoreKv(kv_layer, in.batch.slot_mapping, k_.data(), v_.data());
     if (mode_ == KernelMode::kReference) {
@@ -123,17 +133,27 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
     } else {
       PagedAttention(ctx_, kv_layer, in.batch, q_.data(), c.n_heads, scale, attn_.data());
     }
+    tap("kqv_out", layer, attn_, n, c.q_dim());
     MatmulOp(l.o, attn_.data(), n, proj_.data());
+    tap("attn_out", layer, proj_, n, d);
     AddInPlace(x_.data(), proj_.data(), n * d);
+    tap("ffn_inp", layer, x_, n, d);
     RmsNorm(x_.data(), l.ffn_norm, c.rms_eps, n, h_.data());
+    tap("ffn_norm", layer, h_, n, d);
     MatmulOps({{&l.gate, gate_.data()}, {&l.up, up_.data()}}, h_.data(), n);
-    SwiGlu(gate_.data(), up_.data(), n * c.n_ff, gate_.data());
+    tap("ffn_gate", layer, gate_, n, c.n_ff);
+    tap("ffn_up", layer, up_, n, c.n_ff);
+    SwiGlu(gate_.data(), up_.data(), n, c.n_ff, gate_.data());
+    tap("ffn_swiglu", layer, gate_, n, c.n_ff);
     MatmulOp(l.down, gate_.data(), n, proj_.data());
+    tap("ffn_out", layer, proj_, n, d);
     AddInPlace(x_.data(), proj_.data(), n * d);
+    tap("l_out", layer, x_, n, d);
   }
   for (int64_t i = 0; i < n_logits; ++i) {
     RmsNorm(x_.data() + in.logit_rows[i] * d, w.output_norm, c.rms_eps, 1, final_.data() + i * d);
   }
+  tap("result_norm", -1, final_, n_logits, d);
   MatmulOp(w.output, final_.data(), n_logits, logits.data());
   return OkStatus();
 }

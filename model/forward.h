@@ -3,6 +3,7 @@
 // new tokens' K/V into their slots and returns logits only for the rows asked for.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <span>
 #include <utility>
@@ -40,6 +41,14 @@ class ForwardPass {
   // logits receives logit_rows.size() rows of n_vocab floats.
   Status Run(const ForwardInput& input, const KvCacheView& kv, std::span<float> logits);
 
+  // Debugging aid: when set, Run shows each intermediate activation (named as llama.cpp's
+  // graph names them: attn_norm, Qcur, Kcur, Vcur, kqv_out, ffn_inp, ffn_norm, ffn_swiglu,
+  // ffn_out, l_out, result_norm; Qraw and Kraw before RoPE), n_rows rows of row_size
+  // floats, to the tap, which may overwrite them (to feed each op another engine's inputs).
+  using Tap = std::function<void(const char* name, int layer, float* data, int64_t n_rows,
+                                 int64_t row_size)>;
+  void set_tap(Tap tap) { tap_ = std::move(tap); }
+
  private:
   void MatmulOp(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
   // Several matrices over the same input (one parallel pass on the fast path).
@@ -49,6 +58,7 @@ class ForwardPass {
   const Model& model_;
   CpuContext ctx_;
   KernelMode mode_;
+  Tap tap_;
   // Scratch activations, grown to the largest batch seen.
   std::vector<float> x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, final_;
 };

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <span>
+#include <vector>
 
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
@@ -18,8 +20,77 @@ namespace tokenmill::internal {
 //
 // int8 rows are dequantized in registers: the scale of a row multiplies its dot product
 // (K) or its probability (V), so Σ q·k·s = s·Σ q·k needs no float copy of the row.
+//
+// f16 K/V are computed as llama.cpp's CPU backend computes its (non-flash) attention, bit
+// for bit: each K·q and each output element is a ggml_vec_dot_f16 (32 lanes of fused
+// multiply-adds, element i in lane i mod 32, lanes added in AVX2's tree order, the elements
+// past the last full 32 added in double), the softmax is SoftmaxLikeGgml, and for V the
+// positions play the elements' part (llama.cpp keeps V transposed; its KV length is a
+// multiple of 32, the masked positions adding exact zeros).
+
+// The 32 lanes of ggml_vec_dot_f16's accumulators (4 vectors of 8) added as it adds them.
+inline float ReduceGgmlLanes(const float* lane) {
+  float x[8];
+  for (int l = 0; l < 8; ++l) x[l] = (lane[l] + lane[16 + l]) + (lane[8 + l] + lane[24 + l]);
+  const float h0 = x[0] + x[4], h1 = x[1] + x[5], h2 = x[2] + x[6], h3 = x[3] + x[7];
+  return (h0 + h1) + (h2 + h3);
+}
+
+// ggml_vec_dot_f16 of q (already f16 values) and an f16 row.
+inline float DotF16LikeGgml(const float* q, const uint16_t* k, int64_t n) {
+  const int64_t full = n - n % 32;
+  float lane[32] = {};
+  for (int64_t i = 0; i < full; i += 32) {
+    for (int l = 0; l < 32; ++l) lane[l] = std::fma(HalfToFloat(k[i + l]), q[i + l], lane[l]);
+  }
+  double sum = full > 0 ? static_cast<double>(ReduceGgmlLanes(lane)) : 0.0;
+  for (int64_t i = full; i < n; ++i) sum += static_cast<double>(HalfToFloat(k[i]) * q[i]);
+  return static_cast<float>(sum);
+}
+
+template <typename Ops>
+void AttendF16LikeGgml(const AttendArgs& a) {
+  const int64_t d = a.head_dim;
+  const int64_t row = static_cast<int64_t>(a.n_kv_heads) * d;
+  const int64_t len = a.len;
+  const auto* k = static_cast<const uint16_t*>(a.k);
+  const auto* v = static_cast<const uint16_t*>(a.v);
+  auto offset = [&](int32_t pos) {
+    const int64_t slot =
+        static_cast<int64_t>(a.blocks[pos / a.block_size]) * a.block_size + pos % a.block_size;
+    return slot * row + a.kv_head * d;
+  };
+  for (int32_t j = 0; j < a.len; ++j) {
+    const int64_t off = offset(j);
+    for (int g = 0; g < a.group; ++g) {
+      a.scores[g * len + j] = DotF16LikeGgml(a.q_group + g * d, k + off, d) * a.scale;
+    }
+  }
+  // lanes[l][i]: lane l of output element i's accumulators (positions j ≡ l mod 32).
+  std::vector<float> lanes(static_cast<size_t>(32 * d));
+  for (int g = 0; g < a.group; ++g) {
+    float* p = a.scores + g * len;
+    SoftmaxLikeGgml(std::span<float>(p, static_cast<size_t>(len)));
+    std::fill(lanes.begin(), lanes.end(), 0.0f);
+    for (int32_t j = 0; j < a.len; ++j) {
+      // Fused p·v + lane in every ISA's Axpy (the scalar one rounds twice).
+      Ops::AxpyF16(Ops::RoundToHalf(p[j]), v + offset(j), lanes.data() + (j % 32) * d, d);
+    }
+    float* out = a.out_group + g * d;
+    float lane[32];
+    for (int64_t i = 0; i < d; ++i) {
+      for (int l = 0; l < 32; ++l) lane[l] = lanes[l * d + i];
+      out[i] = ReduceGgmlLanes(lane);
+    }
+  }
+}
+
 template <typename Ops>
 void AttendWith(const AttendArgs& a) {
+  if (a.kv_type == KvType::kF16) {
+    AttendF16LikeGgml<Ops>(a);
+    return;
+  }
   const int64_t d = a.head_dim;
   const int64_t row = static_cast<int64_t>(a.n_kv_heads) * d;
   const int64_t len = a.len;

@@ -26,29 +26,39 @@ void ApplyRope(const RopeParams& p, std::span<const int32_t> positions, int n_he
   TM_CHECK(p.n_rot % 2 == 0 && p.n_rot <= p.head_dim);
   const int half = p.n_rot / 2;
   TM_CHECK(p.freq_factors.empty() || static_cast<int>(p.freq_factors.size()) == half);
+  // As llama.cpp (ggml_rope_cache_init): the angle of pair i is position * base^(-2/n_rot),
+  // multiplied i times in float, divided by the pair's frequency factor, then scaled.
+  const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   for (size_t t = 0; t < positions.size(); ++t) {
-    const double position = static_cast<double>(positions[t]) * p.position_scale;
+    float theta_base = static_cast<float>(positions[t]);
     float* row = x + static_cast<int64_t>(t) * n_heads * p.head_dim;
-    for (int i = 0; i < half; ++i) {
-      double theta = position * std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_rot);
-      if (!p.freq_factors.empty()) theta /= p.freq_factors[static_cast<size_t>(i)];
-      const float c = static_cast<float>(std::cos(theta));
-      const float s = static_cast<float>(std::sin(theta));
+    for (int i = 0; i < half; ++i, theta_base *= theta_scale) {
+      const float factor = p.freq_factors.empty() ? 1.0f : p.freq_factors[static_cast<size_t>(i)];
+      const float theta = p.position_scale * (theta_base / factor);
+      const float c = std::cos(theta);
+      const float s = std::sin(theta);
       const int i0 = p.style == RopeStyle::kNeox ? i : 2 * i;
       const int i1 = p.style == RopeStyle::kNeox ? i + half : 2 * i + 1;
       for (int h = 0; h < n_heads; ++h) {
         float* head = row + h * p.head_dim;
         const float a = head[i0];
         const float b = head[i1];
-        head[i0] = a * c - b * s;
-        head[i1] = a * s + b * c;
+        head[i0] = std::fma(a, c, -(b * s));
+        head[i1] = std::fma(a, s, b * c);
       }
     }
   }
 }
 
-void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+void SwiGlu(const float* gate, const float* up, int64_t n_rows, int64_t row_size, float* out) {
+  const int64_t vectors_end = row_size - row_size % 8;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* g = gate + r * row_size;
+    const float* u = up + r * row_size;
+    float* o = out + r * row_size;
+    for (int64_t i = 0; i < vectors_end; ++i) o[i] = g[i] / (1.0f + GgmlVectorExpf(0.0f - g[i])) * u[i];
+    for (int64_t i = vectors_end; i < row_size; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
 }
 
 void AddInPlace(float* x, const float* y, int64_t n) {
@@ -69,6 +79,25 @@ void SoftmaxInPlace(std::span<float> x) {
   for (float& v : x) {
     v = std::exp(v - max);
     sum += v;
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (float& v : x) v *= inv;
+}
+
+}  // namespace tokenmill
+
+namespace tokenmill {
+
+void SoftmaxLikeGgml(std::span<float> x) {
+  if (x.empty()) return;
+  const float max = *std::max_element(x.begin(), x.end());
+  double sum = 0.0;
+  for (size_t i = 0; i < x.size(); i += 8) {
+    float e[8] = {};
+    for (size_t l = 0; l < 8 && i + l < x.size(); ++l) x[i + l] = e[l] = GgmlVectorExpf(x[i + l] - max);
+    // The high and low halves, then lanes (0+2, 1+3), then those two.
+    const float h0 = e[0] + e[4], h1 = e[1] + e[5], h2 = e[2] + e[6], h3 = e[3] + e[7];
+    sum += static_cast<double>((h0 + h2) + (h1 + h3));
   }
   const float inv = static_cast<float>(1.0 / sum);
   for (float& v : x) v *= inv;

@@ -2,6 +2,8 @@
 // Each computes a token's row from that row alone, in a fixed order.
 #pragma once
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <span>
 
@@ -29,8 +31,37 @@ struct RopeParams {
 void ApplyRope(const RopeParams& params, std::span<const int32_t> positions, int n_heads,
                float* x);
 
-// out[i] = silu(gate[i]) * up[i].
-void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
+// e^x as ggml's CPU backend computes it in 8-float vectors (ggml_v_expf, AVX2: a degree-5
+// polynomial after a 2^n range reduction, ~1.5 ulp), lane for lane: llama.cpp's softmax and
+// SiLU use it for every full vector of a row, so matching llama.cpp needs the same function.
+inline float GgmlVectorExpf(float x) {
+  const float shift = 0x1.8p23f;
+  const float z = std::fma(x, 0x1.715476p+0f, shift);  // x / ln 2, rounded in the mantissa
+  const float n = z - shift;
+  const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));  // x - n ln 2
+  const uint32_t e = std::bit_cast<uint32_t>(z) << 23;
+  const float k = std::bit_cast<float>(e + std::bit_cast<uint32_t>(1.0f));  // 2^n
+  const float u = b * b;
+  const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                    std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                           u, 0x1.ffffecp-1f * b);  // e^b - 1
+  if (!(std::fabs(n) > 126.0f)) return std::fma(j, k, k);
+  // 2^n outside the normal range: scale in two steps, or flush to 0 / infinity.
+  const uint32_t g = n <= 0.0f ? 0x82000000u : 0u;
+  const float s1 = std::bit_cast<float>(g + 0x7f000000u);
+  const float s2 = std::bit_cast<float>(e - g);
+  if (std::fabs(n) > 192.0f) return s1 * s1;
+  return std::fma(s2, j, s2) * s1;
+}
+
+// out[i] = silu(gate[i]) * up[i] over rows of row_size, as llama.cpp computes it
+// (ggml_vec_swiglu_f32): each full 8-float vector of a row with GgmlVectorExpf, the rest of
+// the row with expf.
+void SwiGlu(const float* gate, const float* up, int64_t n_rows, int64_t row_size, float* out);
+// The same over one row of n.
+inline void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  SwiGlu(gate, up, 1, n, out);
+}
 
 // x[i] += y[i].
 void AddInPlace(float* x, const float* y, int64_t n);
@@ -40,5 +71,11 @@ void AddBias(float* x, std::span<const float> bias, int64_t n_rows);
 
 // Softmax of x in place.
 void SoftmaxInPlace(std::span<float> x);
+
+// Softmax of x in place as llama.cpp's soft_max computes a row (ggml_vec_soft_max_f32):
+// GgmlVectorExpf for every element (llama.cpp's rows are padded to a multiple of 8 by masked
+// positions, which add 0), each 8-float vector summed in float in SSE's pairwise order and
+// added to a double, then every element scaled by float(1 / sum).
+void SoftmaxLikeGgml(std::span<float> x);
 
 }  // namespace tokenmill
