@@ -7,6 +7,10 @@
 #include <span>
 #include <vector>
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/half.h"
@@ -40,9 +44,23 @@ inline float ReduceGgmlLanes(const float* lane) {
 inline float DotF16LikeGgml(const float* q, const uint16_t* k, int64_t n) {
   const int64_t full = n - n % 32;
   float lane[32] = {};
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  // The same lanes in registers (the ISA files are built with these extensions).
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+  for (int64_t i = 0; i < full; i += 32) {
+    for (int r = 0; r < 4; ++r) {
+      const __m256 kv = _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(k + i + 8 * r)));
+      acc[r] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + i + 8 * r), acc[r]);
+    }
+  }
+  for (int r = 0; r < 4; ++r) _mm256_storeu_ps(lane + 8 * r, acc[r]);
+#else
   for (int64_t i = 0; i < full; i += 32) {
     for (int l = 0; l < 32; ++l) lane[l] = std::fma(HalfToFloat(k[i + l]), q[i + l], lane[l]);
   }
+#endif
   double sum = full > 0 ? static_cast<double>(ReduceGgmlLanes(lane)) : 0.0;
   for (int64_t i = full; i < n; ++i) sum += static_cast<double>(HalfToFloat(k[i]) * q[i]);
   return static_cast<float>(sum);

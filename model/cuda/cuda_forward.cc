@@ -74,7 +74,8 @@ Status CudaForwardPass::Init() {
                           "creating a CUDA stream");
   TM_ASSIGN_OR_RETURN(weights_, UploadWeights(model_, options_.cublas_min_tokens > 0));
   if (options_.cublas_min_tokens > 0) TM_RETURN_IF_ERROR(gemm_.Init(stream_));
-  // base^(-2i/n_rot) in double on the host, exactly as ApplyRope computes it.
+  // base^(-2i/n_rot) in double on the host (the CPU's ApplyRope follows llama.cpp's float
+  // angle recursion instead: the two differ by the rounding of the angle).
   const ModelConfig& c = model_.config();
   std::vector<double> inv_freq(static_cast<size_t>(std::max(1, c.n_rot / 2)));
   for (int i = 0; i < c.n_rot / 2; ++i) {

@@ -85,9 +85,10 @@ TEST(SpecGreedyTest, NgramEqualsPlainAloneAndBatched) {
     for (size_t i = 0; i < Prompts().size(); ++i) {
       EXPECT_EQ(spec.tokens[i], plain.tokens[i]) << "prompt " << i;
     }
-    // The input-grounded prompts must have drafted and had drafts accepted, and the
+    // The input-grounded prompts must have drafted (how often depends on the greedy text:
+    // 8 batched drafts since RoPE/attention follow llama.cpp) and had drafts accepted, and the
     // speculative run needed fewer forward passes than tokens.
-    EXPECT_GT(spec.stats.spec_num_drafts, 10);
+    EXPECT_GT(spec.stats.spec_num_drafts, 5);
     EXPECT_GT(spec.stats.spec_num_accepted_tokens, spec.stats.spec_num_draft_tokens / 4);
     EXPECT_LE(spec.stats.spec_num_accepted_tokens, spec.stats.spec_num_draft_tokens);
     EXPECT_LT(spec.stats.num_steps, plain.stats.num_steps);

@@ -83,7 +83,9 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, DequantTest,
                          });
 
 // RoPE as the CUDA kernel computes it (angles from RopeAngle with host-computed inverse
-// frequencies, pairs from RopePair, separately rounded products) equals ApplyRope bit for bit.
+// frequencies, pairs from RopePair, separately rounded products). The CPU's ApplyRope follows
+// llama.cpp instead (angles by a float recursion, fused rotation), so the two agree up to
+// the float rounding of the angle, which grows with the position.
 void RopeAsTheKernelDoes(const RopeParams& p, std::span<const int32_t> positions, int n_heads,
                          float* x) {
   for (size_t t = 0; t < positions.size(); ++t) {
@@ -107,7 +109,7 @@ void RopeAsTheKernelDoes(const RopeParams& p, std::span<const int32_t> positions
   }
 }
 
-TEST(RopeMathTest, AnglesAndPairsMatchApplyRopeBitForBit) {
+TEST(RopeMathTest, AnglesAndPairsMatchApplyRopeUpToAngleRounding) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
   const std::vector<float> factors = {1.0f, 1.5f, 4.0f, 8.0f, 2.0f, 1.0f, 3.0f, 1.25f};
@@ -122,8 +124,13 @@ TEST(RopeMathTest, AnglesAndPairsMatchApplyRopeBitForBit) {
       std::vector<float> expected = x;
       ApplyRope(p, positions, n_heads, expected.data());
       RopeAsTheKernelDoes(p, positions, n_heads, x.data());
-      ASSERT_EQ(std::memcmp(x.data(), expected.data(), x.size() * 4), 0)
-          << "style " << static_cast<int>(style) << " factors " << with_factors;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const int32_t position = positions[i / (n_heads * 32)];
+        // A float angle is off by up to ~(pair index + 1) ulps of position * scale.
+        ASSERT_NEAR(x[i], expected[i], 2e-6f * (1.0f + static_cast<float>(position)))
+            << "style " << static_cast<int>(style) << " factors " << with_factors
+            << " position " << position;
+      }
     }
   }
 }

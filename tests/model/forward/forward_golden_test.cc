@@ -171,9 +171,8 @@ TEST_P(ForwardGoldenTest, GreedyContinuationsMatchLlamaCpp) {
   }
   const int n = static_cast<int>(golden_.prompts.size());
   std::cout << GetParam().stem << ": " << identical << " of " << n
-            << " greedy continuations identical to llama.cpp's (llama.cpp run with 1 thread and "
-            << "token-by-token prompts reproduces " << golden_.llama_cpp_self_agreement
-            << ")\n";
+            << " greedy continuations identical to llama.cpp's (llama.cpp's own batched-prompt "
+            << "run reproduces " << golden_.llama_cpp_self_agreement << ")\n";
   EXPECT_GE(identical, GetParam().min_identical_continuations);
 }
 
@@ -210,17 +209,18 @@ TEST_P(ForwardGoldenTest, EveryIsaPathAgrees) {
   }
 }
 
-// SmolLM2 Q4_1: int8 activations through 30 layers move logits by up to ~2.4 from the
-// float NumPy reference (llama.cpp, which quantizes activations the same way, is itself up
-// to ~1.0 away on its top-5 logits). Its greedy text is full of near-ties (top-2 gaps of
-// 0.01-0.1): llama.cpp run with 1 thread and the prompt fed token by token reproduces its
-// own golden continuations on only 6 of 12 prompts (llama_cpp_self_agreement in the
-// golden file), so "9 in 10 identical" cannot hold for this model; every divergence must
-// still start at a near-tie.
+// The goldens record llama.cpp fed one token at a time (make_logits_golden.py says why).
+// Attention, RoPE, SwiGLU, softmax, RMSNorm and the residual adds compute what ggml's CPU
+// backend computes, bit for bit (tests/reference/llama_cpp_compare.py --force shows it op
+// by op); the matmuls (activation quantization and accumulation order) do not yet, and
+// SmolLM2 Q4_1's greedy text is full of near-ties (top-2 gaps of 0.01-0.1: llama.cpp's own
+// batched-prompt run reproduces only 6 of its 12 token-by-token continuations), so 1-ulp
+// matmul differences through 30 layers still flip 7 of 12; every divergence must start at
+// a near-tie. stories260K (F32) matches on all 12.
 INSTANTIATE_TEST_SUITE_P(
     Models, ForwardGoldenTest,
-    ::testing::Values(ModelCase{"SmolLM2-135M-Instruct.Q4_1", 3.0f, 5e-3f, 2, 2},
-                      ModelCase{"stories260K", 0.05f, 1e-3f, 12, 11}),
+    ::testing::Values(ModelCase{"SmolLM2-135M-Instruct.Q4_1", 3.0f, 5e-3f, 2, 5},
+                      ModelCase{"stories260K", 0.05f, 1e-3f, 12, 12}),
     [](const ::testing::TestParamInfo<ModelCase>& param_info) {
       std::string name = param_info.param.stem;
       std::replace_if(name.begin(), name.end(), [](char ch) { return !std::isalnum(ch); }, '_');

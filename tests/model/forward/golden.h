@@ -25,8 +25,9 @@ struct GoldenPrompt {
 
 struct Golden {
   std::string model_file;
-  // Of these prompts, how many continuations llama.cpp itself reproduces when run with one
-  // thread and the prompt fed token by token (-1 when the file does not say).
+  // Of these prompts' continuations (llama.cpp fed one token at a time), how many llama.cpp
+  // itself reproduces when run its default way, the prompt in one batch (-1 when the file
+  // does not say).
   int llama_cpp_self_agreement = -1;
   std::vector<GoldenPrompt> prompts;
 };
