@@ -45,7 +45,7 @@ void GroupActivations(const Q8ActivationBlock* x, int64_t n_tokens, int64_t bloc
         if (t >= n_tokens) break;
         const Q8ActivationBlock& a = x[t * blocks + b];
         std::memcpy(group.q[i], a.q, sizeof(a.q));
-        std::fill(group.d[i], group.d[i] + 8, a.d);
+        group.d[i] = a.d;
         group.scaled_sum[i] = a.scaled_sum;
       }
     }

@@ -44,13 +44,13 @@ struct Q8ActivationBlock {
 void QuantizeActivations(const float* x, int64_t n, Q8ActivationBlock* out);
 
 // The activations of a group of up to kTokenGroup tokens for one block of 32 columns, laid
-// out for the kernels: each token's quants, its scale repeated over 8 float lanes (one load
-// gives the vector the kernels multiply by) and the tokens' d · Σq side by side (the Q4_1
-// minimum terms of 8 tokens are one vector fma). Tokens past the end are zero.
+// out for the kernels: each token's quants, then the tokens' scales d and sums d · Σq side
+// by side, so that one vector multiply gives d_w · d_a for all 8 tokens and one vector fma
+// their Q4_1 minimum terms. Tokens past the end are zero.
 inline constexpr int kTokenGroup = 8;
 struct Q8TokenGroupBlock {
   int8_t q[kTokenGroup][32];
-  float d[kTokenGroup][8];
+  float d[kTokenGroup];
   float scaled_sum[kTokenGroup];
 };
 

@@ -28,7 +28,7 @@ void QuantizedRange(const MatmulRange& m, BlockLanes block_lanes) {
         int32_t lanes[8];
         block_lanes(row[b], xg[b].q[i], lanes);
         // f16 × f16: exact in float, so it does not matter where it is rounded.
-        const float scale = HalfToFloat(row[b].d) * xg[b].d[i][0];
+        const float scale = HalfToFloat(row[b].d) * xg[b].d[i];
         for (int k = 0; k < 8; ++k) acc[k] = std::fma(scale, static_cast<float>(lanes[k]), acc[k]);
         if constexpr (kHasMin) min += HalfToFloat(row[b].m) * xg[b].scaled_sum[i];
       }
