@@ -26,8 +26,9 @@ struct SpecConfig {
   int ngram_min = 2;
   int ngram_max = 4;
   // The cost of one more row in a step, relative to a one-row step (adaptive k's cost
-  // model; measured on the CPU backend, docs/benchmarks.md, "Speculative decoding").
-  double row_cost = 0.5;
+  // model; measured on the CPU backend with the grouped int8 matmuls: 5 rows cost 1.95 one-row
+  // steps, docs/benchmarks.md, "Speculative decoding").
+  double row_cost = 0.25;
   // A hard cap on top: drafts shrink evenly (to none) when the step's decoding requests
   // would need more than this many rows in total (sum of k + 1).
   int max_batch_rows = 16;

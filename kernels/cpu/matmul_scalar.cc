@@ -86,8 +86,28 @@ void FloatRange(const MatmulRange& m, ToFloat to_float) {
   }
 }
 
+// As ggml_vec_dot_f32 (matmul_simd.inc, F32LikeGgmlKernel): 32 fma lanes, its reduction
+// order, the elements past the last full 32 one by one in float.
 void F32Range(const MatmulRange& m) {
-  FloatRange<float>(m, [](float v) { return v; });
+  const WeightMatrix& w = *m.w;
+  const auto* x = static_cast<const float*>(m.x);
+  const int64_t full = w.cols - w.cols % 32;
+  for (int64_t r = m.row_begin; r < m.row_end; ++r) {
+    const auto* row = reinterpret_cast<const float*>(w.data + r * w.row_bytes);
+    for (int64_t t = 0; t < m.n_tokens; ++t) {
+      const float* xt = x + t * w.cols;
+      float lane[32] = {};
+      for (int64_t c = 0; c < full; c += 32) {
+        for (int l = 0; l < 32; ++l) lane[l] = std::fma(row[c + l], xt[c + l], lane[l]);
+      }
+      float v[8];
+      for (int l = 0; l < 8; ++l) v[l] = (lane[l] + lane[16 + l]) + (lane[8 + l] + lane[24 + l]);
+      const float h0 = v[0] + v[4], h1 = v[1] + v[5], h2 = v[2] + v[6], h3 = v[3] + v[7];
+      float sum = full > 0 ? (h0 + h1) + (h2 + h3) : 0.0f;
+      for (int64_t c = full; c < w.cols; ++c) sum += row[c] * xt[c];
+      m.y[t * m.y_stride + r] = sum;
+    }
+  }
 }
 void F16Range(const MatmulRange& m) {
   FloatRange<uint16_t>(m, [](uint16_t v) { return HalfToFloat(v); });

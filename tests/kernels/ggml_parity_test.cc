@@ -1,5 +1,5 @@
-// Quantized matmuls against llama.cpp's own CPU code, bit for bit: ggml's quantize_row_q8_1
-// / quantize_row_q8_0 and ggml_vec_dot_{q4_1_q8_1, q4_0_q8_0, q8_0_q8_0}, taken from the
+// Matmuls against llama.cpp's own CPU code, bit for bit: ggml's quantize_row_q8_1 /
+// quantize_row_q8_0 and ggml_vec_dot_{q4_1_q8_1, q4_0_q8_0, q8_0_q8_0, f32}, taken from the
 // libggml-cpu.so that llama-cpp-python ships (found by CMake in the project's .venv, or
 // named by TOKENMILL_GGML_CPU_LIB), through its public ggml_get_type_traits_cpu.
 #include <dlfcn.h>
@@ -157,6 +157,40 @@ TEST_P(GgmlMatmulParityTest, EveryOutputEqualsGgmlVecDot) {
       for (size_t i = 0; i < y.size(); ++i) {
         ASSERT_EQ(y[i], expected[i]) << IsaName(isa) << " " << NameOf(c.type) << " rows " << rows
                                      << " cols " << cols << " tokens " << tokens << " at " << i;
+      }
+    }
+  }
+}
+
+TEST(GgmlParityTest, F32MatmulEqualsGgmlVecDotF32) {
+  Ggml ggml;
+  if (!ggml.loaded()) GTEST_SKIP() << "llama-cpp-python's libggml-cpu.so not found";
+  constexpr int kGgmlF32 = 0;
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // Multiples of 32 columns only: how ggml adds the elements past the last full 32 is not
+  // matched yet (float fma, float mul + add, double: none equals it on every input).
+  for (const auto& [rows, cols, tokens] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {5, 64, 1}, {7, 96, 3}, {3, 288, 6}, {4, 32, 2}, {9, 768, 9}}) {
+    std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(tokens * cols));
+    for (float& v : w) v = 0.1f * normal(rng);
+    for (float& v : x) v = normal(rng);
+    std::vector<float> expected(static_cast<size_t>(tokens * rows));
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        ggml.traits(kGgmlF32).vec_dot(static_cast<int>(cols),
+                                      &expected[static_cast<size_t>(t * rows + r)], 0,
+                                      w.data() + r * cols, 0, x.data() + t * cols, 0, 1);
+      }
+    }
+    const WeightMatrix matrix{TensorType::kF32, reinterpret_cast<const uint8_t*>(w.data()), rows,
+                              cols, cols * 4};
+    for (CpuIsa isa : SupportedIsas()) {
+      std::vector<float> y(expected.size(), NAN);
+      Matmul(CpuContext{&KernelTable(isa), nullptr}, matrix, x.data(), tokens, y.data());
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_EQ(y[i], expected[i]) << IsaName(isa) << " f32 rows " << rows << " cols " << cols
+                                     << " tokens " << tokens << " at " << i;
       }
     }
   }
