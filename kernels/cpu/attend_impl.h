@@ -40,6 +40,29 @@ inline float ReduceGgmlLanes(const float* lane) {
   return (h0 + h1) + (h2 + h3);
 }
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+// The same sums in registers: (a0 + a2) + (a1 + a3), halves, then pairs twice.
+inline float ReduceGgmlLanes(const __m256 (&acc)[4]) {
+  const __m256 x = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  h = _mm_hadd_ps(h, h);  // h0 + h1, h2 + h3
+  return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+
+// ReduceGgmlLanes for 8 adjacent output elements at once: lane l of element i + e is
+// lanes[l * d + i + e].
+inline __m256 ReduceGgmlLanes8(const float* lanes, int64_t d) {
+  auto at = [&](int l) { return _mm256_loadu_ps(lanes + l * d); };
+  __m256 x[8];
+  for (int l = 0; l < 8; ++l) {
+    x[l] = _mm256_add_ps(_mm256_add_ps(at(l), at(16 + l)), _mm256_add_ps(at(8 + l), at(24 + l)));
+  }
+  const __m256 h0 = _mm256_add_ps(x[0], x[4]), h1 = _mm256_add_ps(x[1], x[5]);
+  const __m256 h2 = _mm256_add_ps(x[2], x[6]), h3 = _mm256_add_ps(x[3], x[7]);
+  return _mm256_add_ps(_mm256_add_ps(h0, h1), _mm256_add_ps(h2, h3));
+}
+#endif
+
 // ggml_vec_dot_f16 of q (already f16 values) and an f16 row.
 inline float DotF16LikeGgml(const float* q, const uint16_t* k, int64_t n) {
   const int64_t full = n - n % 32;
@@ -55,6 +78,7 @@ inline float DotF16LikeGgml(const float* q, const uint16_t* k, int64_t n) {
       acc[r] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(q + i + 8 * r), acc[r]);
     }
   }
+  if (full == n) return ReduceGgmlLanes(acc);
   for (int r = 0; r < 4; ++r) _mm256_storeu_ps(lane + 8 * r, acc[r]);
 #else
   for (int64_t i = 0; i < full; i += 32) {
@@ -96,7 +120,11 @@ void AttendF16LikeGgml(const AttendArgs& a) {
     }
     float* out = a.out_group + g * d;
     float lane[32];
-    for (int64_t i = 0; i < d; ++i) {
+    int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    for (; i + 8 <= d; i += 8) _mm256_storeu_ps(out + i, ReduceGgmlLanes8(lanes.data() + i, d));
+#endif
+    for (; i < d; ++i) {
       for (int l = 0; l < 32; ++l) lane[l] = lanes[l * d + i];
       out[i] = ReduceGgmlLanes(lane);
     }
