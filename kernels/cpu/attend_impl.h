@@ -17,7 +17,7 @@
 
 namespace tokenmill::internal {
 
-// Ops: static DotF16, DotF32, DotI8 (float(const float*, const T*, int64_t)), AxpyF16,
+// Ops: static DotF32, DotI8 (float(const float*, const T*, int64_t)), AxpyF16,
 // AxpyF32, AxpyI8 (void(float, const T*, float*, int64_t)), RoundToHalf (float(float),
 // round to nearest even) and AccumulateV (out[0..d) = Σ_j p[j] · V row j, in order of j,
 // or false when the ISA has no special case for this head size and KV type).
@@ -31,6 +31,13 @@ namespace tokenmill::internal {
 // past the last full 32 added in double), the softmax is SoftmaxLikeGgml, and for V the
 // positions play the elements' part (llama.cpp keeps V transposed; its KV length is a
 // multiple of 32, the masked positions adding exact zeros).
+
+// Element offset of position pos's K/V row for a's KV head (through its block table).
+inline int64_t KvRowOffset(const AttendArgs& a, int32_t pos) {
+  const int64_t slot =
+      static_cast<int64_t>(a.blocks[pos / a.block_size]) * a.block_size + pos % a.block_size;
+  return slot * a.n_kv_heads * a.head_dim + a.kv_head * a.head_dim;
+}
 
 // The 32 lanes of ggml_vec_dot_f16's accumulators (4 vectors of 8) added as it adds them.
 inline float ReduceGgmlLanes(const float* lane) {
@@ -93,15 +100,10 @@ inline float DotF16LikeGgml(const float* q, const uint16_t* k, int64_t n) {
 template <typename Ops>
 void AttendF16LikeGgml(const AttendArgs& a) {
   const int64_t d = a.head_dim;
-  const int64_t row = static_cast<int64_t>(a.n_kv_heads) * d;
   const int64_t len = a.len;
   const auto* k = static_cast<const uint16_t*>(a.k);
   const auto* v = static_cast<const uint16_t*>(a.v);
-  auto offset = [&](int32_t pos) {
-    const int64_t slot =
-        static_cast<int64_t>(a.blocks[pos / a.block_size]) * a.block_size + pos % a.block_size;
-    return slot * row + a.kv_head * d;
-  };
+  auto offset = [&](int32_t pos) { return KvRowOffset(a, pos); };
   for (int32_t j = 0; j < a.len; ++j) {
     const int64_t off = offset(j);
     for (int g = 0; g < a.group; ++g) {
@@ -138,16 +140,10 @@ void AttendWith(const AttendArgs& a) {
     return;
   }
   const int64_t d = a.head_dim;
-  const int64_t row = static_cast<int64_t>(a.n_kv_heads) * d;
   const int64_t len = a.len;
-  const bool f16 = a.kv_type == KvType::kF16;
-  const bool i8 = a.kv_type == KvType::kInt8;
+  const bool i8 = a.kv_type == KvType::kInt8;  // else f32 (f16 returned above)
   // Element offset of position pos's row; its scale (int8) is at offset / d.
-  auto offset = [&](int32_t pos) {
-    const int64_t slot =
-        static_cast<int64_t>(a.blocks[pos / a.block_size]) * a.block_size + pos % a.block_size;
-    return slot * row + a.kv_head * d;
-  };
+  auto offset = [&](int32_t pos) { return KvRowOffset(a, pos); };
   for (int32_t j = 0; j < a.len; ++j) {
     const int64_t off = offset(j);
     for (int g = 0; g < a.group; ++g) {
@@ -155,8 +151,6 @@ void AttendWith(const AttendArgs& a) {
       float dot;
       if (i8) {
         dot = Ops::DotI8(qh, static_cast<const int8_t*>(a.k) + off, d) * a.k_scale[off / d];
-      } else if (f16) {
-        dot = Ops::DotF16(qh, static_cast<const uint16_t*>(a.k) + off, d);
       } else {
         dot = Ops::DotF32(qh, static_cast<const float*>(a.k) + off, d);
       }
@@ -167,9 +161,6 @@ void AttendWith(const AttendArgs& a) {
   for (int g = 0; g < a.group; ++g) {
     std::span<float> p(a.scores + g * len, static_cast<size_t>(len));
     SoftmaxInPlace(p);
-    if (f16) {
-      for (float& v : p) v = Ops::RoundToHalf(v);
-    }
   }
   if (Ops::AccumulateV(a, offset)) return;
   for (int32_t j = 0; j < a.len; ++j) {
@@ -179,8 +170,6 @@ void AttendWith(const AttendArgs& a) {
       float* out = a.out_group + g * d;
       if (i8) {
         Ops::AxpyI8(p * a.v_scale[off / d], static_cast<const int8_t*>(a.v) + off, out, d);
-      } else if (f16) {
-        Ops::AxpyF16(p, static_cast<const uint16_t*>(a.v) + off, out, d);
       } else {
         Ops::AxpyF32(p, static_cast<const float*>(a.v) + off, out, d);
       }

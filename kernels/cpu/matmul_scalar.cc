@@ -143,7 +143,6 @@ void ScalarAxpyI8(float alpha, const int8_t* x, float* y, int64_t n) {
 }
 
 struct ScalarOps {
-  static constexpr auto DotF16 = ScalarDotF16;
   static constexpr auto DotF32 = ScalarDotF32;
   static constexpr auto DotI8 = ScalarDotI8;
   static constexpr auto AxpyF16 = ScalarAxpyF16;
