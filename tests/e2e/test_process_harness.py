@@ -66,7 +66,9 @@ def test_a_report_in_the_log_path_file_fails(tmp_path, monkeypatch):
     prefix = tmp_path / "asan"
     monkeypatch.setenv("ASAN_OPTIONS", f"halt_on_error=1:log_path={prefix}")
     # What a sanitized binary does with log_path: the report goes to <prefix>.<pid>.
-    process = child(then=f"open('{prefix}.' + str(os.getpid()), 'w').write('SUMMARY: x')")
+    process = child(then=f"open('{prefix}.' + str(os.getpid()), 'w').write('SUMMARY: x'); "
+                         "print('written', file=sys.stderr, flush=True)")
+    process.wait_for_log("written")  # else stop() may look before the file is there
     with pytest.raises(AssertionError, match="left a sanitizer report(.|\n)*SUMMARY: x"):
         process.stop()
 

@@ -51,8 +51,10 @@ def greedy_steps(llm, prompt_ids):
 def main():
     os.makedirs(OUT_DIR, exist_ok=True)
     for name, prompts in PROMPTS.items():
-        llm = Llama(model_path=os.path.join(MODELS, name), n_ctx=256, n_threads=2,
-                    logits_all=True, verbose=False, seed=0)
+        # Fed one token at a time, as make_logits_golden.py does: every op then takes ggml's
+        # one-token path, whose numerics tokenmill follows (the batched prompt takes sgemm).
+        llm = Llama(model_path=os.path.join(MODELS, name), n_ctx=256, n_threads=1, n_batch=1,
+                    n_ubatch=1, logits_all=True, verbose=False, seed=0)
         cases = []
         for prompt in prompts:
             ids = llm.tokenize(prompt.encode(), add_bos=True, special=False)
