@@ -8,25 +8,16 @@
 #include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/device_kv_type.h"
 #include "kernels/cuda/kernel_math.h"
 
 namespace tokenmill::cuda {
 namespace {
 
-DeviceKvType DeviceType(KvType type) {
-  switch (type) {
-    case KvType::kF16: return DeviceKvType::kF16;
-    case KvType::kF32: return DeviceKvType::kF32;
-    case KvType::kInt8: return DeviceKvType::kInt8;
-    case KvType::kFp8: return DeviceKvType::kFp8;
-  }
-  return DeviceKvType::kF16;
-}
-
 DeviceKvLayer DeviceLayer(const KvCacheView& kv, int layer) {
   const PagedKvLayer l = kv.Layer(layer);
-  return DeviceKvLayer{DeviceType(l.type), l.k,          l.v,        l.block_size,
-                       l.n_kv_heads,       l.head_dim,   l.k_scale,  l.v_scale};
+  return DeviceKvLayer{ToDeviceKvType(l.type), l.k,        l.v,       l.block_size,
+                       l.n_kv_heads,           l.head_dim, l.k_scale, l.v_scale};
 }
 
 // Appends `values` to `staging` at an 8-byte boundary; returns their offset.

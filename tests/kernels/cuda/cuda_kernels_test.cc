@@ -18,6 +18,7 @@
 #include "kernels/cuda/cublas_gemm.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/device_kv_type.h"
 #include "kernels/cuda/kernel_math.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/dequantize.h"
@@ -272,16 +273,6 @@ struct AttentionCase {
   int n_kv_heads;
 };
 
-DeviceKvType DeviceTypeOf(KvType type) {
-  switch (type) {
-    case KvType::kF16: return DeviceKvType::kF16;
-    case KvType::kF32: return DeviceKvType::kF32;
-    case KvType::kInt8: return DeviceKvType::kInt8;
-    case KvType::kFp8: return DeviceKvType::kFp8;
-  }
-  return DeviceKvType::kF16;
-}
-
 class PagedAttentionTest : public CudaKernelsTest,
                            public ::testing::WithParamInterface<AttentionCase> {};
 
@@ -360,7 +351,7 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   DeviceBuffer dk_scales = Scratch(std::max<int64_t>(1, n_rows) * 4);
   DeviceBuffer dv_scales = Scratch(std::max<int64_t>(1, n_rows) * 4);
   ASSERT_TRUE(dk_cache.Zero().ok() && dv_cache.Zero().ok());
-  const DeviceKvLayer gpu_kv{DeviceTypeOf(c.kv_type),
+  const DeviceKvLayer gpu_kv{ToDeviceKvType(c.kv_type),
                              dk_cache.data(),
                              dv_cache.data(),
                              block_size,
