@@ -1,5 +1,11 @@
 // AVX-512 VL/BW + VNNI (256-bit vectors) kernels. Only this file is compiled with these target flags
 // (kernels/CMakeLists.txt); it runs only after CpuSupports(CpuIsa::kAvx512Vnni).
+// GCC 12's 512-bit intrinsics start from _mm512_undefined_*(), which its uninitialized-use
+// warnings flag wherever they are inlined (a GCC bug, not in this code).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>

@@ -133,10 +133,12 @@ TEST_P(GgmlMatmulParityTest, EveryOutputEqualsGgmlVecDot) {
   const size_t act_block_bytes = act_type == kGgmlQ8_1 ? 36 : 34;
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  // Token counts around the kernels' groups and tiles; the model's column counts.
+  // Token counts around the kernels' groups and tiles (pairs of full groups, partial groups of
+  // even and odd size); the model's column counts.
   for (const auto& [rows, cols, tokens] :
        std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {7, 576, 1}, {9, 1536, 3}, {5, 576, 8}, {11, 192, 13}, {3, 64, 17}}) {
+           {7, 576, 1}, {9, 1536, 3}, {5, 576, 8}, {11, 192, 13}, {3, 64, 17}, {4, 192, 2},
+           {5, 576, 22}, {3, 64, 31}}) {
     const std::vector<uint8_t> w = RandomBlocks(c.type, rows, cols, rng);
     const int64_t row_bytes = cols / 32 * LayoutOf(c.type).type_size;
     std::vector<float> x(static_cast<size_t>(tokens * cols));
