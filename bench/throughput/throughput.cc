@@ -5,9 +5,15 @@
 // to the end; exact for one wave, where all decode in lockstep), the peak KV usage and the
 // preemptions. Runs repeat in rounds over all concurrencies (so load from other processes
 // spreads evenly); one JSON line per run, then a table of medians on stderr.
+// Decode tokens per CPU second (the process's CPU time over the same interval) stand in for
+// tokens/s on a machine that other processes share: time slices lost to them do not count.
+// With --threads 1 that is the speed of an idle machine; with more threads, waiting workers
+// that spin count too.
 //
 //   build/bin/tokenmill_throughput --model models/SmolLM2-135M-Instruct.Q4_1.gguf
 //       --concurrency 1,4,16,32 --prompt-tokens 64 --max-tokens 64 --threads 2
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,11 +50,35 @@ struct Result {
   double wall_seconds = 0.0;
   double output_tokens_per_second = 0.0;
   double decode_tokens_per_second = 0.0;
+  double decode_tokens_per_cpu_second = 0.0;
   double mean_ttft = 0.0;
   double peak_kv_usage = 0.0;
   int64_t preemptions = 0;
   int64_t steps = 0;  // forward passes: about max_tokens for one wave when all run together
 };
+
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// (wall seconds since the start, process CPU seconds), sampled as the run goes.
+struct CpuSample {
+  double wall, cpu;
+};
+
+// The CPU time at `wall`, interpolated between the samples around it.
+double CpuAt(const std::vector<CpuSample>& samples, double wall) {
+  auto after = std::lower_bound(samples.begin(), samples.end(), wall,
+                                [](const CpuSample& s, double w) { return s.wall < w; });
+  if (after == samples.begin()) return samples.front().cpu;
+  if (after == samples.end()) return samples.back().cpu;
+  const CpuSample& before = *(after - 1);
+  const double span = after->wall - before.wall;
+  const double f = span > 0.0 ? (wall - before.wall) / span : 0.0;
+  return before.cpu + f * (after->cpu - before.cpu);
+}
 
 StatusOr<Result> RunOnce(const Model& model, const Tokenizer& tokenizer, const Options& o,
                          int concurrency, int64_t kv_bytes) {
@@ -74,6 +104,10 @@ StatusOr<Result> RunOnce(const Model& model, const Tokenizer& tokenizer, const O
     requests.push_back(std::move(r));
   }
   const auto start = std::chrono::steady_clock::now();
+  auto since_start = [&start] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  std::vector<CpuSample> cpu_samples = {{0.0, ProcessCpuSeconds()}};
   for (GenerateRequest& r : requests) TM_RETURN_IF_ERROR(engine->Submit(std::move(r)).status());
 
   Result result;
@@ -84,6 +118,7 @@ StatusOr<Result> RunOnce(const Model& model, const Tokenizer& tokenizer, const O
   for (auto& stream : streams) {
     while (true) {
       std::optional<GenerateOutput> out = stream->NextFor(std::chrono::milliseconds(2));
+      cpu_samples.push_back({since_start(), ProcessCpuSeconds()});
       result.peak_kv_usage = std::max(result.peak_kv_usage, engine->Stats().kv_usage);
       if (!out) continue;
       result.output_tokens += static_cast<int64_t>(out->token_ids.size());
@@ -101,10 +136,13 @@ StatusOr<Result> RunOnce(const Model& model, const Tokenizer& tokenizer, const O
       break;
     }
   }
-  result.wall_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.wall_seconds = since_start();
   result.output_tokens_per_second = static_cast<double>(result.output_tokens) / result.wall_seconds;
-  result.decode_tokens_per_second = static_cast<double>(decode_tokens) / (last_end - last_first_token);
+  result.decode_tokens_per_second =
+      static_cast<double>(decode_tokens) / (last_end - last_first_token);
+  result.decode_tokens_per_cpu_second =
+      static_cast<double>(decode_tokens) /
+      (CpuAt(cpu_samples, last_end) - CpuAt(cpu_samples, last_first_token));
   result.mean_ttft = ttft_sum / n;
   engine->Shutdown();  // then the stats include the last step
   result.preemptions = engine->Stats().num_preemptions;
@@ -145,6 +183,8 @@ int Run(const Options& o) {
                                   {"wall_seconds", r->wall_seconds},
                                   {"output_tokens_per_second", r->output_tokens_per_second},
                                   {"decode_tokens_per_second", r->decode_tokens_per_second},
+                                  {"decode_tokens_per_cpu_second",
+                                   r->decode_tokens_per_cpu_second},
                                   {"mean_ttft_seconds", r->mean_ttft},
                                   {"peak_kv_usage", r->peak_kv_usage},
                                   {"preemptions", r->preemptions},
@@ -161,14 +201,24 @@ int Run(const Options& o) {
     });
     results.push_back(r[r.size() / 2]);
   }
-  std::fprintf(stderr, "%11s %8s %12s %12s %10s %8s %8s %11s %6s\n", "concurrency", "requests",
-               "output tok/s", "decode tok/s", "x single", "TTFT s", "peak KV", "preemptions",
-               "steps");
-  for (const Result& r : results) {
-    std::fprintf(stderr, "%11d %8d %12.1f %12.1f %10.2f %8.3f %7.1f%% %11lld %6lld\n",
+  // Medians of the CPU-time speed, on their own (not necessarily the same runs).
+  std::vector<double> cpu_speeds;
+  for (std::vector<Result>& r : runs) {
+    std::sort(r.begin(), r.end(), [](const Result& a, const Result& b) {
+      return a.decode_tokens_per_cpu_second < b.decode_tokens_per_cpu_second;
+    });
+    cpu_speeds.push_back(r[r.size() / 2].decode_tokens_per_cpu_second);
+  }
+  std::fprintf(stderr, "%11s %8s %12s %12s %10s %14s %10s %8s %8s %11s %6s\n", "concurrency",
+               "requests", "output tok/s", "decode tok/s", "x single", "decode tok/cpu-s",
+               "x single", "TTFT s", "peak KV", "preemptions", "steps");
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    std::fprintf(stderr, "%11d %8d %12.1f %12.1f %10.2f %16.1f %10.2f %8.3f %7.1f%% %11lld %6lld\n",
                  r.concurrency, r.requests, r.output_tokens_per_second, r.decode_tokens_per_second,
                  r.decode_tokens_per_second / results.front().decode_tokens_per_second,
-                 r.mean_ttft, 100.0 * r.peak_kv_usage, static_cast<long long>(r.preemptions),
+                 cpu_speeds[i], cpu_speeds[i] / cpu_speeds.front(), r.mean_ttft,
+                 100.0 * r.peak_kv_usage, static_cast<long long>(r.preemptions),
                  static_cast<long long>(r.steps));
   }
   return 0;
