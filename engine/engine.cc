@@ -118,14 +118,14 @@ void Engine::Loop() {
         sink(std::move(out));
       }
     }
-    {
-      const int waiting = core_->scheduler().Stats().num_waiting;
-      std::lock_guard<std::mutex> lock(inbox_mutex_);
-      num_waiting_in_scheduler_ = waiting;
-    }
+    CountWaiting();
     for (const RequestId id : inbox.aborted) core_->Abort(id);
     if (abort_all) core_->AbortAll();
-    const bool ran = core_->has_unfinished_requests() && core_->Step();
+    // Counted again once the step has admitted (or preempted) requests, before its events
+    // reach their clients: a client that answers its first token with a new request must
+    // find the request it saw start no longer counted as waiting (test_server_errors.py's
+    // full-queue test failed under load when the count was only refreshed after the step).
+    const bool ran = core_->has_unfinished_requests() && core_->Step([this] { CountWaiting(); });
     idle = !ran;
     if (core_->has_unfinished_requests()) {
       idle_checked = false;
@@ -138,6 +138,12 @@ void Engine::Loop() {
     num_waiting_in_scheduler_ = core_->scheduler().Stats().num_waiting;
     if (shutting_down_ && !core_->has_unfinished_requests() && inbox_.submitted.empty()) break;
   }
+}
+
+void Engine::CountWaiting() {
+  const int waiting = core_->scheduler().Stats().num_waiting;
+  std::lock_guard<std::mutex> lock(inbox_mutex_);
+  num_waiting_in_scheduler_ = waiting;
 }
 
 void Engine::PublishStats() {

@@ -139,6 +139,8 @@ class Engine {
 
   Engine(std::unique_ptr<EngineCore> core, int max_model_len, int vocab_size, int max_queue);
   void Loop();
+  // num_waiting_in_scheduler_ = the scheduler's queue now. Engine thread.
+  void CountWaiting();
   void PublishStats();
 
   std::unique_ptr<EngineCore> core_;  // touched only by the engine thread

@@ -215,9 +215,10 @@ void EngineCore::AbortAll() {
   for (const RequestId id : ids) Abort(id);
 }
 
-bool EngineCore::Step() {
+bool EngineCore::Step(const std::function<void()>& on_scheduled) {
   ReleaseHeldSequences();
   const SchedulerOutput step = scheduler_->Schedule();
+  if (on_scheduled) on_scheduled();
   if (step.empty()) return false;
   ++num_steps_;
   const Clock::time_point start = Clock::now();

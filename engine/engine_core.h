@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <random>
 #include <unordered_map>
@@ -49,8 +50,10 @@ class EngineCore {
   void AbortAll();
 
   // One iteration: schedule, run the forward pass, sample, update, emit. Returns false when
-  // nothing could run (idle, or waiting requests that do not fit yet).
-  bool Step();
+  // nothing could run (idle, or waiting requests that do not fit yet). `on_scheduled` runs
+  // once the step's batch is chosen and before any event is emitted: a sink's reader may
+  // react to an event at once, and must then see the scheduler's queue as it is.
+  bool Step(const std::function<void()>& on_scheduled = nullptr);
 
   bool has_unfinished_requests() const { return !outputs_.empty(); }
   // With no request left: the scheduler's invariants hold and no KV block is in use (every

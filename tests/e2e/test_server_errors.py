@@ -90,9 +90,10 @@ def test_beyond_max_queue_is_resource_exhausted():
                                    timeout=RPC_TIMEOUT_S)
 
         running = long_call("running")
-        next(running)  # it runs
+        next(running)  # it runs: from its first token on, it is not counted as waiting
         waiting = long_call("waiting")
-        s.wait_for_metrics(lambda m: m["tokenmill:num_requests_waiting"] == 1)
+        s.wait_for_metrics(lambda m: waiting.done() or m["tokenmill:num_requests_waiting"] == 1)
+        assert not waiting.done(), f"the second request was refused: {waiting.details()}"
         with pytest.raises(grpc.RpcError) as error:
             generate(s.stub, pb2.GenerateRequest(text="Hi", max_tokens=1))
         assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
