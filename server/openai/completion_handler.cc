@@ -22,8 +22,28 @@ int64_t UnixSeconds() {
       .count();
 }
 
+// Deeper bodies are refused: a value nested this deep is never meaningful, and dumping one
+// (tools are passed on as JSON text) recursed once per level until the stack overflowed
+// (100000 levels, 200 KB, crashed the gateway).
+constexpr int kMaxBodyNesting = 64;
+
 std::optional<HttpError> ParseBody(const HttpRequest& request, json& body) {
-  body = json::parse(request.body(), nullptr, /*allow_exceptions=*/false);
+  bool too_deep = false;
+  // Containers below the limit are skipped, not built; parsing itself does not recurse.
+  const auto limit_nesting = [&too_deep](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start ||
+         event == json::parse_event_t::array_start) &&
+        depth >= kMaxBodyNesting) {
+      too_deep = true;
+      return false;
+    }
+    return true;
+  };
+  body = json::parse(request.body(), limit_nesting, /*allow_exceptions=*/false);
+  if (too_deep) {
+    return BadRequest("the request body nests deeper than " + std::to_string(kMaxBodyNesting) +
+                      " levels of lists and objects");
+  }
   if (body.is_discarded()) {
     return BadRequest("the request body is not valid JSON");
   }

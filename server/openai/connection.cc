@@ -59,7 +59,13 @@ Connection::Connection(tcp::socket socket, GatewayContext& context)
     : socket_(std::move(socket)), context_(context), watch_done_(socket_.get_executor()) {}
 
 asio::awaitable<void> ServeConnection(std::shared_ptr<Connection> connection) {
-  co_await connection->Run();
+  // An exception outside a handler (e.g. std::bad_alloc while reading a body) would end the
+  // process from the I/O thread: it ends this connection only.
+  try {
+    co_await connection->Run();
+  } catch (const std::exception& e) {
+    spdlog::error("closing a connection after an unexpected error: {}", e.what());
+  }
 }
 
 std::string Connection::NewId(std::string_view prefix) {

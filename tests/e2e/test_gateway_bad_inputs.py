@@ -84,3 +84,41 @@ def test_bad_grpc_requests_do_not_disturb_a_running_request(server):
             assert error.value.code() == code, name
         beside, _, _ = running.result()
     assert beside == alone
+
+
+def nested(depth):
+    return "[" * depth + "]" * depth
+
+
+DEEP = [
+    # (path, raw body with {deep} for a value nested past the limit)
+    ("/v1/chat/completions",
+     '{"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": {deep}}'),
+    ("/v1/completions", '{"model": "m", "prompt": {deep}}'),
+    ("/v1/completions", '{"model": "m", "prompt": "Hi", "frobnicate": {deep}}'),
+    ("/tokenize", '{deep}'),
+]
+
+
+@pytest.mark.parametrize("path,template", DEEP, ids=[f"{p}-{i}" for i, (p, _) in enumerate(DEEP)])
+def test_deeply_nested_body_is_refused(gateway, path, template):
+    # 100000 levels are 200 KB, far under the body limit; dumping the tools recursed once per
+    # level and overflowed the gateway's stack (SIGSEGV) before bodies were limited to 64.
+    for depth in (65, 100_000):
+        body = template.replace("{deep}", nested(depth))
+        response = gateway.http.post(path, content=body,
+                                     headers={"content-type": "application/json"})
+        assert response.status_code == 400, response.text
+        assert "nests deeper than 64 levels" in response.json()["error"]["message"]
+    assert gateway.http.get("/health").status_code == 200
+
+
+def test_tools_nested_within_the_limit_reach_the_template(gateway):
+    # 63 levels of tools inside the body's object: 64 in all, accepted by the gateway; the
+    # server's template renders them.
+    model = model_name(gateway)
+    body = ('{"model": "%s", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, '
+            '"tools": %s}' % (model, nested(63)))
+    response = gateway.http.post("/v1/chat/completions", content=body,
+                                 headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text
