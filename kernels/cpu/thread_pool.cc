@@ -35,9 +35,33 @@ void WaitUntil(const Done& done) {
   }
 }
 
+// Takes the front chunk of a run (own) or its back chunk (stolen); false when it is empty.
+bool TakeFront(std::atomic<uint64_t>& bounds, int64_t& chunk) {
+  uint64_t b = bounds.load(std::memory_order_relaxed);
+  while ((b & 0xffffffffu) < (b >> 32)) {
+    if (bounds.compare_exchange_weak(b, b + 1, std::memory_order_relaxed)) {
+      chunk = static_cast<int64_t>(b & 0xffffffffu);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool TakeBack(std::atomic<uint64_t>& bounds, int64_t& chunk) {
+  uint64_t b = bounds.load(std::memory_order_relaxed);
+  while ((b & 0xffffffffu) < (b >> 32)) {
+    if (bounds.compare_exchange_weak(b, b - (uint64_t{1} << 32), std::memory_order_relaxed)) {
+      chunk = static_cast<int64_t>(b >> 32) - 1;
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+ThreadPool::ThreadPool(int num_threads)
+    : num_threads_(std::max(1, num_threads)), runs_(new Run[static_cast<size_t>(num_threads_)]) {
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
@@ -48,12 +72,22 @@ ThreadPool::~ThreadPool() {
   for (std::thread& worker : workers_) worker.join();
 }
 
-void ThreadPool::TakeChunks() {
-  for (int64_t i = next_chunk_.fetch_add(1, std::memory_order_relaxed); i < n_chunks_;
-       i = next_chunk_.fetch_add(1, std::memory_order_relaxed)) {
-    (*chunk_fn_)(i);
-    done_chunks_.fetch_add(1, std::memory_order_release);
+void ThreadPool::TakeChunks(int slot) {
+  int64_t done = 0;
+  int64_t chunk = 0;
+  while (TakeFront(runs_[slot].bounds, chunk)) {
+    (*chunk_fn_)(chunk);
+    ++done;
   }
+  for (int i = 1; i < num_threads_; ++i) {
+    std::atomic<uint64_t>& victim = runs_[(slot + i) % num_threads_].bounds;
+    while (TakeBack(victim, chunk)) {
+      (*chunk_fn_)(chunk);
+      ++done;
+    }
+  }
+  // Once per thread and job (release: the chunks' outputs are visible to the caller).
+  if (done > 0) done_chunks_.fetch_add(done, std::memory_order_release);
 }
 
 void ThreadPool::RunChunks(int64_t n_chunks, const std::function<void(int64_t)>& chunk) {
@@ -62,16 +96,20 @@ void ThreadPool::RunChunks(int64_t n_chunks, const std::function<void(int64_t)>&
     for (int64_t i = 0; i < n_chunks; ++i) chunk(i);
     return;
   }
+  TM_CHECK_LT(n_chunks, int64_t{1} << 31);
   chunk_fn_ = &chunk;
-  n_chunks_ = n_chunks;
-  next_chunk_.store(0, std::memory_order_relaxed);
+  for (int i = 0; i < num_threads_; ++i) {
+    const uint64_t front = static_cast<uint64_t>(n_chunks * i / num_threads_);
+    const uint64_t back = static_cast<uint64_t>(n_chunks * (i + 1) / num_threads_);
+    runs_[i].bounds.store((back << 32) | front, std::memory_order_relaxed);
+  }
   done_chunks_.store(0, std::memory_order_relaxed);
   const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
   // Open the job (release: the fields above are visible to a worker that joins it).
   state_.store((generation << 32) | kOpen, std::memory_order_release);
   generation_.store(generation, std::memory_order_release);
   generation_.notify_all();
-  TakeChunks();
+  TakeChunks(0);
   WaitUntil([&] { return done_chunks_.load(std::memory_order_acquire) == n_chunks; });
   // Close the job so late workers stay out, then wait for those inside to leave.
   state_.fetch_and(~kOpen, std::memory_order_acq_rel);
@@ -92,17 +130,18 @@ void ThreadPool::WorkerLoop() {
     }
     seen = now;
     if (stop_.load(std::memory_order_acquire)) return;
-    // Join the job only while it is still open and still the one we were woken for.
+    // Join the job only while it is still open and still the one we were woken for; the
+    // n-th worker to join takes run n (any run left untaken is stolen by the others).
     uint64_t state = state_.load(std::memory_order_acquire);
-    bool joined = false;
+    int slot = 0;
     while ((state >> 32) == (now & 0xffffffffu) && (state & kOpen) != 0) {
       if (state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel)) {
-        joined = true;
+        slot = static_cast<int>(state & kCountMask) + 1;
         break;
       }
     }
-    if (!joined) continue;
-    TakeChunks();
+    if (slot == 0) continue;
+    TakeChunks(slot);
     state_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }

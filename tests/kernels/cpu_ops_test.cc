@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -95,6 +97,45 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(KvTypeName(std::get<0>(param_info.param))) + "_d" +
              std::to_string(std::get<1>(param_info.param));
     });
+
+TEST(PagedAttentionTest, ADecodeTokenAloneEqualsItselfInABatchBitForBit) {
+  // Alone, a decode token's heads are split over the threads one by one (too few GQA groups
+  // to share); in the batch each unit is a whole group. The sums must not change.
+  for (KvType kv_type : {KvType::kF16, KvType::kF32, KvType::kInt8}) {
+    AttentionSetup s(64);
+    std::mt19937 rng(9);
+    const int64_t row = s.kKvHeads * s.head_dim;
+    const size_t elements = 11 * s.kBlockSize * row;
+    std::vector<uint8_t> k_mem(elements * KvElementBytes(kv_type)), v_mem(k_mem.size());
+    std::vector<float> k_scale(11 * s.kBlockSize * s.kKvHeads), v_scale(k_scale.size());
+    const bool int8 = kv_type == KvType::kInt8;
+    const PagedKvLayer kv{kv_type,    k_mem.data(), v_mem.data(),
+                          11,         s.kBlockSize, s.kKvHeads,
+                          s.head_dim, int8 ? k_scale.data() : nullptr,
+                          int8 ? v_scale.data() : nullptr};
+    std::vector<int64_t> all_slots(11 * s.kBlockSize);
+    std::iota(all_slots.begin(), all_slots.end(), 0);
+    StoreKv(kv, all_slots, Random(elements, rng).data(), Random(elements, rng).data());
+    const int64_t q_row = s.kHeads * s.head_dim;
+    const std::vector<float> q = Random(14 * q_row, rng);
+    ThreadPool pool(2);
+    const CpuContext ctx{&KernelTable(BestCpuIsa()), &pool};
+    std::vector<float> batch_out(q.size());
+    PagedAttention(ctx, kv, s.batch(), q.data(), s.kHeads, 0.2f, batch_out.data());
+    // The decode token (the batch's last) alone: sequence 1's blocks, position 20.
+    const std::vector<int32_t> positions = {20}, cu_seqlens = {0, 1}, kv_indptr = {0, 6},
+                               kv_indices(s.kv_indices.begin() + 5, s.kv_indices.end()),
+                               last_len = {1};
+    const std::vector<int64_t> slots = {s.slots.back()};
+    const RaggedBatch alone{positions, cu_seqlens, slots, kv_indptr, kv_indices, last_len};
+    ASSERT_TRUE(ValidateRaggedBatch(alone, s.kBlockSize, 11).ok());
+    std::vector<float> alone_out(static_cast<size_t>(q_row));
+    PagedAttention(ctx, kv, alone, q.data() + 13 * q_row, s.kHeads, 0.2f, alone_out.data());
+    for (int64_t i = 0; i < q_row; ++i) {
+      ASSERT_EQ(alone_out[i], batch_out[13 * q_row + i]) << KvTypeName(kv_type) << " at " << i;
+    }
+  }
+}
 
 TEST(PagedAttentionTest, TheReferenceAttendsCausallyOverTheSequenceOnly) {
   // One KV head, head size 1, K = 0 everywhere: uniform attention, so the output is the
@@ -187,6 +228,25 @@ TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
         });
       }
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 20) << threads << " " << n << " " << i;
+    }
+  }
+}
+
+TEST(ThreadPoolTest, ASlowThreadsRunIsStolenAndEveryChunkRunsOnce) {
+  // The caller's first chunk is slow: the workers finish their own runs, then steal the rest
+  // of the caller's run from its back while it is busy.
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    for (int rep = 0; rep < 5; ++rep) {
+      std::vector<std::atomic<int>> hits(40);
+      const std::thread::id caller = std::this_thread::get_id();
+      pool.RunChunks(40, [&](int64_t i) {
+        if (i == 0 && std::this_thread::get_id() == caller) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        hits[i].fetch_add(1);
+      });
+      for (int i = 0; i < 40; ++i) ASSERT_EQ(hits[i].load(), 1) << threads << " " << i;
     }
   }
 }
