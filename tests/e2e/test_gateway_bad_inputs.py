@@ -2,6 +2,7 @@
 /detokenize bodies, chat message fields, wrong JSON types; and none of them, nor any bad gRPC
 request of test_server_errors.py, disturbs a request running beside them."""
 import concurrent.futures
+import socket
 
 import grpc
 import pytest
@@ -122,3 +123,43 @@ def test_tools_nested_within_the_limit_reach_the_template(gateway):
     response = gateway.http.post("/v1/chat/completions", content=body,
                                  headers={"content-type": "application/json"})
     assert response.status_code == 200, response.text
+
+
+def exchange(port, head, chunks=()):
+    """Sends raw bytes, then reads the answer until the gateway closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(head)
+        for chunk in chunks:
+            s.sendall(chunk)
+        answer = b""
+        while data := s.recv(65536):
+            answer += data
+        return answer
+
+
+POST = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+BAD_HTTP = [
+    # (request head and body, status line, words of the JSON message)
+    (POST + b"X-Big: " + b"a" * 70000 + b"\r\nContent-Length: 2\r\n\r\n{}", b"400",
+     b"header limit exceeded"),
+    (POST + b"Content-Length: abc\r\n\r\n{}", b"400", b"bad Content-Length"),
+    (POST + b"Content-Length: 2\r\nContent-Length: 7\r\n\r\n{}", b"400", b"bad Content-Length"),
+    (POST + b"Content-Length: 99999999999999999999999\r\n\r\n{}", b"400", b"bad Content-Length"),
+]
+
+
+@pytest.mark.parametrize("request_,status,words", BAD_HTTP,
+                         ids=["big header", "length not a number", "two lengths", "huge length"])
+def test_malformed_http_gets_a_json_400_and_a_closed_connection(gateway, request_, status, words):
+    answer = exchange(gateway.port, request_)  # returns once the gateway closed
+    assert answer.startswith(b"HTTP/1.1 " + status), answer[:200]
+    assert b"Connection: close" in answer and words in answer, answer[:300]
+
+
+def test_chunked_body_over_the_limit_is_a_413(gateway):
+    # No Content-Length to refuse up front: the limit (8 MiB by default) holds while reading.
+    chunk = b"%x\r\n" % 65536 + b"a" * 65536 + b"\r\n"
+    answer = exchange(gateway.port, POST + b"Transfer-Encoding: chunked\r\n\r\n",
+                      [chunk] * 129 + [b"0\r\n\r\n"])
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"request_too_large" in answer
