@@ -2,6 +2,7 @@
 request kind of the mix runs, every request ends as its kind allows (none hangs), and at idle no
 KV block is in use, the engine's idle self-check passed, the gateway holds nothing, both
 processes are the ones started and healthy, and their RSS stayed bounded after the warm-up."""
+import load_mix
 import soak
 
 
@@ -12,7 +13,7 @@ def test_short_soak_keeps_every_promise(tmp_path):
     report = soak.soak(args)
     soak.print_summary(report)
     assert report["problems"] == []
-    assert set(report["by_kind"]) == set(soak.MIX)
+    assert set(report["by_kind"]) == set(load_mix.MIX)
     for outcome in ("finished", "client_abort", "rejected"):
         assert report["by_outcome"].get(outcome, 0) > 0, report["by_outcome"]
     assert report["idle"]["kv_blocks_in_use"] == 0
