@@ -1,5 +1,6 @@
 #include "server/openai/completion_handler.h"
 
+#include <google/protobuf/message_lite.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -48,6 +49,21 @@ std::optional<HttpError> ParseBody(const HttpRequest& request, json& body) {
     return BadRequest("the request body is not valid JSON");
   }
   return std::nullopt;
+}
+
+// tokenmill-server receives gRPC messages up to gRPC's default 4 MiB. A bigger one comes back
+// as RESOURCE_EXHAUSTED, which the client would see as a full queue (429: retry), though no
+// retry can help: refused here as too large.
+constexpr size_t kMaxBackendMessageBytes = 4 * 1024 * 1024;
+
+std::optional<HttpError> TooLargeForBackend(const google::protobuf::MessageLite& message) {
+  const size_t bytes = message.ByteSizeLong();
+  if (bytes <= kMaxBackendMessageBytes) return std::nullopt;
+  return MakeError(413,
+                   "the request is " + std::to_string(bytes) +
+                       " bytes as a gRPC message; tokenmill-server takes at most " +
+                       std::to_string(kMaxBackendMessageBytes) + ": shorten the prompt",
+                   "invalid_request_error", "", "request_too_large");
 }
 
 HttpError ModelNotFound(const std::string& model) {
@@ -140,6 +156,9 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
   CompletionRequest parsed;
   std::optional<HttpError> error = ParseBody(request, body);
   if (!error) error = ParseCompletionRequest(body, endpoint, parsed);
+  for (size_t i = 0; !error && i < parsed.generates.size(); ++i) {
+    error = TooLargeForBackend(parsed.generates[i]);
+  }
   if (error) {
     co_await connection.WriteError(request, *error);
     co_return;
@@ -336,6 +355,7 @@ asio::awaitable<void> HandleTokenize(Connection& connection, const HttpRequest& 
   TokenizeCall call;
   std::optional<HttpError> error = ParseBody(request, body);
   if (!error) error = ParseTokenizeRequest(body, call);
+  if (!error) error = TooLargeForBackend(call.request);
   if (error) {
     co_await connection.WriteError(request, *error);
     co_return;
@@ -366,6 +386,7 @@ asio::awaitable<void> HandleDetokenize(Connection& connection, const HttpRequest
   DetokenizeCall call;
   std::optional<HttpError> error = ParseBody(request, body);
   if (!error) error = ParseDetokenizeRequest(body, call);
+  if (!error) error = TooLargeForBackend(call.request);
   if (error) {
     co_await connection.WriteError(request, *error);
     co_return;

@@ -163,3 +163,20 @@ def test_chunked_body_over_the_limit_is_a_413(gateway):
                       [chunk] * 129 + [b"0\r\n\r\n"])
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     assert b"request_too_large" in answer
+
+
+def test_prompt_over_the_servers_message_limit_is_a_413(gateway):
+    # 5 MiB of text: under the gateway's 8 MiB body limit, over the 4 MiB gRPC message
+    # tokenmill-server receives. Its RESOURCE_EXHAUSTED used to come back as a 429 queue_full
+    # with Retry-After, which clients retry in vain.
+    model = model_name(gateway)
+    text = "word " * (1 << 20)
+    for path, body in (("/v1/completions", {"model": model, "prompt": text, "max_tokens": 1}),
+                       ("/v1/chat/completions", {"model": model, "messages": user(text),
+                                                 "max_tokens": 1}),
+                       ("/tokenize", {"model": model, "prompt": text})):
+        response = gateway.http.post(path, json=body)
+        assert response.status_code == 413, response.text[:300]
+        error = response.json()["error"]
+        assert error["code"] == "request_too_large", error
+        assert "tokenmill-server takes at most 4194304" in error["message"], error
