@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/half.h"
 #include "kernels/tensor_type.h"
@@ -51,6 +53,11 @@ class Ggml {
   Ggml& operator=(const Ggml&) = delete;
   bool loaded() const { return traits_ != nullptr; }
   const GgmlTypeTraitsCpu& traits(int type) const { return *traits_(type); }
+  // An exported function of libggml-cpu.so, or nullptr.
+  template <typename Function>
+  Function function(const char* name) const {
+    return handle_ != nullptr ? reinterpret_cast<Function>(dlsym(handle_, name)) : nullptr;
+  }
 
  private:
   void* handle_ = nullptr;
@@ -160,6 +167,37 @@ TEST_P(GgmlMatmulParityTest, EveryOutputEqualsGgmlVecDot) {
         ASSERT_EQ(y[i], expected[i]) << IsaName(isa) << " " << NameOf(c.type) << " rows " << rows
                                      << " cols " << cols << " tokens " << tokens << " at " << i;
       }
+    }
+  }
+}
+
+// SwiGlu (vectorized where the CPU has AVX2) against ggml_vec_swiglu_f32, bit for bit, on
+// rows of the model's sizes, with gates from the usual range out to where e^-g leaves
+// float's normal range (|n| > 126) and overflows (|n| > 192).
+TEST(GgmlParityTest, SwiGluEqualsGgmlVecSwiglu) {
+  Ggml ggml;
+  using GgmlVecSwiglu = void (*)(int n, float* y, const float* x, const float* g);
+  const auto swiglu = ggml.function<GgmlVecSwiglu>("ggml_vec_swiglu_f32");
+  if (swiglu == nullptr) GTEST_SKIP() << "libggml-cpu.so's ggml_vec_swiglu_f32 not found";
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_real_distribution<float> wide(-200.0f, 200.0f);
+  for (const int64_t n : {1536, 576, 64}) {
+    const int64_t rows = 7;
+    std::vector<float> gate(static_cast<size_t>(rows * n)), up(gate.size());
+    for (size_t i = 0; i < gate.size(); ++i) {
+      gate[i] = i % 5 == 0 ? wide(rng) : normal(rng);
+      up[i] = normal(rng);
+    }
+    std::vector<float> expected(gate.size()), out(gate.size(), NAN);
+    for (int64_t r = 0; r < rows; ++r) {
+      swiglu(static_cast<int>(n), expected.data() + r * n, gate.data() + r * n, up.data() + r * n);
+    }
+    SwiGlu(gate.data(), up.data(), rows, n, out.data());
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(expected[i]))
+          << "n " << n << " at " << i << " gate " << gate[i] << ": " << out[i] << " vs "
+          << expected[i];
     }
   }
 }
