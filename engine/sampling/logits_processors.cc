@@ -1,8 +1,13 @@
 #include "engine/sampling/logits_processors.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "common/check.h"
 
@@ -65,13 +70,48 @@ void ApplyLogitBias(std::span<float> logits, std::span<const std::pair<TokenId, 
   }
 }
 
+// The id a left-to-right scan keeping the first strictly larger logit ends on, in two
+// vector passes (the scan's index chain is serial): the largest logit that is not NaN, then
+// its first position. A NaN first logit is never beaten in that scan.
 TokenId Argmax(std::span<const float> logits) {
   TM_CHECK(!logits.empty());
-  size_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = i;
+  const float* x = logits.data();
+  const size_t n = logits.size();
+  if (std::isnan(x[0])) return 0;
+  float best = x[0];
+  size_t i = 0;
+#if defined(__SSE2__)
+  // max_ps(v, m) is v > m ? v : m lane by lane (a NaN v keeps m).
+  constexpr size_t kStep = 16;
+  __m128 m[4];
+  for (__m128& v : m) v = _mm_set1_ps(best);
+  for (; i + kStep <= n; i += kStep) {
+    for (int k = 0; k < 4; ++k) m[k] = _mm_max_ps(_mm_loadu_ps(x + i + 4 * k), m[k]);
   }
-  return static_cast<TokenId>(best);
+  float lanes[kStep];
+  for (int k = 0; k < 4; ++k) _mm_storeu_ps(lanes + 4 * k, m[k]);
+  for (float v : lanes) best = v > best ? v : best;
+#endif
+  for (size_t j = i; j < n; ++j) best = x[j] > best ? x[j] : best;
+  i = 0;
+#if defined(__SSE2__)
+  const __m128 target = _mm_set1_ps(best);
+  for (; i + kStep <= n; i += kStep) {
+    int hits = 0;
+    for (int k = 0; k < 4; ++k) {
+      hits |= _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i + 4 * k), target)) << (4 * k);
+    }
+    if (hits != 0) {
+      const int first = std::countr_zero(static_cast<unsigned>(hits));
+      return static_cast<TokenId>(i + static_cast<size_t>(first));
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    if (x[i] == best) return static_cast<TokenId>(i);
+  }
+  TM_CHECK(false) << "the largest logit " << best << " was not found";
+  return 0;
 }
 
 bool SoftmaxWithTemperature(std::span<const float> logits, double temperature,

@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -36,6 +39,35 @@ TEST(SamplerTest, GreedyIsTheRawArgmaxWithTheLowestIdOnTies) {
   EXPECT_EQ(sampler.Sample(logits, Context(params, {1}, {})).token_id, 1);
   EXPECT_EQ(Probs(sampler, logits, Context(params, {1}, {})),
             (std::vector<float>{0, 1, 0, 0}));
+}
+
+// Argmax against its definition (a left-to-right scan keeping the first strictly larger
+// logit) on vocabulary-sized rows with many ties, -inf, NaN and a maximum in every position
+// class relative to its vectorized passes (first, last, block edges).
+TEST(SamplerTest, ArgmaxIsTheFirstStrictlyLargestLogitOfALeftToRightScan) {
+  auto scan = [](const std::vector<float>& x) {
+    size_t best = 0;
+    for (size_t i = 1; i < x.size(); ++i) {
+      if (x[i] > x[best]) best = i;
+    }
+    return static_cast<TokenId>(best);
+  };
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> level(-3, 3);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  for (size_t n : {size_t{1}, size_t{15}, size_t{17}, size_t{64}, size_t{100}, size_t{49152}}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> x(n);
+      for (float& v : x) v = static_cast<float>(level(rng));  // many ties
+      const size_t at = trial % 4 == 0 ? 0 : trial % 4 == 1 ? n - 1 : rng() % n;
+      if (trial % 5 == 0) x[at] = 7.0f;
+      if (trial % 7 == 0) x[rng() % n] = nan;
+      if (trial % 11 == 0) x[0] = nan;
+      if (trial % 13 == 0) std::fill(x.begin(), x.end(), -inf);
+      if (trial % 17 == 0) x[rng() % n] = -0.0f;
+      ASSERT_EQ(Argmax(x), scan(x)) << "n " << n << " trial " << trial;
+    }
+  }
 }
 
 TEST(SamplerTest, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
