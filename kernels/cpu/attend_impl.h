@@ -97,8 +97,153 @@ inline float DotF16LikeGgml(const float* q, const uint16_t* k, int64_t n) {
   return static_cast<float>(sum);
 }
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+// ReduceGgmlLanes of 8 vectors x[0..8) (each already (a0 + a2) + (a1 + a3)) at once, in the
+// same order: each vector's halves added, then its pairs twice; returns the 8 sums in order.
+inline __m256 ReduceGgmlHalves8(const __m256 (&x)[8]) {
+  __m256 h[4];  // h[i]: the 4-lane halves' sums of x[2i] (low 128 bits) and x[2i + 1]
+  for (int i = 0; i < 4; ++i) {
+    h[i] = _mm256_add_ps(_mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x20),
+                         _mm256_permute2f128_ps(x[2 * i], x[2 * i + 1], 0x31));
+  }
+  const __m256 pairs01 = _mm256_hadd_ps(h[0], h[1]);     // x0 x0 x2 x2 | x1 x1 x3 x3
+  const __m256 pairs23 = _mm256_hadd_ps(h[2], h[3]);     // x4 x4 x6 x6 | x5 x5 x7 x7
+  const __m256 sums = _mm256_hadd_ps(pairs01, pairs23);  // x0 x2 x4 x6 | x1 x3 x5 x7
+  return _mm256_permutevar8x32_ps(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+inline __m256 LoadHalf8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// AttendF16LikeGgml for G query heads of a GQA group (head size a multiple of 32), the same
+// sums with fewer instructions: each K/V row converted from f16 once for the G heads, K·q
+// eight positions at a time (one reduction for eight), and each of the 32 V lanes
+// accumulated over its positions (j ≡ lane mod 32) in registers, 32 output elements at a
+// time, where the generic loop loaded and stored every lane at each position.
+// row_offsets[j]: KvRowOffset(a, j); lanes: G × 32 × head_dim floats of scratch.
+template <int G>
+void AttendF16HeadsLikeGgml(const AttendArgs& a, int first, const int64_t* row_offsets,
+                            float* lanes) {
+  const int64_t d = a.head_dim;
+  const int32_t len = a.len;
+  const auto* k = static_cast<const uint16_t*>(a.k);
+  const auto* v = static_cast<const uint16_t*>(a.v);
+  const float* q = a.q_group + first * d;
+  float* scores = a.scores + static_cast<int64_t>(first) * len;
+  const __m256 scale = _mm256_set1_ps(a.scale);
+  for (int32_t j0 = 0; j0 < len; j0 += 8) {
+    const int n = std::min<int32_t>(8, len - j0);
+    __m256 x[G][8];
+    for (int jj = 0; jj < 8; ++jj) {
+      __m256 acc[G][4];
+      for (int g = 0; g < G; ++g) {
+        for (int r = 0; r < 4; ++r) acc[g][r] = _mm256_setzero_ps();
+      }
+      if (jj < n) {
+        const uint16_t* row = k + row_offsets[j0 + jj];
+        for (int64_t i = 0; i < d; i += 32) {
+          __m256 kv[4];
+          for (int r = 0; r < 4; ++r) kv[r] = LoadHalf8(row + i + 8 * r);
+          for (int g = 0; g < G; ++g) {
+            for (int r = 0; r < 4; ++r) {
+              acc[g][r] =
+                  _mm256_fmadd_ps(kv[r], _mm256_loadu_ps(q + g * d + i + 8 * r), acc[g][r]);
+            }
+          }
+        }
+      }
+      for (int g = 0; g < G; ++g) {
+        x[g][jj] = _mm256_add_ps(_mm256_add_ps(acc[g][0], acc[g][2]),
+                                 _mm256_add_ps(acc[g][1], acc[g][3]));
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const __m256 dots = _mm256_mul_ps(ReduceGgmlHalves8(x[g]), scale);
+      float* p = scores + static_cast<int64_t>(g) * len + j0;
+      if (n == 8) {
+        _mm256_storeu_ps(p, dots);
+      } else {
+        float tail[8];
+        _mm256_storeu_ps(tail, dots);
+        std::copy(tail, tail + n, p);
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    float* p = scores + static_cast<int64_t>(g) * len;
+    SoftmaxLikeGgml(std::span<float>(p, static_cast<size_t>(len)));
+    // llama.cpp multiplies V by the probabilities rounded to f16.
+    for (int32_t j = 0; j < len; ++j) p[j] = _cvtsh_ss(_cvtss_sh(p[j], _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (int64_t c0 = 0; c0 < d; c0 += 32) {
+    for (int l = 0; l < 32; ++l) {
+      __m256 acc[G][4];
+      for (int g = 0; g < G; ++g) {
+        for (int c = 0; c < 4; ++c) acc[g][c] = _mm256_setzero_ps();
+      }
+      for (int32_t j = l; j < len; j += 32) {
+        const uint16_t* row = v + row_offsets[j] + c0;
+        __m256 vv[4];
+        for (int c = 0; c < 4; ++c) vv[c] = LoadHalf8(row + 8 * c);
+        for (int g = 0; g < G; ++g) {
+          const __m256 pj = _mm256_broadcast_ss(scores + static_cast<int64_t>(g) * len + j);
+          for (int c = 0; c < 4; ++c) acc[g][c] = _mm256_fmadd_ps(pj, vv[c], acc[g][c]);
+        }
+      }
+      for (int g = 0; g < G; ++g) {
+        for (int c = 0; c < 4; ++c) {
+          _mm256_storeu_ps(lanes + (g * 32 + l) * d + c0 + 8 * c, acc[g][c]);
+        }
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    float* out = a.out_group + (first + g) * d;
+    for (int64_t i = 0; i < d; i += 8) {
+      _mm256_storeu_ps(out + i, ReduceGgmlLanes8(lanes + g * 32 * d + i, d));
+    }
+  }
+}
+
+// Row offsets of positions [0, len) block by block (no division per position).
+inline void KvRowOffsets(const AttendArgs& a, int64_t* offsets) {
+  const int64_t row = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;
+  for (int32_t j0 = 0, b = 0; j0 < a.len; j0 += a.block_size, ++b) {
+    const int64_t base = static_cast<int64_t>(a.blocks[b]) * a.block_size * row +
+                         static_cast<int64_t>(a.kv_head) * a.head_dim;
+    const int32_t n = std::min(a.block_size, a.len - j0);
+    for (int32_t o = 0; o < n; ++o) offsets[j0 + o] = base + o * row;
+  }
+}
+
+// The group's heads up to three at a time (registers); which heads share a pass does not
+// change their sums.
+inline void AttendF16LikeGgmlSimd(const AttendArgs& a) {
+  std::vector<int64_t> row_offsets(static_cast<size_t>(a.len));
+  KvRowOffsets(a, row_offsets.data());
+  std::vector<float> lanes(static_cast<size_t>(3 * 32 * a.head_dim));
+  for (int first = 0; first < a.group;) {
+    const int left = a.group - first;
+    const int g = left == 4 ? 2 : std::min(left, 3);
+    switch (g) {
+      case 3: AttendF16HeadsLikeGgml<3>(a, first, row_offsets.data(), lanes.data()); break;
+      case 2: AttendF16HeadsLikeGgml<2>(a, first, row_offsets.data(), lanes.data()); break;
+      default: AttendF16HeadsLikeGgml<1>(a, first, row_offsets.data(), lanes.data()); break;
+    }
+    first += g;
+  }
+}
+#endif
+
 template <typename Ops>
 void AttendF16LikeGgml(const AttendArgs& a) {
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  if (a.head_dim % 32 == 0) {
+    AttendF16LikeGgmlSimd(a);
+    return;
+  }
+#endif
   const int64_t d = a.head_dim;
   const int64_t len = a.len;
   const auto* k = static_cast<const uint16_t*>(a.k);

@@ -136,35 +136,26 @@ void PagedAttention(const CpuContext& ctx, const PagedKvLayer& kv, const RaggedB
   const int group = n_heads / kv.n_kv_heads;
   const int64_t d = kv.head_dim;
   const CpuKernelTable& k = *ctx.kernels;
-  // A unit is one token's GQA group (its query heads share each K/V row), or, when that
-  // gives too few units to keep the threads busy (one decode token: 3 groups for 2 threads
-  // leave one idle a third of the time), a single query head. Each head's sums are the same
-  // either way.
-  const int threads = ctx.pool == nullptr ? 1 : ctx.pool->num_threads();
-  const int64_t groups = b.num_tokens() * kv.n_kv_heads;
-  const int heads_per_unit = groups < 4 * threads ? 1 : group;
-  const int units_per_token = n_heads / heads_per_unit;
+  const int64_t units = b.num_tokens() * kv.n_kv_heads;
   // Small chunks taken dynamically: a causal prefill's late tokens attend over more
   // positions, so fixed equal ranges would leave threads idle.
-  ParallelFor(ctx.pool, b.num_tokens() * units_per_token, 1, [&](int64_t begin, int64_t end) {
+  ParallelFor(ctx.pool, units, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, q_rounded;
     for (int64_t u = begin; u < end; ++u) {
-      const int64_t t = u / units_per_token;
-      const int first_head = static_cast<int>(u % units_per_token) * heads_per_unit;
-      const int kv_head = first_head / group;
+      const int64_t t = u / kv.n_kv_heads;
+      const int kv_head = static_cast<int>(u % kv.n_kv_heads);
       const int32_t* blocks = b.kv_indices.data() + b.kv_indptr[seq_of[t]];
       const int32_t len = b.positions[t] + 1;
-      scores.resize(static_cast<size_t>(heads_per_unit) * len);
-      const float* q_heads = q + (t * n_heads + first_head) * d;
+      scores.resize(static_cast<size_t>(group) * len);
+      const float* q_group = q + (t * n_heads + kv_head * group) * d;
       if (kv.type == KvType::kF16) {
-        q_rounded.resize(static_cast<size_t>(heads_per_unit * d));
-        for (int64_t i = 0; i < heads_per_unit * d; ++i) q_rounded[i] = RoundToHalf(q_heads[i]);
-        q_heads = q_rounded.data();
+        q_rounded.resize(static_cast<size_t>(group * d));
+        for (int64_t i = 0; i < group * d; ++i) q_rounded[i] = RoundToHalf(q_group[i]);
+        q_group = q_rounded.data();
       }
       k.attend(AttendArgs{kv.k, kv.v, kv.type, kv.k_scale, kv.v_scale, kv.block_size,
-                          kv.n_kv_heads, kv.head_dim, blocks, len, kv_head, q_heads,
-                          heads_per_unit, scale, scores.data(),
-                          out + (t * n_heads + first_head) * d});
+                          kv.n_kv_heads, kv.head_dim, blocks, len, kv_head, q_group, group, scale,
+                          scores.data(), out + (t * n_heads + kv_head * group) * d});
     }
   });
 }

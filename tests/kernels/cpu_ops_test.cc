@@ -99,8 +99,8 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(PagedAttentionTest, ADecodeTokenAloneEqualsItselfInABatchBitForBit) {
-  // Alone, a decode token's heads are split over the threads one by one (too few GQA groups
-  // to share); in the batch each unit is a whole group. The sums must not change.
+  // Alone, the token's GQA groups are the only units of the pool's job; in the batch they
+  // fall in other chunks and threads. The sums must not change (DESIGN.md, Determinism).
   for (KvType kv_type : {KvType::kF16, KvType::kF32, KvType::kInt8}) {
     AttentionSetup s(64);
     std::mt19937 rng(9);
@@ -133,6 +133,75 @@ TEST(PagedAttentionTest, ADecodeTokenAloneEqualsItselfInABatchBitForBit) {
     PagedAttention(ctx, kv, alone, q.data() + 13 * q_row, s.kHeads, 0.2f, alone_out.data());
     for (int64_t i = 0; i < q_row; ++i) {
       ASSERT_EQ(alone_out[i], batch_out[13 * q_row + i]) << KvTypeName(kv_type) << " at " << i;
+    }
+  }
+}
+
+// ggml_vec_dot_f16's sum (AVX2): element i in lane i mod 32 by fused multiply-adds, the
+// lanes added as (l + 16 + l) + (8 + l + 24 + l) for l < 8, then halves, then pairs.
+float GgmlDotOrder(const std::vector<float>& a, const std::vector<float>& b) {
+  float lane[32] = {};
+  for (size_t i = 0; i < a.size(); ++i) lane[i % 32] = std::fma(a[i], b[i], lane[i % 32]);
+  float x[8];
+  for (int l = 0; l < 8; ++l) x[l] = (lane[l] + lane[16 + l]) + (lane[8 + l] + lane[24 + l]);
+  const float h0 = x[0] + x[4], h1 = x[1] + x[5], h2 = x[2] + x[6], h3 = x[3] + x[7];
+  return (h0 + h1) + (h2 + h3);
+}
+
+TEST(PagedAttentionTest, F16DecodeIsLlamaCppsOrderBitForBit) {
+  // One token at position 74 over 75 positions in scattered blocks (more than 32 positions,
+  // so each V lane sums several), 9 query heads over 3 KV heads of 64, as SmolLM2 decodes.
+  constexpr int kBlock = 4, kBlocks = 19, kHeads = 9, kKvHeads = 3, kDim = 64, kLen = 75;
+  std::vector<int32_t> blocks(kBlocks);
+  for (int b = 0; b < kBlocks; ++b) blocks[b] = (b * 7) % kBlocks;
+  const std::vector<int32_t> positions = {kLen - 1}, cu_seqlens = {0, 1},
+                             kv_indptr = {0, kBlocks}, last_len = {kLen - (kBlocks - 1) * kBlock};
+  const std::vector<int64_t> slots = {int64_t{blocks[(kLen - 1) / kBlock]} * kBlock +
+                                      (kLen - 1) % kBlock};
+  const RaggedBatch batch{positions, cu_seqlens, slots, kv_indptr, blocks, last_len};
+  ASSERT_TRUE(ValidateRaggedBatch(batch, kBlock, kBlocks).ok());
+  std::mt19937 rng(17);
+  const int64_t row = kKvHeads * kDim, elements = int64_t{kBlocks} * kBlock * row;
+  std::vector<uint16_t> k(elements), v(elements);
+  const PagedKvLayer kv{KvType::kF16, k.data(), v.data(), kBlocks, kBlock, kKvHeads, kDim,
+                        nullptr, nullptr};
+  std::vector<int64_t> all_slots(kBlocks * kBlock);
+  std::iota(all_slots.begin(), all_slots.end(), 0);
+  StoreKv(kv, all_slots, Random(elements, rng).data(), Random(elements, rng).data());
+  const std::vector<float> q = Random(kHeads * kDim, rng);
+  const float scale = 0.125f;
+  auto kv_at = [&](const std::vector<uint16_t>& m, int pos, int kv_head, int i) {
+    const int64_t slot = int64_t{blocks[pos / kBlock]} * kBlock + pos % kBlock;
+    return HalfToFloat(m[(slot * kKvHeads + kv_head) * kDim + i]);
+  };
+  std::vector<float> expected(kHeads * kDim);
+  for (int h = 0; h < kHeads; ++h) {
+    const int kv_head = h / (kHeads / kKvHeads);
+    std::vector<float> qh(kDim), p(kLen);
+    for (int i = 0; i < kDim; ++i) qh[i] = HalfToFloat(FloatToHalf(q[h * kDim + i]));
+    for (int j = 0; j < kLen; ++j) {
+      std::vector<float> kj(kDim);
+      for (int i = 0; i < kDim; ++i) kj[i] = kv_at(k, j, kv_head, i);
+      p[j] = GgmlDotOrder(kj, qh) * scale;
+    }
+    SoftmaxLikeGgml(p);  // checked against ggml's soft_max on its own
+    for (float& x : p) x = HalfToFloat(FloatToHalf(x));
+    for (int i = 0; i < kDim; ++i) {
+      std::vector<float> vi(kLen);  // V transposed, as llama.cpp stores it
+      for (int j = 0; j < kLen; ++j) vi[j] = kv_at(v, j, kv_head, i);
+      expected[h * kDim + i] = GgmlDotOrder(p, vi);
+    }
+  }
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+      if (!CpuSupports(isa)) continue;
+      std::vector<float> out(expected.size(), NAN);
+      PagedAttention(CpuContext{&KernelTable(isa), &pool}, kv, batch, q.data(), kHeads, scale,
+                     out.data());
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_EQ(out[i], expected[i]) << IsaName(isa) << " " << threads << " threads at " << i;
+      }
     }
   }
 }
