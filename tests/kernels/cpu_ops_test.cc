@@ -184,7 +184,7 @@ TEST(PagedAttentionTest, F16DecodeIsLlamaCppsOrderBitForBit) {
       for (int i = 0; i < kDim; ++i) kj[i] = kv_at(k, j, kv_head, i);
       p[j] = GgmlDotOrder(kj, qh) * scale;
     }
-    SoftmaxLikeGgml(p);  // checked against ggml's soft_max on its own
+    SoftmaxLikeGgml(p);  // llama.cpp's row softmax (elementwise.h; covered by the goldens)
     for (float& x : p) x = HalfToFloat(FloatToHalf(x));
     for (int i = 0; i < kDim; ++i) {
       std::vector<float> vi(kLen);  // V transposed, as llama.cpp stores it
