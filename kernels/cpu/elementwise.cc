@@ -118,7 +118,9 @@ TM_FMA_CLONES void SwiGlu(const float* gate, const float* up, int64_t n_rows, in
   const int64_t vectors_end = row_size - row_size % 8;
 #if defined(__x86_64__)
   // The compiler leaves the loop below scalar (GgmlVectorExpf's branch); this is ~10x faster.
-  if (CpuSupports(CpuIsa::kAvx2)) {
+  // Asked once: CpuSupports runs cpuid, which a virtual machine traps (~0.25% of a step).
+  static const bool kAvx2 = CpuSupports(CpuIsa::kAvx2);
+  if (kAvx2) {
     for (int64_t r = 0; r < n_rows; ++r) {
       const float* g = gate + r * row_size;
       const float* u = up + r * row_size;
