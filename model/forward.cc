@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/dequantize.h"
 
 namespace tokenmill {
@@ -50,6 +51,18 @@ Status ValidateForwardInput(const ModelConfig& c, const ForwardInput& in, const 
 
 ForwardPass::ForwardPass(const Model& model, CpuContext ctx, KernelMode mode)
     : model_(model), ctx_(ctx), mode_(mode) {}
+
+void ForwardPass::ForTokens(int64_t n_tokens,
+                            const std::function<void(int64_t, int64_t)>& fn) {
+  // Below this a barrier costs more than the row ops it would share (a one-token decode
+  // step's RmsNorm is 576 floats).
+  constexpr int64_t kTokensPerChunk = 4;
+  if (mode_ == KernelMode::kReference) {
+    fn(0, n_tokens);
+  } else {
+    ParallelFor(ctx_.pool, n_tokens, kTokensPerChunk, fn);
+  }
+}
 
 void ForwardPass::MatmulOp(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
   if (mode_ == KernelMode::kReference) {
@@ -109,9 +122,21 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
                  int64_t row_size) {
     if (tap_) tap_(name, layer, data.data(), rows, row_size);
   };
+  // Row ops over token ranges [b, e) (on the pool when the step has many tokens). Without a
+  // tap several of them share one parallel region; a tap may overwrite what it is shown, so
+  // then each op waits for the tap before it.
+  const bool fuse = !tap_;
+  const std::span<const int32_t> positions = in.batch.positions;
+  const std::span<const int64_t> slots = in.batch.slot_mapping;
+  bool attn_normed = false;  // h_ already holds this layer's attn_norm (fused into the last)
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& l = w.layers[layer];
-    RmsNorm(x_.data(), l.attn_norm, c.rms_eps, n, h_.data());
+    if (!attn_normed) {
+      ForTokens(n, [&](int64_t b, int64_t e) {
+        RmsNorm(x_.data() + b * d, l.attn_norm, c.rms_eps, e - b, h_.data() + b * d);
+      });
+    }
+    attn_normed = false;
     tap("attn_norm", layer, h_, n, d);
     MatmulOps({{&l.q, q_.data()}, {&l.k, k_.data()}, {&l.v, v_.data()}}, h_.data(), n);
     if (c.qkv_bias) {
@@ -121,13 +146,20 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
     }
     tap("Qraw", layer, q_, n, c.q_dim());
     tap("Kraw", layer, k_, n, c.kv_dim());
-    ApplyRope(rope, in.batch.positions, c.n_heads, q_.data());
-    ApplyRope(rope, in.batch.positions, c.n_kv_heads, k_.data());
+    const PagedKvLayer kv_layer = kv.Layer(layer);
+    auto store_kv = [&](int64_t b, int64_t e) {
+      StoreKv(kv_layer, slots.subspan(b, e - b), k_.data() + b * c.kv_dim(),
+              v_.data() + b * c.kv_dim());
+    };
+    ForTokens(n, [&](int64_t b, int64_t e) {
+      ApplyRope(rope, positions.subspan(b, e - b), c.n_heads, q_.data() + b * c.q_dim());
+      ApplyRope(rope, positions.subspan(b, e - b), c.n_kv_heads, k_.data() + b * c.kv_dim());
+      if (fuse) store_kv(b, e);
+    });
     tap("Qcur", layer, q_, n, c.q_dim());
     tap("Kcur", layer, k_, n, c.kv_dim());
     tap("Vcur", layer, v_, n, c.kv_dim());
-    const PagedKvLayer kv_layer = kv.Layer(layer);
-    StoreKv(kv_layer, in.batch.slot_mapping, k_.data(), v_.data());
+    if (!fuse) ForTokens(n, store_kv);
     if (mode_ == KernelMode::kReference) {
       PagedAttentionReference(kv_layer, in.batch, q_.data(), c.n_heads, scale, attn_.data());
     } else {
@@ -136,9 +168,15 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
     tap("kqv_out", layer, attn_, n, c.q_dim());
     MatmulOp(l.o, attn_.data(), n, proj_.data());
     tap("attn_out", layer, proj_, n, d);
-    AddInPlace(x_.data(), proj_.data(), n * d);
+    auto ffn_norm = [&](int64_t b, int64_t e) {
+      RmsNorm(x_.data() + b * d, l.ffn_norm, c.rms_eps, e - b, h_.data() + b * d);
+    };
+    ForTokens(n, [&](int64_t b, int64_t e) {
+      AddInPlace(x_.data() + b * d, proj_.data() + b * d, (e - b) * d);
+      if (fuse) ffn_norm(b, e);
+    });
     tap("ffn_inp", layer, x_, n, d);
-    RmsNorm(x_.data(), l.ffn_norm, c.rms_eps, n, h_.data());
+    if (!fuse) ForTokens(n, ffn_norm);
     tap("ffn_norm", layer, h_, n, d);
     MatmulOps({{&l.gate, gate_.data()}, {&l.up, up_.data()}}, h_.data(), n);
     tap("ffn_gate", layer, gate_, n, c.n_ff);
@@ -147,7 +185,15 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
     tap("ffn_swiglu", layer, gate_, n, c.n_ff);
     MatmulOp(l.down, gate_.data(), n, proj_.data());
     tap("ffn_out", layer, proj_, n, d);
-    AddInPlace(x_.data(), proj_.data(), n * d);
+    const bool norm_next = fuse && layer + 1 < c.n_layers;
+    ForTokens(n, [&](int64_t b, int64_t e) {
+      AddInPlace(x_.data() + b * d, proj_.data() + b * d, (e - b) * d);
+      if (norm_next) {
+        RmsNorm(x_.data() + b * d, w.layers[layer + 1].attn_norm, c.rms_eps, e - b,
+                h_.data() + b * d);
+      }
+    });
+    attn_normed = norm_next;
     tap("l_out", layer, x_, n, d);
   }
   for (int64_t i = 0; i < n_logits; ++i) {

@@ -50,6 +50,9 @@ class ForwardPass {
   void set_tap(Tap tap) { tap_ = std::move(tap); }
 
  private:
+  // fn(begin, end) over token ranges covering [0, n_tokens): spread over the pool when the
+  // step has enough tokens to pay for the barrier, else one call on this thread.
+  void ForTokens(int64_t n_tokens, const std::function<void(int64_t, int64_t)>& fn);
   void MatmulOp(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
   // Several matrices over the same input (one parallel pass on the fast path).
   void MatmulOps(std::initializer_list<std::pair<const WeightMatrix*, float*>> outputs,

@@ -108,12 +108,18 @@ void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, 
     TM_CHECK_EQ(cols % 32, 0);
     const int64_t blocks = cols / 32;
     std::vector<Q8ActivationBlock> quantized(static_cast<size_t>(blocks * n_tokens));
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      ctx.kernels->quantize(x + t * cols, cols, quantized.data() + t * blocks);
-    }
     const int64_t groups = (n_tokens + kTokenGroup - 1) / kTokenGroup;
     grouped.resize(static_cast<size_t>(groups * blocks));
-    GroupActivations(quantized.data(), n_tokens, blocks, grouped.data());
+    // One token group per chunk: a many-token step quantizes on all threads.
+    ParallelFor(ctx.pool, groups, 1, [&](int64_t g_begin, int64_t g_end) {
+      const int64_t t_begin = g_begin * kTokenGroup;
+      const int64_t t_end = std::min(n_tokens, g_end * kTokenGroup);
+      for (int64_t t = t_begin; t < t_end; ++t) {
+        ctx.kernels->quantize(x + t * cols, cols, quantized.data() + t * blocks);
+      }
+      GroupActivations(quantized.data() + t_begin * blocks, t_end - t_begin, blocks,
+                       grouped.data() + g_begin * blocks);
+    });
   }
   // Rows [begin, end) of the concatenation, cut at matrix boundaries.
   ParallelFor(ctx.pool, total_rows, 16, [&](int64_t begin, int64_t end) {
