@@ -59,7 +59,8 @@ class GgufBuilder {
     Put<uint32_t>(infos_, type);
     Put<uint64_t>(infos_, static_cast<uint64_t>(offset));
     if (data_.size() < offset + data.size()) data_.resize(offset + data.size());
-    std::memcpy(data_.data() + offset, data.data(), data.size());
+    // memcpy from an empty vector's null data() is undefined even for 0 bytes (UBSan).
+    if (!data.empty()) std::memcpy(data_.data() + offset, data.data(), data.size());
     ++tensor_count_;
     return *this;
   }

@@ -90,7 +90,8 @@ TEST(ChatTemplateTest, DeeplyNestedInputIsRejected) {
   Json deep = "x";
   for (int i = 0; i < 100000; ++i) deep = Json::array({std::move(deep)});
   ChatRequest request = RequestWith(Json::array({{{"role", "user"}, {"content", "a"}}}));
-  request.tools = Json::array({deep});
+  // Moved, not copied: nlohmann's copy recurses once per level (a stack overflow under ASan).
+  request.tools = Json::array({std::move(deep)});
   EXPECT_EQ(RenderError(Chatml(), request), "'tools' nests deeper than 63 levels");
 }
 
