@@ -1,6 +1,7 @@
 """Starts the real tokenmill-gateway in front of real tokenmill-servers (server_harness.py)
 and talks to it with the official `openai` package and plain HTTP (httpx)."""
 
+import os
 import time
 
 import httpx2 as httpx
@@ -10,13 +11,16 @@ from process_harness import RPC_TIMEOUT_S, START_TIMEOUT_S, LoggedProcess, metri
 from server_harness import BIN_DIR
 
 GATEWAY_BIN = BIN_DIR / "tokenmill-gateway"
+# Health probes go out this often and time out after as long (at least 0.2 s). The sanitizer
+# stage raises it: a probe of a ThreadSanitizer server on a busy machine can take longer.
+HEALTH_INTERVAL_S = os.environ.get("TOKENMILL_E2E_HEALTH_INTERVAL", "0.2")
 
 
 class Gateway(LoggedProcess):
     """One tokenmill-gateway process on a free port in front of `backends` (host:port)."""
 
     def __init__(self, *backends, extra_args=(), env=None, wait_ready=True, log_level="debug"):
-        self.args = [str(GATEWAY_BIN), "--port", "0", "--health-interval", "0.2",
+        self.args = [str(GATEWAY_BIN), "--port", "0", "--health-interval", HEALTH_INTERVAL_S,
                      "--log-level", log_level, *[a for b in backends for a in ("--backend", b)],
                      *map(str, extra_args)]
         super().__init__(self.args, env)

@@ -65,7 +65,9 @@ TEST(GatewayAffinity, LosingABackendMovesOnlyItsKeys) {
 }
 
 TEST(GatewayAffinity, FallsBackToTheLeastLoaded) {
-  std::vector<BackendCandidate> c = Candidates({"a:1", "b:1", "c:1"});
+  // Named: candidates view their addresses (a temporary list dangled, ASan and TSan said).
+  const std::vector<std::string> addresses = {"a:1", "b:1", "c:1"};
+  std::vector<BackendCandidate> c = Candidates(addresses);
   const int chosen = ChooseBackend(c, "key", 4);
   c[chosen].in_flight = 10;
   for (int i = 0; i < 3; ++i) {
