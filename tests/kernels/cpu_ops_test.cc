@@ -50,6 +50,29 @@ struct AttentionSetup {
   }
 };
 
+// A paged KV layer of `blocks` blocks whose every slot holds random K/V (the "cached prefix").
+struct RandomKvCache {
+  std::vector<uint8_t> k_mem, v_mem;
+  std::vector<float> k_scale, v_scale;
+  PagedKvLayer layer;
+  RandomKvCache(KvType type, int blocks, int block_size, int kv_heads, int head_dim,
+                std::mt19937& rng)
+      : k_mem(size_t(blocks) * block_size * kv_heads * head_dim * KvElementBytes(type)),
+        v_mem(k_mem.size()),
+        k_scale(type == KvType::kInt8 ? size_t(blocks) * block_size * kv_heads : 0),
+        v_scale(k_scale.size()),
+        layer{type,     k_mem.data(), v_mem.data(),
+              blocks,   block_size,   kv_heads,
+              head_dim, k_scale.empty() ? nullptr : k_scale.data(),
+              v_scale.empty() ? nullptr : v_scale.data()} {
+    const size_t elements = size_t(blocks) * block_size * kv_heads * head_dim;
+    std::vector<int64_t> all_slots(size_t(blocks) * block_size);
+    std::iota(all_slots.begin(), all_slots.end(), 0);
+    StoreKv(layer, all_slots, Random(elements, rng).data(), Random(elements, rng).data());
+  }
+  RandomKvCache(const RandomKvCache&) = delete;  // `layer` points into the vectors
+};
+
 class PagedAttentionTest : public ::testing::TestWithParam<std::tuple<KvType, int>> {};
 
 TEST_P(PagedAttentionTest, EveryIsaMatchesTheReference) {
@@ -57,20 +80,8 @@ TEST_P(PagedAttentionTest, EveryIsaMatchesTheReference) {
   AttentionSetup s(std::get<1>(GetParam()));  // 64 takes the SIMD head-size-64 path
   ASSERT_TRUE(ValidateRaggedBatch(s.batch(), s.kBlockSize, 11).ok());
   std::mt19937 rng(5);
-  const int64_t row = s.kKvHeads * s.head_dim;
-  const size_t elements = 11 * s.kBlockSize * row;
-  std::vector<uint8_t> k_mem(elements * KvElementBytes(kv_type));
-  std::vector<uint8_t> v_mem(k_mem.size());
-  std::vector<float> k_scale(11 * s.kBlockSize * s.kKvHeads), v_scale(k_scale.size());
-  const bool int8 = kv_type == KvType::kInt8;
-  const PagedKvLayer kv{kv_type,     k_mem.data(), v_mem.data(),
-                        11,          s.kBlockSize, s.kKvHeads,
-                        s.head_dim,  int8 ? k_scale.data() : nullptr,
-                        int8 ? v_scale.data() : nullptr};
-  // Fill every slot with random K/V (the "cached prefix"), then store this step's rows.
-  std::vector<int64_t> all_slots(11 * s.kBlockSize);
-  std::iota(all_slots.begin(), all_slots.end(), 0);
-  StoreKv(kv, all_slots, Random(elements, rng).data(), Random(elements, rng).data());
+  const RandomKvCache cache(kv_type, 11, s.kBlockSize, s.kKvHeads, s.head_dim, rng);
+  const PagedKvLayer& kv = cache.layer;
   const std::vector<float> q = Random(14 * s.kHeads * s.head_dim, rng);
   std::vector<float> expected(q.size());
   PagedAttentionReference(kv, s.batch(), q.data(), s.kHeads, 0.2f, expected.data());
@@ -104,18 +115,8 @@ TEST(PagedAttentionTest, ADecodeTokenAloneEqualsItselfInABatchBitForBit) {
   for (KvType kv_type : {KvType::kF16, KvType::kF32, KvType::kInt8}) {
     AttentionSetup s(64);
     std::mt19937 rng(9);
-    const int64_t row = s.kKvHeads * s.head_dim;
-    const size_t elements = 11 * s.kBlockSize * row;
-    std::vector<uint8_t> k_mem(elements * KvElementBytes(kv_type)), v_mem(k_mem.size());
-    std::vector<float> k_scale(11 * s.kBlockSize * s.kKvHeads), v_scale(k_scale.size());
-    const bool int8 = kv_type == KvType::kInt8;
-    const PagedKvLayer kv{kv_type,    k_mem.data(), v_mem.data(),
-                          11,         s.kBlockSize, s.kKvHeads,
-                          s.head_dim, int8 ? k_scale.data() : nullptr,
-                          int8 ? v_scale.data() : nullptr};
-    std::vector<int64_t> all_slots(11 * s.kBlockSize);
-    std::iota(all_slots.begin(), all_slots.end(), 0);
-    StoreKv(kv, all_slots, Random(elements, rng).data(), Random(elements, rng).data());
+    const RandomKvCache cache(kv_type, 11, s.kBlockSize, s.kKvHeads, s.head_dim, rng);
+    const PagedKvLayer& kv = cache.layer;
     const int64_t q_row = s.kHeads * s.head_dim;
     const std::vector<float> q = Random(14 * q_row, rng);
     ThreadPool pool(2);
