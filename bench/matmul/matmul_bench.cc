@@ -4,7 +4,6 @@
 // shapes, its ratio to one token, and ns per (row, token, 32-column block).
 //
 //   build/bin/tokenmill_matmul_bench --type q4_1 --tokens 1,2,4,8,16,32 --reps 20
-#include <time.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,17 +14,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/cpu_time.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/tensor_type.h"
 
 namespace tokenmill {
 namespace {
-
-double CpuSeconds() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 struct Shape {
   int64_t rows, cols;
@@ -84,9 +78,9 @@ int Main(int argc, char** argv) {
     std::vector<float> y(static_cast<size_t>(tokens) * 1536);
     std::vector<double> times;
     for (int rep = 0; rep < reps; ++rep) {
-      const double start = CpuSeconds();
+      const double start = ProcessCpuSeconds();
       for (const WeightMatrix& w : ws) Matmul(ctx, w, x.data(), tokens, y.data());
-      times.push_back(1e3 * (CpuSeconds() - start));
+      times.push_back(1e3 * (ProcessCpuSeconds() - start));
     }
     std::sort(times.begin(), times.end());
     const double ms = times[times.size() / 2];

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -26,6 +25,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/cpu_time.h"
 #include "engine/engine_core.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/forward.h"
@@ -88,14 +88,6 @@ StatusOr<std::vector<TokenId>> ChatPrompt(const Tokenizer& tokenizer, const std:
                            "trained by Hugging Face<|im_end|>\n<|im_start|>user\n" +
                            user + "<|im_end|>\n<|im_start|>assistant\n";
   return tokenizer.Encode(text, EncodeOptions{.add_special = false, .parse_special = true});
-}
-
-// CPU time of all this process's threads: on a machine shared with other jobs it measures the
-// work done, where wall time also measures the others' load.
-double ProcessCpuSeconds() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 struct DecodeResult {

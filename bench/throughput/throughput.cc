@@ -12,7 +12,6 @@
 //
 //   build/bin/tokenmill_throughput --model models/SmolLM2-135M-Instruct.Q4_1.gguf
 //       --concurrency 1,4,16,32 --prompt-tokens 64 --max-tokens 64 --threads 2
-#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -26,6 +25,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/cpu_time.h"
 #include "common/byte_size.h"
 #include "engine/engine.h"
 
@@ -56,12 +56,6 @@ struct Result {
   int64_t preemptions = 0;
   int64_t steps = 0;  // forward passes: about max_tokens for one wave when all run together
 };
-
-double ProcessCpuSeconds() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 // (wall seconds since the start, process CPU seconds), sampled as the run goes.
 struct CpuSample {
