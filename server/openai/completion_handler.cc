@@ -1,6 +1,7 @@
 #include "server/openai/completion_handler.h"
 
 #include <google/protobuf/message_lite.h>
+#include <grpc/grpc.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -54,7 +55,7 @@ std::optional<HttpError> ParseBody(const HttpRequest& request, json& body) {
 // tokenmill-server receives gRPC messages up to gRPC's default 4 MiB. A bigger one comes back
 // as RESOURCE_EXHAUSTED, which the client would see as a full queue (429: retry), though no
 // retry can help: refused here as too large.
-constexpr size_t kMaxBackendMessageBytes = 4 * 1024 * 1024;
+constexpr size_t kMaxBackendMessageBytes = GRPC_DEFAULT_MAX_RECV_MESSAGE_LENGTH;
 
 std::optional<HttpError> TooLargeForBackend(const google::protobuf::MessageLite& message) {
   const size_t bytes = message.ByteSizeLong();
