@@ -128,15 +128,14 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
   const bool fuse = !tap_;
   const std::span<const int32_t> positions = in.batch.positions;
   const std::span<const int64_t> slots = in.batch.slot_mapping;
-  bool attn_normed = false;  // h_ already holds this layer's attn_norm (fused into the last)
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& l = w.layers[layer];
-    if (!attn_normed) {
+    // Fused, every layer after the first finds its attn_norm already in h_ (see l_out).
+    if (!fuse || layer == 0) {
       ForTokens(n, [&](int64_t b, int64_t e) {
         RmsNorm(x_.data() + b * d, l.attn_norm, c.rms_eps, e - b, h_.data() + b * d);
       });
     }
-    attn_normed = false;
     tap("attn_norm", layer, h_, n, d);
     MatmulOps({{&l.q, q_.data()}, {&l.k, k_.data()}, {&l.v, v_.data()}}, h_.data(), n);
     if (c.qkv_bias) {
@@ -193,7 +192,6 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
                 h_.data() + b * d);
       }
     });
-    attn_normed = norm_next;
     tap("l_out", layer, x_, n, d);
   }
   for (int64_t i = 0; i < n_logits; ++i) {
