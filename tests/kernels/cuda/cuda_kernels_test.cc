@@ -23,6 +23,7 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/dequantize.h"
 #include "kernels/half.h"
+#include "tests/kernels/cuda/cuda_test.h"
 
 namespace tokenmill::cuda {
 namespace {
@@ -64,11 +65,8 @@ void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, f
   }
 }
 
-class CudaKernelsTest : public ::testing::Test {
+class CudaKernelsTest : public CudaTest {
  protected:
-  void SetUp() override {
-    if (CountDevices() == 0) GTEST_SKIP() << "no CUDA device here";
-  }
   std::mt19937 rng_{1234};
 };
 

@@ -9,19 +9,13 @@
 #include <iostream>
 #include <memory>
 
-#include "kernels/cpu/thread_pool.h"
-#include "kernels/cuda/device.h"
-#include "model/cuda/cuda_forward.h"
 #include "model/cuda/cuda_kv_cache.h"
-#include "model/forward.h"
-#include "tests/model/forward/golden.h"
+#include "tests/model/cuda/cuda_model_test.h"
 
 namespace tokenmill::cuda {
 namespace {
 
-using testing::Golden;
 using testing::GoldenPrompt;
-using testing::LoadGolden;
 using testing::SparseLogits;
 
 constexpr float kNearTie = 0.25f;  // as in tests/model/forward/forward_golden_test.cc
@@ -43,19 +37,8 @@ int32_t Argmax(const float* row, int64_t n) {
   return static_cast<int32_t>(std::max_element(row, row + n) - row);
 }
 
-class CudaForwardTest : public ::testing::TestWithParam<ModelCase> {
+class CudaForwardTest : public CudaModelTest<ModelCase> {
  protected:
-  void SetUp() override {
-    if (CountDevices() == 0) GTEST_SKIP() << "no CUDA device here";
-    golden_ = LoadGolden(GetParam().stem);
-    auto model = Model::Load(std::string(TOKENMILL_MODELS_DIR) + "/" + golden_.model_file);
-    ASSERT_TRUE(model.ok()) << model.status().ToString();
-    model_ = std::move(*model);
-    auto gpu = CudaForwardPass::Create(*model_);
-    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
-    gpu_ = std::move(*gpu);
-  }
-
   std::vector<float> GpuPromptLogits(const GoldenPrompt& p) {
     const ModelConfig& c = model_->config();
     auto kv = CudaKvCache::Create(c, KvType::kF16, 64, 16);
@@ -76,19 +59,13 @@ class CudaForwardTest : public ::testing::TestWithParam<ModelCase> {
     BatchBuilder builder(16, 64);
     const int seq = builder.AddSequence();
     EXPECT_TRUE(builder.Append(seq, p.prompt_tokens, BatchBuilder::Logits::kAll).ok());
-    ForwardPass forward(*model_, CpuContext{&KernelTable(BestCpuIsa()), &pool_},
-                        KernelMode::kReference);
+    ForwardPass forward = CpuReference();
     std::vector<float> logits(p.prompt_tokens.size() * c.n_vocab);
     const Status s = forward.Run({builder.token_ids(), builder.batch(), builder.logit_rows()},
                                  storage.view(), logits);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return logits;
   }
-
-  Golden golden_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<CudaForwardPass> gpu_;
-  ThreadPool pool_{2};
 };
 
 TEST_P(CudaForwardTest, LogitsMatchTheCpuReferenceAndNumpy) {

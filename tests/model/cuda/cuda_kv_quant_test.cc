@@ -11,20 +11,14 @@
 #include <string>
 
 #include "cache/kv_cache_sizing.h"
-#include "kernels/cpu/thread_pool.h"
-#include "kernels/cuda/device.h"
 #include "kernels/cuda/device_buffer.h"
-#include "model/cuda/cuda_forward.h"
 #include "model/cuda/cuda_kv_cache.h"
-#include "model/forward.h"
-#include "tests/model/forward/golden.h"
+#include "tests/model/cuda/cuda_model_test.h"
 
 namespace tokenmill::cuda {
 namespace {
 
-using testing::Golden;
 using testing::GoldenPrompt;
-using testing::LoadGolden;
 
 struct QuantCase {
   std::string stem;
@@ -37,30 +31,13 @@ int32_t Argmax(const std::vector<float>& row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
-class CudaKvQuantTest : public ::testing::TestWithParam<QuantCase> {
- protected:
-  void SetUp() override {
-    if (CountDevices() == 0) GTEST_SKIP() << "no CUDA device here";
-    golden_ = LoadGolden(GetParam().stem);
-    auto model = Model::Load(std::string(TOKENMILL_MODELS_DIR) + "/" + golden_.model_file);
-    ASSERT_TRUE(model.ok()) << model.status().ToString();
-    model_ = std::move(*model);
-    auto gpu = CudaForwardPass::Create(*model_);
-    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
-    gpu_ = std::move(*gpu);
-  }
-
-  Golden golden_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<CudaForwardPass> gpu_;
-  ThreadPool pool_{2};
-};
+using CudaKvQuantTest = CudaModelTest<QuantCase>;
 
 // The GPU's int8 store is bit-equal to the CPU's (cuda_kernels_test), so the logits differ
 // only as the f16 ones do (summation order).
 TEST_P(CudaKvQuantTest, Int8LogitsMatchTheCpuInt8Path) {
   const ModelConfig& c = model_->config();
-  ForwardPass cpu(*model_, CpuContext{&KernelTable(BestCpuIsa()), &pool_}, KernelMode::kReference);
+  ForwardPass cpu = CpuReference();
   float worst = 0.0f;
   for (size_t i = 0; i < std::min<size_t>(4, golden_.prompts.size()); ++i) {
     const GoldenPrompt& p = golden_.prompts[i];
