@@ -61,9 +61,7 @@ TEST_P(EngineGoldenTest, BatchedGreedyContinuationsMatchLlamaCpp) {
         std::mismatch(c.token_ids.begin(), c.token_ids.end(), p.continuation.begin());
     ASSERT_NE(ours, c.token_ids.end()) << "stopped early: '" << p.text << "'";
     const size_t at = static_cast<size_t>(ours - c.token_ids.begin());
-    const SparseLogits& top = p.llama_cpp_top[p.prompt_tokens.size() - 1 + at];
-    const auto it = std::find(top.ids.begin(), top.ids.end(), *ours);
-    const float gap = it == top.ids.end() ? INFINITY : top.values[0] - top.values[it - top.ids.begin()];
+    const float gap = LlamaCppGap(p, at, *ours);
     std::cout << GetParam().stem << ": '" << p.text << "' diverges at generated token " << at
               << " by " << gap << " (near-tie below " << kNearTie << ")\n";
     EXPECT_LT(gap, kNearTie) << "'" << p.text << "' diverges at token " << at;
@@ -79,9 +77,7 @@ INSTANTIATE_TEST_SUITE_P(
                       GoldenCase{"SmolLM2-135M-Instruct.Q4_1", "SmolLM2-135M-Instruct.Q4_1.gguf",
                                  2}),
     [](const ::testing::TestParamInfo<GoldenCase>& param_info) {
-      std::string name = param_info.param.stem;
-      std::replace_if(name.begin(), name.end(), [](char ch) { return !std::isalnum(ch); }, '_');
-      return name;
+      return TestNameOfStem(param_info.param.stem);
     });
 
 }  // namespace

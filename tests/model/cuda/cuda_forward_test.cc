@@ -15,7 +15,9 @@
 namespace tokenmill::cuda {
 namespace {
 
+using testing::Argmax;
 using testing::GoldenPrompt;
+using testing::LlamaCppGap;
 using testing::SparseLogits;
 
 constexpr float kNearTie = 0.25f;  // as in tests/model/forward/forward_golden_test.cc
@@ -32,10 +34,6 @@ struct ModelCase {
 };
 
 std::ostream& operator<<(std::ostream& os, const ModelCase& c) { return os << c.stem; }
-
-int32_t Argmax(const float* row, int64_t n) {
-  return static_cast<int32_t>(std::max_element(row, row + n) - row);
-}
 
 class CudaForwardTest : public CudaModelTest<ModelCase> {
  protected:
@@ -122,12 +120,9 @@ TEST_P(CudaForwardTest, GreedyContinuationsMatchLlamaCpp) {
       continue;
     }
     const size_t i = ours.size() - 1;
-    const SparseLogits& top = p.llama_cpp_top[p.prompt_tokens.size() - 1 + i];
-    const auto it = std::find(top.ids.begin(), top.ids.end(), ours.back());
-    const float gap = it == top.ids.end() ? INFINITY
-                                           : top.values[0] - top.values[it - top.ids.begin()];
-    EXPECT_LT(gap, kNearTie) << "prompt '" << p.text << "' diverges from llama.cpp at "
-                             << "generated token " << i << ", not at a near-tie";
+    EXPECT_LT(LlamaCppGap(p, i, ours.back()), kNearTie)
+        << "prompt '" << p.text << "' diverges from llama.cpp at generated token " << i
+        << ", not at a near-tie";
   }
   std::cout << GetParam().stem << ": GPU " << identical << " of " << golden_.prompts.size()
             << " greedy continuations identical to llama.cpp's\n";
@@ -216,10 +211,8 @@ INSTANTIATE_TEST_SUITE_P(
     Models, CudaForwardTest,
     ::testing::Values(ModelCase{"SmolLM2-135M-Instruct.Q4_1", 0.25f, 3.0f, 2},
                       ModelCase{"stories260K", 0.01f, 0.05f, 11}),
-    [](const ::testing::TestParamInfo<ModelCase>& info_) {
-      std::string name = info_.param.stem;
-      std::replace_if(name.begin(), name.end(), [](char ch) { return !std::isalnum(ch); }, '_');
-      return name;
+    [](const ::testing::TestParamInfo<ModelCase>& param_info) {
+      return testing::TestNameOfStem(param_info.param.stem);
     });
 
 }  // namespace

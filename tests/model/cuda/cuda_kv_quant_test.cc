@@ -18,6 +18,7 @@
 namespace tokenmill::cuda {
 namespace {
 
+using testing::Argmax;
 using testing::GoldenPrompt;
 
 struct QuantCase {
@@ -26,10 +27,6 @@ struct QuantCase {
 };
 
 std::ostream& operator<<(std::ostream& os, const QuantCase& c) { return os << c.stem; }
-
-int32_t Argmax(const std::vector<float>& row) {
-  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-}
 
 using CudaKvQuantTest = CudaModelTest<QuantCase>;
 
@@ -83,7 +80,8 @@ TEST_P(CudaKvQuantTest, GreedyArgmaxFollowsF16) {
         ASSERT_TRUE(gpu_->Run(in, kv_f16->view(), f16).ok());
         ASSERT_TRUE(gpu_->Run(in, kv_q->view(), quantized).ok());
         builder.Clear();
-        const int32_t want = Argmax(f16), got = Argmax(quantized);
+        const int32_t want = Argmax(f16.data(), c.n_vocab);
+        const int32_t got = Argmax(quantized.data(), c.n_vocab);
         ++steps;
         agree += want == got;
         worst_gap = std::max(worst_gap, f16[want] - f16[got]);
@@ -130,10 +128,8 @@ INSTANTIATE_TEST_SUITE_P(
     Models, CudaKvQuantTest,
     ::testing::Values(QuantCase{"SmolLM2-135M-Instruct.Q4_1", 0.25f},
                       QuantCase{"stories260K", 0.01f}),
-    [](const ::testing::TestParamInfo<QuantCase>& info_) {
-      std::string name = info_.param.stem;
-      std::replace_if(name.begin(), name.end(), [](char ch) { return !std::isalnum(ch); }, '_');
-      return name;
+    [](const ::testing::TestParamInfo<QuantCase>& param_info) {
+      return testing::TestNameOfStem(param_info.param.stem);
     });
 
 }  // namespace

@@ -17,8 +17,10 @@
 namespace tokenmill {
 namespace {
 
+using testing::Argmax;
 using testing::Golden;
 using testing::GoldenPrompt;
+using testing::LlamaCppGap;
 using testing::LoadGolden;
 using testing::SparseLogits;
 
@@ -81,10 +83,6 @@ class ForwardGoldenTest : public ::testing::TestWithParam<ModelCase> {
   std::unique_ptr<Model> model_;
   ThreadPool pool_{2};
 };
-
-int32_t Argmax(const float* row, int64_t n) {
-  return static_cast<int32_t>(std::max_element(row, row + n) - row);
-}
 
 bool NearTie(const SparseLogits& top) { return top.values[0] - top.values[1] < kNearTie; }
 
@@ -155,9 +153,7 @@ TEST_P(ForwardGoldenTest, GreedyContinuationsMatchLlamaCpp) {
     // its best (a near-tie), so a different valid rounding explains the choice.
     const size_t i = ours.size() - 1;
     const SparseLogits& top = p.llama_cpp_top[p.prompt_tokens.size() - 1 + i];
-    const auto it = std::find(top.ids.begin(), top.ids.end(), ours.back());
-    const float our_gap = it == top.ids.end() ? INFINITY
-                                               : top.values[0] - top.values[it - top.ids.begin()];
+    const float our_gap = LlamaCppGap(p, i, ours.back());
     std::cout << GetParam().stem << ": prompt '" << p.text << "' diverges at generated token "
               << i << ": ours " << ours.back() << ", llama.cpp " << top.ids[0] << " (logit "
               << top.values[0] << "); llama.cpp's logit for ours is " << our_gap
@@ -217,9 +213,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ModelCase{"SmolLM2-135M-Instruct.Q4_1", 3.0f, 5e-3f, 2, 12},
                       ModelCase{"stories260K", 0.05f, 1e-3f, 12, 12}),
     [](const ::testing::TestParamInfo<ModelCase>& param_info) {
-      std::string name = param_info.param.stem;
-      std::replace_if(name.begin(), name.end(), [](char ch) { return !std::isalnum(ch); }, '_');
-      return name;
+      return testing::TestNameOfStem(param_info.param.stem);
     });
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "tests/model/forward/golden.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +39,23 @@ Golden LoadGolden(const std::string& model_stem) {
     golden.prompts.push_back(std::move(prompt));
   }
   return golden;
+}
+
+int32_t Argmax(const float* logits, int64_t n_vocab) {
+  return static_cast<int32_t>(std::max_element(logits, logits + n_vocab) - logits);
+}
+
+float LlamaCppGap(const GoldenPrompt& p, size_t i, int32_t token) {
+  const SparseLogits& top = p.llama_cpp_top[p.prompt_tokens.size() - 1 + i];
+  const auto it = std::find(top.ids.begin(), top.ids.end(), token);
+  return it == top.ids.end() ? INFINITY : top.values[0] - top.values[it - top.ids.begin()];
+}
+
+std::string TestNameOfStem(const std::string& stem) {
+  std::string name = stem;
+  std::replace_if(
+      name.begin(), name.end(), [](unsigned char ch) { return !std::isalnum(ch); }, '_');
+  return name;
 }
 
 }  // namespace tokenmill::testing

@@ -34,4 +34,15 @@ struct Golden {
 
 Golden LoadGolden(const std::string& model_stem);
 
+// The greedy token of a logits row: the first largest.
+int32_t Argmax(const float* logits, int64_t n_vocab);
+
+// How far llama.cpp's logit for `token` lies below its best one where it chose generated
+// token `i` of p's continuation (INFINITY where `token` is not among its top logits): a
+// divergence with a small gap is a near-tie that a different valid rounding may flip.
+float LlamaCppGap(const GoldenPrompt& p, size_t i, int32_t token);
+
+// A gtest parameter name for a golden stem: its letters and digits, '_' for the rest.
+std::string TestNameOfStem(const std::string& stem);
+
 }  // namespace tokenmill::testing
