@@ -9,6 +9,7 @@
 #include <set>
 #include <variant>
 
+#include "server/openai/request_body.h"
 #include "server/openai/response_format.h"
 
 namespace tokenmill::gateway {
@@ -24,34 +25,6 @@ int64_t UnixSeconds() {
       .count();
 }
 
-// Deeper bodies are refused: a value nested this deep is never meaningful, and dumping one
-// (tools are passed on as JSON text) recursed once per level until the stack overflowed
-// (100000 levels, 200 KB, crashed the gateway).
-constexpr int kMaxBodyNesting = 64;
-
-std::optional<HttpError> ParseBody(const HttpRequest& request, json& body) {
-  bool too_deep = false;
-  // Containers below the limit are skipped, not built; parsing itself does not recurse.
-  const auto limit_nesting = [&too_deep](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start ||
-         event == json::parse_event_t::array_start) &&
-        depth >= kMaxBodyNesting) {
-      too_deep = true;
-      return false;
-    }
-    return true;
-  };
-  body = json::parse(request.body(), limit_nesting, /*allow_exceptions=*/false);
-  if (too_deep) {
-    return BadRequest("the request body nests deeper than " + std::to_string(kMaxBodyNesting) +
-                      " levels of lists and objects");
-  }
-  if (body.is_discarded()) {
-    return BadRequest("the request body is not valid JSON");
-  }
-  return std::nullopt;
-}
-
 // tokenmill-server receives gRPC messages up to gRPC's default 4 MiB. A bigger one comes back
 // as RESOURCE_EXHAUSTED, which the client would see as a full queue (429: retry), though no
 // retry can help: refused here as too large.
@@ -65,6 +38,24 @@ std::optional<HttpError> TooLargeForBackend(const google::protobuf::MessageLite&
                        " bytes as a gRPC message; tokenmill-server takes at most " +
                        std::to_string(kMaxBackendMessageBytes) + ": shorten the prompt",
                    "invalid_request_error", "", "request_too_large");
+}
+
+// The body of a completions or chat request mapped to its Generate requests. The JSON is
+// freed on return: a request holds only its messages while it generates, not its DOM too.
+std::optional<HttpError> MapCompletionBody(const HttpRequest& request, Endpoint endpoint,
+                                           CompletionRequest& parsed) {
+  json body;
+  std::optional<HttpError> error = ParseRequestBody(request.body(), body);
+  if (!error) error = ParseCompletionRequest(body, endpoint, parsed);
+  for (size_t i = 0; !error && i < parsed.generates.size(); ++i) {
+    error = TooLargeForBackend(parsed.generates[i]);
+  }
+  if (!error) {
+    if (const auto user = body.find("user"); user != body.end() && user->is_string()) {
+      spdlog::debug("request for user {}", user->get<std::string>());
+    }
+  }
+  return error;
 }
 
 HttpError ModelNotFound(const std::string& model) {
@@ -153,14 +144,8 @@ struct PromptUsage {
 asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest& request,
                                        Endpoint endpoint) {
   GatewayContext& context = connection.context();
-  json body;
   CompletionRequest parsed;
-  std::optional<HttpError> error = ParseBody(request, body);
-  if (!error) error = ParseCompletionRequest(body, endpoint, parsed);
-  for (size_t i = 0; !error && i < parsed.generates.size(); ++i) {
-    error = TooLargeForBackend(parsed.generates[i]);
-  }
-  if (error) {
+  if (const std::optional<HttpError> error = MapCompletionBody(request, endpoint, parsed)) {
     co_await connection.WriteError(request, *error);
     co_return;
   }
@@ -170,9 +155,6 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
     co_return;
   }
   Backend& backend = *std::get<Backend*>(routed);
-  if (const json* user = body.contains("user") ? &body["user"] : nullptr; user && user->is_string()) {
-    spdlog::debug("request for user {}", user->get<std::string>());
-  }
 
   const bool chat = endpoint == Endpoint::kChatCompletions;
   ResponseHeader header;
@@ -354,7 +336,7 @@ asio::awaitable<void> HandleModels(Connection& connection, const HttpRequest& re
 asio::awaitable<void> HandleTokenize(Connection& connection, const HttpRequest& request) {
   json body;
   TokenizeCall call;
-  std::optional<HttpError> error = ParseBody(request, body);
+  std::optional<HttpError> error = ParseRequestBody(request.body(), body);
   if (!error) error = ParseTokenizeRequest(body, call);
   if (!error) error = TooLargeForBackend(call.request);
   if (error) {
@@ -385,7 +367,7 @@ asio::awaitable<void> HandleTokenize(Connection& connection, const HttpRequest& 
 asio::awaitable<void> HandleDetokenize(Connection& connection, const HttpRequest& request) {
   json body;
   DetokenizeCall call;
-  std::optional<HttpError> error = ParseBody(request, body);
+  std::optional<HttpError> error = ParseRequestBody(request.body(), body);
   if (!error) error = ParseDetokenizeRequest(body, call);
   if (!error) error = TooLargeForBackend(call.request);
   if (error) {

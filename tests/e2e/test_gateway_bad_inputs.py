@@ -2,12 +2,13 @@
 /detokenize bodies, chat message fields, wrong JSON types; and none of them, nor any bad gRPC
 request of test_server_errors.py, disturbs a request running beside them."""
 import concurrent.futures
+import json
 import socket
 
 import grpc
 import pytest
 
-from gateway_harness import model_name
+from gateway_harness import Gateway, backend_address, model_name
 from server_harness import generate, pb2
 
 
@@ -123,6 +124,122 @@ def test_tools_nested_within_the_limit_reach_the_template(gateway):
     response = gateway.http.post("/v1/chat/completions", content=body,
                                  headers={"content-type": "application/json"})
     assert response.status_code == 200, response.text
+
+
+BODY_LIMIT = 8 << 20  # the gateway's default --max-body-size
+
+
+def filled(prefix, item, suffix):
+    """prefix + "item,item,...,item" + suffix, as many items as the body limit holds."""
+    count = (BODY_LIMIT - len(prefix) - len(suffix) + 1) // (len(item) + 1)
+    return prefix + ",".join([item] * count) + suffix
+
+
+def distinct_keys(prefix, suffix):
+    """prefix + '"0":0,"1":0,...' + suffix, as many keys as the body limit holds."""
+    parts, size = [], len(prefix) + len(suffix)
+    while size + len(part := f'"{len(parts)}":0') + 1 <= BODY_LIMIT:
+        parts.append(part)
+        size += len(part) + 1
+    return prefix + ",".join(parts) + suffix
+
+
+VALUES = "more than 1048576 JSON values and object keys: send fewer prompts"
+ALLOCATED = "more than 131072 strings, lists and objects (object keys included): send fewer"
+# 8 MiB bodies of tiny values: each took 75 to 180 MB of the gateway's memory as JSON, and
+# lists of objects held a thread for minutes (nlohmann's callback parser scanned the list
+# after each object: 200000 `{}` took 7.6 s, 2.8 million about 25 min).
+WIDE = [
+    # (path, body, words of the message)
+    ("/v1/completions", filled('{"model": "m", "prompt": [', "0", '], "max_tokens": 1}'), VALUES),
+    ("/v1/completions", filled('{"model": "m", "prompt": "Hi", "stop": [', "[]", "]}"),
+     ALLOCATED),
+    ("/v1/completions", filled('{"model": "m", "prompt": "Hi", "frobnicate": [', "{}", "]}"),
+     ALLOCATED),
+    ("/v1/completions", distinct_keys('{"model": "m", "prompt": "Hi", "logit_bias": {', "}}"),
+     ALLOCATED),
+    ("/v1/completions", filled('{"prompt": "Hi", "x": [', "[" + ",".join(["0"] * 64) + "]", "]}"),
+     VALUES),
+    ("/v1/chat/completions", filled('{"model": "m", "messages": [', '""', "]}"), ALLOCATED),
+    ("/v1/chat/completions", filled('{"messages": [', '{"role": "user", "content": ""}', "]}"),
+     ALLOCATED),
+    ("/tokenize", filled('{"messages": [', '{"":0}', "]}"), ALLOCATED),
+    ("/detokenize", filled('{"tokens": [', "0", "]}"), VALUES),
+]
+WIDE_IDS = [f"{path}-{i}" for i, (path, _, _) in enumerate(WIDE)]
+
+
+def post_raw(gateway, path, body):
+    return gateway.http.post(path, content=body, headers={"content-type": "application/json"})
+
+
+@pytest.mark.parametrize("path,body,words", WIDE, ids=WIDE_IDS)
+def test_body_of_too_many_values_is_refused(gateway, path, body, words):
+    assert len(body) <= BODY_LIMIT
+    response = post_raw(gateway, path, body)
+    assert response.status_code == 400, response.text[:300]
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] is None, error
+    assert words in error["message"], error
+
+
+def peak_rss_mib(process):
+    with open(f"/proc/{process.proc.pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM in /proc/<pid>/status")
+
+
+def sanitized(process):
+    """Whether the binary runs under ASan or TSan, whose allocators keep freed memory."""
+    with open(f"/proc/{process.proc.pid}/maps") as maps:
+        return any(lib in maps.read() for lib in ("libasan", "libtsan"))
+
+
+# What two of the worst bodies at once may add to the gateway's peak RSS. Each is read whole
+# (8 MiB) and, within the limits, becomes at most 1048576 numbers of 16 bytes in a list that
+# doubles as it grows (8 MiB copied to 16 MiB at the last doubling) or 131072 strings, lists
+# or objects of up to about 100 bytes (13 MB): about 32 MiB each. Measured 91 MiB for two at
+# once (56 for one alone), malloc's per-thread arenas included. Before the limits one such
+# body alone took 75 to 180 MiB (docs/bad-inputs.md).
+MAX_GROWTH_MIB = 128
+
+
+def test_bodies_of_tiny_values_cost_the_gateway_bounded_memory(server):
+    # A gateway of its own: VmHWM is the peak over the process's life.
+    with Gateway(backend_address(server), log_level="info") as gateway:
+        before = peak_rss_mib(gateway)
+        # Two at a time: the gateway's two I/O threads parse two bodies at once.
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda case: post_raw(gateway, case[0], case[1]), WIDE))
+        assert [a.status_code for a in answers] == [400] * len(WIDE)
+        growth = peak_rss_mib(gateway) - before
+        if sanitized(gateway):
+            pytest.skip(f"the sanitizers' allocator keeps freed memory (grew {growth:.0f} MiB)")
+        assert growth < MAX_GROWTH_MIB, f"peak RSS grew {growth:.0f} MiB"
+
+
+def test_largest_legitimate_bodies_pass_the_limits(gateway):
+    model = model_name(gateway)
+    # logit_bias over every token id of the vocabulary (98304 values): all but one at -100,
+    # so greedy decoding can only pick that one.
+    chosen = gateway.http.post("/tokenize", json={"prompt": " hello"}).json()["tokens"][0]
+    bias = {str(i): -100 for i in range(49152)}
+    bias[str(chosen)] = 100
+    body = {"model": model, "prompt": "Once upon a time", "max_tokens": 3, "temperature": 0,
+            "ignore_eos": True, "logit_bias": bias}
+    response = gateway.http.post("/v1/completions", json=body)
+    assert response.status_code == 200, response.text[:300]
+    expected = gateway.http.post("/detokenize", json={"tokens": [chosen] * 3}).json()["prompt"]
+    assert response.json()["choices"][0]["text"] == expected
+    # 64 prompts of 8192 token ids (524288 values, 3.5 MB): mapped and passed on; the server
+    # refuses them (no room for max_tokens in its 8192-token context), not the gateway.
+    prompts = [[(p * 8192 + i) % 49152 for i in range(8192)] for p in range(64)]
+    body = json.dumps({"model": model, "prompt": prompts, "max_tokens": 1})
+    response = post_raw(gateway, "/v1/completions", body)
+    assert response.status_code == 400, response.text[:300]
+    assert "the prompt is 8192 tokens; this server's limit is 8192" in response.text
 
 
 def exchange(port, head, chunks=()):

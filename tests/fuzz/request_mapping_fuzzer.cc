@@ -1,12 +1,13 @@
 // libFuzzer target: any bytes as the body of each OpenAI endpoint the gateway maps
 // (completions, chat completions, tokenize, detokenize) end in a request or an HttpError,
-// never a crash. The body is parsed the way completion_handler.cc parses it.
+// never a crash. The body is parsed as the gateway parses it (request_body.h).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
+#include "server/openai/request_body.h"
 #include "server/openai/request_mapping.h"
 
 namespace gw = tokenmill::gateway;
@@ -25,8 +26,10 @@ void CheckError(const std::optional<gw::HttpError>& error) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
-  const nlohmann::json body = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return 0;
+  nlohmann::json body;
+  const std::optional<gw::HttpError> refused = gw::ParseRequestBody(bytes, body);
+  CheckError(refused);
+  if (refused) return 0;
   for (const gw::Endpoint endpoint : {gw::Endpoint::kCompletions, gw::Endpoint::kChatCompletions}) {
     gw::CompletionRequest request;
     const std::optional<gw::HttpError> error = gw::ParseCompletionRequest(body, endpoint, request);

@@ -1,0 +1,113 @@
+#include "server/openai/request_body.h"
+
+#include <string>
+
+namespace tokenmill::gateway {
+namespace {
+
+using nlohmann::json;
+
+// nlohmann's DOM builder behind checks that stop the parse at the first value over a limit.
+// (Not json::parse with a callback: its parser scans the parent's members for a discarded
+// value after every object, quadratic in `[{},{},...]`: 8 MiB of it held a thread for hours.)
+class BoundedDomBuilder {
+ public:
+  using Dom = nlohmann::detail::json_sax_dom_parser<json>;
+
+  explicit BoundedDomBuilder(json& root) : dom_(root, /*allow_exceptions=*/false) {}
+
+  bool too_deep() const { return too_deep_; }
+  bool too_many() const { return too_many_; }
+  bool too_many_allocated() const { return too_many_allocated_; }
+
+  bool null() { return Count() && dom_.null(); }
+  bool boolean(bool value) { return Count() && dom_.boolean(value); }
+  bool number_integer(json::number_integer_t value) {
+    return Count() && dom_.number_integer(value);
+  }
+  bool number_unsigned(json::number_unsigned_t value) {
+    return Count() && dom_.number_unsigned(value);
+  }
+  bool number_float(json::number_float_t value, const json::string_t& text) {
+    return Count() && dom_.number_float(value, text);
+  }
+  bool string(json::string_t& value) { return CountAllocated() && dom_.string(value); }
+  bool binary(json::binary_t& value) { return CountAllocated() && dom_.binary(value); }
+  bool key(json::string_t& name) { return CountAllocated() && dom_.key(name); }
+  bool start_object(size_t size) { return Open() && dom_.start_object(size); }
+  bool end_object() {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(size_t size) { return Open() && dom_.start_array(size); }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  template <class Exception>
+  bool parse_error(size_t position, const std::string& token, const Exception& error) {
+    return dom_.parse_error(position, token, error);
+  }
+
+ private:
+  bool Count() {
+    if (++values_ <= kMaxBodyValues) return true;
+    too_many_ = true;
+    return false;
+  }
+  bool Open() {
+    if (depth_ >= kMaxBodyNesting) {
+      too_deep_ = true;
+      return false;
+    }
+    ++depth_;
+    return CountAllocated();
+  }
+  // A string, list or object: heap memory besides its 16 bytes.
+  bool CountAllocated() {
+    if (++allocated_ <= kMaxBodyStringsAndContainers) return Count();
+    too_many_allocated_ = true;
+    return false;
+  }
+
+  Dom dom_;
+  int depth_ = 0;  // lists and objects open around the next value
+  size_t values_ = 0;
+  size_t allocated_ = 0;  // strings, lists and objects among values_
+  bool too_deep_ = false;
+  bool too_many_ = false;
+  bool too_many_allocated_ = false;
+};
+
+}  // namespace
+
+std::optional<HttpError> ParseRequestBody(std::string_view text, json& body) {
+  body = json();
+  BoundedDomBuilder builder(body);
+  const bool parsed = json::sax_parse(text, &builder);
+  if (builder.too_deep()) {
+    body = json();
+    return BadRequest("the request body nests deeper than " + std::to_string(kMaxBodyNesting) +
+                      " levels of lists and objects");
+  }
+  if (builder.too_many()) {
+    body = json();
+    return BadRequest("the request body has more than " + std::to_string(kMaxBodyValues) +
+                      " JSON values and object keys: send fewer prompts, token ids, messages or "
+                      "logit_bias entries per request");
+  }
+  if (builder.too_many_allocated()) {
+    body = json();
+    return BadRequest("the request body has more than " +
+                      std::to_string(kMaxBodyStringsAndContainers) +
+                      " strings, lists and objects (object keys included): send fewer prompts, "
+                      "messages or logit_bias entries per request");
+  }
+  if (!parsed) {
+    body = json();
+    return BadRequest("the request body is not valid JSON");
+  }
+  return std::nullopt;
+}
+
+}  // namespace tokenmill::gateway
