@@ -29,9 +29,14 @@ int64_t UnixSeconds() {
 // as RESOURCE_EXHAUSTED, which the client would see as a full queue (429: retry), though no
 // retry can help: refused here as too large.
 constexpr size_t kMaxBackendMessageBytes = GRPC_DEFAULT_MAX_RECV_MESSAGE_LENGTH;
+// A Generate request gets its request_id once routed ("chatcmpl-", 16 + 12 hex digits, "-63":
+// under 64 bytes with its tag and length): room is kept for it. Without it a prompt just under
+// the limit came back from the server as RESOURCE_EXHAUSTED, a 429 that no retry helps.
+constexpr size_t kRequestIdBytes = 64;
 
-std::optional<HttpError> TooLargeForBackend(const google::protobuf::MessageLite& message) {
-  const size_t bytes = message.ByteSizeLong();
+std::optional<HttpError> TooLargeForBackend(const google::protobuf::MessageLite& message,
+                                            size_t bytes_added_later = 0) {
+  const size_t bytes = message.ByteSizeLong() + bytes_added_later;
   if (bytes <= kMaxBackendMessageBytes) return std::nullopt;
   return MakeError(413,
                    "the request is " + std::to_string(bytes) +
@@ -48,7 +53,7 @@ std::optional<HttpError> MapCompletionBody(const HttpRequest& request, Endpoint 
   std::optional<HttpError> error = ParseRequestBody(request.body(), body);
   if (!error) error = ParseCompletionRequest(body, endpoint, parsed);
   for (size_t i = 0; !error && i < parsed.generates.size(); ++i) {
-    error = TooLargeForBackend(parsed.generates[i]);
+    error = TooLargeForBackend(parsed.generates[i], kRequestIdBytes);
   }
   if (!error) {
     if (const auto user = body.find("user"); user != body.end() && user->is_string()) {

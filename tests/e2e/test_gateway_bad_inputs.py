@@ -3,6 +3,7 @@
 request of test_server_errors.py, disturbs a request running beside them."""
 import concurrent.futures
 import json
+import re
 import socket
 
 import grpc
@@ -297,3 +298,22 @@ def test_prompt_over_the_servers_message_limit_is_a_413(gateway):
         error = response.json()["error"]
         assert error["code"] == "request_too_large", error
         assert "tokenmill-server takes at most 4194304" in error["message"], error
+
+
+def test_prompt_just_under_the_gateways_message_check_reaches_the_server(gateway):
+    # The gateway measured the message before adding its request_id (about 30 bytes): a prompt
+    # just under its check went over the server's 4 MiB and came back as a 429 queue_full.
+    model = model_name(gateway)
+    text = "word " * (1 << 20)
+    bodies = (("/v1/completions", lambda t: {"model": model, "prompt": t, "max_tokens": 1}),
+              ("/v1/chat/completions", lambda t: {"model": model, "messages": user(t),
+                                                  "max_tokens": 1}))
+    for path, body in bodies:
+        refused = gateway.http.post(path, json=body(text))
+        assert refused.status_code == 413, refused.text[:300]
+        size = int(re.search(r"the request is (\d+) bytes", refused.text).group(1))
+        fits = text[:len(text) - (size - 4194304)]
+        response = gateway.http.post(path, json=body(fits))
+        # The server's own answer: a prompt far over its context.
+        assert response.status_code == 400, response.text[:300]
+        assert "this server's limit is 8192 tokens" in response.json()["error"]["message"]
