@@ -139,6 +139,7 @@ void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, 
 }
 
 void MatmulReference(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
+  TM_CHECK(w.layout == WeightLayout::kRows) << "the reference reads rows as in the GGUF file";
   std::vector<float> row(static_cast<size_t>(w.cols));
   for (int64_t r = 0; r < w.rows; ++r) {
     DequantizeReference(w.type, w.data + r * w.row_bytes, row);

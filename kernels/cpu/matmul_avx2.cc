@@ -10,6 +10,7 @@
 #include "kernels/cpu/attend_impl.h"
 #include "kernels/cpu/matmul_isa.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/row_groups.h"
 #include "kernels/half.h"
 
 namespace tokenmill::internal {

@@ -5,6 +5,7 @@
 #include "kernels/cpu/attend_impl.h"
 #include "kernels/cpu/matmul_isa.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/row_groups.h"
 #include "kernels/half.h"
 
 namespace tokenmill::internal {
@@ -53,7 +54,49 @@ void Q4_0Range(const MatmulRange& m) {
   });
 }
 
+}  // namespace
+
+// The kRowGroups16 order (matmul.h): per block one exact integer dot product, converted
+// once, then acc = fma(d_w · d_a, dot, acc) and acc = fma(m_w, s_a, acc).
+void Q4_1RowGroupsRange(const MatmulRange& m) {
+  const WeightMatrix& w = *m.w;
+  const int64_t blocks = w.cols / 32;
+  const auto* x = static_cast<const Q8TokenGroupBlock*>(m.x);
+  const auto* groups = reinterpret_cast<const BlockQ4_1x16*>(w.data);
+  for (int64_t r = m.row_begin; r < m.row_end; ++r) {
+    const BlockQ4_1x16* row_group = groups + (r / kRowGroup) * blocks;
+    const int lane = static_cast<int>(r % kRowGroup);
+    for (int64_t t = 0; t < m.n_tokens; ++t) {
+      const Q8TokenGroupBlock* xg = x + (t / kTokenGroup) * blocks;
+      const int i = static_cast<int>(t % kTokenGroup);
+      float acc = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const BlockQ4_1x16& wb = row_group[b];
+        const int8_t* a = xg[b].q[i];
+        int32_t dot = 0;
+        for (int k = 0; k < 4; ++k) {
+          for (int e = 0; e < 4; ++e) {
+            const uint8_t byte = wb.qs[k][4 * lane + e];
+            dot += (byte & 0x0f) * a[4 * k + e] + (byte >> 4) * a[16 + 4 * k + e];
+          }
+        }
+        // f16 × f16: exact in float.
+        const float scale = HalfToFloat(wb.d[lane]) * xg[b].d[i];
+        acc = std::fma(scale, static_cast<float>(dot), acc);
+        acc = std::fma(HalfToFloat(wb.m[lane]), xg[b].scaled_sum[i], acc);
+      }
+      m.y[t * m.y_stride + r] = acc;
+    }
+  }
+}
+
+namespace {
+
 void Q4_1Range(const MatmulRange& m) {
+  if (m.w->layout == WeightLayout::kRowGroups16) {
+    Q4_1RowGroupsRange(m);
+    return;
+  }
   QuantizedRange<BlockQ4_1, true>(m, [](const BlockQ4_1& w, const int8_t* a, int32_t* lanes) {
     for (int k = 0; k < 8; ++k) {
       lanes[k] = 0;

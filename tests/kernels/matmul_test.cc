@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/row_groups.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/half.h"
 #include "kernels/tensor_type.h"
@@ -164,6 +165,80 @@ INSTANTIATE_TEST_SUITE_P(Types, MatmulTest,
                          [](const ::testing::TestParamInfo<TensorType>& param_info) {
                            return std::string(NameOf(param_info.param));
                          });
+
+// Q4_1 regrouped 16 rows at a time (kRowGroups16): the same values, their own summation order
+// (matmul.h), the same on every ISA, any token count and any thread split.
+TEST(RowGroupsTest, RegroupRowsMovesEveryQuantScaleAndMinimumToItsDocumentedPlace) {
+  std::mt19937 rng(3);
+  const int64_t rows = 32, cols = 96, row_bytes = cols / 32 * 20;
+  const std::vector<uint8_t> data = RandomWeights(TensorType::kQ4_1, rows, cols, rng);
+  const WeightMatrix w{TensorType::kQ4_1, data.data(), rows, cols, row_bytes};
+  ASSERT_TRUE(CanRegroupRows(w));
+  std::vector<uint8_t> storage;
+  const WeightMatrix regrouped = RegroupRows(w, storage);
+  EXPECT_EQ(regrouped.layout, WeightLayout::kRowGroups16);
+  EXPECT_EQ(storage.size(), data.size());
+  const auto* groups = reinterpret_cast<const BlockQ4_1x16*>(regrouped.data);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      const uint8_t* block = data.data() + r * row_bytes + b * 20;
+      const BlockQ4_1x16& g = groups[(r / 16) * (cols / 32) + b];
+      const int lane = static_cast<int>(r % 16);
+      uint16_t d, m;
+      std::memcpy(&d, block, 2);
+      std::memcpy(&m, block + 2, 2);
+      ASSERT_EQ(g.d[lane], d);
+      ASSERT_EQ(g.m[lane], m);
+      for (int j = 0; j < 32; ++j) {
+        // GGUF: element j < 16 in qs[j]'s low nibble, 16 + j in its high nibble.
+        const int expected = j < 16 ? block[4 + j] & 0x0f : block[4 + j - 16] >> 4;
+        const int k = (j % 16) / 4, e = j % 4;
+        const uint8_t byte = g.qs[k][4 * lane + e];
+        ASSERT_EQ(j < 16 ? byte & 0x0f : byte >> 4, expected) << "row " << r << " element " << j;
+      }
+    }
+  }
+  const WeightMatrix odd{TensorType::kQ4_1, data.data(), 24, cols, row_bytes};
+  EXPECT_FALSE(CanRegroupRows(odd));
+  EXPECT_FALSE(CanRegroupRows(regrouped));
+}
+
+TEST(RowGroupsTest, EveryIsaSumsInTheRowGroupOrderBitForBitAndNearGgmls) {
+  std::mt19937 rng(11);
+  ThreadPool pool(3);
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {16, 32}, {48, 96}, {320, 576}, {32, 1536}}) {
+    const std::vector<uint8_t> data = RandomWeights(TensorType::kQ4_1, rows, cols, rng);
+    const WeightMatrix w{TensorType::kQ4_1, data.data(), rows, cols, cols / 32 * 20};
+    std::vector<uint8_t> storage;
+    const WeightMatrix regrouped = RegroupRows(w, storage);
+    for (int64_t tokens : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31}) {
+      const std::vector<float> x = RandomActivations(tokens * cols, rng);
+      const size_t n = static_cast<size_t>(tokens * rows);
+      std::vector<float> reference(n), ggml_order(n), scalar(n);
+      MatmulReference(w, x.data(), tokens, reference.data());
+      Matmul(CpuContext{&KernelTable(CpuIsa::kScalar), nullptr}, w, x.data(), tokens,
+             ggml_order.data());
+      Matmul(CpuContext{&KernelTable(CpuIsa::kScalar), nullptr}, regrouped, x.data(), tokens,
+             scalar.data());
+      float scale = 0.0f;
+      for (float v : reference) scale = std::max(scale, std::fabs(v));
+      for (size_t i = 0; i < n; ++i) {
+        // Same int8 activations as ggml's order, so only float rounding differs.
+        ASSERT_NEAR(scalar[i], ggml_order[i], 1e-5f * scale) << "tokens " << tokens << " at " << i;
+        ASSERT_NEAR(scalar[i], reference[i], 2e-2f * scale) << "tokens " << tokens << " at " << i;
+      }
+      for (CpuIsa isa : SupportedIsas()) {
+        std::vector<float> y(n, NAN);
+        Matmul(CpuContext{&KernelTable(isa), &pool}, regrouped, x.data(), tokens, y.data());
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(y[i], scalar[i]) << IsaName(isa) << " rows " << rows << " cols " << cols
+                                     << " tokens " << tokens << " at " << i;
+        }
+      }
+    }
+  }
+}
 
 TEST(MatmulManyTest, EqualsSeparateMatmulsBitForBit) {
   std::mt19937 rng(9);

@@ -1,0 +1,42 @@
+#include "kernels/cpu/row_groups.h"
+
+#include <cstring>
+
+#include "common/check.h"
+#include "kernels/cpu/quant_blocks.h"
+
+namespace tokenmill {
+
+bool CanRegroupRows(const WeightMatrix& w) {
+  return w.type == TensorType::kQ4_1 && w.layout == WeightLayout::kRows &&
+         w.rows % kRowGroup == 0 && w.cols % 32 == 0;
+}
+
+WeightMatrix RegroupRows(const WeightMatrix& w, std::vector<uint8_t>& storage) {
+  TM_CHECK(CanRegroupRows(w)) << "only Q4_1 matrices of 16n rows can be regrouped";
+  const int64_t blocks = w.cols / 32;
+  storage.resize(static_cast<size_t>(w.rows * w.row_bytes));
+  auto* out = reinterpret_cast<BlockQ4_1x16*>(storage.data());
+  for (int64_t g = 0; g < w.rows / kRowGroup; ++g) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      BlockQ4_1x16& group = out[g * blocks + b];
+      for (int i = 0; i < kRowGroup; ++i) {
+        internal::BlockQ4_1 block;
+        std::memcpy(&block, w.data + (g * kRowGroup + i) * w.row_bytes + b * 20, sizeof(block));
+        group.d[i] = block.d;
+        group.m[i] = block.m;
+        // Element j < 16 is qs[j]'s low nibble, 16 + j its high nibble, both in GGUF and
+        // here; only the bytes move: qs[4k + e] to chunk k, lane i, byte e.
+        for (int k = 0; k < 4; ++k) {
+          for (int e = 0; e < 4; ++e) group.qs[k][4 * i + e] = block.qs[4 * k + e];
+        }
+      }
+    }
+  }
+  WeightMatrix regrouped = w;
+  regrouped.data = storage.data();
+  regrouped.layout = WeightLayout::kRowGroups16;
+  return regrouped;
+}
+
+}  // namespace tokenmill
