@@ -3,7 +3,7 @@
 // shared machine does not count). Prints per token count the time of one pass over all
 // shapes, its ratio to one token, and ns per (row, token, 32-column block).
 //
-//   build/bin/tokenmill_matmul_bench --type q4_1 --tokens 1,2,4,8,16,32 --reps 20
+//   build/bin/tokenmill_matmul_bench --type q4_1 --tokens 1,2,4,8,16,32 --reps 20 [--row-groups]
 
 #include <algorithm>
 #include <cstdio>
@@ -16,6 +16,7 @@
 
 #include "bench/cpu_time.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/row_groups.h"
 #include "kernels/tensor_type.h"
 
 namespace tokenmill {
@@ -34,6 +35,8 @@ int Main(int argc, char** argv) {
   app.add_option("--tokens", token_counts, "token counts")->delimiter(',');
   app.add_option("--reps", reps, "passes per token count (the median is reported)");
   app.add_option("--isa", isa_name, "scalar, avx2 or avx512vnni (default: best)");
+  bool row_groups = false;
+  app.add_flag("--row-groups", row_groups, "Q4_1 regrouped 16 rows at a time, as the model runs it");
   CLI11_PARSE(app, argc, argv);
   const TensorType type = type_name == "q8_0"   ? TensorType::kQ8_0
                           : type_name == "q4_0" ? TensorType::kQ4_0
@@ -49,7 +52,7 @@ int Main(int argc, char** argv) {
   const GgmlTypeLayout& layout = LayoutOf(type);
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> byte(0, 255);
-  std::vector<std::vector<uint8_t>> data;
+  std::vector<std::vector<uint8_t>> data, regrouped(shapes.size());
   std::vector<WeightMatrix> ws;
   int64_t blocks_per_token = 0;
   for (const Shape& s : shapes) {
@@ -64,12 +67,15 @@ int Main(int argc, char** argv) {
     }
     data.push_back(std::move(d));
     ws.push_back({type, data.back().data(), s.rows, s.cols, row_bytes});
+    if (row_groups && CanRegroupRows(ws.back())) {
+      ws.back() = RegroupRows(ws.back(), regrouped[ws.size() - 1]);
+    }
     blocks_per_token += s.rows * s.cols / 32;
   }
   const CpuContext ctx{&KernelTable(isa), nullptr};
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::printf("%s %s, one thread\n%6s %12s %10s %16s\n", std::string(NameOf(type)).c_str(),
-              std::string(IsaName(isa)).c_str(), "tokens", "cpu ms/pass", "x 1 token",
+  std::printf("%s%s %s, one thread\n%6s %12s %10s %16s\n", std::string(NameOf(type)).c_str(),
+              row_groups ? " (row groups)" : "", std::string(IsaName(isa)).c_str(), "tokens", "cpu ms/pass", "x 1 token",
               "ns/(row·tok·blk)");
   double one_token_ms = 0.0;
   for (int tokens : token_counts) {
