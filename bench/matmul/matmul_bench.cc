@@ -36,7 +36,7 @@ int Main(int argc, char** argv) {
   app.add_option("--reps", reps, "passes per token count (the median is reported)");
   app.add_option("--isa", isa_name, "scalar, avx2 or avx512vnni (default: best)");
   bool row_groups = false;
-  app.add_flag("--row-groups", row_groups, "Q4_1 regrouped 16 rows at a time, as the model runs it");
+  app.add_flag("--row-groups", row_groups, "Q4_1/Q8_0 regrouped 16 rows at a time, as the model runs them");
   CLI11_PARSE(app, argc, argv);
   const TensorType type = type_name == "q8_0"   ? TensorType::kQ8_0
                           : type_name == "q4_0" ? TensorType::kQ4_0

@@ -47,6 +47,7 @@ void GroupActivations(const Q8ActivationBlock* x, int64_t n_tokens, int64_t bloc
         std::memcpy(group.q[i], a.q, sizeof(a.q));
         group.d[i] = a.d;
         group.scaled_sum[i] = a.scaled_sum;
+        group.sum[i] = a.sum;
       }
     }
   }

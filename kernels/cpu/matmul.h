@@ -20,7 +20,7 @@ namespace tokenmill {
 class ThreadPool;
 
 // How a matrix's blocks lie in memory. kRows: as in the GGUF file, row after row.
-// kRowGroups16 (Q4_1 only, made by RegroupRows in kernels/cpu/row_groups.h): rows in groups
+// kRowGroups16 (Q4_1 and Q8_0, made by RegroupRows in kernels/cpu/row_groups.h): rows in groups
 // of 16, each block of a group's 16 rows interleaved so that one 512-bit vector holds one
 // column chunk of all 16 rows; a group takes 16 * row_bytes bytes, as in kRows.
 enum class WeightLayout : uint8_t { kRows, kRowGroups16 };
@@ -53,12 +53,14 @@ void QuantizeActivations(const float* x, int64_t n, Q8ActivationBlock* out);
 // The activations of a group of up to kTokenGroup tokens for one block of 32 columns, laid
 // out for the kernels: each token's quants, then the tokens' scales d and sums d · Σq side
 // by side, so that one vector multiply gives d_w · d_a for all 8 tokens and one vector fma
-// their Q4_1 minimum terms. Tokens past the end are zero.
+// their Q4_1 minimum terms; and the integer sums Σq (regrouped Q8_0 weights are stored + 128,
+// unsigned, and take 128 · Σq back off). Tokens past the end are zero.
 inline constexpr int kTokenGroup = 8;
 struct Q8TokenGroupBlock {
   int8_t q[kTokenGroup][32];
   float d[kTokenGroup];
   float scaled_sum[kTokenGroup];
+  int32_t sum[kTokenGroup];
 };
 
 // Regroups per-token blocks (n_tokens × blocks, token-major) into
@@ -74,10 +76,10 @@ void GroupActivations(const Q8ActivationBlock* x, int64_t n_tokens, int64_t bloc
 // and friends, AVX2 path): 8 float lanes, lane i the integer dot product of bytes
 // 4i..4i+3 of a block; per block acc = fma(d_w · d_a, lanes, acc) and, for Q4_1,
 // min += m_w · s_a; the result is the 8 lanes summed pairwise (4+4, 2+2, 1+1) plus min.
-// Q4_1 weights in the kRowGroups16 layout accumulate each (row, token) in one float instead:
-// per block acc = fma(d_w · d_a, (float) Σ q_w · q_a, acc), then acc = fma(m_w, s_a, acc)
-// (the integer sum is exact): one conversion and two fmas per block where ggml's order
-// needs a conversion and an fma of 8 lanes, so a many-token step runs ~2.5x faster
+// Weights in the kRowGroups16 layout accumulate each (row, token) in one float instead: per
+// block acc = fma(d_w · d_a, (float) Σ q_w · q_a, acc), then for Q4_1 acc = fma(m_w, s_a,
+// acc) (the integer sum is exact): one conversion and one or two fmas per block where ggml's
+// order needs a conversion and an fma of 8 lanes, so a many-token step runs ~2.2x faster
 // (bench/matmul); results differ from ggml's in the last bits.
 struct MatmulRange {
   const WeightMatrix* w;

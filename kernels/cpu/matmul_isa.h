@@ -7,8 +7,8 @@
 namespace tokenmill::internal {
 
 const CpuKernelTable& ScalarKernelTable();
-// Q4_1 in the kRowGroups16 layout in plain loops: the order every ISA's kernel for it keeps.
-void Q4_1RowGroupsRange(const MatmulRange& m);
+// Q4_1 or Q8_0 in the kRowGroups16 layout in plain loops: the order every ISA keeps.
+void RowGroupsRange(const MatmulRange& m);
 #if defined(__x86_64__)
 const CpuKernelTable& Avx2KernelTable();
 const CpuKernelTable& Avx512VnniKernelTable();

@@ -57,33 +57,43 @@ void Q4_0Range(const MatmulRange& m) {
 }  // namespace
 
 // The kRowGroups16 order (matmul.h): per block one exact integer dot product, converted
-// once, then acc = fma(d_w · d_a, dot, acc) and acc = fma(m_w, s_a, acc).
-void Q4_1RowGroupsRange(const MatmulRange& m) {
+// once, then acc = fma(d_w · d_a, dot, acc) and, for Q4_1, acc = fma(m_w, s_a, acc).
+void RowGroupsRange(const MatmulRange& m) {
   const WeightMatrix& w = *m.w;
+  const bool q4_1 = w.type == TensorType::kQ4_1;
   const int64_t blocks = w.cols / 32;
   const auto* x = static_cast<const Q8TokenGroupBlock*>(m.x);
-  const auto* groups = reinterpret_cast<const BlockQ4_1x16*>(w.data);
   for (int64_t r = m.row_begin; r < m.row_end; ++r) {
-    const BlockQ4_1x16* row_group = groups + (r / kRowGroup) * blocks;
+    const int64_t first_block = (r / kRowGroup) * blocks;
     const int lane = static_cast<int>(r % kRowGroup);
     for (int64_t t = 0; t < m.n_tokens; ++t) {
       const Q8TokenGroupBlock* xg = x + (t / kTokenGroup) * blocks;
       const int i = static_cast<int>(t % kTokenGroup);
       float acc = 0.0f;
       for (int64_t b = 0; b < blocks; ++b) {
-        const BlockQ4_1x16& wb = row_group[b];
         const int8_t* a = xg[b].q[i];
         int32_t dot = 0;
-        for (int k = 0; k < 4; ++k) {
-          for (int e = 0; e < 4; ++e) {
-            const uint8_t byte = wb.qs[k][4 * lane + e];
-            dot += (byte & 0x0f) * a[4 * k + e] + (byte >> 4) * a[16 + 4 * k + e];
+        uint16_t d_w, m_w = 0;
+        if (q4_1) {
+          const BlockQ4_1x16& wb = reinterpret_cast<const BlockQ4_1x16*>(w.data)[first_block + b];
+          for (int k = 0; k < 4; ++k) {
+            for (int e = 0; e < 4; ++e) {
+              const uint8_t byte = wb.qs[k][4 * lane + e];
+              dot += (byte & 0x0f) * a[4 * k + e] + (byte >> 4) * a[16 + 4 * k + e];
+            }
           }
+          d_w = wb.d[lane];
+          m_w = wb.m[lane];
+        } else {
+          const BlockQ8_0x16& wb = reinterpret_cast<const BlockQ8_0x16*>(w.data)[first_block + b];
+          for (int k = 0; k < 8; ++k) {
+            for (int e = 0; e < 4; ++e) dot += (wb.qs[k][4 * lane + e] - 128) * a[4 * k + e];
+          }
+          d_w = wb.d[lane];
         }
         // f16 × f16: exact in float.
-        const float scale = HalfToFloat(wb.d[lane]) * xg[b].d[i];
-        acc = std::fma(scale, static_cast<float>(dot), acc);
-        acc = std::fma(HalfToFloat(wb.m[lane]), xg[b].scaled_sum[i], acc);
+        acc = std::fma(HalfToFloat(d_w) * xg[b].d[i], static_cast<float>(dot), acc);
+        if (q4_1) acc = std::fma(HalfToFloat(m_w), xg[b].scaled_sum[i], acc);
       }
       m.y[t * m.y_stride + r] = acc;
     }
@@ -94,7 +104,7 @@ namespace {
 
 void Q4_1Range(const MatmulRange& m) {
   if (m.w->layout == WeightLayout::kRowGroups16) {
-    Q4_1RowGroupsRange(m);
+    RowGroupsRange(m);
     return;
   }
   QuantizedRange<BlockQ4_1, true>(m, [](const BlockQ4_1& w, const int8_t* a, int32_t* lanes) {
@@ -106,6 +116,10 @@ void Q4_1Range(const MatmulRange& m) {
 }
 
 void Q8_0Range(const MatmulRange& m) {
+  if (m.w->layout == WeightLayout::kRowGroups16) {
+    RowGroupsRange(m);
+    return;
+  }
   QuantizedRange<BlockQ8_0, false>(m, [](const BlockQ8_0& w, const int8_t* a, int32_t* lanes) {
     for (int k = 0; k < 8; ++k) {
       lanes[k] = 0;

@@ -1,5 +1,5 @@
-// The kRowGroups16 layout of Q4_1 weights (kernels/cpu/matmul.h, WeightLayout): the CPU's
-// fastest Q4_1 kernels read 16 rows at once, one row per 32-bit lane.
+// The kRowGroups16 layout of Q4_1 and Q8_0 weights (kernels/cpu/matmul.h, WeightLayout): the
+// CPU's fastest kernels for them read 16 rows at once, one row per 32-bit lane.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +21,16 @@ struct BlockQ4_1x16 {
 };
 static_assert(sizeof(BlockQ4_1x16) == 16 * 20);
 
-// Whether RegroupRows applies: Q4_1 in the kRows layout with a multiple of 16 rows.
+// One block of 16 Q8_0 rows: their f16 scales, then 8 × 64 bytes in which byte 4i + e of
+// chunk k holds element 4k + e of row i plus 128 (unsigned, for the u8 × s8 dot products).
+// 544 bytes, as 16 GGUF Q8_0 blocks.
+struct BlockQ8_0x16 {
+  uint16_t d[kRowGroup];
+  uint8_t qs[8][64];
+};
+static_assert(sizeof(BlockQ8_0x16) == 16 * 34);
+
+// Whether RegroupRows applies: Q4_1 or Q8_0 in the kRows layout with a multiple of 16 rows.
 bool CanRegroupRows(const WeightMatrix& w);
 
 // w in the kRowGroups16 layout, stored in `storage` (resized; the result points into it).

@@ -166,7 +166,7 @@ INSTANTIATE_TEST_SUITE_P(Types, MatmulTest,
                            return std::string(NameOf(param_info.param));
                          });
 
-// Q4_1 regrouped 16 rows at a time (kRowGroups16): the same values, their own summation order
+// Q4_1 and Q8_0 regrouped 16 rows at a time (kRowGroups16): the same values, their own order
 // (matmul.h), the same on every ISA, any token count and any thread split.
 TEST(RowGroupsTest, RegroupRowsMovesEveryQuantScaleAndMinimumToItsDocumentedPlace) {
   std::mt19937 rng(3);
@@ -201,15 +201,39 @@ TEST(RowGroupsTest, RegroupRowsMovesEveryQuantScaleAndMinimumToItsDocumentedPlac
   const WeightMatrix odd{TensorType::kQ4_1, data.data(), 24, cols, row_bytes};
   EXPECT_FALSE(CanRegroupRows(odd));
   EXPECT_FALSE(CanRegroupRows(regrouped));
+
+  // Q8_0: the signed quants + 128.
+  const int64_t q8_row_bytes = cols / 32 * 34;
+  const std::vector<uint8_t> q8 = RandomWeights(TensorType::kQ8_0, rows, cols, rng);
+  const WeightMatrix w8{TensorType::kQ8_0, q8.data(), rows, cols, q8_row_bytes};
+  const WeightMatrix regrouped8 = RegroupRows(w8, storage);
+  const auto* groups8 = reinterpret_cast<const BlockQ8_0x16*>(regrouped8.data);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      const uint8_t* block = q8.data() + r * q8_row_bytes + b * 34;
+      const BlockQ8_0x16& g = groups8[(r / 16) * (cols / 32) + b];
+      const int lane = static_cast<int>(r % 16);
+      uint16_t d;
+      std::memcpy(&d, block, 2);
+      ASSERT_EQ(g.d[lane], d);
+      for (int j = 0; j < 32; ++j) {
+        ASSERT_EQ(g.qs[j / 4][4 * lane + j % 4] - 128, static_cast<int8_t>(block[2 + j]))
+            << "row " << r << " element " << j;
+      }
+    }
+  }
 }
 
-TEST(RowGroupsTest, EveryIsaSumsInTheRowGroupOrderBitForBitAndNearGgmls) {
+class RowGroupsOrderTest : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(RowGroupsOrderTest, EveryIsaSumsInTheRowGroupOrderBitForBitAndNearGgmls) {
+  const TensorType type = GetParam();
   std::mt19937 rng(11);
   ThreadPool pool(3);
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
            {16, 32}, {48, 96}, {320, 576}, {32, 1536}}) {
-    const std::vector<uint8_t> data = RandomWeights(TensorType::kQ4_1, rows, cols, rng);
-    const WeightMatrix w{TensorType::kQ4_1, data.data(), rows, cols, cols / 32 * 20};
+    const std::vector<uint8_t> data = RandomWeights(type, rows, cols, rng);
+    const WeightMatrix w{type, data.data(), rows, cols, cols / 32 * LayoutOf(type).type_size};
     std::vector<uint8_t> storage;
     const WeightMatrix regrouped = RegroupRows(w, storage);
     for (int64_t tokens : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31}) {
@@ -239,6 +263,12 @@ TEST(RowGroupsTest, EveryIsaSumsInTheRowGroupOrderBitForBitAndNearGgmls) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, RowGroupsOrderTest,
+                         ::testing::Values(TensorType::kQ4_1, TensorType::kQ8_0),
+                         [](const ::testing::TestParamInfo<TensorType>& param_info) {
+                           return std::string(NameOf(param_info.param));
+                         });
 
 TEST(MatmulManyTest, EqualsSeparateMatmulsBitForBit) {
   std::mt19937 rng(9);
