@@ -109,6 +109,21 @@ TM_AVX2_FMA void SwiGluVectorsAvx2(const float* g, const float* u, int64_t n, fl
   }
 }
 
+// SoftmaxLikeGgml's exponentials over the full vectors of x, 8 lanes at a time, written back;
+// returns their sum in its order (per vector: halves, then lanes 0+2 and 1+3, then those two).
+TM_AVX2_FMA double SoftmaxExpVectorsAvx2(float* x, size_t n_full, float max) {
+  const __m256 max_v = _mm256_set1_ps(max);
+  double sum = 0.0;
+  for (size_t i = 0; i < n_full; i += 8) {
+    const __m256 e = GgmlVectorExpf8(_mm256_sub_ps(_mm256_loadu_ps(x + i), max_v));
+    _mm256_storeu_ps(x + i, e);
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(e), _mm256_extractf128_ps(e, 1));
+    const __m128 pairs = _mm_add_ps(h, _mm_movehl_ps(h, h));  // h0 + h2, h1 + h3
+    sum += static_cast<double>(_mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs))));
+  }
+  return sum;
+}
+
 #undef TM_AVX2_FMA
 
 }  // namespace
@@ -173,7 +188,15 @@ TM_FMA_CLONES void SoftmaxLikeGgml(std::span<float> x) {
   if (x.empty()) return;
   const float max = *std::max_element(x.begin(), x.end());
   double sum = 0.0;
-  for (size_t i = 0; i < x.size(); i += 8) {
+  size_t i = 0;
+#if defined(__x86_64__)
+  static const bool kAvx2 = CpuSupports(CpuIsa::kAvx2);  // see SwiGlu
+  if (kAvx2) {
+    i = x.size() - x.size() % 8;
+    sum = SoftmaxExpVectorsAvx2(x.data(), i, max);
+  }
+#endif
+  for (; i < x.size(); i += 8) {
     float e[8] = {};
     for (size_t l = 0; l < 8 && i + l < x.size(); ++l) x[i + l] = e[l] = GgmlVectorExpf(x[i + l] - max);
     // The high and low halves, then lanes (0+2, 1+3), then those two.

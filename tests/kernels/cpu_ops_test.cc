@@ -1,6 +1,7 @@
 // Attention, RoPE, RMSNorm and the thread pool against plain references.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -285,6 +286,37 @@ TEST(SoftmaxTest, SumsToOneAndSurvivesLargeValues) {
   EXPECT_NEAR(x[1], e / (2.0 + e), 1e-6);
   EXPECT_EQ(x[2], 0.0f);
   EXPECT_FLOAT_EQ(x[0], x[3]);
+}
+
+// SoftmaxLikeGgml (vectorized where the CPU has AVX2) against its definition in plain loops:
+// GgmlVectorExpf of x - max, each 8 summed as ggml does (halves, lanes 0+2 and 1+3, then those
+// two) into a double, scaled by 1 / sum. Bit for bit, at every length and far into the
+// exponential's outer ranges.
+TEST(SoftmaxTest, EqualsItsPlainLoopDefinitionBitForBit) {
+  std::mt19937 rng(23);
+  for (float spread : {1.0f, 30.0f, 200.0f}) {
+    std::normal_distribution<float> value(0.0f, spread);
+    for (size_t n = 1; n <= 70; ++n) {
+      std::vector<float> x(n);
+      for (float& v : x) v = value(rng);
+      std::vector<float> expected = x;
+      const float max = *std::max_element(x.begin(), x.end());
+      double sum = 0.0;
+      for (size_t i = 0; i < n; i += 8) {
+        float e[8] = {};
+        for (size_t l = 0; l < 8 && i + l < n; ++l) {
+          expected[i + l] = e[l] = GgmlVectorExpf(x[i + l] - max);
+        }
+        sum += static_cast<double>(((e[0] + e[4]) + (e[2] + e[6])) + ((e[1] + e[5]) + (e[3] + e[7])));
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (float& v : expected) v *= inv;
+      SoftmaxLikeGgml(x);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(x[i], expected[i]) << "length " << n << " spread " << spread << " at " << i;
+      }
+    }
+  }
 }
 
 TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
