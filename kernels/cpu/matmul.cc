@@ -7,6 +7,7 @@
 
 #include "common/check.h"
 #include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/row_groups.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/dequantize.h"
 #include "kernels/half.h"
@@ -122,19 +123,25 @@ void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, 
                        grouped.data() + g_begin * blocks);
     });
   }
-  // Rows [begin, end) of the concatenation, cut at matrix boundaries.
-  ParallelFor(ctx.pool, total_rows, 16, [&](int64_t begin, int64_t end) {
-    int64_t first = 0;
-    for (size_t i = 0; i < ws.size(); first += ws[i]->rows, ++i) {
+  // Threads take units of 16 rows counted matrix by matrix (a matrix's last unit may be
+  // shorter), so that every range starts on a row group: the kRowGroups16 kernels read whole
+  // groups.
+  std::vector<int64_t> first_unit(ws.size() + 1, 0);
+  for (size_t i = 0; i < ws.size(); ++i) {
+    first_unit[i + 1] = first_unit[i] + (ws[i]->rows + kRowGroup - 1) / kRowGroup;
+  }
+  ParallelFor(ctx.pool, first_unit.back(), 1, [&](int64_t begin, int64_t end) {
+    for (size_t i = 0; i < ws.size(); ++i) {
       const WeightMatrix& w = *ws[i];
-      const int64_t lo = std::max(begin, first) - first;
-      const int64_t hi = std::min(end, first + w.rows) - first;
+      const int64_t lo = std::max(begin, first_unit[i]) - first_unit[i];
+      const int64_t hi = std::min(end, first_unit[i + 1]) - first_unit[i];
       if (lo >= hi) continue;
       const void* activations = UsesQuantizedActivations(w.type)
                                     ? static_cast<const void*>(grouped.data())
                                     : static_cast<const void*>(x);
-      RangeFnFor(*ctx.kernels, w.type)(
-          MatmulRange{&w, activations, n_tokens, ys[i], w.rows, lo, hi});
+      RangeFnFor(*ctx.kernels, w.type)(MatmulRange{&w, activations, n_tokens, ys[i], w.rows,
+                                                   lo * kRowGroup,
+                                                   std::min(w.rows, hi * kRowGroup)});
     }
   });
 }

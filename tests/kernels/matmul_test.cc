@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
@@ -272,16 +273,21 @@ INSTANTIATE_TEST_SUITE_P(Types, RowGroupsOrderTest,
 
 TEST(MatmulManyTest, EqualsSeparateMatmulsBitForBit) {
   std::mt19937 rng(9);
-  const int64_t cols = 96, tokens = 6;
-  const std::vector<std::pair<TensorType, int64_t>> shapes = {
-      {TensorType::kQ4_1, 50}, {TensorType::kQ8_0, 17}, {TensorType::kF16, 33}};
-  std::vector<std::vector<uint8_t>> data;
+  const int64_t cols = 96, tokens = 19;
+  // The regrouped matrices come after rows that are no multiple of 16: the threads' row
+  // ranges must still start on their groups.
+  const std::vector<std::tuple<TensorType, int64_t, bool>> shapes = {
+      {TensorType::kQ4_1, 50, false}, {TensorType::kQ8_0, 17, false},
+      {TensorType::kF16, 33, false},  {TensorType::kQ4_1, 48, true},
+      {TensorType::kQ8_0, 32, true}};
+  std::vector<std::vector<uint8_t>> data, regrouped(shapes.size());
   std::vector<WeightMatrix> ws;
-  for (const auto& [type, rows] : shapes) {
+  for (const auto& [type, rows, regroup] : shapes) {
     data.push_back(RandomWeights(type, rows, cols, rng));
     const GgmlTypeLayout& layout = LayoutOf(type);
     ws.push_back(
         {type, data.back().data(), rows, cols, cols / layout.block_size * layout.type_size});
+    if (regroup) ws.back() = RegroupRows(ws.back(), regrouped[ws.size() - 1]);
   }
   const std::vector<float> x = RandomActivations(tokens * cols, rng);
   ThreadPool pool(3);
