@@ -90,7 +90,10 @@ void ForwardPass::MatmulOps(
 
 Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span<float> logits) {
   const ModelConfig& c = model_.config();
-  const ModelWeights& w = model_.weights();
+  // The reference kernels dequantize rows as the file lays them out; the fast ones read the
+  // model's CPU copy (Q4_1 regrouped 16 rows at a time).
+  const ModelWeights& w =
+      mode_ == KernelMode::kReference ? model_.weights() : model_.cpu_weights();
   const int64_t n = static_cast<int64_t>(in.token_ids.size());
   TM_RETURN_IF_ERROR(ValidateForwardInput(c, in, kv, logits.size()));
   if (!KvTypeOnCpu(kv.type)) {

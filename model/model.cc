@@ -1,6 +1,20 @@
 #include "model/model.h"
 
+#include "kernels/cpu/row_groups.h"
+
 namespace tokenmill {
+namespace {
+
+// w in the layout the CPU's Q4_1 kernels read fastest, copied into a new buffer of `copies`;
+// w itself when it cannot be regrouped (not Q4_1, or rows not a multiple of 16).
+WeightMatrix ForCpu(const WeightMatrix& w, std::vector<std::vector<uint8_t>>& copies) {
+  if (!CanRegroupRows(w)) return w;
+  // A moved vector keeps its buffer, so earlier copies stay where their views point.
+  copies.emplace_back();
+  return RegroupRows(w, copies.back());
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
   TM_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(path));
@@ -11,7 +25,23 @@ StatusOr<std::unique_ptr<Model>> Model::FromFile(GgufFile file) {
   std::unique_ptr<Model> model(new Model(std::move(file)));
   TM_ASSIGN_OR_RETURN(model->config_, LoadModelConfig(model->file_));
   TM_ASSIGN_OR_RETURN(model->weights_, LoadWeights(model->file_, model->config_));
+  ModelWeights& cpu = model->cpu_weights_;
+  cpu = model->weights_;
+  for (LayerWeights& l : cpu.layers) {
+    for (WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+      *w = ForCpu(*w, model->regrouped_);
+    }
+  }
+  // token_embd stays as in the file (the embedding lookup reads its rows), and so does a
+  // tied output.
+  if (cpu.output.data != cpu.token_embd.data) cpu.output = ForCpu(cpu.output, model->regrouped_);
   return model;
+}
+
+int64_t Model::cpu_copy_bytes() const {
+  int64_t bytes = 0;
+  for (const std::vector<uint8_t>& copy : regrouped_) bytes += static_cast<int64_t>(copy.size());
+  return bytes;
 }
 
 }  // namespace tokenmill

@@ -1,8 +1,11 @@
-// A loaded llama-family model: the mapped GGUF file, its config and weight views.
+// A loaded llama-family model: the mapped GGUF file, its config and weight views, and the
+// CPU's copy of its Q4_1 matrices in the row-group layout.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "model/config.h"
@@ -19,7 +22,19 @@ class Model {
 
   const GgufFile& file() const { return file_; }
   const ModelConfig& config() const { return config_; }
+  // The file's views, as the file lays them out: for the CUDA upload, the embedding lookup
+  // and anything that dequantizes rows (MatmulReference).
   const ModelWeights& weights() const { return weights_; }
+  // What the CPU forward pass multiplies by: weights() with every Q4_1 layer matrix, and a
+  // Q4_1 output not tied to token_embd, regrouped 16 rows at a time (WeightLayout::
+  // kRowGroups16, kernels/cpu/row_groups.h), the layout of the CPU's fastest Q4_1 kernels
+  // (~2.5x ggml's order at 16 tokens; the results differ from llama.cpp's in the last bits).
+  // The copy is made once at load and costs those Q4_1 bytes once more in RAM (SmolLM2-135M
+  // Q4_1: ~66 MB, cpu_copy_bytes()); the file's pages it was read from are clean and the
+  // CPU path no longer touches them, so the kernel may drop them from the page cache.
+  const ModelWeights& cpu_weights() const { return cpu_weights_; }
+  // Bytes of the regrouped copies held for cpu_weights().
+  int64_t cpu_copy_bytes() const;
 
  private:
   explicit Model(GgufFile file) : file_(std::move(file)) {}
@@ -27,6 +42,9 @@ class Model {
   GgufFile file_;
   ModelConfig config_;
   ModelWeights weights_;
+  ModelWeights cpu_weights_;
+  // One buffer per regrouped matrix; cpu_weights_ points into them.
+  std::vector<std::vector<uint8_t>> regrouped_;
 };
 
 }  // namespace tokenmill

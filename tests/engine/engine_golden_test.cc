@@ -75,7 +75,7 @@ INSTANTIATE_TEST_SUITE_P(
     Models, EngineGoldenTest,
     ::testing::Values(GoldenCase{"stories260K", "stories260K.gguf", 11},
                       GoldenCase{"SmolLM2-135M-Instruct.Q4_1", "SmolLM2-135M-Instruct.Q4_1.gguf",
-                                 2}),
+                                 3}),
     [](const ::testing::TestParamInfo<GoldenCase>& param_info) {
       return TestNameOfStem(param_info.param.stem);
     });

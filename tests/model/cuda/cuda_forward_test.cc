@@ -30,7 +30,10 @@ struct ModelCase {
   float cpu_reference_tolerance;
   // Max |GPU - NumPy| over the golden logits: held to the CPU fast kernels' tolerance.
   float numpy_tolerance;
-  int min_identical_continuations;  // of 12, as the CPU test asks
+  // Of 12. The GPU reads the file's layout and sums in its own orders, so its near-ties
+  // flip apart from the CPU's (which keeps 3 of SmolLM2's 12 since its Q4_1 matmuls sum in
+  // the row-group order).
+  int min_identical_continuations;
 };
 
 std::ostream& operator<<(std::ostream& os, const ModelCase& c) { return os << c.stem; }

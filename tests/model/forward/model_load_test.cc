@@ -14,7 +14,7 @@ namespace {
 using ::testing::HasSubstr;
 using testing::GgufBuilder;
 
-constexpr uint32_t kF32 = 0, kQ5_0 = 6;
+constexpr uint32_t kF32 = 0, kQ4_1 = 3, kQ5_0 = 6;
 
 std::vector<uint8_t> Zeros(size_t bytes) { return std::vector<uint8_t>(bytes, 0); }
 
@@ -101,6 +101,39 @@ TEST(ModelLoadTest, ReadsTheConfigAndViewsTheWeightsInPlace) {
   // A view into the caller's bytes, not a copy.
   EXPECT_GE(w.layers[0].q.data, bytes.data());
   EXPECT_LT(w.layers[0].q.data, bytes.data() + bytes.size());
+}
+
+// The CPU forward pass reads Q4_1 matrices regrouped 16 rows at a time from a copy the
+// model owns; everything else, and the file's views in weights(), stay as in the file.
+TEST(ModelLoadTest, CpuWeightsRegroupQ4_1MatricesIntoTheModelsOwnCopy) {
+  TinyModel tiny;
+  tiny.q_type = kQ4_1;
+  tiny.q_block_bytes = 20;
+  const std::vector<uint8_t> bytes = tiny.Build();
+  StatusOr<std::unique_ptr<Model>> model = Load(bytes);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const LayerWeights& file = (*model)->weights().layers[0];
+  const LayerWeights& cpu = (*model)->cpu_weights().layers[0];
+  EXPECT_EQ(file.q.layout, WeightLayout::kRows);
+  EXPECT_EQ(cpu.q.layout, WeightLayout::kRowGroups16);
+  EXPECT_EQ(cpu.q.type, TensorType::kQ4_1);
+  EXPECT_EQ(cpu.q.rows, file.q.rows);
+  EXPECT_EQ(cpu.q.cols, file.q.cols);
+  // Not a view into the file.
+  EXPECT_FALSE(cpu.q.data >= bytes.data() && cpu.q.data < bytes.data() + bytes.size());
+  EXPECT_EQ((*model)->cpu_copy_bytes(), 32 * 20);
+  // F32 matrices and the embedding are the file's views.
+  EXPECT_EQ(cpu.k.data, file.k.data);
+  EXPECT_EQ(cpu.k.layout, WeightLayout::kRows);
+  EXPECT_EQ((*model)->cpu_weights().token_embd.data, (*model)->weights().token_embd.data);
+  EXPECT_EQ((*model)->cpu_weights().output.data, (*model)->weights().output.data);
+}
+
+TEST(ModelLoadTest, AnF32ModelNeedsNoCpuCopy) {
+  StatusOr<std::unique_ptr<Model>> model = Load(TinyModel{}.Build());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ((*model)->cpu_copy_bytes(), 0);
+  EXPECT_EQ((*model)->cpu_weights().layers[0].q.data, (*model)->weights().layers[0].q.data);
 }
 
 TEST(ModelLoadTest, Qwen2HasBiasesAndNeoxRope) {
