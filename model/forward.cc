@@ -91,7 +91,7 @@ void ForwardPass::MatmulOps(
 Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span<float> logits) {
   const ModelConfig& c = model_.config();
   // The reference kernels dequantize rows as the file lays them out; the fast ones read the
-  // model's CPU copy (Q4_1 regrouped 16 rows at a time).
+  // model's CPU copy (Q4_1 and Q8_0 regrouped 16 rows at a time).
   const ModelWeights& w =
       mode_ == KernelMode::kReference ? model_.weights() : model_.cpu_weights();
   const int64_t n = static_cast<int64_t>(in.token_ids.size());

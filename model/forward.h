@@ -29,9 +29,9 @@ struct ForwardInput {
 Status ValidateForwardInput(const ModelConfig& config, const ForwardInput& input,
                             const KvCacheView& kv, size_t logits_size);
 
-// Which kernels compute: the fast ones of a CpuContext over model.cpu_weights() (Q4_1
-// regrouped), or the scalar references over model.weights() (float activations, the file's
-// rows dequantized: slow, the oracle for tests).
+// Which kernels compute: the fast ones of a CpuContext over model.cpu_weights() (Q4_1 and
+// Q8_0 regrouped), or the scalar references over model.weights() (float activations, the
+// file's rows dequantized: slow, the oracle for tests).
 enum class KernelMode { kFast, kReference };
 
 // Holds scratch activations: one Run at a time (the engine thread owns it).

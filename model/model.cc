@@ -5,8 +5,8 @@
 namespace tokenmill {
 namespace {
 
-// w in the layout the CPU's Q4_1 kernels read fastest, copied into a new buffer of `copies`;
-// w itself when it cannot be regrouped (not Q4_1, or rows not a multiple of 16).
+// w in the layout the CPU's kernels read fastest, copied into a new buffer of `copies`; w
+// itself when it cannot be regrouped (not Q4_1 or Q8_0, or rows not a multiple of 16).
 WeightMatrix ForCpu(const WeightMatrix& w, std::vector<std::vector<uint8_t>>& copies) {
   if (!CanRegroupRows(w)) return w;
   // A moved vector keeps its buffer, so earlier copies stay where their views point.

@@ -37,7 +37,7 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
   TM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(options.model_path));
   const ModelConfig& config = model->config();
   spdlog::info(
-      "model: {} layers, {} hidden, {} heads ({} KV), vocab {}, context {}; {} of Q4_1 weights "
+      "model: {} layers, {} hidden, {} heads ({} KV), vocab {}, context {}; {} of quantized weights "
       "regrouped for the CPU kernels ({:.2f} s)",
       config.n_layers, config.n_embd, config.n_heads, config.n_kv_heads, config.n_vocab,
       config.context_length, FormatBytes(model->cpu_copy_bytes()), SecondsSince(start));

@@ -14,7 +14,7 @@ namespace {
 using ::testing::HasSubstr;
 using testing::GgufBuilder;
 
-constexpr uint32_t kF32 = 0, kQ4_1 = 3, kQ5_0 = 6;
+constexpr uint32_t kF32 = 0, kQ4_1 = 3, kQ5_0 = 6, kQ8_0 = 8;
 
 std::vector<uint8_t> Zeros(size_t bytes) { return std::vector<uint8_t>(bytes, 0); }
 
@@ -103,8 +103,8 @@ TEST(ModelLoadTest, ReadsTheConfigAndViewsTheWeightsInPlace) {
   EXPECT_LT(w.layers[0].q.data, bytes.data() + bytes.size());
 }
 
-// The CPU forward pass reads Q4_1 matrices regrouped 16 rows at a time from a copy the
-// model owns; everything else, and the file's views in weights(), stay as in the file.
+// The CPU forward pass reads Q4_1 (and Q8_0) matrices regrouped 16 rows at a time from a
+// copy the model owns; everything else, and the file's views in weights(), stay as in the file.
 TEST(ModelLoadTest, CpuWeightsRegroupQ4_1MatricesIntoTheModelsOwnCopy) {
   TinyModel tiny;
   tiny.q_type = kQ4_1;
@@ -127,6 +127,17 @@ TEST(ModelLoadTest, CpuWeightsRegroupQ4_1MatricesIntoTheModelsOwnCopy) {
   EXPECT_EQ(cpu.k.layout, WeightLayout::kRows);
   EXPECT_EQ((*model)->cpu_weights().token_embd.data, (*model)->weights().token_embd.data);
   EXPECT_EQ((*model)->cpu_weights().output.data, (*model)->weights().output.data);
+}
+
+TEST(ModelLoadTest, CpuWeightsRegroupQ8_0MatricesToo) {
+  TinyModel tiny;
+  tiny.q_type = kQ8_0;
+  tiny.q_block_bytes = 34;
+  StatusOr<std::unique_ptr<Model>> model = Load(tiny.Build());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ((*model)->cpu_weights().layers[0].q.layout, WeightLayout::kRowGroups16);
+  EXPECT_EQ((*model)->weights().layers[0].q.layout, WeightLayout::kRows);
+  EXPECT_EQ((*model)->cpu_copy_bytes(), 32 * 34);
 }
 
 TEST(ModelLoadTest, AnF32ModelNeedsNoCpuCopy) {
