@@ -25,14 +25,14 @@ class Model {
   // The file's views, as the file lays them out: for the CUDA upload, the embedding lookup
   // and anything that dequantizes rows (MatmulReference).
   const ModelWeights& weights() const { return weights_; }
-  // What the CPU forward pass multiplies by: weights() with every Q4_1 or Q8_0 layer matrix,
-  // and such an output not tied to token_embd, regrouped 16 rows at a time (WeightLayout::
-  // kRowGroups16, kernels/cpu/row_groups.h), the layout of the CPU's fastest kernels for them
-  // (~2.2x ggml's order at 16 tokens; the results differ from llama.cpp's in the last bits).
-  // token_embd, and an output tied to it, stay the file's (the embedding lookup reads rows).
-  // The copy is made once at load and costs those bytes once more in RAM (SmolLM2-135M Q4_1:
-  // ~66 MB, cpu_copy_bytes()); the file's pages it was read from are clean and the CPU path
-  // no longer touches them, so the kernel may drop them from the page cache.
+  // What the CPU forward pass multiplies by: weights() with every Q4_1 or Q8_0 layer matrix
+  // and output matrix regrouped 16 rows at a time (WeightLayout::kRowGroups16,
+  // kernels/cpu/row_groups.h), the layout of the CPU's fastest kernels for them (~2.2x ggml's
+  // order at 16 tokens; the results differ from llama.cpp's in the last bits). token_embd
+  // stays the file's (the embedding lookup reads rows), so a tied output is copied apart.
+  // The copies are made once at load and cost those bytes once more in RAM (SmolLM2-135M
+  // Q4_1: 92 MiB, cpu_copy_bytes()); the file's pages they were read from are clean and the
+  // CPU path no longer touches the layers', so the kernel may drop them from the page cache.
   const ModelWeights& cpu_weights() const { return cpu_weights_; }
   // Bytes of the regrouped copies held for cpu_weights().
   int64_t cpu_copy_bytes() const;
