@@ -36,7 +36,8 @@ int Main(int argc, char** argv) {
   app.add_option("--reps", reps, "passes per token count (the median is reported)");
   app.add_option("--isa", isa_name, "scalar, avx2 or avx512vnni (default: best)");
   bool row_groups = false;
-  app.add_flag("--row-groups", row_groups, "Q4_1/Q8_0 regrouped 16 rows at a time, as the model runs them");
+  app.add_flag("--row-groups", row_groups,
+               "Q4_1/Q8_0 regrouped 16 rows at a time, as the model runs them");
   CLI11_PARSE(app, argc, argv);
   const TensorType type = type_name == "q8_0"   ? TensorType::kQ8_0
                           : type_name == "q4_0" ? TensorType::kQ4_0
@@ -75,7 +76,8 @@ int Main(int argc, char** argv) {
   const CpuContext ctx{&KernelTable(isa), nullptr};
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::printf("%s%s %s, one thread\n%6s %12s %10s %16s\n", std::string(NameOf(type)).c_str(),
-              row_groups ? " (row groups)" : "", std::string(IsaName(isa)).c_str(), "tokens", "cpu ms/pass", "x 1 token",
+              row_groups ? " (row groups)" : "", std::string(IsaName(isa)).c_str(), "tokens",
+              "cpu ms/pass", "x 1 token",
               "ns/(row·tok·blk)");
   double one_token_ms = 0.0;
   for (int tokens : token_counts) {

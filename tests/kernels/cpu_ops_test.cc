@@ -307,7 +307,8 @@ TEST(SoftmaxTest, EqualsItsPlainLoopDefinitionBitForBit) {
         for (size_t l = 0; l < 8 && i + l < n; ++l) {
           expected[i + l] = e[l] = GgmlVectorExpf(x[i + l] - max);
         }
-        sum += static_cast<double>(((e[0] + e[4]) + (e[2] + e[6])) + ((e[1] + e[5]) + (e[3] + e[7])));
+        const float h0 = e[0] + e[4], h1 = e[1] + e[5], h2 = e[2] + e[6], h3 = e[3] + e[7];
+        sum += static_cast<double>((h0 + h2) + (h1 + h3));
       }
       const float inv = static_cast<float>(1.0 / sum);
       for (float& v : expected) v *= inv;
