@@ -169,8 +169,8 @@ TEST_P(ForwardGoldenTest, GreedyContinuationsMatchLlamaCpp) {
 }
 
 // Every ISA path through the whole model. AVX2 and AVX-512 VNNI run the same float
-// operations (the integer dot products are exact either way; Q4_1 in the row-group order,
-// Q8_0 in ggml's), so they must agree bit for bit. The scalar path's quantized matmuls keep
+// operations (the integer dot products are exact either way; Q4_1 and Q8_0 in the row-group
+// order), so they must agree bit for bit. The scalar path's quantized matmuls keep
 // those orders too (tests/kernels/matmul_test.cc), but its float kernels need not, and
 // through 30 layers of int8 activations a few rounding flips would grow to ~1 in SmolLM2's
 // logits (the scale of its distance from NumPy), so it is held to half the NumPy tolerance
@@ -205,10 +205,10 @@ TEST_P(ForwardGoldenTest, EveryIsaPathAgrees) {
 
 // The goldens record llama.cpp fed one token at a time (make_logits_golden.py says why).
 // SmolLM2 Q4_1's forward pass is llama.cpp's op for op but not bit for bit: its Q4_1 layer
-// matmuls sum in the row-group order (kernels/cpu/matmul.h, kRowGroups16; within ~1e-5
-// relative of ggml's, tests/kernels/matmul_test.cc), while the Q8_0 output matmul
-// (tests/kernels/ggml_parity_test.cc) and attention, RoPE, SwiGLU, softmax, RMSNorm and the
-// adds (tests/reference/llama_cpp_compare.py --force, op by op) are still ggml's. Its greedy
+// and Q8_0 output matmuls sum in the row-group order (kernels/cpu/matmul.h, kRowGroups16;
+// within ~1e-5 relative of ggml's, tests/kernels/matmul_test.cc), while attention, RoPE,
+// SwiGLU, softmax, RMSNorm and the adds (tests/reference/llama_cpp_compare.py --force, op by
+// op) are still ggml's. Its greedy
 // text is full of near-ties (top-2 gaps of 0.01-0.1: llama.cpp's own batched-prompt run
 // reproduces only 6 of the 12), so those last bits flip some: 3 of 12 stay identical
 // (measured), every divergence at a near-tie (checked above). stories260K's F32 matmuls sum
