@@ -98,11 +98,9 @@ void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, 
   TM_CHECK_EQ(ws.size(), ys.size());
   if (n_tokens == 0 || ws.empty()) return;
   const int64_t cols = ws[0]->cols;
-  int64_t total_rows = 0;
   bool quantize = false;
   for (const WeightMatrix* w : ws) {
     TM_CHECK_EQ(w->cols, cols);
-    total_rows += w->rows;
     quantize = quantize || UsesQuantizedActivations(w->type);
   }
   std::vector<Q8TokenGroupBlock> grouped;
