@@ -43,6 +43,17 @@ class LoggedProcess:
         with self._cond:
             self._cond.notify_all()
 
+    def wait_for_metrics(self, predicate, timeout=30):
+        """Polls the subclass's metrics() until predicate(samples) holds; returns the samples."""
+        deadline = time.monotonic() + timeout
+        while True:
+            samples = self.metrics()
+            if predicate(samples):
+                return samples
+            if time.monotonic() > deadline:
+                raise AssertionError(f"metrics never matched; last: {samples}")
+            time.sleep(0.05)
+
     def log_text(self):
         with self._cond:
             return "\n".join(self.lines)

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
@@ -69,17 +68,6 @@ class Server(LoggedProcess):
         with urllib.request.urlopen(url, timeout=10) as response:
             text = response.read().decode()
         return metric_samples(text, ignore_labels=("model_name",))
-
-    def wait_for_metrics(self, predicate, timeout=30):
-        """Polls /metrics until predicate(samples) holds; returns the samples."""
-        deadline = time.monotonic() + timeout
-        while True:
-            samples = self.metrics()
-            if predicate(samples):
-                return samples
-            if time.monotonic() > deadline:
-                raise AssertionError(f"metrics never matched; last: {samples}")
-            time.sleep(0.05)
 
     def signal(self, sig=signal.SIGTERM):
         self.send_signal(sig)

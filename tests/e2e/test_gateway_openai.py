@@ -244,12 +244,12 @@ def test_client_disconnect_frees_the_request_upstream(server, gateway, model):
 
 
 def test_gateway_metrics_count_requests(gateway, client, model):
-    before = gateway.metrics().get(
-        "tokenmill_gateway:requests_total{route=/v1/completions,status=200}", 0)
+    counted = "tokenmill_gateway:requests_total{route=/v1/completions,status=200}"
+    before = gateway.metrics().get(counted, 0)
     client.completions.create(model=model, prompt="Hi", max_tokens=1)
-    after = gateway.metrics()
-    assert after["tokenmill_gateway:requests_total{route=/v1/completions,status=200}"] == \
-        before + 1
+    # A request is counted once its response is written, which the client may see first.
+    after = gateway.wait_for_metrics(lambda m: m.get(counted, 0) >= before + 1, timeout=5)
+    assert after[counted] == before + 1
     assert after["tokenmill_gateway:request_duration_seconds_count{route=/v1/completions}"] >= 1
     assert after["tokenmill_gateway:backend_healthy{backend=" +
                  f"{gateway.args[gateway.args.index('--backend') + 1]}}}"] == 1
