@@ -124,15 +124,15 @@ void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, 
   // Threads take units of 16 rows counted matrix by matrix (a matrix's last unit may be
   // shorter), so that every range starts on a row group: the kRowGroups16 kernels read whole
   // groups.
-  std::vector<int64_t> first_unit(ws.size() + 1, 0);
-  for (size_t i = 0; i < ws.size(); ++i) {
-    first_unit[i + 1] = first_unit[i] + (ws[i]->rows + kRowGroup - 1) / kRowGroup;
-  }
-  ParallelFor(ctx.pool, first_unit.back(), 1, [&](int64_t begin, int64_t end) {
-    for (size_t i = 0; i < ws.size(); ++i) {
+  auto units_of = [](const WeightMatrix& w) { return (w.rows + kRowGroup - 1) / kRowGroup; };
+  int64_t total_units = 0;
+  for (const WeightMatrix* w : ws) total_units += units_of(*w);
+  ParallelFor(ctx.pool, total_units, 1, [&](int64_t begin, int64_t end) {
+    int64_t first = 0;
+    for (size_t i = 0; i < ws.size(); first += units_of(*ws[i]), ++i) {
       const WeightMatrix& w = *ws[i];
-      const int64_t lo = std::max(begin, first_unit[i]) - first_unit[i];
-      const int64_t hi = std::min(end, first_unit[i + 1]) - first_unit[i];
+      const int64_t lo = std::max(begin, first) - first;
+      const int64_t hi = std::min(end, first + units_of(w)) - first;
       if (lo >= hi) continue;
       const void* activations = UsesQuantizedActivations(w.type)
                                     ? static_cast<const void*>(grouped.data())
