@@ -126,6 +126,12 @@ TM_AVX2_FMA double SoftmaxExpVectorsAvx2(float* x, size_t n_full, float max) {
 
 #undef TM_AVX2_FMA
 
+// Asked once: CpuSupports runs cpuid, which a virtual machine traps (~0.25% of a step).
+bool HasAvx2() {
+  static const bool kAvx2 = CpuSupports(CpuIsa::kAvx2);
+  return kAvx2;
+}
+
 }  // namespace
 #endif
 
@@ -133,9 +139,7 @@ TM_FMA_CLONES void SwiGlu(const float* gate, const float* up, int64_t n_rows, in
   const int64_t vectors_end = row_size - row_size % 8;
 #if defined(__x86_64__)
   // The compiler leaves the loop below scalar (GgmlVectorExpf's branch); this is ~10x faster.
-  // Asked once: CpuSupports runs cpuid, which a virtual machine traps (~0.25% of a step).
-  static const bool kAvx2 = CpuSupports(CpuIsa::kAvx2);
-  if (kAvx2) {
+  if (HasAvx2()) {
     for (int64_t r = 0; r < n_rows; ++r) {
       const float* g = gate + r * row_size;
       const float* u = up + r * row_size;
@@ -190,8 +194,7 @@ TM_FMA_CLONES void SoftmaxLikeGgml(std::span<float> x) {
   double sum = 0.0;
   size_t i = 0;
 #if defined(__x86_64__)
-  static const bool kAvx2 = CpuSupports(CpuIsa::kAvx2);  // see SwiGlu
-  if (kAvx2) {
+  if (HasAvx2()) {
     i = x.size() - x.size() % 8;
     sum = SoftmaxExpVectorsAvx2(x.data(), i, max);
   }
