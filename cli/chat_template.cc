@@ -1,6 +1,6 @@
 // `tokenmill render-chat --model PATH --messages JSON`: the prompt text the model's chat
 // template makes of a conversation, written to stdout exactly (no added newline).
-#include "model/chat/chat_template.h"
+#include "text/chat/chat_template.h"
 
 #include <fstream>
 #include <iostream>
@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "cli/command.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 namespace tokenmill::cli {
 namespace {

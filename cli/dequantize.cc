@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "gguf/gguf.h"
 #include "kernels/dequantize.h"
-#include "model/gguf.h"
 
 namespace tokenmill::cli {
 namespace {

@@ -20,8 +20,8 @@
 #include "cli/command.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/forward.h"
-#include "model/tokenizer/incremental_decoder.h"
-#include "model/tokenizer/tokenizer.h"
+#include "text/tokenizer/incremental_decoder.h"
+#include "text/tokenizer/tokenizer.h"
 
 #if TOKENMILL_HAVE_CUDA
 #include "model/cuda/cuda_forward.h"

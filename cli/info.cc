@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "cli/command.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 namespace tokenmill::cli {
 

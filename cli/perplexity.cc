@@ -29,7 +29,7 @@
 #include "cli/kv_window_stream.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/forward.h"
-#include "model/tokenizer/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace tokenmill::cli {
 namespace {

@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "cli/command.h"
-#include "model/gguf.h"
-#include "model/tokenizer/tokenizer.h"
+#include "gguf/gguf.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace tokenmill::cli {
 namespace {

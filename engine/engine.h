@@ -30,8 +30,8 @@
 #include "engine/generate_output.h"
 #include "engine/output_stream.h"
 #include "model/model.h"
-#include "model/tokenizer/tokenizer.h"
 #include "scheduler/request.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace tokenmill {
 

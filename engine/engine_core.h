@@ -20,8 +20,8 @@
 #include "engine/sampler.h"
 #include "engine/spec/speculator.h"
 #include "model/model.h"
-#include "model/tokenizer/tokenizer.h"
 #include "scheduler/scheduler.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace tokenmill {
 

@@ -12,9 +12,9 @@
 #include "common/status.h"
 #include "engine/generate_output.h"
 #include "engine/stop_string_matcher.h"
-#include "model/tokenizer/incremental_decoder.h"
-#include "model/tokenizer/tokenizer.h"
 #include "scheduler/request.h"
+#include "text/tokenizer/incremental_decoder.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace tokenmill {
 

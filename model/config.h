@@ -5,8 +5,8 @@
 #include <string>
 
 #include "common/status.h"
+#include "gguf/gguf.h"
 #include "kernels/cpu/elementwise.h"
-#include "model/gguf.h"
 
 namespace tokenmill {
 

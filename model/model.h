@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "common/status.h"
+#include "gguf/gguf.h"
 #include "model/config.h"
-#include "model/gguf.h"
 #include "model/weights.h"
 
 namespace tokenmill {

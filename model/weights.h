@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "gguf/gguf.h"
 #include "kernels/cpu/matmul.h"
 #include "model/config.h"
-#include "model/gguf.h"
 
 namespace tokenmill {
 

@@ -2,10 +2,10 @@
 
 #include <filesystem>
 
-#include "model/tokenizer/utf8.h"
 #include "server/grpc/generate_reactor.h"
 #include "server/grpc/request_builder.h"
 #include "server/grpc/status_conversion.h"
+#include "text/tokenizer/utf8.h"
 
 namespace tokenmill::server {
 namespace {

@@ -8,8 +8,8 @@
 
 #include "common/status.h"
 #include "engine/engine.h"
-#include "model/chat/chat_template.h"
-#include "model/tokenizer/tokenizer.h"
+#include "text/chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 #include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::server {

@@ -8,10 +8,10 @@
 
 #include "common/status.h"
 #include "engine/engine.h"
-#include "model/chat/chat_template.h"
 #include "model/model.h"
-#include "model/tokenizer/tokenizer.h"
 #include "server/grpc/server_options.h"
+#include "text/chat/chat_template.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace tokenmill::server {
 

@@ -10,7 +10,7 @@
 #include "engine/engine.h"
 #include "engine/engine_core.h"
 #include "model/model.h"
-#include "model/tokenizer/tokenizer.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace tokenmill::testing {
 

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/chat/chat_template.h"
+#include "text/chat/chat_template.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);

@@ -11,7 +11,7 @@
 #include <google/protobuf/stubs/logging.h>
 
 #include "engine/request_validation.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "server/grpc/request_builder.h"
 
 namespace {

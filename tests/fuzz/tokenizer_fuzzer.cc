@@ -11,10 +11,10 @@
 #include <optional>
 #include <string>
 
-#include "model/gguf.h"
-#include "model/tokenizer/incremental_decoder.h"
-#include "model/tokenizer/tokenizer.h"
-#include "model/tokenizer/utf8.h"
+#include "gguf/gguf.h"
+#include "text/tokenizer/incremental_decoder.h"
+#include "text/tokenizer/tokenizer.h"
+#include "text/tokenizer/utf8.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 For every string of a fixed corpus (ASCII, accents, CJK, emoji, code, whitespace runs, digits,
 special-token text, the empty string, ...) it records llama.cpp's token ids, through
 llama-cpp-python (`Llama(model_path=..., vocab_only=True).tokenize(text, add_bos=True,
-special=...)`), for both settings of special-token parsing. tests/model/tokenizer/golden_test.cc
+special=...)`), for both settings of special-token parsing. tests/text/tokenizer/golden_test.cc
 checks that our tokenizer produces exactly these ids.
 
 It also tokenizes the corpus with Hugging Face `tokenizers`, built from the same GGUF by

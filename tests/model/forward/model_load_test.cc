@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "model/model.h"
-#include "tests/model/gguf_builder.h"
+#include "tests/gguf/gguf_builder.h"
 
 namespace tokenmill {
 namespace {

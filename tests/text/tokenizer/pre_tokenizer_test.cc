@@ -1,0 +1,78 @@
+// Pre-tokenizer splits of the vocabularies the two test models do not cover (Llama 3, Qwen2,
+// GPT-2) against the `regex` module running the expressions of their original tokenizer.json
+// (tests/data/tokenizer/pre_tokenizer_splits.json, from make_tokenizer_golden.py).
+#include "text/tokenizer/pre_tokenizer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace tokenmill::tokenizer {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(PreTokenizerTest, SplitsLikeTheOriginalRegexes) {
+  std::ifstream in(std::string(TOKENMILL_TEST_DATA_DIR) + "/tokenizer/pre_tokenizer_splits.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  ASSERT_EQ(golden.size(), 3u);
+  for (const auto& [name, cases] : golden.items()) {
+    StatusOr<PreTokenizer> pre = PreTokenizer::ForName(name);
+    ASSERT_TRUE(pre.ok()) << pre.status().ToString();
+    ASSERT_GE(cases.size(), 500u);
+    int mismatches = 0;
+    std::vector<std::string_view> pieces;
+    for (const nlohmann::json& c : cases) {
+      const std::string text = c.at("text").get<std::string>();
+      ASSERT_TRUE(pre->Split(text, pieces).ok());
+      const std::vector<std::string> ours(pieces.begin(), pieces.end());
+      const auto expected = c.at("pieces").get<std::vector<std::string>>();
+      if (ours != expected && ++mismatches <= 5) {
+        ADD_FAILURE() << name << " " << nlohmann::json(text).dump() << "\n  ours:     "
+                      << nlohmann::json(ours).dump() << "\n  expected: "
+                      << nlohmann::json(expected).dump();
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << name;
+  }
+}
+
+TEST(PreTokenizerTest, UnknownNameIsRefusedWithTheKnownOnes) {
+  const StatusOr<PreTokenizer> pre = PreTokenizer::ForName("tekken");
+  ASSERT_FALSE(pre.ok());
+  EXPECT_THAT(pre.status().message(), HasSubstr("tokenizer.ggml.pre 'tekken'"));
+  EXPECT_THAT(pre.status().message(), HasSubstr("smollm"));
+  EXPECT_THAT(pre.status().message(), HasSubstr("llama-bpe"));
+  EXPECT_THAT(pre.status().message(), HasSubstr("qwen2"));
+}
+
+TEST(PreTokenizerTest, MissingNameMeansLlamaCppDefault) {
+  StatusOr<PreTokenizer> pre = PreTokenizer::ForName("");
+  ASSERT_TRUE(pre.ok());
+  EXPECT_EQ(pre->name(), "default");
+  std::vector<std::string_view> pieces;
+  // Punctuation runs first, then GPT-2's split, then digit runs cut into ASCII triples.
+  ASSERT_TRUE(pre->Split("hi, 東京 12345~~  ", pieces).ok());
+  EXPECT_THAT(pieces, ::testing::ElementsAre("hi", ",", " 東京", " ", "123", "45", "~~", "  "));
+}
+
+// Long runs must not make the split quadratic; this only checks the pieces (speed is measured
+// outside the tests).
+TEST(PreTokenizerTest, LongRunsSplitIntoFewPieces) {
+  StatusOr<PreTokenizer> pre = PreTokenizer::ForName("llama-bpe");
+  ASSERT_TRUE(pre.ok());
+  const std::string text = std::string(100000, ' ') + "x" + std::string(100000, 'a');
+  std::vector<std::string_view> pieces;
+  ASSERT_TRUE(pre->Split(text, pieces).ok());
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0].size(), 99999u);
+  EXPECT_EQ(pieces[1].size(), 100002u);
+}
+
+}  // namespace
+}  // namespace tokenmill::tokenizer

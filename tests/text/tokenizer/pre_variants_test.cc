@@ -1,0 +1,78 @@
+// Every pre-tokenizer we support, end to end against llama.cpp: SmolLM2's vocabulary with
+// tokenizer.ggml.pre replaced (tests/data/tokenizer/pre_variants.json, written by
+// make_tokenizer_golden.py from llama.cpp on a tensor-less copy of the GGUF's metadata).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "tests/gguf/gguf_builder.h"
+#include "text/tokenizer/tokenizer.h"
+
+namespace tokenmill {
+namespace {
+
+// The tokenizer keys of `source` with tokenizer.ggml.pre set to `pre`, as GGUF bytes.
+std::vector<uint8_t> VocabularyWithPre(const GgufFile& source, const std::string& pre) {
+  testing::GgufBuilder builder;
+  builder.KeyString("general.architecture", "llama").KeyString("tokenizer.ggml.pre", pre);
+  builder.KeyString("tokenizer.ggml.model", std::string(*source.GetString("tokenizer.ggml.model")));
+  for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"}) {
+    const std::vector<std::string_view> items = *source.GetStringArray(key);
+    builder.KeyStrings(key, std::vector<std::string>(items.begin(), items.end()));
+  }
+  const std::vector<int32_t> types = *source.GetI32Array("tokenizer.ggml.token_type");
+  std::vector<uint8_t> array;
+  testing::GgufBuilder::Put<uint32_t>(array, 5);  // int32 elements
+  testing::GgufBuilder::Put<uint64_t>(array, types.size());
+  for (const int32_t t : types) testing::GgufBuilder::Put<int32_t>(array, t);
+  builder.KeyRaw("tokenizer.ggml.token_type", 9, array);
+  for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                          "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id"}) {
+    builder.KeyU32(key, *source.GetU32(key));
+  }
+  builder.KeyBool("tokenizer.ggml.add_bos_token", *source.GetBool("tokenizer.ggml.add_bos_token"));
+  return builder.Build();
+}
+
+TEST(PreVariantsTest, SameIdsAsLlamaCppForEveryPreTokenizer) {
+  std::ifstream in(std::string(TOKENMILL_TEST_DATA_DIR) + "/tokenizer/pre_variants.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  StatusOr<GgufFile> source = GgufFile::Open(std::string(TOKENMILL_MODELS_DIR) + "/" +
+                                             golden.at("vocabulary").get<std::string>());
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_EQ(golden.at("variants").size(), 4u);
+  for (const auto& [pre, cases] : golden.at("variants").items()) {
+    const std::vector<uint8_t> bytes = VocabularyWithPre(*source, pre);
+    StatusOr<GgufFile> file = GgufFile::Parse(bytes);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    StatusOr<Tokenizer> tokenizer = Tokenizer::FromGguf(*file);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+    ASSERT_EQ(tokenizer->pre_tokenizer_name(), pre);
+    int mismatches = 0;
+    for (const nlohmann::json& c : cases) {
+      const std::string text = c.at("text").get<std::string>();
+      for (const bool parse_special : {false, true}) {
+        const StatusOr<std::vector<TokenId>> ours =
+            tokenizer->Encode(text, {.parse_special = parse_special});
+        ASSERT_TRUE(ours.ok()) << ours.status().ToString();
+        const auto expected =
+            c.at(parse_special ? "ids_special" : "ids").get<std::vector<TokenId>>();
+        if (*ours != expected && ++mismatches <= 5) {
+          ADD_FAILURE() << pre << " special=" << parse_special << " "
+                        << nlohmann::json(text).dump() << "\n  ours:      "
+                        << nlohmann::json(*ours).dump()
+                        << "\n  llama.cpp: " << nlohmann::json(expected).dump();
+        }
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << pre;
+  }
+}
+
+}  // namespace
+}  // namespace tokenmill

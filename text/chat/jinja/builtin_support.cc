@@ -1,0 +1,31 @@
+#include "text/chat/jinja/builtin_support.h"
+
+#include "text/chat/jinja/operators.h"
+
+namespace tokenmill::jinja {
+
+const Json& RequireData(const Value& v, std::string_view what) {
+  RequireDefined(v);
+  if (!v.is_data() && !v.is_namespace()) {
+    throw TemplateError(std::string(what) + ": unsupported value of type " + v.TypeName());
+  }
+  return v.data();
+}
+
+Json ToData(const Value& v) {
+  RequireDefined(v);
+  if (!v.is_data()) throw TemplateError("a " + v.TypeName() + " cannot be stored in a list");
+  return v.data();
+}
+
+Value Items(const Value& subject) {
+  if (subject.is_undefined()) return Value::Of(Json::array());
+  if (!subject.is_dict()) throw TemplateError("Can only get item pairs from a mapping.");
+  Json out = Json::array();
+  for (auto it = subject.data().begin(); it != subject.data().end(); ++it) {
+    out.push_back(Json::array({it.key(), it.value()}));
+  }
+  return Value::Of(std::move(out));
+}
+
+}  // namespace tokenmill::jinja

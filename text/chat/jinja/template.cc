@@ -1,0 +1,60 @@
+// The renderer signals failures with TemplateError internally: expression evaluation is deeply
+// recursive and nearly every step can fail, so one exception type keeps each step readable.
+// Nothing escapes this file: every entry point converts them to a Status.
+#include "text/chat/jinja/template.h"
+
+#include "text/chat/jinja/ast.h"
+#include "text/chat/jinja/builtins.h"
+#include "text/chat/jinja/lexer.h"
+#include "text/chat/jinja/parser.h"
+#include "text/chat/jinja/renderer.h"
+
+namespace tokenmill::jinja {
+namespace {
+
+std::string Where(const TemplateError& e) {
+  if (e.pos().line == 0) return "";
+  return " at line " + std::to_string(e.pos().line) + ", column " + std::to_string(e.pos().column);
+}
+
+}  // namespace
+
+struct Template::Program {
+  Body body;
+};
+
+Template::Template(std::unique_ptr<Program> program) : program_(std::move(program)) {}
+Template::Template(Template&&) noexcept = default;
+Template& Template::operator=(Template&&) noexcept = default;
+Template::~Template() = default;
+
+StatusOr<Template> Template::Parse(std::string_view source) {
+  try {
+    auto program = std::make_unique<Program>();
+    program->body = jinja::Parse(Tokenize(source));
+    return Template(std::move(program));
+  } catch (const TemplateError& e) {
+    return InvalidArgumentError("template syntax error" + Where(e) + ": " + e.what());
+  }
+}
+
+StatusOr<std::string> Template::Render(const Json& variables) const {
+  if (!variables.is_object()) {
+    return InvalidArgumentError("template variables must be a JSON object");
+  }
+  if (NestsDeeperThan(variables, kMaxVariableNesting)) {
+    return InvalidArgumentError("template variables nest deeper than " +
+                                std::to_string(kMaxVariableNesting) + " levels");
+  }
+  try {
+    return RenderBody(program_->body, variables);
+  } catch (const RaisedError& e) {
+    return InvalidArgumentError("template raised an error" + Where(e) + ": " + e.what());
+  } catch (const TemplateError& e) {
+    return InvalidArgumentError("template error" + Where(e) + ": " + e.what());
+  } catch (const std::exception& e) {  // e.g. nlohmann::json on a value it cannot hold
+    return InternalError(std::string("template rendering failed: ") + e.what());
+  }
+}
+
+}  // namespace tokenmill::jinja

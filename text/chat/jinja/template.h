@@ -1,0 +1,38 @@
+// A compiled Jinja template: the entry point of the renderer. Rendering matches Python
+// jinja2 (3.1) in Hugging Face's chat environment: ImmutableSandboxedEnvironment with
+// trim_blocks and lstrip_blocks, the loopcontrols extension, HF's tojson, and the globals
+// raise_exception and strftime_now. Errors come back as a Status naming line and column.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "text/chat/jinja/value.h"
+
+namespace tokenmill::jinja {
+
+struct Stmt;
+
+class Template {
+ public:
+  // INVALID_ARGUMENT "template syntax error at line L, column C: ..." when it does not parse.
+  static StatusOr<Template> Parse(std::string_view source);
+
+  // `variables` is a JSON object of top-level names. Failures are INVALID_ARGUMENT:
+  // "template error at line L, column C: ..." or, from raise_exception(msg),
+  // "template raised an error at line L, column C: msg".
+  StatusOr<std::string> Render(const Json& variables) const;
+
+  Template(Template&&) noexcept;
+  Template& operator=(Template&&) noexcept;
+  ~Template();
+
+ private:
+  struct Program;
+  explicit Template(std::unique_ptr<Program> program);
+  std::unique_ptr<Program> program_;
+};
+
+}  // namespace tokenmill::jinja

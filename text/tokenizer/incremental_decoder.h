@@ -1,0 +1,35 @@
+// Streams the text of generated tokens one token at a time, always as well-formed UTF-8: a
+// character whose bytes are split across tokens (byte-fallback tokens, or byte-level BPE
+// tokens that end inside a character) is held back until its last byte arrives.
+#pragma once
+
+#include <string>
+
+#include "text/tokenizer/tokenizer.h"
+
+namespace tokenmill {
+
+class IncrementalDecoder {
+ public:
+  // `tokenizer` must outlive the decoder.
+  explicit IncrementalDecoder(const Tokenizer& tokenizer, DecodeOptions options = {})
+      : tokenizer_(&tokenizer), options_(options) {}
+
+  // Adds one token; returns the text that became complete (possibly empty). Bytes that can
+  // never form a character come out as U+FFFD, so nothing is held back forever.
+  std::string Add(TokenId id);
+
+  // Ends the stream: what is still held back (an unfinished character) as U+FFFD.
+  std::string Finish();
+
+  // Bytes held back now (at most 3).
+  size_t pending_bytes() const { return pending_.size(); }
+
+ private:
+  const Tokenizer* tokenizer_;
+  DecodeOptions options_;
+  bool at_start_ = true;
+  std::string pending_;
+};
+
+}  // namespace tokenmill

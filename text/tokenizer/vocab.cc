@@ -1,0 +1,161 @@
+#include "text/tokenizer/vocab.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+namespace tokenmill {
+namespace {
+
+// End-of-turn tokens llama.cpp recognizes by their text (llama-vocab.cpp, "special_eog_ids").
+constexpr std::array<std::string_view, 12> kEndOfGenerationTexts = {
+    "<|eot_id|>", "<|im_end|>",   "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
+    "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+};
+
+TokenType ToTokenType(int32_t value) {
+  if (value < 0 || value > static_cast<int32_t>(TokenType::kByte)) return TokenType::kUndefined;
+  return static_cast<TokenType>(value);
+}
+
+bool IsSpecialType(TokenType type) {
+  return type == TokenType::kControl || type == TokenType::kUserDefined ||
+         type == TokenType::kUnknown;
+}
+
+}  // namespace
+
+StatusOr<Vocab> Vocab::FromGguf(const GgufFile& file) {
+  Vocab vocab;
+  TM_ASSIGN_OR_RETURN(const std::string_view model, file.GetString("tokenizer.ggml.model"));
+  if (model == "gpt2") {
+    vocab.kind_ = VocabKind::kBytePairGpt2;
+  } else if (model == "llama") {
+    vocab.kind_ = VocabKind::kSentencePiece;
+  } else {
+    return UnimplementedError("unsupported tokenizer.ggml.model '" + std::string(model) +
+                              "': tokenmill reads 'gpt2' (byte-level BPE) and 'llama' "
+                              "(SentencePiece) vocabularies");
+  }
+
+  TM_ASSIGN_OR_RETURN(const std::vector<std::string_view> texts,
+                      file.GetStringArray("tokenizer.ggml.tokens"));
+  if (texts.empty()) return InvalidArgumentError("tokenizer.ggml.tokens is empty");
+  if (texts.size() > static_cast<size_t>(INT32_MAX)) {
+    return InvalidArgumentError("tokenizer.ggml.tokens has too many entries");
+  }
+  const size_t n = texts.size();
+  vocab.texts_.assign(texts.begin(), texts.end());
+  vocab.types_.assign(n, TokenType::kNormal);
+  vocab.scores_.assign(n, 0.0f);
+  if (file.Has("tokenizer.ggml.token_type")) {
+    TM_ASSIGN_OR_RETURN(const std::vector<int32_t> types,
+                        file.GetI32Array("tokenizer.ggml.token_type"));
+    if (types.size() != n) {
+      return InvalidArgumentError("tokenizer.ggml.token_type has " + std::to_string(types.size()) +
+                                  " entries for " + std::to_string(n) + " tokens");
+    }
+    std::transform(types.begin(), types.end(), vocab.types_.begin(), ToTokenType);
+  }
+  if (file.Has("tokenizer.ggml.scores")) {
+    TM_ASSIGN_OR_RETURN(vocab.scores_, file.GetF32Array("tokenizer.ggml.scores"));
+    if (vocab.scores_.size() != n) {
+      return InvalidArgumentError("tokenizer.ggml.scores has " +
+                                  std::to_string(vocab.scores_.size()) + " entries for " +
+                                  std::to_string(n) + " tokens");
+    }
+  }
+  // Like llama.cpp, a later duplicate text wins; empty texts can never match.
+  vocab.by_text_.reserve(n);
+  for (size_t id = 0; id < n; ++id) {
+    if (!vocab.texts_[id].empty()) vocab.by_text_[vocab.texts_[id]] = static_cast<TokenId>(id);
+  }
+
+  // llama.cpp's defaults per vocabulary kind, then the file's flags.
+  const bool sentencepiece = vocab.kind_ == VocabKind::kSentencePiece;
+  vocab.add_bos_ = sentencepiece;
+  vocab.add_space_prefix_ = sentencepiece;
+  if (file.Has("tokenizer.ggml.add_bos_token")) {
+    TM_ASSIGN_OR_RETURN(vocab.add_bos_, file.GetBool("tokenizer.ggml.add_bos_token"));
+  }
+  if (file.Has("tokenizer.ggml.add_eos_token")) {
+    TM_ASSIGN_OR_RETURN(vocab.add_eos_, file.GetBool("tokenizer.ggml.add_eos_token"));
+  }
+  if (file.Has("tokenizer.ggml.add_space_prefix")) {
+    TM_ASSIGN_OR_RETURN(vocab.add_space_prefix_, file.GetBool("tokenizer.ggml.add_space_prefix"));
+  }
+  TM_RETURN_IF_ERROR(vocab.ReadSpecialIds(file));
+  if (vocab.add_bos_ && vocab.bos_ == kNoToken) {
+    return InvalidArgumentError("tokenizer.ggml.add_bos_token is set but there is no BOS token");
+  }
+  if (vocab.add_eos_ && vocab.eos_ == kNoToken) {
+    return InvalidArgumentError("tokenizer.ggml.add_eos_token is set but there is no EOS token");
+  }
+  vocab.FindEndOfGeneration();
+
+  for (size_t id = 0; id < n; ++id) {
+    if (IsSpecialType(vocab.types_[id]) && !vocab.texts_[id].empty()) {
+      vocab.special_tokens_.push_back(static_cast<TokenId>(id));
+    }
+  }
+  std::stable_sort(vocab.special_tokens_.begin(), vocab.special_tokens_.end(),
+                   [&](TokenId a, TokenId b) {
+                     return vocab.texts_[a].size() > vocab.texts_[b].size();
+                   });
+  return vocab;
+}
+
+Status Vocab::ReadSpecialIds(const GgufFile& file) {
+  // llama.cpp's defaults when a key is absent (its legacy 11 for byte-level BPE included).
+  if (kind_ == VocabKind::kSentencePiece) {
+    bos_ = 1, eos_ = 2, unknown_ = 0;
+  } else {
+    bos_ = 11, eos_ = 11;
+  }
+  const auto read = [&](std::string_view key, TokenId& id) -> Status {
+    if (!file.Has(key)) return OkStatus();
+    // Ids are u32 in the file; -1 (0xFFFFFFFF, or a signed -1 in some files) or any id past the
+    // vocabulary means "none" and keeps the default, as in llama.cpp.
+    const StatusOr<uint64_t> value = file.GetU64(key);
+    if (value.ok()) {
+      if (*value < texts_.size()) id = static_cast<TokenId>(*value);
+      return OkStatus();
+    }
+    const StatusOr<int32_t> negative = file.GetI32(key);
+    return negative.ok() ? OkStatus() : value.status();
+  };
+  TM_RETURN_IF_ERROR(read("tokenizer.ggml.bos_token_id", bos_));
+  TM_RETURN_IF_ERROR(read("tokenizer.ggml.eos_token_id", eos_));
+  TM_RETURN_IF_ERROR(read("tokenizer.ggml.eot_token_id", eot_));
+  TM_RETURN_IF_ERROR(read("tokenizer.ggml.eom_token_id", eom_));
+  TM_RETURN_IF_ERROR(read("tokenizer.ggml.unknown_token_id", unknown_));
+  TM_RETURN_IF_ERROR(read("tokenizer.ggml.padding_token_id", padding_));
+  for (TokenId* id : {&bos_, &eos_, &unknown_}) {
+    if (!Contains(*id)) *id = kNoToken;
+  }
+  return OkStatus();
+}
+
+void Vocab::FindEndOfGeneration() {
+  for (const std::string_view text : kEndOfGenerationTexts) {
+    const TokenId id = Find(text);
+    if (id == kNoToken) continue;
+    end_of_generation_.push_back(id);
+    // As llama.cpp does, a mislabelled end-of-turn token becomes a control token.
+    types_[id] = TokenType::kControl;
+    if (eot_ == kNoToken && text != "<|eom_id|>") eot_ = id;
+  }
+  for (const TokenId id : {eos_, eot_, eom_}) {
+    if (id != kNoToken) end_of_generation_.push_back(id);
+  }
+  std::sort(end_of_generation_.begin(), end_of_generation_.end());
+  end_of_generation_.erase(std::unique(end_of_generation_.begin(), end_of_generation_.end()),
+                           end_of_generation_.end());
+}
+
+TokenId Vocab::Find(std::string_view text) const {
+  const auto it = by_text_.find(text);
+  return it == by_text_.end() ? kNoToken : it->second;
+}
+
+}  // namespace tokenmill

@@ -1,0 +1,97 @@
+// The vocabulary a GGUF file describes: token texts, their types and scores, the special token
+// ids and the flags that say how to encode (tokenizer.ggml.* keys, llama.cpp's defaults).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "gguf/gguf.h"
+
+namespace tokenmill {
+
+using TokenId = int32_t;
+inline constexpr TokenId kNoToken = -1;
+
+// tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
+enum class TokenType : int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
+};
+
+enum class VocabKind { kBytePairGpt2, kSentencePiece };
+
+class Vocab {
+ public:
+  // Reads tokenizer.ggml.{model,tokens,token_type,scores,*_token_id,add_*}. An unsupported
+  // model value is an error naming it.
+  static StatusOr<Vocab> FromGguf(const GgufFile& file);
+
+  // Move-only: the text index views the token strings.
+  Vocab(Vocab&&) = default;
+  Vocab& operator=(Vocab&&) = default;
+  Vocab(const Vocab&) = delete;
+  Vocab& operator=(const Vocab&) = delete;
+
+  VocabKind kind() const { return kind_; }
+  int32_t size() const { return static_cast<int32_t>(texts_.size()); }
+  bool Contains(TokenId id) const { return id >= 0 && id < size(); }
+
+  // The text as the file stores it (byte-level characters or "▁" for spaces).
+  const std::string& text(TokenId id) const { return texts_[id]; }
+  TokenType type(TokenId id) const { return types_[id]; }
+  float score(TokenId id) const { return scores_[id]; }
+  // The token whose stored text is exactly `text`, or kNoToken.
+  TokenId Find(std::string_view text) const;
+
+  TokenId bos() const { return bos_; }
+  TokenId eos() const { return eos_; }
+  TokenId eot() const { return eot_; }
+  TokenId unknown() const { return unknown_; }
+  TokenId padding() const { return padding_; }
+  bool add_bos() const { return add_bos_; }
+  bool add_eos() const { return add_eos_; }
+  bool add_space_prefix() const { return add_space_prefix_; }
+  void set_add_bos(bool add_bos) { add_bos_ = add_bos; }
+
+  // Tokens that end a generation: EOS, EOT, EOM and the end-of-turn tokens llama.cpp recognizes
+  // by their text (<|im_end|>, <|eot_id|>, <end_of_turn>, ...), sorted.
+  const std::vector<TokenId>& end_of_generation() const { return end_of_generation_; }
+
+  // Tokens matched as a whole in the input before any other splitting: control, user-defined
+  // and unknown tokens, longest text first.
+  const std::vector<TokenId>& special_tokens() const { return special_tokens_; }
+
+ private:
+  Vocab() = default;
+  Status ReadSpecialIds(const GgufFile& file);
+  void FindEndOfGeneration();
+
+  VocabKind kind_ = VocabKind::kSentencePiece;
+  std::vector<std::string> texts_;
+  std::vector<TokenType> types_;
+  std::vector<float> scores_;
+  std::unordered_map<std::string_view, TokenId> by_text_;  // views into texts_
+
+  TokenId bos_ = kNoToken;
+  TokenId eos_ = kNoToken;
+  TokenId eot_ = kNoToken;
+  TokenId eom_ = kNoToken;
+  TokenId unknown_ = kNoToken;
+  TokenId padding_ = kNoToken;
+  bool add_bos_ = false;
+  bool add_eos_ = false;
+  bool add_space_prefix_ = false;
+  std::vector<TokenId> end_of_generation_;
+  std::vector<TokenId> special_tokens_;
+};
+
+}  // namespace tokenmill
