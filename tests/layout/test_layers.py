@@ -1,0 +1,48 @@
+"""The layering check (check_layers.py): this repository passes, and a tree that breaks
+either rule fails with a message naming the include."""
+import pathlib
+import sys
+import textwrap
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import check_layers  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def write_tree(root, files):
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(textwrap.dedent(text))
+
+
+def small_tree(root, model_source, model_links="tm_gguf"):
+    write_tree(root, {
+        "gguf/CMakeLists.txt": "add_library(tm_gguf gguf.cc)\n",
+        "gguf/gguf.h": "#pragma once\n",
+        "engine/engine.h": "#pragma once\n",
+        "model/CMakeLists.txt": f"add_library(tm_model model.cc)\n"
+                                f"target_link_libraries(tm_model PUBLIC {model_links})\n",
+        "model/model.cc": model_source,
+    })
+
+
+def test_this_repository_holds_the_layering():
+    assert check_layers.check(REPO) == []
+
+
+def test_an_include_against_the_order_fails(tmp_path):
+    small_tree(tmp_path, '#include "engine/engine.h"\n')
+    errors = check_layers.check(tmp_path)
+    assert errors == ["model/model.cc:1: includes engine/engine.h: model/ may not depend on engine/"]
+
+
+def test_an_include_without_its_link_fails(tmp_path):
+    small_tree(tmp_path, '#include "gguf/gguf.h"\n', model_links="tm_common")
+    assert check_layers.check(tmp_path) == [
+        "model/model.cc:1: includes gguf/gguf.h: tm_model does not link tm_gguf"]
+
+
+def test_an_allowed_and_linked_include_passes(tmp_path):
+    small_tree(tmp_path, '#include "gguf/gguf.h"\n')
+    assert check_layers.check(tmp_path) == []
