@@ -12,22 +12,11 @@
 #include "common/status.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/paged_attention.h"
+#include "model/forward_input.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
 namespace tokenmill {
-
-struct ForwardInput {
-  std::span<const int32_t> token_ids;   // one per token of the batch
-  RaggedBatch batch;                    // positions, sequences, slots, block tables
-  std::span<const int32_t> logit_rows;  // token rows whose logits are wanted, in order
-};
-
-// Checks a step's inputs against the model and the KV cache: consistent batch views, token
-// ids in the vocabulary, logit rows in the batch, positions within the context, and
-// logits_size = logit_rows.size() * n_vocab. Every backend's Run starts with it.
-Status ValidateForwardInput(const ModelConfig& config, const ForwardInput& input,
-                            const KvCacheView& kv, size_t logits_size);
 
 // Which kernels compute: the fast ones of a CpuContext over model.cpu_weights() (Q4_1 and
 // Q8_0 regrouped), or the scalar references over model.weights() (float activations, the

@@ -1,5 +1,6 @@
 // The llama-family forward pass on an NVIDIA GPU: the contract of ForwardPass (model/forward.h)
-// -- the same ForwardInput and logits -- over a KV cache in device memory (CudaKvCache).
+// -- the same ForwardInput (model/forward_input.h) and logits -- over a KV cache in device
+// memory (CudaKvCache).
 // Kernels are those of kernels/cuda/ops.h; weights live on the device (cuda_weights.h).
 #pragma once
 
@@ -15,7 +16,8 @@
 #include "kernels/cuda/cublas_gemm.h"
 #include "kernels/cuda/device_buffer.h"
 #include "model/cuda/cuda_weights.h"
-#include "model/forward.h"
+#include "model/forward_input.h"
+#include "model/model.h"
 
 namespace tokenmill::cuda {
 

@@ -1,0 +1,40 @@
+#include "model/forward_input.h"
+
+#include <string>
+
+namespace tokenmill {
+
+Status ValidateForwardInput(const ModelConfig& c, const ForwardInput& in, const KvCacheView& kv,
+                            size_t logits_size) {
+  const int64_t n = static_cast<int64_t>(in.token_ids.size());
+  if (in.batch.num_tokens() != n) {
+    return InvalidArgumentError("token_ids and positions differ in length");
+  }
+  if (kv.n_layers != c.n_layers || kv.n_kv_heads != c.n_kv_heads || kv.head_dim != c.head_dim) {
+    return InvalidArgumentError("the KV cache was made for another model shape");
+  }
+  TM_RETURN_IF_ERROR(ValidateRaggedBatch(in.batch, kv.block_size, kv.num_blocks));
+  const int64_t n_logits = static_cast<int64_t>(in.logit_rows.size());
+  if (static_cast<int64_t>(logits_size) != n_logits * c.n_vocab) {
+    return InvalidArgumentError("logits must hold " + std::to_string(n_logits) + " rows of " +
+                                std::to_string(c.n_vocab));
+  }
+  for (int32_t id : in.token_ids) {
+    if (id < 0 || id >= c.n_vocab) {
+      return InvalidArgumentError("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                                  std::to_string(c.n_vocab));
+    }
+  }
+  for (int32_t row : in.logit_rows) {
+    if (row < 0 || row >= n) return InvalidArgumentError("logit row outside the batch");
+  }
+  for (int32_t pos : in.batch.positions) {
+    if (pos >= c.context_length) {
+      return OutOfRangeError("position " + std::to_string(pos) + " is beyond the model's context of " +
+                             std::to_string(c.context_length) + " tokens");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace tokenmill
