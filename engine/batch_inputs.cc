@@ -1,12 +1,14 @@
 #include "engine/batch_inputs.h"
 
+#include <span>
+
 #include "common/check.h"
 
 namespace tokenmill {
 
 RaggedBatch BatchInputs::batch() const {
-  return RaggedBatch{positions, cu_seqlens, slot_mapping, kv_indptr, kv_indices,
-                     kv_last_block_len};
+  block_table_ = kv_blocks.table();
+  return RaggedBatch{positions, cu_seqlens, std::span<const KvBlockTable>(&block_table_, 1)};
 }
 
 BatchInputs BuildBatchInputs(const SchedulerOutput& step, int block_size) {
@@ -20,21 +22,15 @@ BatchInputs BuildBatchInputs(const SchedulerOutput& step, int block_size) {
         << "request " << r.id << " has " << r.block_table.size() << " blocks for " << kv_length
         << " tokens";
     for (int i = 0; i < r.num_new_tokens; ++i) {
-      const int pos = r.num_computed_tokens + i;
       in.token_ids.push_back(r.token_ids[static_cast<size_t>(i)]);
-      in.positions.push_back(pos);
-      in.slot_mapping.push_back(int64_t{r.block_table[static_cast<size_t>(pos / block_size)]} *
-                                    block_size +
-                                pos % block_size);
+      in.positions.push_back(r.num_computed_tokens + i);
     }
+    in.kv_blocks.AddSequence(std::span<const BlockId>(r.block_table).first(num_blocks),
+                             block_size, r.num_computed_tokens, r.num_new_tokens);
     in.first_logit.push_back(static_cast<int32_t>(in.logit_rows.size()));
     const int end = in.cu_seqlens.back() + r.num_new_tokens;
     for (int row = end - r.num_logits; row < end; ++row) in.logit_rows.push_back(row);
     in.cu_seqlens.push_back(end);
-    in.kv_indices.insert(in.kv_indices.end(), r.block_table.begin(),
-                         r.block_table.begin() + num_blocks);
-    in.kv_indptr.push_back(static_cast<int32_t>(in.kv_indices.size()));
-    in.kv_last_block_len.push_back(kv_length - (num_blocks - 1) * block_size);
   }
   return in;
 }

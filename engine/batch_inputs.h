@@ -1,12 +1,13 @@
 // Flattens one scheduler step into the forward pass's ragged batch (DESIGN.md section 3,
-// "Batch inputs"): token ids, positions, cu_seqlens, slot mapping and each sequence's paged
-// KV view from its block table, plus the rows that need logits.
+// "Batch inputs"): token ids, positions, cu_seqlens and the block tables of the step's one
+// KV group (every layer's: kernels/paged_kv.h) from the requests' block tables, plus the rows
+// that need logits.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/paged_attention.h"
+#include "kernels/paged_kv.h"
 #include "scheduler/scheduler_output.h"
 
 namespace tokenmill {
@@ -15,17 +16,17 @@ struct BatchInputs {
   std::vector<int32_t> token_ids;
   std::vector<int32_t> positions;
   std::vector<int32_t> cu_seqlens{0};
-  std::vector<int64_t> slot_mapping;
-  std::vector<int32_t> kv_indptr{0};
-  std::vector<int32_t> kv_indices;
-  std::vector<int32_t> kv_last_block_len;
+  KvBlockTableBuilder kv_blocks;
   // Rows whose logits are computed, in order: each request's last num_logits rows.
   std::vector<int32_t> logit_rows;
   // Per request of the step: where its rows start in logit_rows.
   std::vector<int32_t> first_logit;
 
-  // Views over the vectors above (valid while this object lives unchanged).
+  // Views over the members above (valid while this object lives unchanged).
   RaggedBatch batch() const;
+
+ private:
+  mutable KvBlockTable block_table_;  // batch()'s view of kv_blocks
 };
 
 // The step's requests in their batch order. CHECKs that each block table covers the

@@ -2,20 +2,6 @@
 
 namespace tokenmill {
 
-int64_t KvElementBytes(KvType type) {
-  switch (type) {
-    case KvType::kF16: return 2;
-    case KvType::kF32: return 4;
-    case KvType::kInt8: return 1;
-    case KvType::kFp8: return 1;
-  }
-  return 0;
-}
-
-int64_t KvScaleBytes(KvType type) {
-  return type == KvType::kInt8 || type == KvType::kFp8 ? sizeof(float) : 0;
-}
-
 bool KvTypeOnCpu(KvType type) { return type != KvType::kFp8; }
 
 std::string_view KvTypeName(KvType type) {

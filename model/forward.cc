@@ -97,7 +97,6 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
   // then each op waits for the tap before it.
   const bool fuse = !tap_;
   const std::span<const int32_t> positions = in.batch.positions;
-  const std::span<const int64_t> slots = in.batch.slot_mapping;
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& l = w.layers[layer];
     // Fused, every layer after the first finds its attn_norm already in h_ (see l_out).
@@ -115,7 +114,9 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
     }
     tap("Qraw", layer, q_, n, c.q_dim());
     tap("Kraw", layer, k_, n, c.kv_dim());
-    const PagedKvLayer kv_layer = kv.Layer(layer);
+    const KvCacheView kv_layer = kv.Layer(layer);
+    const KvBlockTable& blocks = in.batch.block_tables[KvGroupOfLayer(c, layer)];
+    const std::span<const int64_t> slots = blocks.slot_mapping;
     auto store_kv = [&](int64_t b, int64_t e) {
       StoreKv(kv_layer, slots.subspan(b, e - b), k_.data() + b * c.kv_dim(),
               v_.data() + b * c.kv_dim());
@@ -130,9 +131,11 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
     tap("Vcur", layer, v_, n, c.kv_dim());
     if (!fuse) ForTokens(n, store_kv);
     if (mode_ == KernelMode::kReference) {
-      PagedAttentionReference(kv_layer, in.batch, q_.data(), c.n_heads, scale, attn_.data());
+      PagedAttentionReference(kv_layer, in.batch, blocks, q_.data(), c.n_heads, scale,
+                              attn_.data());
     } else {
-      PagedAttention(ctx_, kv_layer, in.batch, q_.data(), c.n_heads, scale, attn_.data());
+      PagedAttention(ctx_, kv_layer, in.batch, blocks, q_.data(), c.n_heads, scale,
+                     attn_.data());
     }
     tap("kqv_out", layer, attn_, n, c.q_dim());
     MatmulOp(l.o, attn_.data(), n, proj_.data());

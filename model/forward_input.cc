@@ -13,6 +13,11 @@ Status ValidateForwardInput(const ModelConfig& c, const ForwardInput& in, const 
   if (kv.n_layers != c.n_layers || kv.n_kv_heads != c.n_kv_heads || kv.head_dim != c.head_dim) {
     return InvalidArgumentError("the KV cache was made for another model shape");
   }
+  if (static_cast<int64_t>(in.batch.block_tables.size()) != NumKvGroups(c)) {
+    return InvalidArgumentError("the batch has block tables for " +
+                                std::to_string(in.batch.block_tables.size()) +
+                                " KV groups; the model has " + std::to_string(NumKvGroups(c)));
+  }
   TM_RETURN_IF_ERROR(ValidateRaggedBatch(in.batch, kv.block_size, kv.num_blocks));
   const int64_t n_logits = static_cast<int64_t>(in.logit_rows.size());
   if (static_cast<int64_t>(logits_size) != n_logits * c.n_vocab) {

@@ -1,6 +1,6 @@
 // What every backend's forward pass (model/forward.h on the CPU, model/cuda/ on a GPU) runs
-// one step over: the step's tokens as a ragged batch with its block tables, the rows that
-// need logits, and the check they all start with.
+// one step over: the step's tokens as a ragged batch with its KV groups' block tables
+// (kernels/paged_kv.h), the rows that need logits, and the check they all start with.
 #pragma once
 
 #include <cstddef>
@@ -8,21 +8,28 @@
 #include <span>
 
 #include "common/status.h"
-#include "kernels/cpu/paged_attention.h"
+#include "kernels/kv_cache_view.h"
+#include "kernels/paged_kv.h"
 #include "model/config.h"
-#include "model/kv_cache.h"
 
 namespace tokenmill {
 
+// The model's KV groups (kernels/paged_kv.h): layers that share block tables. One today,
+// which every layer reads; a model with sliding-window layers will have one for those
+// and one for its full-attention layers.
+inline int NumKvGroups(const ModelConfig&) { return 1; }
+inline int KvGroupOfLayer(const ModelConfig&, int /*layer*/) { return 0; }
+
 struct ForwardInput {
   std::span<const int32_t> token_ids;   // one per token of the batch
-  RaggedBatch batch;                    // positions, sequences, slots, block tables
+  RaggedBatch batch;                    // positions, sequences, each KV group's block tables
   std::span<const int32_t> logit_rows;  // token rows whose logits are wanted, in order
 };
 
-// Checks a step's inputs against the model and the KV cache: consistent batch views, token
-// ids in the vocabulary, logit rows in the batch, positions within the context, and
-// logits_size = logit_rows.size() * n_vocab. Every backend's Run starts with it.
+// Checks a step's inputs against the model and the KV cache: consistent batch views with the
+// model's KV groups, token ids in the vocabulary, logit rows in the batch, positions within
+// the context, and logits_size = logit_rows.size() * n_vocab. Every backend's Run starts
+// with it.
 Status ValidateForwardInput(const ModelConfig& config, const ForwardInput& input,
                             const KvCacheView& kv, size_t logits_size);
 

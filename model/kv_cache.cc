@@ -5,25 +5,14 @@
 
 namespace tokenmill {
 
-PagedKvLayer KvCacheView::Layer(int layer) const {
-  const int64_t layer_rows = num_blocks * block_size * n_kv_heads;
-  const int64_t layer_bytes = layer_rows * head_dim * KvElementBytes(type);
-  const bool scaled = KvScaleBytes(type) > 0;
-  return PagedKvLayer{type,
-                      static_cast<uint8_t*>(k) + layer * layer_bytes,
-                      static_cast<uint8_t*>(v) + layer * layer_bytes,
-                      num_blocks,
-                      block_size,
-                      n_kv_heads,
-                      head_dim,
-                      scaled ? k_scale + layer * layer_rows : nullptr,
-                      scaled ? v_scale + layer * layer_rows : nullptr};
-}
-
 KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks,
                                int block_size) {
-  view_ = KvCacheView{type, nullptr, nullptr, num_blocks, block_size, config.n_layers,
-                      config.n_kv_heads, config.head_dim};
+  view_ = KvCacheView{.type = type,
+                      .num_blocks = num_blocks,
+                      .block_size = block_size,
+                      .n_kv_heads = config.n_kv_heads,
+                      .head_dim = config.head_dim,
+                      .n_layers = config.n_layers};
   const int64_t bytes = static_cast<int64_t>(config.n_layers) * num_blocks * block_size *
                         config.kv_dim() * KvElementBytes(type);
   k_.assign(static_cast<size_t>(bytes), 0);
@@ -77,20 +66,14 @@ Status BatchBuilder::Append(int seq, std::span<const int32_t> tokens, Logits log
   }
   step_seqs_.push_back(seq);
   for (size_t i = 0; i < tokens.size(); ++i) {
-    const int32_t pos = s.length + static_cast<int32_t>(i);
     const bool wants = logits == Logits::kAll || (logits == Logits::kLast && i + 1 == tokens.size());
     if (wants) logit_rows_.push_back(static_cast<int32_t>(token_ids_.size()));
     token_ids_.push_back(tokens[i]);
-    positions_.push_back(pos);
-    slot_mapping_.push_back(static_cast<int64_t>(s.blocks[pos / block_size_]) * block_size_ +
-                            pos % block_size_);
+    positions_.push_back(s.length + static_cast<int32_t>(i));
   }
+  blocks_.AddSequence(s.blocks, block_size_, s.length, static_cast<int32_t>(tokens.size()));
   s.length = static_cast<int32_t>(new_length);
   cu_seqlens_.push_back(static_cast<int32_t>(token_ids_.size()));
-  if (kv_indptr_.empty()) kv_indptr_.push_back(0);
-  kv_indices_.insert(kv_indices_.end(), s.blocks.begin(), s.blocks.end());
-  kv_indptr_.push_back(static_cast<int32_t>(kv_indices_.size()));
-  kv_last_block_len_.push_back(s.length - (static_cast<int32_t>(s.blocks.size()) - 1) * block_size_);
   return OkStatus();
 }
 
@@ -114,9 +97,8 @@ Status BatchBuilder::Truncate(int seq, int32_t length) {
 }
 
 RaggedBatch BatchBuilder::batch() {
-  if (kv_indptr_.empty()) kv_indptr_.push_back(0);
-  return RaggedBatch{positions_, cu_seqlens_, slot_mapping_, kv_indptr_, kv_indices_,
-                     kv_last_block_len_};
+  block_table_ = blocks_.table();
+  return RaggedBatch{positions_, cu_seqlens_, std::span<const KvBlockTable>(&block_table_, 1)};
 }
 
 void BatchBuilder::Clear() {
@@ -125,10 +107,7 @@ void BatchBuilder::Clear() {
   positions_.clear();
   cu_seqlens_.assign(1, 0);
   logit_rows_.clear();
-  slot_mapping_.clear();
-  kv_indptr_.clear();
-  kv_indices_.clear();
-  kv_last_block_len_.clear();
+  blocks_.Clear();
 }
 
 }  // namespace tokenmill

@@ -7,29 +7,14 @@
 #include <vector>
 
 #include "common/status.h"
-#include "kernels/cpu/paged_attention.h"
+#include "kernels/kv_cache_view.h"
+#include "kernels/paged_kv.h"
 #include "model/config.h"
 
 namespace tokenmill {
 
-// Every layer's K and V blocks: K is [layer][block][offset][kv head][head_dim], V alike.
-// int8 adds k_scale and v_scale, [layer][block][offset][kv head] floats. Non-owning.
-struct KvCacheView {
-  KvType type = KvType::kF16;
-  void* k = nullptr;
-  void* v = nullptr;
-  int64_t num_blocks = 0;
-  int block_size = 0;
-  int n_layers = 0;
-  int n_kv_heads = 0;
-  int head_dim = 0;
-  float* k_scale = nullptr;  // int8 only
-  float* v_scale = nullptr;  // int8 only
-
-  PagedKvLayer Layer(int layer) const;
-};
-
-// Owns zeroed K/V memory (and int8 scales) of num_blocks blocks for a model.
+// Owns zeroed K/V memory (and int8 scales) of num_blocks blocks of every layer of a model:
+// the pool of its one KV group.
 class KvCacheStorage {
  public:
   KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks, int block_size);
@@ -43,7 +28,8 @@ class KvCacheStorage {
   std::vector<float> v_scale_;
 };
 
-// Sequences that take fresh blocks from a bump allocator, and the step inputs for them.
+// Sequences that take fresh blocks from a bump allocator, and the step inputs for them
+// (one KV group).
 class BatchBuilder {
  public:
   BatchBuilder(int block_size, int64_t num_blocks);
@@ -80,8 +66,8 @@ class BatchBuilder {
   std::vector<Sequence> seqs_;
   std::vector<int32_t> step_seqs_;
   std::vector<int32_t> token_ids_, positions_, cu_seqlens_{0}, logit_rows_;
-  std::vector<int64_t> slot_mapping_;
-  std::vector<int32_t> kv_indptr_, kv_indices_, kv_last_block_len_;
+  KvBlockTableBuilder blocks_;  // the one KV group's
+  KvBlockTable block_table_;    // batch()'s view of blocks_
 };
 
 }  // namespace tokenmill

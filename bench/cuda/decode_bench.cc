@@ -13,6 +13,7 @@
 #include "kernels/cuda/device.h"
 #include "model/cuda/cuda_forward.h"
 #include "model/cuda/cuda_kv_cache.h"
+#include "model/kv_cache.h"
 
 namespace tokenmill::cuda {
 namespace {

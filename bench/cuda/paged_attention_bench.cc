@@ -83,13 +83,14 @@ void Run(const Shape& s, int batch, int context, double peak_gbps) {
   DeviceBuffer out = Allocate(static_cast<int64_t>(q_host.size()) * 4);
   DeviceBuffer ws =
       Allocate(AttentionWorkspaceFloats(batch, s.n_heads, s.head_dim, NumSplits(context)) * 4);
-  const DeviceKvLayer kv{DeviceKvType::kF16, k.data(), v.data(), block_size, s.n_kv_heads,
-                         s.head_dim};
-  const DeviceBatch db{d_positions.as<int32_t>(), d_seq.as<int32_t>(), d_slots.as<int64_t>(),
-                       d_indptr.as<int32_t>(), d_indices.as<int32_t>(), batch,
-                       NumSplits(context), d_tiles.as<int32_t>(), batch};
+  const KvCacheView kv{KvType::kF16, k.data(),     v.data(),    num_blocks,
+                       block_size,    s.n_kv_heads, s.head_dim};
+  const DeviceBatch db{d_positions.as<int32_t>(), d_seq.as<int32_t>(), batch, NumSplits(context),
+                       d_tiles.as<int32_t>(), batch};
+  const DeviceBlockTable table{d_slots.as<int64_t>(), d_indptr.as<int32_t>(),
+                               d_indices.as<int32_t>()};
   auto call = [&] {
-    Check(PagedAttention(kv, db, q.as<float>(), s.n_heads, 0.088f, ws.as<float>(),
+    Check(PagedAttention(kv, db, table, q.as<float>(), s.n_heads, 0.088f, ws.as<float>(),
                          out.as<float>(), nullptr),
           "attention");
   };

@@ -98,7 +98,8 @@ int Main(int argc, char** argv) {
                              kv_indptr = {0, blocks},
                              last_len = {positions - (blocks - 1) * kBlock};
   const std::vector<int64_t> slots = {positions - 1};
-  const RaggedBatch batch{token_pos, cu_seqlens, slots, kv_indptr, block_ids, last_len};
+  const KvBlockTable table{slots, kv_indptr, block_ids, last_len};
+  const RaggedBatch batch{token_pos, cu_seqlens, {&table, 1}};
 
   std::vector<float> x(1536), y(49152), q(kHeads * kDim), attn(kHeads * kDim);
   for (float& e : x) e = normal(rng);
@@ -121,9 +122,9 @@ int Main(int argc, char** argv) {
     });
     const double attention_us = MedianMicros(reps, flush_caches, [&] {
       for (int l = 0; l < kLayers; ++l) {
-        const PagedKvLayer kv{KvType::kF16, k[l].data(), v[l].data(), blocks, kBlock, kKvHeads,
-                              kDim, nullptr, nullptr};
-        PagedAttention(ctx, kv, batch, q.data(), kHeads, 0.125f, attn.data());
+        const KvCacheView kv{KvType::kF16, k[l].data(), v[l].data(), blocks, kBlock, kKvHeads,
+                             kDim, nullptr, nullptr};
+        PagedAttention(ctx, kv, batch, table, q.data(), kHeads, 0.125f, attn.data());
       }
     });
     double layer_bytes = 0.0;

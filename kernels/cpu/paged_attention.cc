@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <vector>
 
 #include "common/check.h"
@@ -11,56 +10,6 @@
 #include "kernels/half.h"
 
 namespace tokenmill {
-
-Status ValidateRaggedBatch(const RaggedBatch& b, int block_size, int64_t num_blocks) {
-  const int64_t n_tokens = b.num_tokens();
-  if (b.cu_seqlens.empty() || b.cu_seqlens.front() != 0 || b.cu_seqlens.back() != n_tokens) {
-    return InvalidArgumentError("cu_seqlens must start at 0 and end at the number of tokens (" +
-                                std::to_string(n_tokens) + ")");
-  }
-  const int64_t n_seqs = b.num_seqs();
-  if (static_cast<int64_t>(b.slot_mapping.size()) != n_tokens ||
-      static_cast<int64_t>(b.kv_indptr.size()) != n_seqs + 1 ||
-      static_cast<int64_t>(b.kv_last_block_len.size()) != n_seqs) {
-    return InvalidArgumentError(
-        "slot_mapping needs one entry per token, kv_indptr n_seqs + 1, kv_last_block_len n_seqs");
-  }
-  if (b.kv_indptr.front() != 0 || b.kv_indptr.back() != static_cast<int32_t>(b.kv_indices.size())) {
-    return InvalidArgumentError("kv_indptr must start at 0 and end at kv_indices.size()");
-  }
-  for (int32_t block : b.kv_indices) {
-    if (block < 0 || block >= num_blocks) {
-      return InvalidArgumentError("block id " + std::to_string(block) + " outside the pool of " +
-                                  std::to_string(num_blocks) + " blocks");
-    }
-  }
-  for (int64_t s = 0; s < n_seqs; ++s) {
-    const int32_t blocks = b.kv_indptr[s + 1] - b.kv_indptr[s];
-    const int32_t last = b.kv_last_block_len[s];
-    if (b.cu_seqlens[s + 1] < b.cu_seqlens[s] || blocks < 1 || last < 1 || last > block_size) {
-      return InvalidArgumentError("sequence " + std::to_string(s) +
-                                  " has a bad query range, block count or last block length");
-    }
-    const int64_t kv_len = static_cast<int64_t>(blocks - 1) * block_size + last;
-    for (int32_t t = b.cu_seqlens[s]; t < b.cu_seqlens[s + 1]; ++t) {
-      const int32_t pos = b.positions[t];
-      if (pos < 0 || pos >= kv_len) {
-        return InvalidArgumentError("token " + std::to_string(t) + " has position " +
-                                    std::to_string(pos) + " outside its sequence's KV length " +
-                                    std::to_string(kv_len));
-      }
-      const int64_t slot = static_cast<int64_t>(b.kv_indices[b.kv_indptr[s] + pos / block_size]) *
-                               block_size + pos % block_size;
-      if (b.slot_mapping[t] != slot) {
-        return InvalidArgumentError("token " + std::to_string(t) + " has slot " +
-                                    std::to_string(b.slot_mapping[t]) +
-                                    " but its block table puts position " + std::to_string(pos) +
-                                    " at slot " + std::to_string(slot));
-      }
-    }
-  }
-  return OkStatus();
-}
 
 float QuantizeKvRowInt8(const float* x, int64_t n, int8_t* q) {
   float amax = 0.0f;
@@ -75,7 +24,7 @@ float QuantizeKvRowInt8(const float* x, int64_t n, int8_t* q) {
   return scale;
 }
 
-void StoreKv(const PagedKvLayer& kv, std::span<const int64_t> slot_mapping, const float* k,
+void StoreKv(const KvCacheView& kv, std::span<const int64_t> slot_mapping, const float* k,
              const float* v) {
   const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
   for (size_t t = 0; t < slot_mapping.size(); ++t) {
@@ -121,7 +70,7 @@ std::vector<int32_t> SequenceOfTokens(const RaggedBatch& b) {
 inline float RoundToHalf(float x) { return HalfToFloat(FloatToHalf(x)); }
 
 // Element offset of (position, kv head) in a sequence's blocks.
-inline int64_t KvOffset(const PagedKvLayer& kv, const int32_t* blocks, int32_t pos, int head) {
+inline int64_t KvOffset(const KvCacheView& kv, const int32_t* blocks, int32_t pos, int head) {
   const int64_t slot = static_cast<int64_t>(blocks[pos / kv.block_size]) * kv.block_size +
                        pos % kv.block_size;
   return (slot * kv.n_kv_heads + head) * kv.head_dim;
@@ -129,8 +78,9 @@ inline int64_t KvOffset(const PagedKvLayer& kv, const int32_t* blocks, int32_t p
 
 }  // namespace
 
-void PagedAttention(const CpuContext& ctx, const PagedKvLayer& kv, const RaggedBatch& b,
-                    const float* q, int n_heads, float scale, float* out) {
+void PagedAttention(const CpuContext& ctx, const KvCacheView& kv, const RaggedBatch& b,
+                    const KvBlockTable& table, const float* q, int n_heads, float scale,
+                    float* out) {
   TM_CHECK(KvTypeOnCpu(kv.type)) << "the CPU kernels do not read " << KvTypeName(kv.type);
   const std::vector<int32_t> seq_of = SequenceOfTokens(b);
   const int group = n_heads / kv.n_kv_heads;
@@ -144,7 +94,7 @@ void PagedAttention(const CpuContext& ctx, const PagedKvLayer& kv, const RaggedB
     for (int64_t u = begin; u < end; ++u) {
       const int64_t t = u / kv.n_kv_heads;
       const int kv_head = static_cast<int>(u % kv.n_kv_heads);
-      const int32_t* blocks = b.kv_indices.data() + b.kv_indptr[seq_of[t]];
+      const int32_t* blocks = table.kv_indices.data() + table.kv_indptr[seq_of[t]];
       const int32_t len = b.positions[t] + 1;
       scores.resize(static_cast<size_t>(group) * len);
       const float* q_group = q + (t * n_heads + kv_head * group) * d;
@@ -174,8 +124,9 @@ double E4M3Value(uint8_t code) {
 
 }  // namespace
 
-void PagedAttentionReference(const PagedKvLayer& kv, const RaggedBatch& b, const float* q,
-                             int n_heads, float scale, float* out) {
+void PagedAttentionReference(const KvCacheView& kv, const RaggedBatch& b,
+                             const KvBlockTable& table, const float* q, int n_heads,
+                             float scale, float* out) {
   const std::vector<int32_t> seq_of = SequenceOfTokens(b);
   const int group = n_heads / kv.n_kv_heads;
   const int64_t d = kv.head_dim;
@@ -192,7 +143,7 @@ void PagedAttentionReference(const PagedKvLayer& kv, const RaggedBatch& b, const
     return 0.0;
   };
   for (int64_t t = 0; t < b.num_tokens(); ++t) {
-    const int32_t* blocks = b.kv_indices.data() + b.kv_indptr[seq_of[t]];
+    const int32_t* blocks = table.kv_indices.data() + table.kv_indptr[seq_of[t]];
     const int32_t len = b.positions[t] + 1;
     for (int h = 0; h < n_heads; ++h) {
       const int kv_head = h / group;

@@ -41,7 +41,7 @@ __device__ void QuantizeRowWarp(const float* x, int n, int lane, uint8_t* codes,
 
 // One warp per (token, KV head) row of K and of V.
 template <bool kFp8>
-__global__ void StoreQuantizedKvKernel(DeviceKvLayer kv, const int64_t* slot_mapping,
+__global__ void StoreQuantizedKvKernel(KvCacheView kv, const int64_t* slot_mapping,
                                        int64_t n_rows, const float* k, const float* v) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps_per_block = blockDim.x / kWarp;
@@ -59,7 +59,7 @@ __global__ void StoreQuantizedKvKernel(DeviceKvLayer kv, const int64_t* slot_map
 }
 
 template <typename T>
-cudaError_t Launch(const DeviceKvLayer& kv, const int64_t* slot_mapping, int64_t n_tokens,
+cudaError_t Launch(const KvCacheView& kv, const int64_t* slot_mapping, int64_t n_tokens,
                    const float* k, const float* v, cudaStream_t stream) {
   const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
   const int64_t total = n_tokens * row;
@@ -69,7 +69,7 @@ cudaError_t Launch(const DeviceKvLayer& kv, const int64_t* slot_mapping, int64_t
 }
 
 template <bool kFp8>
-cudaError_t LaunchQuantized(const DeviceKvLayer& kv, const int64_t* slot_mapping,
+cudaError_t LaunchQuantized(const KvCacheView& kv, const int64_t* slot_mapping,
                             int64_t n_tokens, const float* k, const float* v,
                             cudaStream_t stream) {
   if (kv.k_scale == nullptr || kv.v_scale == nullptr) return cudaErrorInvalidValue;
@@ -83,17 +83,17 @@ cudaError_t LaunchQuantized(const DeviceKvLayer& kv, const int64_t* slot_mapping
 
 }  // namespace
 
-cudaError_t StoreKv(const DeviceKvLayer& kv, const int64_t* slot_mapping, int64_t n_tokens,
+cudaError_t StoreKv(const KvCacheView& kv, const int64_t* slot_mapping, int64_t n_tokens,
                     const float* k, const float* v, cudaStream_t stream) {
   if (n_tokens == 0) return cudaSuccess;
   switch (kv.type) {
-    case DeviceKvType::kF16:
+    case KvType::kF16:
       return Launch<__half>(kv, slot_mapping, n_tokens, k, v, stream);
-    case DeviceKvType::kF32:
+    case KvType::kF32:
       return Launch<float>(kv, slot_mapping, n_tokens, k, v, stream);
-    case DeviceKvType::kInt8:
+    case KvType::kInt8:
       return LaunchQuantized<false>(kv, slot_mapping, n_tokens, k, v, stream);
-    case DeviceKvType::kFp8:
+    case KvType::kFp8:
       return LaunchQuantized<true>(kv, slot_mapping, n_tokens, k, v, stream);
   }
   return cudaErrorInvalidValue;

@@ -1,12 +1,15 @@
 // The CUDA kernels' launchers. Each has the contract of its CPU counterpart in kernels/cpu/
-// (same layouts, row-major float activations, KV blocks [block][offset][kv head][head_dim]),
-// takes device pointers, enqueues on `stream` and returns the launch's error (cudaSuccess
-// when enqueued). C++17 (nvcc) and plain C++ callers both include this header.
+// (same layouts, row-major float activations, one layer's KvCacheView of
+// kernels/kv_cache_view.h), takes device pointers, enqueues on `stream` and returns the
+// launch's error (cudaSuccess when enqueued). C++17 (nvcc) and plain C++ callers both include
+// this header.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "kernels/kv_cache_view.h"
 
 namespace tokenmill::cuda {
 
@@ -22,35 +25,24 @@ struct DeviceWeight {
   const uint16_t* f16 = nullptr;
 };
 
-// KV element types on the device (KvType): int8 and fp8 (E4M3) carry a float scale per
-// (token, KV head) row of K and of V (kernel_math.h's QuantizeKvRow).
-enum class DeviceKvType { kF16, kF32, kInt8, kFp8 };
-
-// One layer's K and V blocks (PagedKvLayer of kernels/cpu/paged_attention.h); with int8 or
-// fp8, k_scale and v_scale hold one float per [block][offset in block][kv head].
-struct DeviceKvLayer {
-  DeviceKvType type = DeviceKvType::kF16;
-  void* k = nullptr;
-  void* v = nullptr;
-  int block_size = 0;
-  int n_kv_heads = 0;
-  int head_dim = 0;
-  float* k_scale = nullptr;
-  float* v_scale = nullptr;
-};
-
-// The step's ragged batch on the device (RaggedBatch), plus each token's sequence.
+// The step's ragged batch on the device (RaggedBatch of kernels/paged_kv.h), plus each
+// token's sequence and the attention's grid.
 struct DeviceBatch {
   const int32_t* positions = nullptr;     // n_tokens
   const int32_t* seq_of_token = nullptr;  // n_tokens
-  const int64_t* slot_mapping = nullptr;  // n_tokens
-  const int32_t* kv_indptr = nullptr;     // n_seqs + 1
-  const int32_t* kv_indices = nullptr;
   int64_t n_tokens = 0;
   int max_splits = 1;  // max over the tokens of NumSplits(position + 1): the split-K grid
   // Query tiles from BuildAttentionTiles (attention_tiles.h): (first token, count) pairs.
   const int32_t* tiles = nullptr;
   int64_t n_tiles = 0;
+};
+
+// One KV group's block tables on the device (KvBlockTable; the kernels derive each
+// sequence's KV length from its tokens' positions, so kv_last_block_len stays on the host).
+struct DeviceBlockTable {
+  const int64_t* slot_mapping = nullptr;  // n_tokens
+  const int32_t* kv_indptr = nullptr;     // n_seqs + 1
+  const int32_t* kv_indices = nullptr;
 };
 
 // max_splits of a step's tokens (host positions).
@@ -95,22 +87,23 @@ cudaError_t SwiGlu(const float* gate, const float* up, int64_t n, float* out, cu
 // Writes each token's K and V rows (n_kv_heads * head_dim floats) into its slot (StoreKv);
 // int8/fp8 quantize each (token, KV head) row with its own scale, bit for bit as
 // QuantizeKvRow (so int8 equals the CPU's StoreKv).
-cudaError_t StoreKv(const DeviceKvLayer& kv, const int64_t* slot_mapping, int64_t n_tokens,
+cudaError_t StoreKv(const KvCacheView& kv, const int64_t* slot_mapping, int64_t n_tokens,
                     const float* k, const float* v, cudaStream_t stream);
 
 // Floats of the split-K workspace PagedAttention needs.
 int64_t AttentionWorkspaceFloats(int64_t n_tokens, int n_heads, int head_dim, int max_splits);
 
 // Causal paged attention (PagedAttention of kernels/cpu): each token's n_heads query heads
-// over its sequence's K/V at positions <= its own; the query heads of a KV head together,
-// positions split in chunks of SplitPositions(len) merged with online softmax (kernel_math.h).
-// One kernel for decode and prefill chunks on top of a cached prefix; a token's result
-// depends only on its own query and K/V, never on its tile. int8/fp8 K/V are dequantized
-// in registers (code x row scale) as they are used. head_dim <= kMaxHeadDim,
-// group <= kMaxGroup; the tiles must come from BuildAttentionTiles with this group.
-cudaError_t PagedAttention(const DeviceKvLayer& kv, const DeviceBatch& batch, const float* q,
-                           int n_heads, float scale, float* workspace, float* out,
-                           cudaStream_t stream);
+// over its sequence's K/V at positions <= its own, found through `table` (the block tables
+// of the layer's KV group); the query heads of a KV head together, positions split in
+// chunks of SplitPositions(len) merged with online softmax (kernel_math.h). One kernel for
+// decode and prefill chunks on top of a cached prefix; a token's result depends only on its
+// own query and K/V, never on its tile. int8/fp8 K/V are dequantized in registers (code x
+// row scale) as they are used. head_dim <= kMaxHeadDim, group <= kMaxGroup; the tiles must
+// come from BuildAttentionTiles with this group.
+cudaError_t PagedAttention(const KvCacheView& kv, const DeviceBatch& batch,
+                           const DeviceBlockTable& table, const float* q, int n_heads,
+                           float scale, float* workspace, float* out, cudaStream_t stream);
 
 // y[t * w.rows + r] = sum_c x[t * w.cols + c] * W[r][c], one warp per row reading the weights
 // in their file type (Q4_0/Q4_1/Q8_0 blocks or f32/f16/bf16), fixed order per (t, r). x is

@@ -33,8 +33,8 @@ __host__ __device__ constexpr int64_t PartialFloats(int head_dim) { return head_
 // the compiler), so a token's result does not depend on the tile it lands in.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    SplitKernel(DeviceKvLayer kv, DeviceBatch b, const float* q, int n_heads, float scale,
-                int max_splits, float* workspace) {
+    SplitKernel(KvCacheView kv, DeviceBatch b, DeviceBlockTable table, const float* q,
+                int n_heads, float scale, int max_splits, float* workspace) {
   const int32_t first = b.tiles[2 * blockIdx.x];
   const int count = b.tiles[2 * blockIdx.x + 1];
   const int kv_head = blockIdx.y;
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kThreads)
   if (split >= NumSplits(max_len)) return;
   const int d_head = kv.head_dim;
   const int group = n_heads / kv.n_kv_heads;
-  const int32_t* blocks = b.kv_indices + b.kv_indptr[b.seq_of_token[first]];
+  const int32_t* blocks = table.kv_indices + table.kv_indptr[b.seq_of_token[first]];
 
   __shared__ alignas(16) unsigned char k_raw[kTile * kMaxHeadDim * sizeof(T)];
   __shared__ alignas(16) unsigned char v_raw[kTile * kMaxHeadDim * sizeof(T)];
@@ -176,12 +176,14 @@ __global__ void MergeKernel(DeviceBatch b, int n_heads, int d_head, int max_spli
 }
 
 template <typename T>
-cudaError_t Launch(const DeviceKvLayer& kv, const DeviceBatch& b, const float* q, int n_heads,
-                   float scale, float* workspace, float* out, cudaStream_t stream) {
+cudaError_t Launch(const KvCacheView& kv, const DeviceBatch& b, const DeviceBlockTable& table,
+                   const float* q, int n_heads, float scale, float* workspace, float* out,
+                   cudaStream_t stream) {
   const int max_splits = b.max_splits;
   const dim3 grid(static_cast<unsigned>(b.n_tiles), static_cast<unsigned>(kv.n_kv_heads),
                   static_cast<unsigned>(max_splits));
-  SplitKernel<T><<<grid, kThreads, 0, stream>>>(kv, b, q, n_heads, scale, max_splits, workspace);
+  SplitKernel<T><<<grid, kThreads, 0, stream>>>(kv, b, table, q, n_heads, scale, max_splits,
+                                                 workspace);
   const cudaError_t err = internal::LaunchStatus();
   if (err != cudaSuccess) return err;
   const dim3 merge_grid(static_cast<unsigned>(b.n_tokens), static_cast<unsigned>(n_heads));
@@ -205,9 +207,9 @@ int MaxSplits(const int32_t* positions, int64_t n_tokens) {
   return max_splits;
 }
 
-cudaError_t PagedAttention(const DeviceKvLayer& kv, const DeviceBatch& batch, const float* q,
-                           int n_heads, float scale, float* workspace, float* out,
-                           cudaStream_t stream) {
+cudaError_t PagedAttention(const KvCacheView& kv, const DeviceBatch& batch,
+                           const DeviceBlockTable& table, const float* q, int n_heads,
+                           float scale, float* workspace, float* out, cudaStream_t stream) {
   if (batch.n_tokens == 0) return cudaSuccess;
   if (batch.tiles == nullptr || batch.n_tiles < 1) return cudaErrorInvalidValue;
   if (kv.head_dim > kMaxHeadDim || kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 ||
@@ -216,16 +218,16 @@ cudaError_t PagedAttention(const DeviceKvLayer& kv, const DeviceBatch& batch, co
     return cudaErrorInvalidValue;
   }
   switch (kv.type) {
-    case DeviceKvType::kF16:
-      return Launch<__half>(kv, batch, q, n_heads, scale, workspace, out, stream);
-    case DeviceKvType::kF32:
-      return Launch<float>(kv, batch, q, n_heads, scale, workspace, out, stream);
-    case DeviceKvType::kInt8:
+    case KvType::kF16:
+      return Launch<__half>(kv, batch, table, q, n_heads, scale, workspace, out, stream);
+    case KvType::kF32:
+      return Launch<float>(kv, batch, table, q, n_heads, scale, workspace, out, stream);
+    case KvType::kInt8:
       if (kv.k_scale == nullptr || kv.v_scale == nullptr) return cudaErrorInvalidValue;
-      return Launch<int8_t>(kv, batch, q, n_heads, scale, workspace, out, stream);
-    case DeviceKvType::kFp8:
+      return Launch<int8_t>(kv, batch, table, q, n_heads, scale, workspace, out, stream);
+    case KvType::kFp8:
       if (kv.k_scale == nullptr || kv.v_scale == nullptr) return cudaErrorInvalidValue;
-      return Launch<E4M3Code>(kv, batch, q, n_heads, scale, workspace, out, stream);
+      return Launch<E4M3Code>(kv, batch, table, q, n_heads, scale, workspace, out, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -1,6 +1,7 @@
 #include "model/cuda/cuda_forward.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -8,17 +9,11 @@
 #include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device.h"
-#include "kernels/cuda/device_kv_type.h"
 #include "kernels/cuda/kernel_math.h"
+#include "kernels/kv_type.h"
 
 namespace tokenmill::cuda {
 namespace {
-
-DeviceKvLayer DeviceLayer(const KvCacheView& kv, int layer) {
-  const PagedKvLayer l = kv.Layer(layer);
-  return DeviceKvLayer{ToDeviceKvType(l.type), l.k,        l.v,       l.block_size,
-                       l.n_kv_heads,           l.head_dim, l.k_scale, l.v_scale};
-}
 
 // Appends `values` to `staging` at an 8-byte boundary; returns their offset.
 template <typename T>
@@ -90,15 +85,22 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
   const size_t rows = Stage(staging_, in.logit_rows);
   const size_t positions = Stage(staging_, b.positions);
   const size_t seqs = Stage(staging_, std::span<const int32_t>(seq_of));
-  const size_t slots = Stage(staging_, b.slot_mapping);
-  const size_t indptr = Stage(staging_, b.kv_indptr);
+  // Per KV group: the offsets of its slot_mapping, kv_indptr and kv_indices.
+  std::vector<std::array<size_t, 3>> tables(b.block_tables.size());
+  for (size_t g = 0; g < tables.size(); ++g) {
+    tables[g][0] = Stage(staging_, b.block_tables[g].slot_mapping);
+    tables[g][1] = Stage(staging_, b.block_tables[g].kv_indptr);
+  }
   const ModelConfig& c = model_.config();
   const std::vector<int32_t> tiles =
       BuildAttentionTiles(b.positions, b.cu_seqlens, c.n_heads / c.n_kv_heads);
   const size_t tile_offset = Stage(staging_, std::span<const int32_t>(tiles));
-  // Last: the only array whose length is not a function of the token count, so a decode
-  // step's pointers are the same for every step of that many tokens (CUDA graphs).
-  const size_t indices = Stage(staging_, b.kv_indices);
+  // Last: the only arrays whose length is not a function of the token count, so a decode
+  // step's pointers are the same for every step of that many tokens (CUDA graphs; a later
+  // group's kv_indices move with the lengths before them, see LaunchDecodeGraph).
+  for (size_t g = 0; g < tables.size(); ++g) {
+    tables[g][2] = Stage(staging_, b.block_tables[g].kv_indices);
+  }
   TM_RETURN_IF_ERROR(Grow(step_, static_cast<int64_t>(staging_.size())));
   TM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(step_.data(), staging_.data(), staging_.size(),
                                           cudaMemcpyHostToDevice, stream_),
@@ -108,9 +110,6 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
   d_logit_rows_ = reinterpret_cast<const int32_t*>(base + rows);
   d_batch_.positions = reinterpret_cast<const int32_t*>(base + positions);
   d_batch_.seq_of_token = reinterpret_cast<const int32_t*>(base + seqs);
-  d_batch_.slot_mapping = reinterpret_cast<const int64_t*>(base + slots);
-  d_batch_.kv_indptr = reinterpret_cast<const int32_t*>(base + indptr);
-  d_batch_.kv_indices = reinterpret_cast<const int32_t*>(base + indices);
   d_batch_.n_tokens = b.num_tokens();
   decode_only_ = b.num_seqs() == b.num_tokens();
   // A graph is replayed whatever the context: its split grid is the largest there is (blocks
@@ -120,6 +119,12 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
                             : MaxSplits(b.positions.data(), b.num_tokens());
   d_batch_.tiles = reinterpret_cast<const int32_t*>(base + tile_offset);
   d_batch_.n_tiles = static_cast<int64_t>(tiles.size() / 2);
+  d_tables_.resize(tables.size());
+  for (size_t g = 0; g < tables.size(); ++g) {
+    d_tables_[g] = DeviceBlockTable{reinterpret_cast<const int64_t*>(base + tables[g][0]),
+                                    reinterpret_cast<const int32_t*>(base + tables[g][1]),
+                                    reinterpret_cast<const int32_t*>(base + tables[g][2])};
+  }
   return OkStatus();
 }
 
@@ -198,9 +203,10 @@ Status CudaForwardPass::EnqueueLayers(const KvCacheView& kv, int64_t n, int64_t 
     }
     TM_CUDA_RETURN_IF_ERROR(Rope(rope, d_batch_.positions, n, c.n_heads, q, s), "RoPE");
     TM_CUDA_RETURN_IF_ERROR(Rope(rope, d_batch_.positions, n, c.n_kv_heads, k, s), "RoPE");
-    const DeviceKvLayer kv_layer = DeviceLayer(kv, layer);
-    TM_CUDA_RETURN_IF_ERROR(StoreKv(kv_layer, d_batch_.slot_mapping, n, k, v, s), "KV append");
-    TM_CUDA_RETURN_IF_ERROR(PagedAttention(kv_layer, d_batch_, q, c.n_heads, scale,
+    const KvCacheView kv_layer = kv.Layer(layer);
+    const DeviceBlockTable& blocks = d_tables_[static_cast<size_t>(KvGroupOfLayer(c, layer))];
+    TM_CUDA_RETURN_IF_ERROR(StoreKv(kv_layer, blocks.slot_mapping, n, k, v, s), "KV append");
+    TM_CUDA_RETURN_IF_ERROR(PagedAttention(kv_layer, d_batch_, blocks, q, c.n_heads, scale,
                                            workspace_.as<float>(), attn, s),
                             "paged attention");
     TM_RETURN_IF_ERROR(Matmul(l.o.view, attn, n, proj));
@@ -236,7 +242,10 @@ Status CudaForwardPass::Grow(DeviceBuffer& buffer, int64_t bytes) {
 Status CudaForwardPass::LaunchDecodeGraph(const KvCacheView& kv, int64_t n, int64_t n_logits) {
   const std::pair<int64_t, int64_t> key(n, n_logits);
   DecodeGraph& g = graphs_[key];
-  if (g.exec == nullptr || g.generation != buffer_generation_ || g.kv_k != kv.k) {
+  std::vector<const int32_t*> kv_indices;
+  for (const DeviceBlockTable& table : d_tables_) kv_indices.push_back(table.kv_indices);
+  if (g.exec == nullptr || g.generation != buffer_generation_ || g.kv_k != kv.k ||
+      g.kv_indices != kv_indices) {
     if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
     g.exec = nullptr;
     TM_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
@@ -251,6 +260,7 @@ Status CudaForwardPass::LaunchDecodeGraph(const KvCacheView& kv, int64_t n, int6
     TM_CUDA_RETURN_IF_ERROR(made, "instantiating a decode step's graph");
     g.generation = buffer_generation_;
     g.kv_k = kv.k;
+    g.kv_indices = std::move(kv_indices);
   }
   return CudaStatus(cudaGraphLaunch(g.exec, stream_), "launching a decode step's graph");
 }

@@ -77,12 +77,14 @@ class CudaForwardPass {
   const int32_t* d_token_ids_ = nullptr;
   const int32_t* d_logit_rows_ = nullptr;
   DeviceBatch d_batch_;
+  std::vector<DeviceBlockTable> d_tables_;  // per KV group
   DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, final_, logits_, workspace_, argmax_;
   bool decode_only_ = false;
   struct DecodeGraph {
     cudaGraphExec_t exec = nullptr;
     int64_t generation = -1;
     const void* kv_k = nullptr;
+    std::vector<const int32_t*> kv_indices;  // per KV group, as captured
   };
   std::map<std::pair<int64_t, int64_t>, DecodeGraph> graphs_;
   int64_t buffer_generation_ = 0;

@@ -18,8 +18,14 @@ StatusOr<CudaKvCache> CudaKvCache::Create(const ModelConfig& config, KvType type
   TM_ASSIGN_OR_RETURN(cache.v_, DeviceBuffer::Allocate(bytes));
   TM_RETURN_IF_ERROR(cache.k_.Zero());
   TM_RETURN_IF_ERROR(cache.v_.Zero());
-  cache.view_ = KvCacheView{type,       cache.k_.data(),   cache.v_.data(),   num_blocks,
-                            block_size, config.n_layers, config.n_kv_heads, config.head_dim};
+  cache.view_ = KvCacheView{.type = type,
+                            .k = cache.k_.data(),
+                            .v = cache.v_.data(),
+                            .num_blocks = num_blocks,
+                            .block_size = block_size,
+                            .n_kv_heads = config.n_kv_heads,
+                            .head_dim = config.head_dim,
+                            .n_layers = config.n_layers};
   if (KvScaleBytes(type) > 0) {
     TM_ASSIGN_OR_RETURN(cache.k_scale_, DeviceBuffer::Allocate(rows * KvScaleBytes(type)));
     TM_ASSIGN_OR_RETURN(cache.v_scale_, DeviceBuffer::Allocate(rows * KvScaleBytes(type)));

@@ -5,7 +5,7 @@
 #include "common/status.h"
 #include "kernels/cuda/device_buffer.h"
 #include "model/config.h"
-#include "model/kv_cache.h"
+#include "kernels/kv_cache_view.h"
 
 namespace tokenmill::cuda {
 

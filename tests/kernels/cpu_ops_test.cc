@@ -36,6 +36,7 @@ struct AttentionSetup {
                                   kv_indices = {7, 2, 9, 0, 4, 1, 3, 10, 5, 8, 6},
                                   last_len = {3, 1};
   std::vector<int64_t> slots;
+  KvBlockTable table;
   explicit AttentionSetup(int dim = 20) : head_dim(dim) {
     for (int p = 6; p < 19; ++p) positions.push_back(p);
     positions.push_back(20);
@@ -45,17 +46,17 @@ struct AttentionSetup {
       slots.push_back(int64_t{kv_indices[kv_indptr[s] + pos / kBlockSize]} * kBlockSize +
                       pos % kBlockSize);
     }
+    table = {slots, kv_indptr, kv_indices, last_len};
   }
-  RaggedBatch batch() const {
-    return {positions, cu_seqlens, slots, kv_indptr, kv_indices, last_len};
-  }
+  AttentionSetup(const AttentionSetup&) = delete;  // `table` points into the vectors
+  RaggedBatch batch() const { return {positions, cu_seqlens, {&table, 1}}; }
 };
 
 // A paged KV layer of `blocks` blocks whose every slot holds random K/V (the "cached prefix").
 struct RandomKvCache {
   std::vector<uint8_t> k_mem, v_mem;
   std::vector<float> k_scale, v_scale;
-  PagedKvLayer layer;
+  KvCacheView layer;
   RandomKvCache(KvType type, int blocks, int block_size, int kv_heads, int head_dim,
                 std::mt19937& rng)
       : k_mem(size_t(blocks) * block_size * kv_heads * head_dim * KvElementBytes(type)),
@@ -82,16 +83,16 @@ TEST_P(PagedAttentionTest, EveryIsaMatchesTheReference) {
   ASSERT_TRUE(ValidateRaggedBatch(s.batch(), s.kBlockSize, 11).ok());
   std::mt19937 rng(5);
   const RandomKvCache cache(kv_type, 11, s.kBlockSize, s.kKvHeads, s.head_dim, rng);
-  const PagedKvLayer& kv = cache.layer;
+  const KvCacheView& kv = cache.layer;
   const std::vector<float> q = Random(14 * s.kHeads * s.head_dim, rng);
   std::vector<float> expected(q.size());
-  PagedAttentionReference(kv, s.batch(), q.data(), s.kHeads, 0.2f, expected.data());
+  PagedAttentionReference(kv, s.batch(), s.table, q.data(), s.kHeads, 0.2f, expected.data());
   ThreadPool pool(2);
   for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
     if (!CpuSupports(isa)) continue;
     std::vector<float> out(q.size(), NAN);
-    PagedAttention(CpuContext{&KernelTable(isa), &pool}, kv, s.batch(), q.data(), s.kHeads, 0.2f,
-                   out.data());
+    PagedAttention(CpuContext{&KernelTable(isa), &pool}, kv, s.batch(), s.table, q.data(),
+                   s.kHeads, 0.2f, out.data());
     // With f16 K/V the probabilities are rounded to f16; float vs double softmax can round
     // one of them to the neighbouring f16 value.
     const float tolerance = kv_type == KvType::kF16 ? 5e-4f : 1e-5f;
@@ -117,22 +118,24 @@ TEST(PagedAttentionTest, ADecodeTokenAloneEqualsItselfInABatchBitForBit) {
     AttentionSetup s(64);
     std::mt19937 rng(9);
     const RandomKvCache cache(kv_type, 11, s.kBlockSize, s.kKvHeads, s.head_dim, rng);
-    const PagedKvLayer& kv = cache.layer;
+    const KvCacheView& kv = cache.layer;
     const int64_t q_row = s.kHeads * s.head_dim;
     const std::vector<float> q = Random(14 * q_row, rng);
     ThreadPool pool(2);
     const CpuContext ctx{&KernelTable(BestCpuIsa()), &pool};
     std::vector<float> batch_out(q.size());
-    PagedAttention(ctx, kv, s.batch(), q.data(), s.kHeads, 0.2f, batch_out.data());
+    PagedAttention(ctx, kv, s.batch(), s.table, q.data(), s.kHeads, 0.2f, batch_out.data());
     // The decode token (the batch's last) alone: sequence 1's blocks, position 20.
     const std::vector<int32_t> positions = {20}, cu_seqlens = {0, 1}, kv_indptr = {0, 6},
                                kv_indices(s.kv_indices.begin() + 5, s.kv_indices.end()),
                                last_len = {1};
     const std::vector<int64_t> slots = {s.slots.back()};
-    const RaggedBatch alone{positions, cu_seqlens, slots, kv_indptr, kv_indices, last_len};
+    const KvBlockTable alone_table{slots, kv_indptr, kv_indices, last_len};
+    const RaggedBatch alone{positions, cu_seqlens, {&alone_table, 1}};
     ASSERT_TRUE(ValidateRaggedBatch(alone, s.kBlockSize, 11).ok());
     std::vector<float> alone_out(static_cast<size_t>(q_row));
-    PagedAttention(ctx, kv, alone, q.data() + 13 * q_row, s.kHeads, 0.2f, alone_out.data());
+    PagedAttention(ctx, kv, alone, alone_table, q.data() + 13 * q_row, s.kHeads, 0.2f,
+                   alone_out.data());
     for (int64_t i = 0; i < q_row; ++i) {
       ASSERT_EQ(alone_out[i], batch_out[13 * q_row + i]) << KvTypeName(kv_type) << " at " << i;
     }
@@ -160,12 +163,13 @@ TEST(PagedAttentionTest, F16DecodeIsLlamaCppsOrderBitForBit) {
                              kv_indptr = {0, kBlocks}, last_len = {kLen - (kBlocks - 1) * kBlock};
   const std::vector<int64_t> slots = {int64_t{blocks[(kLen - 1) / kBlock]} * kBlock +
                                       (kLen - 1) % kBlock};
-  const RaggedBatch batch{positions, cu_seqlens, slots, kv_indptr, blocks, last_len};
+  const KvBlockTable table{slots, kv_indptr, blocks, last_len};
+  const RaggedBatch batch{positions, cu_seqlens, {&table, 1}};
   ASSERT_TRUE(ValidateRaggedBatch(batch, kBlock, kBlocks).ok());
   std::mt19937 rng(17);
   const int64_t row = kKvHeads * kDim, elements = int64_t{kBlocks} * kBlock * row;
   std::vector<uint16_t> k(elements), v(elements);
-  const PagedKvLayer kv{KvType::kF16, k.data(), v.data(), kBlocks, kBlock, kKvHeads, kDim,
+  const KvCacheView kv{KvType::kF16, k.data(), v.data(), kBlocks, kBlock, kKvHeads, kDim,
                         nullptr, nullptr};
   std::vector<int64_t> all_slots(kBlocks * kBlock);
   std::iota(all_slots.begin(), all_slots.end(), 0);
@@ -199,8 +203,8 @@ TEST(PagedAttentionTest, F16DecodeIsLlamaCppsOrderBitForBit) {
     for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
       if (!CpuSupports(isa)) continue;
       std::vector<float> out(expected.size(), NAN);
-      PagedAttention(CpuContext{&KernelTable(isa), &pool}, kv, batch, q.data(), kHeads, scale,
-                     out.data());
+      PagedAttention(CpuContext{&KernelTable(isa), &pool}, kv, batch, table, q.data(), kHeads,
+                     scale, out.data());
       for (size_t i = 0; i < out.size(); ++i) {
         ASSERT_EQ(out[i], expected[i]) << IsaName(isa) << " " << threads << " threads at " << i;
       }
@@ -215,12 +219,13 @@ TEST(PagedAttentionTest, TheReferenceAttendsCausallyOverTheSequenceOnly) {
                              indices = {1, 0}, last = {3, 1};
   const std::vector<int64_t> slots = {4, 5, 6, 0};
   std::vector<float> k(8, 0.0f), v = {100, 100, 100, 100, 1, 2, 6, 100};
-  const PagedKvLayer kv{KvType::kF32, k.data(), v.data(), 2, 4, 1, 1};
-  const RaggedBatch batch{positions, cu, slots, indptr, indices, last};
+  const KvCacheView kv{KvType::kF32, k.data(), v.data(), 2, 4, 1, 1};
+  const KvBlockTable table{slots, indptr, indices, last};
+  const RaggedBatch batch{positions, cu, {&table, 1}};
   ASSERT_TRUE(ValidateRaggedBatch(batch, 4, 2).ok());
   const std::vector<float> q = {1, 1, 1, 1};
   std::vector<float> out(4);
-  PagedAttentionReference(kv, batch, q.data(), 1, 1.0f, out.data());
+  PagedAttentionReference(kv, batch, table, q.data(), 1, 1.0f, out.data());
   EXPECT_FLOAT_EQ(out[0], 1.0f);
   EXPECT_FLOAT_EQ(out[1], 1.5f);
   EXPECT_FLOAT_EQ(out[2], 3.0f);

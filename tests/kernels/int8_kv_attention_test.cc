@@ -72,7 +72,8 @@ TEST_P(Int8AttentionTest, EveryIsaStaysWithinTheQuantizationBound) {
     positions.push_back(p);
     slots.push_back(int64_t{indices[p / c.block_size]} * c.block_size + p % c.block_size);
   }
-  const RaggedBatch batch{positions, cu, slots, indptr, indices, last};
+  const KvBlockTable table{slots, indptr, indices, last};
+  const RaggedBatch batch{positions, cu, {&table, 1}};
   ASSERT_TRUE(ValidateRaggedBatch(batch, c.block_size, pool_blocks).ok());
 
   // Every slot of the pool gets K/V rows; row magnitudes vary over [0.05, 4].
@@ -90,20 +91,20 @@ TEST_P(Int8AttentionTest, EveryIsaStaysWithinTheQuantizationBound) {
   }
   std::vector<int64_t> all_slots(slots_in_pool);
   std::iota(all_slots.begin(), all_slots.end(), 0);
-  const PagedKvLayer exact{KvType::kF32, k.data(), v.data(), pool_blocks, c.block_size,
-                           c.n_kv_heads, c.head_dim};
+  const KvCacheView exact{KvType::kF32, k.data(), v.data(), pool_blocks, c.block_size,
+                          c.n_kv_heads, c.head_dim};
   std::vector<int8_t> k8(k.size()), v8(v.size());
   std::vector<float> k_scale(slots_in_pool * c.n_kv_heads), v_scale(k_scale.size());
-  const PagedKvLayer int8{KvType::kInt8, k8.data(),      v8.data(),     pool_blocks,
-                          c.block_size,  c.n_kv_heads,   c.head_dim,    k_scale.data(),
-                          v_scale.data()};
+  const KvCacheView int8{KvType::kInt8, k8.data(),    v8.data(),      pool_blocks,
+                         c.block_size,  c.n_kv_heads, c.head_dim,     k_scale.data(),
+                         v_scale.data()};
   StoreKv(int8, all_slots, k.data(), v.data());
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   std::vector<float> q(c.new_tokens * c.n_heads * c.head_dim);
   for (float& x : q) x = normal(rng);
   std::vector<float> expected(q.size());
-  PagedAttentionReference(exact, batch, q.data(), c.n_heads, scale, expected.data());
+  PagedAttentionReference(exact, batch, table, q.data(), c.n_heads, scale, expected.data());
 
   // Bound per (token, head): a score moves by at most Δ = scale · Σ|q| · max_j s_k(j) / 2,
   // so each probability by a factor within e^{±2Δ}; the output then moves by at most
@@ -141,8 +142,8 @@ TEST_P(Int8AttentionTest, EveryIsaStaysWithinTheQuantizationBound) {
   for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
     if (!CpuSupports(isa)) continue;
     std::vector<float> out(q.size(), NAN);
-    PagedAttention(CpuContext{&KernelTable(isa), &pool}, int8, batch, q.data(), c.n_heads, scale,
-                   out.data());
+    PagedAttention(CpuContext{&KernelTable(isa), &pool}, int8, batch, table, q.data(), c.n_heads,
+                   scale, out.data());
     for (size_t i = 0; i < out.size(); ++i) {
       ASSERT_LE(std::fabs(out[i] - expected[i]), bound[i]) << IsaName(isa) << " at " << i;
       worst_ratio = std::max<double>(worst_ratio, std::fabs(out[i] - expected[i]) / bound[i]);

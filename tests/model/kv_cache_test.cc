@@ -7,9 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <span>
 #include <vector>
 
+#include "kernels/cpu/paged_attention.h"
 #include "kernels/half.h"
+#include "kernels/kv_type.h"
 
 namespace tokenmill {
 namespace {
@@ -24,7 +27,7 @@ ModelConfig TinyConfig() {
 }
 
 // Element i of a layer's K or V as float (int8: q · its row's scale).
-float Load(const PagedKvLayer& layer, bool k, int64_t i) {
+float Load(const KvCacheView& layer, bool k, int64_t i) {
   const void* base = k ? layer.k : layer.v;
   switch (layer.type) {
     case KvType::kF16: return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
@@ -62,7 +65,7 @@ TEST_P(KvCacheStorageTest, StoredRowsReadBackInTheirLayerOnly) {
   StoreKv(view.Layer(1), slots, k.data(), v.data());
 
   for (int layer = 0; layer < c.n_layers; ++layer) {
-    const PagedKvLayer l = view.Layer(layer);
+    const KvCacheView l = view.Layer(layer);
     for (int64_t s = 0; s < kBlocks * kBlockSize; ++s) {
       const auto it = std::find(slots.begin(), slots.end(), s);
       for (int64_t e = 0; e < row; ++e) {
@@ -104,8 +107,8 @@ TEST(BatchBuilderTest, TruncateKeepsThePrefixAndReusesItsBlocks) {
   const int seq = builder.AddSequence();
   const std::vector<int32_t> ten = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   ASSERT_TRUE(builder.Append(seq, ten, BatchBuilder::Logits::kNone).ok());
-  const std::vector<int64_t> first_slots(builder.batch().slot_mapping.begin(),
-                                         builder.batch().slot_mapping.end());
+  const std::span<const int64_t> slots = builder.batch().block_tables[0].slot_mapping;
+  const std::vector<int64_t> first_slots(slots.begin(), slots.end());
   EXPECT_FALSE(builder.Truncate(seq, 5).ok());  // not during a step
   builder.Clear();
   ASSERT_TRUE(builder.Truncate(seq, 5).ok());
@@ -117,11 +120,12 @@ TEST(BatchBuilderTest, TruncateKeepsThePrefixAndReusesItsBlocks) {
   ASSERT_TRUE(builder.Append(seq, more, BatchBuilder::Logits::kLast).ok());
   const RaggedBatch b = builder.batch();
   ASSERT_EQ(b.positions.front(), 5);
+  const KvBlockTable& table = b.block_tables[0];
   for (size_t i = 0; i + 5 < first_slots.size(); ++i) {
-    EXPECT_EQ(b.slot_mapping[i], first_slots[i + 5]);
+    EXPECT_EQ(table.slot_mapping[i], first_slots[i + 5]);
   }
-  EXPECT_EQ(b.kv_indptr[1] - b.kv_indptr[0], 4);
-  EXPECT_EQ(b.kv_last_block_len[0], 3);
+  EXPECT_EQ(table.kv_indptr[1] - table.kv_indptr[0], 4);
+  EXPECT_EQ(table.kv_last_block_len[0], 3);
   EXPECT_TRUE(ValidateRaggedBatch(b, 4, 4).ok());
 }
 

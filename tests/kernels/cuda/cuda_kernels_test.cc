@@ -18,7 +18,6 @@
 #include "kernels/cuda/cublas_gemm.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_buffer.h"
-#include "kernels/cuda/device_kv_type.h"
 #include "kernels/cuda/kernel_math.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/dequantize.h"
@@ -319,10 +318,10 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   std::vector<uint8_t> k_cache(num_blocks * block_size * row * elem),
       v_cache(num_blocks * block_size * row * elem);
   std::vector<float> k_scales(quantized ? n_rows : 0), v_scales(quantized ? n_rows : 0);
-  const PagedKvLayer cpu_kv{c.kv_type,    k_cache.data(), v_cache.data(),
-                            num_blocks,   block_size,     c.n_kv_heads,
-                            c.head_dim,   quantized ? k_scales.data() : nullptr,
-                            quantized ? v_scales.data() : nullptr};
+  const KvCacheView cpu_kv{c.kv_type,    k_cache.data(), v_cache.data(),
+                           num_blocks,   block_size,     c.n_kv_heads,
+                           c.head_dim,   quantized ? k_scales.data() : nullptr,
+                           quantized ? v_scales.data() : nullptr};
   if (c.kv_type == KvType::kFp8) {
     for (size_t t = 0; t < all_slots.size(); ++t) {
       for (int h = 0; h < c.n_kv_heads; ++h) {
@@ -337,11 +336,12 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   } else {
     tokenmill::StoreKv(cpu_kv, all_slots, k.data(), v.data());
   }
-  const RaggedBatch batch{positions, cu_seqlens, slots, kv_indptr, kv_indices, last_len};
+  const KvBlockTable table{slots, kv_indptr, kv_indices, last_len};
+  const RaggedBatch batch{positions, cu_seqlens, {&table, 1}};
   ASSERT_TRUE(ValidateRaggedBatch(batch, block_size, num_blocks).ok());
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   std::vector<float> want(q.size());
-  PagedAttentionReference(cpu_kv, batch, q.data(), c.n_heads, scale, want.data());
+  PagedAttentionReference(cpu_kv, batch, table, q.data(), c.n_heads, scale, want.data());
 
   // GPU: store through the device kernel (must give the same bytes), then attend.
   DeviceBuffer dk_cache = Scratch(static_cast<int64_t>(k_cache.size()));
@@ -349,14 +349,15 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   DeviceBuffer dk_scales = Scratch(std::max<int64_t>(1, n_rows) * 4);
   DeviceBuffer dv_scales = Scratch(std::max<int64_t>(1, n_rows) * 4);
   ASSERT_TRUE(dk_cache.Zero().ok() && dv_cache.Zero().ok());
-  const DeviceKvLayer gpu_kv{ToDeviceKvType(c.kv_type),
-                             dk_cache.data(),
-                             dv_cache.data(),
-                             block_size,
-                             c.n_kv_heads,
-                             c.head_dim,
-                             quantized ? dk_scales.as<float>() : nullptr,
-                             quantized ? dv_scales.as<float>() : nullptr};
+  const KvCacheView gpu_kv{c.kv_type,
+                           dk_cache.data(),
+                           dv_cache.data(),
+                           num_blocks,
+                           block_size,
+                           c.n_kv_heads,
+                           c.head_dim,
+                           quantized ? dk_scales.as<float>() : nullptr,
+                           quantized ? dv_scales.as<float>() : nullptr};
   DeviceBuffer dall_slots = ToDevice(all_slots), dk = ToDevice(k), dv = ToDevice(v);
   ASSERT_EQ(StoreKv(gpu_kv, dall_slots.as<int64_t>(), static_cast<int64_t>(all_slots.size()),
                     dk.as<float>(), dv.as<float>(), nullptr),
@@ -385,14 +386,15 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
     ASSERT_LT(tiles.size() / 2, static_cast<size_t>(n_tokens));  // the prefill chunk is tiled
   }
   DeviceBuffer dtiles = ToDevice(tiles), done_tile = ToDevice(std::vector<int32_t>{0, 1});
-  DeviceBatch db{dpos.as<int32_t>(), dseq.as<int32_t>(), dslots.as<int64_t>(),
-                 dindptr.as<int32_t>(), dindices.as<int32_t>(), n_tokens, max_splits,
-                 dtiles.as<int32_t>(), static_cast<int64_t>(tiles.size() / 2)};
+  const DeviceBatch db{dpos.as<int32_t>(), dseq.as<int32_t>(), n_tokens, max_splits,
+                       dtiles.as<int32_t>(), static_cast<int64_t>(tiles.size() / 2)};
+  const DeviceBlockTable dtable{dslots.as<int64_t>(), dindptr.as<int32_t>(),
+                                dindices.as<int32_t>()};
   DeviceBuffer ws =
       Scratch(AttentionWorkspaceFloats(n_tokens, c.n_heads, c.head_dim, max_splits) * 4);
   DeviceBuffer out = Scratch(static_cast<int64_t>(q.size()) * 4);
-  ASSERT_EQ(PagedAttention(gpu_kv, db, dq.as<float>(), c.n_heads, scale, ws.as<float>(),
-                           out.as<float>(), nullptr),
+  ASSERT_EQ(PagedAttention(gpu_kv, db, dtable, dq.as<float>(), c.n_heads, scale,
+                           ws.as<float>(), out.as<float>(), nullptr),
             cudaSuccess);
   const std::vector<float> got = ToHost<float>(out, q.size());
   // f16 KV: the CPU rounds the probabilities to f16, the online softmax cannot.
@@ -405,10 +407,10 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
       std::copy_n(k.data() + t * row, row, k_exact.data() + all_slots[t] * row);
       std::copy_n(v.data() + t * row, row, v_exact.data() + all_slots[t] * row);
     }
-    const PagedKvLayer exact_kv{KvType::kF32, k_exact.data(), v_exact.data(), num_blocks,
-                                block_size,   c.n_kv_heads,   c.head_dim};
+    const KvCacheView exact_kv{KvType::kF32, k_exact.data(), v_exact.data(), num_blocks,
+                               block_size,   c.n_kv_heads,   c.head_dim};
     std::vector<float> exact(q.size());
-    PagedAttentionReference(exact_kv, batch, q.data(), c.n_heads, scale, exact.data());
+    PagedAttentionReference(exact_kv, batch, table, q.data(), c.n_heads, scale, exact.data());
     float max_error = 0.0f;
     for (size_t i = 0; i < exact.size(); ++i) {
       max_error = std::max(max_error, std::fabs(got[i] - exact[i]));
@@ -425,13 +427,14 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
     DeviceBatch one = db;
     one.positions += t;
     one.seq_of_token += t;
-    one.slot_mapping += t;
     one.n_tokens = 1;
     one.max_splits = NumSplits(positions[t] + 1);
     one.tiles = done_tile.as<int32_t>();
     one.n_tiles = 1;
-    ASSERT_EQ(PagedAttention(gpu_kv, one, dq.as<float>() + t * per_token, c.n_heads, scale,
-                             ws.as<float>(), out.as<float>(), nullptr),
+    DeviceBlockTable one_table = dtable;
+    one_table.slot_mapping += t;
+    ASSERT_EQ(PagedAttention(gpu_kv, one, one_table, dq.as<float>() + t * per_token, c.n_heads,
+                             scale, ws.as<float>(), out.as<float>(), nullptr),
               cudaSuccess);
     const std::vector<float> alone = ToHost<float>(out, static_cast<size_t>(per_token));
     ASSERT_EQ(std::memcmp(alone.data(), got.data() + t * per_token, per_token * 4), 0)

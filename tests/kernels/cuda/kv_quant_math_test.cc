@@ -195,13 +195,14 @@ float AttentionError(bool fp8) {
   const std::vector<int32_t> pos = {positions - 1}, cu = {0, 1},
                              indptr = {0, positions / block}, last = {block};
   const std::vector<int64_t> slot = {positions - 1};
-  const RaggedBatch batch{pos, cu, slot, indptr, indices, last};
+  const KvBlockTable table{slot, indptr, indices, last};
+  const RaggedBatch batch{pos, cu, {&table, 1}};
   const float scale = 1.0f / 8.0f;
   auto attend = [&](const std::vector<float>& kk, const std::vector<float>& vv) {
-    const PagedKvLayer layer{KvType::kF32, const_cast<float*>(kk.data()),
-                             const_cast<float*>(vv.data()), positions / block, block, n_kv, d};
+    const KvCacheView layer{KvType::kF32, const_cast<float*>(kk.data()),
+                            const_cast<float*>(vv.data()), positions / block, block, n_kv, d};
     std::vector<float> out(q.size());
-    PagedAttentionReference(layer, batch, q.data(), n_heads, scale, out.data());
+    PagedAttentionReference(layer, batch, table, q.data(), n_heads, scale, out.data());
     return out;
   };
   const std::vector<float> exact = attend(k, v), quantized = attend(kq, vq);
