@@ -1,0 +1,192 @@
+#include "model/arch/blocks.h"
+
+#include <cmath>
+
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/dequantize.h"
+
+namespace tokenmill {
+namespace {
+
+void Grow(std::vector<float>& buffer, int64_t n) {
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+}
+
+}  // namespace
+
+ForwardBlocks::ForwardBlocks(const ModelConfig& config, std::span<const float> rope_freqs,
+                             CpuContext ctx, KernelMode mode)
+    : c_(config),
+      rope_{.style = config.rope_style,
+            .head_dim = config.head_dim,
+            .n_rot = config.n_rot,
+            .freq_base = config.rope_freq_base,
+            .position_scale = config.rope_position_scale,
+            .freq_factors = rope_freqs},
+      attention_scale_(1.0f / std::sqrt(static_cast<float>(config.head_dim))),
+      ctx_(ctx),
+      mode_(mode) {}
+
+void ForwardBlocks::BeginStep(const ForwardInput& input, const KvCacheView& kv,
+                              std::span<float> logits) {
+  in_ = &input;
+  kv_ = &kv;
+  logits_ = logits;
+  n_ = static_cast<int64_t>(input.token_ids.size());
+  layer_ = 0;
+  h_norm_ = nullptr;
+  const int64_t d = c_.n_embd;
+  Grow(x_, n_ * d);
+  Grow(h_, n_ * d);
+  Grow(q_, n_ * c_.q_dim());
+  Grow(k_, n_ * c_.kv_dim());
+  Grow(v_, n_ * c_.kv_dim());
+  Grow(attn_, n_ * c_.q_dim());
+  Grow(proj_, n_ * d);
+  Grow(gate_, n_ * c_.n_ff);
+  Grow(up_, n_ * c_.n_ff);
+  Grow(final_, static_cast<int64_t>(input.logit_rows.size()) * d);
+}
+
+void ForwardBlocks::ForTokens(const std::function<void(int64_t, int64_t)>& fn) {
+  // Below this a barrier costs more than the row ops it would share (a one-token decode
+  // step's RmsNorm is 576 floats).
+  constexpr int64_t kTokensPerChunk = 4;
+  if (mode_ == KernelMode::kReference) {
+    fn(0, n_);
+  } else {
+    ParallelFor(ctx_.pool, n_, kTokensPerChunk, fn);
+  }
+}
+
+void ForwardBlocks::MatmulOp(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
+  if (mode_ == KernelMode::kReference) {
+    MatmulReference(w, x, n_tokens, y);
+  } else {
+    Matmul(ctx_, w, x, n_tokens, y);
+  }
+}
+
+void ForwardBlocks::MatmulOps(
+    std::initializer_list<std::pair<const WeightMatrix*, float*>> outputs, const float* x,
+    int64_t n_tokens) {
+  if (mode_ == KernelMode::kReference) {
+    for (const auto& [w, y] : outputs) MatmulReference(*w, x, n_tokens, y);
+    return;
+  }
+  std::vector<const WeightMatrix*> ws;
+  std::vector<float*> ys;
+  for (const auto& [w, y] : outputs) {
+    ws.push_back(w);
+    ys.push_back(y);
+  }
+  MatmulMany(ctx_, ws, x, n_tokens, ys);
+}
+
+void ForwardBlocks::Tap(const char* name, int layer, std::vector<float>& data, int64_t rows,
+                        int64_t row_size) {
+  if (tap_) tap_(name, layer, data.data(), rows, row_size);
+}
+
+void ForwardBlocks::Embed(const WeightMatrix& token_embd) {
+  const int64_t d = c_.n_embd;
+  for (int64_t t = 0; t < n_; ++t) {
+    const uint8_t* row = token_embd.data + in_->token_ids[t] * token_embd.row_bytes;
+    DequantizeReference(token_embd.type, row,
+                        std::span<float>(x_.data() + t * d, static_cast<size_t>(d)));
+  }
+}
+
+void ForwardBlocks::Norm(std::span<const float> weight, const char* name) {
+  const int64_t d = c_.n_embd;
+  if (h_norm_ != weight.data()) {
+    ForTokens([&](int64_t b, int64_t e) {
+      RmsNorm(x_.data() + b * d, weight, c_.rms_eps, e - b, h_.data() + b * d);
+    });
+  }
+  h_norm_ = nullptr;
+  Tap(name, layer_, h_, n_, d);
+}
+
+void ForwardBlocks::ProjectQkv(const WeightMatrix& wq, const WeightMatrix& wk,
+                               const WeightMatrix& wv) {
+  MatmulOps({{&wq, q_.data()}, {&wk, k_.data()}, {&wv, v_.data()}}, h_.data(), n_);
+}
+
+void ForwardBlocks::AddQkvBias(std::span<const float> q_bias, std::span<const float> k_bias,
+                               std::span<const float> v_bias) {
+  AddBias(q_.data(), q_bias, n_);
+  AddBias(k_.data(), k_bias, n_);
+  AddBias(v_.data(), v_bias, n_);
+}
+
+void ForwardBlocks::Attention() {
+  Tap("Qraw", layer_, q_, n_, c_.q_dim());
+  Tap("Kraw", layer_, k_, n_, c_.kv_dim());
+  const std::span<const int32_t> positions = in_->batch.positions;
+  const KvCacheView kv_layer = kv_->Layer(layer_);
+  const KvBlockTable& blocks = in_->batch.block_tables[KvGroupOfLayer(c_, layer_)];
+  const std::span<const int64_t> slots = blocks.slot_mapping;
+  auto store_kv = [&](int64_t b, int64_t e) {
+    StoreKv(kv_layer, slots.subspan(b, e - b), k_.data() + b * c_.kv_dim(),
+            v_.data() + b * c_.kv_dim());
+  };
+  ForTokens([&](int64_t b, int64_t e) {
+    ApplyRope(rope_, positions.subspan(b, e - b), c_.n_heads, q_.data() + b * c_.q_dim());
+    ApplyRope(rope_, positions.subspan(b, e - b), c_.n_kv_heads, k_.data() + b * c_.kv_dim());
+    if (fuse()) store_kv(b, e);
+  });
+  Tap("Qcur", layer_, q_, n_, c_.q_dim());
+  Tap("Kcur", layer_, k_, n_, c_.kv_dim());
+  Tap("Vcur", layer_, v_, n_, c_.kv_dim());
+  if (!fuse()) ForTokens(store_kv);
+  if (mode_ == KernelMode::kReference) {
+    PagedAttentionReference(kv_layer, in_->batch, blocks, q_.data(), c_.n_heads,
+                            attention_scale_, attn_.data());
+  } else {
+    PagedAttention(ctx_, kv_layer, in_->batch, blocks, q_.data(), c_.n_heads, attention_scale_,
+                   attn_.data());
+  }
+  Tap("kqv_out", layer_, attn_, n_, c_.q_dim());
+}
+
+void ForwardBlocks::AttentionOutput(const WeightMatrix& wo) {
+  MatmulOp(wo, attn_.data(), n_, proj_.data());
+  Tap("attn_out", layer_, proj_, n_, c_.n_embd);
+}
+
+void ForwardBlocks::SwiGluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
+                                      const WeightMatrix& down) {
+  MatmulOps({{&gate, gate_.data()}, {&up, up_.data()}}, h_.data(), n_);
+  Tap("ffn_gate", layer_, gate_, n_, c_.n_ff);
+  Tap("ffn_up", layer_, up_, n_, c_.n_ff);
+  SwiGlu(gate_.data(), up_.data(), n_, c_.n_ff, gate_.data());
+  Tap("ffn_swiglu", layer_, gate_, n_, c_.n_ff);
+  MatmulOp(down, gate_.data(), n_, proj_.data());
+  Tap("ffn_out", layer_, proj_, n_, c_.n_embd);
+}
+
+void ForwardBlocks::AddResidual(const char* name, std::span<const float> next_norm) {
+  const int64_t d = c_.n_embd;
+  const bool norm_next = fuse() && !next_norm.empty();
+  ForTokens([&](int64_t b, int64_t e) {
+    AddInPlace(x_.data() + b * d, proj_.data() + b * d, (e - b) * d);
+    if (norm_next) RmsNorm(x_.data() + b * d, next_norm, c_.rms_eps, e - b, h_.data() + b * d);
+  });
+  h_norm_ = norm_next ? next_norm.data() : nullptr;
+  Tap(name, layer_, x_, n_, d);
+}
+
+void ForwardBlocks::Logits(std::span<const float> output_norm, const WeightMatrix& output) {
+  const int64_t d = c_.n_embd;
+  const int64_t n_logits = static_cast<int64_t>(in_->logit_rows.size());
+  for (int64_t i = 0; i < n_logits; ++i) {
+    RmsNorm(x_.data() + in_->logit_rows[i] * d, output_norm, c_.rms_eps, 1,
+            final_.data() + i * d);
+  }
+  Tap("result_norm", -1, final_, n_logits, d);
+  MatmulOp(output, final_.data(), n_logits, logits_.data());
+}
+
+}  // namespace tokenmill

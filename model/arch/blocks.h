@@ -1,0 +1,107 @@
+// The shared building blocks a model family composes its forward graph from (as llama.cpp's
+// models compose build_norm, build_attn and build_ffn): the embedding lookup, norms, the
+// Q/K/V projections, attention over the paged KV cache, feed-forward networks, residual adds
+// and the logits, as ops over one step's activations on the CPU. A family's file
+// (model/arch/*.cc) says which blocks a layer has and in what order; the blocks own the
+// kernel calls, the scratch, the fusion of parallel regions and the tap.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/kv_cache_view.h"
+#include "model/config.h"
+#include "model/forward_input.h"
+#include "model/weights.h"
+
+namespace tokenmill {
+
+// Which kernels compute: the fast ones of a CpuContext over model.cpu_weights() (Q4_1 and
+// Q8_0 regrouped), or the scalar references over model.weights() (float activations, the
+// file's rows dequantized: slow, the oracle for tests).
+enum class KernelMode { kFast, kReference };
+
+// Shown each intermediate activation (named as llama.cpp's graph names them), n_rows rows
+// of row_size floats; it may overwrite them (to feed each op another engine's inputs).
+using ActivationTap = std::function<void(const char* name, int layer, float* data,
+                                         int64_t n_rows, int64_t row_size)>;
+
+// The blocks over the activations of one step at a time; its scratch grows to the largest
+// step seen. Activations: the residual stream x, a norm's output h (the input of the next
+// projections), q/k/v, the attention output, a block's output before its residual add, and
+// the feed-forward's gate and up.
+class ForwardBlocks {
+ public:
+  ForwardBlocks(const ModelConfig& config, std::span<const float> rope_freqs, CpuContext ctx,
+                KernelMode mode);
+
+  void set_tap(ActivationTap tap) { tap_ = std::move(tap); }
+
+  // Grows the scratch for the step and makes it the one the blocks compute, until the next
+  // BeginStep: its tokens, the KV cache and where its logits go (logit_rows.size() rows of
+  // n_vocab). All three must outlive the step.
+  void BeginStep(const ForwardInput& input, const KvCacheView& kv, std::span<float> logits);
+  // The layer the next blocks belong to: the taps name it, Attention reads its KV.
+  void BeginLayer(int layer) { layer_ = layer; }
+
+  // x = the rows of token_embd for the step's tokens.
+  void Embed(const WeightMatrix& token_embd);
+  // h = RmsNorm(x) with `weight`, shown as `name`.
+  void Norm(std::span<const float> weight, const char* name);
+  // q, k, v = h times each matrix (one parallel pass on the fast path).
+  void ProjectQkv(const WeightMatrix& wq, const WeightMatrix& wk, const WeightMatrix& wv);
+  void AddQkvBias(std::span<const float> q_bias, std::span<const float> k_bias,
+                  std::span<const float> v_bias);
+  // RoPE on q and k, k and v stored in this layer's KV slots, then attention of each token
+  // over its sequence's KV: the attention output. Shows Qraw, Kraw (before RoPE), Qcur, Kcur,
+  // Vcur and kqv_out.
+  void Attention();
+  // Block output = attention output times wo, shown as attn_out.
+  void AttentionOutput(const WeightMatrix& wo);
+  // Block output = down(SiLU(gate(h)) * up(h)), showing ffn_gate, ffn_up, ffn_swiglu, ffn_out.
+  void SwiGluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
+                         const WeightMatrix& down);
+  // x += block output, shown as `name`. `next_norm`: the weight of the Norm the graph takes
+  // next (empty if none); when no tap watches, it is computed in the same parallel region
+  // and that Norm finds it done.
+  void AddResidual(const char* name, std::span<const float> next_norm);
+  // The final norm of x's logit rows (result_norm), then the logits: those rows times output.
+  void Logits(std::span<const float> output_norm, const WeightMatrix& output);
+
+ private:
+  // fn(begin, end) over token ranges covering [0, n_tokens): spread over the pool when the
+  // step has enough tokens to pay for the barrier, else one call on this thread.
+  void ForTokens(const std::function<void(int64_t, int64_t)>& fn);
+  void MatmulOp(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
+  // Several matrices over the same input (one parallel pass on the fast path).
+  void MatmulOps(std::initializer_list<std::pair<const WeightMatrix*, float*>> outputs,
+                 const float* x, int64_t n_tokens);
+  void Tap(const char* name, int layer, std::vector<float>& data, int64_t rows,
+           int64_t row_size);
+  // Several row ops share one parallel region only when no tap watches: a tap may
+  // overwrite what it is shown, so each op must wait for the tap before it.
+  bool fuse() const { return !tap_; }
+
+  const ModelConfig& c_;
+  const RopeParams rope_;
+  const float attention_scale_;
+  CpuContext ctx_;
+  KernelMode mode_;
+  ActivationTap tap_;
+  const ForwardInput* in_ = nullptr;
+  const KvCacheView* kv_ = nullptr;
+  std::span<float> logits_;
+  int64_t n_ = 0;  // tokens of the step
+  int layer_ = 0;
+  // The norm weight h already holds RmsNorm(x) with (AddResidual's fusion), or null.
+  const float* h_norm_ = nullptr;
+  std::vector<float> x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, final_;
+};
+
+}  // namespace tokenmill
