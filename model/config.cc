@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "model/arch/family.h"
+
 namespace tokenmill {
 namespace {
 
@@ -18,21 +20,9 @@ StatusOr<float> F32Or(const GgufFile& file, const std::string& key, float fallba
 
 }  // namespace
 
-StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file) {
+StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& family) {
   ModelConfig c;
-  TM_ASSIGN_OR_RETURN(std::string_view arch, file.GetString("general.architecture"));
-  c.arch_name = std::string(arch);
-  if (arch == "llama") {
-    c.arch = ModelArch::kLlama;
-    c.rope_style = RopeStyle::kAdjacentPairs;
-  } else if (arch == "qwen2") {
-    c.arch = ModelArch::kQwen2;
-    c.rope_style = RopeStyle::kNeox;
-    c.qkv_bias = true;
-  } else {
-    return UnimplementedError("architecture '" + c.arch_name +
-                              "' is not supported; tokenmill runs 'llama' and 'qwen2' models");
-  }
+  c.arch_name = std::string(family.name);
   const std::string p = c.arch_name + ".";
   TM_ASSIGN_OR_RETURN(uint32_t n_layers, file.GetU32(p + "block_count"));
   TM_ASSIGN_OR_RETURN(uint32_t n_embd, file.GetU32(p + "embedding_length"));
@@ -85,6 +75,7 @@ StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file) {
   }
   c.n_vocab = static_cast<int>(embd->shape[1]);
   c.tied_output = file.FindTensor("output.weight") == nullptr;
+  TM_RETURN_IF_ERROR(family.read_config(file, c));
   return c;
 }
 

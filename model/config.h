@@ -1,5 +1,6 @@
-// Model hyper-parameters of a llama-family GGUF (architectures llama and qwen2), read
-// from its metadata. Anything tokenmill cannot run is refused here, by name.
+// Model hyper-parameters of a GGUF, read from its metadata: the keys every family shares
+// here, each family's own in its file (model/arch/). Anything tokenmill cannot run is refused
+// by name.
 #pragma once
 
 #include <string>
@@ -10,11 +11,10 @@
 
 namespace tokenmill {
 
-enum class ModelArch { kLlama, kQwen2 };
+struct ModelFamily;
 
 struct ModelConfig {
-  ModelArch arch = ModelArch::kLlama;
-  std::string arch_name;  // as in general.architecture
+  std::string arch_name;  // as in general.architecture: the family's name
   int n_layers = 0;
   int n_embd = 0;
   int n_heads = 0;
@@ -30,13 +30,14 @@ struct ModelConfig {
   float rope_freq_base = 10000.0f;
   float rope_position_scale = 1.0f;
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
-  bool qkv_bias = false;      // qwen2
+  bool qkv_bias = false;      // Q/K/V projections with biases (qwen2)
   bool tied_output = false;   // no output.weight: logits use token_embd.weight
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
 };
 
-StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file);
+// The shared keys, then the family's (ModelFamily::read_config).
+StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& family);
 
 }  // namespace tokenmill

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "model/arch/family.h"
+
 namespace tokenmill {
 
 ForwardPass::ForwardPass(const Model& model, CpuContext ctx, KernelMode mode)
@@ -18,25 +20,8 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
     return InvalidArgumentError("the CPU forward pass cannot read " +
                                 std::string(KvTypeName(kv.type)) + " KV: use f16, f32 or int8");
   }
-  ForwardBlocks& b = blocks_;
-  b.BeginStep(in, kv, logits);
-  b.Embed(w.token_embd);
-  for (int layer = 0; layer < c.n_layers; ++layer) {
-    const LayerWeights& l = w.layers[layer];
-    b.BeginLayer(layer);
-    b.Norm(l.attn_norm, "attn_norm");
-    b.ProjectQkv(l.q, l.k, l.v);
-    if (c.qkv_bias) b.AddQkvBias(l.q_bias, l.k_bias, l.v_bias);
-    b.Attention();
-    b.AttentionOutput(l.o);
-    b.AddResidual("ffn_inp", l.ffn_norm);
-    b.Norm(l.ffn_norm, "ffn_norm");
-    b.SwiGluFeedForward(l.gate, l.up, l.down);
-    // The next layer opens with its attn_norm (none after the last).
-    b.AddResidual("l_out", layer + 1 < c.n_layers ? w.layers[layer + 1].attn_norm
-                                                  : std::span<const float>());
-  }
-  b.Logits(w.output_norm, w.output);
+  blocks_.BeginStep(in, kv, logits);
+  model_.family().forward(c, w, blocks_);
   return OkStatus();
 }
 

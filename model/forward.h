@@ -1,6 +1,6 @@
-// The llama-family forward pass on the CPU, over a ragged batch of several sequences and a
-// paged KV cache (docs/design.md, "Batch inputs"), composed of the shared blocks
-// (model/arch/blocks.h), which write the new tokens' K/V into their slots and return logits
+// The forward pass on the CPU, over a ragged batch of several sequences and a paged KV cache
+// (docs/design.md, "Batch inputs"): the model's family composes the graph from the shared
+// blocks (model/arch/), which write the new tokens' K/V into their slots and return logits
 // only for the rows asked for.
 #pragma once
 

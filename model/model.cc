@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include "kernels/cpu/row_groups.h"
+#include "model/arch/family.h"
 
 namespace tokenmill {
 namespace {
@@ -23,8 +24,10 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
 
 StatusOr<std::unique_ptr<Model>> Model::FromFile(GgufFile file) {
   std::unique_ptr<Model> model(new Model(std::move(file)));
-  TM_ASSIGN_OR_RETURN(model->config_, LoadModelConfig(model->file_));
-  TM_ASSIGN_OR_RETURN(model->weights_, LoadWeights(model->file_, model->config_));
+  TM_ASSIGN_OR_RETURN(model->family_, FindModelFamily(model->file_));
+  TM_ASSIGN_OR_RETURN(model->config_, LoadModelConfig(model->file_, *model->family_));
+  TM_ASSIGN_OR_RETURN(model->weights_,
+                      LoadWeights(model->file_, model->config_, *model->family_));
   ModelWeights& cpu = model->cpu_weights_;
   cpu = model->weights_;
   for (LayerWeights& l : cpu.layers) {

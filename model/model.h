@@ -1,5 +1,5 @@
-// A loaded llama-family model: the mapped GGUF file, its config and weight views, and the
-// CPU's copy of its Q4_1 and Q8_0 matrices in the row-group layout.
+// A loaded model: the mapped GGUF file, its family, config and weight views, and the CPU's
+// copy of its Q4_1 and Q8_0 matrices in the row-group layout.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,8 @@ class Model {
   static StatusOr<std::unique_ptr<Model>> FromFile(GgufFile file);
 
   const GgufFile& file() const { return file_; }
+  // How this model loads and composes its layers (model/arch/family.h).
+  const ModelFamily& family() const { return *family_; }
   const ModelConfig& config() const { return config_; }
   // The file's views, as the file lays them out: for the CUDA upload, the embedding lookup
   // and anything that dequantizes rows (MatmulReference).
@@ -41,6 +43,7 @@ class Model {
   explicit Model(GgufFile file) : file_(std::move(file)) {}
 
   GgufFile file_;
+  const ModelFamily* family_ = nullptr;
   ModelConfig config_;
   ModelWeights weights_;
   ModelWeights cpu_weights_;

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "model/arch/family.h"
+
 namespace tokenmill {
 namespace {
 
@@ -17,9 +19,10 @@ StatusOr<const GgufTensor*> Find(const GgufFile& file, const std::string& name) 
   return t;
 }
 
-// A float vector of n elements (norms, biases, frequency factors).
-StatusOr<std::span<const float>> Vector(const GgufFile& file, const std::string& name,
-                                        int64_t n) {
+}  // namespace
+
+StatusOr<std::span<const float>> LoadVector(const GgufFile& file, const std::string& name,
+                                            int64_t n) {
   TM_ASSIGN_OR_RETURN(const GgufTensor* t, Find(file, name));
   if (t->ggml_type != static_cast<uint32_t>(TensorType::kF32)) {
     return UnimplementedError("tensor '" + name + "' has type " +
@@ -33,9 +36,8 @@ StatusOr<std::span<const float>> Vector(const GgufFile& file, const std::string&
   return std::span<const float>(reinterpret_cast<const float*>(t->data), static_cast<size_t>(n));
 }
 
-// A matrix of `rows` outputs by `cols` inputs (ggml shape [cols, rows]).
-StatusOr<WeightMatrix> Matrix(const GgufFile& file, const std::string& name, int64_t cols,
-                              int64_t rows) {
+StatusOr<WeightMatrix> LoadMatrix(const GgufFile& file, const std::string& name, int64_t cols,
+                                  int64_t rows) {
   TM_ASSIGN_OR_RETURN(const GgufTensor* t, Find(file, name));
   const std::optional<TensorType> type = ToTensorType(t->ggml_type);
   if (!type) {
@@ -57,37 +59,21 @@ StatusOr<WeightMatrix> Matrix(const GgufFile& file, const std::string& name, int
   return WeightMatrix{*type, t->data, rows, cols, cols / layout.block_size * layout.type_size};
 }
 
-}  // namespace
-
-StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& c) {
+StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& c,
+                                   const ModelFamily& family) {
   ModelWeights w;
-  TM_ASSIGN_OR_RETURN(w.token_embd, Matrix(file, "token_embd.weight", c.n_embd, c.n_vocab));
-  TM_ASSIGN_OR_RETURN(w.output_norm, Vector(file, "output_norm.weight", c.n_embd));
+  TM_ASSIGN_OR_RETURN(w.token_embd, LoadMatrix(file, "token_embd.weight", c.n_embd, c.n_vocab));
+  TM_ASSIGN_OR_RETURN(w.output_norm, LoadVector(file, "output_norm.weight", c.n_embd));
   if (c.tied_output) {
     w.output = w.token_embd;
   } else {
-    TM_ASSIGN_OR_RETURN(w.output, Matrix(file, "output.weight", c.n_embd, c.n_vocab));
+    TM_ASSIGN_OR_RETURN(w.output, LoadMatrix(file, "output.weight", c.n_embd, c.n_vocab));
   }
   if (file.FindTensor("rope_freqs.weight") != nullptr) {
-    TM_ASSIGN_OR_RETURN(w.rope_freqs, Vector(file, "rope_freqs.weight", c.n_rot / 2));
+    TM_ASSIGN_OR_RETURN(w.rope_freqs, LoadVector(file, "rope_freqs.weight", c.n_rot / 2));
   }
   for (int i = 0; i < c.n_layers; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    LayerWeights l;
-    TM_ASSIGN_OR_RETURN(l.attn_norm, Vector(file, p + "attn_norm.weight", c.n_embd));
-    TM_ASSIGN_OR_RETURN(l.q, Matrix(file, p + "attn_q.weight", c.n_embd, c.q_dim()));
-    TM_ASSIGN_OR_RETURN(l.k, Matrix(file, p + "attn_k.weight", c.n_embd, c.kv_dim()));
-    TM_ASSIGN_OR_RETURN(l.v, Matrix(file, p + "attn_v.weight", c.n_embd, c.kv_dim()));
-    TM_ASSIGN_OR_RETURN(l.o, Matrix(file, p + "attn_output.weight", c.q_dim(), c.n_embd));
-    if (c.qkv_bias) {
-      TM_ASSIGN_OR_RETURN(l.q_bias, Vector(file, p + "attn_q.bias", c.q_dim()));
-      TM_ASSIGN_OR_RETURN(l.k_bias, Vector(file, p + "attn_k.bias", c.kv_dim()));
-      TM_ASSIGN_OR_RETURN(l.v_bias, Vector(file, p + "attn_v.bias", c.kv_dim()));
-    }
-    TM_ASSIGN_OR_RETURN(l.ffn_norm, Vector(file, p + "ffn_norm.weight", c.n_embd));
-    TM_ASSIGN_OR_RETURN(l.gate, Matrix(file, p + "ffn_gate.weight", c.n_embd, c.n_ff));
-    TM_ASSIGN_OR_RETURN(l.up, Matrix(file, p + "ffn_up.weight", c.n_embd, c.n_ff));
-    TM_ASSIGN_OR_RETURN(l.down, Matrix(file, p + "ffn_down.weight", c.n_ff, c.n_embd));
+    TM_ASSIGN_OR_RETURN(LayerWeights l, family.load_layer(file, c, i));
     w.layers.push_back(l);
   }
   return w;

@@ -1,0 +1,58 @@
+// The qwen2 family: llama's layer with biases on the Q, K and V projections and RoPE on
+// NeoX-style pairs.
+#include <string>
+
+#include "model/arch/family.h"
+
+namespace tokenmill {
+namespace {
+
+Status ReadQwen2Config(const GgufFile&, ModelConfig& c) {
+  c.rope_style = RopeStyle::kNeox;
+  c.qkv_bias = true;
+  return OkStatus();
+}
+
+StatusOr<LayerWeights> LoadQwen2Layer(const GgufFile& file, const ModelConfig& c, int layer) {
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  LayerWeights l;
+  TM_ASSIGN_OR_RETURN(l.attn_norm, LoadVector(file, p + "attn_norm.weight", c.n_embd));
+  TM_ASSIGN_OR_RETURN(l.q, LoadMatrix(file, p + "attn_q.weight", c.n_embd, c.q_dim()));
+  TM_ASSIGN_OR_RETURN(l.k, LoadMatrix(file, p + "attn_k.weight", c.n_embd, c.kv_dim()));
+  TM_ASSIGN_OR_RETURN(l.v, LoadMatrix(file, p + "attn_v.weight", c.n_embd, c.kv_dim()));
+  TM_ASSIGN_OR_RETURN(l.o, LoadMatrix(file, p + "attn_output.weight", c.q_dim(), c.n_embd));
+  TM_ASSIGN_OR_RETURN(l.q_bias, LoadVector(file, p + "attn_q.bias", c.q_dim()));
+  TM_ASSIGN_OR_RETURN(l.k_bias, LoadVector(file, p + "attn_k.bias", c.kv_dim()));
+  TM_ASSIGN_OR_RETURN(l.v_bias, LoadVector(file, p + "attn_v.bias", c.kv_dim()));
+  TM_ASSIGN_OR_RETURN(l.ffn_norm, LoadVector(file, p + "ffn_norm.weight", c.n_embd));
+  TM_ASSIGN_OR_RETURN(l.gate, LoadMatrix(file, p + "ffn_gate.weight", c.n_embd, c.n_ff));
+  TM_ASSIGN_OR_RETURN(l.up, LoadMatrix(file, p + "ffn_up.weight", c.n_embd, c.n_ff));
+  TM_ASSIGN_OR_RETURN(l.down, LoadMatrix(file, p + "ffn_down.weight", c.n_ff, c.n_embd));
+  return l;
+}
+
+void Qwen2Forward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& b) {
+  b.Embed(w.token_embd);
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const LayerWeights& l = w.layers[layer];
+    b.BeginLayer(layer);
+    b.Norm(l.attn_norm, "attn_norm");
+    b.ProjectQkv(l.q, l.k, l.v);
+    b.AddQkvBias(l.q_bias, l.k_bias, l.v_bias);
+    b.Attention();
+    b.AttentionOutput(l.o);
+    b.AddResidual("ffn_inp", l.ffn_norm);
+    b.Norm(l.ffn_norm, "ffn_norm");
+    b.SwiGluFeedForward(l.gate, l.up, l.down);
+    // The next layer opens with its attn_norm (none after the last).
+    b.AddResidual("l_out", layer + 1 < c.n_layers ? w.layers[layer + 1].attn_norm
+                                                  : std::span<const float>());
+  }
+  b.Logits(w.output_norm, w.output);
+}
+
+}  // namespace
+
+const ModelFamily kQwen2Family{"qwen2", ReadQwen2Config, LoadQwen2Layer, Qwen2Forward};
+
+}  // namespace tokenmill
