@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/check.h"
-#include "kernels/cpu/matmul_isa.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/row_groups.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/dequantize.h"
@@ -51,17 +51,6 @@ void GroupActivations(const Q8ActivationBlock* x, int64_t n_tokens, int64_t bloc
         group.sum[i] = a.sum;
       }
     }
-  }
-}
-
-const CpuKernelTable& KernelTable(CpuIsa isa) {
-  TM_CHECK(CpuSupports(isa)) << "this CPU cannot run " << IsaName(isa) << " kernels";
-  switch (isa) {
-#if defined(__x86_64__)
-    case CpuIsa::kAvx2: return internal::Avx2KernelTable();
-    case CpuIsa::kAvx512Vnni: return internal::Avx512VnniKernelTable();
-#endif
-    default: return internal::ScalarKernelTable();
   }
 }
 

@@ -6,13 +6,15 @@
 // Determinism: the value of y[t][r] depends only on row r and token t, never on how many
 // tokens run together or how rows are split over threads (the same instructions in the
 // same order for every token), so batching and chunking do not change results.
+//
+// The kernels behind Matmul, one table per ISA, and the route of a matmul to them:
+// kernel_table.h.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
 #include "kernels/cpu/cpu_features.h"
-#include "kernels/kv_type.h"
 #include "kernels/tensor_type.h"
 
 namespace tokenmill {
@@ -68,71 +70,13 @@ struct Q8TokenGroupBlock {
 void GroupActivations(const Q8ActivationBlock* x, int64_t n_tokens, int64_t blocks,
                       Q8TokenGroupBlock* out);
 
-// What one ISA's kernel computes: y[t * y_stride + r] for rows [row_begin, row_end) and
-// every token t < n_tokens. `x` is float (cols per token) for F32/F16/BF16 weights and
-// Q8TokenGroupBlock (cols / 32 per group of kTokenGroup tokens) for quantized ones.
-//
-// Quantized weights accumulate each (row, token) in ggml's order (ggml_vec_dot_q4_1_q8_1
-// and friends, AVX2 path): 8 float lanes, lane i the integer dot product of bytes
-// 4i..4i+3 of a block; per block acc = fma(d_w · d_a, lanes, acc) and, for Q4_1,
-// min += m_w · s_a; the result is the 8 lanes summed pairwise (4+4, 2+2, 1+1) plus min.
-// Weights in the kRowGroups16 layout accumulate each (row, token) in one float instead: per
-// block acc = fma(d_w · d_a, (float) Σ q_w · q_a, acc), then for Q4_1 acc = fma(m_w, s_a,
-// acc) (the integer sum is exact): one conversion and one or two fmas per block where ggml's
-// order needs a conversion and an fma of 8 lanes, so a many-token step runs ~2.2x faster
-// (bench/matmul); results differ from ggml's in the last bits.
-struct MatmulRange {
-  const WeightMatrix* w;
-  const void* x;
-  int64_t n_tokens;
-  float* y;
-  int64_t y_stride;
-  int64_t row_begin;
-  int64_t row_end;
-};
-using MatmulRangeFn = void (*)(const MatmulRange&);
-
-// One (token, KV head) unit of paged attention (paged_attention.h): the `group` query
-// heads sharing KV head `kv_head` attend over positions [0, len) of the sequence whose
-// blocks are `blocks`. K/V rows are f16, f32 or int8 (then k_scale/v_scale hold a scale
-// per (slot, KV head)). `scores` is group × len scratch.
-struct AttendArgs {
-  const void* k;
-  const void* v;
-  KvType kv_type;
-  const float* k_scale;
-  const float* v_scale;
-  int block_size;
-  int n_kv_heads;
-  int head_dim;
-  const int32_t* blocks;
-  int32_t len;
-  int kv_head;
-  const float* q_group;  // group × head_dim, already rounded to f16 when K/V are f16
-  int group;
-  float scale;
-  float* scores;
-  float* out_group;  // group × head_dim
-};
-
-// The kernels of one ISA.
-struct CpuKernelTable {
-  CpuIsa isa;
-  MatmulRangeFn f32, f16, bf16, q8_0, q4_0, q4_1;
-  // Attention helpers over KV rows stored as f16 or f32.
-  float (*dot_f16)(const float* a, const uint16_t* b, int64_t n);
-  float (*dot_f32)(const float* a, const float* b, int64_t n);
-  void (*axpy_f16)(float alpha, const uint16_t* x, float* y, int64_t n);  // y += alpha * x
-  void (*axpy_f32)(float alpha, const float* x, float* y, int64_t n);
-  void (*attend)(const AttendArgs& args);
-  // QuantizeActivations, bit-identical on every ISA.
-  void (*quantize)(const float* x, int64_t n, Q8ActivationBlock* out);
-};
-
-// The table of `isa`; CHECKs that the CPU supports it.
-const CpuKernelTable& KernelTable(CpuIsa isa);
 // Whether `type` activations get quantized to Q8ActivationBlock for this weight type.
 bool UsesQuantizedActivations(TensorType type);
+
+// The kernels of one ISA (kernels/cpu/kernel_table.h).
+struct CpuKernelTable;
+// The table of `isa`; CHECKs that the CPU supports it.
+const CpuKernelTable& KernelTable(CpuIsa isa);
 
 // How the CPU kernels run: which ISA and which threads (pool may be null: one thread).
 struct CpuContext {

@@ -6,6 +6,7 @@
 
 #include "common/check.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/half.h"
 

@@ -22,7 +22,7 @@ float QuantizeKvRowInt8(const float* x, int64_t n, int8_t* q);
 
 // With f16 K/V the query and the attention probabilities are rounded to f16 too, as the
 // dot products take f16 operands, and the whole computation is llama.cpp's (non-flash CPU
-// attention) bit for bit: see AttendF16LikeGgml in attend_impl.h.
+// attention) bit for bit: see AttendF16LikeGgml in attend.inc.
 //
 // Causal attention of each token's n_heads query heads (row stride n_heads * head_dim)
 // over its sequence's cached K/V at positions <= its own, found through `table` (the

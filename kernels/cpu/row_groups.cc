@@ -3,11 +3,14 @@
 #include <cstring>
 
 #include "common/check.h"
-#include "kernels/cpu/quant_blocks.h"
 
 namespace tokenmill {
 
 namespace {
+
+// The GGUF blocks (BlockQ4_1, BlockQ8_0) of the types that have a kRowGroups16 layout.
+#include "kernels/cpu/quant_q4_1.inc"
+#include "kernels/cpu/quant_q8_0.inc"
 
 // Calls place(group_block, lane, block) for every GGUF block of every row of w, with the
 // group block it goes to and the row's lane in it.
@@ -37,9 +40,9 @@ WeightMatrix RegroupRows(const WeightMatrix& w, std::vector<uint8_t>& storage) {
   TM_CHECK(CanRegroupRows(w)) << "only Q4_1 and Q8_0 matrices of 16n rows can be regrouped";
   storage.resize(static_cast<size_t>(w.rows * w.row_bytes));
   if (w.type == TensorType::kQ4_1) {
-    RegroupBlocks<internal::BlockQ4_1>(
+    RegroupBlocks<BlockQ4_1>(
         w, reinterpret_cast<BlockQ4_1x16*>(storage.data()),
-        [](BlockQ4_1x16& group, int i, const internal::BlockQ4_1& block) {
+        [](BlockQ4_1x16& group, int i, const BlockQ4_1& block) {
           group.d[i] = block.d;
           group.m[i] = block.m;
           // Element j < 16 is qs[j]'s low nibble, 16 + j its high nibble, both in GGUF and
@@ -49,9 +52,9 @@ WeightMatrix RegroupRows(const WeightMatrix& w, std::vector<uint8_t>& storage) {
           }
         });
   } else {
-    RegroupBlocks<internal::BlockQ8_0>(
+    RegroupBlocks<BlockQ8_0>(
         w, reinterpret_cast<BlockQ8_0x16*>(storage.data()),
-        [](BlockQ8_0x16& group, int i, const internal::BlockQ8_0& block) {
+        [](BlockQ8_0x16& group, int i, const BlockQ8_0& block) {
           group.d[i] = block.d;
           for (int k = 0; k < 8; ++k) {
             for (int e = 0; e < 4; ++e) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/half.h"
 #include "kernels/tensor_type.h"

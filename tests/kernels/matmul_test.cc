@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/row_groups.h"
 #include "kernels/cpu/thread_pool.h"

@@ -1,0 +1,107 @@
+// The CPU kernels of one ISA as a table of functions, and the arguments they take. The matmuls
+// and the attention are reached through this table, which the per-ISA files fill
+// (table_scalar.cc, table_avx2.cc, table_avx512.cc: only the last two are compiled with their
+// target flags, and KernelTable (kernel_table.cc) hands them out after CpuSupports).
+//
+// The route of a Q4_1 matmul of a decode step (one token), from the forward pass to the tile:
+//  1. model/forward.cc: ForwardPass::MatmulOps (Q/K/V, gate/up) calls MatmulMany, and
+//     ForwardPass::MatmulOp (O, down, the output) calls Matmul, with the ForwardPass's
+//     CpuContext {&KernelTable(isa), pool} that its owner built (CpuBackend,
+//     engine/forward_backend.cc). When the model loaded, Model::FromFile (model/model.cc) had
+//     regrouped the Q4_1 matrices of 16n rows into the kRowGroups16 layout (RegroupRows,
+//     row_groups.cc).
+//  2. MatmulMany (matmul.cc) quantizes the token's activations once with the table's
+//     `quantize` (SimdQuantizeActivations, activations_simd256.inc) and lays them out as
+//     Q8TokenGroupBlock (GroupActivations); ParallelFor splits the rows of all the matrices into
+//     units of 16, and each thread calls the table's q4_1 entry with a MatmulRange.
+//  3. That entry, in table_avx512.cc, is QuantRange<Q4_1Format> (matmul_simd_ranges.inc);
+//     Q4_1Format (quant_q4_1.inc) is the block layout and how its quants enter the dot products.
+//  4. QuantRange hands a kRowGroups16 matrix to RowGroupsSimdRange<BlockQ4_1x16>
+//     (matmul_row_groups.inc), which runs RowGroupTile<BlockQ4_1x16, 1>: 16 rows, one per
+//     32-bit lane, against the token, 8 dpbusd per block. A matrix in the GGUF layout goes to
+//     RunQuantGroup (matmul_simd_ranges.inc) and the tile QuantTile<Q4_1Format, 4, 1>
+//     (matmul_simd256.inc): 4 rows × 1 token in ggml's order.
+// The AVX2 table (table_avx2.cc) compiles the same files without VNNI (8 rows per row-group
+// tile, 2 rows per QuantTile). The scalar table (table_scalar.cc) runs the same orders in plain
+// loops (PlainQuantRange, matmul_scalar.inc; RowGroupsRange, matmul_row_groups.inc): the oracle
+// the others are tested against.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/kv_type.h"
+
+namespace tokenmill {
+
+// What one ISA's matmul kernel computes: y[t * y_stride + r] for rows [row_begin, row_end)
+// and every token t < n_tokens. `x` is float (cols per token) for F32/F16/BF16 weights and
+// Q8TokenGroupBlock (cols / 32 per group of kTokenGroup tokens) for quantized ones.
+//
+// Quantized weights accumulate each (row, token) in ggml's order (ggml_vec_dot_q4_1_q8_1
+// and friends, AVX2 path): 8 float lanes, lane i the integer dot product of bytes
+// 4i..4i+3 of a block; per block acc = fma(d_w · d_a, lanes, acc) and, for Q4_1,
+// min += m_w · s_a; the result is the 8 lanes summed pairwise (4+4, 2+2, 1+1) plus min.
+// Weights in the kRowGroups16 layout accumulate each (row, token) in one float instead: per
+// block acc = fma(d_w · d_a, (float) Σ q_w · q_a, acc), then for Q4_1 acc = fma(m_w, s_a,
+// acc) (the integer sum is exact): one conversion and one or two fmas per block where ggml's
+// order needs a conversion and an fma of 8 lanes, so a many-token step runs ~2.2x faster
+// (bench/matmul); results differ from ggml's in the last bits.
+struct MatmulRange {
+  const WeightMatrix* w;
+  const void* x;
+  int64_t n_tokens;
+  float* y;
+  int64_t y_stride;
+  int64_t row_begin;
+  int64_t row_end;
+};
+using MatmulRangeFn = void (*)(const MatmulRange&);
+
+// One (token, KV head) unit of paged attention (paged_attention.h): the `group` query
+// heads sharing KV head `kv_head` attend over positions [0, len) of the sequence whose
+// blocks are `blocks`. K/V rows are f16, f32 or int8 (then k_scale/v_scale hold a scale
+// per (slot, KV head)). `scores` is group × len scratch.
+struct AttendArgs {
+  const void* k;
+  const void* v;
+  KvType kv_type;
+  const float* k_scale;
+  const float* v_scale;
+  int block_size;
+  int n_kv_heads;
+  int head_dim;
+  const int32_t* blocks;
+  int32_t len;
+  int kv_head;
+  const float* q_group;  // group × head_dim, already rounded to f16 when K/V are f16
+  int group;
+  float scale;
+  float* scores;
+  float* out_group;  // group × head_dim
+};
+
+// The kernels of one ISA. Each entry computes the same values in every table (a matmul's order
+// depends only on the matrix's layout, see MatmulRange).
+struct CpuKernelTable {
+  CpuIsa isa;
+  // The matmul of each weight type (MatmulMany picks by WeightMatrix::type).
+  MatmulRangeFn f32, f16, bf16, q8_0, q4_0, q4_1;
+  // QuantizeActivations.
+  void (*quantize)(const float* x, int64_t n, Q8ActivationBlock* out);
+  // One unit of PagedAttention.
+  void (*attend)(const AttendArgs& args);
+};
+
+namespace internal {
+
+// The tables, one per file: table_scalar.cc, table_avx2.cc and table_avx512.cc.
+const CpuKernelTable& ScalarKernelTable();
+#if defined(__x86_64__)
+const CpuKernelTable& Avx2KernelTable();
+const CpuKernelTable& Avx512VnniKernelTable();
+#endif
+
+}  // namespace internal
+}  // namespace tokenmill

@@ -1,0 +1,63 @@
+// The AVX-512 VL/BW + VNNI kernel table: the kernels of table_avx2.cc with dpbusd for
+// maddubs+madd (TM_SIMD_VNNI 1), 512-bit tiles where they are faster, 16 rows per row-group
+// tile. Only this file and table_avx2.cc are compiled with target flags
+// (kernels/CMakeLists.txt); KernelTable hands it out only after CpuSupports(kAvx512Vnni).
+// GCC 12's 512-bit intrinsics start from _mm512_undefined_*(), which its uninitialized-use
+// warnings flag wherever they are inlined (a GCC bug, not in this code).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/row_groups.h"
+#include "kernels/half.h"
+
+namespace tokenmill::internal {
+namespace {
+#define TM_SIMD256 1
+#define TM_SIMD_VNNI 1
+#include "kernels/cpu/simd256.inc"
+#include "kernels/cpu/quant_q4_0.inc"
+#include "kernels/cpu/quant_q4_1.inc"
+#include "kernels/cpu/quant_q8_0.inc"
+#include "kernels/cpu/float_f32.inc"
+#include "kernels/cpu/float_f16.inc"
+#include "kernels/cpu/float_bf16.inc"
+#include "kernels/cpu/activations_simd256.inc"
+#include "kernels/cpu/matmul_simd256.inc"
+#include "kernels/cpu/matmul_simd512.inc"
+#include "kernels/cpu/matmul_row_groups.inc"
+#include "kernels/cpu/matmul_simd_ranges.inc"
+#include "kernels/cpu/attend.inc"
+#include "kernels/cpu/attend_simd256.inc"
+#undef TM_SIMD_VNNI
+#undef TM_SIMD256
+}  // namespace
+
+const CpuKernelTable& Avx512VnniKernelTable() {
+  static constexpr CpuKernelTable kTable = {
+      .isa = CpuIsa::kAvx512Vnni,
+      .f32 = FloatRange<F32Kernel>,
+      .f16 = FloatRange<FloatKernel<F16Format>>,
+      .bf16 = FloatRange<FloatKernel<Bf16Format>>,
+      .q8_0 = QuantRange<Q8_0Format>,
+      .q4_0 = QuantRange<Q4_0Format>,
+      .q4_1 = QuantRange<Q4_1Format>,
+      .quantize = SimdQuantizeActivations,
+      .attend = AttendWith<SimdOps>,
+  };
+  return kTable;
+}
+
+}  // namespace tokenmill::internal

@@ -1,0 +1,44 @@
+// The scalar kernel table: every kernel in plain loops, in the same order of operations as the
+// SIMD tables (table_avx2.cc, table_avx512.cc), which are tested against it bit for bit. Built
+// without target flags, it runs on any CPU.
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/row_groups.h"
+#include "kernels/half.h"
+
+namespace tokenmill::internal {
+namespace {
+#include "kernels/cpu/quant_q4_0.inc"
+#include "kernels/cpu/quant_q4_1.inc"
+#include "kernels/cpu/quant_q8_0.inc"
+#include "kernels/cpu/float_f32.inc"
+#include "kernels/cpu/float_f16.inc"
+#include "kernels/cpu/float_bf16.inc"
+#include "kernels/cpu/matmul_row_groups.inc"
+#include "kernels/cpu/matmul_scalar.inc"
+#include "kernels/cpu/attend.inc"
+#include "kernels/cpu/attend_scalar.inc"
+}  // namespace
+
+const CpuKernelTable& ScalarKernelTable() {
+  static constexpr CpuKernelTable kTable = {
+      .isa = CpuIsa::kScalar,
+      .f32 = PlainFloatRange<F32Format>,
+      .f16 = PlainFloatRange<F16Format>,
+      .bf16 = PlainFloatRange<Bf16Format>,
+      .q8_0 = PlainQuantRange<Q8_0Format>,
+      .q4_0 = PlainQuantRange<Q4_0Format>,
+      .q4_1 = PlainQuantRange<Q4_1Format>,
+      .quantize = QuantizeActivations,
+      .attend = AttendWith<ScalarOps>,
+  };
+  return kTable;
+}
+
+}  // namespace tokenmill::internal
