@@ -1,5 +1,7 @@
 // Row-wise ops of the llama-family forward pass, over rows of plain float arrays.
-// Each computes a token's row from that row alone, in a fixed order.
+// Each computes a token's row from that row alone, in a fixed order. Those with vector
+// versions (SwiGlu, SoftmaxLikeGgml) run the kernels of a CpuContext (kernel_table.h), which
+// give the same values on every ISA.
 #pragma once
 
 #include <bit>
@@ -8,6 +10,8 @@
 #include <span>
 
 namespace tokenmill {
+
+struct CpuContext;  // kernels/cpu/matmul.h
 
 // out[t] = x[t] / sqrt(mean(x[t]²) + eps) * weight, for n_rows rows of weight.size().
 void RmsNorm(const float* x, std::span<const float> weight, float eps, int64_t n_rows, float* out);
@@ -57,10 +61,12 @@ inline float GgmlVectorExpf(float x) {
 // out[i] = silu(gate[i]) * up[i] over rows of row_size, as llama.cpp computes it
 // (ggml_vec_swiglu_f32): each full 8-float vector of a row with GgmlVectorExpf, the rest of
 // the row with expf.
-void SwiGlu(const float* gate, const float* up, int64_t n_rows, int64_t row_size, float* out);
+void SwiGlu(const CpuContext& ctx, const float* gate, const float* up, int64_t n_rows,
+            int64_t row_size, float* out);
 // The same over one row of n.
-inline void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
-  SwiGlu(gate, up, 1, n, out);
+inline void SwiGlu(const CpuContext& ctx, const float* gate, const float* up, int64_t n,
+                   float* out) {
+  SwiGlu(ctx, gate, up, 1, n, out);
 }
 
 // x[i] += y[i].
@@ -76,6 +82,6 @@ void SoftmaxInPlace(std::span<float> x);
 // GgmlVectorExpf for every element (llama.cpp's rows are padded to a multiple of 8 by masked
 // positions, which add 0), each 8-float vector summed in float in SSE's pairwise order and
 // added to a double, then every element scaled by float(1 / sum).
-void SoftmaxLikeGgml(std::span<float> x);
+void SoftmaxLikeGgml(const CpuContext& ctx, std::span<float> x);
 
 }  // namespace tokenmill

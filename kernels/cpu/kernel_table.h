@@ -1,5 +1,5 @@
-// The CPU kernels of one ISA as a table of functions, and the arguments they take. The matmuls
-// and the attention are reached through this table, which the per-ISA files fill
+// The CPU kernels of one ISA as a table of functions, and the arguments they take. Everything
+// that computes with vectors is reached through this table, which the per-ISA files fill
 // (table_scalar.cc, table_avx2.cc, table_avx512.cc: only the last two are compiled with their
 // target flags, and KernelTable (kernel_table.cc) hands them out after CpuSupports).
 //
@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
@@ -92,6 +93,10 @@ struct CpuKernelTable {
   void (*quantize)(const float* x, int64_t n, Q8ActivationBlock* out);
   // One unit of PagedAttention.
   void (*attend)(const AttendArgs& args);
+  // SwiGlu and SoftmaxLikeGgml (elementwise.h).
+  void (*swiglu)(const float* gate, const float* up, int64_t n_rows, int64_t row_size,
+                 float* out);
+  void (*softmax_like_ggml)(std::span<float> x);
 };
 
 namespace internal {

@@ -39,6 +39,8 @@ namespace {
 #include "kernels/cpu/matmul_simd512.inc"
 #include "kernels/cpu/matmul_row_groups.inc"
 #include "kernels/cpu/matmul_simd_ranges.inc"
+#include "kernels/cpu/elementwise_loops.inc"
+#include "kernels/cpu/elementwise_simd256.inc"
 #include "kernels/cpu/attend.inc"
 #include "kernels/cpu/attend_simd256.inc"
 #undef TM_SIMD_VNNI
@@ -56,6 +58,8 @@ const CpuKernelTable& Avx512VnniKernelTable() {
       .q4_1 = QuantRange<Q4_1Format>,
       .quantize = SimdQuantizeActivations,
       .attend = AttendWith<SimdOps>,
+      .swiglu = SimdSwiGlu,
+      .softmax_like_ggml = SimdSoftmaxLikeGgml,
   };
   return kTable;
 }

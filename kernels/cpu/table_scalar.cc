@@ -22,6 +22,7 @@ namespace {
 #include "kernels/cpu/float_bf16.inc"
 #include "kernels/cpu/matmul_row_groups.inc"
 #include "kernels/cpu/matmul_scalar.inc"
+#include "kernels/cpu/elementwise_loops.inc"
 #include "kernels/cpu/attend.inc"
 #include "kernels/cpu/attend_scalar.inc"
 }  // namespace
@@ -37,6 +38,8 @@ const CpuKernelTable& ScalarKernelTable() {
       .q4_1 = PlainQuantRange<Q4_1Format>,
       .quantize = QuantizeActivations,
       .attend = AttendWith<ScalarOps>,
+      .swiglu = ScalarSwiGlu,
+      .softmax_like_ggml = ScalarSoftmaxLikeGgml,
   };
   return kTable;
 }

@@ -161,7 +161,7 @@ void ForwardBlocks::SwiGluFeedForward(const WeightMatrix& gate, const WeightMatr
   MatmulOps({{&gate, gate_.data()}, {&up, up_.data()}}, h_.data(), n_);
   Tap("ffn_gate", layer_, gate_, n_, c_.n_ff);
   Tap("ffn_up", layer_, up_, n_, c_.n_ff);
-  SwiGlu(gate_.data(), up_.data(), n_, c_.n_ff, gate_.data());
+  SwiGlu(ctx_, gate_.data(), up_.data(), n_, c_.n_ff, gate_.data());
   Tap("ffn_swiglu", layer_, gate_, n_, c_.n_ff);
   MatmulOp(down, gate_.data(), n_, proj_.data());
   Tap("ffn_out", layer_, proj_, n_, c_.n_embd);

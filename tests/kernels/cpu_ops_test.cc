@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <numeric>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/half.h"
@@ -190,7 +192,8 @@ TEST(PagedAttentionTest, F16DecodeIsLlamaCppsOrderBitForBit) {
       for (int i = 0; i < kDim; ++i) kj[i] = kv_at(k, j, kv_head, i);
       p[j] = GgmlDotOrder(kj, qh) * scale;
     }
-    SoftmaxLikeGgml(p);  // llama.cpp's row softmax (elementwise.h; covered by the goldens)
+    // llama.cpp's row softmax (elementwise.h; covered by the goldens)
+    SoftmaxLikeGgml(CpuContext{&KernelTable(CpuIsa::kScalar)}, p);
     for (float& x : p) x = HalfToFloat(FloatToHalf(x));
     for (int i = 0; i < kDim; ++i) {
       std::vector<float> vi(kLen);  // V transposed, as llama.cpp stores it
@@ -275,11 +278,42 @@ TEST(RmsNormTest, NormalizesEachRow) {
 
 TEST(SwiGluTest, IsSiluOfGateTimesUp) {
   const std::vector<float> gate = {-3.0f, 0.0f, 0.5f, 4.0f}, up = {2.0f, 5.0f, -1.0f, 0.25f};
-  std::vector<float> out(4);
-  SwiGlu(gate.data(), up.data(), 4, out.data());
-  for (int i = 0; i < 4; ++i) {
-    const double silu = gate[i] / (1.0 + std::exp(-static_cast<double>(gate[i])));
-    EXPECT_NEAR(out[i], silu * up[i], 1e-6) << i;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+    if (!CpuSupports(isa)) continue;
+    std::vector<float> out(4);
+    SwiGlu(CpuContext{&KernelTable(isa)}, gate.data(), up.data(), 4, out.data());
+    for (int i = 0; i < 4; ++i) {
+      const double silu = gate[i] / (1.0 + std::exp(-static_cast<double>(gate[i])));
+      EXPECT_NEAR(out[i], silu * up[i], 1e-6) << IsaName(isa) << " " << i;
+    }
+  }
+}
+
+// Every ISA's SwiGlu against the scalar table's plain loops, bit for bit: rows with and without
+// a tail past the last full 8, gates out to where e^-g leaves float's normal range.
+TEST(SwiGluTest, EveryIsaEqualsThePlainLoopsBitForBit) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_real_distribution<float> wide(-200.0f, 200.0f);
+  for (const int64_t n : {1536, 576, 64, 13}) {
+    const int64_t rows = 5;
+    std::vector<float> gate(static_cast<size_t>(rows * n)), up(gate.size());
+    for (size_t i = 0; i < gate.size(); ++i) {
+      gate[i] = i % 5 == 0 ? wide(rng) : normal(rng);
+      up[i] = normal(rng);
+    }
+    std::vector<float> expected(gate.size());
+    SwiGlu(CpuContext{&KernelTable(CpuIsa::kScalar)}, gate.data(), up.data(), rows, n,
+           expected.data());
+    for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+      if (!CpuSupports(isa)) continue;
+      std::vector<float> out(gate.size(), NAN);
+      SwiGlu(CpuContext{&KernelTable(isa)}, gate.data(), up.data(), rows, n, out.data());
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(expected[i]))
+            << IsaName(isa) << " n " << n << " at " << i << " gate " << gate[i];
+      }
+    }
   }
 }
 
@@ -293,7 +327,7 @@ TEST(SoftmaxTest, SumsToOneAndSurvivesLargeValues) {
   EXPECT_FLOAT_EQ(x[0], x[3]);
 }
 
-// SoftmaxLikeGgml (vectorized where the CPU has AVX2) against its definition in plain loops:
+// SoftmaxLikeGgml of every ISA against its definition in plain loops:
 // GgmlVectorExpf of x - max, each 8 summed as ggml does (halves, lanes 0+2 and 1+3, then those
 // two) into a double, scaled by 1 / sum. Bit for bit, at every length and far into the
 // exponential's outer ranges.
@@ -317,9 +351,14 @@ TEST(SoftmaxTest, EqualsItsPlainLoopDefinitionBitForBit) {
       }
       const float inv = static_cast<float>(1.0 / sum);
       for (float& v : expected) v *= inv;
-      SoftmaxLikeGgml(x);
-      for (size_t i = 0; i < n; ++i) {
-        ASSERT_EQ(x[i], expected[i]) << "length " << n << " spread " << spread << " at " << i;
+      for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+        if (!CpuSupports(isa)) continue;
+        std::vector<float> got = x;
+        SoftmaxLikeGgml(CpuContext{&KernelTable(isa)}, got);
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(got[i], expected[i])
+              << IsaName(isa) << " length " << n << " spread " << spread << " at " << i;
+        }
       }
     }
   }

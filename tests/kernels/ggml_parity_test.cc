@@ -172,7 +172,7 @@ TEST_P(GgmlMatmulParityTest, EveryOutputEqualsGgmlVecDot) {
   }
 }
 
-// SwiGlu (vectorized where the CPU has AVX2) against ggml_vec_swiglu_f32, bit for bit, on
+// SwiGlu of every ISA against ggml_vec_swiglu_f32, bit for bit, on
 // rows of the model's sizes, with gates from the usual range out to where e^-g leaves
 // float's normal range (|n| > 126) and overflows (|n| > 192).
 TEST(GgmlParityTest, SwiGluEqualsGgmlVecSwiglu) {
@@ -194,11 +194,13 @@ TEST(GgmlParityTest, SwiGluEqualsGgmlVecSwiglu) {
     for (int64_t r = 0; r < rows; ++r) {
       swiglu(static_cast<int>(n), expected.data() + r * n, gate.data() + r * n, up.data() + r * n);
     }
-    SwiGlu(gate.data(), up.data(), rows, n, out.data());
-    for (size_t i = 0; i < out.size(); ++i) {
-      ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(expected[i]))
-          << "n " << n << " at " << i << " gate " << gate[i] << ": " << out[i] << " vs "
-          << expected[i];
+    for (CpuIsa isa : SupportedIsas()) {
+      SwiGlu(CpuContext{&KernelTable(isa)}, gate.data(), up.data(), rows, n, out.data());
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(expected[i]))
+            << IsaName(isa) << " n " << n << " at " << i << " gate " << gate[i] << ": "
+            << out[i] << " vs " << expected[i];
+      }
     }
   }
 }

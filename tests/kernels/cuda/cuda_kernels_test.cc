@@ -208,7 +208,8 @@ TEST_F(CudaKernelsTest, RmsNormAddRmsNormSwiGluAndBiasMatchTheCpu) {
   ExpectNear(ToHost<float>(out, x.size()), want, 1e-5f, "add+rmsnorm");
 
   std::vector<float> swiglu(x.size());
-  tokenmill::SwiGlu(x.data(), y.data(), rows * n, swiglu.data());
+  const tokenmill::CpuContext scalar{&tokenmill::KernelTable(tokenmill::CpuIsa::kScalar)};
+  tokenmill::SwiGlu(scalar, x.data(), y.data(), rows * n, swiglu.data());
   DeviceBuffer dx2 = ToDevice(x);
   ASSERT_EQ(cuda::SwiGlu(dx2.as<float>(), dy.as<float>(), rows * n, out.as<float>(), nullptr),
             cudaSuccess);
