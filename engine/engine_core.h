@@ -17,7 +17,7 @@
 #include "engine/model_runner.h"
 #include "engine/request_output.h"
 #include "engine/request_validation.h"
-#include "engine/sampler.h"
+#include "engine/sampling/sampler.h"
 #include "engine/spec/speculator.h"
 #include "model/model.h"
 #include "scheduler/scheduler.h"

@@ -4,7 +4,7 @@
 
 #include "common/check.h"
 #include "engine/batch_inputs.h"
-#include "engine/spec/rejection_sampler.h"
+#include "engine/sampling/rejection_sampler.h"
 
 namespace tokenmill {
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "engine/sampler.h"
+#include "engine/sampling/rejection_sampler.h"
+#include "engine/sampling/sampler.h"
 #include "engine/forward_backend.h"
-#include "engine/spec/proposer.h"
 #include "model/model.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_output.h"
@@ -30,7 +30,7 @@ class ModelRunner {
 
   // Computes `step` (from scheduler.Schedule()) and samples a token for each request with
   // num_logits > 0: accepted drafts then one more token, verified by rejection sampling
-  // (engine/spec/rejection_sampler.h) against `draft_probs` (the draft model's q rows of
+  // (engine/sampling/rejection_sampler.h) against `draft_probs` (the draft model's q rows of
   // the requests whose drafts were sampled; none: drafts are deterministic). `logprobs`
   // gets, for each request that asked, one entry per sampled token (cleared first).
   StatusOr<ModelOutput> Execute(const SchedulerOutput& step, const Scheduler& scheduler,

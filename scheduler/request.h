@@ -26,7 +26,7 @@ namespace tokenmill {
 using RequestId = uint64_t;
 
 // How a request picks its tokens and when it stops. The scheduler reads the stop fields;
-// the sampler (engine/sampler.h) the rest, applied to each logits row in this order:
+// the sampler (engine/sampling/sampler.h) the rest, applied to each logits row in this order:
 // repetition/frequency/presence penalties -> min_tokens mask -> logit_bias -> temperature ->
 // top_k -> top_p -> min_p -> a draw with the RNG at (seed, sequence_index, output position).
 // Neutral values (the defaults) change nothing; temperature 0 is greedy (argmax).

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "engine/batch_inputs.h"
-#include "engine/sampler.h"
+#include "engine/sampling/sampler.h"
 
 namespace tokenmill {
 namespace {

@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/sampler.h"
+#include "engine/sampling/sampler.h"
 #include "engine/spec/proposer.h"
 #include "engine/forward_backend.h"
 #include "model/model.h"

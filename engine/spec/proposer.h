@@ -3,7 +3,6 @@
 #pragma once
 
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "cache/types.h"
@@ -34,9 +33,6 @@ struct Proposal {
   // lookup, greedy requests).
   std::vector<float> probs;
 };
-
-// Per request, the q rows of its pending drafts (Proposal::probs).
-using DraftProbs = std::unordered_map<RequestId, std::vector<float>>;
 
 class DraftProposer {
  public:

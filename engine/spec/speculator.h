@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "common/status.h"
+#include "engine/sampling/rejection_sampler.h"
 #include "engine/spec/adaptive_k.h"
 #include "engine/spec/proposer.h"
 #include "engine/spec/spec_config.h"

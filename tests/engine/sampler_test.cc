@@ -2,7 +2,7 @@
 // processor's effect on a small row, the RNG is a pure function of its key, and Sample draws
 // exactly what ComputeProbs + Draw (the speculative decoding API) would. The distributions
 // themselves are checked against NumPy in test_sampling_numpy.py.
-#include "engine/sampler.h"
+#include "engine/sampling/sampler.h"
 
 #include <gtest/gtest.h>
 

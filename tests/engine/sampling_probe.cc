@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampler.h"
+#include "engine/sampling/sampler.h"
 
 namespace tokenmill {
 namespace {

@@ -15,12 +15,17 @@
 #pragma once
 
 #include <span>
+#include <unordered_map>
 #include <vector>
 
-#include "engine/sampler.h"
+#include "engine/sampling/sampler.h"
 #include "scheduler/request.h"
 
 namespace tokenmill {
+
+// Per request, the q rows of its pending drafts (Proposal::probs in engine/spec/proposer.h),
+// for the next step's verification.
+using DraftProbs = std::unordered_map<RequestId, std::vector<float>>;
 
 struct DraftVerification {
   const Request* request = nullptr;          // its verified tokens and sampling parameters

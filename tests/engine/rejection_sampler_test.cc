@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/spec/rejection_sampler.h"
+#include "engine/sampling/rejection_sampler.h"
 
 namespace tokenmill {
 namespace {

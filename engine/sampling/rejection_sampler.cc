@@ -1,4 +1,4 @@
-#include "engine/spec/rejection_sampler.h"
+#include "engine/sampling/rejection_sampler.h"
 
 #include <algorithm>
 
