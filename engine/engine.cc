@@ -5,7 +5,6 @@
 
 #include "common/check.h"
 #include "engine/engine_core.h"
-#include "engine/request_validation.h"
 
 namespace tokenmill {
 
@@ -14,28 +13,22 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Token
                                                  const Model* draft_model) {
   TM_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
                       EngineCore::Create(model, tokenizer, config, draft_model));
-  const RequestLimits limits = core->limits();
-  std::unique_ptr<Engine> engine(new Engine(std::move(core), limits.max_model_len,
-                                            limits.vocab_size, config.scheduler.max_queue));
+  std::unique_ptr<Engine> engine(new Engine(std::move(core), config.scheduler.max_queue));
   engine->PublishStats();
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
 }
 
-Engine::Engine(std::unique_ptr<EngineCore> core, int max_model_len, int vocab_size,
-               int max_queue)
-    : core_(std::move(core)),
-      max_model_len_(max_model_len),
-      vocab_size_(vocab_size),
-      max_queue_(max_queue) {}
+Engine::Engine(std::unique_ptr<EngineCore> core, int max_queue)
+    : core_(std::move(core)), limits_(core_->limits()), max_queue_(max_queue) {}
 
 Engine::~Engine() { Shutdown(std::chrono::milliseconds(0)); }
 
 StatusOr<RequestId> Engine::Submit(GenerateRequest request) {
-  TM_RETURN_IF_ERROR(ValidateGenerateRequest(
-      request, RequestLimits{.max_model_len = max_model_len_, .vocab_size = vocab_size_}));
+  TM_ASSIGN_OR_RETURN(ValidatedRequest valid,
+                      ValidatedRequest::Validate(std::move(request), limits_));
   // Its n sequences take the ids id..id+n-1 in the core.
-  const RequestId id = next_id_.fetch_add(static_cast<RequestId>(request.n));
+  const RequestId id = next_id_.fetch_add(static_cast<RequestId>(valid.get().n));
   {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     if (shutting_down_) {
@@ -46,7 +39,7 @@ StatusOr<RequestId> Engine::Submit(GenerateRequest request) {
       return ResourceExhaustedError(std::to_string(queued) +
                                     " requests are already waiting: retry later");
     }
-    inbox_.submitted.push_back(Submitted{id, std::move(request), Clock::now()});
+    inbox_.submitted.push_back(Submitted{id, std::move(valid), Clock::now()});
   }
   inbox_cv_.notify_one();
   return id;
@@ -106,7 +99,7 @@ void Engine::Loop() {
       abort_all = shutting_down_ && Clock::now() >= drain_deadline_;
     }
     for (Submitted& s : inbox.submitted) {
-      OutputSink sink = s.request.sink;
+      OutputSink sink = s.request.get().sink;
       const Status status = core_->Add(s.id, std::move(s.request), s.submit_time);
       if (!status.ok()) {
         // Accepted by Submit, refused by the scheduler (a full queue): a final error event.

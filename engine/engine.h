@@ -17,18 +17,18 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdint>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <string>
 #include <thread>
 #include <vector>
 
 #include "common/status.h"
 #include "engine/engine_config.h"
+#include "engine/engine_stats.h"
 #include "engine/generate_output.h"
+#include "engine/generate_request.h"
 #include "engine/output_stream.h"
+#include "engine/request_validation.h"
 #include "model/model.h"
 #include "scheduler/request.h"
 #include "text/tokenizer/tokenizer.h"
@@ -36,55 +36,6 @@
 namespace tokenmill {
 
 class EngineCore;
-
-struct GenerateRequest {
-  std::vector<TokenId> prompt_token_ids;
-  // Stop conditions and the sampler's parameters (scheduler/request.h). An unset seed is
-  // drawn at random when the engine adds the request.
-  SamplingParams sampling;
-  // Sequences to generate from the prompt; sequence i draws with sampling.sequence_index + i
-  // (so a seed gives reproducible, distinct sequences). They share the prompt's KV
-  // blocks. Every event carries its sequence's index; each sequence ends with its own final
-  // event. The request takes the ids id..id+n-1 in the engine.
-  int n = 1;
-  // Finish (stop) when the generated text contains one of these; the text streamed stops
-  // right before it, even when it spans several tokens. Each must be non-empty.
-  std::vector<std::string> stop_strings;
-  // Smaller runs first (0 by default); ties go to the earlier arrival.
-  int priority = 0;
-  // Keeps tenants apart in the prefix cache.
-  std::string cache_salt;
-  // Set: generate past the context length, keeping sink and recent tokens' K/V
-  // (scheduler/request.h); usage.evicted_tokens counts the tokens dropped.
-  std::optional<KvWindow> kv_window;
-  // Receives every event of this request, on the engine thread; must not block (see
-  // generate_output.h). Required.
-  OutputSink sink;
-};
-
-// Counters for metrics, published after every step; the int64 ones only grow.
-struct EngineStats {
-  int num_running = 0;
-  int num_waiting = 0;  // queued in the scheduler (preempted ones included) or in the inbox
-  double kv_usage = 0.0;  // fraction of KV blocks in use
-  int num_kv_blocks = 0;
-  int num_kv_blocks_in_use = 0;
-  int64_t prefix_query_tokens = 0;  // prompt tokens looked up in the prefix cache
-  int64_t prefix_hit_tokens = 0;    // of those, found there
-  int64_t num_preemptions = 0;
-  int64_t num_prompt_tokens = 0;      // prompt tokens computed (prefix hits excluded)
-  int64_t num_generation_tokens = 0;  // tokens generated
-  int64_t num_finished = 0;
-  int64_t num_steps = 0;  // forward passes run
-  // Speculative decoding: verifications, draft tokens verified, of those accepted.
-  int64_t spec_num_drafts = 0;
-  int64_t spec_num_draft_tokens = 0;
-  int64_t spec_num_accepted_tokens = 0;
-  // Self-checks run each time the engine falls idle (no request left): the scheduler's and
-  // KV cache's invariants hold and every KV block is free or cached. A failure is logged.
-  int64_t idle_checks = 0;
-  int64_t idle_check_failures = 0;
-};
 
 class Engine {
  public:
@@ -103,8 +54,9 @@ class Engine {
   // Queues a request and returns its id. Any thread. InvalidArgument for a bad request
   // (empty prompt, token id outside the vocabulary, prompt leaving no room to generate in
   // max_model_len, max_tokens < 1, a sampling parameter out of range, n outside [1, 16],
-  // empty stop string, no sink), ResourceExhausted when the
-  // queue is full, Unavailable after Shutdown began. On error the sink is never called.
+  // empty stop string, no sink, kv_window with --spec), ResourceExhausted when the queue is
+  // full, Unavailable after Shutdown began. On error the sink is never called. Validated
+  // here only: the engine thread trusts what it takes from the inbox.
   StatusOr<RequestId> Submit(GenerateRequest request);
 
   // Ends the request with an abort event within one step, freeing its KV blocks. Any
@@ -121,14 +73,14 @@ class Engine {
 
   // Prompt plus generated tokens a request may reach (the model's context, the configured
   // limit and the KV pool, whichever is least).
-  int max_model_len() const { return max_model_len_; }
-  int vocab_size() const { return vocab_size_; }
+  int max_model_len() const { return limits_.max_model_len; }
+  int vocab_size() const { return limits_.vocab_size; }
 
  private:
   using Clock = std::chrono::steady_clock;
   struct Submitted {
     RequestId id;
-    GenerateRequest request;
+    ValidatedRequest request;
     Clock::time_point submit_time;
   };
   // What other threads post; the engine thread takes it all at the top of each iteration.
@@ -137,15 +89,14 @@ class Engine {
     std::vector<RequestId> aborted;
   };
 
-  Engine(std::unique_ptr<EngineCore> core, int max_model_len, int vocab_size, int max_queue);
+  Engine(std::unique_ptr<EngineCore> core, int max_queue);
   void Loop();
   // num_waiting_in_scheduler_ = the scheduler's queue now. Engine thread.
   void CountWaiting();
   void PublishStats();
 
   std::unique_ptr<EngineCore> core_;  // touched only by the engine thread
-  const int max_model_len_;
-  const int vocab_size_;
+  const RequestLimits limits_;        // the core's, read by Submit on any thread
   const int max_queue_;
   std::atomic<RequestId> next_id_{1};
 

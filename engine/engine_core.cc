@@ -89,7 +89,8 @@ StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const Model& model,
     speculator = std::make_unique<Speculator>(config.spec, std::move(proposer));
   }
   const RequestLimits limits{.max_model_len = scheduler->max_model_len(),
-                             .vocab_size = tokenizer.vocab_size()};
+                             .vocab_size = tokenizer.vocab_size(),
+                             .speculative_decoding = speculator != nullptr};
   std::unique_ptr<EngineCore> core(new EngineCore(tokenizer, std::move(kv), std::move(scheduler),
                                                   std::move(runner), limits));
   core->prefix_caching_ = config.enable_prefix_caching;
@@ -109,12 +110,15 @@ EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManage
       limits_(limits) {}
 
 Status EngineCore::Add(RequestId id, GenerateRequest request, Clock::time_point submit_time) {
-  TM_RETURN_IF_ERROR(ValidateGenerateRequest(request, limits_));
-  if (request.kv_window.has_value() && speculator_) {
-    return InvalidArgumentError(
-        "kv_window does not work with speculative decoding yet: drop kv_window or run the "
-        "server without --spec");
-  }
+  TM_ASSIGN_OR_RETURN(ValidatedRequest valid,
+                      ValidatedRequest::Validate(std::move(request), limits_));
+  return Add(id, std::move(valid), submit_time);
+}
+
+Status EngineCore::Add(RequestId id, ValidatedRequest valid, Clock::time_point submit_time) {
+  GenerateRequest request = std::move(valid).Take();
+  // Validated where it was submitted, against these limits (Engine copies the core's).
+  TM_DCHECK(ValidateGenerateRequest(request, limits_).ok());
   const int n = request.n;
   for (int i = 0; i < n; ++i) {
     if (outputs_.contains(id + static_cast<RequestId>(i)) || groups_.contains(id)) {

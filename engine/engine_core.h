@@ -12,8 +12,9 @@
 
 #include "cache/kv_cache_manager.h"
 #include "common/status.h"
-#include "engine/engine.h"
 #include "engine/engine_config.h"
+#include "engine/engine_stats.h"
+#include "engine/generate_request.h"
 #include "engine/model_runner.h"
 #include "engine/request_output.h"
 #include "engine/request_validation.h"
@@ -36,12 +37,15 @@ class EngineCore {
                                                       const EngineConfig& config,
                                                       const Model* draft_model = nullptr);
 
+  // What Add's requests are validated against.
   const RequestLimits& limits() const { return limits_; }
 
   // Queues a request under `id`; its n sequences take the ids id..id+n-1 (all unused) and
-  // their events carry `id` and their index. Validates it first; on error the sink is not
-  // called. A request without a seed gets a random one here. Sequences 1..n-1 wait until
-  // sequence 0 has computed the prompt, so the prefix cache serves them its full blocks.
+  // their events carry `id` and their index. On error the sink is not called. A request
+  // without a seed gets a random one here. Sequences 1..n-1 wait until sequence 0 has
+  // computed the prompt, so the prefix cache serves them its full blocks.
+  Status Add(RequestId id, ValidatedRequest request, Clock::time_point submit_time = Clock::now());
+  // Validates `request` against limits() first: for callers that drive the core themselves.
   Status Add(RequestId id, GenerateRequest request, Clock::time_point submit_time = Clock::now());
 
   // Frees the request's blocks now and emits its abort event (for each of its sequences

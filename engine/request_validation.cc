@@ -118,7 +118,18 @@ Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimi
     if (stop.empty()) return InvalidArgumentError("stop strings must not be empty");
   }
   if (!request.sink) return InvalidArgumentError("the request has no output sink");
+  if (request.kv_window.has_value() && limits.speculative_decoding) {
+    return InvalidArgumentError(
+        "kv_window does not work with speculative decoding yet: drop kv_window or run the "
+        "server without --spec");
+  }
   return OkStatus();
+}
+
+StatusOr<ValidatedRequest> ValidatedRequest::Validate(GenerateRequest request,
+                                                      const RequestLimits& limits) {
+  TM_RETURN_IF_ERROR(ValidateGenerateRequest(request, limits));
+  return ValidatedRequest(std::move(request));
 }
 
 }  // namespace tokenmill

@@ -1,15 +1,20 @@
 // The checks Submit makes on the caller's thread, so a bad request fails there with a
-// message saying what to change and never reaches the engine loop.
+// message saying what to change and never reaches the engine loop. A request is checked
+// once, where it is submitted: what passed travels as a ValidatedRequest.
 #pragma once
 
+#include <utility>
+
 #include "common/status.h"
-#include "engine/engine.h"
+#include "engine/generate_request.h"
 
 namespace tokenmill {
 
+// What a request is checked against: the engine's, from EngineCore::limits().
 struct RequestLimits {
   int max_model_len = 0;  // prompt plus generated tokens
   int vocab_size = 0;
+  bool speculative_decoding = false;  // refuses kv_window, which does not work with it yet
 };
 
 // The most sequences one request may ask for (GenerateRequest::n).
@@ -24,8 +29,22 @@ Status ValidateSamplingParams(const SamplingParams& sampling, int vocab_size);
 
 // InvalidArgument for an empty prompt, a token id outside the vocabulary, a prompt that
 // leaves no room to generate, max_tokens < 1, bad sampling parameters (above), n outside
-// [1, kMaxSequencesPerRequest], a negative stop token id, an empty stop string or a missing
-// sink.
+// [1, kMaxSequencesPerRequest], a negative stop token id, an empty stop string, a missing
+// sink or a kv_window under speculative decoding.
 Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimits& limits);
+
+// A request that passed ValidateGenerateRequest: what EngineCore::Add queues.
+class ValidatedRequest {
+ public:
+  static StatusOr<ValidatedRequest> Validate(GenerateRequest request, const RequestLimits& limits);
+
+  const GenerateRequest& get() const { return request_; }
+  GenerateRequest Take() && { return std::move(request_); }
+
+ private:
+  explicit ValidatedRequest(GenerateRequest request) : request_(std::move(request)) {}
+
+  GenerateRequest request_;
+};
 
 }  // namespace tokenmill

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "engine/engine.h"
+#include "engine/generate_request.h"
 #include "text/chat/chat_template.h"
 #include "text/tokenizer/tokenizer.h"
 #include "tokenmill/v1/inference.pb.h"

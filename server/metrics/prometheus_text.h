@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/engine.h"
+#include "engine/engine_stats.h"
 #include "server/metrics/histogram.h"
 #include "server/metrics/request_metrics.h"
 

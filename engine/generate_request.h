@@ -1,0 +1,40 @@
+// What a client asks the engine for: a prompt, how to sample, when to stop, and where the
+// events go (Engine::Submit, EngineCore::Add).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/types.h"
+#include "engine/generate_output.h"
+#include "scheduler/request.h"
+
+namespace tokenmill {
+
+struct GenerateRequest {
+  std::vector<TokenId> prompt_token_ids;
+  // Stop conditions and the sampler's parameters (scheduler/request.h). An unset seed is
+  // drawn at random when the engine adds the request.
+  SamplingParams sampling;
+  // Sequences to generate from the prompt; sequence i draws with sampling.sequence_index + i
+  // (so a seed gives reproducible, distinct sequences). They share the prompt's KV
+  // blocks. Every event carries its sequence's index; each sequence ends with its own final
+  // event. The request takes the ids id..id+n-1 in the engine.
+  int n = 1;
+  // Finish (stop) when the generated text contains one of these; the text streamed stops
+  // right before it, even when it spans several tokens. Each must be non-empty.
+  std::vector<std::string> stop_strings;
+  // Smaller runs first (0 by default); ties go to the earlier arrival.
+  int priority = 0;
+  // Keeps tenants apart in the prefix cache.
+  std::string cache_salt;
+  // Set: generate past the context length, keeping sink and recent tokens' K/V
+  // (scheduler/request.h); usage.evicted_tokens counts the tokens dropped.
+  std::optional<KvWindow> kv_window;
+  // Receives every event of this request, on the engine thread; must not block (see
+  // generate_output.h). Required.
+  OutputSink sink;
+};
+
+}  // namespace tokenmill
