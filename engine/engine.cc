@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "engine/engine_core.h"
+#include "engine/engine_core_builder.h"
 
 namespace tokenmill {
 
@@ -12,7 +13,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Token
                                                  const EngineConfig& config,
                                                  const Model* draft_model) {
   TM_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
-                      EngineCore::Create(model, tokenizer, config, draft_model));
+                      BuildEngineCore(model, tokenizer, config, draft_model));
   std::unique_ptr<Engine> engine(new Engine(std::move(core), config.scheduler.max_queue));
   engine->PublishStats();
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });

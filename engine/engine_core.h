@@ -1,6 +1,7 @@
 // The engine's single-threaded core: scheduler, KV cache manager, model runner, sampler and
 // the per-request output streams. Engine runs it on its thread; tests may drive it step by
-// step. Not thread-safe: one thread calls everything.
+// step. Not thread-safe: one thread calls everything. BuildEngineCore
+// (engine_core_builder.h) makes one from a model and a config.
 #pragma once
 
 #include <chrono>
@@ -12,15 +13,14 @@
 
 #include "cache/kv_cache_manager.h"
 #include "common/status.h"
-#include "engine/engine_config.h"
 #include "engine/engine_stats.h"
 #include "engine/generate_request.h"
 #include "engine/model_runner.h"
 #include "engine/request_output.h"
 #include "engine/request_validation.h"
 #include "engine/sampling/sampler.h"
+#include "engine/sequence_fan_out.h"
 #include "engine/spec/speculator.h"
-#include "model/model.h"
 #include "scheduler/scheduler.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -30,12 +30,12 @@ class EngineCore {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `model`, `tokenizer` and `draft_model` (for config.spec.method kDraft only) must
-  // outlive the core.
-  static StatusOr<std::unique_ptr<EngineCore>> Create(const Model& model,
-                                                      const Tokenizer& tokenizer,
-                                                      const EngineConfig& config,
-                                                      const Model* draft_model = nullptr);
+  // `scheduler` runs over `kv`; `speculator` is null without speculative decoding;
+  // `prefix_caching` is kv's (sequences 1..n-1 wait for sequence 0 only with it).
+  // `tokenizer` must outlive the core.
+  EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManager> kv,
+             std::unique_ptr<Scheduler> scheduler, std::unique_ptr<ModelRunner> runner,
+             std::unique_ptr<Speculator> speculator, bool prefix_caching);
 
   // What Add's requests are validated against.
   const RequestLimits& limits() const { return limits_; }
@@ -53,10 +53,10 @@ class EngineCore {
   bool Abort(RequestId id);
   void AbortAll();
 
-  // One iteration: schedule, run the forward pass, sample, update, emit. Returns false when
-  // nothing could run (idle, or waiting requests that do not fit yet). `on_scheduled` runs
-  // once the step's batch is chosen and before any event is emitted: a sink's reader may
-  // react to an event at once, and must then see the scheduler's queue as it is.
+  // One iteration: schedule, run the forward pass and sample, update, emit. Returns false
+  // when nothing could run (idle, or waiting requests that do not fit yet). `on_scheduled`
+  // runs once the step's batch is chosen and before any event is emitted: a sink's reader
+  // may react to an event at once, and must then see the scheduler's queue as it is.
   bool Step(const std::function<void()>& on_scheduled = nullptr);
 
   bool has_unfinished_requests() const { return !outputs_.empty(); }
@@ -68,41 +68,35 @@ class EngineCore {
   const Scheduler& scheduler() const { return *scheduler_; }
 
  private:
-  EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManager> kv,
-             std::unique_ptr<Scheduler> scheduler, std::unique_ptr<ModelRunner> runner,
-             RequestLimits limits);
+  using OutputMap = std::unordered_map<RequestId, RequestOutput>;
+
+  // Step's phases. Schedule releases held sequences, picks the batch and runs on_scheduled;
+  // Execute runs the forward pass, samples and asks for the next drafts; Emit streams the
+  // scheduler's events to their requests' outputs.
+  SchedulerOutput Schedule(const std::function<void()>& on_scheduled);
+  StatusOr<ModelOutput> Execute(const SchedulerOutput& step);
+  void Emit(const std::vector<RequestEvent>& events);
+  // Ends every request of a step that could not run with an error event.
   void FailStep(const SchedulerOutput& step, const Status& error);
+
   // Aborts one sequence (live or held back).
   bool AbortSequence(RequestId id);
   // Adds the held-back sequences of requests whose sequence 0 has computed its prompt.
   void ReleaseHeldSequences();
   // Drops a sequence's output and its group's count.
-  void EraseOutput(std::unordered_map<RequestId, RequestOutput>::iterator it);
-
-  // Sequences 1..n-1 of a request, waiting for sequence 0 (first_id) to fill the cache.
-  struct HeldSequences {
-    RequestId first_id;
-    std::vector<NewRequest> sequences;
-  };
+  void EraseOutput(OutputMap::iterator it);
 
   const Tokenizer& tokenizer_;
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Speculator> speculator_;  // null without speculative decoding
+  const RequestLimits limits_;
   Sampler sampler_;
   StepLogprobs step_logprobs_;  // the last step's, reused
   std::mt19937_64 seed_source_;  // seeds for requests that bring none
-  RequestLimits limits_;
-  std::unordered_map<RequestId, RequestOutput> outputs_;  // live sequences, held ones too
-  std::vector<HeldSequences> held_;
-  bool prefix_caching_ = true;
-  // Requests with n > 1, by their first id.
-  struct Group {
-    int n;
-    int num_live;  // sequences not finished yet
-  };
-  std::unordered_map<RequestId, Group> groups_;
+  OutputMap outputs_;  // live sequences, held ones too
+  SequenceFanOut fan_out_;
   int64_t num_steps_ = 0;
   int64_t idle_checks_ = 0;
   int64_t idle_check_failures_ = 0;

@@ -27,6 +27,7 @@
 
 #include "bench/cpu_time.h"
 #include "engine/engine_core.h"
+#include "engine/engine_core_builder.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
@@ -108,8 +109,8 @@ StatusOr<DecodeResult> DecodeOnce(const Model& model, const Tokenizer& tokenizer
   config.spec.method = method;
   config.spec.num_speculative_tokens = o.spec_tokens;
   TM_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
-                      EngineCore::Create(model, tokenizer, config,
-                                         method == SpecMethod::kDraft ? draft : nullptr));
+                      BuildEngineCore(model, tokenizer, config,
+                                      method == SpecMethod::kDraft ? draft : nullptr));
   std::vector<Clock::time_point> token_times;
   std::vector<double> token_cpu_seconds;
   std::vector<TokenId> output;

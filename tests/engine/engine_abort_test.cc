@@ -12,7 +12,7 @@ namespace {
 int Vocab() { return Stories().tokenizer->vocab_size(); }
 
 std::unique_ptr<EngineCore> NewCore(EngineConfig config) {
-  auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, config);
+  auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
   TM_CHECK(core.ok()) << core.status().ToString();
   return std::move(*core);
 }

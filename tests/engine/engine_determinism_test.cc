@@ -25,7 +25,7 @@ int Vocab() { return Stories().tokenizer->vocab_size(); }
 std::vector<std::vector<TokenId>> RunEachAlone(const std::vector<Spec>& specs) {
   std::vector<std::vector<TokenId>> outputs;
   for (const Spec& spec : specs) {
-    auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, SmallConfig());
+    auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, SmallConfig());
     TM_CHECK(core.ok()) << core.status().ToString();
     Collector collector;
     TM_CHECK((*core)->Add(1, Greedy(spec.prompt, spec.max_tokens, collector.Sink(1))).ok());
@@ -55,7 +55,7 @@ TEST(EngineDeterminismTest, BatchedWithFifteenOthersEqualsAlone) {
 
   EngineConfig config = SmallConfig();
   config.scheduler.max_num_batched_tokens = 64;  // prompts are chunked too, mixed with decodes
-  auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, config);
+  auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
   ASSERT_TRUE(core.ok()) << core.status().ToString();
   Collector collector;
   // Half arrive first; the rest join while those decode.
@@ -91,7 +91,7 @@ TEST(EngineDeterminismTest, PrefixCacheHitEqualsMiss) {
   no_cache.enable_prefix_caching = false;
   std::vector<std::vector<TokenId>> cold;
   for (const Spec& spec : specs) {
-    auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, no_cache);
+    auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, no_cache);
     ASSERT_TRUE(core.ok());
     Collector c;
     ASSERT_TRUE((*core)->Add(1, Greedy(spec.prompt, spec.max_tokens, c.Sink(1))).ok());
@@ -100,7 +100,7 @@ TEST(EngineDeterminismTest, PrefixCacheHitEqualsMiss) {
     cold.push_back(c[1].token_ids);
   }
 
-  auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, SmallConfig());
+  auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, SmallConfig());
   ASSERT_TRUE(core.ok());
   Collector collector;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -126,7 +126,7 @@ TEST(EngineDeterminismTest, ChunkedPrefillEqualsWholePrefill) {
   for (const int budget : {1, 5, 16, 17}) {
     EngineConfig config = SmallConfig();
     config.scheduler.max_num_batched_tokens = budget;
-    auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, config);
+    auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
     ASSERT_TRUE(core.ok());
     Collector collector;
     // The short one decodes while the long one's prompt comes in chunks.
@@ -149,7 +149,7 @@ TEST(EngineDeterminismTest, PreemptedRequestsResumeWithTheSameTokens) {
 
   // 6 requests of ~100 tokens (7 blocks each) in a pool of 16 blocks.
   EngineConfig config = SmallConfig(16);
-  auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, config);
+  auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
   ASSERT_TRUE(core.ok());
   Collector collector;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -201,7 +201,7 @@ TEST(EngineDeterminismTest, DefaultModelBatchedEqualsGeneratePath) {
   EngineConfig config = SmallConfig(64);
   config.num_threads = 2;
   config.scheduler.max_num_batched_tokens = 48;
-  auto core = EngineCore::Create(*smol.model, *smol.tokenizer, config);
+  auto core = BuildEngineCore(*smol.model, *smol.tokenizer, config);
   ASSERT_TRUE(core.ok()) << core.status().ToString();
   Collector collector;
   std::vector<std::vector<TokenId>> prompts;

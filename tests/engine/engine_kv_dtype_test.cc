@@ -28,7 +28,7 @@ TEST(EngineKvDtypeTest, KvCacheMemoryBuysBlocksByElementSize) {
     EngineConfig config = SmallConfig(0);
     config.kv_cache_bytes = int64_t{64} << 20;
     config.kv_type = type;
-    auto core = EngineCore::Create(*SmolLm2().model, *SmolLm2().tokenizer, config);
+    auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, config);
     ASSERT_TRUE(core.ok()) << KvTypeName(type) << ": " << core.status().ToString();
     // 2 (K, V) x layers x KV heads x (head_dim elements + scale) per token, 16 per block.
     const int64_t row_bytes = c.head_dim * KvElementBytes(type) + KvScaleBytes(type);
@@ -49,7 +49,7 @@ TEST(EngineKvDtypeTest, KvCacheMemoryBuysBlocksByElementSize) {
 TEST(EngineKvDtypeTest, Fp8IsRefusedOnTheCpuNamingTheFlag) {
   EngineConfig config = SmallConfig();
   config.kv_type = KvType::kFp8;
-  auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, config);
+  auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
   ASSERT_FALSE(core.ok());
   EXPECT_NE(core.status().message().find("--kv-cache-dtype fp8 needs --device cuda; on the CPU "
                                          "use f16 or int8"),
@@ -70,14 +70,14 @@ TEST(EngineKvDtypeTest, QuantizedGreedyIsBatchInvariant) {
     config.kv_type = type;
     std::vector<std::vector<TokenId>> alone;
     for (const std::vector<TokenId>& prompt : prompts) {
-      auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, config);
+      auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
       ASSERT_TRUE(core.ok()) << core.status().ToString();
       Collector collector;
       ASSERT_TRUE((*core)->Add(1, Greedy(prompt, 32, collector.Sink(1))).ok());
       ASSERT_TRUE(RunToCompletion(**core));
       alone.push_back(collector[1].token_ids);
     }
-    auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, config);
+    auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
     ASSERT_TRUE(core.ok()) << core.status().ToString();
     Collector collector;
     for (size_t i = 0; i < prompts.size(); ++i) {

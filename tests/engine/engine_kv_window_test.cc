@@ -16,7 +16,7 @@ namespace {
 const Tokenizer& Tok() { return *Stories().tokenizer; }
 
 std::unique_ptr<EngineCore> NewCore() {
-  auto core = EngineCore::Create(*Stories().model, Tok(), SmallConfig());
+  auto core = BuildEngineCore(*Stories().model, Tok(), SmallConfig());
   TM_CHECK(core.ok()) << core.status().ToString();
   return std::move(*core);
 }

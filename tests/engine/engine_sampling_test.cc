@@ -48,7 +48,7 @@ EngineConfig Config(int num_kv_blocks = 128) {
 }
 
 std::unique_ptr<EngineCore> NewCore(const EngineConfig& config) {
-  auto core = EngineCore::Create(*SmolLm2().model, *SmolLm2().tokenizer, config);
+  auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, config);
   TM_CHECK(core.ok()) << core.status().ToString();
   return std::move(*core);
 }

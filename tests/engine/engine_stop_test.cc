@@ -14,7 +14,7 @@ namespace {
 const Tokenizer& Tok() { return *Stories().tokenizer; }
 
 std::unique_ptr<EngineCore> NewCore(EngineConfig config = SmallConfig()) {
-  auto core = EngineCore::Create(*Stories().model, Tok(), config);
+  auto core = BuildEngineCore(*Stories().model, Tok(), config);
   TM_CHECK(core.ok()) << core.status().ToString();
   return std::move(*core);
 }
@@ -115,7 +115,7 @@ TEST(EngineStopTest, EndOfGenerationStopsUnlessIgnored) {
   auto run = [&](bool ignore_eos) {
     EngineConfig config = SmallConfig(64);
     config.num_threads = 2;
-    auto core = EngineCore::Create(*smol.model, *smol.tokenizer, config);
+    auto core = BuildEngineCore(*smol.model, *smol.tokenizer, config);
     TM_CHECK(core.ok()) << core.status().ToString();
     auto prompt = smol.tokenizer->Encode(
         "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",

@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "engine/engine_core.h"
+#include "engine/engine_core_builder.h"
 #include "model/model.h"
 #include "text/tokenizer/tokenizer.h"
 

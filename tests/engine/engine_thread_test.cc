@@ -38,7 +38,7 @@ Collected Drain(OutputStream& stream) {
 }
 
 std::vector<TokenId> AloneTokens(const std::vector<TokenId>& prompt, int max_tokens) {
-  auto core = EngineCore::Create(*Stories().model, *Stories().tokenizer, SmallConfig());
+  auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, SmallConfig());
   TM_CHECK(core.ok());
   Collector collector;
   TM_CHECK((*core)->Add(1, Greedy(prompt, max_tokens, collector.Sink(1))).ok());

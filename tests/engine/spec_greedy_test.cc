@@ -42,7 +42,7 @@ struct RunResult {
 // sampled at `temperature` with seed 100 + the prompt's index.
 RunResult RunPrompts(const EngineConfig& config, bool batched, int max_tokens,
                      const Model* draft = nullptr, float temperature = 0.0f) {
-  auto core = EngineCore::Create(*SmolLm2().model, *SmolLm2().tokenizer, config, draft);
+  auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, config, draft);
   TM_CHECK(core.ok()) << core.status().ToString();
   Collector collector;
   RunResult result;
@@ -137,8 +137,8 @@ TEST(SpecGreedyTest, SeededSamplingDrawsThePlainTokens) {
 // A prefix-cache hit serves the target's K/V of the prompt, not the draft's: the draft model
 // recomputes its own, so with draft = target every draft is still accepted.
 TEST(SpecGreedyTest, DraftModelAfterAPrefixHitStillAcceptsEveryDraft) {
-  auto core = EngineCore::Create(*SmolLm2().model, *SmolLm2().tokenizer,
-                                 Config(SpecMethod::kDraft, 3), SmolLm2().model.get());
+  auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer,
+                              Config(SpecMethod::kDraft, 3), SmolLm2().model.get());
   ASSERT_TRUE(core.ok()) << core.status().ToString();
   Collector collector;
   const std::vector<TokenId> prompt = Encode(Prompts()[0]);
@@ -167,16 +167,16 @@ TEST(SpecGreedyTest, PreemptionWithDraftsLosesNothing) {
 }
 
 TEST(SpecGreedyTest, DraftModelWithAnotherVocabularyIsRefused) {
-  auto core = EngineCore::Create(*SmolLm2().model, *SmolLm2().tokenizer,
-                                 Config(SpecMethod::kDraft), Stories().model.get());
+  auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer,
+                              Config(SpecMethod::kDraft), Stories().model.get());
   ASSERT_FALSE(core.ok());
   EXPECT_EQ(core.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(core.status().message().find("different vocabularies"), std::string::npos)
       << core.status().message();
   EXPECT_NE(core.status().message().find("--draft-model"), std::string::npos);
 
-  auto no_draft = EngineCore::Create(*SmolLm2().model, *SmolLm2().tokenizer,
-                                     Config(SpecMethod::kDraft));
+  auto no_draft =
+      BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, Config(SpecMethod::kDraft));
   ASSERT_FALSE(no_draft.ok());
   EXPECT_NE(no_draft.status().message().find("--draft-model"), std::string::npos);
 }
