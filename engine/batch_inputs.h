@@ -1,4 +1,4 @@
-// Flattens one scheduler step into the forward pass's ragged batch (DESIGN.md section 3,
+// Flattens one scheduler step into the forward pass's ragged batch (docs/design.md section 3,
 // "Batch inputs"): token ids, positions, cu_seqlens and the block tables of the step's one
 // KV group (every layer's: kernels/paged_kv.h) from the requests' block tables, plus the rows
 // that need logits.

@@ -1,7 +1,7 @@
-// The continuous-batching engine (DESIGN.md section 1): one engine thread owns the scheduler,
-// the KV cache and the model runner and loops admit -> schedule -> execute -> sample ->
-// update -> emit; it sleeps when there is nothing to do. Other threads only Submit, Abort,
-// read Stats and Shutdown.
+// The continuous-batching engine (docs/design.md section 1): one engine thread owns the
+// scheduler, the KV cache and the model runner and loops admit -> schedule -> execute ->
+// sample -> update -> emit; it sleeps when there is nothing to do. Other threads only Submit,
+// Abort, read Stats and Shutdown.
 //
 //   TM_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
 //                       Engine::Create(model, tokenizer, EngineConfig{}));

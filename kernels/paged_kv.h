@@ -1,4 +1,4 @@
-// The batch/KV contract of every device's kernels and forward pass (DESIGN.md section 3,
+// The batch/KV contract of every device's kernels and forward pass (docs/design.md section 3,
 // "Batch inputs"): a step's tokens as a ragged batch and, per KV group, the block tables
 // that place their K/V in a KvCacheView's blocks (kernels/kv_cache_view.h). A KV group is
 // the layers that share block tables: one today; a model with sliding-window and

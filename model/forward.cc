@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "kernels/kv_type.h"
 #include "model/arch/family.h"
 
 namespace tokenmill {

@@ -1,5 +1,5 @@
 // The continuous-batching scheduler: which requests run each step and how many tokens each
-// computes (DESIGN.md section 3, "Requests catch up" and "Admission and preemption").
+// computes (docs/design.md section 3, "Requests catch up" and "Admission and preemption").
 //
 // One engine thread owns it, with the KvCacheManager it allocates from; no locks. Each step:
 //   out = Schedule();  the runner computes out's rows and samples where num_logits > 0;

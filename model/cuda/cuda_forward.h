@@ -24,7 +24,7 @@ namespace tokenmill::cuda {
 struct CudaForwardOptions {
   // Steps of at least this many tokens multiply by cuBLAS over f16 copies of the weights
   // (which then take device memory too). 0: never -- every product is the GEMV kernel's, so a
-  // token's logits are bit-identical whatever else is batched (DESIGN.md section 3).
+  // token's logits are bit-identical whatever else is batched (docs/design.md section 3).
   int cublas_min_tokens = 0;
   // Decode steps (one token per sequence) replay a CUDA graph captured once per (tokens,
   // logit rows): one launch instead of ~15 per layer. Same kernels, same results.

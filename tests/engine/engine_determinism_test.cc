@@ -1,4 +1,4 @@
-// Greedy decoding is deterministic bit for bit (DESIGN.md section 3, "Determinism"): a
+// Greedy decoding is deterministic bit for bit (docs/design.md section 3, "Determinism"): a
 // request's tokens do not depend on what else is batched with it, on whether its prefix
 // came from the cache, on how its prefill was chunked, or on being preempted. Driven step
 // by step through EngineCore with stories260K.

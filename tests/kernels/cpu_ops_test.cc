@@ -115,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(PagedAttentionTest, ADecodeTokenAloneEqualsItselfInABatchBitForBit) {
   // Alone, the token's GQA groups are the only units of the pool's job; in the batch they
-  // fall in other chunks and threads. The sums must not change (DESIGN.md, Determinism).
+  // fall in other chunks and threads. The sums must not change (docs/design.md, Determinism).
   for (KvType kv_type : {KvType::kF16, KvType::kF32, KvType::kInt8}) {
     AttentionSetup s(64);
     std::mt19937 rng(9);

@@ -1,4 +1,4 @@
-// DESIGN.md section 3, Determinism: a sequence's logits and greedy tokens are bit-identical
+// docs/design.md section 3, Determinism: a sequence's logits and greedy tokens are bit-identical
 // whether it runs alone or batched with others, whole or in prefill chunks, and whatever
 // the thread count.
 #include <gtest/gtest.h>
