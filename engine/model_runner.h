@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/forward_backend.h"
 #include "engine/sampling/rejection_sampler.h"
 #include "engine/sampling/sampler.h"
-#include "engine/forward_backend.h"
 #include "model/model.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_output.h"

@@ -11,9 +11,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/forward_backend.h"
 #include "engine/sampling/sampler.h"
 #include "engine/spec/proposer.h"
-#include "engine/forward_backend.h"
 #include "model/model.h"
 
 namespace tokenmill {

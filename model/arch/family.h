@@ -7,9 +7,9 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "gguf/gguf.h"
 #include "model/arch/blocks.h"
 #include "model/config.h"
-#include "gguf/gguf.h"
 #include "model/weights.h"
 
 namespace tokenmill {

@@ -4,8 +4,8 @@
 
 #include "common/status.h"
 #include "kernels/cuda/device_buffer.h"
-#include "model/config.h"
 #include "kernels/kv_cache_view.h"
+#include "model/config.h"
 
 namespace tokenmill::cuda {
 
