@@ -19,6 +19,7 @@
 
 #include "cli/command.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/kv_type.h"
 #include "model/forward.h"
 #include "text/tokenizer/incremental_decoder.h"
 #include "text/tokenizer/tokenizer.h"

@@ -28,6 +28,7 @@
 #include "cli/command.h"
 #include "cli/kv_window_stream.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/kv_type.h"
 #include "model/forward.h"
 #include "text/tokenizer/tokenizer.h"
 

@@ -12,6 +12,7 @@
 
 #include "cache/kv_cache_sizing.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/kv_type.h"
 #include "model/cuda/cuda_kv_cache.h"
 #include "tests/model/cuda/cuda_model_test.h"
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/kv_type.h"
 #include "model/forward.h"
 
 namespace tokenmill {
