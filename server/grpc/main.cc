@@ -73,12 +73,15 @@ int Run(const ServerOptions& options) {
   std::atomic<const ServingModel*> serving_model{nullptr};
 
   std::unique_ptr<MetricsHttpServer> metrics;
+  const MetricsCompat compat =
+      options.metrics_compat == "vllm" ? MetricsCompat::kVllm : MetricsCompat::kNone;
   if (options.metrics_port >= 0) {
     StatusOr<std::unique_ptr<MetricsHttpServer>> started = MetricsHttpServer::Start(
-        options.host, options.metrics_port, [&serving_model, &request_metrics] {
+        options.host, options.metrics_port, [&serving_model, &request_metrics, compat] {
           const ServingModel* model = serving_model.load(std::memory_order_acquire);
-          if (model == nullptr) return RenderMetrics("", std::nullopt, request_metrics);
-          return RenderMetrics(model->name, model->engine->Stats(), request_metrics);
+          if (model == nullptr) return RenderMetrics({}, std::nullopt, request_metrics, compat);
+          return RenderMetrics({model->name, model->block_size}, model->engine->Stats(),
+                               request_metrics, compat);
         });
     if (!started.ok()) return Fail(started.status());
     metrics = std::move(*started);

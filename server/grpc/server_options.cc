@@ -35,6 +35,10 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
   AddOption(app, "--metrics-port", o.metrics_port,
             "Prometheus /metrics port (0: any free port, -1: none)")
       ->check(CLI::Range(-1, 65535));
+  AddOption(app, "--metrics-compat", o.metrics_compat,
+            "none, or vllm: /metrics also serves vLLM's names (vllm:num_requests_waiting, "
+            "vllm:kv_cache_usage_perc, ...), which inference gateways' endpoint pickers read")
+      ->check(CLI::IsMember({"none", "vllm"}));
   AddOption(app, "--threads", o.threads, "CPU threads of the forward pass (0: all cores)")
       ->check(CLI::NonNegativeNumber);
   AddOption(app, "--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));

@@ -1,5 +1,5 @@
 // The Prometheus text exposition format (version 0.0.4), and tokenmill's metrics in it,
-// named like vLLM's under the "tokenmill:" prefix.
+// named like vLLM's under the "tokenmill:" prefix (and, asked for, under vLLM's own names).
 #pragma once
 
 #include <optional>
@@ -25,6 +25,9 @@ class PrometheusWriter {
   void CounterByLabel(std::string_view name, std::string_view help, std::string_view label_name,
                       const std::vector<std::pair<std::string, double>>& values);
   void Histogram(std::string_view name, std::string_view help, const HistogramSnapshot& h);
+  // A gauge of value 1 whose labels carry the information (Prometheus' "info" idiom).
+  void Info(std::string_view name, std::string_view help,
+            const std::vector<std::pair<std::string, std::string>>& info_labels);
 
   const std::string& text() const { return text_; }
 
@@ -36,9 +39,25 @@ class PrometheusWriter {
   std::string text_;
 };
 
+enum class MetricsCompat {
+  kNone,
+  // Also the gauges and counters that inference gateways read from vLLM by default (the
+  // Gateway API Inference Extension's endpoint picker, llm-d): vllm:num_requests_waiting,
+  // vllm:num_requests_running, vllm:kv_cache_usage_perc (and vllm:gpu_cache_usage_perc, its
+  // name before vLLM v1), vllm:prefix_cache_{queries,hits}_total and vllm:cache_config_info,
+  // labelled like vLLM's (model_name, engine).
+  kVllm,
+};
+
+// What the metrics say about the model served; `block_size` 0 while it loads.
+struct ServedModelInfo {
+  std::string_view name;
+  int block_size = 0;
+};
+
 // The /metrics body. `engine_stats` is empty while the model loads.
-std::string RenderMetrics(std::string_view model_name,
+std::string RenderMetrics(const ServedModelInfo& model,
                           const std::optional<EngineStats>& engine_stats,
-                          const RequestMetrics& requests);
+                          const RequestMetrics& requests, MetricsCompat compat);
 
 }  // namespace tokenmill::server

@@ -189,3 +189,22 @@ def test_metrics_count_tokens_and_latencies(server):
             before["tokenmill:time_per_output_token_seconds_count"]) == len(ids) - 1
     assert after["tokenmill:prefix_cache_queries_total"] > before[
         "tokenmill:prefix_cache_queries_total"]
+
+
+def test_vllm_compat_metrics_mirror_tokenmills():
+    """--metrics-compat vllm: the names inference gateways' endpoint pickers read, each equal to
+    tokenmill's own in the same scrape."""
+    with Server("--metrics-compat", "vllm", "--block-size", "8") as s:
+        prompt = " ".join(PROMPTS)  # long enough for whole blocks, so the second run hits
+        for _ in range(2):
+            generate(s.stub, text_request(prompt, 4))
+        m = s.wait_for_metrics(lambda m: m["tokenmill:prefix_cache_hits_total"] > 0
+                               and m["tokenmill:num_requests_running"] == 0)
+        for name in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc",
+                     "prefix_cache_queries_total", "prefix_cache_hits_total"):
+            assert m[f"vllm:{name}{{engine=0}}"] == m[f"tokenmill:{name}"], name
+        assert m["vllm:gpu_cache_usage_perc{engine=0}"] == m["tokenmill:kv_cache_usage_perc"]
+        blocks = int(m["tokenmill:kv_cache_blocks"])
+        assert m[f"vllm:cache_config_info{{block_size=8,engine=0,num_gpu_blocks={blocks}}}"] == 1
+    with Server() as s:  # off by default
+        assert not [name for name in s.metrics() if name.startswith("vllm:")]

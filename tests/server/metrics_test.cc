@@ -64,7 +64,7 @@ TEST(RenderMetrics, NamesEveryMetricOfTheIssue) {
   timings.token_seconds = {0.03, 0.01, 0.02};
   timings.total_seconds = 0.06;
   requests.ObserveFinished(timings, CompletionReason::kLength);
-  const std::string text = RenderMetrics("m", stats, requests);
+  const std::string text = RenderMetrics({"m", 16}, stats, requests, MetricsCompat::kNone);
   for (const std::string line : {
            "tokenmill:num_requests_running{model_name=\"m\"} 2\n",
            "tokenmill:num_requests_waiting{model_name=\"m\"} 1\n",
@@ -93,9 +93,52 @@ TEST(RenderMetrics, NamesEveryMetricOfTheIssue) {
 
 TEST(RenderMetrics, ZerosBeforeTheModelLoads) {
   RequestMetrics requests;
-  const std::string text = RenderMetrics("", std::nullopt, requests);
+  const std::string text = RenderMetrics({}, std::nullopt, requests, MetricsCompat::kVllm);
   EXPECT_THAT(text, HasSubstr("tokenmill:num_requests_running{model_name=\"\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("vllm:num_requests_waiting{model_name=\"\",engine=\"0\"} 0\n"));
+  // No block size to report yet.
+  EXPECT_THAT(text, Not(HasSubstr("vllm:cache_config_info")));
   EXPECT_THAT(text, Not(HasSubstr("NaN")));
+}
+
+EngineStats BusyStats() {
+  EngineStats stats;
+  stats.num_running = 3;
+  stats.num_waiting = 2;
+  stats.kv_usage = 0.75;
+  stats.num_kv_blocks = 64;
+  stats.prefix_query_tokens = 100;
+  stats.prefix_hit_tokens = 48;
+  return stats;
+}
+
+TEST(RenderMetrics, VllmNamesOnlyWhenAskedFor) {
+  RequestMetrics requests;
+  const std::string text = RenderMetrics({"m", 16}, BusyStats(), requests, MetricsCompat::kNone);
+  EXPECT_THAT(text, Not(HasSubstr("vllm:")));
+}
+
+// The names and labels the Gateway API Inference Extension's endpoint picker and llm-d read
+// by default (docs/kubernetes.md lists them), over the same numbers as tokenmill:*.
+TEST(RenderMetrics, VllmCompatServesWhatEndpointPickersRead) {
+  RequestMetrics requests;
+  const std::string text = RenderMetrics({"m", 16}, BusyStats(), requests, MetricsCompat::kVllm);
+  const std::string labels = "{model_name=\"m\",engine=\"0\"} ";
+  for (const std::string& line : std::vector<std::string>{
+           "# TYPE vllm:num_requests_waiting gauge\n",
+           "vllm:num_requests_waiting" + labels + "2\n",
+           "vllm:num_requests_running" + labels + "3\n",
+           "vllm:kv_cache_usage_perc" + labels + "0.75\n",
+           "vllm:gpu_cache_usage_perc" + labels + "0.75\n",
+           "# TYPE vllm:prefix_cache_queries_total counter\n",
+           "vllm:prefix_cache_queries_total" + labels + "100\n",
+           "vllm:prefix_cache_hits_total" + labels + "48\n",
+           "vllm:cache_config_info{model_name=\"m\",engine=\"0\",block_size=\"16\","
+           "num_gpu_blocks=\"64\"} 1\n",
+           "tokenmill:num_requests_waiting{model_name=\"m\"} 2\n",  // tokenmill's own names stay
+       }) {
+    EXPECT_THAT(text, HasSubstr(line));
+  }
 }
 
 }  // namespace

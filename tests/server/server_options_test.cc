@@ -50,9 +50,9 @@ TEST(ServerOptions, EveryFlagOfTheIssueHasItsVariable) {
   ServerOptions options;
   AddServerOptions(app, options);
   for (const char* flag :
-       {"--model", "--host", "--port", "--metrics-port", "--threads", "--device",
-        "--kv-cache-memory", "--block-size", "--max-num-seqs", "--max-num-batched-tokens",
-        "--max-queue", "--no-prefix-cache", "--log-level", "--log-json", "--drain-timeout",
+       {"--model", "--host", "--port", "--metrics-port", "--metrics-compat", "--threads",
+        "--device", "--kv-cache-memory", "--block-size", "--max-num-seqs",
+        "--max-num-batched-tokens", "--max-queue", "--no-prefix-cache", "--log-level", "--log-json", "--drain-timeout",
         "--spec", "--spec-tokens", "--draft-model"}) {
     SCOPED_TRACE(flag);
     const CLI::Option* option = app.get_option(flag);
