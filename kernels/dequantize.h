@@ -9,6 +9,13 @@
 
 namespace tokenmill {
 
+// The 16 non-linear levels an IQ4_NL nibble indexes (ggml's kvalues_iq4nl).
+inline constexpr int8_t kIq4NlLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+
+// Whether DequantizeReference converts `type`.
+bool HasReferenceDequantization(TensorType type);
+
 // Converts dst.size() elements stored as `type` at `src` (a whole number of blocks).
 void DequantizeReference(TensorType type, const void* src, std::span<float> dst);
 

@@ -23,9 +23,9 @@ constexpr std::array<GgmlTypeLayout, 34> kLayouts = {{
     {41, "q1_0", 128, 18},
 }};
 
-constexpr std::array<TensorType, 6> kSupported = {
-    TensorType::kF32, TensorType::kF16, TensorType::kQ4_0,
-    TensorType::kQ4_1, TensorType::kQ8_0, TensorType::kBF16,
+constexpr std::array<TensorType, 9> kTensorTypes = {
+    TensorType::kF32,  TensorType::kF16,  TensorType::kQ4_0,   TensorType::kQ4_1, TensorType::kQ5_0,
+    TensorType::kQ5_1, TensorType::kQ8_0, TensorType::kIQ4_NL, TensorType::kBF16,
 };
 
 }  // namespace
@@ -38,11 +38,13 @@ std::optional<GgmlTypeLayout> FindGgmlType(uint32_t id) {
 }
 
 std::optional<TensorType> ToTensorType(uint32_t id) {
-  for (TensorType type : kSupported) {
+  for (TensorType type : kTensorTypes) {
     if (static_cast<uint32_t>(type) == id) return type;
   }
   return std::nullopt;
 }
+
+std::span<const TensorType> AllTensorTypes() { return kTensorTypes; }
 
 const GgmlTypeLayout& LayoutOf(TensorType type) {
   for (const GgmlTypeLayout& layout : kLayouts) {

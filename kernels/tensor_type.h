@@ -4,18 +4,23 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 namespace tokenmill {
 
-// The types tokenmill computes with. Other ggml types can still be read (their
-// layout is known, so a file holding them parses) but a model using them is refused.
+// The types tokenmill has code for. Other ggml types can still be read (their layout is
+// known, so a file holding them parses) but a model using them is refused. Whether the CPU
+// computes with a type is decided in one place, CpuComputesWith (kernels/cpu/matmul.h).
 enum class TensorType : uint32_t {
   kF32 = 0,
   kF16 = 1,
   kQ4_0 = 2,
   kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
   kQ8_0 = 8,
+  kIQ4_NL = 20,
   kBF16 = 30,
 };
 
@@ -30,8 +35,11 @@ struct GgmlTypeLayout {
 // The layout of a ggml type id, or nothing for an id ggml never had or retired.
 std::optional<GgmlTypeLayout> FindGgmlType(uint32_t id);
 
-// The TensorType of a ggml type id, or nothing when tokenmill cannot compute with it.
+// The TensorType of a ggml type id, or nothing when tokenmill has no code for it.
 std::optional<TensorType> ToTensorType(uint32_t id);
+
+// Every TensorType, in ggml's numbering order.
+std::span<const TensorType> AllTensorTypes();
 
 const GgmlTypeLayout& LayoutOf(TensorType type);
 std::string_view NameOf(TensorType type);

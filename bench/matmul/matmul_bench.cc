@@ -31,7 +31,7 @@ int Main(int argc, char** argv) {
   std::string type_name = "q4_1", isa_name;
   std::vector<int> token_counts = {1, 2, 4, 8, 16, 32};
   int reps = 20;
-  app.add_option("--type", type_name, "q4_1, q4_0 or q8_0");
+  app.add_option("--type", type_name, "a quantized type: q4_1, q4_0, q8_0, q5_0, q5_1, iq4_nl");
   app.add_option("--tokens", token_counts, "token counts")->delimiter(',');
   app.add_option("--reps", reps, "passes per token count (the median is reported)");
   app.add_option("--isa", isa_name, "scalar, avx2 or avx512vnni (default: best)");
@@ -39,9 +39,16 @@ int Main(int argc, char** argv) {
   app.add_flag("--row-groups", row_groups,
                "Q4_1/Q8_0 regrouped 16 rows at a time, as the model runs them");
   CLI11_PARSE(app, argc, argv);
-  const TensorType type = type_name == "q8_0"   ? TensorType::kQ8_0
-                          : type_name == "q4_0" ? TensorType::kQ4_0
-                                                : TensorType::kQ4_1;
+  const std::span<const TensorType> types = AllTensorTypes();
+  const auto found = std::find_if(types.begin(), types.end(), [&](TensorType t) {
+    return NameOf(t) == type_name && UsesQuantizedActivations(t) && CpuComputesWith(t);
+  });
+  if (found == types.end()) {
+    std::fprintf(stderr, "--type %s: not a quantized type the CPU computes with (%s)\n",
+                 type_name.c_str(), CpuTensorTypeNames().c_str());
+    return 2;
+  }
+  const TensorType type = *found;
   CpuIsa isa = BestCpuIsa();
   if (!isa_name.empty()) {
     for (CpuIsa candidate : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
@@ -64,7 +71,9 @@ int Main(int argc, char** argv) {
     for (int64_t b = 0; b < s.rows * s.cols / 32; ++b) {
       const uint16_t scale = 0x2000;
       std::memcpy(&d[static_cast<size_t>(b * layout.type_size)], &scale, 2);
-      if (type == TensorType::kQ4_1) std::memcpy(&d[static_cast<size_t>(b * 20 + 2)], &scale, 2);
+      if (type == TensorType::kQ4_1 || type == TensorType::kQ5_1) {  // and the f16 minimum
+        std::memcpy(&d[static_cast<size_t>(b * layout.type_size + 2)], &scale, 2);
+      }
     }
     data.push_back(std::move(d));
     ws.push_back({type, data.back().data(), s.rows, s.cols, row_bytes});

@@ -27,11 +27,13 @@
 // the others are tested against.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <span>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/half.h"
 #include "kernels/kv_type.h"
 
 namespace tokenmill {
@@ -44,6 +46,7 @@ namespace tokenmill {
 // and friends, AVX2 path): 8 float lanes, lane i the integer dot product of bytes
 // 4i..4i+3 of a block; per block acc = fma(d_w · d_a, lanes, acc) and, for Q4_1,
 // min += m_w · s_a; the result is the 8 lanes summed pairwise (4+4, 2+2, 1+1) plus min.
+// Q5_0/Q5_1 run that order too; IQ4_NL ggml's two-accumulator one (PairedBlocks below).
 // Weights in the kRowGroups16 layout accumulate each (row, token) in one float instead: per
 // block acc = fma(d_w · d_a, (float) Σ q_w · q_a, acc), then for Q4_1 acc = fma(m_w, s_a,
 // acc) (the integer sum is exact): one conversion and one or two fmas per block where ggml's
@@ -89,6 +92,7 @@ struct CpuKernelTable {
   CpuIsa isa;
   // The matmul of each weight type (MatmulMany picks by WeightMatrix::type).
   MatmulRangeFn f32, f16, bf16, q8_0, q4_0, q4_1;
+  MatmulRangeFn q5_0, q5_1, iq4_nl;
   // QuantizeActivations.
   void (*quantize)(const float* x, int64_t n, Q8ActivationBlock* out);
   // One unit of PagedAttention.
@@ -100,6 +104,29 @@ struct CpuKernelTable {
 };
 
 namespace internal {
+
+// Whether a weight format (quant_*.inc) sums its blocks in ggml_vec_dot_iq4_nl_q8_0's order
+// (Format::kPairedBlocks): even and odd blocks in two sets of 8 lanes, added lane by lane before
+// the pairwise sum, and the last block of an odd count added after it by AddLastBlock. A format
+// that does not say runs the one-accumulator order of MatmulRange.
+template <typename Format>
+constexpr bool PairedBlocks() {
+  if constexpr (requires { Format::kPairedBlocks; }) {
+    return Format::kPairedBlocks;
+  } else {
+    return false;
+  }
+}
+
+// sum + d_w · d_a · Σ q_w · q_a for token t of `a`, as ggml's scalar tail adds a block: one fma
+// (libggml-cpu is C compiled with contraction) of the exact scale product and integer sum.
+template <typename Format>
+float AddLastBlock(const typename Format::Block& w, const Q8TokenGroupBlock& a, int t,
+                   float sum) {
+  int32_t dot = 0;
+  for (int j = 0; j < 32; ++j) dot += Format::Quant(w, j) * a.q[t][j];
+  return std::fma(HalfToFloat(w.d) * a.d[t], static_cast<float>(dot), sum);
+}
 
 // The tables, one per file: table_scalar.cc, table_avx2.cc and table_avx512.cc.
 const CpuKernelTable& ScalarKernelTable();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "common/check.h"
@@ -55,12 +56,21 @@ void GroupActivations(const Q8ActivationBlock* x, int64_t n_tokens, int64_t bloc
 }
 
 bool UsesQuantizedActivations(TensorType type) {
-  return type == TensorType::kQ8_0 || type == TensorType::kQ4_0 || type == TensorType::kQ4_1;
+  switch (type) {
+    case TensorType::kQ4_0:
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
+    case TensorType::kQ8_0:
+    case TensorType::kIQ4_NL: return true;
+    default: return false;
+  }
 }
 
 namespace {
 
-MatmulRangeFn RangeFnFor(const CpuKernelTable& table, TensorType type) {
+// The table's matmul of `type`, or nullptr where it has none.
+MatmulRangeFn FindRangeFn(const CpuKernelTable& table, TensorType type) {
   switch (type) {
     case TensorType::kF32: return table.f32;
     case TensorType::kF16: return table.f16;
@@ -68,12 +78,36 @@ MatmulRangeFn RangeFnFor(const CpuKernelTable& table, TensorType type) {
     case TensorType::kQ8_0: return table.q8_0;
     case TensorType::kQ4_0: return table.q4_0;
     case TensorType::kQ4_1: return table.q4_1;
+    case TensorType::kQ5_0: return table.q5_0;
+    case TensorType::kQ5_1: return table.q5_1;
+    case TensorType::kIQ4_NL: return table.iq4_nl;
+    default: return nullptr;
   }
-  TM_CHECK(false) << "no matmul kernel for type " << NameOf(type);
-  return nullptr;
+}
+
+MatmulRangeFn RangeFnFor(const CpuKernelTable& table, TensorType type) {
+  const MatmulRangeFn fn = FindRangeFn(table, type);
+  TM_CHECK(fn != nullptr) << "no matmul kernel for type " << NameOf(type);
+  return fn;
 }
 
 }  // namespace
+
+bool CpuComputesWith(TensorType type) {
+  // The scalar table runs on every CPU and the SIMD tables have the same entries.
+  return HasReferenceDequantization(type) &&
+         FindRangeFn(internal::ScalarKernelTable(), type) != nullptr;
+}
+
+std::string CpuTensorTypeNames() {
+  std::string names;
+  for (TensorType type : AllTensorTypes()) {
+    if (!CpuComputesWith(type)) continue;
+    if (!names.empty()) names += ", ";
+    names += NameOf(type);
+  }
+  return names;
+}
 
 void Matmul(const CpuContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tokens,
             float* y) {

@@ -1,6 +1,6 @@
 // Matrix multiplication of activations by model weights: y = x · Wᵀ for several tokens.
-// Weights stay in their file type (F32, F16, BF16, Q8_0, Q4_0, Q4_1) as views into the
-// model file. For quantized weights the activations are quantized on the fly to int8
+// Weights stay in their file type (CpuTensorTypeNames) as views into the model file. For
+// quantized weights the activations are quantized on the fly to int8
 // blocks of 32 (Q8ActivationBlock) so the dot products are integer ones.
 //
 // Determinism: the value of y[t][r] depends only on row r and token t, never on how many
@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/tensor_type.h"
@@ -72,6 +73,15 @@ void GroupActivations(const Q8ActivationBlock* x, int64_t n_tokens, int64_t bloc
 
 // Whether `type` activations get quantized to Q8ActivationBlock for this weight type.
 bool UsesQuantizedActivations(TensorType type);
+
+// Whether the CPU computes with weights of `type`: the one place that decides which types a
+// model may hold (the loader asks it). True exactly when the type has a reference
+// dequantization (kernels/dequantize.h: token embeddings, norms) and a matmul in the kernel
+// tables.
+bool CpuComputesWith(TensorType type);
+
+// The names of the types CpuComputesWith accepts, comma-separated ("f32, f16, ...").
+std::string CpuTensorTypeNames();
 
 // The kernels of one ISA (kernels/cpu/kernel_table.h).
 struct CpuKernelTable;

@@ -16,6 +16,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/row_groups.h"
+#include "kernels/dequantize.h"
 #include "kernels/half.h"
 
 namespace tokenmill::internal {
@@ -26,6 +27,9 @@ namespace {
 #include "kernels/cpu/quant_q4_0.inc"
 #include "kernels/cpu/quant_q4_1.inc"
 #include "kernels/cpu/quant_q8_0.inc"
+#include "kernels/cpu/quant_q5_0.inc"
+#include "kernels/cpu/quant_q5_1.inc"
+#include "kernels/cpu/quant_iq4_nl.inc"
 #include "kernels/cpu/float_f32.inc"
 #include "kernels/cpu/float_f16.inc"
 #include "kernels/cpu/float_bf16.inc"
@@ -50,6 +54,9 @@ const CpuKernelTable& Avx2KernelTable() {
       .q8_0 = QuantRange<Q8_0Format>,
       .q4_0 = QuantRange<Q4_0Format>,
       .q4_1 = QuantRange<Q4_1Format>,
+      .q5_0 = QuantRange<Q5_0Format>,
+      .q5_1 = QuantRange<Q5_1Format>,
+      .iq4_nl = QuantRange<Iq4NlFormat>,
       .quantize = SimdQuantizeActivations,
       .attend = AttendWith<SimdOps>,
       .swiglu = SimdSwiGlu,

@@ -10,6 +10,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/row_groups.h"
+#include "kernels/dequantize.h"
 #include "kernels/half.h"
 
 namespace tokenmill::internal {
@@ -17,6 +18,9 @@ namespace {
 #include "kernels/cpu/quant_q4_0.inc"
 #include "kernels/cpu/quant_q4_1.inc"
 #include "kernels/cpu/quant_q8_0.inc"
+#include "kernels/cpu/quant_q5_0.inc"
+#include "kernels/cpu/quant_q5_1.inc"
+#include "kernels/cpu/quant_iq4_nl.inc"
 #include "kernels/cpu/float_f32.inc"
 #include "kernels/cpu/float_f16.inc"
 #include "kernels/cpu/float_bf16.inc"
@@ -36,6 +40,9 @@ const CpuKernelTable& ScalarKernelTable() {
       .q8_0 = PlainQuantRange<Q8_0Format>,
       .q4_0 = PlainQuantRange<Q4_0Format>,
       .q4_1 = PlainQuantRange<Q4_1Format>,
+      .q5_0 = PlainQuantRange<Q5_0Format>,
+      .q5_1 = PlainQuantRange<Q5_1Format>,
+      .iq4_nl = PlainQuantRange<Iq4NlFormat>,
       .quantize = QuantizeActivations,
       .attend = AttendWith<ScalarOps>,
       .swiglu = ScalarSwiGlu,

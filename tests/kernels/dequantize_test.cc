@@ -56,6 +56,54 @@ TEST(DequantizeTest, Q8_0IsSignedBytesTimesScale) {
   }
 }
 
+// Fifth bits: element j takes bit j of the little-endian qh.
+void PutFifthBits(std::vector<uint8_t>& block, size_t at, uint32_t qh) {
+  std::memcpy(block.data() + at, &qh, 4);
+}
+
+TEST(DequantizeTest, Q5_0TakesElementJsFifthBitFromBitJAndAnOffsetOfSixteen) {
+  std::vector<uint8_t> block(22);
+  PutHalf(block, 0, 0.5f);
+  PutFifthBits(block, 2, 0x8000'0001u | 1u << 17);  // elements 0, 17 and 31
+  for (int j = 0; j < 16; ++j) block[6 + j] = static_cast<uint8_t>((15 - j) << 4 | j);
+  std::vector<float> out(32);
+  DequantizeReference(TensorType::kQ5_0, block.data(), out);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 0.5f * (j + (j == 0 ? 16 : 0) - 16)) << j;
+    const int high = j == 1 || j == 15 ? 16 : 0;
+    EXPECT_EQ(out[16 + j], 0.5f * (15 - j + high - 16)) << j;
+  }
+}
+
+TEST(DequantizeTest, Q5_1AddsTheBlockMinimumToFiveBitQuants) {
+  std::vector<uint8_t> block(24);
+  PutHalf(block, 0, 0.25f);
+  PutHalf(block, 2, -2.0f);
+  PutFifthBits(block, 4, 0xffff'0000u);  // elements 16..31
+  for (int j = 0; j < 16; ++j) block[8 + j] = static_cast<uint8_t>(j << 4 | j);
+  std::vector<float> out(32);
+  DequantizeReference(TensorType::kQ5_1, block.data(), out);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 0.25f * j - 2.0f) << j;
+    EXPECT_EQ(out[16 + j], 0.25f * (j + 16) - 2.0f) << j;
+  }
+}
+
+TEST(DequantizeTest, Iq4NlLooksNibblesUpInItsSixteenLevels) {
+  // ggml's kvalues_iq4nl, written out here rather than taken from the header.
+  const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                          1,    13,   25,  38,  53,  69,  89,  113};
+  std::vector<uint8_t> block(18);
+  PutHalf(block, 0, 0.125f);
+  for (int j = 0; j < 16; ++j) block[2 + j] = static_cast<uint8_t>((15 - j) << 4 | j);
+  std::vector<float> out(32);
+  DequantizeReference(TensorType::kIQ4_NL, block.data(), out);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 0.125f * levels[j]) << j;
+    EXPECT_EQ(out[16 + j], 0.125f * levels[15 - j]) << j;
+  }
+}
+
 TEST(DequantizeTest, FloatTypes) {
   const uint16_t halves[] = {0x3c00, 0xc000, 0x3555};
   const uint16_t bf16s[] = {0x3f80, 0xc140, 0x0000};
@@ -75,6 +123,11 @@ TEST(TensorTypeTest, LayoutsOfSupportedAndUnsupportedTypes) {
   ASSERT_TRUE(FindGgmlType(14).has_value());
   EXPECT_EQ(FindGgmlType(14)->name, "q6_k");
   EXPECT_FALSE(ToTensorType(14).has_value());  // known layout, but not computed with
+  EXPECT_EQ(ToTensorType(20), TensorType::kIQ4_NL);
+  EXPECT_EQ(LayoutOf(TensorType::kQ5_1).type_size, 24);
+  for (TensorType type : AllTensorTypes()) {
+    EXPECT_TRUE(HasReferenceDequantization(type)) << NameOf(type);
+  }
   EXPECT_FALSE(FindGgmlType(4).has_value());   // retired q4_2
   EXPECT_FALSE(FindGgmlType(1000).has_value());
 }

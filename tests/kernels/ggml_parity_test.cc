@@ -1,5 +1,6 @@
 // Matmuls against llama.cpp's own CPU code, bit for bit: ggml's quantize_row_q8_1 /
-// quantize_row_q8_0 and ggml_vec_dot_{q4_1_q8_1, q4_0_q8_0, q8_0_q8_0, f32}, taken from the
+// quantize_row_q8_0 and ggml_vec_dot_{q4_1_q8_1, q4_0_q8_0, q8_0_q8_0, q5_0_q8_0, q5_1_q8_1,
+// iq4_nl_q8_0, f32}, taken from the
 // libggml-cpu.so that llama-cpp-python ships (found by CMake in the project's .venv, or
 // named by TOKENMILL_GGML_CPU_LIB), through its public ggml_get_type_traits_cpu.
 #include <dlfcn.h>
@@ -33,6 +34,7 @@ struct GgmlTypeTraitsCpu {
   int64_t nrows;
 };
 constexpr int kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ8_0 = 8, kGgmlQ8_1 = 9;
+constexpr int kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlIq4Nl = 20;
 
 class Ggml {
  public:
@@ -74,7 +76,7 @@ std::vector<CpuIsa> SupportedIsas() {
 }
 
 // Weights as llama.cpp's quantizer would write them: scales of real magnitudes, all
-// quant values (Q8_0 in [-127, 127]).
+// quant values (Q8_0 in [-127, 127]; every nibble and fifth bit of the others).
 std::vector<uint8_t> RandomBlocks(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
   const GgmlTypeLayout& layout = LayoutOf(type);
   const int64_t blocks = rows * cols / 32;
@@ -85,8 +87,9 @@ std::vector<uint8_t> RandomBlocks(TensorType type, int64_t rows, int64_t cols, s
   for (int64_t b = 0; b < blocks; ++b) {
     const size_t at = static_cast<size_t>(b * layout.type_size);
     put16(at, FloatToHalf(scale(rng)));
-    if (type == TensorType::kQ4_1) put16(at + 2, FloatToHalf(-8.0f * scale(rng)));
-    const size_t first = type == TensorType::kQ4_1 ? 4 : 2;
+    const bool has_min = type == TensorType::kQ4_1 || type == TensorType::kQ5_1;
+    if (has_min) put16(at + 2, FloatToHalf(-8.0f * scale(rng)));
+    const size_t first = has_min ? 4 : 2;
     for (size_t i = first; i < static_cast<size_t>(layout.type_size); ++i) {
       data[at + i] = static_cast<uint8_t>(type == TensorType::kQ8_0 ? q8(rng) : byte(rng));
     }
@@ -142,11 +145,11 @@ TEST_P(GgmlMatmulParityTest, EveryOutputEqualsGgmlVecDot) {
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   // Token counts around the kernels' groups and tiles (pairs of full groups, partial groups of
-  // even and odd size); the model's column counts.
+  // even and odd size); the model's column counts, and odd block counts (IQ4_NL's last block).
   for (const auto& [rows, cols, tokens] :
        std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {7, 576, 1}, {9, 1536, 3}, {5, 576, 8}, {11, 192, 13}, {3, 64, 17}, {4, 192, 2},
-           {5, 576, 22}, {3, 64, 31}}) {
+           {5, 576, 22}, {3, 64, 31}, {6, 96, 1}, {5, 160, 9}, {3, 32, 16}, {4, 224, 3}}) {
     const std::vector<uint8_t> w = RandomBlocks(c.type, rows, cols, rng);
     const int64_t row_bytes = cols / 32 * LayoutOf(c.type).type_size;
     std::vector<float> x(static_cast<size_t>(tokens * cols));
@@ -242,7 +245,10 @@ TEST(GgmlParityTest, F32MatmulEqualsGgmlVecDotF32) {
 INSTANTIATE_TEST_SUITE_P(Types, GgmlMatmulParityTest,
                          ::testing::Values(ParityCase{TensorType::kQ4_1, kGgmlQ4_1},
                                            ParityCase{TensorType::kQ4_0, kGgmlQ4_0},
-                                           ParityCase{TensorType::kQ8_0, kGgmlQ8_0}),
+                                           ParityCase{TensorType::kQ8_0, kGgmlQ8_0},
+                                           ParityCase{TensorType::kQ5_0, kGgmlQ5_0},
+                                           ParityCase{TensorType::kQ5_1, kGgmlQ5_1},
+                                           ParityCase{TensorType::kIQ4_NL, kGgmlIq4Nl}),
                          [](const ::testing::TestParamInfo<ParityCase>& param_info) {
                            return std::string(NameOf(param_info.param.type));
                          });

@@ -53,13 +53,16 @@ std::vector<uint8_t> RandomWeights(TensorType type, int64_t rows, int64_t cols, 
           break;
         }
         case TensorType::kQ4_1:
+        case TensorType::kQ5_1:
           put16(at, FloatToHalf(scale(rng)));
           put16(at + 2, FloatToHalf(-8.0f * scale(rng)));
-          for (int i = 4; i < 20; ++i) data[at + i] = static_cast<uint8_t>(byte(rng));
+          for (int i = 4; i < layout.type_size; ++i) data[at + i] = static_cast<uint8_t>(byte(rng));
           break;
         case TensorType::kQ4_0:
+        case TensorType::kQ5_0:
+        case TensorType::kIQ4_NL:
           put16(at, FloatToHalf(scale(rng)));
-          for (int i = 2; i < 18; ++i) data[at + i] = static_cast<uint8_t>(byte(rng));
+          for (int i = 2; i < layout.type_size; ++i) data[at + i] = static_cast<uint8_t>(byte(rng));
           break;
         case TensorType::kQ8_0:
           put16(at, FloatToHalf(scale(rng) / 8.0f));
@@ -163,7 +166,9 @@ TEST_P(MatmulTest, ResultsDoNotDependOnBatchSizeOrThreads) {
 
 INSTANTIATE_TEST_SUITE_P(Types, MatmulTest,
                          ::testing::Values(TensorType::kF32, TensorType::kF16, TensorType::kBF16,
-                                           TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1),
+                                           TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
+                                           TensorType::kQ5_0, TensorType::kQ5_1,
+                                           TensorType::kIQ4_NL),
                          [](const ::testing::TestParamInfo<TensorType>& param_info) {
                            return std::string(NameOf(param_info.param));
                          });
