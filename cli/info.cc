@@ -1,4 +1,5 @@
-// `tokenmill info --model PATH`: metadata and the tensor table as JSON.
+// `tokenmill info --model PATH`: metadata, the type mix (tensors and bytes per type) and the
+// tensor table as JSON.
 #include <nlohmann/json.hpp>
 
 #include <iostream>
@@ -24,6 +25,10 @@ int RunInfo(const std::string& model_path) {
   out["alignment"] = file->alignment();
   nlohmann::ordered_json& metadata = out["metadata"];
   for (const auto& [key, value] : file->metadata()) metadata[std::string(key)] = value.ToString();
+  nlohmann::ordered_json& mix = out["type_mix"] = nlohmann::ordered_json::array();
+  for (const GgufTypeTotal& total : TypeMix(*file)) {
+    mix.push_back({{"type", total.type}, {"tensors", total.tensors}, {"bytes", total.bytes}});
+  }
   nlohmann::ordered_json& tensors = out["tensors"];
   for (const GgufTensor& t : file->tensors()) {
     const auto layout = FindGgmlType(t.ggml_type);  // the parser accepted only known types

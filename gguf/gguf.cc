@@ -11,6 +11,8 @@
 #include <limits>
 #include <sstream>
 
+#include "common/byte_size.h"
+
 namespace tokenmill {
 namespace {
 
@@ -529,6 +531,32 @@ StatusOr<std::vector<int32_t>> GgufFile::GetI32Array(std::string_view key) const
                                   " does not fit in int32");
     }
     out.push_back(*v);
+  }
+  return out;
+}
+
+std::vector<GgufTypeTotal> TypeMix(const GgufFile& file) {
+  std::vector<GgufTypeTotal> mix;
+  for (const GgufTensor& t : file.tensors()) {
+    const std::string_view type = FindGgmlType(t.ggml_type)->name;  // the parser checked it
+    auto it = std::find_if(mix.begin(), mix.end(),
+                           [&](const GgufTypeTotal& total) { return total.type == type; });
+    if (it == mix.end()) it = mix.insert(mix.end(), GgufTypeTotal{type});
+    ++it->tensors;
+    it->bytes += t.num_bytes;
+  }
+  std::stable_sort(mix.begin(), mix.end(), [](const GgufTypeTotal& a, const GgufTypeTotal& b) {
+    return a.bytes > b.bytes;
+  });
+  return mix;
+}
+
+std::string FormatTypeMix(const std::vector<GgufTypeTotal>& mix) {
+  std::string out;
+  for (const GgufTypeTotal& total : mix) {
+    if (!out.empty()) out += "; ";
+    out += std::string(total.type) + ": " + std::to_string(total.tensors) +
+           (total.tensors == 1 ? " tensor, " : " tensors, ") + FormatBytes(total.bytes);
   }
   return out;
 }

@@ -110,4 +110,18 @@ class GgufFile {
   std::unordered_map<std::string_view, size_t> tensor_index_;
 };
 
+// The tensors and bytes of one ggml type in a file.
+struct GgufTypeTotal {
+  std::string_view type;  // ggml's name: "q4_k", "f32", ...
+  int64_t tensors = 0;
+  int64_t bytes = 0;
+};
+
+// The file's type mix (`tokenmill info`, the startup log): a total per type it holds, most
+// bytes first.
+std::vector<GgufTypeTotal> TypeMix(const GgufFile& file);
+
+// "q4_1: 168 tensors, 64.1 MiB; f32: 61 tensors, 114.0 KiB".
+std::string FormatTypeMix(const std::vector<GgufTypeTotal>& mix);
+
 }  // namespace tokenmill

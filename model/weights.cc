@@ -1,7 +1,11 @@
 #include "model/weights.h"
 
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
+#include "kernels/dequantize.h"
 #include "model/arch/family.h"
 
 namespace tokenmill {
@@ -22,30 +26,38 @@ StatusOr<const GgufTensor*> Find(const GgufFile& file, const std::string& name) 
 }  // namespace
 
 StatusOr<std::span<const float>> LoadVector(const GgufFile& file, const std::string& name,
-                                            int64_t n) {
+                                            int64_t n, F32Copies& copies) {
   TM_ASSIGN_OR_RETURN(const GgufTensor* t, Find(file, name));
-  if (t->ggml_type != static_cast<uint32_t>(TensorType::kF32)) {
+  const std::optional<TensorType> type = ToTensorType(t->ggml_type);
+  if (!type || (*type != TensorType::kF32 && *type != TensorType::kF16 &&
+                *type != TensorType::kBF16)) {
     return UnimplementedError("tensor '" + name + "' has type " +
                               std::string(FindGgmlType(t->ggml_type)->name) +
-                              "; tokenmill needs norms and biases in f32");
+                              "; tokenmill needs norms and biases in f32, f16 or bf16");
   }
   if (t->shape.size() != 1 || t->shape[0] != n) {
     return InvalidArgumentError("tensor '" + name + "' has shape " + ShapeString(t->shape) +
                                 ", expected [" + std::to_string(n) + "]");
   }
-  return std::span<const float>(reinterpret_cast<const float*>(t->data), static_cast<size_t>(n));
+  if (*type == TensorType::kF32) {
+    return std::span<const float>(reinterpret_cast<const float*>(t->data),
+                                  static_cast<size_t>(n));
+  }
+  std::vector<float>& copy = copies.emplace_back(static_cast<size_t>(n));
+  DequantizeReference(*type, t->data, copy);
+  return std::span<const float>(copy);
 }
 
 StatusOr<WeightMatrix> LoadMatrix(const GgufFile& file, const std::string& name, int64_t cols,
                                   int64_t rows) {
   TM_ASSIGN_OR_RETURN(const GgufTensor* t, Find(file, name));
   const std::optional<TensorType> type = ToTensorType(t->ggml_type);
-  if (!type) {
-    const auto layout = FindGgmlType(t->ggml_type);
+  if (!type || !CpuComputesWith(*type)) {
+    // The parser accepted only types whose layout it knows.
     return UnimplementedError("tensor '" + name + "' has type " +
-                              std::string(layout ? layout->name : "unknown") +
-                              ", which tokenmill cannot compute with (supported: f32, f16, bf16, "
-                              "q8_0, q4_0, q4_1)");
+                              std::string(FindGgmlType(t->ggml_type)->name) +
+                              ", which tokenmill does not run (supported: " +
+                              CpuTensorTypeNames() + ")");
   }
   if (t->shape.size() != 2 || t->shape[0] != cols || t->shape[1] != rows) {
     return InvalidArgumentError("tensor '" + name + "' has shape " + ShapeString(t->shape) +
@@ -53,8 +65,10 @@ StatusOr<WeightMatrix> LoadMatrix(const GgufFile& file, const std::string& name,
                                 std::to_string(rows) + "]");
   }
   const GgmlTypeLayout& layout = LayoutOf(*type);
-  if (cols % layout.block_size != 0) {
-    return InvalidArgumentError("tensor '" + name + "' rows are not whole blocks");
+  if (cols % layout.block_size != 0) {  // the parser refuses such files; views may not
+    return InvalidArgumentError("tensor '" + name + "' has rows of " + std::to_string(cols) +
+                                " elements, not a multiple of the " + std::string(layout.name) +
+                                " block size " + std::to_string(layout.block_size));
   }
   return WeightMatrix{*type, t->data, rows, cols, cols / layout.block_size * layout.type_size};
 }
@@ -62,20 +76,23 @@ StatusOr<WeightMatrix> LoadMatrix(const GgufFile& file, const std::string& name,
 StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& c,
                                    const ModelFamily& family) {
   ModelWeights w;
+  F32Copies copies;
   TM_ASSIGN_OR_RETURN(w.token_embd, LoadMatrix(file, "token_embd.weight", c.n_embd, c.n_vocab));
-  TM_ASSIGN_OR_RETURN(w.output_norm, LoadVector(file, "output_norm.weight", c.n_embd));
+  TM_ASSIGN_OR_RETURN(w.output_norm, LoadVector(file, "output_norm.weight", c.n_embd, copies));
   if (c.tied_output) {
     w.output = w.token_embd;
   } else {
     TM_ASSIGN_OR_RETURN(w.output, LoadMatrix(file, "output.weight", c.n_embd, c.n_vocab));
   }
   if (file.FindTensor("rope_freqs.weight") != nullptr) {
-    TM_ASSIGN_OR_RETURN(w.rope_freqs, LoadVector(file, "rope_freqs.weight", c.n_rot / 2));
+    TM_ASSIGN_OR_RETURN(w.rope_freqs,
+                        LoadVector(file, "rope_freqs.weight", c.n_rot / 2, copies));
   }
   for (int i = 0; i < c.n_layers; ++i) {
-    TM_ASSIGN_OR_RETURN(LayerWeights l, family.load_layer(file, c, i));
+    TM_ASSIGN_OR_RETURN(LayerWeights l, family.load_layer(file, c, i, copies));
     w.layers.push_back(l);
   }
+  w.f32_copies = std::make_shared<const F32Copies>(std::move(copies));
   return w;
 }
 

@@ -1,8 +1,11 @@
-// The weights of a model as views into the GGUF memory map: nothing is copied or
-// dequantized at load. Shapes and types are checked against the config. The model-wide
-// tensors are loaded here, each layer's by its family (model/arch/).
+// The weights of a model as views into the GGUF memory map: matrices are neither copied nor
+// dequantized at load (any type CpuComputesWith accepts, each its own), and only norms and
+// biases that the file holds in f16 or bf16 are converted to f32 once. Shapes and types are
+// checked against the config. The model-wide tensors are loaded here, each layer's by its
+// family (model/arch/).
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,22 +27,29 @@ struct LayerWeights {
   WeightMatrix gate, up, down;
 };
 
+// Norms and biases converted to f32 at load; the spans of the weights point into them (a moved
+// or reallocated outer vector keeps each inner buffer where it was).
+using F32Copies = std::vector<std::vector<float>>;
+
 struct ModelWeights {
   WeightMatrix token_embd;  // n_vocab rows of n_embd
   std::span<const float> output_norm;
   WeightMatrix output;  // token_embd when tied
   std::span<const float> rope_freqs;  // empty unless the file has rope_freqs.weight
   std::vector<LayerWeights> layers;
+  std::shared_ptr<const F32Copies> f32_copies;  // shared by copies of these weights
 };
 
 StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& config,
                                    const ModelFamily& family);
 
-// The f32 vector `name` of n elements (norms, biases, frequency factors).
+// The vector `name` of n elements (norms, biases, frequency factors) as f32: a view of an f32
+// tensor, or an f16/bf16 one converted into `copies`.
 StatusOr<std::span<const float>> LoadVector(const GgufFile& file, const std::string& name,
-                                            int64_t n);
+                                            int64_t n, F32Copies& copies);
 // The matrix `name` of `rows` outputs by `cols` inputs (ggml shape [cols, rows]), of a type
-// the kernels compute with.
+// the kernels compute with (CpuComputesWith); other types are refused naming the tensor, its
+// type and the supported ones.
 StatusOr<WeightMatrix> LoadMatrix(const GgufFile& file, const std::string& name, int64_t cols,
                                   int64_t rows);
 

@@ -19,9 +19,10 @@ struct ModelFamily {
   // The family's own hyper-parameters, after the keys every family shares (LoadModelConfig);
   // refuses by name what the family cannot run.
   Status (*read_config)(const GgufFile& file, ModelConfig& config);
-  // The tensors of layer `layer` (blk.<layer>.*), checked against the config.
+  // The tensors of layer `layer` (blk.<layer>.*), checked against the config; vectors not in
+  // f32 are converted into `f32_copies` (LoadVector).
   StatusOr<LayerWeights> (*load_layer)(const GgufFile& file, const ModelConfig& config,
-                                       int layer);
+                                       int layer, F32Copies& f32_copies);
   // One step's graph, from the embedding to the logits.
   void (*forward)(const ModelConfig& config, const ModelWeights& weights, ForwardBlocks& blocks);
 };

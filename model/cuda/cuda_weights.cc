@@ -2,7 +2,10 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/kernel_math.h"
 
 namespace tokenmill::cuda {
 namespace {
@@ -16,6 +19,14 @@ StatusOr<DeviceVector> UploadVector(std::span<const float> host, int64_t& bytes)
 }
 
 StatusOr<DeviceMatrix> UploadMatrix(const WeightMatrix& w, bool with_f16, int64_t& bytes) {
+  // The device kernels know the float types and Q4_0/Q4_1/Q8_0 (kernel_math.h); the CPU runs
+  // more (CpuComputesWith), so a model the CPU loads may still be one the GPU cannot run.
+  const auto type = static_cast<uint32_t>(w.type);
+  if (!IsQuantized(type) && type != kWF32 && type != kWF16 && type != kWBF16) {
+    return UnimplementedError("the CUDA forward pass does not run " + std::string(NameOf(w.type)) +
+                              " weights yet (it runs f32, f16, bf16, q4_0, q4_1, q8_0): serve "
+                              "this model on the CPU");
+  }
   DeviceMatrix m;
   TM_ASSIGN_OR_RETURN(m.raw, DeviceBuffer::CopyOf(w.data, w.rows * w.row_bytes));
   m.view = DeviceWeight{static_cast<uint32_t>(w.type), m.raw.as<const uint8_t>(), w.rows, w.cols,

@@ -41,6 +41,7 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
       "regrouped for the CPU kernels ({:.2f} s)",
       config.n_layers, config.n_embd, config.n_heads, config.n_kv_heads, config.n_vocab,
       config.context_length, FormatBytes(model->cpu_copy_bytes()), SecondsSince(start));
+  spdlog::info("weights by type: {}", FormatTypeMix(TypeMix(model->file())));
 
   start = std::chrono::steady_clock::now();
   TM_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(model->file()));

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "common/byte_size.h"
 #include "tests/gguf/gguf_builder.h"
 
 namespace tokenmill {
@@ -160,6 +161,11 @@ TEST(GgufTest, BadValuesAndTensorInfos) {
   EXPECT_THAT(ParseError(GgufBuilder().Tensor("t", 99, {32}, {}).Build()), HasSubstr("unknown tensor type 99"));
   EXPECT_THAT(ParseError(GgufBuilder().Tensor("t", 2, {33}, std::vector<uint8_t>(40)).Build()),
               HasSubstr("not a multiple of the q4_0 block size 32"));
+  // SmolLM2's 576-wide rows in a 256-element K-quant block; a block-32 type of 48.
+  EXPECT_THAT(ParseError(GgufBuilder().Tensor("w", 12, {576, 2}, std::vector<uint8_t>(640)).Build()),
+              HasSubstr("tensor 'w' has rows of 576 elements, not a multiple of the q4_k block size 256"));
+  EXPECT_THAT(ParseError(GgufBuilder().Tensor("w", 7, {48}, std::vector<uint8_t>(48)).Build()),
+              HasSubstr("tensor 'w' has rows of 48 elements, not a multiple of the q5_1 block size 32"));
   EXPECT_THAT(ParseError(GgufBuilder().Tensor("t", 0, {1, 1, 1, 1, 1}, F32Data(1)).Build()),
               HasSubstr("5 dimensions"));
   EXPECT_THAT(ParseError(GgufBuilder().Tensor("t", 0, {4, 0}, {}).Build()), HasSubstr("invalid shape"));
@@ -173,10 +179,38 @@ TEST(GgufTest, TensorDataOutOfBoundsMisalignedOrOverlapping) {
   // Declared 64 elements but only 8 bytes of data follow.
   EXPECT_THAT(ParseError(GgufBuilder().Tensor("t", 0, {64}, F32Data(2)).Build()),
               HasSubstr("'t' lies beyond the end of the file"));
+  // Two IQ4_NL blocks (2 × 18 bytes) declared, one present; Q5_0 tensors sharing bytes.
+  EXPECT_THAT(ParseError(GgufBuilder().Tensor("t", 20, {64}, std::vector<uint8_t>(18)).Build()),
+              HasSubstr("'t' lies beyond the end of the file (offset 0, 36 bytes"));
+  EXPECT_THAT(ParseError(GgufBuilder()
+                             .Tensor("a", 6, {64}, std::vector<uint8_t>(44), 0)
+                             .Tensor("b", 6, {32}, std::vector<uint8_t>(22), 32)
+                             .Build()),
+              HasSubstr("'a' and 'b' overlap"));
   EXPECT_THAT(ParseError(GgufBuilder().Tensor("t", 0, {4}, F32Data(4), 8).Build()),
               HasSubstr("not a multiple of the alignment 32"));
   EXPECT_THAT(ParseError(GgufBuilder().Tensor("a", 0, {16}, F32Data(16), 0).Tensor("b", 0, {8}, F32Data(8), 32).Build()),
               HasSubstr("'a' and 'b' overlap"));
+}
+
+TEST(GgufTest, TypeMixCountsTensorsAndBytesPerTypeMostBytesFirst) {
+  const std::vector<uint8_t> bytes = GgufBuilder()
+                                         .Tensor("norm", 0, {4}, F32Data(4))
+                                         .Tensor("a", 3, {64}, std::vector<uint8_t>(40))
+                                         .Tensor("b", 3, {32}, std::vector<uint8_t>(20))
+                                         .Build();
+  const StatusOr<GgufFile> file = GgufFile::Parse(bytes);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  const std::vector<GgufTypeTotal> mix = TypeMix(*file);
+  ASSERT_EQ(mix.size(), 2u);
+  EXPECT_EQ(mix[0].type, "q4_1");
+  EXPECT_EQ(mix[0].tensors, 2);
+  EXPECT_EQ(mix[0].bytes, 60);
+  EXPECT_EQ(mix[1].type, "f32");
+  EXPECT_EQ(mix[1].tensors, 1);
+  EXPECT_EQ(mix[1].bytes, 16);
+  EXPECT_EQ(FormatTypeMix(mix),
+            "q4_1: 2 tensors, " + FormatBytes(60) + "; f32: 1 tensor, " + FormatBytes(16));
 }
 
 TEST(GgufTest, OpenReportsMissingFilesByPath) {

@@ -2,9 +2,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
 #include <vector>
 
+#include "kernels/half.h"
 #include "model/model.h"
 #include "tests/gguf/gguf_builder.h"
 
@@ -14,16 +16,18 @@ namespace {
 using ::testing::HasSubstr;
 using testing::GgufBuilder;
 
-constexpr uint32_t kF32 = 0, kQ4_1 = 3, kQ5_0 = 6, kQ8_0 = 8;
+constexpr uint32_t kF32 = 0, kF16 = 1, kQ4_1 = 3, kQ5_0 = 6, kQ8_0 = 8, kBF16 = 30;
 
-std::vector<uint8_t> Zeros(size_t bytes) { return std::vector<uint8_t>(bytes, 0); }
-
-// A one-layer model of width 32 (2 heads of 16, 1 KV head, vocabulary 8), every tensor f32
-// except attn_q, whose ggml type is `q_type` (bytes per 32 elements: `q_block_bytes`).
+// A one-layer model of width `width` (2 heads of width / 2, 1 KV head, vocabulary 8), every
+// tensor f32 except attn_q (ggml type `q_type`), token_embd (`embd_type`) and attn_norm
+// (`norm_type`). Tensor bytes are `fill` (0: all zero).
 struct TinyModel {
   std::string arch = "llama";
+  uint64_t width = 32;
   uint32_t q_type = kF32;
-  size_t q_block_bytes = 128;
+  uint32_t embd_type = kF32;
+  uint32_t norm_type = kF32;
+  uint8_t fill = 0;
   bool qkv_bias = false;
   bool rope_freqs = false;
   bool output = false;
@@ -33,40 +37,46 @@ struct TinyModel {
   std::vector<uint8_t> Build() const {
     GgufBuilder b;
     const std::string p = arch + ".";
+    const uint64_t w = width;
     b.KeyString("general.architecture", arch)
         .KeyU32(p + "block_count", 1)
-        .KeyU32(p + "embedding_length", 32)
+        .KeyU32(p + "embedding_length", static_cast<uint32_t>(w))
         .KeyU32(p + "attention.head_count", 2)
         .KeyU32(p + "attention.head_count_kv", 1)
-        .KeyU32(p + "feed_forward_length", 64)
+        .KeyU32(p + "feed_forward_length", static_cast<uint32_t>(2 * w))
         .KeyU32(p + "context_length", 256)
         .KeyF32(p + "attention.layer_norm_rms_epsilon", 1e-6f)
         .KeyF32(p + "rope.freq_base", 500000.0f);
     for (const auto& [k, v] : extra_strings) b.KeyString(p + k, v);
     for (const auto& [k, v] : extra_floats) b.KeyF32(p + k, v);
-    auto f32 = [&](const std::string& name, std::vector<uint64_t> shape) {
+    auto tensor = [&](const std::string& name, uint32_t type, std::vector<uint64_t> shape) {
+      const GgmlTypeLayout layout = *FindGgmlType(type);
       uint64_t n = 1;
       for (uint64_t d : shape) n *= d;
-      b.Tensor(name, kF32, shape, Zeros(n * 4));
+      const auto bytes = static_cast<size_t>(n / layout.block_size * layout.type_size);
+      b.Tensor(name, type, shape, std::vector<uint8_t>(bytes, fill));
     };
-    f32("token_embd.weight", {32, 8});
-    f32("output_norm.weight", {32});
-    if (output) f32("output.weight", {32, 8});
-    if (rope_freqs) f32("rope_freqs.weight", {8});
-    f32("blk.0.attn_norm.weight", {32});
-    b.Tensor("blk.0.attn_q.weight", q_type, {32, 32}, Zeros(32 * q_block_bytes));
-    f32("blk.0.attn_k.weight", {32, 16});
-    f32("blk.0.attn_v.weight", {32, 16});
+    auto f32 = [&](const std::string& name, std::vector<uint64_t> shape) {
+      tensor(name, kF32, std::move(shape));
+    };
+    tensor("token_embd.weight", embd_type, {w, 8});
+    f32("output_norm.weight", {w});
+    if (output) f32("output.weight", {w, 8});
+    if (rope_freqs) f32("rope_freqs.weight", {w / 4});
+    tensor("blk.0.attn_norm.weight", norm_type, {w});
+    tensor("blk.0.attn_q.weight", q_type, {w, w});
+    f32("blk.0.attn_k.weight", {w, w / 2});
+    f32("blk.0.attn_v.weight", {w, w / 2});
     if (qkv_bias) {
-      f32("blk.0.attn_q.bias", {32});
-      f32("blk.0.attn_k.bias", {16});
-      f32("blk.0.attn_v.bias", {16});
+      f32("blk.0.attn_q.bias", {w});
+      f32("blk.0.attn_k.bias", {w / 2});
+      f32("blk.0.attn_v.bias", {w / 2});
     }
-    f32("blk.0.attn_output.weight", {32, 32});
-    f32("blk.0.ffn_norm.weight", {32});
-    f32("blk.0.ffn_gate.weight", {32, 64});
-    f32("blk.0.ffn_up.weight", {32, 64});
-    f32("blk.0.ffn_down.weight", {64, 32});
+    f32("blk.0.attn_output.weight", {w, w});
+    f32("blk.0.ffn_norm.weight", {w});
+    f32("blk.0.ffn_gate.weight", {w, 2 * w});
+    f32("blk.0.ffn_up.weight", {w, 2 * w});
+    f32("blk.0.ffn_down.weight", {2 * w, w});
     return b.Build();
   }
 };
@@ -108,7 +118,6 @@ TEST(ModelLoadTest, ReadsTheConfigAndViewsTheWeightsInPlace) {
 TEST(ModelLoadTest, CpuWeightsRegroupQ4_1MatricesIntoTheModelsOwnCopy) {
   TinyModel tiny;
   tiny.q_type = kQ4_1;
-  tiny.q_block_bytes = 20;
   const std::vector<uint8_t> bytes = tiny.Build();
   StatusOr<std::unique_ptr<Model>> model = Load(bytes);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
@@ -132,7 +141,6 @@ TEST(ModelLoadTest, CpuWeightsRegroupQ4_1MatricesIntoTheModelsOwnCopy) {
 TEST(ModelLoadTest, CpuWeightsRegroupQ8_0MatricesToo) {
   TinyModel tiny;
   tiny.q_type = kQ8_0;
-  tiny.q_block_bytes = 34;
   StatusOr<std::unique_ptr<Model>> model = Load(tiny.Build());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   EXPECT_EQ((*model)->cpu_weights().layers[0].q.layout, WeightLayout::kRowGroups16);
@@ -183,18 +191,78 @@ TEST(ModelLoadTest, RefusesWhatItCannotRunByName) {
   ASSERT_FALSE(gpt2.ok());
   EXPECT_THAT(gpt2.status().message(), HasSubstr("architecture 'gpt2' is not supported"));
 
-  TinyModel q5_model;
-  q5_model.q_type = kQ5_0;
-  q5_model.q_block_bytes = 22;
-  const StatusOr<std::unique_ptr<Model>> q5 = Load(q5_model.Build());
-  ASSERT_FALSE(q5.ok());
-  EXPECT_THAT(q5.status().message(), HasSubstr("'blk.0.attn_q.weight' has type q5_0"));
-
   TinyModel yarn;
   yarn.extra_strings = {{"rope.scaling.type", "yarn"}};
   const StatusOr<std::unique_ptr<Model>> yarn_model = Load(yarn.Build());
   ASSERT_FALSE(yarn_model.ok());
   EXPECT_THAT(yarn_model.status().message(), HasSubstr("RoPE scaling 'yarn'"));
+}
+
+// Types the CPU does not run (IQ1-IQ3, TQ, MXFP4, and K-quants until their kernels come) are
+// refused naming the tensor, its type and what is supported.
+TEST(ModelLoadTest, RefusesTypesItDoesNotRunNamingTheTensorAndTheSupportedOnes) {
+  for (const uint32_t id : {19u, 29u, 16u, 17u, 22u, 18u, 21u, 34u, 35u, 39u, 10u, 14u, 23u}) {
+    const GgmlTypeLayout layout = *FindGgmlType(id);
+    if (ToTensorType(id) && CpuComputesWith(*ToTensorType(id))) continue;  // runs now
+    TinyModel tiny;
+    tiny.width = 256;
+    tiny.q_type = id;
+    const StatusOr<std::unique_ptr<Model>> model = Load(tiny.Build());
+    ASSERT_FALSE(model.ok()) << layout.name;
+    EXPECT_THAT(model.status().message(),
+                HasSubstr("'blk.0.attn_q.weight' has type " + std::string(layout.name) +
+                          ", which tokenmill does not run (supported: " + CpuTensorTypeNames() +
+                          ")"));
+  }
+  EXPECT_THAT(CpuTensorTypeNames(), HasSubstr("q5_0, q5_1, q8_0, iq4_nl"));
+}
+
+// Every type the CPU runs loads as attn_q and as token_embd (whose rows the embedding
+// dequantizes one per token), in the file's layout unless RegroupRows takes it.
+TEST(ModelLoadTest, LoadsEveryTypeTheCpuRunsAsAMatrixOrTheEmbedding) {
+  for (TensorType type : AllTensorTypes()) {
+    if (!CpuComputesWith(type)) continue;
+    TinyModel tiny;
+    tiny.q_type = static_cast<uint32_t>(type);
+    tiny.embd_type = static_cast<uint32_t>(type);
+    const StatusOr<std::unique_ptr<Model>> model = Load(tiny.Build());
+    ASSERT_TRUE(model.ok()) << NameOf(type) << ": " << model.status().ToString();
+    const ModelWeights& cpu = (*model)->cpu_weights();
+    EXPECT_EQ(cpu.layers[0].q.type, type);
+    EXPECT_EQ(cpu.token_embd.type, type);
+    EXPECT_EQ(cpu.token_embd.layout, WeightLayout::kRows);
+    const bool regrouped = type == TensorType::kQ4_1 || type == TensorType::kQ8_0;
+    EXPECT_EQ(cpu.layers[0].q.layout,
+              regrouped ? WeightLayout::kRowGroups16 : WeightLayout::kRows)
+        << NameOf(type);
+  }
+}
+
+// Norms in f16 or bf16 are converted to f32 once, at load; f32 ones stay views of the file.
+TEST(ModelLoadTest, ConvertsF16AndBf16NormsToF32) {
+  for (const uint32_t type : {kF16, kBF16}) {
+    TinyModel tiny;
+    tiny.norm_type = type;
+    tiny.fill = 0x3c;  // every element 0x3c3c: 1.05859375 in f16, ~0.0115 in bf16
+    const std::vector<uint8_t> bytes = tiny.Build();
+    const StatusOr<std::unique_ptr<Model>> model = Load(bytes);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    const std::span<const float> norm = (*model)->weights().layers[0].attn_norm;
+    ASSERT_EQ(norm.size(), 32u);
+    const float want = type == kF16 ? HalfToFloat(0x3c3c) : Bf16ToFloat(0x3c3c);
+    for (float v : norm) EXPECT_EQ(v, want);
+    EXPECT_FALSE(reinterpret_cast<const uint8_t*>(norm.data()) >= bytes.data() &&
+                 reinterpret_cast<const uint8_t*>(norm.data()) < bytes.data() + bytes.size());
+    // The CPU's copy of the weights points at the same converted values.
+    EXPECT_EQ((*model)->cpu_weights().layers[0].attn_norm.data(), norm.data());
+  }
+  TinyModel quantized_norm;
+  quantized_norm.norm_type = kQ8_0;
+  const StatusOr<std::unique_ptr<Model>> refused = Load(quantized_norm.Build());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("'blk.0.attn_norm.weight' has type q8_0; tokenmill needs norms and "
+                        "biases in f32, f16 or bf16"));
 }
 
 }  // namespace
