@@ -9,6 +9,7 @@
 #include <exception>
 #include <string>
 
+#include "common/bearer_token.h"
 #include "server/openai/completion_handler.h"
 #include "server/openai/http_gateway.h"
 #include "server/openai/response_format.h"
@@ -174,15 +175,8 @@ bool Connection::Authorized(const HttpRequest& request) const {
   if (key.empty()) return true;
   const auto header = request.find(http::field::authorization);
   if (header == request.end()) return false;
-  std::string_view value(header->value().data(), header->value().size());
-  constexpr std::string_view kBearer = "Bearer ";
-  if (value.size() < kBearer.size() ||
-      !beast::iequals(beast::string_view(value.data(), kBearer.size()),
-                      beast::string_view(kBearer.data(), kBearer.size()))) {
-    return false;
-  }
-  value.remove_prefix(kBearer.size());
-  return ConstantTimeEquals(value, key);
+  return BearerTokenMatches(std::string_view(header->value().data(), header->value().size()),
+                            key);
 }
 
 asio::awaitable<void> Connection::Dispatch(const HttpRequest& request) {

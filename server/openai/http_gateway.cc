@@ -25,16 +25,6 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
 
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  // Every byte of `a` is compared whatever the lengths, so timing leaks only the length.
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const char other = b.empty() ? '\0' : b[i % b.size()];
-    diff |= static_cast<unsigned char>(a[i] ^ other);
-  }
-  return diff == 0;
-}
-
 namespace {
 
 asio::awaitable<void> Listen(tcp::acceptor& acceptor, GatewayContext& context) {

@@ -32,7 +32,4 @@ class HttpGateway {
   std::unique_ptr<Impl> impl_;
 };
 
-// Equal strings, in time that depends only on their lengths (API keys).
-bool ConstantTimeEquals(std::string_view a, std::string_view b);
-
 }  // namespace tokenmill::gateway

@@ -169,15 +169,6 @@ TEST(GatewayErrors, GrpcStatusesBecomeOpenAIStatuses) {
   EXPECT_EQ(shape["error"]["type"], "invalid_request_error");
 }
 
-TEST(GatewayAuth, ConstantTimeEquals) {
-  EXPECT_TRUE(ConstantTimeEquals("s3cret", "s3cret"));
-  EXPECT_FALSE(ConstantTimeEquals("s3cret", "s3creT"));
-  EXPECT_FALSE(ConstantTimeEquals("s3cre", "s3cret"));
-  EXPECT_FALSE(ConstantTimeEquals("s3cret!", "s3cret"));
-  EXPECT_FALSE(ConstantTimeEquals("", "s3cret"));
-  EXPECT_FALSE(ConstantTimeEquals("x", ""));
-}
-
 TEST(GatewayOptionsTest, EnvironmentVariablesAndChecks) {
   EXPECT_EQ(GatewayEnvName("--max-body-size"), "TOKENMILL_GATEWAY_MAX_BODY_SIZE");
   EXPECT_EQ(GatewayEnvName("--port"), "TOKENMILL_GATEWAY_PORT");
