@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "common/bearer_token.h"
 #include "server/grpc/generate_reactor.h"
 #include "server/grpc/request_builder.h"
 #include "server/grpc/status_conversion.h"
@@ -40,7 +41,20 @@ v1::SpecialToken SpecialTokenOf(const Tokenizer& tokenizer, TokenId id) {
 
 }  // namespace
 
-const ServingModel* InferenceService::ModelOrStatus(grpc::Status& status) const {
+const ServingModel* InferenceService::ModelOrStatus(const grpc::CallbackServerContext* context,
+                                                    grpc::Status& status) const {
+  if (!api_key_.empty()) {
+    const auto& metadata = context->client_metadata();
+    const auto header = metadata.find("authorization");
+    if (header == metadata.end() ||
+        !BearerTokenMatches(std::string_view(header->second.data(), header->second.size()),
+                            api_key_)) {
+      status = grpc::Status(grpc::UNAUTHENTICATED,
+                            "missing or wrong API key: send the metadata 'authorization: Bearer "
+                            "<key>' with the server's --api-key");
+      return nullptr;
+    }
+  }
   const ServingModel* model = model_.load(std::memory_order_acquire);
   if (model == nullptr) {
     status = grpc::Status(grpc::UNAVAILABLE, "the model is still loading: retry shortly");
@@ -49,9 +63,9 @@ const ServingModel* InferenceService::ModelOrStatus(grpc::Status& status) const 
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
-    grpc::CallbackServerContext* /*context*/, const v1::GenerateRequest* request) {
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   grpc::Status status;
-  const ServingModel* model = ModelOrStatus(status);
+  const ServingModel* model = ModelOrStatus(context, status);
   if (model == nullptr) return new RefusedStream(status);
   if (draining_.load(std::memory_order_acquire)) {
     return new RefusedStream(grpc::Status(
@@ -72,7 +86,7 @@ grpc::ServerUnaryReactor* InferenceService::Tokenize(grpc::CallbackServerContext
                                                      const v1::TokenizeRequest* request,
                                                      v1::TokenizeResponse* response) {
   grpc::Status status;
-  const ServingModel* model = ModelOrStatus(status);
+  const ServingModel* model = ModelOrStatus(context, status);
   if (model == nullptr) return FinishUnary(context, status);
   StatusOr<TokenizedPrompt> prompt = TokenizeRequestInput(*request, ContextOf(*model));
   if (!prompt.ok()) return FinishUnary(context, ToGrpcStatus(prompt.status()));
@@ -85,7 +99,7 @@ grpc::ServerUnaryReactor* InferenceService::Detokenize(grpc::CallbackServerConte
                                                        const v1::DetokenizeRequest* request,
                                                        v1::DetokenizeResponse* response) {
   grpc::Status status;
-  const ServingModel* model = ModelOrStatus(status);
+  const ServingModel* model = ModelOrStatus(context, status);
   if (model == nullptr) return FinishUnary(context, status);
   const int32_t vocab_size = model->tokenizer.vocab_size();
   for (int i = 0; i < request->token_ids().size(); ++i) {
@@ -110,7 +124,7 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
                                                          const v1::GetModelInfoRequest*,
                                                          v1::ModelInfo* response) {
   grpc::Status status;
-  const ServingModel* model = ModelOrStatus(status);
+  const ServingModel* model = ModelOrStatus(context, status);
   if (model == nullptr) return FinishUnary(context, status);
   const ModelConfig& config = model->model->config();
   const Tokenizer& tokenizer = model->tokenizer;

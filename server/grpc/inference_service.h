@@ -1,6 +1,7 @@
 // The tokenmill.v1.Inference service on gRPC's callback API. It answers UNAVAILABLE until a
 // model is attached (the server starts listening before the model loads, so health checks
-// see NOT_SERVING) and refuses new Generate calls once draining begins.
+// see NOT_SERVING) and refuses new Generate calls once draining begins. With an API key, every
+// call without "authorization: Bearer <key>" gets UNAUTHENTICATED before anything else runs.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -8,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 #include "server/grpc/serving_model.h"
 #include "server/grpc/stream_counter.h"
@@ -18,7 +20,9 @@ namespace tokenmill::server {
 
 class InferenceService final : public v1::Inference::CallbackService {
  public:
-  explicit InferenceService(RequestMetrics& metrics) : metrics_(metrics) {}
+  // `api_key`: empty for none.
+  InferenceService(RequestMetrics& metrics, std::string api_key)
+      : metrics_(metrics), api_key_(std::move(api_key)) {}
 
   // Serves `model` from now on; it must outlive the calls (wait for the streams to end).
   void Attach(ServingModel* model) { model_.store(model, std::memory_order_release); }
@@ -39,10 +43,13 @@ class InferenceService final : public v1::Inference::CallbackService {
                                          v1::ModelInfo* response) override;
 
  private:
-  // The attached model, or null with `status` set to why calls cannot be served.
-  const ServingModel* ModelOrStatus(grpc::Status& status) const;
+  // The attached model, or null with `status` set to why calls cannot be served: a missing
+  // or wrong API key, or a model still loading.
+  const ServingModel* ModelOrStatus(const grpc::CallbackServerContext* context,
+                                    grpc::Status& status) const;
 
   RequestMetrics& metrics_;
+  const std::string api_key_;
   std::atomic<const ServingModel*> model_{nullptr};
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_request_number_{1};

@@ -20,6 +20,7 @@
 #include "common/logging.h"
 #include "server/grpc/inference_service.h"
 #include "server/grpc/json_log_formatter.h"
+#include "server/grpc/server_credentials.h"
 #include "server/grpc/server_options.h"
 #include "server/grpc/serving_model.h"
 #include "server/grpc/shutdown_signals.h"
@@ -67,9 +68,13 @@ int Run(const ServerOptions& options) {
   StatusOr<EngineConfig> engine_config = MakeEngineConfig(options, AvailableMemoryBytes());
   if (!engine_config.ok()) return Fail(engine_config.status());
 
-  ShutdownSignals signals;  // before any other thread starts
+  ShutdownSignals signals;  // before any other thread starts (gRPC's credentials start some)
+  StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options);
+  if (!credentials.ok()) return Fail(credentials.status());
+  const bool tls = !options.tls_cert_path.empty();
   RequestMetrics request_metrics;
-  InferenceService service(request_metrics);
+  InferenceService service(request_metrics, options.api_key);
   std::atomic<const ServingModel*> serving_model{nullptr};
 
   std::unique_ptr<MetricsHttpServer> metrics;
@@ -92,19 +97,22 @@ int Run(const ServerOptions& options) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(HostPort(options.host, options.port),
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(HostPort(options.host, options.port), *credentials, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return Fail(UnavailableError("cannot listen on " + HostPort(options.host, options.port) +
-                                 ": is the port taken? choose another --port"));
+    return Fail(UnavailableError(
+        "cannot listen on " + HostPort(options.host, options.port) +
+        ": is the port taken? choose another --port" +
+        (tls ? "; or --tls-key is not the key of --tls-cert" : "")));
   }
   // The default health service starts out SERVING: say otherwise before the log line that
   // tells clients where to connect.
   SetHealth(*server, false);
-  spdlog::info("listening on {} (gRPC); health NOT_SERVING while the model loads",
-               HostPort(options.host, port));
+  spdlog::info("listening on {} (gRPC){}{}; health NOT_SERVING while the model loads",
+               HostPort(options.host, port),
+               tls ? (options.tls_client_ca_path.empty() ? " over TLS" : " over mutual TLS") : "",
+               options.api_key.empty() ? "" : ", API key required");
 
   StatusOr<std::unique_ptr<ServingModel>> loaded = LoadServingModel(options, *engine_config);
   if (!loaded.ok()) {

@@ -74,6 +74,19 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
   AddOption(app, "--draft-model", o.draft_model_path,
             "GGUF draft model for --spec draft (same vocabulary as --model)")
       ->check(CLI::ExistingFile);
+  AddOption(app, "--tls-cert", o.tls_cert_path,
+            "PEM certificate chain: the gRPC port speaks TLS (with --tls-key)")
+      ->check(CLI::ExistingFile);
+  AddOption(app, "--tls-key", o.tls_key_path, "PEM private key of --tls-cert")
+      ->check(CLI::ExistingFile);
+  AddOption(app, "--tls-client-ca", o.tls_client_ca_path,
+            "PEM CA certificates: clients must present a certificate one of them signed (mTLS)")
+      ->check(CLI::ExistingFile);
+  // No capture_default_str: the key must never show in --help.
+  app.add_option("--api-key", o.api_key,
+                 "tokenmill.v1.Inference calls must send the metadata 'authorization: Bearer "
+                 "<key>' (empty: no key; prefer the variable, command lines are visible)")
+      ->envname(EnvNameOfFlag("--api-key"));
   AddOption(app, "--drain-timeout", o.drain_timeout_seconds,
             "seconds SIGTERM/SIGINT lets in-flight requests finish before aborting them")
       ->check(CLI::NonNegativeNumber);

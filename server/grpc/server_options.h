@@ -32,6 +32,12 @@ struct ServerOptions {
   std::string spec = "none";  // speculative decoding: none, ngram or draft
   int spec_tokens = 4;        // most draft tokens per request and step
   std::string draft_model_path;  // --spec draft: a GGUF with the model's vocabulary
+  // TLS on the gRPC port: a PEM certificate chain and its key; with a client CA, clients must
+  // present a certificate it signed (mTLS). All empty: plaintext.
+  std::string tls_cert_path;
+  std::string tls_key_path;
+  std::string tls_client_ca_path;
+  std::string api_key;  // tokenmill.v1.Inference asks for "authorization: Bearer <key>"
   double drain_timeout_seconds = 30.0;
   std::string log_level = "info";
   bool log_json = false;
