@@ -80,9 +80,11 @@ int Run(const ServerOptions& options) {
   std::unique_ptr<MetricsHttpServer> metrics;
   const MetricsCompat compat =
       options.metrics_compat == "vllm" ? MetricsCompat::kVllm : MetricsCompat::kNone;
+  const std::string& metrics_host =
+      options.metrics_host.empty() ? options.host : options.metrics_host;
   if (options.metrics_port >= 0) {
     StatusOr<std::unique_ptr<MetricsHttpServer>> started = MetricsHttpServer::Start(
-        options.host, options.metrics_port, [&serving_model, &request_metrics, compat] {
+        metrics_host, options.metrics_port, [&serving_model, &request_metrics, compat] {
           const ServingModel* model = serving_model.load(std::memory_order_acquire);
           if (model == nullptr) return RenderMetrics({}, std::nullopt, request_metrics, compat);
           return RenderMetrics({model->name, model->block_size}, model->engine->Stats(),
@@ -90,7 +92,7 @@ int Run(const ServerOptions& options) {
         });
     if (!started.ok()) return Fail(started.status());
     metrics = std::move(*started);
-    spdlog::info("metrics on http://{}/metrics", HostPort(options.host, metrics->port()));
+    spdlog::info("metrics on http://{}/metrics", HostPort(metrics_host, metrics->port()));
   }
 
   grpc::EnableDefaultHealthCheckService(true);

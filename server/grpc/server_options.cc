@@ -35,6 +35,9 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
   AddOption(app, "--metrics-port", o.metrics_port,
             "Prometheus /metrics port (0: any free port, -1: none)")
       ->check(CLI::Range(-1, 65535));
+  AddOption(app, "--metrics-host", o.metrics_host,
+            "address of the metrics endpoint (default: --host), e.g. the pod's address while "
+            "gRPC stays on loopback");
   AddOption(app, "--metrics-compat", o.metrics_compat,
             "none, or vllm: /metrics also serves vLLM's names (vllm:num_requests_waiting, "
             "vllm:kv_cache_usage_perc, ...), which inference gateways' endpoint pickers read")

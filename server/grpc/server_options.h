@@ -17,6 +17,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 50051;          // 0: any free port (logged)
   int metrics_port = 8002;   // 0: any free port (logged); -1: no metrics endpoint
+  std::string metrics_host;  // empty: --host
   std::string metrics_compat = "none";  // vllm: also vLLM's names, for inference gateways
   int threads = 0;           // 0: all cores
   std::string device = "cpu";

@@ -137,8 +137,11 @@ def test_probes_ask_the_servers_health(rendered, overlay):
         assert command[:2] == ["tokenmill-health", address], (probe, command)
     startup = server["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 300  # a model's load
-    # Liveness must not fail while draining (health NOT_SERVING then): the port, not health.
-    assert server["livenessProbe"]["tcpSocket"]["port"] == "grpc"
+    # Liveness must not fail while draining (health NOT_SERVING then): HTTP, not health.
+    assert server["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    # gRPC only on loopback, the metrics on the pod's address.
+    assert env(server)["TOKENMILL_HOST"] == "127.0.0.1"
+    assert env(server)["TOKENMILL_METRICS_HOST"] == "0.0.0.0"
     gateway = container(pod, "gateway")
     assert gateway["readinessProbe"]["httpGet"]["path"] == "/health"
     assert env(gateway)["TOKENMILL_GATEWAY_BACKEND"] == address

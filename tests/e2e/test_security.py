@@ -51,6 +51,16 @@ def test_both_binaries_listen_on_loopback_only_by_default(server, gateway):
         assert addresses and set(addresses) <= loopback, (port, addresses)
 
 
+def test_metrics_host_opens_only_the_metrics_port():
+    """--metrics-host 0.0.0.0 (deploy/kubernetes/): Prometheus reaches the metrics, gRPC stays
+    on loopback."""
+    with Server("--metrics-host", "0.0.0.0", wait_ready=False) as s:
+        assert s.wait_for_log(r"metrics on http://0\.0\.0\.0:\d+/metrics")
+        loopback = {"0100007F", "0000000000000000FFFF00000100007F"}
+        assert set(listening_addresses(s.port)) <= loopback
+        assert set(listening_addresses(s.metrics_port)) == {"00000000"}
+
+
 def test_no_request_names_a_model_file_to_load(server, gateway):
     # gRPC: no field of any request message can carry a model, path or file name.
     def names(descriptor, seen):
