@@ -1,7 +1,8 @@
 // tokenmill-health: asks a gRPC server's standard health service
 // (grpc.health.v1.Health/Check) whether it is SERVING. Exit 0 if it is, 1 otherwise, with the
 // answer on stdout: the container HEALTHCHECK of tokenmill-server (docker/), where neither
-// grpcurl nor Python is installed.
+// grpcurl nor Python is installed. --tls-ca (and, for mutual TLS, --tls-cert and --tls-key)
+// probe a server that speaks TLS.
 //
 // The two health messages have one field each, so they are written and read here by hand
 // rather than compiled from grpc's health.proto, which Debian does not ship.
@@ -11,11 +12,13 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -91,9 +94,47 @@ std::string ToString(const grpc::ByteBuffer& buffer) {
   return out;
 }
 
-int Probe(const std::string& address, const std::string& service, double timeout_seconds) {
+struct TlsFiles {
+  std::string ca_path;  // empty: plaintext
+  std::string cert_path;
+  std::string key_path;
+  std::string server_name;  // empty: the address's host
+};
+
+std::optional<std::string> ReadFile(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::stringstream text;
+  text << file.rdbuf();
+  if (!file) return std::nullopt;
+  return text.str();
+}
+
+// The channel's credentials; nullptr (after saying which file) when a file is unreadable.
+std::shared_ptr<grpc::ChannelCredentials> Credentials(const TlsFiles& tls) {
+  if (tls.ca_path.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  for (const auto& [path, field] : {std::pair{tls.ca_path, &ssl.pem_root_certs},
+                                    std::pair{tls.cert_path, &ssl.pem_cert_chain},
+                                    std::pair{tls.key_path, &ssl.pem_private_key}}) {
+    if (path.empty()) continue;
+    std::optional<std::string> text = ReadFile(path);
+    if (!text) {
+      std::cout << "error: cannot read " << path << "\n";
+      return nullptr;
+    }
+    *field = std::move(*text);
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+int Probe(const std::string& address, const std::string& service, double timeout_seconds,
+          const TlsFiles& tls) {
+  const std::shared_ptr<grpc::ChannelCredentials> credentials = Credentials(tls);
+  if (credentials == nullptr) return 1;
+  grpc::ChannelArguments arguments;
+  if (!tls.server_name.empty()) arguments.SetSslTargetNameOverride(tls.server_name);
   const std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+      grpc::CreateCustomChannel(address, credentials, arguments);
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
@@ -136,6 +177,21 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", timeout_seconds, "seconds to wait for the answer")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  TlsFiles tls;
+  CLI::Option* ca = app.add_option("--tls-ca", tls.ca_path,
+                                   "PEM CA certificates: the server speaks TLS, signed by one")
+                        ->check(CLI::ExistingFile);
+  CLI::Option* cert = app.add_option("--tls-cert", tls.cert_path,
+                                     "PEM client certificate, for a server with mutual TLS")
+                          ->check(CLI::ExistingFile)
+                          ->needs(ca);
+  app.add_option("--tls-key", tls.key_path, "PEM private key of --tls-cert")
+      ->check(CLI::ExistingFile)
+      ->needs(cert);
+  cert->needs(app.get_option("--tls-key"));
+  app.add_option("--tls-server-name", tls.server_name,
+                 "the name the server's certificate must carry (default: the address's host)")
+      ->needs(ca);
   CLI11_PARSE(app, argc, argv);
-  return Probe(address, service, timeout_seconds);
+  return Probe(address, service, timeout_seconds, tls);
 }

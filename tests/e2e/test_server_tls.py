@@ -11,9 +11,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from process_harness import EXIT_TIMEOUT_S, RPC_TIMEOUT_S
-from server_harness import DEFAULT_MODEL, SERVER_BIN, Server, pb2, pb2_grpc
+from server_harness import BIN_DIR, DEFAULT_MODEL, SERVER_BIN, Server, pb2, pb2_grpc
 
 API_KEY = "tm-test-key-1b2c3d"
+PROBE = BIN_DIR / "tokenmill-health"
 
 
 def openssl(*args, cwd):
@@ -128,6 +129,24 @@ def test_health_needs_no_key(tls_server, pki):
         assert status == health_pb2.HealthCheckResponse.SERVING
 
 
+def probe(server, *args):
+    return subprocess.run([str(PROBE), f"127.0.0.1:{server.port}", *map(str, args)],
+                          capture_output=True, text=True, timeout=EXIT_TIMEOUT_S)
+
+
+def test_tokenmill_health_probes_over_tls(tls_server, pki):
+    served = probe(tls_server, "--tls-ca", pki / "ca.crt")
+    assert (served.returncode, served.stdout) == (0, "SERVING\n")
+    assert probe(tls_server).returncode == 1  # plaintext to a TLS port
+    assert probe(tls_server, "--tls-ca", pki / "other-ca.crt").returncode == 1
+    named = probe(tls_server, "--tls-ca", pki / "ca.crt", "--tls-server-name", "localhost")
+    assert named.returncode == 0
+    wrong_name = probe(tls_server, "--tls-ca", pki / "ca.crt", "--tls-server-name", "example.org")
+    assert wrong_name.returncode == 1
+    half = probe(tls_server, "--tls-ca", pki / "ca.crt", "--tls-cert", pki / "client.crt")
+    assert half.returncode != 0 and "--tls-key" in half.stderr
+
+
 def test_plaintext_and_unknown_ca_clients_get_no_connection(tls_server, pki):
     with grpc.insecure_channel(f"127.0.0.1:{tls_server.port}") as channel:
         with pytest.raises(grpc.RpcError) as error:
@@ -149,6 +168,10 @@ def test_mutual_tls_needs_a_client_certificate_from_the_ca(pki):
             info = pb2_grpc.InferenceStub(channel).GetModelInfo(pb2.GetModelInfoRequest(),
                                                                 timeout=RPC_TIMEOUT_S)
             assert info.vocab_size > 0
+        mutual = probe(server, "--tls-ca", pki / "ca.crt", "--tls-cert", pki / "client.crt",
+                       "--tls-key", pki / "client.key")
+        assert mutual.returncode == 0, mutual.stdout
+        assert probe(server, "--tls-ca", pki / "ca.crt").returncode == 1
         for client in (None, "stranger"):
             with secure_channel(server, pki, client=client) as channel:
                 with pytest.raises(grpc.RpcError) as error:
