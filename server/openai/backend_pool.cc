@@ -6,9 +6,9 @@
 
 namespace tokenmill::gateway {
 
-Backend::Backend(std::string address)
+Backend::Backend(std::string address, const BackendSecurity& security)
     : address_(std::move(address)),
-      channel_(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials())),
+      channel_(MakeBackendChannel(address_, security)),
       stub_(v1::Inference::NewStub(channel_)),
       health_stub_(grpc::health::v1::Health::NewStub(channel_)) {}
 
@@ -74,13 +74,13 @@ BackendLease::BackendLease(Backend& backend) : backend_(backend) {
 BackendLease::~BackendLease() { backend_.in_flight_.fetch_sub(1, std::memory_order_relaxed); }
 
 BackendPool::BackendPool(const std::vector<std::string>& addresses,
-                         std::chrono::milliseconds interval, int affinity_max_imbalance,
-                         std::string served_model_name)
+                         const BackendSecurity& security, std::chrono::milliseconds interval,
+                         int affinity_max_imbalance, std::string served_model_name)
     : interval_(interval),
       affinity_max_imbalance_(affinity_max_imbalance),
       served_model_name_(std::move(served_model_name)) {
   for (const std::string& address : addresses) {
-    backends_.push_back(std::make_unique<Backend>(address));
+    backends_.push_back(std::make_unique<Backend>(address, security));
   }
   thread_ = std::thread([this] { HealthLoop(); });
 }

@@ -18,13 +18,14 @@
 #include <vector>
 
 #include "health.grpc.pb.h"
+#include "server/openai/backend_channel.h"
 #include "tokenmill/v1/inference.grpc.pb.h"
 
 namespace tokenmill::gateway {
 
 class Backend {
  public:
-  explicit Backend(std::string address);
+  Backend(std::string address, const BackendSecurity& security);
 
   const std::string& address() const { return address_; }
   v1::Inference::Stub& stub() { return *stub_; }
@@ -80,8 +81,9 @@ struct BackendChoice {
 class BackendPool {
  public:
   // Starts checking at once (the first round runs immediately).
-  BackendPool(const std::vector<std::string>& addresses, std::chrono::milliseconds interval,
-              int affinity_max_imbalance, std::string served_model_name);
+  BackendPool(const std::vector<std::string>& addresses, const BackendSecurity& security,
+              std::chrono::milliseconds interval, int affinity_max_imbalance,
+              std::string served_model_name);
   // Stops the health thread.
   ~BackendPool();
 

@@ -30,6 +30,19 @@ void AddGatewayOptions(CLI::App& app, GatewayOptions& o) {
   app.add_option("--api-key", o.api_key,
                  "clients must send 'Authorization: Bearer <key>' (empty: no key)")
       ->envname(GatewayEnvName("--api-key"));
+  AddOption(app, "--backend-tls-ca", o.backend_tls_ca,
+            "PEM CA certificates: the backends speak TLS, their certificates signed by one")
+      ->check(CLI::ExistingFile);
+  AddOption(app, "--backend-tls-cert", o.backend_tls_cert,
+            "PEM client certificate for backends with mutual TLS (with --backend-tls-key)")
+      ->check(CLI::ExistingFile);
+  AddOption(app, "--backend-tls-key", o.backend_tls_key, "PEM private key of --backend-tls-cert")
+      ->check(CLI::ExistingFile);
+  AddOption(app, "--backend-tls-server-name", o.backend_tls_server_name,
+            "the name the backends' certificates carry (default: each address's host)");
+  app.add_option("--backend-api-key", o.backend_api_key,
+                 "the backends' --api-key, sent on every call (empty: none)")
+      ->envname(GatewayEnvName("--backend-api-key"));
   AddOption(app, "--max-body-size", o.max_body_size,
             "largest request body (\"8MiB\"); larger ones get 413");
   AddOption(app, "--io-threads", o.io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64));

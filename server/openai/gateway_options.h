@@ -19,6 +19,13 @@ struct GatewayOptions {
   int port = 8000;  // 0: any free port (logged)
   std::vector<std::string> backends;  // host:port of tokenmill-servers
   std::string api_key;                // empty: no authentication
+  // To the backends: TLS when a CA is given (a client certificate for mutual TLS), and the
+  // servers' --api-key.
+  std::string backend_tls_ca;
+  std::string backend_tls_cert;
+  std::string backend_tls_key;
+  std::string backend_tls_server_name;
+  std::string backend_api_key;
   std::string max_body_size = "8MiB";
   int io_threads = 2;
   double health_interval_seconds = 1.0;

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "common/logging.h"
+#include "server/openai/backend_channel.h"
 #include "server/openai/backend_pool.h"
 #include "server/openai/gateway_metrics.h"
 #include "server/openai/gateway_options.h"
@@ -42,9 +43,14 @@ int Run(const GatewayOptions& options) {
     spdlog::error("{}", limits.status().message());
     return 1;
   }
-  Signals signals;
+  Signals signals;  // before gRPC starts threads
+  StatusOr<BackendSecurity> security = MakeBackendSecurity(options);
+  if (!security.ok()) {
+    spdlog::error("{}", security.status().message());
+    return 1;
+  }
   GatewayMetrics metrics;
-  BackendPool pool(options.backends,
+  BackendPool pool(options.backends, *security,
                    std::chrono::milliseconds(
                        static_cast<int64_t>(options.health_interval_seconds * 1000.0)),
                    options.affinity_max_imbalance, options.served_model_name);

@@ -1,15 +1,18 @@
 """tokenmill-server's gRPC port with TLS (--tls-cert, --tls-key), mutual TLS (--tls-client-ca)
-and an API key (--api-key), driven by grpcio with certificates from a CA this test makes with
-openssl: the right credentials are served, a wrong or missing one is refused (UNAUTHENTICATED
-for the key, no handshake for TLS) and touches nothing."""
+and an API key (--api-key), driven by grpcio, tokenmill-health and tokenmill-gateway
+(--backend-tls-*, --backend-api-key) with certificates from a CA this test makes with openssl:
+the right credentials are served, a wrong or missing one is refused (UNAUTHENTICATED for the
+key, no handshake for TLS) and touches nothing."""
 
 import os
 import subprocess
+import time
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from gateway_harness import Gateway, backend_address, model_name
 from process_harness import EXIT_TIMEOUT_S, RPC_TIMEOUT_S
 from server_harness import BIN_DIR, DEFAULT_MODEL, SERVER_BIN, Server, pb2, pb2_grpc
 
@@ -208,5 +211,54 @@ def run_server(*args):
 ])
 def test_bad_tls_flags_fail_fast_with_a_message(pki, args, message):
     result = run_server(*args(pki))
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_gateway_reaches_a_tls_server_with_its_key(tls_server, pki):
+    with Gateway(backend_address(tls_server), extra_args=[
+            "--backend-tls-ca", pki / "ca.crt", "--backend-tls-server-name", "localhost"],
+            env={"TOKENMILL_GATEWAY_BACKEND_API_KEY": API_KEY}) as gateway:
+        client = gateway.client()
+        completion = client.completions.create(model=model_name(gateway), prompt="Hello",
+                                               max_tokens=3)
+        assert completion.usage.completion_tokens == 3
+        assert API_KEY not in gateway.log_text()
+
+
+@pytest.mark.parametrize("extra_args,env", [
+    (lambda p: [], {"TOKENMILL_GATEWAY_BACKEND_API_KEY": API_KEY}),  # plaintext to TLS
+    (lambda p: ["--backend-tls-ca", p / "ca.crt"], {}),  # no key
+    (lambda p: ["--backend-tls-ca", p / "ca.crt"], {"TOKENMILL_GATEWAY_BACKEND_API_KEY": "no"}),
+    (lambda p: ["--backend-tls-ca", p / "other-ca.crt"],
+     {"TOKENMILL_GATEWAY_BACKEND_API_KEY": API_KEY}),
+])
+def test_gateway_without_the_right_credentials_never_reaches_the_server(tls_server, pki,
+                                                                         extra_args, env):
+    with Gateway(backend_address(tls_server), extra_args=extra_args(pki), env=env,
+                 wait_ready=False) as gateway:
+        gateway.wait_for_log(r"listening on http://")
+        time.sleep(1)  # several health rounds at the harness's interval
+        assert gateway.http.get("/health").status_code == 503
+
+
+def test_gateway_with_a_client_certificate_reaches_a_mutual_tls_server(pki):
+    with Server(*tls_args(pki), "--tls-client-ca", pki / "ca.crt") as server:
+        args = ["--backend-tls-ca", pki / "ca.crt", "--backend-tls-cert", pki / "client.crt",
+                "--backend-tls-key", pki / "client.key"]
+        with Gateway(backend_address(server), extra_args=args) as gateway:
+            models = gateway.client().models.list()
+            assert models.data
+
+
+@pytest.mark.parametrize("args,message", [
+    (lambda p: ["--backend-tls-cert", p / "client.crt"], "need --backend-tls-ca"),
+    (lambda p: ["--backend-tls-ca", p / "ca.crt", "--backend-tls-cert", p / "client.crt"],
+     "needs both --backend-tls-cert and --backend-tls-key"),
+])
+def test_bad_backend_tls_flags_fail_fast_with_a_message(pki, args, message):
+    result = subprocess.run([str(BIN_DIR / "tokenmill-gateway"), "--backend", "127.0.0.1:1",
+                             *map(str, args(pki))], capture_output=True, text=True,
+                            timeout=EXIT_TIMEOUT_S, stdin=subprocess.DEVNULL)
     assert result.returncode != 0
     assert message in result.stderr
