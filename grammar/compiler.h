@@ -1,0 +1,44 @@
+// Compiles a GrammarSpec for one model's vocabulary into an immutable CompiledGrammar: the
+// pushdown automaton plus, per grammar position, the tokens whose fate does not depend on the
+// stack below it (accepted or rejected outright), so a mask only walks the rest.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "common/status.h"
+#include "grammar/grammar_spec.h"
+#include "grammar/vocabulary.h"
+
+namespace tokenmill::grammar {
+
+// Caps that keep a hostile or careless grammar from taking the server's memory or time:
+// compiling past one is an error (RESOURCE_EXHAUSTED naming the cap and what to change).
+struct GrammarLimits {
+  // Rules after desugaring repetitions, groups and character classes.
+  int64_t max_rules = 20000;
+  // Grammar elements after expanding every bounded repetition (x{m,n} copies x up to n times).
+  int64_t max_elements = 200000;
+  // The largest bound of one repetition: GBNF {m,n}, regex {m,n}, JSON Schema maxLength,
+  // maxItems, minLength, minItems.
+  int64_t max_repetition = 2000;
+  // $ref chains and nesting of JSON Schema subschemas.
+  int max_schema_depth = 64;
+  // Wall time of one compilation, precomputation included.
+  std::chrono::milliseconds max_compile_time{20000};
+};
+
+class CompiledGrammar;  // grammar/compiled_grammar.h; immutable, shared by every matcher
+
+// INVALID_ARGUMENT naming the keyword and its JSON path / the GBNF line:col / the regex
+// offset; RESOURCE_EXHAUSTED over a cap.
+StatusOr<std::shared_ptr<const CompiledGrammar>> CompileGrammar(
+    const GrammarSpec& spec, std::shared_ptr<const VocabularyIndex> vocab,
+    const GrammarLimits& limits);
+
+// The GBNF source a spec stands for (what CompileGrammar parses): the converters' output for
+// JSON Schema, json_object, regex and choice; the text itself for GBNF.
+StatusOr<std::string> SpecToGbnf(const GrammarSpec& spec, const GrammarLimits& limits);
+
+}  // namespace tokenmill::grammar

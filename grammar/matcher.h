@@ -1,0 +1,48 @@
+// One sequence's position in a compiled grammar: which tokens may come next, and the tokens
+// accepted so far (undoable, for speculative decoding). Not thread-safe: one thread at a time
+// per matcher; the CompiledGrammar it reads is shared.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "grammar/compiler.h"
+#include "grammar/stack_pool.h"
+
+namespace tokenmill::grammar {
+
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);
+
+  // bitmask: BitmaskWords(vocab_size()) words; bit t % 32 of word t / 32 set = token t
+  // allowed. EOS tokens are allowed exactly where the grammar can end; nothing is allowed
+  // once terminated.
+  void FillNextTokenMask(std::span<uint32_t> bitmask) const;
+  // False: not allowed here; the state is unchanged.
+  bool AcceptToken(int32_t token);
+  // Undo the last n accepted tokens (n <= num_accepted_tokens()).
+  void Rollback(int n_tokens);
+  // The grammar accepts the output so far (EOS allowed).
+  bool CanTerminate() const;
+  // EOS accepted, or nothing but the end can follow.
+  bool IsTerminated() const;
+
+  // Bytes outside the token stream (tests, tools): false and unchanged when not allowed.
+  // Not undoable by Rollback.
+  bool AcceptBytes(std::string_view bytes);
+  int num_accepted_tokens() const { return static_cast<int>(history_.size()) - 1; }
+  size_t vocab_size() const;
+
+ private:
+  std::shared_ptr<const CompiledGrammar> grammar_;
+  // The stacks the grammar may be in (StackPool nodes), after each accepted token; the front
+  // entry is the start.
+  mutable StackPool pool_;
+  std::vector<StateSet> history_;
+};
+
+}  // namespace tokenmill::grammar
