@@ -11,8 +11,11 @@
 
 #include "grammar/compiler.h"
 #include "grammar/stack_pool.h"
+#include "grammar/stepper.h"
 
 namespace tokenmill::grammar {
+
+struct PositionTokens;
 
 class GrammarMatcher {
  public:
@@ -38,11 +41,22 @@ class GrammarMatcher {
   size_t vocab_size() const;
 
  private:
+  // to = from after bytes; false (to unspecified) when some byte is not allowed.
+  bool Advance(const StateSet& from, std::string_view bytes, StateSet& to);
+  void ApplyList(const PositionTokens& tokens, std::span<uint32_t> bitmask) const;
+  // Sets the bits of the context-dependent tokens that the stack accepts.
+  void WalkDependent(Stepper& stepper, int32_t stack, const PositionTokens& tokens,
+                     std::span<uint32_t> bitmask) const;
+
   std::shared_ptr<const CompiledGrammar> grammar_;
   // The stacks the grammar may be in (StackPool nodes), after each accepted token; the front
   // entry is the start.
   mutable StackPool pool_;
   std::vector<StateSet> history_;
+  // Scratch of FillNextTokenMask, kept to reuse its memory.
+  mutable std::vector<StateSet> depth_sets_;
+  mutable std::vector<uint32_t> all_but_;
+  mutable std::vector<int32_t> applied_positions_;
 };
 
 }  // namespace tokenmill::grammar

@@ -45,6 +45,7 @@ class NodeIdMap {
 
   std::vector<uint64_t> keys_;
   std::vector<int32_t> ids_;
+  std::vector<uint32_t> used_;  // occupied slots, so Clear costs what was inserted
   size_t size_ = 0;
 };
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tokenmill::grammar {
@@ -41,8 +42,9 @@ class VocabularyIndex {
   uint32_t trie_depth(size_t node) const { return depth_[node]; }
   uint32_t subtree_end(size_t node) const { return subtree_end_[node]; }
   int32_t token_at(size_t node) const { return token_at_[node]; }
-  // Node whose prefix is token t's bytes (0 for empty tokens, which hang nowhere).
-  uint32_t node_of_token(int32_t id) const { return node_of_token_[id]; }
+  // Tokens whose bytes equal an earlier token's (dup, first): the trie holds the first, and
+  // a mask copies its bit.
+  const std::vector<std::pair<int32_t, int32_t>>& duplicates() const { return duplicates_; }
   // Non-empty tokens (the only ones a grammar state can allow), as a bitmask.
   const std::vector<uint32_t>& nonempty_mask() const { return nonempty_mask_; }
 
@@ -55,7 +57,7 @@ class VocabularyIndex {
   std::vector<uint32_t> depth_;
   std::vector<uint32_t> subtree_end_;
   std::vector<int32_t> token_at_;
-  std::vector<uint32_t> node_of_token_;
+  std::vector<std::pair<int32_t, int32_t>> duplicates_;
   std::vector<uint32_t> nonempty_mask_;
 };
 

@@ -1,0 +1,136 @@
+#include "grammar/compiled_grammar.h"
+
+#include <algorithm>
+#include <string>
+
+#include "grammar/stack_pool.h"
+#include "grammar/stepper.h"
+
+namespace tokenmill::grammar {
+namespace {
+
+// Classifies every token at one byte position by a walk of the vocabulary trie from the
+// stack [pos] over an unknown caller.
+class PositionClassifier {
+ public:
+  PositionClassifier(const Automaton& automaton, const VocabularyIndex& vocab)
+      : automaton_(automaton), vocab_(vocab), stepper_(automaton, pool_) {}
+
+  PositionTokens Classify(int32_t pos) {
+    pool_.BeginScratch();
+    std::vector<int32_t> accepted, dependent;
+    size_t max_depth = 1;
+    sets_.resize(2);
+    left_.assign(2, false);
+    sets_[0].stacks = {pool_.Intern(pos, kUnknownCaller)};
+    const size_t n = vocab_.trie_size();
+    for (size_t i = 1; i < n;) {
+      const uint32_t d = vocab_.trie_depth(i);
+      if (d + 1 > max_depth) {
+        max_depth = d + 1;
+        sets_.resize(max_depth + 1);
+        left_.resize(max_depth + 1, false);
+      }
+      StateSet& here = sets_[d];
+      stepper_.Advance(sets_[d - 1], vocab_.trie_byte(i), here);
+      left_[d] = left_[d - 1] || here.left_scope;
+      const bool alive = !here.stacks.empty();
+      const int32_t token = vocab_.token_at(i);
+      if (token >= 0) {
+        if (alive || here.left_scope) {
+          accepted.push_back(token);
+        } else if (left_[d - 1]) {
+          dependent.push_back(token);
+        }
+      }
+      if (alive) {
+        ++i;
+        continue;
+      }
+      // Nothing inside the rule continues: the subtree is rejected, or up to the caller.
+      const uint32_t end = vocab_.subtree_end(i);
+      if (left_[d]) {
+        for (size_t j = i + 1; j < end; ++j) {
+          if (vocab_.token_at(j) >= 0) dependent.push_back(vocab_.token_at(j));
+        }
+      }
+      i = end;
+    }
+    pool_.EndScratch();
+    return Pack(std::move(accepted), std::move(dependent));
+  }
+
+ private:
+  PositionTokens Pack(std::vector<int32_t> accepted, std::vector<int32_t> dependent) const {
+    PositionTokens out;
+    const size_t in_trie = vocab_.size() - CountEmpty() - vocab_.duplicates().size();
+    const size_t rejected = in_trie - accepted.size() - dependent.size();
+    if (rejected < accepted.size()) {
+      std::vector<bool> decided(vocab_.size(), false);
+      for (const int32_t t : accepted) decided[t] = true;
+      for (const int32_t t : dependent) decided[t] = true;
+      for (size_t i = 1; i < vocab_.trie_size(); ++i) {
+        const int32_t t = vocab_.token_at(i);
+        if (t >= 0 && !decided[t]) out.list.push_back(t);
+      }
+      out.list_is_rejected = true;
+    } else {
+      out.list = std::move(accepted);
+    }
+    out.dependent_lcp.reserve(dependent.size());
+    const std::string* previous = nullptr;
+    for (const int32_t t : dependent) {
+      const std::string& bytes = vocab_.token(t);
+      size_t common = 0;
+      if (previous != nullptr) {
+        const size_t limit = std::min({previous->size(), bytes.size(), size_t{UINT16_MAX}});
+        while (common < limit && (*previous)[common] == bytes[common]) ++common;
+      }
+      out.dependent_lcp.push_back(static_cast<uint16_t>(common));
+      previous = &bytes;
+    }
+    out.dependent = std::move(dependent);
+    return out;
+  }
+
+  size_t CountEmpty() const {
+    if (empty_count_ < 0) {
+      empty_count_ = 0;
+      for (size_t t = 0; t < vocab_.size(); ++t) empty_count_ += vocab_.token(t).empty();
+    }
+    return static_cast<size_t>(empty_count_);
+  }
+
+  const Automaton& automaton_;
+  const VocabularyIndex& vocab_;
+  StackPool pool_;
+  Stepper stepper_;
+  std::vector<StateSet> sets_;
+  std::vector<bool> left_;
+  mutable int64_t empty_count_ = -1;
+};
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Build(
+    Automaton automaton, std::shared_ptr<const VocabularyIndex> vocab,
+    std::chrono::steady_clock::time_point deadline) {
+  std::shared_ptr<CompiledGrammar> grammar(
+      new CompiledGrammar(std::move(automaton), std::move(vocab)));
+  const Automaton& a = grammar->automaton_;
+  PositionClassifier classifier(a, *grammar->vocab_);
+  grammar->table_of_pos_.assign(a.elements.size(), -1);
+  for (int32_t pos = 0; pos < static_cast<int32_t>(a.elements.size()); ++pos) {
+    if (!a.IsBytePosition(pos)) continue;
+    if (std::chrono::steady_clock::now() > deadline) {
+      return ResourceExhaustedError(
+          "grammar compilation ran past its time limit (GrammarLimits.max_compile_time): "
+          "simplify the grammar or schema");
+    }
+    grammar->table_of_pos_[pos] = static_cast<int32_t>(grammar->tables_.size());
+    grammar->tables_.push_back(classifier.Classify(pos));
+  }
+  return std::shared_ptr<const CompiledGrammar>(std::move(grammar));
+}
+
+}  // namespace tokenmill::grammar

@@ -1,0 +1,55 @@
+// A grammar compiled for one vocabulary: the automaton, and for each byte position the tokens
+// decided without the stack below it (xgrammar's adaptive token mask). A token is accepted
+// at a position when it is matched within the position's rule (or completes that rule with
+// its last byte), rejected when it fails there without leaving it, and context-dependent
+// otherwise: only those are walked against the real stack when a mask is made.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "grammar/automaton.h"
+#include "grammar/vocabulary.h"
+
+namespace tokenmill::grammar {
+
+struct PositionTokens {
+  // `list` holds the accepted tokens, or (when fewer) the rejected ones: then every
+  // non-empty token in neither list nor dependent is accepted.
+  bool list_is_rejected = false;
+  std::vector<int32_t> list;
+  // Context-dependent tokens in trie (byte) order, and each one's common prefix length with
+  // the one before (so a walk reuses the states of the shared prefix).
+  std::vector<int32_t> dependent;
+  std::vector<uint16_t> dependent_lcp;
+};
+
+class CompiledGrammar {
+ public:
+  // Classifies the vocabulary at every byte position of automaton. RESOURCE_EXHAUSTED when
+  // that runs past the deadline.
+  static StatusOr<std::shared_ptr<const CompiledGrammar>> Build(
+      Automaton automaton, std::shared_ptr<const VocabularyIndex> vocab,
+      std::chrono::steady_clock::time_point deadline);
+
+  const Automaton& automaton() const { return automaton_; }
+  const VocabularyIndex& vocab() const { return *vocab_; }
+  // For a byte position.
+  const PositionTokens& tokens_at(int32_t pos) const { return tables_[table_of_pos_[pos]]; }
+
+ private:
+  CompiledGrammar(Automaton automaton, std::shared_ptr<const VocabularyIndex> vocab)
+      : automaton_(std::move(automaton)), vocab_(std::move(vocab)) {}
+
+  Automaton automaton_;
+  std::shared_ptr<const VocabularyIndex> vocab_;
+  std::vector<int32_t> table_of_pos_;  // -1 for positions that are not byte elements
+  std::vector<PositionTokens> tables_;
+};
+
+}  // namespace tokenmill::grammar

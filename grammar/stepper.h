@@ -1,0 +1,33 @@
+// Moves sets of stacks through the automaton: expanding a position until every stack's top
+// is a byte element, and advancing a set by one byte.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "grammar/automaton.h"
+#include "grammar/stack_pool.h"
+
+namespace tokenmill::grammar {
+
+class Stepper {
+ public:
+  Stepper(const Automaton& automaton, StackPool& pool) : automaton_(automaton), pool_(pool) {}
+
+  // The stacks where the root rule starts, below which is kBottomOfStack.
+  void Start(StateSet& out);
+  // out = the stacks after `byte` from any stack of in (sorted, unique).
+  void Advance(const StateSet& in, uint8_t byte, StateSet& out);
+
+ private:
+  // Adds the stacks that (pos, parent) expands to.
+  void Expand(int32_t pos, int32_t parent, StateSet& out);
+  void Finish(StateSet& out);
+
+  const Automaton& automaton_;
+  StackPool& pool_;
+  std::vector<std::pair<int32_t, int32_t>> work_;
+  std::vector<uint64_t> expanded_;  // rule references expanded in this step
+};
+
+}  // namespace tokenmill::grammar
