@@ -57,6 +57,7 @@ class PositionClassifier {
       i = end;
     }
     pool_.EndScratch();
+    stepper_.ForgetExpansions();
     return Pack(std::move(accepted), std::move(dependent));
   }
 

@@ -105,6 +105,52 @@ void SplitUtf8(uint32_t lo, uint32_t hi, std::vector<ByteRanges>& out) {
   }
 }
 
+// Tarjan's strongly connected components of a graph, iteratively (chains of rules may be
+// long): component[v] for each vertex.
+std::vector<int32_t> StronglyConnected(const std::vector<std::vector<int32_t>>& edges) {
+  const int32_t n = static_cast<int32_t>(edges.size());
+  std::vector<int32_t> index(n, -1), low(n, 0), component(n, -1), stack;
+  std::vector<bool> on_stack(n, false);
+  int32_t next_index = 0;
+  int32_t components = 0;
+  for (int32_t start = 0; start < n; ++start) {
+    if (index[start] >= 0) continue;
+    std::vector<std::pair<int32_t, size_t>> work{{start, 0}};
+    index[start] = low[start] = next_index++;
+    stack.push_back(start);
+    on_stack[start] = true;
+    while (!work.empty()) {
+      auto& [v, edge] = work.back();
+      if (edge < edges[v].size()) {
+        const int32_t w = edges[v][edge++];
+        if (index[w] < 0) {
+          index[w] = low[w] = next_index++;
+          stack.push_back(w);
+          on_stack[w] = true;
+          work.push_back({w, 0});
+        } else if (on_stack[w]) {
+          low[v] = std::min(low[v], index[w]);
+        }
+        continue;
+      }
+      const int32_t done = v;
+      work.pop_back();
+      if (!work.empty()) low[work.back().first] = std::min(low[work.back().first], low[done]);
+      if (low[done] == index[done]) {
+        int32_t w;
+        do {
+          w = stack.back();
+          stack.pop_back();
+          on_stack[w] = false;
+          component[w] = components;
+        } while (w != done);
+        ++components;
+      }
+    }
+  }
+  return component;
+}
+
 class Lowerer {
  public:
   Lowerer(const GbnfGrammar& grammar, const GrammarLimits& limits)
@@ -126,6 +172,7 @@ class Lowerer {
       rules_[rule_ids_[rule.name]].alternatives = std::move(alternatives);
     }
     TM_RETURN_IF_ERROR(CheckLeftRecursion());
+    InlineSmallRules();
     return Flatten(root->second);
   }
 
@@ -337,47 +384,12 @@ class Lowerer {
         }
       }
     }
-    // Tarjan's strongly connected components, iteratively (chains of rules may be long).
-    const int32_t n = static_cast<int32_t>(rules_.size());
-    std::vector<int32_t> index(n, -1), low(n, 0), component(n, -1), stack;
-    std::vector<bool> on_stack(n, false);
-    int32_t next_index = 0;
-    int32_t components = 0;
-    for (int32_t start = 0; start < n; ++start) {
-      if (index[start] >= 0) continue;
-      std::vector<std::pair<int32_t, size_t>> work{{start, 0}};
-      index[start] = low[start] = next_index++;
-      stack.push_back(start);
-      on_stack[start] = true;
-      while (!work.empty()) {
-        auto& [v, edge] = work.back();
-        if (edge < edges[v].size()) {
-          const int32_t w = edges[v][edge++].to;
-          if (index[w] < 0) {
-            index[w] = low[w] = next_index++;
-            stack.push_back(w);
-            on_stack[w] = true;
-            work.push_back({w, 0});
-          } else if (on_stack[w]) {
-            low[v] = std::min(low[v], index[w]);
-          }
-          continue;
-        }
-        const int32_t done = v;
-        work.pop_back();
-        if (!work.empty()) low[work.back().first] = std::min(low[work.back().first], low[done]);
-        if (low[done] == index[done]) {
-          int32_t w;
-          do {
-            w = stack.back();
-            stack.pop_back();
-            on_stack[w] = false;
-            component[w] = components;
-          } while (w != done);
-          ++components;
-        }
-      }
+    std::vector<std::vector<int32_t>> targets(rules_.size());
+    for (size_t r = 0; r < rules_.size(); ++r) {
+      for (const Edge& e : edges[r]) targets[r].push_back(e.to);
     }
+    const std::vector<int32_t> component = StronglyConnected(targets);
+    const int32_t n = static_cast<int32_t>(rules_.size());
     for (int32_t r = 0; r < n; ++r) {
       for (const Edge& e : edges[r]) {
         if (e.grows && component[e.to] == component[r]) {
@@ -388,6 +400,80 @@ class Lowerer {
       }
     }
     return OkStatus();
+  }
+
+  // Splices small rules that are not recursive into the alternatives referring to them (a
+  // one-alternative rule anywhere, a rule of several alternatives where it starts one), so
+  // that a byte position's rule holds what follows it: a character class, an escape or a
+  // group stops being a rule that ends after one character, and more of the vocabulary is
+  // decided when the grammar is compiled.
+  void InlineSmallRules() {
+    constexpr size_t kMaxInlinedAlternatives = 16;
+    constexpr size_t kMaxInlinedLength = 16;
+    constexpr size_t kMaxHostAlternatives = 64;
+    constexpr size_t kMaxHostLength = 64;
+    const size_t n = rules_.size();
+    std::vector<std::vector<int32_t>> refs(n);
+    std::vector<bool> recursive(n, false);
+    for (size_t r = 0; r < n; ++r) {
+      for (const Sequence& seq : rules_[r].alternatives) {
+        for (const Symbol& s : seq) {
+          if (s.kind != ElementKind::kRule) continue;
+          refs[r].push_back(s.arg);
+          if (static_cast<size_t>(s.arg) == r) recursive[r] = true;
+        }
+      }
+    }
+    const std::vector<int32_t> component = StronglyConnected(refs);
+    std::vector<int32_t> size(n, 0);
+    for (size_t r = 0; r < n; ++r) ++size[component[r]];
+    for (size_t r = 0; r < n; ++r) recursive[r] = recursive[r] || size[component[r]] > 1;
+    const auto small = [&](int32_t rule) {
+      if (recursive[rule] || rules_[rule].alternatives.size() > kMaxInlinedAlternatives) {
+        return false;
+      }
+      return std::all_of(rules_[rule].alternatives.begin(), rules_[rule].alternatives.end(),
+                         [&](const Sequence& seq) { return seq.size() <= kMaxInlinedLength; });
+    };
+    for (size_t host = 0; host < n; ++host) {
+      for (bool changed = true; changed;) {
+        changed = false;
+        std::vector<Sequence>& alternatives = rules_[host].alternatives;
+        std::vector<Sequence> out;
+        for (size_t a = 0; a < alternatives.size(); ++a) {
+          const Sequence& seq = alternatives[a];
+          size_t i = 0;
+          while (i < seq.size() &&
+                 !(seq[i].kind == ElementKind::kRule && small(seq[i].arg) &&
+                   (i == 0 || rules_[seq[i].arg].alternatives.size() == 1))) {
+            ++i;
+          }
+          const size_t later = alternatives.size() - a - 1;
+          if (i == seq.size() ||
+              out.size() + rules_[seq[i].arg].alternatives.size() + later > kMaxHostAlternatives) {
+            out.push_back(seq);
+            continue;
+          }
+          const std::vector<Sequence>& inlined = rules_[seq[i].arg].alternatives;
+          const bool fits = std::all_of(inlined.begin(), inlined.end(), [&](const Sequence& b) {
+            return seq.size() - 1 + b.size() <= kMaxHostLength;
+          });
+          if (!fits) {
+            out.push_back(seq);
+            continue;
+          }
+          for (const Sequence& b : inlined) {
+            Sequence spliced(seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(i));
+            spliced.insert(spliced.end(), b.begin(), b.end());
+            spliced.insert(spliced.end(), seq.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                           seq.end());
+            out.push_back(std::move(spliced));
+          }
+          changed = true;
+        }
+        alternatives = std::move(out);
+      }
+    }
   }
 
   Automaton Flatten(int32_t root) {

@@ -17,15 +17,45 @@ void Stepper::Start(StateSet& out) {
 void Stepper::Advance(const StateSet& in, uint8_t byte, StateSet& out) {
   out.stacks.clear();
   out.accepting = out.left_scope = false;
-  expanded_.clear();
   for (const int32_t stack : in.stacks) {
     const StackNode node = pool_.node(stack);
     const Element& e = automaton_.elements[node.pos];
     if (!automaton_.byte_sets[e.arg].Contains(byte)) continue;
     // A star stays where it is (and may also move on); a single byte moves on.
-    Expand(e.kind == ElementKind::kBytesStar ? node.pos : node.pos + 1, node.parent, out);
+    AppendExpansion(e.kind == ElementKind::kBytesStar ? node.pos : node.pos + 1, node.parent,
+                    out);
   }
   Finish(out);
+}
+
+void Stepper::ForgetExpansions() {
+  expansion_ids_.Clear();
+  expansions_.clear();
+  expansion_stacks_.clear();
+}
+
+void Stepper::AppendExpansion(int32_t pos, int32_t parent, StateSet& out) {
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) |
+                       static_cast<uint32_t>(parent);
+  int32_t id = expansion_ids_.Find(key);
+  if (id < 0) {
+    scratch_.stacks.clear();
+    scratch_.accepting = scratch_.left_scope = false;
+    expanded_.clear();
+    Expand(pos, parent, scratch_);
+    id = static_cast<int32_t>(expansions_.size());
+    const uint32_t begin = static_cast<uint32_t>(expansion_stacks_.size());
+    expansion_stacks_.insert(expansion_stacks_.end(), scratch_.stacks.begin(),
+                             scratch_.stacks.end());
+    expansions_.push_back({begin, static_cast<uint32_t>(expansion_stacks_.size()),
+                           scratch_.accepting, scratch_.left_scope});
+    expansion_ids_.Insert(key, id);
+  }
+  const Expansion& x = expansions_[id];
+  out.stacks.insert(out.stacks.end(), expansion_stacks_.begin() + x.begin,
+                    expansion_stacks_.begin() + x.end);
+  out.accepting = out.accepting || x.accepting;
+  out.left_scope = out.left_scope || x.left_scope;
 }
 
 void Stepper::Expand(int32_t pos, int32_t parent, StateSet& out) {

@@ -1,5 +1,7 @@
 // Moves sets of stacks through the automaton: expanding a position until every stack's top
-// is a byte element, and advancing a set by one byte.
+// is a byte element, and advancing a set by one byte. Expansions are memoized by (position,
+// stack below), since a mask or a precomputation expands the same ones at every token: call
+// ForgetExpansions when the pool drops nodes.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +20,16 @@ class Stepper {
   void Start(StateSet& out);
   // out = the stacks after `byte` from any stack of in (sorted, unique).
   void Advance(const StateSet& in, uint8_t byte, StateSet& out);
+  void ForgetExpansions();
 
  private:
+  struct Expansion {
+    uint32_t begin, end;  // in expansion_stacks_
+    bool accepting, left_scope;
+  };
+
+  // Appends what (pos, parent) expands to, from the memo or computed once.
+  void AppendExpansion(int32_t pos, int32_t parent, StateSet& out);
   // Adds the stacks that (pos, parent) expands to.
   void Expand(int32_t pos, int32_t parent, StateSet& out);
   void Finish(StateSet& out);
@@ -27,7 +37,11 @@ class Stepper {
   const Automaton& automaton_;
   StackPool& pool_;
   std::vector<std::pair<int32_t, int32_t>> work_;
-  std::vector<uint64_t> expanded_;  // rule references expanded in this step
+  std::vector<uint64_t> expanded_;  // rule references expanded in one expansion
+  NodeIdMap expansion_ids_;
+  std::vector<Expansion> expansions_;
+  std::vector<int32_t> expansion_stacks_;
+  StateSet scratch_;
 };
 
 }  // namespace tokenmill::grammar
