@@ -12,6 +12,8 @@ namespace {
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 // A repetition bound beyond any cap; larger numbers are refused while parsing.
 constexpr int64_t kMaxParsedBound = 1'000'000'000;
+// Parentheses nest at most this deep (the parser recurses on them).
+constexpr int kMaxGroupDepth = 200;
 
 bool IsNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -159,7 +161,11 @@ class Parser {
     } else if (c == '(') {
       ++pos_;
       item.kind = GbnfItem::Kind::kGroup;
+      if (++group_depth_ > kMaxGroupDepth) {
+        return Error("groups nest deeper than " + std::to_string(kMaxGroupDepth));
+      }
       TM_ASSIGN_OR_RETURN(item.alternatives, ParseAlternatives(/*nested=*/true));
+      --group_depth_;
       if (Peek() != ')') return Error("expected ')'");
       ++pos_;
     } else if (IsNameChar(c)) {
@@ -277,6 +283,7 @@ class Parser {
 
   std::string_view src_;
   size_t pos_ = 0;
+  int group_depth_ = 0;
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "grammar/json_schema.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -527,9 +528,40 @@ class SchemaConverter {
   std::set<std::string> primitives_used_;
 };
 
+// The deepest nesting of arrays and objects in JSON text (outside strings): parsing and
+// printing recurse on it, so a hostile schema is refused before either.
+size_t JsonNesting(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 }  // namespace
 
 StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json, const GrammarLimits& limits) {
+  // Each schema level is at least an object, and a value (const, enum) adds its own depth.
+  const size_t max_nesting = 4 * static_cast<size_t>(limits.max_schema_depth) + 64;
+  if (JsonNesting(schema_json) > max_nesting) {
+    return ResourceExhaustedError("JSON Schema nests arrays and objects deeper than " +
+                                  std::to_string(max_nesting) +
+                                  " (GrammarLimits.max_schema_depth)");
+  }
   Json schema;
   try {
     schema = Json::parse(schema_json);

@@ -17,6 +17,8 @@ using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 const Ranges kDigit = {{'0', '9'}};
 const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 const Ranges kSpace = {{'\t', '\r'}, {' ', ' '}};
+// Groups nest at most this deep (the converter recurses on them).
+constexpr int kMaxGroupDepth = 200;
 
 class RegexConverter {
  public:
@@ -146,7 +148,11 @@ class RegexConverter {
           return Error("lookahead, flags and other (?...) groups are not supported");
         }
       }
+      if (++group_depth_ > kMaxGroupDepth) {
+        return Error("groups nest deeper than " + std::to_string(kMaxGroupDepth));
+      }
       TM_ASSIGN_OR_RETURN(std::string inner, ParseAlternation());
+      --group_depth_;
       if (Peek() != ')') return Error("missing ')'");
       ++pos_;
       return "(" + inner + ")";
@@ -355,6 +361,7 @@ class RegexConverter {
   const bool json_;
   const GrammarLimits& limits_;
   size_t pos_ = 0;
+  int group_depth_ = 0;
 };
 
 }  // namespace

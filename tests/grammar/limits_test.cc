@@ -87,3 +87,27 @@ TEST(GrammarCacheTest, CompilesOnceAndEvictsTheLeastRecent) {
 
 }  // namespace
 }  // namespace tokenmill::grammar
+
+namespace tokenmill::grammar {
+namespace {
+
+TEST(GrammarLimitsTest, DeepNestingIsRefusedBeforeRecursingOnIt) {
+  const int depth = 20000;
+  const Status gbnf = CompileStatus(
+      GrammarSpec::Kind::kGbnf,
+      "root ::= " + std::string(depth, '(') + "\"a\"" + std::string(depth, ')') + "\n");
+  EXPECT_EQ(gbnf.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(gbnf.message(), HasSubstr("groups nest deeper than 200"));
+  const Status regex =
+      CompileStatus(GrammarSpec::Kind::kRegex, std::string(depth, '(') + "a" + std::string(depth, ')'));
+  EXPECT_EQ(regex.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(regex.message(), HasSubstr("groups nest deeper than 200"));
+  const Status schema = CompileStatus(
+      GrammarSpec::Kind::kJsonSchema,
+      "{\"const\": " + std::string(depth, '[') + std::string(depth, ']') + "}");
+  EXPECT_EQ(schema.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(schema.message(), HasSubstr("nests arrays and objects deeper than"));
+}
+
+}  // namespace
+}  // namespace tokenmill::grammar

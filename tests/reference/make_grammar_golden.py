@@ -9,75 +9,29 @@ xgrammar's own converter choices do not become the spec. Per grammar it walks th
 invalid strings of the corpus (split into tokens by longest match), and random walks that
 sample uniformly among the tokens xgrammar allows, recording the mask before every token.
 
-xgrammar's Python package imports torch and transformers at the top of the package, but
-its native matcher only needs numpy arrays (DLPack): the package's modules are loaded without
-its __init__, and nothing else of torch is used. Install it without dependencies:
-  .venv/bin/pip install --no-deps -r tests/reference/requirements-xgrammar.txt
+xgrammar is loaded as tests/reference/xgrammar_support.py says (installed without its
+dependencies: .venv/bin/pip install --no-deps -r tests/reference/requirements-xgrammar.txt).
 
   make_grammar_golden.py [--model models/SmolLM2-135M-Instruct.Q4_1.gguf]
                          [--tool build/bin/tokenmill_grammar_gbnf]
 """
 import argparse
 import gzip
-import importlib.util
 import json
 import pathlib
 import random
 import subprocess
 import sys
-import types
 
-import gguf
 import numpy as np
+
+from xgrammar_support import load_vocabulary, load_xgrammar_core
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "grammar"
 RANDOM_WALKS = 2
 WALK_STEPS = 24
 SEED = 24
-
-
-def load_xgrammar_core():
-    """xgrammar's native bindings (its matcher, compiler and tokenizer info)."""
-    spec = importlib.util.find_spec("xgrammar")
-    if spec is None:
-        sys.exit("xgrammar is not installed: see this script's docstring")
-    package = types.ModuleType("xgrammar")
-    package.__path__ = list(spec.submodule_search_locations)
-    sys.modules["xgrammar"] = package
-    from xgrammar import exception, load_binding  # noqa: F401  (register errors, load the lib)
-    from xgrammar.base import _core
-    return _core
-
-
-def bytes_to_unicode():
-    """GPT-2's byte <-> printable-character table of byte-level BPE vocabularies."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
-
-
-def load_vocabulary(model):
-    """Token bytes (control tokens empty, as tokenmill's engine gives them) and EOS ids."""
-    reader = gguf.GGUFReader(model)
-    tokens = reader.fields["tokenizer.ggml.tokens"]
-    token_type = reader.fields["tokenizer.ggml.token_type"]
-    if bytes(reader.fields["tokenizer.ggml.model"].parts[-1]).decode() != "gpt2":
-        sys.exit("only byte-level BPE vocabularies are handled here")
-    decode = bytes_to_unicode()
-    vocab = []
-    for i, t in zip(tokens.data, token_type.data):
-        text = bytes(tokens.parts[i]).decode("utf-8")
-        kind = int(token_type.parts[t][0])
-        vocab.append(b"" if kind == gguf.TokenType.CONTROL else bytes(decode[c] for c in text))
-    eos = int(reader.fields["tokenizer.ggml.eos_token_id"].parts[-1][0])
-    return vocab, [eos]
 
 
 def fnv1a64(chunks):
