@@ -17,6 +17,7 @@ void Stepper::Start(StateSet& out) {
 void Stepper::Advance(const StateSet& in, uint8_t byte, StateSet& out) {
   out.stacks.clear();
   out.accepting = out.left_scope = false;
+  int expansions = 0;
   for (const int32_t stack : in.stacks) {
     const StackNode node = pool_.node(stack);
     const Element& e = automaton_.elements[node.pos];
@@ -24,8 +25,10 @@ void Stepper::Advance(const StateSet& in, uint8_t byte, StateSet& out) {
     // A star stays where it is (and may also move on); a single byte moves on.
     AppendExpansion(e.kind == ElementKind::kBytesStar ? node.pos : node.pos + 1, node.parent,
                     out);
+    ++expansions;
   }
-  Finish(out);
+  // One expansion is sorted and unique already (the memo keeps them so).
+  if (expansions > 1) Finish(out);
 }
 
 void Stepper::ForgetExpansions() {
@@ -43,6 +46,7 @@ void Stepper::AppendExpansion(int32_t pos, int32_t parent, StateSet& out) {
     scratch_.accepting = scratch_.left_scope = false;
     expanded_.clear();
     Expand(pos, parent, scratch_);
+    Finish(scratch_);
     id = static_cast<int32_t>(expansions_.size());
     const uint32_t begin = static_cast<uint32_t>(expansion_stacks_.size());
     expansion_stacks_.insert(expansion_stacks_.end(), scratch_.stacks.begin(),

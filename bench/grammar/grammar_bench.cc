@@ -3,7 +3,8 @@
 // token per sequence (median, p99) along random walks of the nested schema
 // `schema_nested_order`, each step a token drawn uniformly from the mask. Writes the walks
 // (GBNF and tokens) for bench/grammar/xgrammar_bench.py to replay with xgrammar.
-// Measured, never asserted (docs/benchmarks.md).
+// Times are this process's CPU time (bench/cpu_time.h): the machine is shared, and wall time
+// would also measure the others' load. Measured, never asserted (docs/benchmarks.md).
 //   build/bin/tokenmill_grammar_bench [--walks 16] [--tokens 256] [--trace FILE]
 #include <algorithm>
 #include <chrono>
@@ -17,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/cpu_time.h"
 #include "gguf/gguf.h"
 #include "grammar/compiler.h"
 #include "grammar/matcher.h"
@@ -80,9 +82,9 @@ int Run(int argc, char** argv) {
   for (const auto& c : corpus) {
     if (c["kind"] != "json_schema") continue;
     GrammarSpec spec{GrammarSpec::Kind::kJsonSchema, c["text"], {}};
-    const auto start = Clock::now();
+    const double start = ProcessCpuSeconds();
     auto compiled = grammar::CompileGrammar(spec, index, grammar::GrammarLimits());
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    const double ms = 1e3 * (ProcessCpuSeconds() - start);
     if (!compiled.ok()) {
       std::fprintf(stderr, "%s\n", compiled.status().ToString().c_str());
       return 1;
@@ -109,9 +111,9 @@ int Run(int argc, char** argv) {
     grammar::GrammarMatcher matcher(timed);
     std::vector<int32_t> walk;
     for (int k = 0; k < tokens && !matcher.IsTerminated(); ++k) {
-      const auto start = Clock::now();
+      const double start = ProcessCpuSeconds();
       matcher.FillNextTokenMask(mask);
-      micros.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+      micros.push_back(1e6 * (ProcessCpuSeconds() - start));
       allowed.clear();
       for (size_t t = 0; t < index->size(); ++t) {
         if ((mask[t / 32] >> (t % 32)) & 1) allowed.push_back(static_cast<int32_t>(t));
