@@ -66,7 +66,12 @@ class PositionClassifier {
     PositionTokens out;
     const size_t in_trie = vocab_.size() - CountEmpty() - vocab_.duplicates().size();
     const size_t rejected = in_trie - accepted.size() - dependent.size();
-    if (rejected < accepted.size()) {
+    const size_t words = BitmaskWords(vocab_.size());
+    if (std::min(rejected, accepted.size()) > words) {
+      // Either list would be larger than a bitmask of the accepted tokens.
+      out.accepted_mask.assign(words, 0);
+      for (const int32_t t : accepted) out.accepted_mask[t / 32] |= uint32_t{1} << (t % 32);
+    } else if (rejected < accepted.size()) {
       std::vector<bool> decided(vocab_.size(), false);
       for (const int32_t t : accepted) decided[t] = true;
       for (const int32_t t : dependent) decided[t] = true;
@@ -115,12 +120,13 @@ class PositionClassifier {
 
 StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Build(
     Automaton automaton, std::shared_ptr<const VocabularyIndex> vocab,
-    std::chrono::steady_clock::time_point deadline) {
+    std::chrono::steady_clock::time_point deadline, int64_t max_table_bytes) {
   std::shared_ptr<CompiledGrammar> grammar(
       new CompiledGrammar(std::move(automaton), std::move(vocab)));
   const Automaton& a = grammar->automaton_;
   PositionClassifier classifier(a, *grammar->vocab_);
   grammar->table_of_pos_.assign(a.elements.size(), -1);
+  int64_t table_bytes = 0;
   for (int32_t pos = 0; pos < static_cast<int32_t>(a.elements.size()); ++pos) {
     if (!a.IsBytePosition(pos)) continue;
     if (std::chrono::steady_clock::now() > deadline) {
@@ -130,6 +136,15 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Build(
     }
     grammar->table_of_pos_[pos] = static_cast<int32_t>(grammar->tables_.size());
     grammar->tables_.push_back(classifier.Classify(pos));
+    const PositionTokens& t = grammar->tables_.back();
+    table_bytes += static_cast<int64_t>(4 * (t.list.size() + t.dependent.size() +
+                                             t.accepted_mask.size()) +
+                                        2 * t.dependent_lcp.size());
+    if (table_bytes > max_table_bytes) {
+      return ResourceExhaustedError(
+          "grammar's token tables need more than " + std::to_string(max_table_bytes >> 20) +
+          " MiB (GrammarLimits.max_table_bytes): simplify the grammar or schema");
+    }
   }
   return std::shared_ptr<const CompiledGrammar>(std::move(grammar));
 }

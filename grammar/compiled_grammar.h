@@ -19,7 +19,9 @@
 namespace tokenmill::grammar {
 
 struct PositionTokens {
-  // `list` holds the accepted tokens, or (when fewer) the rejected ones: then every
+  // When both lists would be larger: a bitmask of the accepted tokens (list is empty).
+  std::vector<uint32_t> accepted_mask;
+  // Otherwise `list` holds the accepted tokens, or (when fewer) the rejected ones: then every
   // non-empty token in neither list nor dependent is accepted.
   bool list_is_rejected = false;
   std::vector<int32_t> list;
@@ -32,10 +34,10 @@ struct PositionTokens {
 class CompiledGrammar {
  public:
   // Classifies the vocabulary at every byte position of automaton. RESOURCE_EXHAUSTED when
-  // that runs past the deadline.
+  // that runs past the deadline or the tables past max_table_bytes.
   static StatusOr<std::shared_ptr<const CompiledGrammar>> Build(
       Automaton automaton, std::shared_ptr<const VocabularyIndex> vocab,
-      std::chrono::steady_clock::time_point deadline);
+      std::chrono::steady_clock::time_point deadline, int64_t max_table_bytes);
 
   const Automaton& automaton() const { return automaton_; }
   const VocabularyIndex& vocab() const { return *vocab_; }

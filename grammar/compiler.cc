@@ -47,7 +47,8 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> CompileGrammar(
   TM_ASSIGN_OR_RETURN(const std::string gbnf, SpecToGbnf(spec, limits));
   TM_ASSIGN_OR_RETURN(const GbnfGrammar parsed, ParseGbnf(gbnf));
   TM_ASSIGN_OR_RETURN(Automaton automaton, LowerGrammar(parsed, limits));
-  return CompiledGrammar::Build(std::move(automaton), std::move(vocab), deadline);
+  return CompiledGrammar::Build(std::move(automaton), std::move(vocab), deadline,
+                                limits.max_table_bytes);
 }
 
 }  // namespace tokenmill::grammar

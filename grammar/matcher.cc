@@ -111,6 +111,10 @@ void GrammarMatcher::FillNextTokenMask(std::span<uint32_t> bitmask) const {
 }
 
 void GrammarMatcher::ApplyList(const PositionTokens& tokens, std::span<uint32_t> bitmask) const {
+  if (!tokens.accepted_mask.empty()) {
+    for (size_t w = 0; w < bitmask.size(); ++w) bitmask[w] |= tokens.accepted_mask[w];
+    return;
+  }
   if (!tokens.list_is_rejected) {
     for (const int32_t t : tokens.list) SetBit(bitmask, t);
     return;

@@ -85,11 +85,6 @@ TEST(GrammarCacheTest, CompilesOnceAndEvictsTheLeastRecent) {
   EXPECT_EQ(cache.GetOrCompile(bad).status().code(), StatusCode::kInvalidArgument);
 }
 
-}  // namespace
-}  // namespace tokenmill::grammar
-
-namespace tokenmill::grammar {
-namespace {
 
 TEST(GrammarLimitsTest, DeepNestingIsRefusedBeforeRecursingOnIt) {
   const int depth = 20000;
@@ -107,6 +102,15 @@ TEST(GrammarLimitsTest, DeepNestingIsRefusedBeforeRecursingOnIt) {
       "{\"const\": " + std::string(depth, '[') + std::string(depth, ']') + "}");
   EXPECT_EQ(schema.code(), StatusCode::kResourceExhausted);
   EXPECT_THAT(schema.message(), HasSubstr("nests arrays and objects deeper than"));
+}
+
+
+TEST(GrammarLimitsTest, TableMemoryIsCapped) {
+  GrammarLimits limits;
+  limits.max_table_bytes = 64;
+  const Status status = CompileStatus(GrammarSpec::Kind::kJsonObject, "", limits);
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("max_table_bytes"));
 }
 
 }  // namespace
