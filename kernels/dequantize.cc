@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "kernels/dequantize_k_quants.h"
 #include "kernels/half.h"
 
 namespace tokenmill {
@@ -94,7 +95,7 @@ BlockDequantizer BlockDequantizerOf(TensorType type) {
     case TensorType::kQ5_1: return DequantizeQ5_1;
     case TensorType::kQ8_0: return DequantizeQ8_0;
     case TensorType::kIQ4_NL: return DequantizeIq4Nl;
-    default: return nullptr;
+    default: return KQuantBlockDequantizer(type);
   }
 }
 

@@ -39,8 +39,9 @@
 namespace tokenmill {
 
 // What one ISA's matmul kernel computes: y[t * y_stride + r] for rows [row_begin, row_end)
-// and every token t < n_tokens. `x` is float (cols per token) for F32/F16/BF16 weights and
-// Q8TokenGroupBlock (cols / 32 per group of kTokenGroup tokens) for quantized ones.
+// and every token t < n_tokens. `x` is float (cols per token) for F32/F16/BF16 weights,
+// Q8KActivationBlock (cols / 256 per token) for the 256-element block types and
+// Q8TokenGroupBlock (cols / 32 per group of kTokenGroup tokens) for the other quantized ones.
 //
 // Quantized weights accumulate each (row, token) in ggml's order (ggml_vec_dot_q4_1_q8_1
 // and friends, AVX2 path): 8 float lanes, lane i the integer dot product of bytes
@@ -93,6 +94,8 @@ struct CpuKernelTable {
   // The matmul of each weight type (MatmulMany picks by WeightMatrix::type).
   MatmulRangeFn f32, f16, bf16, q8_0, q4_0, q4_1;
   MatmulRangeFn q5_0, q5_1, iq4_nl;
+  // The 256-element block types, whose `x` is Q8KActivationBlock (kernels/cpu/matmul_k_quant*.inc).
+  MatmulRangeFn q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs;
   // QuantizeActivations.
   void (*quantize)(const float* x, int64_t n, Q8ActivationBlock* out);
   // One unit of PagedAttention.

@@ -55,6 +55,46 @@ void GroupActivations(const Q8ActivationBlock* x, int64_t n_tokens, int64_t bloc
   }
 }
 
+void QuantizeActivationsQ8K(const float* x, int64_t n, Q8KActivationBlock* out) {
+  TM_DCHECK(n % kQ8KBlock == 0);
+  for (int64_t b = 0; b < n / kQ8KBlock; ++b) {
+    const float* xb = x + b * kQ8KBlock;
+    Q8KActivationBlock& block = out[b];
+    float max = 0.0f, amax = 0.0f;
+    for (int i = 0; i < kQ8KBlock; ++i) {
+      if (std::fabs(xb[i]) > amax) {
+        amax = std::fabs(xb[i]);
+        max = xb[i];
+      }
+    }
+    // ggml leaves the sums of an all-zero block unset; they multiply d = 0 either way.
+    std::memset(&block, 0, sizeof(block));
+    if (amax == 0.0f) continue;
+    const float iscale = -127.0f / max;
+    for (int i = 0; i < kQ8KBlock; ++i) {
+      block.q[i] = static_cast<int8_t>(std::min(127, static_cast<int>(std::nearbyint(iscale * xb[i]))));
+    }
+    for (int j = 0; j < kQ8KBlock / 16; ++j) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) sum += block.q[16 * j + i];
+      block.bsums[j] = static_cast<int16_t>(sum);
+    }
+    block.d = 1.0f / iscale;
+  }
+}
+
+bool UsesQ8KActivations(TensorType type) {
+  switch (type) {
+    case TensorType::kQ2_K:
+    case TensorType::kQ3_K:
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K:
+    case TensorType::kIQ4_XS: return true;
+    default: return false;
+  }
+}
+
 bool UsesQuantizedActivations(TensorType type) {
   switch (type) {
     case TensorType::kQ4_0:
@@ -63,7 +103,7 @@ bool UsesQuantizedActivations(TensorType type) {
     case TensorType::kQ5_1:
     case TensorType::kQ8_0:
     case TensorType::kIQ4_NL: return true;
-    default: return false;
+    default: return UsesQ8KActivations(type);
   }
 }
 
@@ -81,6 +121,12 @@ MatmulRangeFn FindRangeFn(const CpuKernelTable& table, TensorType type) {
     case TensorType::kQ5_0: return table.q5_0;
     case TensorType::kQ5_1: return table.q5_1;
     case TensorType::kIQ4_NL: return table.iq4_nl;
+    case TensorType::kQ2_K: return table.q2_k;
+    case TensorType::kQ3_K: return table.q3_k;
+    case TensorType::kQ4_K: return table.q4_k;
+    case TensorType::kQ5_K: return table.q5_k;
+    case TensorType::kQ6_K: return table.q6_k;
+    case TensorType::kIQ4_XS: return table.iq4_xs;
     default: return nullptr;
   }
 }
@@ -121,10 +167,11 @@ void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, 
   TM_CHECK_EQ(ws.size(), ys.size());
   if (n_tokens == 0 || ws.empty()) return;
   const int64_t cols = ws[0]->cols;
-  bool quantize = false;
+  bool quantize = false, quantize_q8k = false;
   for (const WeightMatrix* w : ws) {
     TM_CHECK_EQ(w->cols, cols);
-    quantize = quantize || UsesQuantizedActivations(w->type);
+    quantize_q8k = quantize_q8k || UsesQ8KActivations(w->type);
+    quantize = quantize || (UsesQuantizedActivations(w->type) && !UsesQ8KActivations(w->type));
   }
   std::vector<Q8TokenGroupBlock> grouped;
   if (quantize) {
@@ -144,6 +191,19 @@ void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, 
                        grouped.data() + g_begin * blocks);
     });
   }
+  // Q8_K blocks stay token-major (a token's blocks side by side): the kernels read
+  // x[t * cols / 256 + b].
+  std::vector<Q8KActivationBlock> quantized_q8k;
+  if (quantize_q8k) {
+    TM_CHECK_EQ(cols % kQ8KBlock, 0);
+    const int64_t blocks = cols / kQ8KBlock;
+    quantized_q8k.resize(static_cast<size_t>(blocks * n_tokens));
+    ParallelFor(ctx.pool, n_tokens, 1, [&](int64_t t_begin, int64_t t_end) {
+      for (int64_t t = t_begin; t < t_end; ++t) {
+        QuantizeActivationsQ8K(x + t * cols, cols, quantized_q8k.data() + t * blocks);
+      }
+    });
+  }
   // Threads take units of 16 rows counted matrix by matrix (a matrix's last unit may be
   // shorter), so that every range starts on a row group: the kRowGroups16 kernels read whole
   // groups.
@@ -157,7 +217,9 @@ void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, 
       const int64_t lo = std::max(begin, first) - first;
       const int64_t hi = std::min(end, first + units_of(w)) - first;
       if (lo >= hi) continue;
-      const void* activations = UsesQuantizedActivations(w.type)
+      const void* activations = UsesQ8KActivations(w.type)
+                                    ? static_cast<const void*>(quantized_q8k.data())
+                                : UsesQuantizedActivations(w.type)
                                     ? static_cast<const void*>(grouped.data())
                                     : static_cast<const void*>(x);
       RangeFnFor(*ctx.kernels, w.type)(MatmulRange{&w, activations, n_tokens, ys[i], w.rows,

@@ -1,7 +1,8 @@
 // Matrix multiplication of activations by model weights: y = x · Wᵀ for several tokens.
 // Weights stay in their file type (CpuTensorTypeNames) as views into the model file. For
-// quantized weights the activations are quantized on the fly to int8
-// blocks of 32 (Q8ActivationBlock) so the dot products are integer ones.
+// quantized weights the activations are quantized on the fly to int8 blocks, of 32
+// (Q8ActivationBlock) or, for the 256-element block types (Q2_K..Q6_K, IQ4_XS), of 256
+// (Q8KActivationBlock), so the dot products are integer ones.
 //
 // Determinism: the value of y[t][r] depends only on row r and token t, never on how many
 // tokens run together or how rows are split over threads (the same instructions in the
@@ -71,8 +72,25 @@ struct Q8TokenGroupBlock {
 void GroupActivations(const Q8ActivationBlock* x, int64_t n_tokens, int64_t blocks,
                       Q8TokenGroupBlock* out);
 
-// Whether `type` activations get quantized to Q8ActivationBlock for this weight type.
+// 256 activations as int8 with one float scale, ggml's block_q8_K (the activations of the
+// 256-element block types, Q2_K..Q6_K and IQ4_XS): x[i] ≈ d * q[i], bsums[j] the sum of
+// q[16j..16j+15].
+inline constexpr int kQ8KBlock = 256;
+struct Q8KActivationBlock {
+  float d;
+  int8_t q[kQ8KBlock];
+  int16_t bsums[kQ8KBlock / 16];
+};
+
+// Quantizes n (a multiple of 256) floats into n / 256 blocks exactly as ggml's x86
+// quantize_row_q8_K (its quantize_row_q8_K_ref): the element of largest |x|, max, sets
+// q = min(127, round-half-even(x · (-127 / max))) and d = 1 / (-127 / max).
+void QuantizeActivationsQ8K(const float* x, int64_t n, Q8KActivationBlock* out);
+
+// Whether the activations get quantized for this weight type (to Q8ActivationBlock, or to
+// Q8KActivationBlock where UsesQ8KActivations).
 bool UsesQuantizedActivations(TensorType type);
+bool UsesQ8KActivations(TensorType type);
 
 // Whether the CPU computes with weights of `type`: the one place that decides which types a
 // model may hold (the loader asks it). True exactly when the type has a reference
@@ -100,8 +118,9 @@ void Matmul(const CpuContext& ctx, const WeightMatrix& w, const float* x, int64_
             float* y);
 
 // Several matrices with the same number of columns over the same activations (Q/K/V,
-// gate/up): the activations are quantized once and one parallel pass covers the rows of
-// all, so threads meet once instead of once per matrix. ys[i] gets n_tokens × rows_i.
+// gate/up): the activations are quantized once per format the matrices take (mixed types
+// may need both) and one parallel pass covers the rows of all, so threads meet once instead
+// of once per matrix. ys[i] gets n_tokens × rows_i.
 // Each output is computed exactly as Matmul computes it.
 void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, const float* x,
                 int64_t n_tokens, std::span<float* const> ys);

@@ -41,6 +41,14 @@ namespace {
 #include "kernels/cpu/elementwise_simd256.inc"
 #include "kernels/cpu/attend.inc"
 #include "kernels/cpu/attend_simd256.inc"
+#include "kernels/cpu/quant_k_common.inc"
+#include "kernels/cpu/quant_q4_k.inc"
+#include "kernels/cpu/quant_q6_k.inc"
+#include "kernels/cpu/quant_q5_k.inc"
+#include "kernels/cpu/quant_q3_k.inc"
+#include "kernels/cpu/quant_q2_k.inc"
+#include "kernels/cpu/quant_iq4_xs.inc"
+#include "kernels/cpu/matmul_k_quant_simd.inc"
 #undef TM_SIMD_VNNI
 #undef TM_SIMD256
 }  // namespace
@@ -57,6 +65,12 @@ const CpuKernelTable& Avx2KernelTable() {
       .q5_0 = QuantRange<Q5_0Format>,
       .q5_1 = QuantRange<Q5_1Format>,
       .iq4_nl = QuantRange<Iq4NlFormat>,
+      .q2_k = KQuantRange<Q2_KFormat>,
+      .q3_k = KQuantRange<Q3_KFormat>,
+      .q4_k = KQuantRange<Q4_KFormat>,
+      .q5_k = KQuantRange<Q5_KFormat>,
+      .q6_k = KQuantRange<Q6_KFormat>,
+      .iq4_xs = KQuantRange<Iq4_XsFormat>,
       .quantize = SimdQuantizeActivations,
       .attend = AttendWith<SimdOps>,
       .swiglu = SimdSwiGlu,

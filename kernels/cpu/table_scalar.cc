@@ -3,6 +3,7 @@
 // without target flags, it runs on any CPU.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -29,6 +30,14 @@ namespace {
 #include "kernels/cpu/elementwise_loops.inc"
 #include "kernels/cpu/attend.inc"
 #include "kernels/cpu/attend_scalar.inc"
+#include "kernels/cpu/quant_k_common.inc"
+#include "kernels/cpu/quant_q4_k.inc"
+#include "kernels/cpu/quant_q6_k.inc"
+#include "kernels/cpu/quant_q5_k.inc"
+#include "kernels/cpu/quant_q3_k.inc"
+#include "kernels/cpu/quant_q2_k.inc"
+#include "kernels/cpu/quant_iq4_xs.inc"
+#include "kernels/cpu/matmul_k_quant_scalar.inc"
 }  // namespace
 
 const CpuKernelTable& ScalarKernelTable() {
@@ -43,6 +52,12 @@ const CpuKernelTable& ScalarKernelTable() {
       .q5_0 = PlainQuantRange<Q5_0Format>,
       .q5_1 = PlainQuantRange<Q5_1Format>,
       .iq4_nl = PlainQuantRange<Iq4NlFormat>,
+      .q2_k = PlainKQuantRange<Q2_KFormat>,
+      .q3_k = PlainKQuantRange<Q3_KFormat>,
+      .q4_k = PlainKQuantRange<Q4_KFormat>,
+      .q5_k = PlainKQuantRange<Q5_KFormat>,
+      .q6_k = PlainKQuantRange<Q6_KFormat>,
+      .iq4_xs = PlainKQuantRange<Iq4_XsFormat>,
       .quantize = QuantizeActivations,
       .attend = AttendWith<ScalarOps>,
       .swiglu = ScalarSwiGlu,

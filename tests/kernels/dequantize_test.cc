@@ -122,7 +122,10 @@ TEST(TensorTypeTest, LayoutsOfSupportedAndUnsupportedTypes) {
   EXPECT_EQ(NameOf(TensorType::kBF16), "bf16");
   ASSERT_TRUE(FindGgmlType(14).has_value());
   EXPECT_EQ(FindGgmlType(14)->name, "q6_k");
-  EXPECT_FALSE(ToTensorType(14).has_value());  // known layout, but not computed with
+  EXPECT_EQ(ToTensorType(14), TensorType::kQ6_K);
+  ASSERT_TRUE(FindGgmlType(16).has_value());
+  EXPECT_EQ(FindGgmlType(16)->name, "iq2_xxs");
+  EXPECT_FALSE(ToTensorType(16).has_value());  // known layout, but not computed with
   EXPECT_EQ(ToTensorType(20), TensorType::kIQ4_NL);
   EXPECT_EQ(LayoutOf(TensorType::kQ5_1).type_size, 24);
   for (TensorType type : AllTensorTypes()) {

@@ -1,8 +1,11 @@
 // Matmuls against llama.cpp's own CPU code, bit for bit: ggml's quantize_row_q8_1 /
-// quantize_row_q8_0 and ggml_vec_dot_{q4_1_q8_1, q4_0_q8_0, q8_0_q8_0, q5_0_q8_0, q5_1_q8_1,
-// iq4_nl_q8_0, f32}, taken from the
-// libggml-cpu.so that llama-cpp-python ships (found by CMake in the project's .venv, or
-// named by TOKENMILL_GGML_CPU_LIB), through its public ggml_get_type_traits_cpu.
+// quantize_row_q8_0 / quantize_row_q8_K and ggml_vec_dot_{q4_1_q8_1, q4_0_q8_0, q8_0_q8_0,
+// q5_0_q8_0, q5_1_q8_1, iq4_nl_q8_0, q2_K..q6_K_q8_K, iq4_xs_q8_K, f32}, taken from the
+// libggml-cpu.so that llama-cpp-python ships (found by CMake in the project's .venv, or named by
+// TOKENMILL_GGML_CPU_LIB), through its public ggml_get_type_traits_cpu. That library is built
+// for AVX2 (scripts/setup), so its vec_dot functions run their AVX2 paths: the order our
+// kernels follow. (Its repacked interleaved tiles, which a llama.cpp model may use instead, are
+// not what vec_dot runs.)
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -19,6 +22,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/half.h"
 #include "kernels/tensor_type.h"
+#include "tests/kernels/k_quant_blocks.h"
 
 namespace tokenmill {
 namespace {
@@ -33,7 +37,7 @@ struct GgmlTypeTraitsCpu {
   int vec_dot_type;
   int64_t nrows;
 };
-constexpr int kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ8_0 = 8, kGgmlQ8_1 = 9;
+constexpr int kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ8_0 = 8, kGgmlQ8_1 = 9, kGgmlQ8_K = 15;
 constexpr int kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlIq4Nl = 20;
 
 class Ggml {
@@ -97,6 +101,66 @@ std::vector<uint8_t> RandomBlocks(TensorType type, int64_t rows, int64_t cols, s
   return data;
 }
 
+// Weights of a 256-element block type: every other row from ggml's own quantizer (its
+// quantize_row_* through from_float, on rows of varied magnitude), the others random bytes
+// with finite f16 scales (every quant and scale value, which the quantizer may never write).
+std::vector<uint8_t> RandomKQuantBlocks(const Ggml& ggml, TensorType type, int64_t rows,
+                                        int64_t cols, std::mt19937& rng) {
+  const GgmlTypeLayout& layout = LayoutOf(type);
+  const int64_t row_bytes = cols / 256 * layout.type_size;
+  std::vector<uint8_t> data(static_cast<size_t>(rows * row_bytes));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.0005f, 0.02f);
+  const std::vector<int> f16_fields = KQuantF16Offsets(type);
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* out = data.data() + r * row_bytes;
+    if (r % 2 == 0) {
+      const float magnitude = 0.01f * static_cast<float>(1 + r % 7);
+      for (float& v : row) v = magnitude * normal(rng);
+      ggml.traits(static_cast<int>(type)).from_float(row.data(), out, cols);
+      continue;
+    }
+    for (int64_t i = 0; i < row_bytes; ++i) out[i] = static_cast<uint8_t>(byte(rng));
+    for (int64_t b = 0; b < cols / 256; ++b) {
+      for (int at : f16_fields) {
+        const uint16_t h = FloatToHalf(scale(rng));
+        std::memcpy(out + b * layout.type_size + at, &h, 2);
+      }
+    }
+  }
+  return data;
+}
+
+// block_q8_K: {float d, int8 qs[256], int16 bsums[16]}, as Q8KActivationBlock.
+static_assert(sizeof(Q8KActivationBlock) == 292);
+
+TEST(GgmlParityTest, QuantizedActivationsEqualGgmlQ8_K) {
+  Ggml ggml;
+  if (!ggml.loaded()) GTEST_SKIP() << "llama-cpp-python's libggml-cpu.so not found";
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(256 * 12);
+  for (float& v : x) v = normal(rng) * 2.0f;
+  std::fill(x.begin(), x.begin() + 256, 0.0f);                                // all zero
+  for (int i = 0; i < 256; ++i) x[256 + i] = 0.25f * static_cast<float>(i - 128);  // ties
+  for (int i = 0; i < 256; ++i) x[512 + i] = -std::fabs(x[512 + i]);         // max negative
+  x[768 + 5] = 1e-30f;                                                        // one tiny value
+  const int64_t n = static_cast<int64_t>(x.size());
+  // Zeroed first: ggml leaves an all-zero block's sums unset.
+  std::vector<Q8KActivationBlock> expected(static_cast<size_t>(n / 256));
+  std::memset(expected.data(), 0, expected.size() * sizeof(Q8KActivationBlock));
+  ggml.traits(kGgmlQ8_K).from_float(x.data(), expected.data(), n);
+  std::vector<Q8KActivationBlock> ours(expected.size());
+  QuantizeActivationsQ8K(x.data(), n, ours.data());
+  for (size_t b = 0; b < ours.size(); ++b) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(ours[b].d), std::bit_cast<uint32_t>(expected[b].d)) << b;
+    EXPECT_EQ(0, std::memcmp(ours[b].q, expected[b].q, sizeof(ours[b].q))) << "block " << b;
+    EXPECT_EQ(0, std::memcmp(ours[b].bsums, expected[b].bsums, sizeof(ours[b].bsums))) << b;
+  }
+}
+
 TEST(GgmlParityTest, QuantizedActivationsEqualGgmlQ8_1AndQ8_0) {
   Ggml ggml;
   if (!ggml.loaded()) GTEST_SKIP() << "llama-cpp-python's libggml-cpu.so not found";
@@ -141,21 +205,26 @@ TEST_P(GgmlMatmulParityTest, EveryOutputEqualsGgmlVecDot) {
   const ParityCase c = GetParam();
   const GgmlTypeTraitsCpu& traits = ggml.traits(c.ggml_type);
   const int act_type = traits.vec_dot_type;
-  const size_t act_block_bytes = act_type == kGgmlQ8_1 ? 36 : 34;
+  const int64_t block = LayoutOf(c.type).block_size;
+  const int64_t act_block = act_type == kGgmlQ8_K ? 256 : 32;
+  const size_t act_block_bytes = act_type == kGgmlQ8_K ? 292 : act_type == kGgmlQ8_1 ? 36 : 34;
   std::mt19937 rng(17);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   // Token counts around the kernels' groups and tiles (pairs of full groups, partial groups of
   // even and odd size); the model's column counts, and odd block counts (IQ4_NL's last block).
-  for (const auto& [rows, cols, tokens] :
+  // (The 256-element block types take these column counts rounded up to 256.)
+  for (auto [rows, cols, tokens] :
        std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {7, 576, 1}, {9, 1536, 3}, {5, 576, 8}, {11, 192, 13}, {3, 64, 17}, {4, 192, 2},
            {5, 576, 22}, {3, 64, 31}, {6, 96, 1}, {5, 160, 9}, {3, 32, 16}, {4, 224, 3}}) {
-    const std::vector<uint8_t> w = RandomBlocks(c.type, rows, cols, rng);
-    const int64_t row_bytes = cols / 32 * LayoutOf(c.type).type_size;
+    cols = (cols + block - 1) / block * block;
+    const std::vector<uint8_t> w = block == 256 ? RandomKQuantBlocks(ggml, c.type, rows, cols, rng)
+                                                : RandomBlocks(c.type, rows, cols, rng);
+    const int64_t row_bytes = cols / block * LayoutOf(c.type).type_size;
     std::vector<float> x(static_cast<size_t>(tokens * cols));
     for (float& v : x) v = normal(rng);
     std::vector<float> expected(static_cast<size_t>(tokens * rows));
-    std::vector<uint8_t> act(static_cast<size_t>(cols / 32) * act_block_bytes);
+    std::vector<uint8_t> act(static_cast<size_t>(cols / act_block) * act_block_bytes);
     for (int64_t t = 0; t < tokens; ++t) {
       ggml.traits(act_type).from_float(x.data() + t * cols, act.data(), cols);
       for (int64_t r = 0; r < rows; ++r) {
@@ -248,7 +317,13 @@ INSTANTIATE_TEST_SUITE_P(Types, GgmlMatmulParityTest,
                                            ParityCase{TensorType::kQ8_0, kGgmlQ8_0},
                                            ParityCase{TensorType::kQ5_0, kGgmlQ5_0},
                                            ParityCase{TensorType::kQ5_1, kGgmlQ5_1},
-                                           ParityCase{TensorType::kIQ4_NL, kGgmlIq4Nl}),
+                                           ParityCase{TensorType::kIQ4_NL, kGgmlIq4Nl},
+                                           ParityCase{TensorType::kQ4_K, 12},
+                                           ParityCase{TensorType::kQ6_K, 14},
+                                           ParityCase{TensorType::kQ5_K, 13},
+                                           ParityCase{TensorType::kQ3_K, 11},
+                                           ParityCase{TensorType::kQ2_K, 10},
+                                           ParityCase{TensorType::kIQ4_XS, 23}),
                          [](const ::testing::TestParamInfo<ParityCase>& param_info) {
                            return std::string(NameOf(param_info.param.type));
                          });

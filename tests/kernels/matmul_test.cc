@@ -16,6 +16,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/half.h"
 #include "kernels/tensor_type.h"
+#include "tests/kernels/k_quant_blocks.h"
 
 namespace tokenmill {
 namespace {
@@ -69,6 +70,10 @@ std::vector<uint8_t> RandomWeights(TensorType type, int64_t rows, int64_t cols, 
           // Includes -128, which the sign trick of the SIMD paths must handle.
           for (int i = 2; i < 34; ++i) data[at + i] = static_cast<uint8_t>(byte(rng));
           break;
+        default:  // the 256-element block types: every quant and sub-block scale
+          for (int i = 0; i < layout.type_size; ++i) data[at + i] = static_cast<uint8_t>(byte(rng));
+          for (int f16 : KQuantF16Offsets(type)) put16(at + f16, FloatToHalf(scale(rng) / 8.0f));
+          break;
       }
     }
   }
@@ -102,13 +107,24 @@ TEST_P(MatmulTest, EveryIsaMatchesTheReferenceAndEachOther) {
       {type, 300, block == 1 ? 250 : 1536, 2}, {type, 21, block == 1 ? 40 : 192, 19},
       {type, 6, block == 1 ? 16 : 64, 8},
   };
-  for (const Case& c : cases) {
+  for (Case c : cases) {
+    if (block == 256) c.cols = (c.cols + 255) / 256 * 256;
     const std::vector<uint8_t> data = RandomWeights(type, c.rows, c.cols, rng);
     const WeightMatrix w{type, data.data(), c.rows, c.cols,
                          c.cols / block * LayoutOf(type).type_size};
     const std::vector<float> x = RandomActivations(c.tokens * c.cols, rng);
     std::vector<float> expected(static_cast<size_t>(c.tokens * c.rows));
-    MatmulReference(w, x.data(), c.tokens, expected.data());
+    // The 256-element block types against their own int8 activations, dequantized: then only
+    // float rounding differs, and every quant and scale of the kernels is checked against the
+    // reference dequantization (the Q8_K error alone can pass 2% where the terms cancel).
+    const bool q8k = UsesQ8KActivations(type);
+    std::vector<float> x_ref = x;
+    if (q8k) {
+      std::vector<Q8KActivationBlock> blocks(x.size() / 256);
+      QuantizeActivationsQ8K(x.data(), static_cast<int64_t>(x.size()), blocks.data());
+      for (size_t i = 0; i < x.size(); ++i) x_ref[i] = blocks[i / 256].d * blocks[i / 256].q[i % 256];
+    }
+    MatmulReference(w, x_ref.data(), c.tokens, expected.data());
     float scale = 0.0f;
     for (float v : expected) scale = std::max(scale, std::fabs(v));
     std::vector<float> scalar_result;
@@ -116,7 +132,8 @@ TEST_P(MatmulTest, EveryIsaMatchesTheReferenceAndEachOther) {
       std::vector<float> y(expected.size(), NAN);
       Matmul(CpuContext{&KernelTable(isa), &pool}, w, x.data(), c.tokens, y.data());
       // Int8 activations lose ~1/254 of each block's range; float paths only rounding.
-      const float tolerance = (UsesQuantizedActivations(type) ? 2e-2f : 1e-5f) * scale + 1e-6f;
+      const float tolerance =
+          (q8k ? 1e-4f : UsesQuantizedActivations(type) ? 2e-2f : 1e-5f) * scale + 1e-6f;
       for (size_t i = 0; i < y.size(); ++i) {
         ASSERT_NEAR(y[i], expected[i], tolerance)
             << IsaName(isa) << " " << NameOf(type) << " rows " << c.rows << " cols " << c.cols
@@ -145,7 +162,7 @@ TEST_P(MatmulTest, EveryIsaMatchesTheReferenceAndEachOther) {
 TEST_P(MatmulTest, ResultsDoNotDependOnBatchSizeOrThreads) {
   const TensorType type = GetParam();
   const int64_t block = LayoutOf(type).block_size;
-  const int64_t rows = 70, cols = block == 1 ? 100 : 192, tokens = 19;
+  const int64_t rows = 70, cols = block == 1 ? 100 : block == 256 ? 512 : 192, tokens = 19;
   std::mt19937 rng(7);
   const std::vector<uint8_t> data = RandomWeights(type, rows, cols, rng);
   const WeightMatrix w{type, data.data(), rows, cols, cols / block * LayoutOf(type).type_size};
@@ -168,7 +185,10 @@ INSTANTIATE_TEST_SUITE_P(Types, MatmulTest,
                          ::testing::Values(TensorType::kF32, TensorType::kF16, TensorType::kBF16,
                                            TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
                                            TensorType::kQ5_0, TensorType::kQ5_1,
-                                           TensorType::kIQ4_NL),
+                                           TensorType::kIQ4_NL,
+                                           TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kQ5_K,
+                                           TensorType::kQ3_K, TensorType::kQ2_K,
+                                           TensorType::kIQ4_XS),
                          [](const ::testing::TestParamInfo<TensorType>& param_info) {
                            return std::string(NameOf(param_info.param));
                          });
@@ -279,12 +299,14 @@ INSTANTIATE_TEST_SUITE_P(Types, RowGroupsOrderTest,
 
 TEST(MatmulManyTest, EqualsSeparateMatmulsBitForBit) {
   std::mt19937 rng(9);
-  const int64_t cols = 96, tokens = 19;
+  const int64_t cols = 256, tokens = 19;
   // The regrouped matrices come after rows that are no multiple of 16: the threads' row
-  // ranges must still start on their groups.
+  // ranges must still start on their groups. Q4_K and Q6_K beside Q4_1 and Q8_0 (as Q/K/V of
+  // a Q4_K_M file with a fallback type) take both activation formats in one call.
   const std::vector<std::tuple<TensorType, int64_t, bool>> shapes = {
       {TensorType::kQ4_1, 50, false}, {TensorType::kQ8_0, 17, false},
-      {TensorType::kF16, 33, false},  {TensorType::kQ4_1, 48, true},
+      {TensorType::kF16, 33, false},  {TensorType::kQ4_K, 21, false},
+      {TensorType::kQ4_1, 48, true},  {TensorType::kQ6_K, 9, false},
       {TensorType::kQ8_0, 32, true}};
   std::vector<std::vector<uint8_t>> data, regrouped(shapes.size());
   std::vector<WeightMatrix> ws;
@@ -328,6 +350,25 @@ TEST(QuantizeActivationsTest, RoundTripsWithinHalfAStep) {
       sum += blocks[b].q[i];
     }
     EXPECT_EQ(sum, blocks[b].sum);
+  }
+}
+
+TEST(QuantizeActivationsTest, Q8KRoundTripsWithinHalfAStepAndSumsEachSixteen) {
+  std::mt19937 rng(5);
+  std::vector<float> x = RandomActivations(3 * 256, rng);
+  std::fill(x.begin() + 256, x.begin() + 512, 0.0f);  // an all-zero block
+  std::vector<Q8KActivationBlock> blocks(3);
+  QuantizeActivationsQ8K(x.data(), static_cast<int64_t>(x.size()), blocks.data());
+  EXPECT_EQ(blocks[1].d, 0.0f);
+  for (int b = 0; b < 3; ++b) {
+    for (int j = 0; j < 16; ++j) {
+      int sum = 0;
+      for (int i = 16 * j; i < 16 * j + 16; ++i) {
+        EXPECT_NEAR(blocks[b].d * blocks[b].q[i], x[b * 256 + i], std::fabs(blocks[b].d) * 0.5f);
+        sum += blocks[b].q[i];
+      }
+      EXPECT_EQ(sum, blocks[b].bsums[j]) << "block " << b << " sum " << j;
+    }
   }
 }
 
