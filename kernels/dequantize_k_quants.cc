@@ -176,4 +176,16 @@ KQuantBlockFn KQuantBlockDequantizer(TensorType type) {
   }
 }
 
+std::vector<int> KQuantF16Offsets(TensorType type) {
+  switch (type) {
+    case TensorType::kQ2_K: return {80, 82};
+    case TensorType::kQ3_K: return {108};
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K: return {0, 2};
+    case TensorType::kQ6_K: return {208};
+    case TensorType::kIQ4_XS: return {0};
+    default: return {};
+  }
+}
+
 }  // namespace tokenmill

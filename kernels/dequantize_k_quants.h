@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/tensor_type.h"
 
@@ -13,5 +14,10 @@ namespace tokenmill {
 // is not a 256-element block type.
 using KQuantBlockFn = void (*)(const uint8_t* block, float* out);
 KQuantBlockFn KQuantBlockDequantizer(TensorType type);
+
+// Byte offsets of the f16 fields (d, and dmin where the type has one) in a block of `type`, or
+// nothing for a type that is not a 256-element block type: what tests and benchmarks need to
+// fill blocks with random bytes and still have finite scales.
+std::vector<int> KQuantF16Offsets(TensorType type);
 
 }  // namespace tokenmill

@@ -20,9 +20,9 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/dequantize_k_quants.h"
 #include "kernels/half.h"
 #include "kernels/tensor_type.h"
-#include "tests/kernels/k_quant_blocks.h"
 
 namespace tokenmill {
 namespace {

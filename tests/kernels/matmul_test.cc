@@ -14,9 +14,9 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/row_groups.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/dequantize_k_quants.h"
 #include "kernels/half.h"
 #include "kernels/tensor_type.h"
-#include "tests/kernels/k_quant_blocks.h"
 
 namespace tokenmill {
 namespace {
