@@ -7,8 +7,8 @@
 //
 // With --rows and --cols, one matrix of that shape instead (256-aligned for the K-quants; make
 // it larger than the last-level cache to time a decode that streams its weights from memory),
-// and with --threads N a pool of N threads, timed by wall clock (CPU time would add the
-// threads up):
+// and with --threads N a pool of N threads, timed by wall clock (the columns before the last;
+// the last is the CPU time of all threads, which a loaded machine inflates less):
 //
 //   build/bin/tokenmill_matmul_bench --type q4_k --rows 65536 --cols 4096 --threads 2 --tokens 1,16
 
@@ -119,34 +119,35 @@ int Main(int argc, char** argv) {
     weight_bytes += w.rows * w.row_bytes;
   }
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::printf("%s%s %s, %d thread(s), %.1f MB of weights\n%6s %12s %10s %16s %10s\n",
+  std::printf("%s%s %s, %d thread(s), %.1f MB of weights\n%6s %12s %10s %16s %10s %14s\n",
               std::string(NameOf(type)).c_str(), row_groups ? " (row groups)" : "",
               std::string(IsaName(isa)).c_str(), threads, 1e-6 * static_cast<double>(weight_bytes),
               "tokens", threads > 1 ? "wall ms/pass" : "cpu ms/pass", "x 1 token",
-              "ns/(row·tok·32)", "weight GB/s");
+              "ns/(row·tok·32)", "weight GB/s", "cpu ms (all)");
   double one_token_ms = 0.0;
   for (int tokens : token_counts) {
     std::vector<float> x(static_cast<size_t>(tokens * max_cols));
     for (float& v : x) v = normal(rng);
     std::vector<float> y(static_cast<size_t>(tokens * max_rows));
-    std::vector<double> times;
-    const auto seconds = [&] {
-      return threads > 1 ? std::chrono::duration<double>(
-                               std::chrono::steady_clock::now().time_since_epoch())
-                               .count()
-                         : ProcessCpuSeconds();
+    std::vector<double> times, cpu_times;
+    const auto wall_seconds = [] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
     };
     for (int rep = 0; rep < reps; ++rep) {
-      const double start = seconds();
+      const double start = wall_seconds(), cpu_start = ProcessCpuSeconds();
       for (const WeightMatrix& w : ws) Matmul(ctx, w, x.data(), tokens, y.data());
-      times.push_back(1e3 * (seconds() - start));
+      times.push_back(1e3 * (wall_seconds() - start));
+      cpu_times.push_back(1e3 * (ProcessCpuSeconds() - cpu_start));
+      if (threads == 1) times.back() = cpu_times.back();
     }
     std::sort(times.begin(), times.end());
+    std::sort(cpu_times.begin(), cpu_times.end());
     const double ms = times[times.size() / 2];
     if (tokens == token_counts.front()) one_token_ms = ms / tokens;
-    std::printf("%6d %12.3f %10.2f %16.3f %10.2f\n", tokens, ms, ms / one_token_ms,
+    std::printf("%6d %12.3f %10.2f %16.3f %10.2f %14.3f\n", tokens, ms, ms / one_token_ms,
                 1e6 * ms / (static_cast<double>(tokens) * static_cast<double>(blocks_per_token)),
-                1e-6 * static_cast<double>(weight_bytes) / ms);
+                1e-6 * static_cast<double>(weight_bytes) / ms, cpu_times[cpu_times.size() / 2]);
   }
   return 0;
 }
