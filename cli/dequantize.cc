@@ -25,7 +25,7 @@ int RunDequantize(const Options& options) {
     return Fail(NotFoundError("the model has no tensor '" + options.tensor_name + "'"));
   }
   const std::optional<TensorType> type = ToTensorType(tensor->ggml_type);
-  if (!type) {
+  if (!type || !HasReferenceDequantization(*type)) {
     return Fail(UnimplementedError("tensor '" + options.tensor_name + "' has type " +
                                    std::string(FindGgmlType(tensor->ggml_type)->name) +
                                    ", which tokenmill cannot dequantize"));

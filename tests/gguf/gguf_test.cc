@@ -162,10 +162,12 @@ TEST(GgufTest, BadValuesAndTensorInfos) {
   EXPECT_THAT(ParseError(GgufBuilder().Tensor("t", 2, {33}, std::vector<uint8_t>(40)).Build()),
               HasSubstr("not a multiple of the q4_0 block size 32"));
   // SmolLM2's 576-wide rows in a 256-element K-quant block; a block-32 type of 48.
-  EXPECT_THAT(ParseError(GgufBuilder().Tensor("w", 12, {576, 2}, std::vector<uint8_t>(640)).Build()),
-              HasSubstr("tensor 'w' has rows of 576 elements, not a multiple of the q4_k block size 256"));
-  EXPECT_THAT(ParseError(GgufBuilder().Tensor("w", 7, {48}, std::vector<uint8_t>(48)).Build()),
-              HasSubstr("tensor 'w' has rows of 48 elements, not a multiple of the q5_1 block size 32"));
+  EXPECT_THAT(
+      ParseError(GgufBuilder().Tensor("w", 12, {576, 2}, std::vector<uint8_t>(640)).Build()),
+      HasSubstr("tensor 'w' has rows of 576 elements, not a multiple of the q4_k block size 256"));
+  EXPECT_THAT(
+      ParseError(GgufBuilder().Tensor("w", 7, {48}, std::vector<uint8_t>(48)).Build()),
+      HasSubstr("tensor 'w' has rows of 48 elements, not a multiple of the q5_1 block size 32"));
   EXPECT_THAT(ParseError(GgufBuilder().Tensor("t", 0, {1, 1, 1, 1, 1}, F32Data(1)).Build()),
               HasSubstr("5 dimensions"));
   EXPECT_THAT(ParseError(GgufBuilder().Tensor("t", 0, {4, 0}, {}).Build()), HasSubstr("invalid shape"));
