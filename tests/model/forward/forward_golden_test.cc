@@ -20,13 +20,9 @@ namespace {
 using testing::Argmax;
 using testing::Golden;
 using testing::GoldenPrompt;
-using testing::LlamaCppGap;
+using testing::kNearTie;
 using testing::LoadGolden;
 using testing::SparseLogits;
-
-// A gap between llama.cpp's two best logits below this is a near-tie: a different but
-// equally valid rounding (int8 activations, f16 KV, summation order) may flip it.
-constexpr float kNearTie = 0.25f;
 
 struct ModelCase {
   std::string stem;
@@ -126,41 +122,8 @@ TEST_P(ForwardGoldenTest, ReferenceKernelLogitsMatchNumpyClosely) {
 
 // Greedy continuation, one decode step per token, as llama.cpp produced it.
 TEST_P(ForwardGoldenTest, GreedyContinuationsMatchLlamaCpp) {
-  const ModelConfig& c = model_->config();
-  ForwardPass forward(*model_, CpuContext{&KernelTable(BestCpuIsa()), &pool_});
-  int identical = 0;
-  for (const GoldenPrompt& p : golden_.prompts) {
-    KvCacheStorage storage(c, KvType::kF16, 16, 16);
-    BatchBuilder builder(16, 16);
-    const int seq = builder.AddSequence();
-    std::vector<float> logits(c.n_vocab);
-    std::vector<int32_t> step = p.prompt_tokens;
-    std::vector<int32_t> ours;
-    for (size_t i = 0; i < p.continuation.size(); ++i) {
-      ASSERT_TRUE(builder.Append(seq, step, BatchBuilder::Logits::kLast).ok());
-      ASSERT_TRUE(forward.Run({builder.token_ids(), builder.batch(), builder.logit_rows()},
-                              storage.view(), logits).ok());
-      builder.Clear();
-      ours.push_back(Argmax(logits.data(), c.n_vocab));
-      if (ours.back() != p.continuation[i]) break;
-      step = {ours.back()};
-    }
-    if (ours == p.continuation) {
-      ++identical;
-      continue;
-    }
-    // Diverged at step i: llama.cpp's own logit for our token must be within kNearTie of
-    // its best (a near-tie), so a different valid rounding explains the choice.
-    const size_t i = ours.size() - 1;
-    const SparseLogits& top = p.llama_cpp_top[p.prompt_tokens.size() - 1 + i];
-    const float our_gap = LlamaCppGap(p, i, ours.back());
-    std::cout << GetParam().stem << ": prompt '" << p.text << "' diverges at generated token "
-              << i << ": ours " << ours.back() << ", llama.cpp " << top.ids[0] << " (logit "
-              << top.values[0] << "); llama.cpp's logit for ours is " << our_gap
-              << " below its best\n";
-    EXPECT_LT(our_gap, kNearTie) << "prompt '" << p.text << "' diverges from llama.cpp at "
-                                 << "generated token " << i << ", not at a near-tie";
-  }
+  const int identical = testing::CheckGreedyContinuations(
+      *model_, CpuContext{&KernelTable(BestCpuIsa()), &pool_}, golden_, GetParam().stem);
   const int n = static_cast<int>(golden_.prompts.size());
   std::cout << GetParam().stem << ": " << identical << " of " << n
             << " greedy continuations identical to llama.cpp's (llama.cpp's own batched-prompt "
