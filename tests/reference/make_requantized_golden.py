@@ -5,7 +5,9 @@ continuation, with llama.cpp fed one token at a time (make_logits_golden.py says
 
 llama.cpp's CPU reference is its `vec_dot` path: llama-cpp-python built with
 -DGGML_CPU_REPACK=OFF (scripts/setup; docs/weight-types.md), so that no matrix is repacked into
-the interleaved tiles x86 ggml uses by default for Q4_0, Q4_K and IQ4_NL.
+the interleaved tiles x86 ggml uses by default for Q4_0, Q4_K and IQ4_NL; and the model is loaded
+without extra buffer types (llama_model_params.use_extra_bufts = false), which keeps a build that
+can repack from doing so.
 
 Run from the repository root (needs tests/reference/requirements.txt):
   .venv/bin/python tests/reference/make_requantized_golden.py [TARGET...]
@@ -16,6 +18,7 @@ import sys
 
 import numpy as np
 import llama_cpp
+import llama_cpp.llama_cpp as llama_cpp_api
 from llama_cpp import Llama
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -26,6 +29,19 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 OUT_DIR = os.path.join(ROOT, "tests", "data", "logits", "requantized")
 N_PROMPTS = 8
 CONTINUATION = 48
+
+
+def without_extra_buffer_types(default_params):
+    def params():
+        p = default_params()
+        p.use_extra_bufts = False  # no CPU_REPACK buffer: every matmul through vec_dot
+        return p
+    return params
+
+
+# Llama() takes its model parameters from here and has no argument for this one.
+llama_cpp_api.llama_model_default_params = without_extra_buffer_types(
+    llama_cpp_api.llama_model_default_params)
 
 
 def golden_for_file(path):
@@ -69,7 +85,8 @@ def main():
             "tensor_types": tensor_types(path),
             "llama_cpp_python_version": llama_cpp.__version__,
             "llama_cpp_run": "n_threads=1, n_batch=n_ubatch=1 (prompt fed token by token), "
-                             "flash attention off, f16 KV cache, GGML_CPU_REPACK=OFF",
+                             "flash attention off, f16 KV cache, GGML_CPU_REPACK=OFF, "
+                             "use_extra_bufts=false",
             "note": "llama_cpp_top[i] are the logits after token i of prompt + continuation",
             "prompts": golden_for_file(path),
         }

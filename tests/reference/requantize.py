@@ -21,8 +21,9 @@ DEFAULT_OUT = os.path.join(ROOT, "models", "requantized")
 # Name in the file name -> llama.cpp's ftype. On this model two mixes hold none of their own
 # type: llama.cpp's Q2_K gives ffn_down Q3_K (the rest falls back to Q4_0), so Q2_K is made
 # "pure" (every tensor Q2_K where its rows allow); Q3_K_M gives ffn_down Q4_K, so Q3_K_S (whose
-# ffn_down is Q3_K) is made beside it.
-PURE = {"Q2_K"}
+# ffn_down is Q3_K) is made beside it. IQ4_NL_PURE (every tensor IQ4_NL, its output and
+# embedding included) runs on the CPU without the K-quants that llama.cpp's IQ4_NL mix holds.
+PURE = {"Q2_K", "IQ4_NL_PURE"}
 TARGETS = {
     "Q2_K": llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K,
     "Q3_K_S": llama_cpp.LLAMA_FTYPE_MOSTLY_Q3_K_S,
@@ -33,6 +34,7 @@ TARGETS = {
     "Q5_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_0,
     "Q5_1": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_1,
     "IQ4_NL": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ4_NL,
+    "IQ4_NL_PURE": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ4_NL,
     "IQ4_XS": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ4_XS,
 }
 

@@ -28,8 +28,9 @@ using testing::Golden;
 using testing::LoadGolden;
 
 // tests/reference/requantize.py's TARGETS.
-const std::vector<std::string> kTargets = {"Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_M", "Q5_K_M",
-                                           "Q6_K", "Q5_0",   "Q5_1",   "IQ4_NL", "IQ4_XS"};
+const std::vector<std::string> kTargets = {"Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_M",
+                                           "Q5_K_M", "Q6_K", "Q5_0", "Q5_1",
+                                           "IQ4_NL", "IQ4_NL_PURE", "IQ4_XS"};
 
 std::string FileOf(const std::string& target) {
   return "SmolLM2-135M-Instruct." + target + ".gguf";
@@ -48,8 +49,8 @@ std::map<std::string, int> TensorTypes(const GgufFile& file) {
 
 struct RequantizedCase {
   std::string target;
-  // Greedy continuations that must equal llama.cpp's, of the golden's 8 (measured: Q5_0 and
-  // Q5_1 8 of 8 on 2026-12-01).
+  // Greedy continuations that must equal llama.cpp's, of the golden's 8 (measured: Q5_0, Q5_1
+  // and IQ4_NL_PURE 8 of 8 on 2026-12-01).
   int min_identical_continuations;
 };
 
@@ -124,7 +125,8 @@ INSTANTIATE_TEST_SUITE_P(
                       RequantizedCase{"Q3_K_M", 0}, RequantizedCase{"Q4_K_M", 0},
                       RequantizedCase{"Q5_K_M", 0}, RequantizedCase{"Q6_K", 0},
                       RequantizedCase{"Q5_0", 8}, RequantizedCase{"Q5_1", 8},
-                      RequantizedCase{"IQ4_NL", 0}, RequantizedCase{"IQ4_XS", 0}),
+                      RequantizedCase{"IQ4_NL", 0}, RequantizedCase{"IQ4_NL_PURE", 8},
+                      RequantizedCase{"IQ4_XS", 0}),
     [](const ::testing::TestParamInfo<RequantizedCase>& param_info) {
       return param_info.param.target;
     });
