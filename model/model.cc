@@ -22,7 +22,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
   return FromFile(std::move(file));
 }
 
-StatusOr<std::unique_ptr<Model>> Model::FromFile(GgufFile file) {
+StatusOr<std::unique_ptr<Model>> Model::FromFile(GgufFile file, CpuWeightLayout layout) {
   std::unique_ptr<Model> model(new Model(std::move(file)));
   TM_ASSIGN_OR_RETURN(model->family_, FindModelFamily(model->file_));
   TM_ASSIGN_OR_RETURN(model->config_, LoadModelConfig(model->file_, *model->family_));
@@ -30,6 +30,7 @@ StatusOr<std::unique_ptr<Model>> Model::FromFile(GgufFile file) {
                       LoadWeights(model->file_, model->config_, *model->family_));
   ModelWeights& cpu = model->cpu_weights_;
   cpu = model->weights_;
+  if (layout == CpuWeightLayout::kAsInFile) return model;
   for (LayerWeights& l : cpu.layers) {
     for (WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
       *w = ForCpu(*w, model->regrouped_);

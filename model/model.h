@@ -14,11 +14,17 @@
 
 namespace tokenmill {
 
+// How cpu_weights() lays out the matrices. kFastest: Q4_1 and Q8_0 regrouped (see
+// cpu_weights()). kAsInFile: every matrix as the file holds it, so that every quantized matmul
+// sums in llama.cpp's vec_dot order (the requantized goldens test the weight types that way).
+enum class CpuWeightLayout { kFastest, kAsInFile };
+
 class Model {
  public:
   static StatusOr<std::unique_ptr<Model>> Load(const std::string& path);
   // Builds a model over an already opened file (the tokenizer may share it).
-  static StatusOr<std::unique_ptr<Model>> FromFile(GgufFile file);
+  static StatusOr<std::unique_ptr<Model>> FromFile(
+      GgufFile file, CpuWeightLayout layout = CpuWeightLayout::kFastest);
 
   const GgufFile& file() const { return file_; }
   // How this model loads and composes its layers (model/arch/family.h).
