@@ -11,6 +11,7 @@
 
 #include "server/openai/request_body.h"
 #include "server/openai/response_format.h"
+#include "server/openai/structured_output.h"
 
 namespace tokenmill::gateway {
 
@@ -212,6 +213,10 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
       --open_calls;
       if (!event.status.ok() && !failure && !client_gone) {
         failure = FromGrpcStatus(event.status);
+        // The server names the constraint's kind; the client knows the field it used.
+        if (failure->status == 400 && failure->message.starts_with(kStructuredOutputError)) {
+          failure->param = parsed.structured_output_param;
+        }
         cancel_all();
       }
       continue;

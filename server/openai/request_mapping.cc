@@ -5,6 +5,8 @@
 #include <set>
 #include <string_view>
 
+#include "server/openai/structured_output.h"
+
 namespace tokenmill::gateway {
 
 using nlohmann::json;
@@ -202,6 +204,8 @@ std::optional<HttpError> ParseStop(const json& body, v1::GenerateRequest& g) {
 std::optional<HttpError> ParseGenerateCommon(const json& body, Endpoint endpoint,
                                              CompletionRequest& out, v1::GenerateRequest& g) {
   GW_RETURN_IF_ERROR(ParseSampling(body, *g.mutable_sampling()));
+  GW_RETURN_IF_ERROR(
+      ParseStructuredOutput(body, *g.mutable_sampling(), out.structured_output_param));
   GW_RETURN_IF_ERROR(ParseStop(body, g));
 
   std::optional<int64_t> max_tokens;
@@ -401,12 +405,6 @@ std::optional<HttpError> ParseChatInput(const json& body, CompletionRequest& out
   std::optional<bool> add_generation_prompt;
   GW_RETURN_IF_ERROR(Bool(body, "add_generation_prompt", add_generation_prompt));
   if (add_generation_prompt) chat.set_add_generation_prompt(*add_generation_prompt);
-  if (const json* format = Field(body, "response_format")) {
-    if (!HasType(*format, "text")) {
-      return BadRequest("response_format: only {\"type\": \"text\"} is supported",
-                        "response_format");
-    }
-  }
   // Same system messages, same backend; otherwise the start of the first message.
   std::string key;
   for (const v1::ChatMessage& m : chat.messages()) {
@@ -462,11 +460,12 @@ std::optional<HttpError> ParseCompletionRequest(const json& body, Endpoint endpo
                                                 CompletionRequest& out) {
   if (!body.is_object()) return BadRequest("the request body must be a JSON object");
   std::set<std::string_view> known = CommonParams();
+  known.insert(StructuredOutputParams().begin(), StructuredOutputParams().end());
   if (endpoint == Endpoint::kCompletions) {
     known.insert({"prompt", "best_of", "echo", "suffix"});
   } else {
     known.insert({"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                  "parallel_tool_calls", "response_format", "add_generation_prompt"});
+                  "parallel_tool_calls", "add_generation_prompt"});
   }
   GW_RETURN_IF_ERROR(RefuseUnknown(body, known));
   out.endpoint = endpoint;

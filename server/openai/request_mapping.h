@@ -28,6 +28,9 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;
   uint32_t top_logprobs = 0;
+  // The field that set sampling.structured_output (response_format, grammar, ...), named in
+  // the 400 when the server refuses what it holds; empty without one.
+  std::string structured_output_param;
   // Requests with equal keys go to the same backend (its prefix cache holds their prefix).
   std::string affinity_key;
 };

@@ -39,7 +39,7 @@ BAD = [
     ("/v1/chat/completions", {"messages": [{"role": "user"}]}, 400, "messages", "messages[0]"),
     # A "type" that is not a string dropped the connection (found by request_mapping_fuzzer).
     ("/v1/chat/completions", {"messages": user("x"), "response_format": {"type": []}}, 400,
-     "response_format", "only {\"type\": \"text\"}"),
+     "response_format", "response_format must be {\"type\""),
     ("/v1/chat/completions", {"messages": user([{"type": 5, "text": "x"}])}, 400, "messages",
      "only parts"),
     ("/tokenize", {"messages": user([{"type": None, "text": "x"}])}, 400, "messages",
