@@ -23,6 +23,7 @@ EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManage
               .vocab_size = tokenizer.vocab_size(),
               .speculative_decoding = speculator_ != nullptr},
       sampler_(tokenizer.end_of_generation_ids()),
+      grammars_(tokenizer.end_of_generation_ids()),
       seed_source_(std::random_device{}()),
       fan_out_(prefix_caching) {}
 
@@ -51,6 +52,7 @@ Status EngineCore::Add(RequestId id, ValidatedRequest valid, Clock::time_point s
     outputs_.emplace(id + static_cast<RequestId>(i),
                      RequestOutput(id, i, tokenizer_, request.stop_strings, request.sink,
                                    num_prompt, submit_time));
+    if (request.grammar) grammars_.Add(id + static_cast<RequestId>(i), request.grammar);
   }
   if (n > 1) {
     sequences.erase(sequences.begin());
@@ -99,6 +101,7 @@ bool EngineCore::AbortSequence(RequestId id) {
 
 void EngineCore::EraseOutput(OutputMap::iterator it) {
   const RequestId first_id = it->first - static_cast<RequestId>(it->second.sequence_index());
+  grammars_.Remove(it->first);
   outputs_.erase(it);
   fan_out_.SequenceEnded(first_id);
 }
@@ -118,7 +121,9 @@ bool EngineCore::Step(const std::function<void()>& on_scheduled) {
     FailStep(step, sampled.status());
     return true;
   }
-  Emit(scheduler_->Update(*sampled));
+  std::vector<RequestEvent> events = scheduler_->Update(*sampled);
+  FinishEndedGrammars(events);
+  Emit(events);
   ReleaseHeldSequences();
   return true;
 }
@@ -126,6 +131,7 @@ bool EngineCore::Step(const std::function<void()>& on_scheduled) {
 SchedulerOutput EngineCore::Schedule(const std::function<void()>& on_scheduled) {
   ReleaseHeldSequences();
   SchedulerOutput step = scheduler_->Schedule();
+  for (const RequestId id : step.preempted_ids) grammars_.Release(id);
   if (on_scheduled) on_scheduled();
   const Clock::time_point now = Clock::now();
   for (const ScheduledRequest& r : step.requests) outputs_.at(r.id).MarkScheduled(now);
@@ -135,10 +141,25 @@ SchedulerOutput EngineCore::Schedule(const std::function<void()>& on_scheduled) 
 StatusOr<ModelOutput> EngineCore::Execute(const SchedulerOutput& step) {
   ++num_steps_;
   TM_ASSIGN_OR_RETURN(ModelOutput sampled,
-                      runner_->Execute(step, *scheduler_, sampler_, step_logprobs_,
+                      runner_->Execute(step, *scheduler_, sampler_, step_logprobs_, grammars_,
+                                       ended_grammars_,
                                        speculator_ ? speculator_->draft_probs() : DraftProbs{}));
   if (speculator_) TM_RETURN_IF_ERROR(speculator_->AfterStep(step, *scheduler_, sampled));
   return sampled;
+}
+
+void EngineCore::FinishEndedGrammars(std::vector<RequestEvent>& events) {
+  if (ended_grammars_.empty()) return;
+  for (RequestEvent& event : events) {
+    if (event.finish_reason ||
+        std::find(ended_grammars_.begin(), ended_grammars_.end(), event.id) ==
+            ended_grammars_.end()) {
+      continue;
+    }
+    const Status status = scheduler_->FinishRequest(event.id, FinishReason::kStop);
+    TM_CHECK(status.ok()) << status.ToString();
+    event.finish_reason = FinishReason::kStop;
+  }
 }
 
 void EngineCore::Emit(const std::vector<RequestEvent>& events) {

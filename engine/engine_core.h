@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "engine/engine_stats.h"
 #include "engine/generate_request.h"
+#include "engine/grammar_constraints.h"
 #include "engine/model_runner.h"
 #include "engine/request_output.h"
 #include "engine/request_validation.h"
@@ -76,6 +77,8 @@ class EngineCore {
   SchedulerOutput Schedule(const std::function<void()>& on_scheduled);
   StatusOr<ModelOutput> Execute(const SchedulerOutput& step);
   void Emit(const std::vector<RequestEvent>& events);
+  // Finishes (stop) the sequences whose grammar ended this step, unless Update did.
+  void FinishEndedGrammars(std::vector<RequestEvent>& events);
   // Ends every request of a step that could not run with an error event.
   void FailStep(const SchedulerOutput& step, const Status& error);
 
@@ -94,6 +97,8 @@ class EngineCore {
   const RequestLimits limits_;
   Sampler sampler_;
   StepLogprobs step_logprobs_;  // the last step's, reused
+  GrammarConstraints grammars_;  // the constrained sequences' matchers
+  std::vector<RequestId> ended_grammars_;  // the last step's, reused
   std::mt19937_64 seed_source_;  // seeds for requests that bring none
   OutputMap outputs_;  // live sequences, held ones too
   SequenceFanOut fan_out_;

@@ -2,12 +2,14 @@
 // events go (Engine::Submit, EngineCore::Add).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "cache/types.h"
 #include "engine/generate_output.h"
+#include "grammar/compiler.h"
 #include "scheduler/request.h"
 
 namespace tokenmill {
@@ -32,6 +34,10 @@ struct GenerateRequest {
   // Set: generate past the context length, keeping sink and recent tokens' K/V
   // (scheduler/request.h); usage.evicted_tokens counts the tokens dropped.
   std::optional<KvWindow> kv_window;
+  // Set: structured output. Every sequence follows this grammar (compiled off the engine
+  // thread, for this model's vocabulary) with a matcher of its own, and finishes (stop) when
+  // the grammar ends; max_tokens may cut it first (length). Not with min_tokens.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
   // Receives every event of this request, on the engine thread; must not block (see
   // generate_output.h). Required.
   OutputSink sink;

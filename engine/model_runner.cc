@@ -18,8 +18,11 @@ ModelRunner::ModelRunner(const Model& model, std::unique_ptr<ForwardBackend> bac
 StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
                                            const Scheduler& scheduler, Sampler& sampler,
                                            StepLogprobs& logprobs,
+                                           GrammarConstraints& grammars,
+                                           std::vector<RequestId>& ended,
                                            const DraftProbs& draft_probs) {
   logprobs.clear();
+  ended.clear();
   const BatchInputs in = BuildBatchInputs(step, block_size_);
   const size_t n_vocab = static_cast<size_t>(model_.config().n_vocab);
   logits_.resize(in.logit_rows.size() * n_vocab);
@@ -42,17 +45,21 @@ StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
       q_rows = std::span<const float>(q->second).first(drafts.size() * n_vocab);
     }
     const size_t first_row = static_cast<size_t>(in.first_logit[i]);
-    std::vector<SampledToken> tokens = VerifyDrafts(
-        sampler, DraftVerification{.request = request,
-                                   .drafts = drafts,
-                                   .draft_probs = q_rows,
-                                   .logits = std::span<const float>(logits_).subspan(
-                                       first_row * n_vocab, (drafts.size() + 1) * n_vocab),
-                                   .n_vocab = n_vocab});
+    const std::span<float> rows =
+        std::span<float>(logits_).subspan(first_row * n_vocab, (drafts.size() + 1) * n_vocab);
+    const bool constrained = grammars.Constrains(r.id);
+    if (constrained) grammars.MaskRows(*request, drafts, rows, n_vocab);
+    std::vector<SampledToken> tokens =
+        VerifyDrafts(sampler, DraftVerification{.request = request,
+                                                .drafts = drafts,
+                                                .draft_probs = q_rows,
+                                                .logits = rows,
+                                                .n_vocab = n_vocab});
     for (SampledToken& token : tokens) {
       sampled.token_ids.push_back(token.token_id);
       if (request_logprobs != nullptr) request_logprobs->push_back(std::move(*token.logprobs));
     }
+    if (constrained && grammars.Accept(r.id, sampled.token_ids)) ended.push_back(r.id);
     out.requests.push_back(std::move(sampled));
   }
   return out;

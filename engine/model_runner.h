@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "engine/forward_backend.h"
+#include "engine/grammar_constraints.h"
 #include "engine/sampling/rejection_sampler.h"
 #include "engine/sampling/sampler.h"
 #include "model/model.h"
@@ -32,9 +33,12 @@ class ModelRunner {
   // num_logits > 0: accepted drafts then one more token, verified by rejection sampling
   // (engine/sampling/rejection_sampler.h) against `draft_probs` (the draft model's q rows of
   // the requests whose drafts were sampled; none: drafts are deterministic). `logprobs`
-  // gets, for each request that asked, one entry per sampled token (cleared first).
+  // gets, for each request that asked, one entry per sampled token (cleared first). The rows
+  // of requests `grammars` constrains are masked first, and their sampled tokens accepted;
+  // `ended` gets those whose grammar ended (cleared first).
   StatusOr<ModelOutput> Execute(const SchedulerOutput& step, const Scheduler& scheduler,
                                 Sampler& sampler, StepLogprobs& logprobs,
+                                GrammarConstraints& grammars, std::vector<RequestId>& ended,
                                 const DraftProbs& draft_probs = {});
 
   int block_size() const { return block_size_; }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/sampling/token_logprobs.h"
+#include "grammar/compiled_grammar.h"
 
 namespace tokenmill {
 namespace {
@@ -116,6 +117,19 @@ Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimi
   }
   for (const std::string& stop : request.stop_strings) {
     if (stop.empty()) return InvalidArgumentError("stop strings must not be empty");
+  }
+  if (request.grammar != nullptr) {
+    if (request.sampling.min_tokens > 0) {
+      return InvalidArgumentError(
+          "sampling.min_tokens does not combine with structured output: the grammar decides "
+          "where the output may end; drop min_tokens");
+    }
+    const size_t grammar_vocab = request.grammar->vocab().size();
+    if (grammar_vocab != static_cast<size_t>(limits.vocab_size)) {
+      return InvalidArgumentError("the grammar was compiled for another vocabulary (" +
+                                  std::to_string(grammar_vocab) + " tokens, not " +
+                                  std::to_string(limits.vocab_size) + ")");
+    }
   }
   if (!request.sink) return InvalidArgumentError("the request has no output sink");
   if (request.kv_window.has_value() && limits.speculative_decoding) {

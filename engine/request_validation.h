@@ -30,7 +30,8 @@ Status ValidateSamplingParams(const SamplingParams& sampling, int vocab_size);
 // InvalidArgument for an empty prompt, a token id outside the vocabulary, a prompt that
 // leaves no room to generate, max_tokens < 1, bad sampling parameters (above), n outside
 // [1, kMaxSequencesPerRequest], a negative stop token id, an empty stop string, a missing
-// sink or a kv_window under speculative decoding.
+// sink, a kv_window under speculative decoding, or a grammar with min_tokens or compiled for
+// another vocabulary.
 Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimits& limits);
 
 // A request that passed ValidateGenerateRequest: what EngineCore::Add queues.

@@ -1,0 +1,67 @@
+// Structured output in the engine: one GrammarMatcher per constrained sequence (n > 1: one
+// each), masking its logits rows before sampling and following the tokens it accepts.
+//
+// - A row's disallowed tokens get -infinity before the sampler sees the row, so penalties,
+//   temperature, top-k/p, min-p and the logprobs all see the masked row (as in vLLM, whose
+//   logprobs come from the logits after the grammar's bitmask). EOS is allowed exactly where
+//   the grammar can end.
+// - Drafts: row k of a request is masked after its verified tokens and drafts[0, k). The
+//   first draft the grammar refuses is masked in its own row, so verification rejects it
+//   there and never reads the rows after it, which stay unmasked.
+// - A grammar state no token can continue (a vocabulary without some byte) leaves the row
+//   its end-of-generation tokens, so the sequence ends (finish reason stop) instead of
+//   sampling outside the grammar.
+// - A preempted sequence drops its matcher (memory, like its KV blocks); the next mask
+//   rebuilds it from the sequence's verified output tokens.
+// - Where a reasoning parser (issue 25) marks the end of the reasoning, the constraint should
+//   start there: the matcher would follow the output from that token on.
+// Engine thread only.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "grammar/matcher.h"
+#include "scheduler/request.h"
+
+namespace tokenmill {
+
+class GrammarConstraints {
+ public:
+  explicit GrammarConstraints(std::vector<TokenId> end_of_generation_ids)
+      : end_of_generation_ids_(std::move(end_of_generation_ids)) {}
+
+  void Add(RequestId id, std::shared_ptr<const grammar::CompiledGrammar> grammar);
+  // The sequence ended: forget it.
+  void Remove(RequestId id);
+  // The sequence was preempted: drop its matcher until it runs again.
+  void Release(RequestId id);
+  bool Constrains(RequestId id) const { return sequences_.contains(id); }
+
+  // Masks the 1 + drafts.size() rows of `logits` (n_vocab floats each) of `request`, a
+  // constrained sequence, as the top comment says.
+  void MaskRows(const Request& request, std::span<const TokenId> drafts, std::span<float> logits,
+                size_t n_vocab);
+  // Follows the tokens sampled from the rows MaskRows masked. True when the grammar has ended
+  // (EOS accepted, nothing may follow, or a dead end): the sequence is finished.
+  bool Accept(RequestId id, std::span<const TokenId> tokens);
+
+ private:
+  struct Sequence {
+    std::shared_ptr<const grammar::CompiledGrammar> grammar;
+    std::optional<grammar::GrammarMatcher> matcher;  // none after a preemption
+  };
+
+  // The matcher of `request`, rebuilt from its output tokens when it was released.
+  grammar::GrammarMatcher& MatcherOf(const Request& request);
+
+  const std::vector<TokenId> end_of_generation_ids_;
+  std::unordered_map<RequestId, Sequence> sequences_;
+  std::vector<uint32_t> bitmask_;  // scratch, one row's
+};
+
+}  // namespace tokenmill

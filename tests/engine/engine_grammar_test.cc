@@ -1,0 +1,285 @@
+// Structured output in the engine, on SmolLM2 with the real grammar engine: outputs follow
+// their grammar (checked by independent parsers: nlohmann's JSON and std::regex), end where
+// the grammar ends, and stay so under n > 1, batching, preemption and speculative decoding,
+// with greedy tokens batch-invariant and seeded ones equal across those paths.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "engine/grammar_vocabulary.h"
+#include "grammar/compiler.h"
+#include "tests/engine/engine_test_util.h"
+
+namespace tokenmill::testing {
+namespace {
+
+using grammar::GrammarSpec;
+
+std::shared_ptr<const grammar::VocabularyIndex> Vocab() {
+  static const auto vocab =
+      grammar::VocabularyIndex::Build(GrammarVocabulary(*SmolLm2().tokenizer));
+  return vocab;
+}
+
+std::shared_ptr<const grammar::CompiledGrammar> Compile(GrammarSpec spec) {
+  auto compiled = grammar::CompileGrammar(spec, Vocab(), grammar::GrammarLimits{});
+  TM_CHECK(compiled.ok()) << compiled.status().ToString();
+  return *compiled;
+}
+
+std::vector<TokenId> Encode(const std::string& text) {
+  StatusOr<std::vector<TokenId>> ids = SmolLm2().tokenizer->Encode(text);
+  TM_CHECK(ids.ok()) << ids.status().ToString();
+  return *ids;
+}
+
+const char kPersonSchema[] = R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "maxLength": 20},
+    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 3}
+  },
+  "required": ["name", "age", "tags"],
+  "additionalProperties": false
+})";
+
+// What ran, per request id.
+struct Outcome {
+  std::map<RequestId, Collected> requests;
+  EngineStats stats;
+};
+
+struct Job {
+  std::string prompt;
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;  // null: unconstrained
+  float temperature = 0.0f;
+  uint64_t seed = 0;
+  int n = 1;
+  int max_tokens = 96;
+  bool logprobs = false;
+};
+
+Outcome RunJobs(const EngineConfig& config, const std::vector<Job>& jobs, bool batched = true,
+            const Model* draft = nullptr) {
+  auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, config, draft);
+  TM_CHECK(core.ok()) << core.status().ToString();
+  // By sequence: request id + index.
+  std::map<RequestId, Collected> collected;
+  const OutputSink sink = [&collected](GenerateOutput&& out) {
+    Accumulate(collected[out.id + static_cast<RequestId>(out.index)], std::move(out));
+  };
+  std::vector<RequestId> ids;
+  RequestId next = 1;
+  for (const Job& job : jobs) {
+    GenerateRequest request =
+        Greedy(Encode(job.prompt), job.max_tokens, nullptr, /*ignore_eos=*/false);
+    request.sampling.temperature = job.temperature;
+    request.sampling.seed = job.seed;
+    request.sampling.top_logprobs = job.logprobs ? 5 : 0;
+    request.n = job.n;
+    request.grammar = job.grammar;
+    for (int i = 0; i < job.n; ++i) ids.push_back(next + static_cast<RequestId>(i));
+    request.sink = sink;
+    TM_CHECK((*core)->Add(next, std::move(request)).ok());
+    next += static_cast<RequestId>(job.n);
+    if (!batched) TM_CHECK(RunToCompletion(**core));
+  }
+  if (batched) TM_CHECK(RunToCompletion(**core));
+  Outcome run;
+  for (const RequestId id : ids) {
+    TM_CHECK(collected[id].finished) << id;
+    run.requests[id] = collected[id];
+  }
+  run.stats = (*core)->Stats();
+  EXPECT_EQ((*core)->kv_cache().Stats().num_in_use_blocks, 0) << "blocks leaked";
+  return run;
+}
+
+bool FinishedByGrammar(const Collected& c) {
+  return c.final_event.finish_reason == CompletionReason::kStop;
+}
+
+void ExpectPerson(const Collected& c) {
+  if (!FinishedByGrammar(c)) return;  // max_tokens cut it: a prefix
+  const nlohmann::json value = nlohmann::json::parse(c.text, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(value.is_discarded()) << c.text;
+  ASSERT_TRUE(value.is_object()) << c.text;
+  EXPECT_EQ(value.size(), 3u) << c.text;
+  ASSERT_TRUE(value.contains("name") && value["name"].is_string()) << c.text;
+  EXPECT_LE(value["name"].get<std::string>().size(), 20u * 4) << c.text;
+  ASSERT_TRUE(value.contains("age") && value["age"].is_number_integer()) << c.text;
+  EXPECT_GE(value["age"].get<int64_t>(), 0);
+  EXPECT_LE(value["age"].get<int64_t>(), 120);
+  ASSERT_TRUE(value.contains("tags") && value["tags"].is_array()) << c.text;
+  EXPECT_LE(value["tags"].size(), 3u);
+}
+
+const char kPersonPrompt[] = "Describe a person as JSON with name, age and tags.\nJSON: ";
+
+TEST(EngineGrammarTest, SampledJsonFollowsTheSchemaAndEnds) {
+  const auto schema = Compile({.kind = GrammarSpec::Kind::kJsonSchema, .text = kPersonSchema,
+                               .choices = {}});
+  std::vector<Job> jobs;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    jobs.push_back({.prompt = kPersonPrompt, .grammar = schema, .temperature = 1.0f,
+                    .seed = seed, .n = 1, .max_tokens = 160, .logprobs = false});
+  }
+  const Outcome run = RunJobs(SmallConfig(512), jobs);
+  int completed = 0;
+  for (const auto& [id, c] : run.requests) {
+    ExpectPerson(c);
+    completed += FinishedByGrammar(c);
+  }
+  EXPECT_GE(completed, 5) << "the grammar rarely let the model finish";
+}
+
+TEST(EngineGrammarTest, RegexChoiceAndGbnf) {
+  const std::string regex = "[A-Z][a-z]{2,8}-[0-9]{2,4}";
+  const std::vector<std::string> choices = {"positive", "negative", "neutral"};
+  const std::vector<Job> jobs = {
+      {.prompt = "A product code: ", .grammar = Compile({.kind = GrammarSpec::Kind::kRegex,
+                                                         .text = regex, .choices = {}}),
+       .temperature = 1.0f, .seed = 3, .n = 4, .max_tokens = 32, .logprobs = false},
+      {.prompt = "Review: I loved it!\nSentiment: ",
+       .grammar = Compile({.kind = GrammarSpec::Kind::kChoice, .text = {}, .choices = choices}),
+       .temperature = 1.0f, .seed = 5, .n = 3, .max_tokens = 16, .logprobs = false},
+      {.prompt = "Count: ",
+       .grammar = Compile({.kind = GrammarSpec::Kind::kGbnf,
+                           .text = "root ::= num (\", \" num){2}\nnum ::= [1-9] [0-9]?",
+                           .choices = {}}),
+       .temperature = 0.0f, .seed = 0, .n = 1, .max_tokens = 32, .logprobs = false},
+  };
+  const Outcome run = RunJobs(SmallConfig(512), jobs);
+  for (RequestId id = 1; id <= 4; ++id) {
+    const Collected& c = run.requests.at(id);
+    ASSERT_TRUE(FinishedByGrammar(c)) << c.text;
+    EXPECT_TRUE(std::regex_match(c.text, std::regex(regex))) << c.text;
+  }
+  for (RequestId id = 5; id <= 7; ++id) {
+    const Collected& c = run.requests.at(id);
+    ASSERT_TRUE(FinishedByGrammar(c)) << c.text;
+    EXPECT_NE(std::find(choices.begin(), choices.end(), c.text), choices.end()) << c.text;
+  }
+  const Collected& gbnf = run.requests.at(8);
+  ASSERT_TRUE(FinishedByGrammar(gbnf)) << gbnf.text;
+  EXPECT_TRUE(std::regex_match(gbnf.text, std::regex("[1-9][0-9]?(, [1-9][0-9]?){2}")))
+      << gbnf.text;
+}
+
+TEST(EngineGrammarTest, MaxTokensCutsWithLength) {
+  const auto schema = Compile({.kind = GrammarSpec::Kind::kJsonSchema, .text = kPersonSchema,
+                               .choices = {}});
+  const Outcome run = RunJobs(SmallConfig(), {{.prompt = kPersonPrompt, .grammar = schema,
+                                           .temperature = 0.0f, .seed = 0, .n = 1,
+                                           .max_tokens = 4, .logprobs = false}});
+  const Collected& c = run.requests.at(1);
+  EXPECT_EQ(c.final_event.finish_reason, CompletionReason::kLength);
+  EXPECT_EQ(c.token_ids.size(), 4u);
+  EXPECT_EQ(c.text.substr(0, 1), "{") << c.text;
+}
+
+TEST(EngineGrammarTest, LogprobsAreOfTheMaskedDistribution) {
+  const std::vector<std::string> choices = {"yes", "no"};
+  const Outcome run = RunJobs(
+      SmallConfig(), {{.prompt = "Is the sky blue? Answer: ",
+                       .grammar = Compile({.kind = GrammarSpec::Kind::kChoice, .text = {},
+                                           .choices = choices}),
+                       .temperature = 0.0f, .seed = 0, .n = 1, .max_tokens = 8,
+                       .logprobs = true}});
+  const Collected& c = run.requests.at(1);
+  ASSERT_FALSE(c.logprobs.empty());
+  // The first token is one of the few that start "yes" or "no": every other id is -inf, so
+  // the top 5 hold at most those and their probabilities sum to (about) 1.
+  double mass = 0;
+  for (const TokenLogprob& top : c.logprobs[0].top) {
+    if (!std::isfinite(top.logprob)) continue;
+    const std::string piece(SmolLm2().tokenizer->Piece(top.token_id));
+    EXPECT_TRUE(std::string("yes").starts_with(piece) || std::string("no").starts_with(piece))
+        << "'" << piece << "'";
+    mass += std::exp(static_cast<double>(top.logprob));
+  }
+  EXPECT_NEAR(mass, 1.0, 1e-3);
+}
+
+TEST(EngineGrammarTest, GreedyIsBatchInvariantAndSurvivesPreemption) {
+  const auto schema = Compile({.kind = GrammarSpec::Kind::kJsonSchema, .text = kPersonSchema,
+                               .choices = {}});
+  const auto json_object = Compile({.kind = GrammarSpec::Kind::kJsonObject, .text = {},
+                                    .choices = {}});
+  const std::vector<Job> jobs = {
+      {.prompt = kPersonPrompt, .grammar = schema, .temperature = 0.0f, .seed = 0, .n = 1,
+       .max_tokens = 96, .logprobs = false},
+      {.prompt = "Once upon a time", .grammar = nullptr, .temperature = 0.0f, .seed = 0, .n = 1,
+       .max_tokens = 96, .logprobs = false},
+      {.prompt = "A JSON object about cats: ", .grammar = json_object, .temperature = 1.0f,
+       .seed = 11, .n = 2, .max_tokens = 96, .logprobs = false},
+  };
+  const Outcome alone = RunJobs(SmallConfig(512), jobs, /*batched=*/false);
+  const Outcome batched = RunJobs(SmallConfig(512), jobs, /*batched=*/true);
+  // 24 blocks of 16 tokens for four sequences of ~110 tokens: some are preempted.
+  EngineConfig tight = SmallConfig(24);
+  const Outcome preempted = RunJobs(tight, jobs, /*batched=*/true);
+  EXPECT_GT(preempted.stats.num_preemptions, 0);
+  for (const auto& [id, c] : alone.requests) {
+    EXPECT_EQ(batched.requests.at(id).token_ids, c.token_ids) << "request " << id;
+    EXPECT_EQ(preempted.requests.at(id).token_ids, c.token_ids) << "request " << id;
+  }
+  ExpectPerson(alone.requests.at(1));
+  for (const RequestId id : {RequestId{3}, RequestId{4}}) {
+    const Collected& c = alone.requests.at(id);
+    if (!FinishedByGrammar(c)) continue;
+    const auto value = nlohmann::json::parse(c.text, nullptr, false);
+    EXPECT_TRUE(value.is_object()) << c.text;
+  }
+}
+
+EngineConfig Spec(SpecMethod method) {
+  EngineConfig config = SmallConfig(512);
+  config.spec.method = method;
+  config.spec.num_speculative_tokens = 4;
+  return config;
+}
+
+TEST(EngineGrammarTest, SpeculativeDecodingKeepsTheTokens) {
+  const auto schema = Compile({.kind = GrammarSpec::Kind::kJsonSchema, .text = kPersonSchema,
+                               .choices = {}});
+  std::vector<Job> jobs;
+  for (uint64_t seed = 0; seed < 3; ++seed) {
+    jobs.push_back({.prompt = kPersonPrompt, .grammar = schema,
+                    .temperature = seed == 0 ? 0.0f : 1.0f, .seed = seed, .n = 1,
+                    .max_tokens = 96, .logprobs = false});
+  }
+  const Outcome plain = RunJobs(SmallConfig(512), jobs);
+  // n-gram drafts are deterministic: seeded requests draw the very tokens of plain decoding.
+  const Outcome ngram = RunJobs(Spec(SpecMethod::kNgram), jobs);
+  EXPECT_GT(ngram.stats.spec_num_draft_tokens, 0);
+  // The target as its own (greedy) draft model: drafts that leave the grammar are refused.
+  const Outcome self = RunJobs(Spec(SpecMethod::kDraft), {jobs[0]}, true, SmolLm2().model.get());
+  for (const auto& [id, c] : plain.requests) {
+    EXPECT_EQ(ngram.requests.at(id).token_ids, c.token_ids) << "request " << id;
+    ExpectPerson(c);
+  }
+  EXPECT_EQ(self.requests.at(1).token_ids, plain.requests.at(1).token_ids);
+}
+
+TEST(EngineGrammarTest, MinTokensWithAGrammarIsRefused) {
+  auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, SmallConfig(), nullptr);
+  ASSERT_TRUE(core.ok());
+  Collector collector;
+  GenerateRequest request = Greedy(Encode("x"), 8, collector.Sink(1));
+  request.sampling.min_tokens = 2;
+  request.grammar = Compile({.kind = GrammarSpec::Kind::kChoice, .text = {}, .choices = {"a"}});
+  const Status status = (*core)->Add(1, std::move(request));
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("min_tokens"), std::string::npos) << status.message();
+}
+
+}  // namespace
+}  // namespace tokenmill::testing
