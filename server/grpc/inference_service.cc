@@ -29,7 +29,8 @@ RequestContext ContextOf(const ServingModel& model) {
   return RequestContext{
       .tokenizer = &model.tokenizer,
       .chat_template = model.chat_template ? &*model.chat_template : nullptr,
-      .max_model_len = model.engine->max_model_len()};
+      .max_model_len = model.engine->max_model_len(),
+      .grammars = model.grammars.get()};
 }
 
 v1::SpecialToken SpecialTokenOf(const Tokenizer& tokenizer, TokenId id) {

@@ -46,7 +46,48 @@ void CopySampling(const v1::SamplingParams& s, SamplingParams& out) {
   std::sort(out.logit_bias.begin(), out.logit_bias.end());
 }
 
+grammar::GrammarSpec::Kind KindOf(v1::SamplingParams::StructuredOutputCase which) {
+  using Kind = grammar::GrammarSpec::Kind;
+  switch (which) {
+    case v1::SamplingParams::kJsonSchema: return Kind::kJsonSchema;
+    case v1::SamplingParams::kJsonObject: return Kind::kJsonObject;
+    case v1::SamplingParams::kRegex: return Kind::kRegex;
+    case v1::SamplingParams::kChoice: return Kind::kChoice;
+    case v1::SamplingParams::kGrammar: break;
+    case v1::SamplingParams::STRUCTURED_OUTPUT_NOT_SET: break;
+  }
+  return Kind::kGbnf;
+}
+
 }  // namespace
+
+StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileStructuredOutput(
+    const v1::SamplingParams& sampling, grammar::GrammarCache* grammars) {
+  const v1::SamplingParams::StructuredOutputCase which = sampling.structured_output_case();
+  if (which == v1::SamplingParams::STRUCTURED_OUTPUT_NOT_SET) {
+    return std::shared_ptr<const grammar::CompiledGrammar>();
+  }
+  grammar::GrammarSpec spec{.kind = KindOf(which), .text = {}, .choices = {}};
+  const std::string where = "structured_output." + std::string(GrammarKindName(spec.kind));
+  switch (which) {
+    case v1::SamplingParams::kJsonSchema: spec.text = sampling.json_schema(); break;
+    case v1::SamplingParams::kRegex: spec.text = sampling.regex(); break;
+    case v1::SamplingParams::kGrammar: spec.text = sampling.grammar(); break;
+    case v1::SamplingParams::kChoice:
+      spec.choices.assign(sampling.choice().choices().begin(), sampling.choice().choices().end());
+      if (spec.choices.empty()) return InvalidArgumentError(where + ": give at least one choice");
+      break;
+    default: break;
+  }
+  if (grammars == nullptr) {
+    return FailedPreconditionError(where + ": this server does not offer structured output");
+  }
+  StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
+      grammars->GetOrCompile(spec);
+  // Over a cap is the request's fault too: a 400, not a retry-later.
+  if (!compiled.ok()) return InvalidArgumentError(where + ": " + compiled.status().message());
+  return compiled;
+}
 
 StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_template) {
   if (chat.messages().empty()) return InvalidArgumentError("chat.messages is empty");
@@ -202,6 +243,7 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
   out.priority = request.priority();
   out.cache_salt = request.cache_salt();
   TM_RETURN_IF_ERROR(ValidateSamplingParams(out.sampling, vocab_size));
+  TM_ASSIGN_OR_RETURN(out.grammar, CompileStructuredOutput(request.sampling(), context.grammars));
   return out;
 }
 

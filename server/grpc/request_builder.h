@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "engine/generate_request.h"
+#include "grammar/grammar_cache.h"
 #include "text/chat/chat_template.h"
 #include "text/tokenizer/tokenizer.h"
 #include "tokenmill/v1/inference.pb.h"
@@ -19,6 +20,9 @@ struct RequestContext {
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;  // null: chat input is refused
   int max_model_len = 0;                        // prompt plus generated tokens
+  // Compiles (and keeps) the grammars of structured output, for this model's vocabulary;
+  // null: structured output is refused.
+  grammar::GrammarCache* grammars = nullptr;
 };
 
 inline constexpr uint32_t kDefaultMaxTokens = 16;
@@ -37,7 +41,14 @@ struct TokenizedPrompt {
 StatusOr<TokenizedPrompt> TokenizeRequestInput(const v1::TokenizeRequest& request,
                                                const RequestContext& context);
 
-// The engine request for `request` (all but its sink).
+// The compiled grammar of sampling.structured_output (null when unset), through the cache. A
+// bad constraint, or one over the caps, is INVALID_ARGUMENT beginning
+// "structured_output.<kind>: " and naming the keyword and path, line:column or offset.
+StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileStructuredOutput(
+    const v1::SamplingParams& sampling, grammar::GrammarCache* grammars);
+
+// The engine request for `request` (all but its sink); its grammar compiled last, once
+// everything else passed.
 StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
                                                const RequestContext& context);
 

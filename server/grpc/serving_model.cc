@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "common/byte_size.h"
+#include "engine/grammar_vocabulary.h"
 
 namespace tokenmill::server {
 namespace {
@@ -49,6 +50,13 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
                tokenizer.pre_tokenizer_name(), tokenizer.vocab_size(), SecondsSince(start));
   auto serving = std::make_unique<ServingModel>(std::move(model), std::move(tokenizer));
   serving->name = ModelName(serving->model->file(), options.model_path);
+
+  start = std::chrono::steady_clock::now();
+  serving->grammars = std::make_unique<grammar::GrammarCache>(
+      grammar::VocabularyIndex::Build(GrammarVocabulary(serving->tokenizer)),
+      grammar::GrammarLimits{});
+  spdlog::info("structured output: vocabulary trie of {} nodes ({:.2f} s)",
+               serving->grammars->vocab()->trie_size(), SecondsSince(start));
 
   if (!options.chat_template_path.empty()) {
     TM_ASSIGN_OR_RETURN(ChatSpecialTokens tokens,

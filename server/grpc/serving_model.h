@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "engine/engine.h"
+#include "grammar/grammar_cache.h"
 #include "model/model.h"
 #include "server/grpc/server_options.h"
 #include "text/chat/chat_template.h"
@@ -26,6 +27,8 @@ struct ServingModel {
   std::optional<ChatTemplate> chat_template;  // none: chat input is refused
   std::string name;                           // general.name, or the file's stem
   int block_size = 0;
+  // Structured output's compiled grammars over this model's vocabulary (request threads).
+  std::unique_ptr<grammar::GrammarCache> grammars;
   std::unique_ptr<Engine> engine;
 };
 
