@@ -66,19 +66,20 @@ void GrammarConstraints::MaskRows(const Request& request, std::span<const TokenI
   matcher.Rollback(num_tentative);
 }
 
-bool GrammarConstraints::Accept(RequestId id, std::span<const TokenId> tokens) {
+std::optional<size_t> GrammarConstraints::Accept(RequestId id,
+                                                 std::span<const TokenId> tokens) {
   const auto it = sequences_.find(id);
   TM_CHECK(it != sequences_.end() && it->second.matcher) << "request " << id;
   grammar::GrammarMatcher& matcher = *it->second.matcher;
-  for (const TokenId token : tokens) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
     // Sampled from a masked row: refused only at a dead end, where the row held EOS alone.
-    if (!matcher.AcceptToken(token)) {
+    if (!matcher.AcceptToken(tokens[i])) {
       spdlog::warn("request {}: no token continues its grammar; ending it", id);
-      return true;
+      return i + 1;
     }
-    if (matcher.IsTerminated()) return true;
+    if (matcher.IsTerminated()) return i + 1;
   }
-  return matcher.IsTerminated();
+  return std::nullopt;
 }
 
 }  // namespace tokenmill

@@ -46,9 +46,11 @@ class GrammarConstraints {
   // constrained sequence, as the top comment says.
   void MaskRows(const Request& request, std::span<const TokenId> drafts, std::span<float> logits,
                 size_t n_vocab);
-  // Follows the tokens sampled from the rows MaskRows masked. True when the grammar has ended
-  // (EOS accepted, nothing may follow, or a dead end): the sequence is finished.
-  bool Accept(RequestId id, std::span<const TokenId> tokens);
+  // Follows the tokens sampled from the rows MaskRows masked. Where the grammar ends (EOS
+  // accepted, nothing may follow, or a dead end) the sequence is finished: returns how many
+  // of `tokens` it keeps, up to the one that ended it (a token sampled after it, from a
+  // draft's row, is dropped, so the output is plain decoding's). None while it goes on.
+  std::optional<size_t> Accept(RequestId id, std::span<const TokenId> tokens);
 
  private:
   struct Sequence {

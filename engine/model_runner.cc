@@ -55,11 +55,17 @@ StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
                                                 .draft_probs = q_rows,
                                                 .logits = rows,
                                                 .n_vocab = n_vocab});
-    for (SampledToken& token : tokens) {
-      sampled.token_ids.push_back(token.token_id);
-      if (request_logprobs != nullptr) request_logprobs->push_back(std::move(*token.logprobs));
+    for (SampledToken& token : tokens) sampled.token_ids.push_back(token.token_id);
+    if (constrained) {
+      if (const std::optional<size_t> kept = grammars.Accept(r.id, sampled.token_ids)) {
+        sampled.token_ids.resize(*kept);
+        tokens.resize(*kept);
+        ended.push_back(r.id);
+      }
     }
-    if (constrained && grammars.Accept(r.id, sampled.token_ids)) ended.push_back(r.id);
+    if (request_logprobs != nullptr) {
+      for (SampledToken& token : tokens) request_logprobs->push_back(std::move(*token.logprobs));
+    }
     out.requests.push_back(std::move(sampled));
   }
   return out;

@@ -213,6 +213,8 @@ TEST(EngineGrammarTest, GreedyIsBatchInvariantAndSurvivesPreemption) {
                                .choices = {}});
   const auto json_object = Compile({.kind = GrammarSpec::Kind::kJsonObject, .text = {},
                                     .choices = {}});
+  const auto letters = Compile({.kind = GrammarSpec::Kind::kGbnf,
+                                .text = "root ::= [a-z]{120}", .choices = {}});
   const std::vector<Job> jobs = {
       {.prompt = kPersonPrompt, .grammar = schema, .temperature = 0.0f, .seed = 0, .n = 1,
        .max_tokens = 96, .logprobs = false},
@@ -220,11 +222,15 @@ TEST(EngineGrammarTest, GreedyIsBatchInvariantAndSurvivesPreemption) {
        .max_tokens = 96, .logprobs = false},
       {.prompt = "A JSON object about cats: ", .grammar = json_object, .temperature = 1.0f,
        .seed = 11, .n = 2, .max_tokens = 96, .logprobs = false},
+      // Exactly 120 letters: long sequences that outgrow the tight pool below.
+      {.prompt = "Letters: ", .grammar = letters, .temperature = 1.0f, .seed = 12, .n = 3,
+       .max_tokens = 128, .logprobs = false},
   };
   const Outcome alone = RunJobs(SmallConfig(512), jobs, /*batched=*/false);
   const Outcome batched = RunJobs(SmallConfig(512), jobs, /*batched=*/true);
-  // 24 blocks of 16 tokens for four sequences of ~110 tokens: some are preempted.
-  EngineConfig tight = SmallConfig(24);
+  // 12 blocks of 16 tokens for seven sequences, three of them ~125 tokens: some are
+  // preempted.
+  EngineConfig tight = SmallConfig(12);
   const Outcome preempted = RunJobs(tight, jobs, /*batched=*/true);
   EXPECT_GT(preempted.stats.num_preemptions, 0);
   for (const auto& [id, c] : alone.requests) {
@@ -237,6 +243,11 @@ TEST(EngineGrammarTest, GreedyIsBatchInvariantAndSurvivesPreemption) {
     if (!FinishedByGrammar(c)) continue;
     const auto value = nlohmann::json::parse(c.text, nullptr, false);
     EXPECT_TRUE(value.is_object()) << c.text;
+  }
+  for (const RequestId id : {RequestId{5}, RequestId{6}, RequestId{7}}) {
+    const Collected& c = preempted.requests.at(id);
+    EXPECT_TRUE(FinishedByGrammar(c)) << c.text;
+    EXPECT_TRUE(std::regex_match(c.text, std::regex("[a-z]{120}"))) << c.text;
   }
 }
 
