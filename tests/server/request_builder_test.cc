@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <optional>
+
+#include "engine/grammar_vocabulary.h"
 
 namespace tokenmill::server {
 namespace {
@@ -329,6 +332,78 @@ TEST(TokenizeRequestInput, RefusesAMissingInput) {
   StatusOr<TokenizedPrompt> none = TokenizeRequestInput({}, SmolLm2().Context(8192));
   ASSERT_FALSE(none.ok());
   EXPECT_THAT(none.status().message(), HasSubstr("set text or chat"));
+}
+
+
+// Structured output: compiled through the serving model's cache, errors as 400s.
+const RequestContext& GrammarContext() {
+  static grammar::GrammarCache cache(
+      grammar::VocabularyIndex::Build(GrammarVocabulary(*SmolLm2().tokenizer)),
+      grammar::GrammarLimits{});
+  static const RequestContext context = [] {
+    RequestContext c = SmolLm2().Context(2048);
+    c.grammars = &cache;
+    return c;
+  }();
+  return context;
+}
+
+TEST(BuildGenerateRequest, StructuredOutputIsCompiledOnceThroughTheCache) {
+  v1::GenerateRequest request = TextRequest("Answer: ");
+  request.mutable_sampling()->set_json_schema(R"({"type": "object", "properties":
+                                                 {"a": {"type": "integer"}}})");
+  StatusOr<GenerateRequest> first = BuildGenerateRequest(request, GrammarContext());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_NE(first->grammar, nullptr);
+  StatusOr<GenerateRequest> second = BuildGenerateRequest(request, GrammarContext());
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->grammar, first->grammar);  // the cached compilation, shared
+
+  // Each kind of the oneof compiles; none set is no grammar.
+  v1::GenerateRequest other = TextRequest("Answer: ");
+  other.mutable_sampling()->mutable_choice()->add_choices("yes");
+  other.mutable_sampling()->mutable_choice()->add_choices("no");
+  EXPECT_NE(BuildGenerateRequest(other, GrammarContext())->grammar, nullptr);
+  other.mutable_sampling()->set_regex("[0-9]+");
+  EXPECT_NE(BuildGenerateRequest(other, GrammarContext())->grammar, nullptr);
+  other.mutable_sampling()->set_grammar("root ::= \"a\" | \"b\"");
+  EXPECT_NE(BuildGenerateRequest(other, GrammarContext())->grammar, nullptr);
+  other.mutable_sampling()->mutable_json_object();
+  EXPECT_NE(BuildGenerateRequest(other, GrammarContext())->grammar, nullptr);
+  EXPECT_EQ(BuildGenerateRequest(TextRequest("x"), GrammarContext())->grammar, nullptr);
+}
+
+TEST(BuildGenerateRequest, BadStructuredOutputIsInvalidArgumentNamingItsKind) {
+  const auto refused = [](const std::function<void(v1::SamplingParams&)>& set) {
+    v1::GenerateRequest request = TextRequest("Answer: ");
+    set(*request.mutable_sampling());
+    StatusOr<GenerateRequest> built = BuildGenerateRequest(request, GrammarContext());
+    EXPECT_FALSE(built.ok());
+    return built.status();
+  };
+  Status status = refused([](v1::SamplingParams& s) { s.set_regex("([a-z]"); });
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), ::testing::StartsWith("structured_output.regex: "));
+  status = refused([](v1::SamplingParams& s) { s.set_grammar("root ::= (\"a\""); });
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), ::testing::StartsWith("structured_output.gbnf: "));
+  status = refused([](v1::SamplingParams& s) { s.set_json_schema("{\"type\": "); });
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), ::testing::StartsWith("structured_output.json_schema: "));
+  // Over a cap: still the request's fault, INVALID_ARGUMENT (a 400), not RESOURCE_EXHAUSTED.
+  status = refused([](v1::SamplingParams& s) {
+    s.set_json_schema(R"({"type": "string", "maxLength": 1000000})");
+  });
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  status = refused([](v1::SamplingParams& s) { s.mutable_choice(); });
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("at least one choice"));
+
+  // A server without a grammar cache refuses it rather than ignoring it.
+  v1::GenerateRequest request = TextRequest("Answer: ");
+  request.mutable_sampling()->set_regex("[0-9]+");
+  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, SmolLm2().Context(2048));
+  EXPECT_EQ(built.status().code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
