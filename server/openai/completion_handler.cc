@@ -46,6 +46,19 @@ std::optional<HttpError> TooLargeForBackend(const google::protobuf::MessageLite&
                    "invalid_request_error", "", "request_too_large");
 }
 
+// The JSON Schema as the client wrote it: the body parsed again, in order (nlohmann::json
+// sorts object keys).
+void KeepSchemaOrder(const HttpRequest& request, CompletionRequest& parsed) {
+  nlohmann::ordered_json ordered;
+  if (ParseRequestBody(request.body(), ordered)) return;  // parsed once already: cannot fail
+  const std::optional<std::string> text =
+      OrderedSchemaText(ordered, parsed.structured_output_param);
+  if (!text) return;
+  for (v1::GenerateRequest& generate : parsed.generates) {
+    generate.mutable_sampling()->set_json_schema(*text);
+  }
+}
+
 // The body of a completions or chat request mapped to its Generate requests. The JSON is
 // freed on return: a request holds only its messages while it generates, not its DOM too.
 std::optional<HttpError> MapCompletionBody(const HttpRequest& request, Endpoint endpoint,
@@ -53,6 +66,7 @@ std::optional<HttpError> MapCompletionBody(const HttpRequest& request, Endpoint 
   json body;
   std::optional<HttpError> error = ParseRequestBody(request.body(), body);
   if (!error) error = ParseCompletionRequest(body, endpoint, parsed);
+  if (!error && !parsed.structured_output_param.empty()) KeepSchemaOrder(request, parsed);
   for (size_t i = 0; !error && i < parsed.generates.size(); ++i) {
     error = TooLargeForBackend(parsed.generates[i], kRequestIdBytes);
   }

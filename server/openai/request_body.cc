@@ -5,16 +5,15 @@
 namespace tokenmill::gateway {
 namespace {
 
-using nlohmann::json;
-
 // nlohmann's DOM builder behind checks that stop the parse at the first value over a limit.
 // (Not json::parse with a callback: its parser scans the parent's members for a discarded
 // value after every object, quadratic in `[{},{},...]`: 8 MiB of it held a thread for hours.)
+template <class Json>
 class BoundedDomBuilder {
  public:
-  using Dom = nlohmann::detail::json_sax_dom_parser<json>;
+  using Dom = nlohmann::detail::json_sax_dom_parser<Json>;
 
-  explicit BoundedDomBuilder(json& root) : dom_(root, /*allow_exceptions=*/false) {}
+  explicit BoundedDomBuilder(Json& root) : dom_(root, /*allow_exceptions=*/false) {}
 
   bool too_deep() const { return too_deep_; }
   bool too_many() const { return too_many_; }
@@ -22,18 +21,18 @@ class BoundedDomBuilder {
 
   bool null() { return Count() && dom_.null(); }
   bool boolean(bool value) { return Count() && dom_.boolean(value); }
-  bool number_integer(json::number_integer_t value) {
+  bool number_integer(Json::number_integer_t value) {
     return Count() && dom_.number_integer(value);
   }
-  bool number_unsigned(json::number_unsigned_t value) {
+  bool number_unsigned(Json::number_unsigned_t value) {
     return Count() && dom_.number_unsigned(value);
   }
-  bool number_float(json::number_float_t value, const json::string_t& text) {
+  bool number_float(Json::number_float_t value, const Json::string_t& text) {
     return Count() && dom_.number_float(value, text);
   }
-  bool string(json::string_t& value) { return CountAllocated() && dom_.string(value); }
-  bool binary(json::binary_t& value) { return CountAllocated() && dom_.binary(value); }
-  bool key(json::string_t& name) { return CountAllocated() && dom_.key(name); }
+  bool string(Json::string_t& value) { return CountAllocated() && dom_.string(value); }
+  bool binary(Json::binary_t& value) { return CountAllocated() && dom_.binary(value); }
+  bool key(Json::string_t& name) { return CountAllocated() && dom_.key(name); }
   bool start_object(size_t size) { return Open() && dom_.start_object(size); }
   bool end_object() {
     --depth_;
@@ -79,35 +78,44 @@ class BoundedDomBuilder {
   bool too_many_allocated_ = false;
 };
 
-}  // namespace
-
-std::optional<HttpError> ParseRequestBody(std::string_view text, json& body) {
-  body = json();
-  BoundedDomBuilder builder(body);
-  const bool parsed = json::sax_parse(text, &builder);
+template <class Json>
+std::optional<HttpError> ParseBounded(std::string_view text, Json& body) {
+  body = Json();
+  BoundedDomBuilder<Json> builder(body);
+  const bool parsed = Json::sax_parse(text, &builder);
   if (builder.too_deep()) {
-    body = json();
+    body = Json();
     return BadRequest("the request body nests deeper than " + std::to_string(kMaxBodyNesting) +
                       " levels of lists and objects");
   }
   if (builder.too_many()) {
-    body = json();
+    body = Json();
     return BadRequest("the request body has more than " + std::to_string(kMaxBodyValues) +
                       " JSON values and object keys: send fewer prompts, token ids, messages or "
                       "logit_bias entries per request");
   }
   if (builder.too_many_allocated()) {
-    body = json();
+    body = Json();
     return BadRequest("the request body has more than " +
                       std::to_string(kMaxBodyStringsAndContainers) +
                       " strings, lists and objects (object keys included): send fewer prompts, "
                       "messages or logit_bias entries per request");
   }
   if (!parsed) {
-    body = json();
+    body = Json();
     return BadRequest("the request body is not valid JSON");
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<HttpError> ParseRequestBody(std::string_view text, nlohmann::json& body) {
+  return ParseBounded(text, body);
+}
+
+std::optional<HttpError> ParseRequestBody(std::string_view text, nlohmann::ordered_json& body) {
+  return ParseBounded(text, body);
 }
 
 }  // namespace tokenmill::gateway

@@ -33,5 +33,8 @@ inline constexpr size_t kMaxBodyStringsAndContainers = size_t{1} << 17;
 // above. Parsing stops at the first value over a limit, so a refused body never costs more
 // than the limits allow.
 std::optional<HttpError> ParseRequestBody(std::string_view text, nlohmann::json& body);
+// The same with objects in the order of the text (for what keeps its order: a JSON Schema's
+// properties are generated in the order they are written).
+std::optional<HttpError> ParseRequestBody(std::string_view text, nlohmann::ordered_json& body);
 
 }  // namespace tokenmill::gateway

@@ -210,4 +210,23 @@ std::optional<HttpError> ParseStructuredOutput(const json& body, v1::SamplingPar
   return std::nullopt;
 }
 
+std::optional<std::string> OrderedSchemaText(const nlohmann::ordered_json& body,
+                                             const std::string& param) {
+  const auto at = [](const nlohmann::ordered_json& object,
+                     const char* key) -> const nlohmann::ordered_json* {
+    if (!object.is_object()) return nullptr;
+    const auto it = object.find(key);
+    return it == object.end() ? nullptr : &*it;
+  };
+  const nlohmann::ordered_json* schema = at(body, param.c_str());
+  if (schema != nullptr && param == "response_format") {
+    schema = at(*schema, "json_schema");
+    if (schema != nullptr) schema = at(*schema, "schema");
+  } else if (schema != nullptr && param == "structured_outputs") {
+    schema = at(*schema, "json");
+  }
+  if (schema == nullptr || !schema->is_object()) return std::nullopt;
+  return schema->dump();
+}
+
 }  // namespace tokenmill::gateway

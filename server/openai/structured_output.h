@@ -29,4 +29,11 @@ const std::set<std::string_view>& StructuredOutputParams();
 std::optional<HttpError> ParseStructuredOutput(const nlohmann::json& body, v1::SamplingParams& s,
                                                std::string& param);
 
+// The JSON Schema that `param` set, as JSON text with its objects in the order the client
+// wrote them, from `body` parsed keeping that order (ParseStructuredOutput's input keeps
+// none: its objects are sorted). An object's properties are generated in this order, as
+// OpenAI does. None when `param` set no schema object.
+std::optional<std::string> OrderedSchemaText(const nlohmann::ordered_json& body,
+                                             const std::string& param);
+
 }  // namespace tokenmill::gateway

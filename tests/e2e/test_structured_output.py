@@ -168,6 +168,18 @@ def test_stream_equals_whole(client, model):
     jsonschema.validate(json.loads(text), case["schema"])
 
 
+def test_properties_come_in_the_order_written(client, model):
+    schema = {"type": "object", "properties": {"zebra": {"type": "integer"},
+                                               "apple": {"type": "boolean"},
+                                               "mango": {"type": "string", "maxLength": 10}},
+              "required": ["zebra", "apple", "mango"], "additionalProperties": False}
+    out = client.chat.completions.create(
+        model=model, max_tokens=60, messages=[{"role": "user", "content": "Fruit facts."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "f", "schema": schema}})
+    pairs = json.loads(out.choices[0].message.content, object_pairs_hook=lambda kv: kv)
+    assert [key for key, _ in pairs] == ["zebra", "apple", "mango"]
+
+
 def test_max_tokens_cuts_with_length(client, model):
     case = next(c for c in SCHEMAS if c["name"] == "person")
     out = client.chat.completions.create(

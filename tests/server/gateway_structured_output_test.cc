@@ -2,7 +2,9 @@
 // and each malformed one refused with a 400 naming its field.
 #include <gtest/gtest.h>
 
+#include "server/openai/request_body.h"
 #include "server/openai/request_mapping.h"
+#include "server/openai/structured_output.h"
 
 namespace tokenmill::gateway {
 namespace {
@@ -154,6 +156,22 @@ TEST(GatewayStructuredOutput, MalformedFieldsAre400sNamingThem) {
     EXPECT_NE(error.message.find(c.words), std::string::npos)
         << c.fields.dump() << ": " << error.message;
   }
+}
+
+TEST(GatewayStructuredOutput, SchemaTextKeepsTheWrittenOrderOfProperties) {
+  const std::string text = R"({"zeta": 1, "response_format": {"type": "json_schema",
+      "json_schema": {"name": "n", "schema": {"type": "object", "properties":
+      {"reasoning": {"type": "string"}, "answer": {"type": "integer"}}}}},
+      "guided_json": {"properties": {"b": {}, "a": {}}}, "structured_outputs": {"json": "x"}})";
+  nlohmann::ordered_json body;
+  ASSERT_FALSE(ParseRequestBody(text, body).has_value());
+  EXPECT_EQ(OrderedSchemaText(body, "response_format"),
+            R"({"type":"object","properties":{"reasoning":{"type":"string"},)"
+            R"("answer":{"type":"integer"}}})");
+  EXPECT_EQ(OrderedSchemaText(body, "guided_json"), R"({"properties":{"b":{},"a":{}}})");
+  // A schema sent as a string is passed on as it is already.
+  EXPECT_EQ(OrderedSchemaText(body, "structured_outputs"), std::nullopt);
+  EXPECT_EQ(OrderedSchemaText(body, "grammar"), std::nullopt);
 }
 
 }  // namespace
