@@ -9,6 +9,9 @@
 // tokens/s on a machine that other processes share: time slices lost to them do not count.
 // With --threads 1 that is the speed of an idle machine; with more threads, waiting workers
 // that spin count too.
+// --json-schema FILE constrains every request to that schema (structured output, compiled
+// once; it must not let the output end before max_tokens): runs with and without it give the
+// cost of the masks.
 //
 //   build/bin/tokenmill_throughput --model models/SmolLM2-135M-Instruct.Q4_1.gguf
 //       --concurrency 1,4,16,32 --prompt-tokens 64 --max-tokens 64 --threads 2
@@ -16,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -28,6 +32,8 @@
 #include "bench/cpu_time.h"
 #include "common/byte_size.h"
 #include "engine/engine.h"
+#include "engine/grammar_vocabulary.h"
+#include "grammar/compiler.h"
 
 namespace tokenmill {
 namespace {
@@ -41,6 +47,7 @@ struct Options {
   int max_tokens = 64;
   int threads = 2;
   std::string kv_cache_memory = "256MiB";
+  std::string json_schema_path;  // empty: unconstrained
 };
 
 struct Result {
@@ -75,7 +82,8 @@ double CpuAt(const std::vector<CpuSample>& samples, double wall) {
 }
 
 StatusOr<Result> RunOnce(const Model& model, const Tokenizer& tokenizer, const Options& o,
-                         int concurrency, int64_t kv_bytes) {
+                         int concurrency, int64_t kv_bytes,
+                         const std::shared_ptr<const grammar::CompiledGrammar>& grammar) {
   EngineConfig config;
   config.scheduler.max_num_seqs = concurrency;
   config.kv_cache_bytes = kv_bytes;
@@ -94,6 +102,7 @@ StatusOr<Result> RunOnce(const Model& model, const Tokenizer& tokenizer, const O
     for (TokenId& t : r.prompt_token_ids) t = pick(rng);
     r.sampling.max_tokens = o.max_tokens;
     r.sampling.ignore_eos = true;
+    r.grammar = grammar;
     r.sink = streams.back()->Sink();
     requests.push_back(std::move(r));
   }
@@ -161,10 +170,22 @@ int Run(const Options& o) {
   if (!model.ok()) return fail(model.status());
   StatusOr<Tokenizer> tokenizer = Tokenizer::FromGguf((*model)->file());
   if (!tokenizer.ok()) return fail(tokenizer.status());
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  if (!o.json_schema_path.empty()) {
+    std::ifstream file(o.json_schema_path);
+    if (!file) return fail(NotFoundError("--json-schema: cannot read " + o.json_schema_path));
+    const std::string text((std::istreambuf_iterator<char>(file)), {});
+    StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled = grammar::CompileGrammar(
+        {.kind = grammar::GrammarSpec::Kind::kJsonSchema, .text = text, .choices = {}},
+        grammar::VocabularyIndex::Build(GrammarVocabulary(*tokenizer)), grammar::GrammarLimits{});
+    if (!compiled.ok()) return fail(compiled.status());
+    grammar = *compiled;
+  }
   std::vector<std::vector<Result>> runs(o.concurrency.size());
   for (int round = 0; round < o.repeats; ++round) {
     for (size_t i = 0; i < o.concurrency.size(); ++i) {
-      StatusOr<Result> r = RunOnce(**model, *tokenizer, o, o.concurrency[i], *kv_bytes);
+      StatusOr<Result> r =
+          RunOnce(**model, *tokenizer, o, o.concurrency[i], *kv_bytes, grammar);
       if (!r.ok()) return fail(r.status());
       runs[i].push_back(*r);
       std::cout << nlohmann::json{{"round", round},
@@ -173,6 +194,7 @@ int Run(const Options& o) {
                                   {"prompt_tokens", o.prompt_tokens},
                                   {"max_tokens", o.max_tokens},
                                   {"threads", o.threads},
+                                  {"json_schema", o.json_schema_path},
                                   {"output_tokens", r->output_tokens},
                                   {"wall_seconds", r->wall_seconds},
                                   {"output_tokens_per_second", r->output_tokens_per_second},
@@ -233,6 +255,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-tokens", o.max_tokens, "generated tokens per request (default 64)");
   app.add_option("--threads", o.threads, "CPU threads of the forward pass (default 2)");
   app.add_option("--kv-cache-memory", o.kv_cache_memory, "KV pool size (default 256MiB)");
+  app.add_option("--json-schema", o.json_schema_path,
+                 "constrain every request to this JSON Schema (structured output)");
   CLI11_PARSE(app, argc, argv);
   return tokenmill::Run(o);
 }
