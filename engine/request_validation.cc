@@ -85,6 +85,15 @@ Status ValidateSamplingParams(const SamplingParams& s, int vocab_size) {
   return OkStatus();
 }
 
+Status ValidateConstrainedSampling(const SamplingParams& sampling) {
+  if (sampling.min_tokens > 0) {
+    return InvalidArgumentError(
+        "sampling.min_tokens does not combine with structured output: the grammar decides "
+        "where the output may end; drop min_tokens");
+  }
+  return OkStatus();
+}
+
 Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimits& limits) {
   const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
   if (num_prompt == 0) return InvalidArgumentError("the prompt is empty: give at least one token");
@@ -119,11 +128,7 @@ Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimi
     if (stop.empty()) return InvalidArgumentError("stop strings must not be empty");
   }
   if (request.grammar != nullptr) {
-    if (request.sampling.min_tokens > 0) {
-      return InvalidArgumentError(
-          "sampling.min_tokens does not combine with structured output: the grammar decides "
-          "where the output may end; drop min_tokens");
-    }
+    TM_RETURN_IF_ERROR(ValidateConstrainedSampling(request.sampling));
     const size_t grammar_vocab = request.grammar->vocab().size();
     if (grammar_vocab != static_cast<size_t>(limits.vocab_size)) {
       return InvalidArgumentError("the grammar was compiled for another vocabulary (" +

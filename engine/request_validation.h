@@ -27,6 +27,10 @@ inline constexpr int kMaxSequencesPerRequest = 16;
 // any NaN or infinity.
 Status ValidateSamplingParams(const SamplingParams& sampling, int vocab_size);
 
+// InvalidArgument when `sampling` asks for what structured output cannot honour: min_tokens
+// (the grammar decides where the output may end).
+Status ValidateConstrainedSampling(const SamplingParams& sampling);
+
 // InvalidArgument for an empty prompt, a token id outside the vocabulary, a prompt that
 // leaves no room to generate, max_tokens < 1, bad sampling parameters (above), n outside
 // [1, kMaxSequencesPerRequest], a negative stop token id, an empty stop string, a missing

@@ -243,7 +243,12 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
   out.priority = request.priority();
   out.cache_salt = request.cache_salt();
   TM_RETURN_IF_ERROR(ValidateSamplingParams(out.sampling, vocab_size));
-  TM_ASSIGN_OR_RETURN(out.grammar, CompileStructuredOutput(request.sampling(), context.grammars));
+  if (request.sampling().structured_output_case() !=
+      v1::SamplingParams::STRUCTURED_OUTPUT_NOT_SET) {
+    TM_RETURN_IF_ERROR(ValidateConstrainedSampling(out.sampling));
+    TM_ASSIGN_OR_RETURN(out.grammar,
+                        CompileStructuredOutput(request.sampling(), context.grammars));
+  }
   return out;
 }
 

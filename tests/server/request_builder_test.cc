@@ -395,6 +395,13 @@ TEST(BuildGenerateRequest, BadStructuredOutputIsInvalidArgumentNamingItsKind) {
     s.set_json_schema(R"({"type": "string", "maxLength": 1000000})");
   });
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  // min_tokens is refused before anything is compiled (the engine would refuse it too).
+  status = refused([](v1::SamplingParams& s) {
+    s.set_regex("[0-9]+");
+    s.set_min_tokens(2);
+  });
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("min_tokens does not combine with structured output"));
   status = refused([](v1::SamplingParams& s) { s.mutable_choice(); });
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("at least one choice"));
