@@ -1,15 +1,18 @@
 // libFuzzer target: the fuzz bytes as a serialized tokenmill.v1.GenerateRequest (what a gRPC
 // client sends) and as a TokenizeRequest, validated and tokenized by the server's
 // request_builder against the real tokenizer of TOKENMILL_FUZZ_MODEL (stories260K) and a
-// ChatML template: a request or a Status, never a crash. A built request must pass the
-// engine's own checks.
+// ChatML template, with structured output compiled through a GrammarCache over that
+// vocabulary: a request or a Status, never a crash. A built request must pass the engine's own
+// checks.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include <google/protobuf/stubs/logging.h>
 
+#include "engine/grammar_vocabulary.h"
 #include "engine/request_validation.h"
 #include "gguf/gguf.h"
 #include "server/grpc/request_builder.h"
@@ -23,8 +26,16 @@ constexpr const char* kChatMl =
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 struct Served {
+  Served(tokenmill::Tokenizer t, tokenmill::ChatTemplate c)
+      : tokenizer(std::move(t)),
+        chat_template(std::move(c)),
+        grammars(tokenmill::grammar::VocabularyIndex::Build(
+                     tokenmill::GrammarVocabulary(tokenizer)),
+                 tokenmill::grammar::GrammarLimits{}) {}
+
   tokenmill::Tokenizer tokenizer;
   tokenmill::ChatTemplate chat_template;
+  mutable tokenmill::grammar::GrammarCache grammars;  // thread-safe
 };
 
 // Loaded once: libFuzzer calls the target millions of times in one process.
@@ -45,7 +56,7 @@ const Served& LoadServed() {
                    chat_template.status().ToString().c_str());
       std::abort();
     }
-    return new Served{std::move(tokenizer).value(), std::move(chat_template).value()};
+    return new Served(std::move(tokenizer).value(), std::move(chat_template).value());
   }();
   return *served;
 }
@@ -57,7 +68,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const tokenmill::server::RequestContext context{
       .tokenizer = &served.tokenizer,
       .chat_template = &served.chat_template,
-      .max_model_len = 256};
+      .max_model_len = 256,
+      .grammars = &served.grammars};
 
   tokenmill::v1::GenerateRequest generate;
   if (generate.ParseFromArray(data, static_cast<int>(size))) {
