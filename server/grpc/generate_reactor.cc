@@ -58,6 +58,27 @@ void GenerateReactor::Start(GenerateRequest request) {
   Release();
 }
 
+void GenerateReactor::Hold() {
+  std::lock_guard lock(mutex_);
+  ++holders_;
+}
+
+void GenerateReactor::StartBuilt(StatusOr<GenerateRequest> built) {
+  if (built.ok()) {
+    Start(std::move(*built));
+  } else {
+    spdlog::debug("request {} refused: {}", request_id_, built.status().ToString());
+    bool finish = false;
+    {
+      std::lock_guard lock(mutex_);
+      finish = !finish_called_;  // a cancel may have finished it meanwhile
+      finish_called_ = true;
+    }
+    if (finish) Finish(ToGrpcStatus(built.status()));
+  }
+  Release();
+}
+
 v1::GenerateResponse& GenerateReactor::PendingFor(int index) {
   // Merge into the last response not yet written when it is the same sequence's and not
   // its final one: responses of one sequence stay in order, sequences interleave.

@@ -29,6 +29,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   // Submits `request` (its sink is set here); a refusal finishes the call with its status.
   void Start(GenerateRequest request);
+  // For a request built on another thread (BuildQueue): Hold keeps the reactor alive while it
+  // is built, even if gRPC ends the call meanwhile; StartBuilt starts it, or finishes the call
+  // with the build's error, and drops that hold.
+  void Hold();
+  void StartBuilt(StatusOr<GenerateRequest> built);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -52,7 +57,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   const std::string request_id_;
 
   std::mutex mutex_;
-  int holders_ = 1;  // gRPC until OnDone; Start adds the engine (until its final event)
+  // gRPC until OnDone; Start adds the engine (until its final event); Hold the builder.
+  int holders_ = 1;
   std::optional<RequestId> engine_id_;   // once submitted
   int num_sequences_ = 1;                // the request's n
   int num_finished_sequences_ = 0;       // final events arrived

@@ -1,6 +1,7 @@
 #include "server/grpc/inference_service.h"
 
 #include <filesystem>
+#include <memory>
 
 #include "common/bearer_token.h"
 #include "server/grpc/generate_reactor.h"
@@ -72,12 +73,24 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
     return new RefusedStream(grpc::Status(
         grpc::UNAVAILABLE, "the server is shutting down: send the request to another server"));
   }
-  StatusOr<GenerateRequest> built = BuildGenerateRequest(*request, ContextOf(*model));
-  if (!built.ok()) return new RefusedStream(ToGrpcStatus(built.status()));
   std::string request_id = request->request_id();
   if (request_id.empty()) {
     request_id = "gen-" + std::to_string(next_request_number_.fetch_add(1));
   }
+  if (request->sampling().structured_output_case() !=
+      v1::SamplingParams::STRUCTURED_OUTPUT_NOT_SET) {
+    // Its grammar may take long to compile: on the build queue, with a copy of the request
+    // (gRPC frees its own when the call ends, which a cancel may do first).
+    auto* reactor = new GenerateReactor(*model->engine, metrics_, streams_, std::move(request_id));
+    reactor->Hold();
+    model->build_queue->Post(
+        [reactor, model, copy = std::make_shared<const v1::GenerateRequest>(*request)] {
+          reactor->StartBuilt(BuildGenerateRequest(*copy, ContextOf(*model)));
+        });
+    return reactor;
+  }
+  StatusOr<GenerateRequest> built = BuildGenerateRequest(*request, ContextOf(*model));
+  if (!built.ok()) return new RefusedStream(ToGrpcStatus(built.status()));
   auto* reactor = new GenerateReactor(*model->engine, metrics_, streams_, std::move(request_id));
   reactor->Start(std::move(*built));
   return reactor;

@@ -11,6 +11,9 @@
 namespace tokenmill::server {
 namespace {
 
+// Grammars compiling at once; more wait in the build queue (the cache serves repeats at once).
+constexpr int kStructuredOutputBuildThreads = 2;
+
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -55,8 +58,10 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
   serving->grammars = std::make_unique<grammar::GrammarCache>(
       grammar::VocabularyIndex::Build(GrammarVocabulary(serving->tokenizer)),
       grammar::GrammarLimits{});
-  spdlog::info("structured output: vocabulary trie of {} nodes ({:.2f} s)",
-               serving->grammars->vocab()->trie_size(), SecondsSince(start));
+  serving->build_queue = std::make_unique<BuildQueue>(kStructuredOutputBuildThreads);
+  spdlog::info("structured output: vocabulary trie of {} nodes ({:.2f} s), {} compile threads",
+               serving->grammars->vocab()->trie_size(), SecondsSince(start),
+               kStructuredOutputBuildThreads);
 
   if (!options.chat_template_path.empty()) {
     TM_ASSIGN_OR_RETURN(ChatSpecialTokens tokens,

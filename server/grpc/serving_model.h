@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "engine/engine.h"
 #include "grammar/grammar_cache.h"
+#include "server/grpc/build_queue.h"
 #include "model/model.h"
 #include "server/grpc/server_options.h"
 #include "text/chat/chat_template.h"
@@ -30,6 +31,9 @@ struct ServingModel {
   // Structured output's compiled grammars over this model's vocabulary (request threads).
   std::unique_ptr<grammar::GrammarCache> grammars;
   std::unique_ptr<Engine> engine;
+  // Builds the requests with structured output (their grammars compile there). Declared
+  // last: it is joined first, while the engine and the cache its jobs use still exist.
+  std::unique_ptr<BuildQueue> build_queue;
 };
 
 // Loads the model file, tokenizer and chat template and starts the engine, logging each
