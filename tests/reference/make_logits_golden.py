@@ -66,6 +66,27 @@ def llama_cpp_self_agreement(path, prompts):
     return same
 
 
+
+def greedy_token_by_token(llm, text, max_tokens):
+    """llama.cpp fed one token at a time: the prompt's token ids, the greedy continuation (up to
+    max_tokens, stopping at end-of-sequence) and llama.cpp's top TOP_K logits at every position."""
+    eos = llm.token_eos()
+    llm.reset()
+    prompt = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+    for token in prompt:
+        llm.eval([token])
+    continuation = []
+    while len(continuation) < max_tokens:
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        if token == eos:
+            break
+        continuation.append(token)
+        llm.eval([token])
+    scores = np.array(llm.scores[: llm.n_tokens], dtype=np.float32)
+    top = np.argsort(-scores, axis=-1, kind="stable")[:, :TOP_K]
+    return prompt, continuation, [{"ids": top[i].tolist(), "values": rounded(scores[i, top[i]])}
+                                  for i in range(len(scores))]
+
 def golden_for_model(model_file):
     path = os.path.join(MODELS, model_file)
     # The prompt is fed one token at a time (n_batch = n_ubatch = 1). llama.cpp's CPU numerics
@@ -81,22 +102,9 @@ def golden_for_model(model_file):
     n_vocab = llm.n_vocab()
     rng = np.random.default_rng(1234)
     sample_ids = sorted(rng.choice(n_vocab, size=min(SAMPLE_IDS, n_vocab), replace=False).tolist())
-    eos = llm.token_eos()
     prompts = []
     for text in PROMPTS:
-        llm.reset()
-        prompt = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
-        for token in prompt:
-            llm.eval([token])
-        continuation = []
-        while len(continuation) < CONTINUATION:
-            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-            if token == eos:
-                break
-            continuation.append(token)
-            llm.eval([token])
-        scores = np.array(llm.scores[: llm.n_tokens], dtype=np.float32)
-        top = np.argsort(-scores, axis=-1, kind="stable")[:, :TOP_K]
+        prompt, continuation, llama_cpp_top = greedy_token_by_token(llm, text, CONTINUATION)
         numpy_logits = reference.forward(prompt)
         numpy_rows = []
         for row in numpy_logits:
@@ -107,8 +115,7 @@ def golden_for_model(model_file):
             "text": text,
             "prompt_tokens": [int(t) for t in prompt],
             "continuation": continuation,
-            "llama_cpp_top": [{"ids": top[i].tolist(), "values": rounded(scores[i, top[i]])}
-                              for i in range(len(scores))],
+            "llama_cpp_top": llama_cpp_top,
             "numpy_logits": numpy_rows,
         })
         print(model_file, repr(text), len(prompt), "prompt tokens,", len(continuation),

@@ -16,13 +16,12 @@ import json
 import os
 import sys
 
-import numpy as np
 import llama_cpp
 import llama_cpp.llama_cpp as llama_cpp_api
 from llama_cpp import Llama
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_logits_golden import PROMPTS, TOP_K, rounded  # noqa: E402
+from make_logits_golden import PROMPTS, greedy_token_by_token  # noqa: E402
 from requantize import DEFAULT_OUT, TARGETS, requantize, sha256, tensor_types  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -47,28 +46,14 @@ llama_cpp_api.llama_model_default_params = without_extra_buffer_types(
 def golden_for_file(path):
     llm = Llama(model_path=path, n_ctx=512, n_threads=1, n_batch=1, n_ubatch=1, logits_all=True,
                 verbose=False, seed=0)
-    eos = llm.token_eos()
     prompts = []
     for text in PROMPTS[:N_PROMPTS]:
-        llm.reset()
-        prompt = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
-        for token in prompt:
-            llm.eval([token])
-        continuation = []
-        while len(continuation) < CONTINUATION:
-            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-            if token == eos:
-                break
-            continuation.append(token)
-            llm.eval([token])
-        scores = np.array(llm.scores[: llm.n_tokens], dtype=np.float32)
-        top = np.argsort(-scores, axis=-1, kind="stable")[:, :TOP_K]
+        prompt, continuation, llama_cpp_top = greedy_token_by_token(llm, text, CONTINUATION)
         prompts.append({
             "text": text,
             "prompt_tokens": [int(t) for t in prompt],
             "continuation": continuation,
-            "llama_cpp_top": [{"ids": top[i].tolist(), "values": rounded(scores[i, top[i]])}
-                              for i in range(len(scores))],
+            "llama_cpp_top": llama_cpp_top,
         })
     return prompts
 
