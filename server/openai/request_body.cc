@@ -21,18 +21,18 @@ class BoundedDomBuilder {
 
   bool null() { return Count() && dom_.null(); }
   bool boolean(bool value) { return Count() && dom_.boolean(value); }
-  bool number_integer(Json::number_integer_t value) {
+  bool number_integer(typename Json::number_integer_t value) {
     return Count() && dom_.number_integer(value);
   }
-  bool number_unsigned(Json::number_unsigned_t value) {
+  bool number_unsigned(typename Json::number_unsigned_t value) {
     return Count() && dom_.number_unsigned(value);
   }
-  bool number_float(Json::number_float_t value, const Json::string_t& text) {
+  bool number_float(typename Json::number_float_t value, const typename Json::string_t& text) {
     return Count() && dom_.number_float(value, text);
   }
-  bool string(Json::string_t& value) { return CountAllocated() && dom_.string(value); }
-  bool binary(Json::binary_t& value) { return CountAllocated() && dom_.binary(value); }
-  bool key(Json::string_t& name) { return CountAllocated() && dom_.key(name); }
+  bool string(typename Json::string_t& value) { return CountAllocated() && dom_.string(value); }
+  bool binary(typename Json::binary_t& value) { return CountAllocated() && dom_.binary(value); }
+  bool key(typename Json::string_t& name) { return CountAllocated() && dom_.key(name); }
   bool start_object(size_t size) { return Open() && dom_.start_object(size); }
   bool end_object() {
     --depth_;
