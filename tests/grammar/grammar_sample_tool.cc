@@ -1,6 +1,6 @@
 // Draws complete outputs of a grammar spec, byte by byte, for tests that check them with
 // independent validators (test_grammar_samples.py: jsonschema, Python's re):
-//   tokenmill_grammar_sample json_schema|regex|gbnf COUNT SEED < text
+//   grammar_sample_tool json_schema|regex|gbnf COUNT SEED < text
 // prints one JSON string per line. The vocabulary is every single byte plus EOS; each step
 // draws uniformly from the mask, except that with probability 1/3 it draws from the allowed
 // closing bytes (quote, brackets, comma) or EOS, so outputs end. Walks that have not ended
@@ -19,7 +19,7 @@
 int main(int argc, char** argv) {
   using namespace tokenmill::grammar;
   if (argc != 4) {
-    std::cerr << "usage: tokenmill_grammar_sample json_schema|regex|gbnf COUNT SEED < text\n";
+    std::cerr << "usage: grammar_sample_tool json_schema|regex|gbnf COUNT SEED < text\n";
     return 2;
   }
   const std::string kind = argv[1];

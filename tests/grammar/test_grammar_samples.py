@@ -1,6 +1,6 @@
 """Outputs drawn from tokenmill's grammars satisfy independent validators: every JSON Schema
 of tests/data/grammar (corpus.json and sample_schemas.json) with the jsonschema package, every
-regex of the corpus with Python's re.fullmatch (tokenmill_grammar_sample draws them)."""
+regex of the corpus with Python's re.fullmatch (grammar_sample_tool draws them)."""
 import json
 import os
 import pathlib
@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 DATA = pathlib.Path(os.environ["TOKENMILL_TEST_DATA_DIR"]) / "grammar"
-TOOL = pathlib.Path(os.environ["TOKENMILL_BIN_DIR"]) / "tokenmill_grammar_sample"
+TOOL = pathlib.Path(os.environ["TOKENMILL_BIN_DIR"]) / "grammar_sample_tool"
 SAMPLES = 40
 
 
