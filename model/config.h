@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "gguf/gguf.h"
@@ -32,6 +33,17 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
   bool qkv_bias = false;      // Q/K/V projections with biases (qwen2)
   bool tied_output = false;   // no output.weight: logits use token_embd.weight
+  // Sliding-window attention (gemma2, gemma3): a layer whose sliding_layers entry is set
+  // attends only to the sliding_window most recent positions, its own included (llama.cpp's
+  // LLAMA_SWA_TYPE_STANDARD); its KV older than that is never read. Empty: every layer
+  // attends to its whole sequence.
+  int sliding_window = 0;
+  std::vector<bool> sliding_layers;
+
+  bool IsSlidingLayer(int layer) const {
+    return sliding_window > 0 && layer < static_cast<int>(sliding_layers.size()) &&
+           sliding_layers[layer];
+  }
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
