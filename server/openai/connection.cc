@@ -57,7 +57,9 @@ std::string PercentDecode(std::string_view text) {
 }  // namespace
 
 Connection::Connection(tcp::socket socket, GatewayContext& context)
-    : socket_(std::move(socket)), context_(context), watch_done_(socket_.get_executor()) {}
+    : stream_(std::move(socket), context.tls),
+      context_(context),
+      watch_done_(stream_.get_executor()) {}
 
 asio::awaitable<void> ServeConnection(std::shared_ptr<Connection> connection) {
   // An exception outside a handler (e.g. std::bad_alloc while reading a body) would end the
@@ -78,12 +80,14 @@ std::string Connection::NewId(std::string_view prefix) {
 }
 
 asio::awaitable<void> Connection::Run() {
-  while (keep_alive_) {
-    if (!co_await HandleOne()) break;
+  const bool secured = co_await stream_.Handshake();
+  if (secured) {
+    while (keep_alive_) {
+      if (!co_await HandleOne()) break;
+    }
+    co_await stream_.ShutdownSend();
   }
-  beast::error_code ignored;
-  socket_.shutdown(tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
+  stream_.Close();
 }
 
 asio::awaitable<bool> Connection::HandleOne() {
@@ -92,26 +96,17 @@ asio::awaitable<bool> Connection::HandleOne() {
   parser.body_limit(static_cast<uint64_t>(context_.max_body_bytes));
   beast::error_code error;
   {
-    asio::steady_timer deadline(socket_.get_executor());
-    deadline.expires_after(kRequestHeadTimeout);
-    // Both run on the strand; `read` keeps a late expiry from cancelling a later operation.
-    auto read = std::make_shared<bool>(false);
-    deadline.async_wait([self = shared_from_this(), read](const beast::error_code& timer_error) {
-      beast::error_code ignored;
-      if (!timer_error && !*read) self->socket_.cancel(ignored);
-    });
-    co_await http::async_read_header(socket_, buffer_, parser,
+    StreamDeadline deadline(stream_, kRequestHeadTimeout);
+    co_await http::async_read_header(stream_, buffer_, parser,
                                      asio::redirect_error(asio::use_awaitable, error));
-    *read = true;
-    deadline.cancel();
   }
   const auto started = std::chrono::steady_clock::now();
   if (!error && parser.get()[http::field::expect] == "100-continue" && !parser.is_done()) {
     http::response<http::empty_body> go_on(http::status::continue_, parser.get().version());
-    co_await http::async_write(socket_, go_on, asio::redirect_error(asio::use_awaitable, error));
+    co_await http::async_write(stream_, go_on, asio::redirect_error(asio::use_awaitable, error));
   }
   if (!error && !parser.is_done()) {
-    co_await http::async_read(socket_, buffer_, parser,
+    co_await http::async_read(stream_, buffer_, parser,
                               asio::redirect_error(asio::use_awaitable, error));
   }
   if (error == http::error::body_limit) {
@@ -136,7 +131,7 @@ asio::awaitable<bool> Connection::HandleOne() {
       response.body() = DumpJson(BadRequest("malformed HTTP request: " + error.message()).ToJson());
       response.keep_alive(false);
       response.prepare_payload();
-      co_await http::async_write(socket_, response, asio::redirect_error(asio::use_awaitable, error));
+      co_await http::async_write(stream_, response, asio::redirect_error(asio::use_awaitable, error));
     }
     co_return false;
   }
@@ -265,7 +260,7 @@ asio::awaitable<bool> Connection::Write(http::response<http::string_body>& respo
   response.keep_alive(keep_alive_);
   response.prepare_payload();
   beast::error_code error;
-  co_await http::async_write(socket_, response, asio::redirect_error(asio::use_awaitable, error));
+  co_await http::async_write(stream_, response, asio::redirect_error(asio::use_awaitable, error));
   if (error) keep_alive_ = false;
   co_return !error;
 }
@@ -306,7 +301,7 @@ asio::awaitable<bool> Connection::StartEventStream(const HttpRequest& request) {
   last_status_ = 200;
   http::response_serializer<http::empty_body> serializer(response);
   beast::error_code error;
-  co_await http::async_write_header(socket_, serializer,
+  co_await http::async_write_header(stream_, serializer,
                                     asio::redirect_error(asio::use_awaitable, error));
   if (error) keep_alive_ = false;
   co_return !error;
@@ -314,7 +309,7 @@ asio::awaitable<bool> Connection::StartEventStream(const HttpRequest& request) {
 
 asio::awaitable<bool> Connection::WriteEventChunk(const std::string& data) {
   beast::error_code error;
-  co_await asio::async_write(socket_, http::make_chunk(asio::buffer(data)),
+  co_await asio::async_write(stream_, http::make_chunk(asio::buffer(data)),
                              asio::redirect_error(asio::use_awaitable, error));
   if (error) keep_alive_ = false;
   co_return !error;
@@ -322,7 +317,7 @@ asio::awaitable<bool> Connection::WriteEventChunk(const std::string& data) {
 
 asio::awaitable<bool> Connection::EndEventStream() {
   beast::error_code error;
-  co_await asio::async_write(socket_, http::make_chunk_last(),
+  co_await asio::async_write(stream_, http::make_chunk_last(),
                              asio::redirect_error(asio::use_awaitable, error));
   if (error) keep_alive_ = false;
   co_return !error;
@@ -332,7 +327,7 @@ void Connection::WatchForClose(std::shared_ptr<EventQueue> events) {
   watching_ = true;
   stop_requested_ = false;
   // Runs on the socket's executor, the connection's strand.
-  socket_.async_read_some(
+  stream_.async_read_some(
       buffer_.prepare(4096),
       [self = shared_from_this(), events](const beast::error_code& error, size_t bytes) {
         self->watching_ = false;
@@ -351,8 +346,8 @@ void Connection::WatchForClose(std::shared_ptr<EventQueue> events) {
 asio::awaitable<void> Connection::StopWatching() {
   if (!watching_) co_return;
   stop_requested_ = true;
+  stream_.Cancel();
   beast::error_code ignored;
-  socket_.cancel(ignored);
   while (watching_) {
     watch_done_.expires_at(asio::steady_timer::time_point::max());
     co_await watch_done_.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
@@ -361,22 +356,18 @@ asio::awaitable<void> Connection::StopWatching() {
 
 asio::awaitable<void> Connection::DiscardInput() {
   beast::error_code error;
-  socket_.shutdown(tcp::socket::shutdown_send, error);
-  asio::steady_timer deadline(socket_.get_executor());
-  deadline.expires_after(kDiscardTimeout);
-  deadline.async_wait([self = shared_from_this()](const beast::error_code& timer_error) {
-    beast::error_code ignored;
-    if (!timer_error) self->socket_.cancel(ignored);
-  });
+  // Plain TCP: half-close so the client sees the response end while we drain. TLS sends its
+  // close_notify when the connection closes (the reads below need the TLS stream open).
+  if (!stream_.is_tls()) co_await stream_.ShutdownSend();
+  StreamDeadline deadline(stream_, kDiscardTimeout);
   std::vector<char> sink(64 * 1024);
   size_t total = 0;
   while (total < kDiscardLimit) {
-    const size_t n = co_await socket_.async_read_some(
+    const size_t n = co_await stream_.async_read_some(
         asio::buffer(sink), asio::redirect_error(asio::use_awaitable, error));
     if (error) break;
     total += n;
   }
-  deadline.cancel();
 }
 
 }  // namespace tokenmill::gateway

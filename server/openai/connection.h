@@ -18,6 +18,7 @@
 #include <string>
 
 #include "server/openai/backend_pool.h"
+#include "server/openai/client_stream.h"
 #include "server/openai/gateway_metrics.h"
 #include "server/openai/gateway_options.h"
 #include "server/openai/http_error.h"
@@ -36,6 +37,7 @@ struct GatewayContext {
   BackendPool& pool;
   GatewayMetrics& metrics;
   std::string id_prefix;  // random per process: response ids do not repeat across restarts
+  boost::asio::ssl::context* tls = nullptr;  // HTTPS (--tls-cert), else null: plain HTTP
   std::atomic<uint64_t> next_id{0};
   CallRegistry calls;
 };
@@ -80,7 +82,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::awaitable<void> DiscardInput();
   bool Authorized(const HttpRequest& request) const;
 
-  boost::asio::ip::tcp::socket socket_;
+  ClientStream stream_;
   GatewayContext& context_;
   boost::beast::flat_buffer buffer_;
   bool keep_alive_ = true;

@@ -30,6 +30,14 @@ void AddGatewayOptions(CLI::App& app, GatewayOptions& o) {
   app.add_option("--api-key", o.api_key,
                  "clients must send 'Authorization: Bearer <key>' (empty: no key)")
       ->envname(GatewayEnvName("--api-key"));
+  AddOption(app, "--tls-cert", o.tls_cert,
+            "PEM certificate chain: serve HTTPS (with --tls-key)")
+      ->check(CLI::ExistingFile);
+  AddOption(app, "--tls-key", o.tls_key, "PEM private key of --tls-cert")
+      ->check(CLI::ExistingFile);
+  AddOption(app, "--tls-client-ca", o.tls_client_ca,
+            "PEM CA certificates: clients must present a certificate signed by one (mutual TLS)")
+      ->check(CLI::ExistingFile);
   AddOption(app, "--backend-tls-ca", o.backend_tls_ca,
             "PEM CA certificates: the backends speak TLS, their certificates signed by one")
       ->check(CLI::ExistingFile);

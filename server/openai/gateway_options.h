@@ -19,6 +19,11 @@ struct GatewayOptions {
   int port = 8000;  // 0: any free port (logged)
   std::vector<std::string> backends;  // host:port of tokenmill-servers
   std::string api_key;                // empty: no authentication
+  // HTTPS when a certificate is given (PEM, with its key); clients must then present a
+  // certificate signed by tls_client_ca when one is given (mutual TLS).
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
   // To the backends: TLS when a CA is given (a client certificate for mutual TLS), and the
   // servers' --api-key.
   std::string backend_tls_ca;

@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "server/openai/client_stream.h"
 #include "server/openai/completion_handler.h"
 #include "server/openai/connection.h"
 
@@ -61,6 +62,7 @@ struct HttpGateway::Impl {
 
   asio::io_context io;
   tcp::acceptor acceptor;
+  std::unique_ptr<asio::ssl::context> tls;  // HTTPS, or null
   GatewayContext context;
   int bound_port = 0;
   std::vector<std::thread> threads;
@@ -71,6 +73,15 @@ StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(const GatewayOptions& 
                                                           BackendPool& pool,
                                                           GatewayMetrics& metrics) {
   auto impl = std::make_unique<Impl>(options, limits, pool, metrics);
+  if (!options.tls_cert.empty() || !options.tls_key.empty() || !options.tls_client_ca.empty()) {
+    if (options.tls_cert.empty() || options.tls_key.empty()) {
+      return InvalidArgumentError(
+          "HTTPS needs both --tls-cert and --tls-key (--tls-client-ca adds client certificates)");
+    }
+    TM_ASSIGN_OR_RETURN(impl->tls, MakeServerTlsContext(options.tls_cert, options.tls_key,
+                                                        options.tls_client_ca));
+    impl->context.tls = impl->tls.get();
+  }
   beast::error_code error;
   const asio::ip::address address = asio::ip::make_address(options.host, error);
   if (error) return InvalidArgumentError("--host '" + options.host + "' is not an IP address");

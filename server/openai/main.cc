@@ -60,8 +60,9 @@ int Run(const GatewayOptions& options) {
     spdlog::error("{}", gateway.status().message());
     return 1;
   }
-  spdlog::info("listening on http://{}:{} (OpenAI API) for {} backend(s){}", options.host,
-               (*gateway)->port(), options.backends.size(),
+  spdlog::info("listening on {}://{}:{} (OpenAI API) for {} backend(s){}",
+               options.tls_cert.empty() ? "http" : "https", options.host, (*gateway)->port(),
+               options.backends.size(),
                options.api_key.empty() ? "" : "; API key required");
   const char* signal_name = signals.Wait();
   spdlog::info("{}: stopping", signal_name);

@@ -17,16 +17,21 @@ HEALTH_INTERVAL_S = os.environ.get("TOKENMILL_E2E_HEALTH_INTERVAL", "0.2")
 
 
 class Gateway(LoggedProcess):
-    """One tokenmill-gateway process on a free port in front of `backends` (host:port)."""
+    """One tokenmill-gateway process on a free port in front of `backends` (host:port). Over
+    HTTPS (--tls-cert in extra_args), the clients verify the gateway with `tls` (an
+    ssl.SSLContext, which may hold a client certificate)."""
 
-    def __init__(self, *backends, extra_args=(), env=None, wait_ready=True, log_level="debug"):
+    def __init__(self, *backends, extra_args=(), env=None, wait_ready=True, log_level="debug",
+                 tls=None):
         self.args = [str(GATEWAY_BIN), "--port", "0", "--health-interval", HEALTH_INTERVAL_S,
                      "--log-level", log_level, *[a for b in backends for a in ("--backend", b)],
                      *map(str, extra_args)]
         super().__init__(self.args, env)
-        self.port = int(self.wait_for_log(r"listening on http://[^ ]*:(\d+) ").group(1))
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.http = httpx.Client(base_url=self.url, timeout=RPC_TIMEOUT_S)
+        listening = self.wait_for_log(r"listening on (https?)://[^ ]*:(\d+) ")
+        self.port = int(listening.group(2))
+        self.url = f"{listening.group(1)}://127.0.0.1:{self.port}"
+        self.tls = {"verify": tls} if tls else {}
+        self.http = httpx.Client(base_url=self.url, timeout=RPC_TIMEOUT_S, **self.tls)
         if wait_ready:
             self.wait_ready()
 
@@ -40,6 +45,8 @@ class Gateway(LoggedProcess):
 
     def client(self, api_key="unused", **kwargs):
         """The official OpenAI client on this gateway; no retries, so statuses stay visible."""
+        if self.tls:
+            kwargs.setdefault("http_client", openai.DefaultHttpxClient(**self.tls))
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0,
                              timeout=RPC_TIMEOUT_S, **kwargs)
 

@@ -13,6 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway_harness import Gateway, backend_address, model_name
+from pki_harness import make_pki
 from process_harness import EXIT_TIMEOUT_S, RPC_TIMEOUT_S
 from server_harness import BIN_DIR, DEFAULT_MODEL, SERVER_BIN, Server, pb2, pb2_grpc
 
@@ -20,36 +21,9 @@ API_KEY = "tm-test-key-1b2c3d"
 PROBE = BIN_DIR / "tokenmill-health"
 
 
-def openssl(*args, cwd):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True,
-                   timeout=EXIT_TIMEOUT_S)
-
-
-def make_ca(folder, name):
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            "-subj", f"/CN={name}", "-keyout", f"{name}.key", "-out", f"{name}.crt", cwd=folder)
-
-
-def make_cert(folder, name, ca, extensions):
-    """A certificate for `name` signed by the CA `ca`, with the given x509v3 extensions."""
-    (folder / f"{name}.ext").write_text(extensions)
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
-            "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=folder)
-    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
-            "-CAcreateserial", "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt",
-            cwd=folder)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("pki")
-    make_ca(folder, "ca")
-    make_ca(folder, "other-ca")
-    make_cert(folder, "server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1\n"
-                                      "extendedKeyUsage=serverAuth\n")
-    make_cert(folder, "client", "ca", "extendedKeyUsage=clientAuth\n")
-    make_cert(folder, "stranger", "other-ca", "extendedKeyUsage=clientAuth\n")
-    return folder
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def read(path):
