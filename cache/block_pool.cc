@@ -121,18 +121,48 @@ PrefixId BlockPool::Cache(BlockId id, const BlockKey& key) {
       .extra_key = std::string(key.extra_key),
   };
   cached_by_hash_.emplace(key.hash, id);
+  if (!copy.has_value()) LogEvent(StoredEvent(*block.identity));
   return prefix_id;
 }
 
+KvCacheEvent BlockPool::StoredEvent(const BlockIdentity& identity) const {
+  KvCacheEvent event;
+  event.hash = identity.hash;
+  if (identity.parent_prefix_id != kEmptyPrefix) event.parent_hash = identity.parent_hash;
+  event.tokens = identity.tokens;
+  return event;
+}
+
+void BlockPool::LogEvent(KvCacheEvent event) {
+  if (event_log_ != nullptr) event_log_->push_back(std::move(event));
+}
+
+std::vector<KvCacheEvent> BlockPool::CachedPrefixes() const {
+  std::vector<KvCacheEvent> prefixes;
+  std::unordered_set<PrefixId> seen;
+  for (const KvBlock& block : blocks_) {
+    if (block.identity.has_value() && seen.insert(block.identity->prefix_id).second) {
+      prefixes.push_back(StoredEvent(*block.identity));
+    }
+  }
+  return prefixes;
+}
+
 void BlockPool::Evict(KvBlock& block) {
-  const auto [begin, end] = cached_by_hash_.equal_range(block.identity->hash);
-  for (auto it = begin; it != end; ++it) {
+  const BlockHash hash = block.identity->hash;
+  const PrefixId prefix_id = block.identity->prefix_id;
+  const auto [begin, end] = cached_by_hash_.equal_range(hash);
+  bool last_copy = true;
+  for (auto it = begin; it != end;) {
     if (it->second == block.id) {
-      cached_by_hash_.erase(it);
-      break;
+      it = cached_by_hash_.erase(it);
+    } else {
+      last_copy = last_copy && blocks_[it->second].identity->prefix_id != prefix_id;
+      ++it;
     }
   }
   block.identity.reset();
+  if (last_copy) LogEvent(KvCacheEvent::Removed(hash));
 }
 
 bool BlockPool::ResetPrefixCache() {
@@ -142,6 +172,7 @@ bool BlockPool::ResetPrefixCache() {
 }
 
 void BlockPool::Reset() {
+  if (!cached_by_hash_.empty()) LogEvent(KvCacheEvent::AllCleared());
   free_queue_.Clear();
   for (KvBlock& block : blocks_) {
     block.ref_count = 0;

@@ -15,6 +15,7 @@
 #include "cache/block_hash.h"
 #include "cache/free_block_queue.h"
 #include "cache/kv_block.h"
+#include "cache/kv_events.h"
 #include "common/status.h"
 
 namespace tokenmill {
@@ -89,6 +90,12 @@ class BlockPool {
   // caller drops every block table first. Counters are kept (they are monotonic).
   void Reset();
 
+  // From now on each change of the prefix cache appends its event to `log` (kv_events.h),
+  // which the caller drains; null: no events.
+  void set_event_log(std::vector<KvCacheEvent>* log) { event_log_ = log; }
+  // A kBlockStored event for each prefix cached now (a subscriber's state, for checks).
+  std::vector<KvCacheEvent> CachedPrefixes() const;
+
   // Checks: the free queue is well linked and holds exactly the blocks with ref count 0;
   // free + cached-evictable + in use == total and the counters agree; every cached block's
   // tokens hash to its hash and the index finds it; every cached block's parent prefix is
@@ -99,6 +106,8 @@ class BlockPool {
   KvBlock& mutable_block(BlockId id);
   bool Matches(const KvBlock& block, const BlockKey& key) const;
   void Evict(KvBlock& block);  // drops its identity and index entry
+  KvCacheEvent StoredEvent(const BlockIdentity& identity) const;
+  void LogEvent(KvCacheEvent event);
   Status CheckFreeQueue() const;
   Status CheckCachedBlock(const KvBlock& block) const;
 
@@ -111,6 +120,7 @@ class BlockPool {
   int num_cached_evictable_ = 0;
   PrefixId next_prefix_id_ = kEmptyPrefix + 1;
   int64_t num_evictions_ = 0;
+  std::vector<KvCacheEvent>* event_log_ = nullptr;
 };
 
 }  // namespace tokenmill

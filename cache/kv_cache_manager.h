@@ -73,6 +73,8 @@ class KvCacheManager {
   int num_blocks() const { return pool_.num_blocks(); }
   int watermark_blocks() const { return config_.watermark_blocks; }
   const BlockPool& pool() const { return pool_; }
+  // The prefix cache's events go to `log` from now on (BlockPool::set_event_log).
+  void set_event_log(std::vector<KvCacheEvent>* log) { pool_.set_event_log(log); }
 
   // The longest run of cached full blocks that starts the request's verified tokens, with
   // the request's salt; at least one token is left to compute (its logits are needed).

@@ -3,7 +3,8 @@
 // reference model (reference_kv_cache.h). After every operation: CheckInvariants(), equal
 // block tables, free-queue order and counters. A simulated KV memory records which tokens
 // were written into each slot, so every prefix hit is checked to serve exactly the K/V of
-// the request's own prefix, and no write may land in a shared or cached block.
+// the request's own prefix, and no write may land in a shared or cached block. A subscriber
+// applying the KV events (kv_events.h) holds exactly the cached prefixes after every operation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -45,14 +47,17 @@ struct Coverage {
 
 class Simulation {
  public:
-  Simulation(const KvCacheConfig& config, BlockHasher hasher, uint64_t seed)
-      : config_(config),
+  Simulation(const KvCacheConfig& config, BlockHasher hasher, uint64_t seed,
+             bool collisions_possible)
+      : collisions_possible_(collisions_possible),
+        config_(config),
         rng_(seed),
         manager_(config, std::move(hasher)),
         reference_(config.num_blocks, config.block_size, config.watermark_blocks),
         slots_(static_cast<size_t>(config.num_blocks) * config.block_size) {
     const int lengths[] = {0, 5, 13, 37};
     for (const int length : lengths) system_prompts_.push_back(RandomTokens(length));
+    manager_.set_event_log(&events_);
   }
 
   void RunOperation() {
@@ -258,8 +263,45 @@ class Simulation {
     EXPECT_EQ(stats.evictions, reference_.evictions());
     EXPECT_EQ(stats.prefix_query_tokens, reference_.query_tokens());
     EXPECT_EQ(stats.prefix_hit_tokens, reference_.hit_tokens());
+    CompareSubscriber();
   }
 
+  // A subscriber's prefixes, keyed by hash as a router keys them: several only when the
+  // hasher collides (a real 64-bit hash practically never does).
+  void CompareSubscriber() {
+    for (const KvCacheEvent& event : events_) {
+      switch (event.kind) {
+        case KvCacheEvent::Kind::kBlockStored:
+          subscriber_.emplace(event.hash, std::pair(event.parent_hash, event.tokens));
+          break;
+        case KvCacheEvent::Kind::kBlockRemoved: {
+          const auto it = subscriber_.find(event.hash);
+          ASSERT_NE(it, subscriber_.end()) << "removed a hash never stored: " << event.hash;
+          subscriber_.erase(it);
+          break;
+        }
+        case KvCacheEvent::Kind::kAllBlocksCleared:
+          subscriber_.clear();
+          break;
+      }
+    }
+    events_.clear();
+    std::multimap<BlockHash, std::pair<std::optional<BlockHash>, std::vector<TokenId>>> cached;
+    for (const KvCacheEvent& prefix : manager_.pool().CachedPrefixes()) {
+      cached.emplace(prefix.hash, std::pair(prefix.parent_hash, prefix.tokens));
+    }
+    const auto hashes = [](const auto& map) {
+      std::vector<BlockHash> keys;
+      for (const auto& entry : map) keys.push_back(entry.first);
+      return keys;
+    };
+    ASSERT_EQ(hashes(subscriber_), hashes(cached));
+    if (!collisions_possible_) {
+      EXPECT_EQ(subscriber_, cached);
+    }
+  }
+
+  const bool collisions_possible_;  // the hasher is one of the tests' weak ones
   KvCacheConfig config_;
   std::mt19937_64 rng_;
   KvCacheManager manager_;
@@ -270,6 +312,8 @@ class Simulation {
   std::map<uint64_t, SimRequest> requests_;
   uint64_t next_id_ = 1;
   Coverage coverage_;
+  std::vector<KvCacheEvent> events_;
+  std::multimap<BlockHash, std::pair<std::optional<BlockHash>, std::vector<TokenId>>> subscriber_;
 };
 
 uint64_t Seed() {
@@ -302,7 +346,7 @@ TEST_P(KvCacheRandomizedTest, MatchesTheReferenceAndKeepsInvariantsAfterEveryOpe
   constexpr int kOperations = 6000;
   std::cout << "[" << c.name << "] seed " << seed << " (TOKENMILL_CACHE_SEED=" << Seed()
             << " to replay), " << kOperations << " operations\n";
-  Simulation sim(c.config, c.hasher, seed);
+  Simulation sim(c.config, c.hasher, seed, /*collisions_possible=*/GetParam() > 0);
   for (int op = 0; op < kOperations; ++op) {
     sim.RunOperation();
     if (HasFailure()) FAIL() << "first failure at operation " << op << ", seed " << seed;
