@@ -14,14 +14,21 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Token
                                                  const Model* draft_model) {
   TM_ASSIGN_OR_RETURN(std::unique_ptr<EngineCore> core,
                       BuildEngineCore(model, tokenizer, config, draft_model));
-  std::unique_ptr<Engine> engine(new Engine(std::move(core), config.scheduler.max_queue));
+  std::unique_ptr<Engine> engine(
+      new Engine(std::move(core), config.scheduler.max_queue, config.kv_event_handler));
   engine->PublishStats();
   engine->thread_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
 }
 
-Engine::Engine(std::unique_ptr<EngineCore> core, int max_queue)
-    : core_(std::move(core)), limits_(core_->limits()), max_queue_(max_queue) {}
+Engine::Engine(std::unique_ptr<EngineCore> core, int max_queue,
+               std::function<void(std::vector<KvCacheEvent>)> kv_event_handler)
+    : core_(std::move(core)),
+      limits_(core_->limits()),
+      max_queue_(max_queue),
+      kv_event_handler_(std::move(kv_event_handler)) {
+  if (kv_event_handler_) core_->set_kv_event_log(&kv_events_);
+}
 
 Engine::~Engine() { Shutdown(std::chrono::milliseconds(0)); }
 
@@ -52,6 +59,18 @@ void Engine::Abort(RequestId id) {
     inbox_.aborted.push_back(id);
   }
   inbox_cv_.notify_one();
+}
+
+StatusOr<std::vector<KvCacheEvent>> Engine::CachedPrefixes() {
+  std::future<std::vector<KvCacheEvent>> dump;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    if (stopped_) return UnavailableError("the engine has stopped");
+    inbox_.prefix_dumps.emplace_back();
+    dump = inbox_.prefix_dumps.back().get_future();
+  }
+  inbox_cv_.notify_one();
+  return dump.get();
 }
 
 EngineStats Engine::Stats() const {
@@ -91,6 +110,7 @@ void Engine::Loop() {
       inbox_cv_.wait_until(lock, shutting_down_ ? drain_deadline_ : Clock::time_point::max(),
                            [&] {
                              return !inbox_.submitted.empty() || !inbox_.aborted.empty() ||
+                                    !inbox_.prefix_dumps.empty() ||
                                     (shutting_down_ && !core_->has_unfinished_requests()) ||
                                     (!idle && core_->has_unfinished_requests());
                            });
@@ -98,6 +118,10 @@ void Engine::Loop() {
       // Counted as waiting until the Adds below tell the truth.
       num_waiting_in_scheduler_ += static_cast<int>(inbox.submitted.size());
       abort_all = shutting_down_ && Clock::now() >= drain_deadline_;
+    }
+    // Every event of the iterations before this one has gone to the handler.
+    for (auto& dump : inbox.prefix_dumps) {
+      dump.set_value(core_->kv_cache().pool().CachedPrefixes());
     }
     for (Submitted& s : inbox.submitted) {
       OutputSink sink = s.request.get().sink;
@@ -128,9 +152,19 @@ void Engine::Loop() {
       (void)core_->CheckIdle();  // counted and logged by the core
     }
     PublishStats();
+    if (!kv_events_.empty()) {
+      kv_event_handler_(std::move(kv_events_));
+      kv_events_.clear();  // valid but unspecified after the move
+    }
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     num_waiting_in_scheduler_ = core_->scheduler().Stats().num_waiting;
-    if (shutting_down_ && !core_->has_unfinished_requests() && inbox_.submitted.empty()) break;
+    if (shutting_down_ && !core_->has_unfinished_requests() && inbox_.submitted.empty()) {
+      stopped_ = true;
+      for (auto& dump : inbox_.prefix_dumps) {
+        dump.set_value(core_->kv_cache().pool().CachedPrefixes());
+      }
+      break;
+    }
   }
 }
 

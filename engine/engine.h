@@ -17,6 +17,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -65,6 +67,11 @@ class Engine {
 
   // A snapshot; cheap, never waits for a step.
   EngineStats Stats() const;
+  // Each prefix cached now, as its kBlockStored event: the state a subscriber of
+  // config.kv_event_handler's events holds once it has applied every event handed out so
+  // far. Any thread; waits for the engine thread's next iteration. Unavailable once the
+  // engine has stopped.
+  StatusOr<std::vector<KvCacheEvent>> CachedPrefixes();
 
   // Refuses new requests, lets those in flight run for up to `drain_timeout`, aborts the
   // rest (each gets its abort event) and joins the engine thread. Idempotent; any thread
@@ -87,9 +94,11 @@ class Engine {
   struct Inbox {
     std::vector<Submitted> submitted;
     std::vector<RequestId> aborted;
+    std::vector<std::promise<std::vector<KvCacheEvent>>> prefix_dumps;
   };
 
-  Engine(std::unique_ptr<EngineCore> core, int max_queue);
+  Engine(std::unique_ptr<EngineCore> core, int max_queue,
+         std::function<void(std::vector<KvCacheEvent>)> kv_event_handler);
   void Loop();
   // num_waiting_in_scheduler_ = the scheduler's queue now. Engine thread.
   void CountWaiting();
@@ -98,6 +107,9 @@ class Engine {
   std::unique_ptr<EngineCore> core_;  // touched only by the engine thread
   const RequestLimits limits_;        // the core's, read by Submit on any thread
   const int max_queue_;
+  // With its events buffer, the engine thread's alone.
+  const std::function<void(std::vector<KvCacheEvent>)> kv_event_handler_;
+  std::vector<KvCacheEvent> kv_events_;
   std::atomic<RequestId> next_id_{1};
 
   mutable std::mutex inbox_mutex_;
@@ -106,6 +118,7 @@ class Engine {
   // Requests waiting in the scheduler, never below the truth (Submit's queue limit).
   int num_waiting_in_scheduler_ = 0;  // guarded by inbox_mutex_
   bool shutting_down_ = false;      // guarded by inbox_mutex_
+  bool stopped_ = false;            // the loop has ended; guarded by inbox_mutex_
   Clock::time_point drain_deadline_ = Clock::time_point::max();  // guarded by inbox_mutex_
 
   mutable std::mutex stats_mutex_;

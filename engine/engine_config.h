@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <vector>
 
+#include "cache/kv_events.h"
 #include "common/status.h"
 #include "engine/spec/spec_config.h"
 #include "kernels/cpu/cpu_features.h"
@@ -40,6 +43,9 @@ struct EngineConfig {
   std::optional<CpuIsa> isa;
   // Speculative decoding (--spec, --spec-tokens); kDraft needs a draft model at Create.
   SpecConfig spec;
+  // Set: called on the engine thread after each step that changed the prefix cache, with
+  // that step's events in order (cache/kv_events.h); it must not block.
+  std::function<void(std::vector<KvCacheEvent>)> kv_event_handler;
 };
 
 // InvalidArgument naming the setting when a value cannot work.

@@ -66,6 +66,8 @@ class EngineCore {
   Status CheckIdle();
   EngineStats Stats() const;
   const KvCacheManager& kv_cache() const { return *kv_; }
+  // The prefix cache's events go to `log` from now on (KvCacheManager::set_event_log).
+  void set_kv_event_log(std::vector<KvCacheEvent>* log) { kv_->set_event_log(log); }
   const Scheduler& scheduler() const { return *scheduler_; }
 
  private:

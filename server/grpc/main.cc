@@ -7,9 +7,12 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -20,6 +23,7 @@
 #include "common/logging.h"
 #include "server/grpc/inference_service.h"
 #include "server/grpc/json_log_formatter.h"
+#include "server/grpc/kv_event_publisher.h"
 #include "server/grpc/server_credentials.h"
 #include "server/grpc/server_options.h"
 #include "server/grpc/serving_model.h"
@@ -58,6 +62,35 @@ std::string HostPort(const std::string& host, int port) {
   return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
+// "kv@<pod>@<model>", as llm-d's KV event subscriber reads the topic: the pod from
+// POD_NAME (the Kubernetes downward API), else the host name.
+std::string KvEventsTopic(const std::string& model_name) {
+  std::string pod;
+  if (const char* name = std::getenv("POD_NAME"); name != nullptr && *name != '\0') {
+    pod = name;
+  } else {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) == 0) pod = host;
+  }
+  return "kv@" + pod + "@" + model_name;
+}
+
+// GET /kv_events/state: every prefix cached now, as a KV-event subscriber should hold it.
+std::string RenderCachedPrefixes(const ServingModel* model) {
+  if (model == nullptr) return R"({"error": "the model is loading"})";
+  StatusOr<std::vector<KvCacheEvent>> prefixes = model->engine->CachedPrefixes();
+  if (!prefixes.ok()) return nlohmann::json{{"error", prefixes.status().message()}}.dump();
+  nlohmann::json blocks = nlohmann::json::array();
+  for (const KvCacheEvent& prefix : *prefixes) {
+    blocks.push_back({{"block_hash", prefix.hash},
+                      {"parent_block_hash", prefix.parent_hash.has_value()
+                                                ? nlohmann::json(*prefix.parent_hash)
+                                                : nlohmann::json(nullptr)},
+                      {"token_ids", prefix.tokens}});
+  }
+  return nlohmann::json{{"block_size", model->block_size}, {"blocks", blocks}}.dump();
+}
+
 void SetHealth(grpc::Server& server, bool serving) {
   grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
   health->SetServingStatus(serving);
@@ -69,6 +102,21 @@ int Run(const ServerOptions& options) {
   if (!engine_config.ok()) return Fail(engine_config.status());
 
   ShutdownSignals signals;  // before any other thread starts (gRPC's credentials start some)
+  // Before the engine, which hands it each step's events, and destroyed after it.
+  std::unique_ptr<KvEventPublisher> kv_events;
+  if (!options.kv_events_endpoint.empty()) {
+    StatusOr<std::unique_ptr<KvEventPublisher>> publisher = KvEventPublisher::Create(
+        {.endpoint = options.kv_events_endpoint,
+         .replay_endpoint = options.kv_events_replay_endpoint,
+         .block_size = engine_config->block_size,
+         .buffer_batches = options.kv_events_buffer_steps});
+    if (!publisher.ok()) return Fail(publisher.status());
+    kv_events = std::move(*publisher);
+    engine_config->kv_event_handler = [publisher = kv_events.get()](
+                                          std::vector<KvCacheEvent> events) {
+      publisher->Publish(std::move(events));
+    };
+  }
   StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       MakeServerCredentials(options);
   if (!credentials.ok()) return Fail(credentials.status());
@@ -83,13 +131,22 @@ int Run(const ServerOptions& options) {
   const std::string& metrics_host =
       options.metrics_host.empty() ? options.host : options.metrics_host;
   if (options.metrics_port >= 0) {
-    StatusOr<std::unique_ptr<MetricsHttpServer>> started = MetricsHttpServer::Start(
-        metrics_host, options.metrics_port, [&serving_model, &request_metrics, compat] {
-          const ServingModel* model = serving_model.load(std::memory_order_acquire);
-          if (model == nullptr) return RenderMetrics({}, std::nullopt, request_metrics, compat);
-          return RenderMetrics({model->name, model->block_size}, model->engine->Stats(),
-                               request_metrics, compat);
-        });
+    std::vector<MetricsHttpServer::Page> pages{
+        {"/metrics", "text/plain; version=0.0.4; charset=utf-8",
+         [&serving_model, &request_metrics, compat] {
+           const ServingModel* model = serving_model.load(std::memory_order_acquire);
+           if (model == nullptr) return RenderMetrics({}, std::nullopt, request_metrics, compat);
+           return RenderMetrics({model->name, model->block_size}, model->engine->Stats(),
+                                request_metrics, compat);
+         }}};
+    if (kv_events != nullptr) {
+      pages.push_back({"/kv_events/state", "application/json", [&serving_model] {
+                         return RenderCachedPrefixes(
+                             serving_model.load(std::memory_order_acquire));
+                       }});
+    }
+    StatusOr<std::unique_ptr<MetricsHttpServer>> started =
+        MetricsHttpServer::Start(metrics_host, options.metrics_port, std::move(pages));
     if (!started.ok()) return Fail(started.status());
     metrics = std::move(*started);
     spdlog::info("metrics on http://{}/metrics", HostPort(metrics_host, metrics->port()));
@@ -123,6 +180,15 @@ int Run(const ServerOptions& options) {
   }
   service.Attach(loaded->get());
   serving_model.store(loaded->get(), std::memory_order_release);
+  if (kv_events != nullptr) {
+    const std::string topic =
+        options.kv_events_topic.empty() ? KvEventsTopic((*loaded)->name) : options.kv_events_topic;
+    kv_events->Start(topic);
+    spdlog::info("KV cache events on {} (topic '{}'){}", kv_events->endpoint(), topic,
+                 kv_events->replay_endpoint().empty()
+                     ? ""
+                     : ", replay on " + kv_events->replay_endpoint());
+  }
   if (!signals.received()) {  // a signal during the load: straight to draining
     SetHealth(*server, true);
     spdlog::info("serving {} on {}", (*loaded)->name, HostPort(options.host, port));

@@ -90,6 +90,16 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
                  "tokenmill.v1.Inference calls must send the metadata 'authorization: Bearer "
                  "<key>' (empty: no key; prefer the variable, command lines are visible)")
       ->envname(EnvNameOfFlag("--api-key"));
+  AddOption(app, "--kv-events-endpoint", o.kv_events_endpoint,
+            "publish KV cache events (vLLM's format, ZeroMQ PUB) here, e.g. tcp://*:5557 "
+            "(empty: none)");
+  AddOption(app, "--kv-events-replay-endpoint", o.kv_events_replay_endpoint,
+            "serve replays of recent KV event batches here (ZeroMQ ROUTER), e.g. tcp://*:5558");
+  AddOption(app, "--kv-events-topic", o.kv_events_topic,
+            "the KV events' topic (empty: kv@<POD_NAME or host name>@<model>, as llm-d reads)");
+  AddOption(app, "--kv-events-buffer-steps", o.kv_events_buffer_steps,
+            "KV event batches (one per engine step) kept for replay")
+      ->check(CLI::Range(1, 10000000));
   AddOption(app, "--drain-timeout", o.drain_timeout_seconds,
             "seconds SIGTERM/SIGINT lets in-flight requests finish before aborting them")
       ->check(CLI::NonNegativeNumber);
@@ -125,6 +135,13 @@ StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t availabl
   }
   config.block_size = o.block_size;
   config.enable_prefix_caching = !o.no_prefix_cache;
+  if (!o.kv_events_endpoint.empty() && o.no_prefix_cache) {
+    return InvalidArgumentError(
+        "--kv-events-endpoint publishes the prefix cache's events: drop --no-prefix-cache");
+  }
+  if (o.kv_events_endpoint.empty() && !o.kv_events_replay_endpoint.empty()) {
+    return InvalidArgumentError("--kv-events-replay-endpoint needs --kv-events-endpoint");
+  }
   config.num_threads = o.threads;
   config.scheduler.max_num_seqs = o.max_num_seqs;
   config.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;

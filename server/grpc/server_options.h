@@ -39,6 +39,13 @@ struct ServerOptions {
   std::string tls_key_path;
   std::string tls_client_ca_path;
   std::string api_key;  // tokenmill.v1.Inference asks for "authorization: Bearer <key>"
+  // KV cache events for KV-aware routers (vLLM's format over ZeroMQ): the PUB endpoint (empty:
+  // none), the replay endpoint, the topic (empty: "kv@<POD_NAME or host name>@<model>") and
+  // the batches kept for replay.
+  std::string kv_events_endpoint;
+  std::string kv_events_replay_endpoint;
+  std::string kv_events_topic;
+  int kv_events_buffer_steps = 10000;
   double drain_timeout_seconds = 30.0;
   std::string log_level = "info";
   bool log_json = false;

@@ -11,6 +11,7 @@
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -23,24 +24,30 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
+using Pages = std::vector<MetricsHttpServer::Page>;
+
 http::response<http::string_body> Respond(const http::request<http::string_body>& request,
-                                          const MetricsHttpServer::Render& render) {
+                                          const Pages& pages) {
   http::response<http::string_body> response;
   response.version(request.version());
   response.keep_alive(false);
   const std::string_view target(request.target().data(), request.target().size());
   const std::string_view path = target.substr(0, target.find('?'));
+  const auto page = std::find_if(pages.begin(), pages.end(),
+                                 [&](const MetricsHttpServer::Page& p) { return p.path == path; });
+  std::string paths;
+  for (const MetricsHttpServer::Page& p : pages) paths += (paths.empty() ? "" : ", ") + p.path;
   if (request.method() != http::verb::get && request.method() != http::verb::head) {
     response.result(http::status::method_not_allowed);
     response.set(http::field::allow, "GET, HEAD");
-    response.body() = "only GET /metrics\n";
-  } else if (path != "/metrics") {
+    response.body() = "only GET " + paths + "\n";
+  } else if (page == pages.end()) {
     response.result(http::status::not_found);
-    response.body() = "not found: try /metrics\n";
+    response.body() = "not found: try " + paths + "\n";
   } else {
     response.result(http::status::ok);
-    response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    response.body() = render();
+    response.set(http::field::content_type, page->content_type);
+    response.body() = page->render();
   }
   if (response.result() != http::status::ok) {
     response.set(http::field::content_type, "text/plain; charset=utf-8");
@@ -50,7 +57,7 @@ http::response<http::string_body> Respond(const http::request<http::string_body>
   return response;
 }
 
-asio::awaitable<void> Serve(tcp::socket socket, const MetricsHttpServer::Render& render) {
+asio::awaitable<void> Serve(tcp::socket socket, const Pages& pages) {
   beast::flat_buffer buffer;
   http::request_parser<http::string_body> parser;
   parser.body_limit(64 * 1024);  // scrapes send no body
@@ -58,28 +65,28 @@ asio::awaitable<void> Serve(tcp::socket socket, const MetricsHttpServer::Render&
   co_await http::async_read(socket, buffer, parser,
                             asio::redirect_error(asio::use_awaitable, error));
   if (error) co_return;  // a client that went away or sent garbage: nothing to answer
-  http::response<http::string_body> response = Respond(parser.get(), render);
+  http::response<http::string_body> response = Respond(parser.get(), pages);
   co_await http::async_write(socket, response, asio::redirect_error(asio::use_awaitable, error));
   socket.shutdown(tcp::socket::shutdown_send, error);
 }
 
-asio::awaitable<void> Listen(tcp::acceptor& acceptor, const MetricsHttpServer::Render& render) {
+asio::awaitable<void> Listen(tcp::acceptor& acceptor, const Pages& pages) {
   for (;;) {
     beast::error_code error;
     tcp::socket socket =
         co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, error));
     if (error == asio::error::operation_aborted) co_return;
     if (error) continue;
-    asio::co_spawn(acceptor.get_executor(), Serve(std::move(socket), render), asio::detached);
+    asio::co_spawn(acceptor.get_executor(), Serve(std::move(socket), pages), asio::detached);
   }
 }
 
 }  // namespace
 
 struct MetricsHttpServer::Impl {
-  explicit Impl(Render r) : render(std::move(r)), acceptor(io) {}
+  explicit Impl(Pages p) : pages(std::move(p)), acceptor(io) {}
 
-  Render render;
+  Pages pages;
   asio::io_context io{1};
   tcp::acceptor acceptor;
   int bound_port = 0;
@@ -87,8 +94,9 @@ struct MetricsHttpServer::Impl {
 };
 
 StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host,
-                                                                      int port, Render render) {
-  auto impl = std::make_unique<Impl>(std::move(render));
+                                                                      int port,
+                                                                      std::vector<Page> pages) {
+  auto impl = std::make_unique<Impl>(std::move(pages));
   beast::error_code error;
   const asio::ip::address address = asio::ip::make_address(host, error);
   if (error) return InvalidArgumentError("--host '" + host + "' is not an IP address");
@@ -103,7 +111,7 @@ StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std:
   }
   impl->bound_port = impl->acceptor.local_endpoint(error).port();
   Impl* raw = impl.get();
-  asio::co_spawn(raw->io, Listen(raw->acceptor, raw->render), asio::detached);
+  asio::co_spawn(raw->io, Listen(raw->acceptor, raw->pages), asio::detached);
   raw->thread = std::thread([raw] { raw->io.run(); });
   return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(impl)));
 }

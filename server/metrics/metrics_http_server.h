@@ -1,11 +1,13 @@
-// A small HTTP server for Prometheus: GET /metrics answers the text a callback renders.
-// One I/O thread serves every connection with coroutines; nothing it does blocks on the
-// engine (the callback reads snapshots).
+// A small HTTP server for Prometheus: GET /metrics answers the text a callback renders, and
+// any further pages the same way (GET /kv_events/state with --kv-events-endpoint). One I/O
+// thread serves every connection with coroutines; /metrics never blocks on the engine (its
+// callback reads snapshots).
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -13,12 +15,16 @@ namespace tokenmill::server {
 
 class MetricsHttpServer {
  public:
-  using Render = std::function<std::string()>;
+  struct Page {
+    std::string path;  // e.g. "/metrics"
+    std::string content_type;
+    std::function<std::string()> render;
+  };
 
-  // Binds host:port (port 0: any free port) and starts serving. Unavailable when the port
-  // cannot be bound (the message names it).
+  // Binds host:port (port 0: any free port) and starts serving the pages. Unavailable when
+  // the port cannot be bound (the message names it).
   static StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
-                                                            Render render);
+                                                            std::vector<Page> pages);
   // Stops serving and joins the I/O thread.
   ~MetricsHttpServer();
 

@@ -1,0 +1,78 @@
+// Publishes the prefix cache's events (cache/kv_events.h) as vLLM does, so llm-d's precise
+// prefix scorer and Dynamo's KV router can follow them unchanged: ZeroMQ PUB messages of
+// three frames (topic, sequence number as 8 bytes big-endian, msgpack payload), each payload
+// one engine step's KVEventBatch [timestamp, [event...]] with events encoded as vLLM's
+// msgspec structs (array_like, tagged): ["BlockStored", [hash], parent hash or nil, token ids,
+// block size, lora id nil, medium nil], ["BlockRemoved", [hash], medium nil],
+// ["AllBlocksCleared"]. PUB drops messages past its high-water mark by design; a subscriber
+// that sees a gap in the sequence asks the replay socket (ZeroMQ ROUTER) for the batches from
+// a sequence number on: one reply [sequence, payload] per batch still buffered, then
+// [-1, empty] to end.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache/kv_events.h"
+#include "common/status.h"
+
+namespace tokenmill::server {
+
+struct KvEventPublisherOptions {
+  // PUB: bound when a wildcard (tcp://*:5557, tcp://127.0.0.1:*), ipc or inproc, else
+  // connected to (a router's bound SUB socket), as vLLM does.
+  std::string endpoint;
+  std::string replay_endpoint;  // ROUTER, e.g. tcp://*:5558; empty: no replay
+  int block_size = 16;          // the tokens of each stored block
+  int buffer_batches = 10000;   // batches kept for replay
+};
+
+class KvEventPublisher {
+ public:
+  // Opens the sockets (an error names the endpoint that cannot be opened) and starts the
+  // publishing thread; batches queued before Start(topic) wait for it.
+  static StatusOr<std::unique_ptr<KvEventPublisher>> Create(const KvEventPublisherOptions& options);
+  // Publishes what is queued, then closes the sockets and joins the thread.
+  ~KvEventPublisher();
+  KvEventPublisher(const KvEventPublisher&) = delete;
+  KvEventPublisher& operator=(const KvEventPublisher&) = delete;
+
+  // The endpoints as opened (a wildcard port such as tcp://127.0.0.1:* resolved); the replay
+  // one empty without replay.
+  const std::string& endpoint() const { return bound_endpoint_; }
+  const std::string& replay_endpoint() const { return bound_replay_endpoint_; }
+
+  // The topic every message carries from now on (llm-d reads "kv@<pod>@<model>").
+  void Start(std::string topic);
+  // Queues one step's events; any thread (the engine's), never waits on the network.
+  void Publish(std::vector<KvCacheEvent> events);
+
+ private:
+  struct Sockets;
+  KvEventPublisher(const KvEventPublisherOptions& options, std::unique_ptr<Sockets> sockets);
+  void Loop();
+  void SendBatch(const std::vector<KvCacheEvent>& events);
+  void ServeReplay();
+
+  const KvEventPublisherOptions options_;
+  std::unique_ptr<Sockets> sockets_;  // the publishing thread's alone
+  std::string bound_endpoint_;
+  std::string bound_replay_endpoint_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::string topic_;                               // guarded by mutex_
+  bool started_ = false;                            // guarded by mutex_
+  bool stopping_ = false;                           // guarded by mutex_
+  std::vector<std::vector<KvCacheEvent>> queue_;    // guarded by mutex_
+  uint64_t next_sequence_ = 0;                      // the publishing thread's
+  std::deque<std::pair<uint64_t, std::string>> replay_buffer_;  // the publishing thread's
+  std::thread thread_;
+};
+
+}  // namespace tokenmill::server

@@ -1,0 +1,212 @@
+"""tokenmill-server's KV cache events (--kv-events-endpoint, --kv-events-replay-endpoint) as a
+KV-aware router reads them: a pyzmq subscriber decodes every batch with msgspec structs written
+from vLLM's definitions (vllm/distributed/kv_events.py: array_like, tagged), and the state it
+rebuilds (stored minus removed, cleared on reset) must equal the server's own dump
+(/kv_events/state) after prefix sharing and evictions; a subscriber that joins late rebuilds
+the same state from the replay socket; stored blocks hold the prompt's real token ids."""
+import subprocess
+import time
+
+import msgspec
+import pytest
+import zmq
+import httpx2 as httpx
+
+from process_harness import EXIT_TIMEOUT_S, RPC_TIMEOUT_S
+from server_harness import DEFAULT_MODEL, SERVER_BIN, Server, generate, pb2
+
+
+# vLLM's wire types, written from its definitions (the package needs a GPU stack to import).
+class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
+    events: list
+
+
+class KVCacheEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
+    pass
+
+
+class BlockStored(KVCacheEvent):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+
+
+class BlockRemoved(KVCacheEvent):
+    block_hashes: list[int]
+    medium: str | None
+
+
+class AllBlocksCleared(KVCacheEvent):
+    pass
+
+
+class KVEventBatch(EventBatch):
+    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+
+
+DECODER = msgspec.msgpack.Decoder(type=KVEventBatch)
+END_OF_REPLAY = (-1).to_bytes(8, "big", signed=True)
+POD = "test-pod-7"
+SYSTEM = ("You are a careful assistant who answers questions about the history of science "
+          "in short, precise sentences.")
+
+
+class Subscriber:
+    """A router's view: hash -> (parent hash, token ids), from the events it applied."""
+
+    def __init__(self, context, endpoint, topic):
+        self.socket = context.socket(zmq.SUB)
+        self.socket.setsockopt_string(zmq.SUBSCRIBE, topic)
+        self.socket.connect(endpoint)
+        self.state = {}
+        self.last_sequence = None
+        self.counts = {"BlockStored": 0, "BlockRemoved": 0, "AllBlocksCleared": 0}
+        self.block_sizes = set()
+
+    def apply(self, payload):
+        for event in DECODER.decode(payload).events:
+            self.counts[type(event).__name__] += 1
+            if isinstance(event, BlockStored):
+                self.block_sizes.add(event.block_size)
+                for block_hash in event.block_hashes:
+                    self.state[block_hash] = (event.parent_block_hash, list(event.token_ids))
+            elif isinstance(event, BlockRemoved):
+                for block_hash in event.block_hashes:
+                    assert block_hash in self.state, f"removed {block_hash}, never stored"
+                    del self.state[block_hash]
+            else:
+                self.state.clear()
+
+    def next_sequence(self):
+        return 0 if self.last_sequence is None else self.last_sequence + 1
+
+    def drain(self, replay=None, quiet_s=1.0):
+        """Applies messages until none comes for quiet_s; a gap in the sequence asks `replay`
+        (a DEALER socket) for what was missed, as vLLM's example subscriber does."""
+        while self.socket.poll(int(quiet_s * 1000)):
+            _, sequence_bytes, payload = self.socket.recv_multipart()
+            sequence = int.from_bytes(sequence_bytes, "big")
+            if sequence > self.next_sequence():
+                assert replay is not None, f"missed batches {self.next_sequence()}..{sequence - 1}"
+                self.replay(replay, self.next_sequence(), sequence)
+            if sequence == self.next_sequence():
+                self.apply(payload)
+                self.last_sequence = sequence
+
+    def replay(self, socket, start, until):
+        socket.send_multipart([b"", start.to_bytes(8, "big")])
+        while True:
+            assert socket.poll(int(RPC_TIMEOUT_S * 1000)), "the replay never ended"
+            _, sequence_bytes, payload = socket.recv_multipart()
+            if sequence_bytes == END_OF_REPLAY:
+                break
+            sequence = int.from_bytes(sequence_bytes, "big")
+            if sequence < until and sequence == self.next_sequence():
+                self.apply(payload)
+                self.last_sequence = sequence
+        assert self.next_sequence() == until, "the replay did not cover the gap"
+
+
+def server_state(server):
+    response = httpx.get(f"http://127.0.0.1:{server.metrics_port}/kv_events/state",
+                         timeout=RPC_TIMEOUT_S)
+    assert response.status_code == 200
+    body = response.json()
+    return body["block_size"], {b["block_hash"]: (b["parent_block_hash"], b["token_ids"])
+                                for b in body["blocks"]}
+
+
+@pytest.fixture(scope="module")
+def served():
+    # A small pool (about 22 blocks of 16 tokens for this model): the questions below evict.
+    with Server("--kv-events-endpoint", "tcp://127.0.0.1:*",
+                "--kv-events-replay-endpoint", "tcp://127.0.0.1:*",
+                "--kv-cache-memory", "8MiB", env={"POD_NAME": POD}) as server:
+        match = server.wait_for_log(r"KV cache events on (\S+) \(topic '([^']+)'\), "
+                                    r"replay on (\S+)")
+        context = zmq.Context()
+        yield server, match.group(1), match.group(2), match.group(3), context
+        context.destroy(linger=0)
+
+
+def ask(server, question, max_tokens=4):
+    return generate(server.stub, pb2.GenerateRequest(text=f"{SYSTEM} {question}",
+                                                     max_tokens=max_tokens))
+
+
+def test_events_rebuild_the_servers_prefix_cache_through_sharing_and_eviction(served):
+    server, endpoint, topic, _, context = served
+    assert topic == f"kv@{POD}@{server.stub.GetModelInfo(pb2.GetModelInfoRequest()).name}"
+    subscriber = Subscriber(context, endpoint, "kv@")
+    time.sleep(0.5)  # the subscription reaches the publisher (PUB drops until it does)
+    for i in range(12):
+        ask(server, f"Question {i}: who first measured the speed of light, and how, in {i + 3} "
+                    f"words or fewer? Mention the year {1600 + 7 * i}.")
+    subscriber.drain()
+    block_size, state = server_state(server)
+    assert subscriber.state == state
+    assert subscriber.counts["BlockStored"] > 0 and subscriber.counts["BlockRemoved"] > 0, \
+        subscriber.counts
+    assert subscriber.block_sizes == {block_size}
+    # The first block of the shared system prompt holds its real tokens, with no parent.
+    prompt = server.stub.Tokenize(pb2.TokenizeRequest(text=f"{SYSTEM} Question 11:"),
+                                  timeout=RPC_TIMEOUT_S).token_ids
+    firsts = [tokens for parent, tokens in state.values() if parent is None]
+    assert list(prompt[:block_size]) in firsts
+    for parent, tokens in state.values():
+        assert len(tokens) == block_size
+        assert parent is None or parent in state, "a cached block's parent is cached"
+
+
+def test_a_late_subscriber_rebuilds_the_state_from_replay(served):
+    server, endpoint, _, replay_endpoint, context = served
+    late = Subscriber(context, endpoint, "kv@")
+    replay = context.socket(zmq.DEALER)
+    replay.connect(replay_endpoint)
+    time.sleep(0.5)
+    # New full blocks after the cached system prompt: a batch this subscriber sees live.
+    ask(server, "One more, at length: who built the first telescope, in which city and year, "
+                "who improved it soon after, what did Galileo see through his own, and why "
+                "did the moons of Jupiter matter so much to the debate about the heavens?")
+    late.drain(replay=replay)
+    assert late.last_sequence is not None and late.last_sequence > 0
+    assert late.state == server_state(server)[1]
+
+
+def test_a_router_that_binds_its_socket_collects_the_events():
+    """A non-wildcard endpoint is connected to (vLLM's rule), so a router such as llm-d's
+    precise prefix scorer binds one SUB socket that every pod publishes to."""
+    context = zmq.Context()
+    try:
+        router = context.socket(zmq.SUB)
+        router.setsockopt_string(zmq.SUBSCRIBE, "")
+        port = router.bind_to_random_port("tcp://127.0.0.1")
+        with Server("--kv-events-endpoint", f"tcp://127.0.0.1:{port}",
+                    "--kv-events-topic", "kv@pod-a@model") as server:
+            time.sleep(0.5)  # the publisher's connection is up
+            ask(server, "Say something about Kepler's laws of planetary motion, please.")
+            assert router.poll(int(RPC_TIMEOUT_S * 1000))
+            topic, sequence, payload = router.recv_multipart()
+            assert topic == b"kv@pod-a@model" and int.from_bytes(sequence, "big") == 0
+            stored = DECODER.decode(payload).events
+            assert stored and all(isinstance(e, BlockStored) for e in stored)
+    finally:
+        context.destroy(linger=0)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--kv-events-endpoint", "nonsense"], "--kv-events-endpoint 'nonsense'"),
+    (["--kv-events-replay-endpoint", "tcp://127.0.0.1:*"], "needs --kv-events-endpoint"),
+    (["--kv-events-endpoint", "tcp://127.0.0.1:*", "--no-prefix-cache"],
+     "drop --no-prefix-cache"),
+])
+def test_bad_event_flags_fail_fast_with_a_message(args, message):
+    result = subprocess.run([str(SERVER_BIN), "--model", str(DEFAULT_MODEL), "--port", "0",
+                             "--metrics-port", "-1", *args], capture_output=True, text=True,
+                            timeout=EXIT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    assert result.returncode != 0
+    assert message in result.stderr + result.stdout
