@@ -1,17 +1,69 @@
 #include "kernels/cuda/cublas_gemm.h"
 
+#include <dlfcn.h>
+
+#include <string>
+
 #include "kernels/cuda/cuda_status.h"
 
 namespace tokenmill::cuda {
 
+struct CublasGemm::Api {
+  ~Api() {
+    if (library != nullptr) dlclose(library);
+  }
+
+  void* library = nullptr;
+  cublasStatus_t (*create)(cublasHandle_t*) = nullptr;
+  cublasStatus_t (*destroy)(cublasHandle_t) = nullptr;
+  cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t) = nullptr;
+  cublasStatus_t (*gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                         const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                         int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                         cublasGemmAlgo_t) = nullptr;
+};
+
+namespace {
+
+// The sonames of the toolkits whose API this code was written against, newest first.
+constexpr const char* kCublasLibraries[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+
+template <typename Fn>
+Status Resolve(void* library, const char* name, Fn& fn) {
+  fn = reinterpret_cast<Fn>(dlsym(library, name));
+  if (fn == nullptr) return FailedPreconditionError(std::string("cuBLAS lacks ") + name);
+  return OkStatus();
+}
+
+}  // namespace
+
+CublasGemm::CublasGemm() = default;
+
 CublasGemm::~CublasGemm() {
-  if (handle_ != nullptr) cublasDestroy(handle_);
+  if (handle_ != nullptr) api_->destroy(handle_);
 }
 
 Status CublasGemm::Init(cudaStream_t stream) {
-  if (handle_ == nullptr) TM_RETURN_IF_ERROR(CublasStatus(cublasCreate(&handle_), "cublasCreate"));
+  if (api_ == nullptr) {
+    auto api = std::make_unique<Api>();
+    for (const char* name : kCublasLibraries) {
+      api->library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (api->library != nullptr) break;
+    }
+    if (api->library == nullptr) {
+      return FailedPreconditionError(
+          "cannot load cuBLAS (libcublas.so.13 or .12): install it, or leave "
+          "--cublas-min-tokens at 0 so every product runs in tokenmill's own kernels");
+    }
+    TM_RETURN_IF_ERROR(Resolve(api->library, "cublasCreate_v2", api->create));
+    TM_RETURN_IF_ERROR(Resolve(api->library, "cublasDestroy_v2", api->destroy));
+    TM_RETURN_IF_ERROR(Resolve(api->library, "cublasSetStream_v2", api->set_stream));
+    TM_RETURN_IF_ERROR(Resolve(api->library, "cublasGemmEx", api->gemm));
+    api_ = std::move(api);
+  }
+  if (handle_ == nullptr) TM_RETURN_IF_ERROR(CublasStatus(api_->create(&handle_), "cublasCreate"));
   stream_ = stream;
-  return CublasStatus(cublasSetStream(handle_, stream), "cublasSetStream");
+  return CublasStatus(api_->set_stream(handle_, stream), "cublasSetStream");
 }
 
 Status CublasGemm::Multiply(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y) {
@@ -25,11 +77,11 @@ Status CublasGemm::Multiply(const DeviceWeight& w, const float* x, int64_t n_tok
   const float alpha = 1.0f;
   const float beta = 0.0f;
   return CublasStatus(
-      cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows),
-                   static_cast<int>(n_tokens), static_cast<int>(w.cols), &alpha, w.f16, CUDA_R_16F,
-                   static_cast<int>(w.cols), x_f16_.data(), CUDA_R_16F, static_cast<int>(w.cols),
-                   &beta, y, CUDA_R_32F, static_cast<int>(w.rows), CUBLAS_COMPUTE_32F,
-                   CUBLAS_GEMM_DEFAULT),
+      api_->gemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows),
+                 static_cast<int>(n_tokens), static_cast<int>(w.cols), &alpha, w.f16, CUDA_R_16F,
+                 static_cast<int>(w.cols), x_f16_.data(), CUDA_R_16F, static_cast<int>(w.cols),
+                 &beta, y, CUDA_R_32F, static_cast<int>(w.rows), CUBLAS_COMPUTE_32F,
+                 CUBLAS_GEMM_DEFAULT),
       "cublasGemmEx");
 }
 
