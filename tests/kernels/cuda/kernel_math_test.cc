@@ -8,11 +8,13 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cuda/attention_tiles.h"
 #include "kernels/dequantize.h"
+#include "tests/kernels/cuda/rope_bound.h"
 #include "kernels/half.h"
 #include "kernels/tensor_type.h"
 
@@ -113,23 +115,34 @@ TEST(RopeMathTest, AnglesAndPairsMatchApplyRopeUpToAngleRounding) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
   const std::vector<float> factors = {1.0f, 1.5f, 4.0f, 8.0f, 2.0f, 1.0f, 3.0f, 1.25f};
-  const std::vector<int32_t> positions = {0, 1, 7, 100, 4095, 30000};
+  std::vector<float> wide_factors(32);  // the shape of cuda_kernels_test.cc's RoPE test
+  for (float& f : wide_factors) f = 1.0f + std::fabs(value(rng)) * 0.1f;
+  struct Shape {
+    int head_dim, n_rot;
+    float position_scale;
+    std::span<const float> factors;
+    std::vector<int32_t> positions;
+  };
+  const Shape shapes[] = {
+      {32, 16, 1.0f, {}, {0, 1, 7, 100, 4095, 30000}},
+      {32, 16, 0.25f, factors, {0, 1, 7, 100, 4095, 30000}},
+      {64, 64, 0.5f, wide_factors, {0, 5, 77, 1000, 8191}},
+  };
   for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kNeox}) {
-    for (bool with_factors : {false, true}) {
-      RopeParams p{style, 32, 16, 500000.0f, with_factors ? 0.25f : 1.0f,
-                   with_factors ? std::span<const float>(factors) : std::span<const float>()};
+    for (const Shape& shape : shapes) {
+      const RopeParams p{style, shape.head_dim, shape.n_rot, 500000.0f, shape.position_scale,
+                         shape.factors};
       const int n_heads = 3;
-      std::vector<float> x(positions.size() * n_heads * 32);
+      std::vector<float> x(shape.positions.size() * n_heads * shape.head_dim);
       for (float& v : x) v = value(rng);
       std::vector<float> expected = x;
-      ApplyRope(p, positions, n_heads, expected.data());
-      RopeAsTheKernelDoes(p, positions, n_heads, x.data());
+      ApplyRope(p, shape.positions, n_heads, expected.data());
+      RopeAsTheKernelDoes(p, shape.positions, n_heads, x.data());
       for (size_t i = 0; i < x.size(); ++i) {
-        const int32_t position = positions[i / (n_heads * 32)];
-        // A float angle is off by up to ~(pair index + 1) ulps of position * scale.
-        ASSERT_NEAR(x[i], expected[i], 2e-6f * (1.0f + static_cast<float>(position)))
-            << "style " << static_cast<int>(style) << " factors " << with_factors
-            << " position " << position;
+        const int32_t position = shape.positions[i / (n_heads * shape.head_dim)];
+        ASSERT_NEAR(x[i], expected[i], RopeCpuGap(position))
+            << "style " << static_cast<int>(style) << " n_rot " << shape.n_rot << " position "
+            << position;
       }
     }
   }
