@@ -38,6 +38,9 @@ StatusOr<DeviceBuffer> DeviceBuffer::CopyOf(const void* host, int64_t bytes) {
     TM_CUDA_RETURN_IF_ERROR(cudaMemcpy(buffer.data_, host, static_cast<size_t>(bytes),
                                        cudaMemcpyHostToDevice),
                             "copying to the device");
+    // From pageable memory cudaMemcpy may return before its DMA lands, and the legacy stream
+    // it runs on does not order the forward pass's non-blocking stream: wait for it here.
+    TM_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "copying to the device");
   }
   return buffer;
 }

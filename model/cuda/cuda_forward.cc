@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -95,13 +96,26 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
   const std::vector<int32_t> tiles =
       BuildAttentionTiles(b.positions, b.cu_seqlens, c.n_heads / c.n_kv_heads);
   const size_t tile_offset = Stage(staging_, std::span<const int32_t>(tiles));
-  // Last: the only arrays whose length is not a function of the token count, so a decode
-  // step's pointers are the same for every step of that many tokens (CUDA graphs; a later
-  // group's kv_indices move with the lengths before them, see LaunchDecodeGraph).
-  for (size_t g = 0; g < tables.size(); ++g) {
-    tables[g][2] = Stage(staging_, b.block_tables[g].kv_indices);
+  // Last, the only arrays whose length is not a function of the token count: each group's
+  // kv_indices at a stride that only grows, by powers of two, in a buffer that grows the same
+  // way. A decode step's pointers then stay put while its sequences grow, and its CUDA graph
+  // is replayed rather than captured again (LaunchDecodeGraph).
+  size_t longest = 0;
+  for (const KvBlockTable& table : b.block_tables) {
+    longest = std::max(longest, table.kv_indices.size());
   }
-  TM_RETURN_IF_ERROR(Grow(step_, static_cast<int64_t>(staging_.size())));
+  indices_stride_ = std::max(indices_stride_, std::bit_ceil(std::max<size_t>(longest, 1024)));
+  const size_t indices = (staging_.size() + 7) / 8 * 8;
+  staging_.resize(indices + tables.size() * indices_stride_ * sizeof(int32_t));
+  for (size_t g = 0; g < tables.size(); ++g) {
+    tables[g][2] = indices + g * indices_stride_ * sizeof(int32_t);
+    const std::span<const int32_t> group = b.block_tables[g].kv_indices;
+    if (!group.empty()) {
+      std::memcpy(staging_.data() + tables[g][2], group.data(), group.size_bytes());
+    }
+  }
+  TM_RETURN_IF_ERROR(
+      Grow(step_, static_cast<int64_t>(std::bit_ceil(std::max<size_t>(staging_.size(), 4096)))));
   TM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(step_.data(), staging_.data(), staging_.size(),
                                           cudaMemcpyHostToDevice, stream_),
                           "copying the step's inputs to the device");
@@ -246,8 +260,6 @@ Status CudaForwardPass::LaunchDecodeGraph(const KvCacheView& kv, int64_t n, int6
   for (const DeviceBlockTable& table : d_tables_) kv_indices.push_back(table.kv_indices);
   if (g.exec == nullptr || g.generation != buffer_generation_ || g.kv_k != kv.k ||
       g.kv_indices != kv_indices) {
-    if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
-    g.exec = nullptr;
     TM_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
                             "capturing a decode step");
     const Status enqueued = EnqueueLayers(kv, n, n_logits);
@@ -255,9 +267,20 @@ Status CudaForwardPass::LaunchDecodeGraph(const KvCacheView& kv, int64_t n, int6
     const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
     TM_RETURN_IF_ERROR(enqueued);
     TM_CUDA_RETURN_IF_ERROR(ended, "capturing a decode step");
-    const cudaError_t made = cudaGraphInstantiate(&g.exec, graph, 0);
-    cudaGraphDestroy(graph);
-    TM_CUDA_RETURN_IF_ERROR(made, "instantiating a decode step's graph");
+    ++num_graph_captures_;
+    // The same kernels with other pointers: update the executable graph in place, and
+    // instantiate a new one only when CUDA cannot.
+    cudaGraphExecUpdateResultInfo update_info{};
+    if (g.exec == nullptr || cudaGraphExecUpdate(g.exec, graph, &update_info) != cudaSuccess) {
+      cudaGetLastError();  // a failed update is not sticky
+      if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+      g.exec = nullptr;
+      const cudaError_t made = cudaGraphInstantiate(&g.exec, graph, 0);
+      cudaGraphDestroy(graph);
+      TM_CUDA_RETURN_IF_ERROR(made, "instantiating a decode step's graph");
+    } else {
+      cudaGraphDestroy(graph);
+    }
     g.generation = buffer_generation_;
     g.kv_k = kv.k;
     g.kv_indices = std::move(kv_indices);

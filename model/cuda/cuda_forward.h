@@ -51,6 +51,8 @@ class CudaForwardPass {
   Status RunGreedy(const ForwardInput& input, const KvCacheView& kv, std::span<int32_t> token_ids);
 
   int64_t weight_bytes() const { return weights_.bytes; }
+  // Decode-step graphs captured so far (one per batch shape while nothing reallocates).
+  int64_t num_graph_captures() const { return num_graph_captures_; }
 
  private:
   CudaForwardPass(const Model& model, CudaForwardOptions options);
@@ -88,6 +90,8 @@ class CudaForwardPass {
   };
   std::map<std::pair<int64_t, int64_t>, DecodeGraph> graphs_;
   int64_t buffer_generation_ = 0;
+  size_t indices_stride_ = 0;  // int32s per KV group's kv_indices in step_; only grows
+  int64_t num_graph_captures_ = 0;
 };
 
 }  // namespace tokenmill::cuda

@@ -196,6 +196,29 @@ TEST_P(CudaForwardTest, DecodeGraphsGiveTheSameLogits) {
   }
 }
 
+// One sequence decoding across many KV blocks: its block table grows every 16 tokens, yet its
+// graph is captured once per batch shape (buffers sized by capacity), not once per growth.
+TEST_P(CudaForwardTest, DecodeGraphsAreNotCapturedAgainAsTablesGrow) {
+  const ModelConfig& c = model_->config();
+  const int steps = std::min(100, c.context_length - 8);
+  auto kv = CudaKvCache::Create(c, KvType::kF16, 16, 16);
+  ASSERT_TRUE(kv.ok());
+  BatchBuilder builder(16, 16);
+  const int seq = builder.AddSequence();
+  std::vector<int32_t> next = {golden_.prompts[0].prompt_tokens[0]};
+  std::vector<int32_t> ids(1);
+  for (int step = 0; step < steps; ++step) {
+    ASSERT_TRUE(builder.Append(seq, next, BatchBuilder::Logits::kLast).ok());
+    ASSERT_TRUE(gpu_->RunGreedy({builder.token_ids(), builder.batch(), builder.logit_rows()},
+                                kv->view(), ids).ok());
+    builder.Clear();
+    next = ids;
+  }
+  std::cout << GetParam().stem << ": " << gpu_->num_graph_captures() << " captures over "
+            << steps << " decode steps\n";
+  EXPECT_LE(gpu_->num_graph_captures(), 2);
+}
+
 TEST_P(CudaForwardTest, BadInputIsAStatusNotACrash) {
   const ModelConfig& c = model_->config();
   auto kv = CudaKvCache::Create(c, KvType::kF16, 4, 16);
