@@ -104,7 +104,10 @@ StatusOr<std::unique_ptr<ForwardBackend>> CreateForwardBackend(const Model& mode
 #if TOKENMILL_HAVE_CUDA
     TM_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaForwardPass> forward,
                         cuda::CudaForwardPass::Create(
-                            model, cuda::CudaForwardOptions{config.cuda_cublas_min_tokens}));
+                            model, cuda::CudaForwardOptions{
+                                       .cublas_min_tokens = config.cuda_cublas_min_tokens,
+                                       .max_step_tokens = config.scheduler.max_num_batched_tokens,
+                                       .max_logit_rows = config.scheduler.max_num_seqs}));
     return std::unique_ptr<ForwardBackend>(new CudaBackend(model, std::move(forward)));
 #endif
   }

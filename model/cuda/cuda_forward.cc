@@ -70,6 +70,12 @@ Status CudaForwardPass::Init() {
         std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.n_rot);
   }
   TM_ASSIGN_OR_RETURN(rope_inv_freq_, DeviceBuffer::CopyOf(std::span<const double>(inv_freq)));
+  if (options_.max_step_tokens > 0) {
+    // The split-K workspace of the widest split a step can take.
+    TM_RETURN_IF_ERROR(GrowScratch(options_.max_step_tokens,
+                                   std::min(options_.max_logit_rows, options_.max_step_tokens),
+                                   kMaxSplits));
+  }
   return OkStatus();
 }
 
@@ -151,7 +157,6 @@ Status CudaForwardPass::Matmul(const DeviceWeight& w, const float* x, int64_t n_
 }
 
 Status CudaForwardPass::Forward(const ForwardInput& in, const KvCacheView& kv) {
-  const ModelConfig& c = model_.config();
   if (KvScaleBytes(kv.type) > 0 && (kv.k_scale == nullptr || kv.v_scale == nullptr)) {
     return InvalidArgumentError(std::string(KvTypeName(kv.type)) +
                                 " KV needs its scale arrays (CudaKvCache allocates them)");
@@ -159,21 +164,7 @@ Status CudaForwardPass::Forward(const ForwardInput& in, const KvCacheView& kv) {
   const int64_t n = static_cast<int64_t>(in.token_ids.size());
   const int64_t n_logits = static_cast<int64_t>(in.logit_rows.size());
   TM_RETURN_IF_ERROR(UploadStep(in));
-  const int64_t d = c.n_embd;
-  constexpr int64_t kF = sizeof(float);
-  TM_RETURN_IF_ERROR(Grow(x_, n * d * kF));
-  TM_RETURN_IF_ERROR(Grow(h_, n * d * kF));
-  TM_RETURN_IF_ERROR(Grow(q_, n * c.q_dim() * kF));
-  TM_RETURN_IF_ERROR(Grow(k_, n * c.kv_dim() * kF));
-  TM_RETURN_IF_ERROR(Grow(v_, n * c.kv_dim() * kF));
-  TM_RETURN_IF_ERROR(Grow(attn_, n * c.q_dim() * kF));
-  TM_RETURN_IF_ERROR(Grow(proj_, n * d * kF));
-  TM_RETURN_IF_ERROR(Grow(gate_, n * c.n_ff * kF));
-  TM_RETURN_IF_ERROR(Grow(up_, n * c.n_ff * kF));
-  TM_RETURN_IF_ERROR(Grow(final_, std::max<int64_t>(1, n_logits) * d * kF));
-  TM_RETURN_IF_ERROR(Grow(logits_, std::max<int64_t>(1, n_logits) * c.n_vocab * kF));
-  TM_RETURN_IF_ERROR(Grow(workspace_,
-      AttentionWorkspaceFloats(n, c.n_heads, c.head_dim, d_batch_.max_splits) * kF));
+  TM_RETURN_IF_ERROR(GrowScratch(n, n_logits, d_batch_.max_splits));
 
   if (!options_.cuda_graphs || !decode_only_ ||
       (options_.cublas_min_tokens > 0 && n >= options_.cublas_min_tokens)) {
@@ -245,6 +236,24 @@ Status CudaForwardPass::EnqueueLayers(const KvCacheView& kv, int64_t n, int64_t 
                                   static_cast<int>(d), c.rms_eps, final_.as<float>(), s),
                           "output RMSNorm");
   return Matmul(weights_.output.view, final_.as<float>(), n_logits, logits_.as<float>());
+}
+
+Status CudaForwardPass::GrowScratch(int64_t n, int64_t n_logits, int max_splits) {
+  const ModelConfig& c = model_.config();
+  const int64_t d = c.n_embd;
+  constexpr int64_t kF = sizeof(float);
+  TM_RETURN_IF_ERROR(Grow(x_, n * d * kF));
+  TM_RETURN_IF_ERROR(Grow(h_, n * d * kF));
+  TM_RETURN_IF_ERROR(Grow(q_, n * c.q_dim() * kF));
+  TM_RETURN_IF_ERROR(Grow(k_, n * c.kv_dim() * kF));
+  TM_RETURN_IF_ERROR(Grow(v_, n * c.kv_dim() * kF));
+  TM_RETURN_IF_ERROR(Grow(attn_, n * c.q_dim() * kF));
+  TM_RETURN_IF_ERROR(Grow(proj_, n * d * kF));
+  TM_RETURN_IF_ERROR(Grow(gate_, n * c.n_ff * kF));
+  TM_RETURN_IF_ERROR(Grow(up_, n * c.n_ff * kF));
+  TM_RETURN_IF_ERROR(Grow(final_, std::max<int64_t>(1, n_logits) * d * kF));
+  TM_RETURN_IF_ERROR(Grow(logits_, std::max<int64_t>(1, n_logits) * c.n_vocab * kF));
+  return Grow(workspace_, AttentionWorkspaceFloats(n, c.n_heads, c.head_dim, max_splits) * kF);
 }
 
 Status CudaForwardPass::Grow(DeviceBuffer& buffer, int64_t bytes) {

@@ -29,6 +29,11 @@ struct CudaForwardOptions {
   // Decode steps (one token per sequence) replay a CUDA graph captured once per (tokens,
   // logit rows): one launch instead of ~15 per layer. Same kernels, same results.
   bool cuda_graphs = true;
+  // > 0: the scratch of a step of this many tokens (with max_logit_rows logit rows), the
+  // attention's split-K workspace included, is reserved by Create, before the engine sizes the
+  // KV pool from the memory left free; later steps grow it only past these sizes.
+  int64_t max_step_tokens = 0;
+  int64_t max_logit_rows = 0;
 };
 
 // Holds the device weights, a stream and scratch activations: one Run at a time.
@@ -65,6 +70,9 @@ class CudaForwardPass {
   Status LaunchDecodeGraph(const KvCacheView& kv, int64_t n_tokens, int64_t n_logits);
   // Reserve that also invalidates the captured graphs when memory moves.
   Status Grow(DeviceBuffer& buffer, int64_t bytes);
+  // Every scratch buffer grown for a step of n tokens, n_logits logit rows and up to
+  // max_splits attention splits.
+  Status GrowScratch(int64_t n, int64_t n_logits, int max_splits);
   Status Matmul(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y);
 
   const Model& model_;
