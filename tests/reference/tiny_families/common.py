@@ -1,0 +1,79 @@
+"""What the tiny family writers share: a GGUFWriter with a fixed seed, the keys every family
+has, a vocabulary of no tokens (tokenizer.ggml.model "no_vocab" plus <arch>.vocab_size, which
+llama.cpp loads without a tokenizer) and random tensors scaled so that activations stay near
+unit size and the logits spread over several units (a near-tie is then rare, and a wrong op
+shows up far above rounding)."""
+import hashlib
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as T
+
+VOCAB = 128
+CONTEXT = 256
+# Prompts of token ids (no tokenizer), long enough to cross the small sliding windows and
+# RoPE contexts the families set; each golden continues them greedily for CONTINUATION tokens.
+PROMPTS = [
+    [int(t) for t in np.random.default_rng(11).integers(1, VOCAB, 40)],
+    [int(t) for t in np.random.default_rng(12).integers(1, VOCAB, 24)],
+]
+CONTINUATION = 24
+
+
+class TinyWriter:
+    """A GGUF of `arch` at `path` whose random tensors come from a generator seeded `seed`.
+    Matrices are `matrix_type`, vectors f32. F32 by default: the families' arithmetic is then
+    compared with little rounding in between (llama.cpp quantizes a quantized matrix's input
+    activations, where a last-bit difference before may flip an int8 and move a logit by 0.1);
+    the weight types have goldens of their own (make_requantized_golden.py)."""
+
+    def __init__(self, path, arch, seed, matrix_type=T.F32):
+        self.w = gguf.GGUFWriter(path, arch)
+        self.rng = np.random.default_rng(seed)
+        self.matrix_type = matrix_type
+        self.w.add_tokenizer_model("no_vocab")
+        self.w.add_vocab_size(VOCAB)
+
+    def hparams(self, *, n_layer, n_embd, n_ff, n_head, n_kv, head_dim=None,
+                rms_eps=1e-6, rope_base=10000.0):
+        self.w.add_block_count(n_layer)
+        self.w.add_embedding_length(n_embd)
+        self.w.add_feed_forward_length(n_ff)
+        self.w.add_head_count(n_head)
+        self.w.add_head_count_kv(n_kv)
+        self.w.add_context_length(CONTEXT)
+        self.w.add_layer_norm_rms_eps(rms_eps)
+        self.w.add_rope_freq_base(rope_base)
+        if head_dim is not None:
+            self.w.add_key_length(head_dim)
+            self.w.add_value_length(head_dim)
+
+    def matrix(self, name, rows, cols, gain=1.0, matrix_type=None):
+        """rows outputs by cols inputs, entries of variance gain² / cols."""
+        data = (self.rng.standard_normal((rows, cols)) * gain / np.sqrt(cols)).astype(np.float32)
+        t = self.matrix_type if matrix_type is None else matrix_type
+        if t == T.F32:
+            self.w.add_tensor(name, data)
+        else:
+            self.w.add_tensor(name, gguf.quants.quantize(data, t), raw_dtype=t)
+
+    def vector(self, name, n, around=1.0, spread=0.1):
+        self.w.add_tensor(name, (around + spread * self.rng.standard_normal(n)).astype(np.float32))
+
+    def embedding(self, n_embd, gain=1.0):
+        """token_embd.weight: rows of norm ~gain (scale by √n_embd for unit entries)."""
+        self.matrix("token_embd.weight", VOCAB, n_embd, gain=gain)
+
+    def close(self):
+        self.w.write_header_to_file()
+        self.w.write_kv_data_to_file()
+        self.w.write_tensors_to_file()
+        self.w.close()
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
