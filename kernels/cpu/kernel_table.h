@@ -65,9 +65,10 @@ struct MatmulRange {
 using MatmulRangeFn = void (*)(const MatmulRange&);
 
 // One (token, KV head) unit of paged attention (paged_attention.h): the `group` query
-// heads sharing KV head `kv_head` attend over positions [0, len) of the sequence whose
-// blocks are `blocks`. K/V rows are f16, f32 or int8 (then k_scale/v_scale hold a scale
-// per (slot, KV head)). `scores` is group × len scratch.
+// heads sharing KV head `kv_head` attend over positions [begin, len) of the sequence whose
+// blocks are `blocks` (begin > 0: a sliding window; the KV before it is never read). K/V rows
+// are f16, f32 or int8 (then k_scale/v_scale hold a scale per (slot, KV head)). `scores` is
+// group × (len - ScoresBase(begin)) scratch, position j of head g at g × that + j - base.
 struct AttendArgs {
   const void* k;
   const void* v;
@@ -78,14 +79,28 @@ struct AttendArgs {
   int n_kv_heads;
   int head_dim;
   const int32_t* blocks;
+  int32_t begin;
   int32_t len;
   int kv_head;
   const float* q_group;  // group × head_dim, already rounded to f16 when K/V are f16
   int group;
   float scale;
+  float softcap;  // > 0: each score is softcap · tanh(score / softcap) before the scale
   float* scores;
   float* out_group;  // group × head_dim
 };
+
+// Where a unit's scores start: the multiple of 8 at or before its first position, those
+// before `begin` holding -inf (probability 0), so that the softmax sums the vectors of 8
+// positions llama.cpp sums (its rows of KV cells start at position 0, masked cells -inf).
+inline int32_t ScoresBase(int32_t begin) { return begin - begin % 8; }
+
+// The score of a K·q dot product: soft-capped (gemma2, as llama.cpp: scale by 1 / softcap,
+// tanh, scale by softcap), then times the attention scale (in the softmax, as llama.cpp).
+inline float AttentionScore(const AttendArgs& a, float dot) {
+  if (a.softcap > 0.0f) dot = std::tanh(dot * (1.0f / a.softcap)) * a.softcap;
+  return dot * a.scale;
+}
 
 // The kernels of one ISA. Each entry computes the same values in every table (a matmul's order
 // depends only on the matrix's layout, see MatmulRange).

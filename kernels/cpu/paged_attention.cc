@@ -70,6 +70,11 @@ std::vector<int32_t> SequenceOfTokens(const RaggedBatch& b) {
 
 inline float RoundToHalf(float x) { return HalfToFloat(FloatToHalf(x)); }
 
+// The first position a token at `pos` attends to.
+inline int32_t FirstVisible(const AttentionVariant& variant, int32_t pos) {
+  return variant.sliding_window > 0 ? std::max(0, pos - variant.sliding_window + 1) : 0;
+}
+
 // Element offset of (position, kv head) in a sequence's blocks.
 inline int64_t KvOffset(const KvCacheView& kv, const int32_t* blocks, int32_t pos, int head) {
   const int64_t slot = static_cast<int64_t>(blocks[pos / kv.block_size]) * kv.block_size +
@@ -81,7 +86,7 @@ inline int64_t KvOffset(const KvCacheView& kv, const int32_t* blocks, int32_t po
 
 void PagedAttention(const CpuContext& ctx, const KvCacheView& kv, const RaggedBatch& b,
                     const KvBlockTable& table, const float* q, int n_heads, float scale,
-                    float* out) {
+                    float* out, const AttentionVariant& variant) {
   TM_CHECK(KvTypeOnCpu(kv.type)) << "the CPU kernels do not read " << KvTypeName(kv.type);
   const std::vector<int32_t> seq_of = SequenceOfTokens(b);
   const int group = n_heads / kv.n_kv_heads;
@@ -97,7 +102,8 @@ void PagedAttention(const CpuContext& ctx, const KvCacheView& kv, const RaggedBa
       const int kv_head = static_cast<int>(u % kv.n_kv_heads);
       const int32_t* blocks = table.kv_indices.data() + table.kv_indptr[seq_of[t]];
       const int32_t len = b.positions[t] + 1;
-      scores.resize(static_cast<size_t>(group) * len);
+      const int32_t first = FirstVisible(variant, b.positions[t]);
+      scores.resize(static_cast<size_t>(group) * (len - ScoresBase(first)));
       const float* q_group = q + (t * n_heads + kv_head * group) * d;
       if (kv.type == KvType::kF16) {
         q_rounded.resize(static_cast<size_t>(group * d));
@@ -105,8 +111,9 @@ void PagedAttention(const CpuContext& ctx, const KvCacheView& kv, const RaggedBa
         q_group = q_rounded.data();
       }
       k.attend(AttendArgs{kv.k, kv.v, kv.type, kv.k_scale, kv.v_scale, kv.block_size,
-                          kv.n_kv_heads, kv.head_dim, blocks, len, kv_head, q_group, group, scale,
-                          scores.data(), out + (t * n_heads + kv_head * group) * d});
+                          kv.n_kv_heads, kv.head_dim, blocks, first, len, kv_head, q_group, group,
+                          scale, variant.softcap, scores.data(),
+                          out + (t * n_heads + kv_head * group) * d});
     }
   });
 }
@@ -127,7 +134,7 @@ double E4M3Value(uint8_t code) {
 
 void PagedAttentionReference(const KvCacheView& kv, const RaggedBatch& b,
                              const KvBlockTable& table, const float* q, int n_heads,
-                             float scale, float* out) {
+                             float scale, float* out, const AttentionVariant& variant) {
   const std::vector<int32_t> seq_of = SequenceOfTokens(b);
   const int group = n_heads / kv.n_kv_heads;
   const int64_t d = kv.head_dim;
@@ -146,20 +153,23 @@ void PagedAttentionReference(const KvCacheView& kv, const RaggedBatch& b,
   for (int64_t t = 0; t < b.num_tokens(); ++t) {
     const int32_t* blocks = table.kv_indices.data() + table.kv_indptr[seq_of[t]];
     const int32_t len = b.positions[t] + 1;
+    const int32_t begin = FirstVisible(variant, b.positions[t]);
     for (int h = 0; h < n_heads; ++h) {
       const int kv_head = h / group;
       std::vector<float> qh(q + (t * n_heads + h) * d, q + (t * n_heads + h + 1) * d);
       if (kv.type == KvType::kF16) {
         for (float& x : qh) x = RoundToHalf(x);
       }
-      std::vector<double> p(static_cast<size_t>(len));
+      // p[j - begin]: position j's score, then its probability.
+      std::vector<double> p(static_cast<size_t>(len - begin));
       double max = -INFINITY;
-      for (int32_t j = 0; j < len; ++j) {
+      for (int32_t j = begin; j < len; ++j) {
         const int64_t off = KvOffset(kv, blocks, j, kv_head);
         double dot = 0.0;
         for (int64_t i = 0; i < d; ++i) dot += qh[i] * load(kv.k, kv.k_scale, off + i);
-        p[j] = dot * scale;
-        max = std::max(max, p[j]);
+        if (variant.softcap > 0.0f) dot = std::tanh(dot / variant.softcap) * variant.softcap;
+        p[j - begin] = dot * scale;
+        max = std::max(max, p[j - begin]);
       }
       double sum = 0.0;
       for (double& v : p) sum += (v = std::exp(v - max));
@@ -170,8 +180,8 @@ void PagedAttentionReference(const KvCacheView& kv, const RaggedBatch& b,
       float* o = out + (t * n_heads + h) * d;
       for (int64_t i = 0; i < d; ++i) {
         double acc = 0.0;
-        for (int32_t j = 0; j < len; ++j) {
-          acc += p[j] * load(kv.v, kv.v_scale, KvOffset(kv, blocks, j, kv_head) + i);
+        for (int32_t j = begin; j < len; ++j) {
+          acc += p[j - begin] * load(kv.v, kv.v_scale, KvOffset(kv, blocks, j, kv_head) + i);
         }
         o[i] = static_cast<float>(acc);
       }

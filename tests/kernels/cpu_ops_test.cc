@@ -113,6 +113,62 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<1>(param_info.param));
     });
 
+// Makes the K and V of `slot` NaN, so that any read of it shows in the output.
+void PoisonSlot(const KvCacheView& kv, int64_t slot) {
+  const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
+  for (int64_t i = slot * row; i < (slot + 1) * row; ++i) {
+    switch (kv.type) {
+      case KvType::kF16:
+        static_cast<uint16_t*>(kv.k)[i] = static_cast<uint16_t*>(kv.v)[i] = 0x7e00;
+        break;
+      case KvType::kF32: static_cast<float*>(kv.k)[i] = static_cast<float*>(kv.v)[i] = NAN; break;
+      default: break;
+    }
+  }
+  if (kv.k_scale != nullptr) {
+    for (int h = 0; h < kv.n_kv_heads; ++h) {
+      kv.k_scale[slot * kv.n_kv_heads + h] = kv.v_scale[slot * kv.n_kv_heads + h] = NAN;
+    }
+  }
+}
+
+TEST_P(PagedAttentionTest, SlidingWindowAndSoftcapMatchTheReferenceReadingOnlyTheWindow) {
+  const KvType kv_type = std::get<0>(GetParam());
+  AttentionSetup s(std::get<1>(GetParam()));
+  std::mt19937 rng(6);
+  const RandomKvCache cache(kv_type, 11, s.kBlockSize, s.kKvHeads, s.head_dim, rng);
+  const KvCacheView& kv = cache.layer;
+  const std::vector<float> q = Random(14 * s.kHeads * s.head_dim, rng);
+  // A window of 5: sequence 0's tokens (positions 6 to 18) see from position 2 on, sequence
+  // 1's (position 20) from 16 on. A cap of 1 bites on scores of a few units.
+  const AttentionVariant variant{.softcap = 1.0f, .sliding_window = 5};
+  std::vector<float> expected(q.size());
+  PagedAttentionReference(kv, s.batch(), s.table, q.data(), s.kHeads, 0.2f, expected.data(),
+                          variant);
+  std::vector<float> unwindowed(q.size());
+  PagedAttentionReference(kv, s.batch(), s.table, q.data(), s.kHeads, 0.2f, unwindowed.data());
+  EXPECT_NE(expected, unwindowed);
+  // Every position before its sequence's first visible one is NaN from here on.
+  const int32_t first_visible[] = {2, 16};
+  for (int seq = 0; seq < 2; ++seq) {
+    for (int32_t pos = 0; pos < first_visible[seq]; ++pos) {
+      PoisonSlot(kv, int64_t{s.kv_indices[s.kv_indptr[seq] + pos / s.kBlockSize]} *
+                             s.kBlockSize + pos % s.kBlockSize);
+    }
+  }
+  ThreadPool pool(2);
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+    if (!CpuSupports(isa)) continue;
+    std::vector<float> out(q.size(), NAN);
+    PagedAttention(CpuContext{&KernelTable(isa), &pool}, kv, s.batch(), s.table, q.data(),
+                   s.kHeads, 0.2f, out.data(), variant);
+    const float tolerance = kv_type == KvType::kF16 ? 5e-4f : 1e-5f;
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_NEAR(out[i], expected[i], tolerance) << IsaName(isa) << " at " << i;
+    }
+  }
+}
+
 TEST(PagedAttentionTest, ADecodeTokenAloneEqualsItselfInABatchBitForBit) {
   // Alone, the token's GQA groups are the only units of the pool's job; in the batch they
   // fall in other chunks and threads. The sums must not change (docs/design.md, Determinism).
