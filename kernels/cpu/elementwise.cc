@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "common/check.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/half.h"
 
 namespace tokenmill {
 
@@ -54,6 +56,40 @@ void ApplyRope(const RopeParams& p, std::span<const int32_t> positions, int n_he
 void SwiGlu(const CpuContext& ctx, const float* gate, const float* up, int64_t n_rows,
             int64_t row_size, float* out) {
   ctx.kernels->swiglu(gate, up, n_rows, row_size, out);
+}
+
+namespace {
+
+// GELU-tanh of every f16 value, as f16: ggml's ggml_table_gelu_f16. ggml's C is compiled
+// with fused multiply-adds contracted (GCC's default outside ISO mode), which makes
+// 1 + 0.044715·x·x one fma; measured against llama-cpp-python's build, where the unfused sum
+// rounds some entries (x = -1.999) to the neighbouring f16.
+std::vector<uint16_t> MakeGeluTable() {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoefA = 0.044715f;
+  std::vector<uint16_t> table(1 << 16);
+  for (uint32_t i = 0; i < table.size(); ++i) {
+    const float x = HalfToFloat(static_cast<uint16_t>(i));
+    const float inner = std::fma(kCoefA * x, x, 1.0f);
+    table[i] = FloatToHalf(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * inner)));
+  }
+  return table;
+}
+
+}  // namespace
+
+void GeluTanhGlu(const float* gate, const float* up, int64_t n, float* out) {
+  static const std::vector<uint16_t> gelu = MakeGeluTable();  // immutable once made
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    if (x <= -10.0f) {
+      out[i] = 0.0f;
+    } else if (x >= 10.0f) {
+      out[i] = x * up[i];
+    } else {
+      out[i] = HalfToFloat(gelu[FloatToHalf(x)]) * up[i];
+    }
+  }
 }
 
 void AddInPlace(float* x, const float* y, int64_t n) {

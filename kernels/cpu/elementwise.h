@@ -69,6 +69,12 @@ inline void SwiGlu(const CpuContext& ctx, const float* gate, const float* up, in
   SwiGlu(ctx, gate, up, 1, n, out);
 }
 
+// out[i] = GELU-tanh(gate[i]) * up[i] over n elements, as llama.cpp's CPU backend computes
+// it (ggml_vec_geglu_f32 with GGML_GELU_FP16): gate rounded to f16, its GELU-tanh
+// 0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²))) in float rounded to f16 (a table of every f16),
+// times up; gate <= -10 gives 0, gate >= 10 gate · up.
+void GeluTanhGlu(const float* gate, const float* up, int64_t n, float* out);
+
 // x[i] += y[i].
 void AddInPlace(float* x, const float* y, int64_t n);
 
