@@ -5,20 +5,6 @@
 #include "model/arch/family.h"
 
 namespace tokenmill {
-namespace {
-
-// An optional integer key: its value, `fallback` when absent, an error when malformed.
-StatusOr<uint32_t> U32Or(const GgufFile& file, const std::string& key, uint32_t fallback) {
-  if (!file.Has(key)) return fallback;
-  return file.GetU32(key);
-}
-
-StatusOr<float> F32Or(const GgufFile& file, const std::string& key, float fallback) {
-  if (!file.Has(key)) return fallback;
-  return file.GetF32(key);
-}
-
-}  // namespace
 
 StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& family) {
   ModelConfig c;

@@ -31,6 +31,14 @@ struct ModelConfig {
   float rope_freq_base = 10000.0f;
   float rope_position_scale = 1.0f;
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
+  // A layer's own RoPE base and linear scale (gemma2's and gemma3's sliding-window layers),
+  // set by its family; a layer past the end of rope_layers uses rope_freq_base and
+  // rope_position_scale.
+  struct LayerRope {
+    float freq_base;
+    float position_scale;
+  };
+  std::vector<LayerRope> rope_layers;
   bool qkv_bias = false;      // Q/K/V projections with biases (qwen2)
   bool tied_output = false;   // no output.weight: logits use token_embd.weight
   // Sliding-window attention (gemma2, gemma3): a layer whose sliding_layers entry is set
@@ -39,6 +47,10 @@ struct ModelConfig {
   // attends to its whole sequence.
   int sliding_window = 0;
   std::vector<bool> sliding_layers;
+  // > 0: soft-capping, x = cap · tanh(x / cap), of the attention scores (gemma2) and of the
+  // logits (gemma2, and gemma3 files that set it).
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
 
   bool IsSlidingLayer(int layer) const {
     return sliding_window > 0 && layer < static_cast<int>(sliding_layers.size()) &&

@@ -23,8 +23,11 @@ struct LayerWeights {
   std::span<const float> attn_norm;
   WeightMatrix q, k, v, o;
   std::span<const float> q_bias, k_bias, v_bias;  // qwen2
+  std::span<const float> q_norm, k_norm;  // per-head RMS norms of Q and K (qwen3, gemma3)
+  std::span<const float> attn_post_norm;  // of the attention's output (gemma2, gemma3)
   std::span<const float> ffn_norm;
   WeightMatrix gate, up, down;
+  std::span<const float> ffn_post_norm;  // of the feed-forward's output (gemma2, gemma3)
 };
 
 // Norms and biases converted to f32 at load; the spans of the weights point into them (a moved

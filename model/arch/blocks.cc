@@ -13,17 +13,28 @@ void Grow(std::vector<float>& buffer, int64_t n) {
   if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
 }
 
+// Each layer's RoPE: the model's, or the base and scale its family gave the layer.
+std::vector<RopeParams> LayerRopes(const ModelConfig& c, std::span<const float> rope_freqs) {
+  std::vector<RopeParams> ropes;
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const bool own = layer < static_cast<int>(c.rope_layers.size());
+    ropes.push_back(RopeParams{
+        .style = c.rope_style,
+        .head_dim = c.head_dim,
+        .n_rot = c.n_rot,
+        .freq_base = own ? c.rope_layers[layer].freq_base : c.rope_freq_base,
+        .position_scale = own ? c.rope_layers[layer].position_scale : c.rope_position_scale,
+        .freq_factors = rope_freqs});
+  }
+  return ropes;
+}
+
 }  // namespace
 
 ForwardBlocks::ForwardBlocks(const ModelConfig& config, std::span<const float> rope_freqs,
                              CpuContext ctx, KernelMode mode)
     : c_(config),
-      rope_{.style = config.rope_style,
-            .head_dim = config.head_dim,
-            .n_rot = config.n_rot,
-            .freq_base = config.rope_freq_base,
-            .position_scale = config.rope_position_scale,
-            .freq_factors = rope_freqs},
+      layer_rope_(LayerRopes(config, rope_freqs)),
       attention_scale_(1.0f / std::sqrt(static_cast<float>(config.head_dim))),
       ctx_(ctx),
       mode_(mode) {}
@@ -89,13 +100,16 @@ void ForwardBlocks::Tap(const char* name, int layer, std::vector<float>& data, i
   if (tap_) tap_(name, layer, data.data(), rows, row_size);
 }
 
-void ForwardBlocks::Embed(const WeightMatrix& token_embd) {
+void ForwardBlocks::Embed(const WeightMatrix& token_embd, float scale) {
   const int64_t d = c_.n_embd;
   for (int64_t t = 0; t < n_; ++t) {
     const uint8_t* row = token_embd.data + in_->token_ids[t] * token_embd.row_bytes;
     DequantizeReference(token_embd.type, row,
                         std::span<float>(x_.data() + t * d, static_cast<size_t>(d)));
   }
+  if (scale == 1.0f) return;
+  for (int64_t i = 0; i < n_ * d; ++i) x_[i] *= scale;
+  Tap("inp_scaled", -1, x_, n_, d);
 }
 
 void ForwardBlocks::Norm(std::span<const float> weight, const char* name) {
@@ -121,9 +135,24 @@ void ForwardBlocks::AddQkvBias(std::span<const float> q_bias, std::span<const fl
   AddBias(v_.data(), v_bias, n_);
 }
 
-void ForwardBlocks::Attention() {
+void ForwardBlocks::HeadNorms(std::span<const float> q_norm, std::span<const float> k_norm) {
+  ForTokens([&](int64_t b, int64_t e) {
+    RmsNorm(q_.data() + b * c_.q_dim(), q_norm, c_.rms_eps, (e - b) * c_.n_heads,
+            q_.data() + b * c_.q_dim());
+    RmsNorm(k_.data() + b * c_.kv_dim(), k_norm, c_.rms_eps, (e - b) * c_.n_kv_heads,
+            k_.data() + b * c_.kv_dim());
+  });
+  Tap("Qcur_normed", layer_, q_, n_, c_.q_dim());
+  Tap("Kcur_normed", layer_, k_, n_, c_.kv_dim());
+}
+
+void ForwardBlocks::Attention(float query_scale) {
   Tap("Qraw", layer_, q_, n_, c_.q_dim());
   Tap("Kraw", layer_, k_, n_, c_.kv_dim());
+  const RopeParams& rope = layer_rope_[static_cast<size_t>(layer_)];
+  const AttentionVariant variant{
+      .softcap = c_.attn_softcap,
+      .sliding_window = c_.IsSlidingLayer(layer_) ? c_.sliding_window : 0};
   const std::span<const int32_t> positions = in_->batch.positions;
   const KvCacheView kv_layer = kv_->Layer(layer_);
   const KvBlockTable& blocks = in_->batch.block_tables[KvGroupOfLayer(c_, layer_)];
@@ -133,20 +162,24 @@ void ForwardBlocks::Attention() {
             v_.data() + b * c_.kv_dim());
   };
   ForTokens([&](int64_t b, int64_t e) {
-    ApplyRope(rope_, positions.subspan(b, e - b), c_.n_heads, q_.data() + b * c_.q_dim());
-    ApplyRope(rope_, positions.subspan(b, e - b), c_.n_kv_heads, k_.data() + b * c_.kv_dim());
+    ApplyRope(rope, positions.subspan(b, e - b), c_.n_heads, q_.data() + b * c_.q_dim());
+    if (query_scale > 0.0f) {
+      for (int64_t i = b * c_.q_dim(); i < e * c_.q_dim(); ++i) q_[i] *= query_scale;
+    }
+    ApplyRope(rope, positions.subspan(b, e - b), c_.n_kv_heads, k_.data() + b * c_.kv_dim());
     if (fuse()) store_kv(b, e);
   });
   Tap("Qcur", layer_, q_, n_, c_.q_dim());
   Tap("Kcur", layer_, k_, n_, c_.kv_dim());
   Tap("Vcur", layer_, v_, n_, c_.kv_dim());
   if (!fuse()) ForTokens(store_kv);
+  const float scale = query_scale > 0.0f ? 1.0f : attention_scale_;
   if (mode_ == KernelMode::kReference) {
-    PagedAttentionReference(kv_layer, in_->batch, blocks, q_.data(), c_.n_heads,
-                            attention_scale_, attn_.data());
+    PagedAttentionReference(kv_layer, in_->batch, blocks, q_.data(), c_.n_heads, scale,
+                            attn_.data(), variant);
   } else {
-    PagedAttention(ctx_, kv_layer, in_->batch, blocks, q_.data(), c_.n_heads, attention_scale_,
-                   attn_.data());
+    PagedAttention(ctx_, kv_layer, in_->batch, blocks, q_.data(), c_.n_heads, scale,
+                   attn_.data(), variant);
   }
   Tap("kqv_out", layer_, attn_, n_, c_.q_dim());
 }
@@ -156,15 +189,45 @@ void ForwardBlocks::AttentionOutput(const WeightMatrix& wo) {
   Tap("attn_out", layer_, proj_, n_, c_.n_embd);
 }
 
-void ForwardBlocks::SwiGluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
-                                      const WeightMatrix& down) {
+void ForwardBlocks::PostNorm(std::span<const float> weight, const char* name) {
+  const int64_t d = c_.n_embd;
+  ForTokens([&](int64_t b, int64_t e) {
+    RmsNorm(proj_.data() + b * d, weight, c_.rms_eps, e - b, proj_.data() + b * d);
+  });
+  Tap(name, layer_, proj_, n_, d);
+}
+
+void ForwardBlocks::GatedFeedForward(
+    const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
+    const char* activation_name,
+    const std::function<void(const float*, const float*, int64_t, int64_t, float*)>&
+        activation) {
   MatmulOps({{&gate, gate_.data()}, {&up, up_.data()}}, h_.data(), n_);
   Tap("ffn_gate", layer_, gate_, n_, c_.n_ff);
   Tap("ffn_up", layer_, up_, n_, c_.n_ff);
-  SwiGlu(ctx_, gate_.data(), up_.data(), n_, c_.n_ff, gate_.data());
-  Tap("ffn_swiglu", layer_, gate_, n_, c_.n_ff);
+  activation(gate_.data(), up_.data(), n_, c_.n_ff, gate_.data());
+  Tap(activation_name, layer_, gate_, n_, c_.n_ff);
   MatmulOp(down, gate_.data(), n_, proj_.data());
   Tap("ffn_out", layer_, proj_, n_, c_.n_embd);
+}
+
+void ForwardBlocks::SwiGluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
+                                      const WeightMatrix& down) {
+  GatedFeedForward(gate, up, down, "ffn_swiglu",
+                   [&](const float* g, const float* u, int64_t rows, int64_t size, float* out) {
+                     SwiGlu(ctx_, g, u, rows, size, out);
+                   });
+}
+
+void ForwardBlocks::GeluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
+                                    const WeightMatrix& down) {
+  // The rows are the step's tokens, which ForTokens spreads.
+  GatedFeedForward(gate, up, down, "ffn_geglu",
+                   [&](const float* g, const float* u, int64_t, int64_t size, float* out) {
+                     ForTokens([&](int64_t b, int64_t e) {
+                       GeluTanhGlu(g + b * size, u + b * size, (e - b) * size, out + b * size);
+                     });
+                   });
 }
 
 void ForwardBlocks::AddResidual(const char* name, std::span<const float> next_norm) {
@@ -187,6 +250,12 @@ void ForwardBlocks::Logits(std::span<const float> output_norm, const WeightMatri
   }
   Tap("result_norm", -1, final_, n_logits, d);
   MatmulOp(output, final_.data(), n_logits, logits_.data());
+  if (c_.final_softcap > 0.0f) {
+    const float inverse = 1.0f / c_.final_softcap;
+    for (float& logit : logits_.first(static_cast<size_t>(n_logits * c_.n_vocab))) {
+      logit = std::tanh(logit * inverse) * c_.final_softcap;
+    }
+  }
 }
 
 }  // namespace tokenmill

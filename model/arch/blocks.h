@@ -50,28 +50,42 @@ class ForwardBlocks {
   // The layer the next blocks belong to: the taps name it, Attention reads its KV.
   void BeginLayer(int layer) { layer_ = layer; }
 
-  // x = the rows of token_embd for the step's tokens.
-  void Embed(const WeightMatrix& token_embd);
+  // x = the rows of token_embd for the step's tokens, times `scale` (Gemma's √n_embd) unless
+  // 1, shown as inp_scaled.
+  void Embed(const WeightMatrix& token_embd, float scale = 1.0f);
   // h = RmsNorm(x) with `weight`, shown as `name`.
   void Norm(std::span<const float> weight, const char* name);
   // q, k, v = h times each matrix (one parallel pass on the fast path).
   void ProjectQkv(const WeightMatrix& wq, const WeightMatrix& wk, const WeightMatrix& wv);
   void AddQkvBias(std::span<const float> q_bias, std::span<const float> k_bias,
                   std::span<const float> v_bias);
-  // RoPE on q and k, k and v stored in this layer's KV slots, then attention of each token
-  // over its sequence's KV: the attention output. Shows Qraw, Kraw (before RoPE), Qcur, Kcur,
-  // Vcur and kqv_out.
-  void Attention();
+  // Each head of q and of k RMS-normed with its weight (head_dim), before RoPE: Qcur_normed,
+  // Kcur_normed.
+  void HeadNorms(std::span<const float> q_norm, std::span<const float> k_norm);
+  // RoPE on q and k (the layer's own, ModelConfig::rope_layers), k and v stored in this
+  // layer's KV slots, then attention of each token over its sequence's KV (its window in a
+  // sliding-window layer, scores soft-capped by attn_softcap): the attention output. Shows
+  // Qraw, Kraw (before RoPE), Qcur, Kcur, Vcur and kqv_out. query_scale > 0: q is multiplied
+  // by it after RoPE and the attention scales q·k by 1 (as the families whose graphs
+  // ggml_scale Qcur before build_attn: Gemma's); 0: by 1 / sqrt(head_dim).
+  void Attention(float query_scale = 0.0f);
   // Block output = attention output times wo, shown as attn_out.
   void AttentionOutput(const WeightMatrix& wo);
+  // Block output = RmsNorm(block output) with `weight` (Gemma's post-norms), shown as `name`.
+  void PostNorm(std::span<const float> weight, const char* name);
   // Block output = down(SiLU(gate(h)) * up(h)), showing ffn_gate, ffn_up, ffn_swiglu, ffn_out.
   void SwiGluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
                          const WeightMatrix& down);
+  // Block output = down(GELU-tanh(gate(h)) * up(h)) as llama.cpp computes it (GeluTanhGlu),
+  // showing ffn_gate, ffn_up, ffn_geglu, ffn_out.
+  void GeluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
+                       const WeightMatrix& down);
   // x += block output, shown as `name`. `next_norm`: the weight of the Norm the graph takes
   // next (empty if none); when no tap watches, it is computed in the same parallel region
   // and that Norm finds it done.
   void AddResidual(const char* name, std::span<const float> next_norm);
-  // The final norm of x's logit rows (result_norm), then the logits: those rows times output.
+  // The final norm of x's logit rows (result_norm), then the logits: those rows times output,
+  // soft-capped by final_softcap if set.
   void Logits(std::span<const float> output_norm, const WeightMatrix& output);
 
  private:
@@ -84,12 +98,18 @@ class ForwardBlocks {
                  const float* x, int64_t n_tokens);
   void Tap(const char* name, int layer, std::vector<float>& data, int64_t rows,
            int64_t row_size);
+  // The gated feed-forward both activations share: `activation` (gate, up, n_rows, row_size,
+  // out) between the projections, shown as `activation_name`.
+  void GatedFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
+                        const WeightMatrix& down, const char* activation_name,
+                        const std::function<void(const float*, const float*, int64_t, int64_t,
+                                                 float*)>& activation);
   // Several row ops share one parallel region only when no tap watches: a tap may
   // overwrite what it is shown, so each op must wait for the tap before it.
   bool fuse() const { return !tap_; }
 
   const ModelConfig& c_;
-  const RopeParams rope_;
+  const std::vector<RopeParams> layer_rope_;  // each layer's (ModelConfig::rope_layers)
   const float attention_scale_;
   CpuContext ctx_;
   KernelMode mode_;

@@ -1,9 +1,12 @@
 // A model family: the models one general.architecture names, and how such a model reads its
 // hyper-parameters, loads each layer's tensors and composes its forward graph from the shared
 // blocks (model/arch/blocks.h). Each family is a file of its own in this folder (llama.cc,
-// qwen2.cc), as in llama.cpp's src/models/; FindModelFamily lists them.
+// qwen2.cc, ...), as in llama.cpp's src/models/; FindModelFamily lists them. What a family
+// takes from llama.cpp's code rather than from the file's metadata (layer patterns, scales,
+// defaults) its file sets, saying so.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 #include "common/status.h"
@@ -27,10 +30,32 @@ struct ModelFamily {
   void (*forward)(const ModelConfig& config, const ModelWeights& weights, ForwardBlocks& blocks);
 };
 
-extern const ModelFamily kLlamaFamily;  // llama.cc: llama, and mistral or smollm GGUFs
-extern const ModelFamily kQwen2Family;  // qwen2.cc
+extern const ModelFamily kLlamaFamily;   // llama.cc: llama, and mistral or smollm GGUFs
+extern const ModelFamily kQwen2Family;   // qwen2.cc
+extern const ModelFamily kQwen3Family;   // qwen3.cc
+extern const ModelFamily kGemmaFamily;   // gemma.cc
+extern const ModelFamily kGemma2Family;  // gemma2.cc
+extern const ModelFamily kGemma3Family;  // gemma3.cc
 
 // The family of the file's general.architecture; an error naming it if tokenmill runs none.
 StatusOr<const ModelFamily*> FindModelFamily(const GgufFile& file);
+
+// For the family files and LoadModelConfig: an optional key's value, `fallback` when absent,
+// an error when malformed.
+StatusOr<uint32_t> U32Or(const GgufFile& file, const std::string& key, uint32_t fallback);
+StatusOr<float> F32Or(const GgufFile& file, const std::string& key, float fallback);
+
+// The tensors of llama's layer, which the other families' layers start from: attn_norm, Q, K,
+// V, the attention output, ffn_norm and the gate, up and down projections.
+StatusOr<LayerWeights> LoadLlamaLayer(const GgufFile& file, const ModelConfig& config, int layer,
+                                      F32Copies& f32_copies);
+// A layer's per-head RMS norms of Q and K (attn_q_norm, attn_k_norm: head_dim each).
+Status LoadHeadNorms(const GgufFile& file, const ModelConfig& config, int layer,
+                     F32Copies& f32_copies, LayerWeights& weights);
+
+// Which layers slide, as llama.cpp's load_swa_pattern reads them: the key
+// <arch>.attention.sliding_window_pattern as one bool per layer, or as a period n (layer i
+// slides unless i % n == n - 1; 0: every layer), `default_period` when the key is absent.
+Status ReadSlidingLayers(const GgufFile& file, ModelConfig& config, uint32_t default_period);
 
 }  // namespace tokenmill

@@ -16,19 +16,10 @@ Status ReadQwen2Config(const GgufFile&, ModelConfig& c) {
 StatusOr<LayerWeights> LoadQwen2Layer(const GgufFile& file, const ModelConfig& c, int layer,
                                        F32Copies& copies) {
   const std::string p = "blk." + std::to_string(layer) + ".";
-  LayerWeights l;
-  TM_ASSIGN_OR_RETURN(l.attn_norm, LoadVector(file, p + "attn_norm.weight", c.n_embd, copies));
-  TM_ASSIGN_OR_RETURN(l.q, LoadMatrix(file, p + "attn_q.weight", c.n_embd, c.q_dim()));
-  TM_ASSIGN_OR_RETURN(l.k, LoadMatrix(file, p + "attn_k.weight", c.n_embd, c.kv_dim()));
-  TM_ASSIGN_OR_RETURN(l.v, LoadMatrix(file, p + "attn_v.weight", c.n_embd, c.kv_dim()));
-  TM_ASSIGN_OR_RETURN(l.o, LoadMatrix(file, p + "attn_output.weight", c.q_dim(), c.n_embd));
+  TM_ASSIGN_OR_RETURN(LayerWeights l, LoadLlamaLayer(file, c, layer, copies));
   TM_ASSIGN_OR_RETURN(l.q_bias, LoadVector(file, p + "attn_q.bias", c.q_dim(), copies));
   TM_ASSIGN_OR_RETURN(l.k_bias, LoadVector(file, p + "attn_k.bias", c.kv_dim(), copies));
   TM_ASSIGN_OR_RETURN(l.v_bias, LoadVector(file, p + "attn_v.bias", c.kv_dim(), copies));
-  TM_ASSIGN_OR_RETURN(l.ffn_norm, LoadVector(file, p + "ffn_norm.weight", c.n_embd, copies));
-  TM_ASSIGN_OR_RETURN(l.gate, LoadMatrix(file, p + "ffn_gate.weight", c.n_embd, c.n_ff));
-  TM_ASSIGN_OR_RETURN(l.up, LoadMatrix(file, p + "ffn_up.weight", c.n_embd, c.n_ff));
-  TM_ASSIGN_OR_RETURN(l.down, LoadMatrix(file, p + "ffn_down.weight", c.n_ff, c.n_embd));
   return l;
 }
 

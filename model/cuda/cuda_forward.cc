@@ -43,6 +43,11 @@ StatusOr<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(const Model& 
     return FailedPreconditionError("no usable CUDA device (or no driver): use --device cpu");
   }
   const ModelConfig& c = model.config();
+  // The CUDA graph is llama's (with qwen2's biases); the other families' blocks are CPU-only.
+  if (c.arch_name != "llama" && c.arch_name != "qwen2") {
+    return UnimplementedError("the CUDA forward pass runs 'llama' and 'qwen2' models, not '" +
+                              c.arch_name + "': use --device cpu");
+  }
   if (c.head_dim > kMaxHeadDim || c.n_heads % c.n_kv_heads != 0 ||
       c.n_heads / c.n_kv_heads > kMaxGroup) {
     return InvalidArgumentError("the CUDA attention kernel takes head_dim <= " +

@@ -60,6 +60,28 @@ class TinyWriter:
     def vector(self, name, n, around=1.0, spread=0.1):
         self.w.add_tensor(name, (around + spread * self.rng.standard_normal(n)).astype(np.float32))
 
+    def attention(self, p, n_embd, n_head, n_kv, head_dim):
+        """Layer prefix p's attn_norm and Q, K, V projections (scores of a few units)."""
+        self.vector(p + "attn_norm.weight", n_embd)
+        self.matrix(p + "attn_q.weight", n_head * head_dim, n_embd, gain=2.0)
+        self.matrix(p + "attn_k.weight", n_kv * head_dim, n_embd, gain=2.0)
+        self.matrix(p + "attn_v.weight", n_kv * head_dim, n_embd)
+
+    def attention_output(self, p, n_embd, q_dim):
+        self.matrix(p + "attn_output.weight", n_embd, q_dim)
+
+    def feed_forward(self, p, n_embd, n_ff):
+        """ffn_norm and the gate, up and down projections."""
+        self.vector(p + "ffn_norm.weight", n_embd)
+        self.matrix(p + "ffn_gate.weight", n_ff, n_embd)
+        self.matrix(p + "ffn_up.weight", n_ff, n_embd)
+        self.matrix(p + "ffn_down.weight", n_embd, n_ff)
+
+    def head_norms(self, p, head_dim, around=2.0):
+        """Per-head RMS norms of Q and K (qwen3, gemma3); around 2: scores of a few units."""
+        self.vector(p + "attn_q_norm.weight", head_dim, around=around)
+        self.vector(p + "attn_k_norm.weight", head_dim, around=around)
+
     def embedding(self, n_embd, gain=1.0):
         """token_embd.weight: rows of norm ~gain (scale by √n_embd for unit entries)."""
         self.matrix("token_embd.weight", VOCAB, n_embd, gain=gain)

@@ -1,0 +1,22 @@
+"""qwen3: llama's layer with per-head RMS norms of Q and K, RoPE on NeoX pairs, head_dim 32
+with 4 heads over n_embd 64 (head_dim != n_embd / n_head) and an untied output."""
+from .common import VOCAB, TinyWriter
+
+ARCH = "qwen3"
+N_EMBD, N_HEAD, N_KV, HEAD_DIM, N_FF, N_LAYER = 64, 4, 2, 32, 128, 2
+
+
+def write(path):
+    w = TinyWriter(path, ARCH, seed=23)
+    w.hparams(n_layer=N_LAYER, n_embd=N_EMBD, n_ff=N_FF, n_head=N_HEAD, n_kv=N_KV,
+              head_dim=HEAD_DIM, rope_base=1000000.0)
+    w.embedding(N_EMBD, gain=8.0)
+    w.vector("output_norm.weight", N_EMBD)
+    w.matrix("output.weight", VOCAB, N_EMBD, gain=4.0)
+    for i in range(N_LAYER):
+        p = f"blk.{i}."
+        w.attention(p, N_EMBD, N_HEAD, N_KV, HEAD_DIM)
+        w.head_norms(p, HEAD_DIM)
+        w.attention_output(p, N_EMBD, N_HEAD * HEAD_DIM)
+        w.feed_forward(p, N_EMBD, N_FF)
+    w.close()
