@@ -9,8 +9,11 @@
 
 namespace tokenmill {
 
-BlockPool::BlockPool(int num_blocks, int block_size, BlockHasher hasher)
-    : block_size_(block_size), hasher_(std::move(hasher)) {
+BlockPool::BlockPool(int num_blocks, int block_size, BlockHasher hasher,
+                     bool keeps_parent_prefixes)
+    : block_size_(block_size),
+      hasher_(std::move(hasher)),
+      keeps_parent_prefixes_(keeps_parent_prefixes) {
   TM_CHECK_GT(num_blocks, 0);
   TM_CHECK_GT(block_size, 0);
   TM_CHECK(hasher_ != nullptr) << "BlockPool needs a hasher";
@@ -104,25 +107,27 @@ std::optional<BlockId> BlockPool::FindCached(const BlockKey& key) const {
   return best;
 }
 
-PrefixId BlockPool::Cache(BlockId id, const BlockKey& key) {
+PrefixId BlockPool::Cache(BlockId id, const BlockKey& key, std::optional<PrefixId> prefix_id) {
   KvBlock& block = mutable_block(id);
   TM_CHECK_GT(block.ref_count, 0) << "only a block in use can be cached";
   TM_CHECK(!block.identity.has_value()) << "block " << id << " is already cached";
   TM_CHECK_EQ(static_cast<int>(key.tokens.size()), block_size_) << "only full blocks are cached";
-  const std::optional<BlockId> copy = FindCached(key);
-  const PrefixId prefix_id =
-      copy.has_value() ? blocks_[*copy].identity->prefix_id : next_prefix_id_++;
+  std::optional<BlockId> copy;  // of the same prefix: then no event, it is known already
+  if (!prefix_id.has_value()) {
+    copy = FindCached(key);
+    prefix_id = copy.has_value() ? blocks_[*copy].identity->prefix_id : next_prefix_id_++;
+  }
   block.identity = BlockIdentity{
       .hash = key.hash,
       .parent_hash = key.parent_hash,
-      .prefix_id = prefix_id,
+      .prefix_id = *prefix_id,
       .parent_prefix_id = key.parent_prefix_id,
       .tokens = std::vector<TokenId>(key.tokens.begin(), key.tokens.end()),
       .extra_key = std::string(key.extra_key),
   };
   cached_by_hash_.emplace(key.hash, id);
   if (!copy.has_value()) LogEvent(StoredEvent(*block.identity));
-  return prefix_id;
+  return *prefix_id;
 }
 
 KvCacheEvent BlockPool::StoredEvent(const BlockIdentity& identity) const {
@@ -274,7 +279,8 @@ Status BlockPool::CheckInvariants(std::span<const int> expected_ref_counts) cons
                          " entries for " + std::to_string(num_cached) + " cached blocks");
   }
   for (const KvBlock& block : blocks_) {
-    if (block.identity.has_value() && block.identity->parent_prefix_id != kEmptyPrefix &&
+    if (keeps_parent_prefixes_ && block.identity.has_value() &&
+        block.identity->parent_prefix_id != kEmptyPrefix &&
         !cached_prefixes.contains(block.identity->parent_prefix_id)) {
       return InternalError("cached block " + std::to_string(block.id) +
                            " outlived every copy of its parent prefix");

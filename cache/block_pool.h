@@ -31,8 +31,12 @@ struct BlockKey {
 
 class BlockPool {
  public:
-  // All blocks start free, queued in id order (block 0 is taken first).
-  BlockPool(int num_blocks, int block_size, BlockHasher hasher = DefaultBlockHasher());
+  // All blocks start free, queued in id order (block 0 is taken first). A pool whose parent
+  // prefixes live in another pool (a sliding-window KV group's, keyed by the full-attention
+  // group's prefix ids: kv_cache_manager.h) passes keeps_parent_prefixes = false: its blocks
+  // may outlive their parents, which a window released first.
+  BlockPool(int num_blocks, int block_size, BlockHasher hasher = DefaultBlockHasher(),
+            bool keeps_parent_prefixes = true);
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
 
@@ -79,8 +83,9 @@ class BlockPool {
   std::optional<BlockId> FindCached(const BlockKey& key) const;
 
   // in use (uncached, full) -> in use (cached): the block now holds `key` and can be found.
-  // Returns its PrefixId (shared with an existing copy of the same prefix, else new).
-  PrefixId Cache(BlockId id, const BlockKey& key);
+  // Returns its PrefixId: `prefix_id` when given (the id another pool gave the same prefix),
+  // else shared with an existing copy of the same prefix, else new.
+  PrefixId Cache(BlockId id, const BlockKey& key, std::optional<PrefixId> prefix_id = {});
 
   // Drops every cached prefix (cached-evictable -> free, queued again in id order) when no
   // block is in use; returns false, changing nothing, otherwise.
@@ -99,7 +104,8 @@ class BlockPool {
   // Checks: the free queue is well linked and holds exactly the blocks with ref count 0;
   // free + cached-evictable + in use == total and the counters agree; every cached block's
   // tokens hash to its hash and the index finds it; every cached block's parent prefix is
-  // still cached. With expected_ref_counts (one per block), each ref count must equal it.
+  // still cached (when the pool keeps its parent prefixes). With expected_ref_counts (one per
+  // block), each ref count must equal it.
   Status CheckInvariants(std::span<const int> expected_ref_counts = {}) const;
 
  private:
@@ -113,6 +119,7 @@ class BlockPool {
 
   int block_size_;
   BlockHasher hasher_;
+  bool keeps_parent_prefixes_;
   std::vector<KvBlock> blocks_;
   FreeBlockQueue free_queue_;
   // Hash -> cached blocks with that hash (copies of one prefix, or collisions).

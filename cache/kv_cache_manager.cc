@@ -1,6 +1,7 @@
 #include "cache/kv_cache_manager.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -9,10 +10,44 @@
 
 namespace tokenmill {
 
+namespace {
+
+// Most tokens one step can compute for a request alone when its group-1 pool (less the
+// watermark) holds `pool_blocks`: the blocks from the window of its first token to its last,
+// at most (window + n - 2) / block_size + 2 of them.
+int MaxTokensPerStep(const KvCacheConfig& config) {
+  if (config.sliding_window <= 0) return std::numeric_limits<int>::max();
+  const int64_t pool_blocks = int64_t{config.sliding_num_blocks} - config.watermark_blocks;
+  return static_cast<int>(std::min<int64_t>(
+      std::numeric_limits<int>::max(),
+      (pool_blocks - 1) * config.block_size - config.sliding_window + 1));
+}
+
+}  // namespace
+
 KvCacheManager::KvCacheManager(const KvCacheConfig& config, BlockHasher hasher)
-    : config_(config), pool_(config.num_blocks, config.block_size, std::move(hasher)) {
+    : config_(config),
+      pool_(config.num_blocks, config.block_size, hasher),
+      max_tokens_per_step_(MaxTokensPerStep(config)) {
   TM_CHECK(config.watermark_blocks >= 0 && config.watermark_blocks <= config.num_blocks)
       << "watermark of " << config.watermark_blocks << " blocks";
+  if (config.sliding_window > 0) {
+    TM_CHECK_GE(max_tokens_per_step_, 1)
+        << "a sliding-window pool of " << config.sliding_num_blocks << " blocks of "
+        << config.block_size << " (watermark " << config.watermark_blocks
+        << ") cannot hold a window of " << config.sliding_window << " tokens and one more";
+    sliding_pool_.emplace(config.sliding_num_blocks, config.block_size, std::move(hasher),
+                          /*keeps_parent_prefixes=*/false);
+  }
+}
+
+const BlockPool& KvCacheManager::pool(int group) const {
+  TM_CHECK(group >= 0 && group < num_groups()) << "no KV group " << group;
+  return group == 0 ? pool_ : *sliding_pool_;
+}
+
+int KvCacheManager::FirstBlockInWindow(int position) const {
+  return std::max(0, position - config_.sliding_window + 1) / block_size();
 }
 
 BlockKey KvCacheManager::KeyOfBlock(const KvCacheRequest& request, const Table& table,
@@ -42,6 +77,8 @@ PrefixHit KvCacheManager::GetComputedBlocks(const KvCacheRequest& request) {
   const int max_blocks = num_tokens > 0 ? (num_tokens - 1) / block_size() : 0;
   BlockKey key;
   key.extra_key = request.cache_salt;
+  // Group 1's copy of each block hit in group 0 (nullopt: not cached there).
+  std::vector<std::optional<BlockId>> sliding;
   for (int i = 0; i < max_blocks; ++i) {
     key.tokens =
         request.verified_tokens.subspan(static_cast<size_t>(i) * block_size(), block_size());
@@ -49,12 +86,49 @@ PrefixHit KvCacheManager::GetComputedBlocks(const KvCacheRequest& request) {
     const std::optional<BlockId> found = pool_.FindCached(key);
     if (!found.has_value()) break;
     hit.blocks.push_back(*found);
+    if (sliding_pool_.has_value()) sliding.push_back(sliding_pool_->FindCached(key));
     key.parent_hash = key.hash;
     key.parent_prefix_id = pool_.block(*found).identity->prefix_id;
+  }
+  if (sliding_pool_.has_value()) {
+    // The longest hit whose next token finds group 1's window blocks; those before need not be.
+    int num_hit = static_cast<int>(hit.blocks.size());
+    const auto window_present = [&](int n) {
+      for (int i = FirstBlockInWindow(n * block_size()); i < n; ++i) {
+        if (!sliding[i].has_value()) return false;
+      }
+      return true;
+    };
+    while (num_hit > 0 && !window_present(num_hit)) --num_hit;
+    hit.blocks.resize(static_cast<size_t>(num_hit));
+    const int first = num_hit > 0 ? FirstBlockInWindow(num_hit * block_size()) : 0;
+    hit.sliding_blocks.assign(static_cast<size_t>(first), kReleasedBlock);
+    for (int i = first; i < num_hit; ++i) hit.sliding_blocks.push_back(*sliding[i]);
   }
   hit.num_tokens = static_cast<int>(hit.blocks.size()) * block_size();
   prefix_hit_tokens_ += hit.num_tokens;
   return hit;
+}
+
+std::vector<BlockId> KvCacheManager::BlocksBeforeWindow(const Table& table,
+                                                        int first_position) const {
+  const int end = std::min(FirstBlockInWindow(first_position),
+                           static_cast<int>(table.sliding_blocks.size()));
+  std::vector<BlockId> tail_first;
+  for (int i = end - 1; i >= table.num_released_blocks; --i) {
+    tail_first.push_back(table.sliding_blocks[i]);
+  }
+  return tail_first;
+}
+
+void KvCacheManager::ReleaseBeforeWindow(Table& table, int first_position) {
+  const std::vector<BlockId> released = BlocksBeforeWindow(table, first_position);
+  sliding_pool_->Release(released);
+  const int end = table.num_released_blocks + static_cast<int>(released.size());
+  std::fill(table.sliding_blocks.begin() + table.num_released_blocks,
+            table.sliding_blocks.begin() + end, kReleasedBlock);
+  table.num_released_blocks = end;
+  sliding_released_blocks_ += static_cast<int64_t>(released.size());
 }
 
 std::optional<std::vector<BlockId>> KvCacheManager::AllocateSlots(const KvCacheRequest& request,
@@ -63,36 +137,74 @@ std::optional<std::vector<BlockId>> KvCacheManager::AllocateSlots(const KvCacheR
                                                                   const PrefixHit& hit) {
   TM_CHECK(num_new_tokens >= 0 && num_lookahead_tokens >= 0)
       << num_new_tokens << " new and " << num_lookahead_tokens << " lookahead tokens";
-  const std::span<const BlockId> existing = BlockTable(request.id);
-  const bool first_allocation = existing.empty();
+  const auto existing = tables_.find(request.id);
+  const bool first_allocation = existing == tables_.end();
   TM_CHECK_EQ(hit.num_tokens, static_cast<int>(hit.blocks.size()) * block_size());
+  TM_CHECK_EQ(hit.sliding_blocks.size(), sliding_pool_.has_value() ? hit.blocks.size() : 0);
   TM_CHECK(hit.blocks.empty() || (first_allocation && request.num_computed_tokens == 0))
       << "a prefix hit is only taken by a request's first allocation";
 
-  int evictable_hit_blocks = 0;
-  for (const BlockId id : hit.blocks) {
-    const KvBlock& block = pool_.block(id);
-    TM_CHECK(block.identity.has_value())
-        << "hit block " << id << " was evicted between GetComputedBlocks and AllocateSlots";
-    if (block.ref_count == 0) ++evictable_hit_blocks;
-  }
+  const auto num_evictable = [](const BlockPool& pool, std::span<const BlockId> ids) {
+    int count = 0;
+    for (const BlockId id : ids) {
+      if (id == kReleasedBlock) continue;
+      const KvBlock& block = pool.block(id);
+      TM_CHECK(block.identity.has_value())
+          << "hit block " << id << " was evicted between GetComputedBlocks and AllocateSlots";
+      if (block.ref_count == 0) ++count;
+    }
+    return count;
+  };
   const int64_t num_tokens =
       int64_t{request.num_computed_tokens} + hit.num_tokens + num_new_tokens + num_lookahead_tokens;
   const int64_t num_required_blocks = (num_tokens + block_size() - 1) / block_size();
-  const int64_t num_held_blocks = static_cast<int64_t>(existing.size() + hit.blocks.size());
+  const int64_t num_held_blocks =
+      static_cast<int64_t>(hit.blocks.size()) +
+      (first_allocation ? 0 : static_cast<int64_t>(existing->second.blocks.size()));
+  // Both groups' tables have the same length.
   const int64_t num_to_allocate = std::max<int64_t>(0, num_required_blocks - num_held_blocks);
   const int reserve = first_allocation ? config_.watermark_blocks : 0;
-  if (num_to_allocate + reserve > pool_.num_free_blocks() - evictable_hit_blocks) {
+  if (num_to_allocate + reserve > pool_.num_free_blocks() - num_evictable(pool_, hit.blocks)) {
     return std::nullopt;
+  }
+  if (sliding_pool_.has_value()) {
+    // Blocks before the window go back first, so they count as free here.
+    int num_freed = 0;
+    if (!first_allocation) {
+      for (const BlockId id : BlocksBeforeWindow(existing->second, request.num_computed_tokens)) {
+        if (sliding_pool_->block(id).ref_count == 1) ++num_freed;
+      }
+    }
+    if (num_to_allocate + reserve > sliding_pool_->num_free_blocks() + num_freed -
+                                        num_evictable(*sliding_pool_, hit.sliding_blocks)) {
+      return std::nullopt;
+    }
   }
 
   Table& table = tables_[request.id];
   pool_.Touch(hit.blocks);
   table.blocks.insert(table.blocks.end(), hit.blocks.begin(), hit.blocks.end());
   if (first_allocation) table.num_cached_blocks = static_cast<int>(hit.blocks.size());
+  if (sliding_pool_.has_value()) {
+    const auto first_held = std::find_if(hit.sliding_blocks.begin(), hit.sliding_blocks.end(),
+                                         [](BlockId id) { return id != kReleasedBlock; });
+    sliding_pool_->Touch(std::span<const BlockId>(first_held, hit.sliding_blocks.end()));
+    table.sliding_blocks.insert(table.sliding_blocks.end(), hit.sliding_blocks.begin(),
+                                hit.sliding_blocks.end());
+    if (first_allocation) {
+      table.num_released_blocks = static_cast<int>(first_held - hit.sliding_blocks.begin());
+    }
+  }
+  // Computed blocks are cached before group 1 releases them, so a later prompt can hit them.
+  CacheComputedBlocks(request);
+  if (sliding_pool_.has_value()) {
+    ReleaseBeforeWindow(table, request.num_computed_tokens + hit.num_tokens);
+    const std::vector<BlockId> fresh =
+        sliding_pool_->AllocateFresh(static_cast<int>(num_to_allocate));
+    table.sliding_blocks.insert(table.sliding_blocks.end(), fresh.begin(), fresh.end());
+  }
   std::vector<BlockId> fresh = pool_.AllocateFresh(static_cast<int>(num_to_allocate));
   table.blocks.insert(table.blocks.end(), fresh.begin(), fresh.end());
-  CacheComputedBlocks(request);
   return fresh;
 }
 
@@ -106,17 +218,37 @@ void KvCacheManager::CacheComputedBlocks(const KvCacheRequest& request) {
   const int num_full_blocks =
       std::min(num_verified_computed / block_size(), static_cast<int>(table.blocks.size()));
   for (int i = table.num_cached_blocks; i < num_full_blocks; ++i) {
-    pool_.Cache(table.blocks[i], KeyOfBlock(request, table, i));
+    const BlockKey key = KeyOfBlock(request, table, i);
+    const PrefixId prefix_id = pool_.Cache(table.blocks[i], key);
+    // Group 1's copy is known by group 0's prefix id: its own parents may be released.
+    if (sliding_pool_.has_value() && table.sliding_blocks[i] != kReleasedBlock) {
+      sliding_pool_->Cache(table.sliding_blocks[i], key, prefix_id);
+    }
     table.num_cached_blocks = i + 1;
   }
 }
+
+namespace {
+
+// The ids of blocks[begin, size) tail first, released ones left out.
+std::vector<BlockId> HeldTailFirst(std::span<const BlockId> blocks, size_t begin) {
+  std::vector<BlockId> ids;
+  for (size_t i = blocks.size(); i > begin; --i) {
+    if (blocks[i - 1] != kReleasedBlock) ids.push_back(blocks[i - 1]);
+  }
+  return ids;
+}
+
+}  // namespace
 
 void KvCacheManager::Free(const KvCacheRequest& request) {
   const auto it = tables_.find(request.id);
   if (it == tables_.end()) return;
   CacheComputedBlocks(request);
-  const std::vector<BlockId> tail_first(it->second.blocks.rbegin(), it->second.blocks.rend());
-  pool_.Release(tail_first);
+  pool_.Release(HeldTailFirst(it->second.blocks, 0));
+  if (sliding_pool_.has_value()) {
+    sliding_pool_->Release(HeldTailFirst(it->second.sliding_blocks, 0));
+  }
   tables_.erase(it);
 }
 
@@ -127,51 +259,132 @@ void KvCacheManager::FreeTailBlocks(uint64_t request_id, int num_blocks_kept) {
   if (num_blocks_kept >= static_cast<int>(table.blocks.size())) return;
   TM_CHECK_LE(table.num_cached_blocks, num_blocks_kept)
       << "request " << request_id << " would free cached blocks";
-  const std::vector<BlockId> tail_first(table.blocks.rbegin(),
-                                        table.blocks.rend() - num_blocks_kept);
-  pool_.Release(tail_first);
-  table.blocks.resize(static_cast<size_t>(num_blocks_kept));
+  const size_t kept = static_cast<size_t>(num_blocks_kept);
+  pool_.Release(HeldTailFirst(table.blocks, kept));
+  table.blocks.resize(kept);
+  if (sliding_pool_.has_value()) {
+    TM_CHECK_LE(table.num_released_blocks, num_blocks_kept)
+        << "request " << request_id << " would free released blocks";
+    sliding_pool_->Release(HeldTailFirst(table.sliding_blocks, kept));
+    table.sliding_blocks.resize(kept);
+  }
 }
 
-void KvCacheManager::TruncateBlocks(uint64_t request_id, int num_blocks_kept) {
+int KvCacheManager::TruncateBlocks(uint64_t request_id, int num_blocks_kept) {
   const auto it = tables_.find(request_id);
-  if (it == tables_.end()) return;
+  if (it == tables_.end()) return 0;
   Table& table = it->second;
-  if (num_blocks_kept >= static_cast<int>(table.blocks.size())) return;
-  const std::vector<BlockId> tail_first(table.blocks.rbegin(),
-                                        table.blocks.rend() - num_blocks_kept);
-  pool_.Release(tail_first);
-  table.blocks.resize(static_cast<size_t>(num_blocks_kept));
+  // Released group-1 blocks lead the table: keeping any block would keep a hole.
+  if (table.num_released_blocks > 0) num_blocks_kept = 0;
+  if (num_blocks_kept >= static_cast<int>(table.blocks.size())) {
+    return static_cast<int>(table.blocks.size());
+  }
+  const size_t kept = static_cast<size_t>(num_blocks_kept);
+  pool_.Release(HeldTailFirst(table.blocks, kept));
+  table.blocks.resize(kept);
+  if (sliding_pool_.has_value()) {
+    sliding_pool_->Release(HeldTailFirst(table.sliding_blocks, kept));
+    table.sliding_blocks.resize(kept);
+    table.num_released_blocks = 0;
+  }
   table.num_cached_blocks = std::min(table.num_cached_blocks, num_blocks_kept);
   if (table.blocks.empty()) tables_.erase(it);
+  return num_blocks_kept;
 }
 
-std::span<const BlockId> KvCacheManager::BlockTable(uint64_t request_id) const {
+std::span<const BlockId> KvCacheManager::BlockTable(uint64_t request_id, int group) const {
+  TM_CHECK(group >= 0 && group < num_groups()) << "no KV group " << group;
   const auto it = tables_.find(request_id);
   if (it == tables_.end()) return {};
-  return it->second.blocks;
+  return group == 0 ? it->second.blocks : it->second.sliding_blocks;
+}
+
+bool KvCacheManager::ResetPrefixCache() {
+  if (pool_.num_in_use_blocks() > 0 ||
+      (sliding_pool_.has_value() && sliding_pool_->num_in_use_blocks() > 0)) {
+    return false;
+  }
+  pool_.Reset();
+  if (sliding_pool_.has_value()) sliding_pool_->Reset();
+  return true;
 }
 
 void KvCacheManager::Reset() {
   tables_.clear();
   pool_.Reset();
+  if (sliding_pool_.has_value()) sliding_pool_->Reset();
 }
 
 KvCacheStats KvCacheManager::Stats() const {
-  return KvCacheStats{
+  KvCacheStats stats{
       .num_blocks = pool_.num_blocks(),
       .num_free_blocks = pool_.num_free_blocks() - pool_.num_cached_evictable_blocks(),
       .num_cached_evictable_blocks = pool_.num_cached_evictable_blocks(),
       .num_in_use_blocks = pool_.num_in_use_blocks(),
+      .sliding_num_blocks = 0,
+      .sliding_num_in_use_blocks = 0,
+      .sliding_released_blocks = sliding_released_blocks_,
       .usage = pool_.Usage(),
       .prefix_query_tokens = prefix_query_tokens_,
       .prefix_hit_tokens = prefix_hit_tokens_,
       .evictions = pool_.num_evictions(),
   };
+  if (sliding_pool_.has_value()) {
+    stats.sliding_num_blocks = sliding_pool_->num_blocks();
+    stats.sliding_num_in_use_blocks = sliding_pool_->num_in_use_blocks();
+    stats.usage = std::max(stats.usage, sliding_pool_->Usage());
+    stats.evictions += sliding_pool_->num_evictions();
+  }
+  return stats;
+}
+
+Status KvCacheManager::CheckSlidingTable(const std::string& name, const Table& table,
+                                         std::span<int> ref_counts) const {
+  if (table.sliding_blocks.size() != table.blocks.size() || table.num_released_blocks < 0 ||
+      table.num_released_blocks > static_cast<int>(table.blocks.size())) {
+    return InternalError(name + ": group 1 holds " + std::to_string(table.sliding_blocks.size()) +
+                         " blocks (" + std::to_string(table.num_released_blocks) +
+                         " released) for group 0's " + std::to_string(table.blocks.size()));
+  }
+  std::unordered_set<BlockId> seen;
+  for (int i = 0; i < static_cast<int>(table.sliding_blocks.size()); ++i) {
+    const BlockId id = table.sliding_blocks[i];
+    if (i < table.num_released_blocks) {
+      if (id != kReleasedBlock) {
+        return InternalError(name + ": group 1 still holds released block index " +
+                             std::to_string(i));
+      }
+      continue;
+    }
+    if (id < 0 || id >= sliding_pool_->num_blocks() || !seen.insert(id).second) {
+      return InternalError(name + " holds group-1 block " + std::to_string(id) +
+                           " twice or not at all");
+    }
+    ++ref_counts[id];
+    const std::optional<BlockIdentity>& identity = sliding_pool_->block(id).identity;
+    if (i >= table.num_cached_blocks) {
+      if (identity.has_value()) {
+        return InternalError(name + ": group-1 block " + std::to_string(id) +
+                             " is cached past the table's cached prefix");
+      }
+      continue;
+    }
+    const PrefixId parent =
+        i == 0 ? kEmptyPrefix : pool_.block(table.blocks[i - 1]).identity->prefix_id;
+    if (!identity.has_value() ||
+        identity->prefix_id != pool_.block(table.blocks[i]).identity->prefix_id ||
+        identity->parent_prefix_id != parent) {
+      return InternalError(name + ": group-1 block " + std::to_string(id) + " at index " +
+                           std::to_string(i) + " does not hold group 0's prefix");
+    }
+  }
+  return OkStatus();
 }
 
 Status KvCacheManager::CheckInvariants() const {
   std::vector<int> ref_counts(pool_.num_blocks(), 0);
+  std::vector<int> sliding_ref_counts(sliding_pool_.has_value() ? sliding_pool_->num_blocks() : 0,
+                                      0);
   for (const auto& [request_id, table] : tables_) {
     const std::string name = "request " + std::to_string(request_id);
     std::unordered_set<BlockId> seen;
@@ -196,8 +409,16 @@ Status KvCacheManager::CheckInvariants() const {
       }
       parent_prefix = identity->prefix_id;
     }
+    if (sliding_pool_.has_value()) {
+      TM_RETURN_IF_ERROR(CheckSlidingTable(name, table, sliding_ref_counts));
+    }
   }
-  return pool_.CheckInvariants(ref_counts);
+  TM_RETURN_IF_ERROR(pool_.CheckInvariants(ref_counts));
+  if (sliding_pool_.has_value()) {
+    const Status sliding = sliding_pool_->CheckInvariants(sliding_ref_counts);
+    if (!sliding.ok()) return InternalError("KV group 1: " + sliding.message());
+  }
+  return OkStatus();
 }
 
 }  // namespace tokenmill

@@ -9,11 +9,21 @@
 //   end:    Free(req) when it finishes, is aborted or is preempted
 // AllocateSlots returns nothing, changing nothing, when the pool cannot serve it: the
 // scheduler then waits or preempts. That is not an error.
+//
+// KV groups (vLLM's hybrid KV cache manager): group 0 holds the full-attention layers (every
+// layer of a model without sliding-window layers) and keeps all of a request's blocks. A
+// model with sliding-window layers has group 1 too, with its own pool (its blocks hold only
+// those layers' K/V) and its own table per request, indexed like group 0's; its blocks that
+// lie wholly before the window of every token the request can still compute are released
+// (kReleasedBlock in the table) while the request runs. Group 1's cached blocks are keyed by
+// group 0's prefix ids, so a hit in it is as exact as in group 0 although its parents may be
+// gone.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -29,10 +39,18 @@ struct KvCacheConfig {
   int num_blocks = 0;
   int block_size = 16;
   bool enable_prefix_caching = true;
-  // Admitting a request (its first allocation) must leave this many blocks free, so that
-  // running requests can still grow; running requests may use them.
+  // Admitting a request (its first allocation) must leave this many blocks free in each
+  // pool, so that running requests can still grow; running requests may use them.
   int watermark_blocks = 0;
+  // Set (> 0): the sliding-window layers form KV group 1, whose layers attend to the
+  // sliding_window most recent positions (their own included), in a pool of
+  // sliding_num_blocks blocks; num_blocks is then group 0's (the full-attention layers').
+  int sliding_window = 0;
+  int sliding_num_blocks = 0;
 };
+
+// A group-1 table entry whose block was released: it lay wholly before the window.
+inline constexpr BlockId kReleasedBlock = -1;
 
 // What the manager needs to know of a request; the scheduler builds it from its own type.
 struct KvCacheRequest {
@@ -45,9 +63,11 @@ struct KvCacheRequest {
   std::string_view cache_salt;
 };
 
-// A prefix-cache hit: cached blocks holding the first num_tokens tokens of a prompt.
+// A prefix-cache hit: cached blocks holding the first num_tokens tokens of a prompt, in
+// every KV group (for group 1, those inside the window of the first token to compute).
 struct PrefixHit {
-  std::vector<BlockId> blocks;
+  std::vector<BlockId> blocks;          // group 0's
+  std::vector<BlockId> sliding_blocks;  // group 1's, as many, kReleasedBlock before the window
   int num_tokens = 0;
 };
 
@@ -57,7 +77,10 @@ struct KvCacheStats {
   int num_free_blocks = 0;  // free, nothing cached
   int num_cached_evictable_blocks = 0;
   int num_in_use_blocks = 0;
-  double usage = 0.0;               // in use / total
+  int sliding_num_blocks = 0;         // group 1's pool (0 without sliding-window layers)
+  int sliding_num_in_use_blocks = 0;
+  int64_t sliding_released_blocks = 0;  // group-1 blocks released outside windows
+  double usage = 0.0;               // in use / total, of the fuller pool
   int64_t prefix_query_tokens = 0;  // prompt tokens looked up by GetComputedBlocks
   int64_t prefix_hit_tokens = 0;    // of those, found in the cache
   int64_t evictions = 0;            // cached blocks reused for other K/V
@@ -72,25 +95,37 @@ class KvCacheManager {
   int block_size() const { return pool_.block_size(); }
   int num_blocks() const { return pool_.num_blocks(); }
   int watermark_blocks() const { return config_.watermark_blocks; }
-  const BlockPool& pool() const { return pool_; }
-  // The prefix cache's events go to `log` from now on (BlockPool::set_event_log).
+  // 1, or 2 with a sliding-window group.
+  int num_groups() const { return sliding_pool_.has_value() ? 2 : 1; }
+  int sliding_window() const { return config_.sliding_window; }
+  // Group 0's pool, or group `group`'s.
+  const BlockPool& pool(int group = 0) const;
+  // Most tokens (new plus lookahead) one AllocateSlots call can serve for a request alone:
+  // group 1 must hold their blocks with the window before them. No limit without group 1.
+  int max_tokens_per_step() const { return max_tokens_per_step_; }
+  // The prefix cache's events go to `log` from now on (BlockPool::set_event_log): group 0's,
+  // whose prefixes are the ones a request can hit (group 1 only shortens a hit).
   void set_event_log(std::vector<KvCacheEvent>* log) { pool_.set_event_log(log); }
 
   // The longest run of cached full blocks that starts the request's verified tokens, with
-  // the request's salt; at least one token is left to compute (its logits are needed).
-  // No state change: the blocks stay cached-evictable or in use until AllocateSlots takes
-  // them, which must follow before any other allocation. Counts a prefix-cache query.
-  // Empty when prefix caching is off or the request already has blocks.
+  // the request's salt, present in every group (in group 1, the blocks inside the window of
+  // the first token after the hit); at least one token is left to compute (its logits are
+  // needed). No state change: the blocks stay cached-evictable or in use until
+  // AllocateSlots takes them, which must follow before any other allocation. Counts a
+  // prefix-cache query. Empty when prefix caching is off or the request already has blocks.
   PrefixHit GetComputedBlocks(const KvCacheRequest& request);
 
   // Makes room for num_new_tokens tokens after request.num_computed_tokens + hit.num_tokens,
-  // plus num_lookahead_tokens slots for draft tokens (never hashed). Transitions:
+  // plus num_lookahead_tokens slots for draft tokens (never hashed), in every group.
+  // Transitions:
   //   hit blocks:  cached-evictable -> in use, or in use -> in use (shared, ref + 1)
+  //   group 1, blocks wholly before the window of the first token to compute: released as
+  //                Free releases them (cached ones stay cached-evictable)
   //   new blocks:  free -> in use, or cached-evictable -> in use (LRU prefix evicted)
   //   full blocks of computed, verified tokens: in use -> in use (cached)
-  // Returns the newly allocated blocks (maybe none), or nullopt with no state change when
-  // the pool has too few free blocks (keeping watermark_blocks free when this is the
-  // request's first allocation). A block is hashed only once request.num_computed_tokens
+  // Returns group 0's newly allocated blocks (maybe none), or nullopt with no state change
+  // when a pool has too few free blocks (keeping watermark_blocks free in each when this is
+  // the request's first allocation). A block is hashed only once request.num_computed_tokens
   // covers it, so no hit ever reads K/V that a step has yet to write.
   std::optional<std::vector<BlockId>> AllocateSlots(const KvCacheRequest& request,
                                                     int num_new_tokens,
@@ -98,31 +133,34 @@ class KvCacheManager {
                                                     const PrefixHit& hit = {});
 
   // in use (uncached, full of computed verified tokens) -> in use (cached), for the
-  // request's blocks in order. AllocateSlots and Free call it; a scheduler may call it after
-  // a step to share freshly computed blocks at once.
+  // request's blocks in order, in every group. AllocateSlots and Free call it; a scheduler
+  // may call it after a step to share freshly computed blocks at once.
   void CacheComputedBlocks(const KvCacheRequest& request);
 
-  // Caches the request's computed full blocks, then drops its table, tail first:
+  // Caches the request's computed full blocks, then drops its tables, tail first:
   //   in use -> in use (still shared), cached-evictable (back of the LRU queue) or free.
   // No-op for a request without blocks.
   void Free(const KvCacheRequest& request);
 
-  // Drops the request's blocks past the first `num_blocks_kept`, tail first: in use -> free.
-  // For lookahead blocks that only held rejected draft tokens; CHECKs that none of them is
-  // cached (a cached block holds verified tokens).
+  // Drops the request's blocks past the first `num_blocks_kept`, tail first, in every
+  // group: in use -> free. For lookahead blocks that only held rejected draft tokens;
+  // CHECKs that none of them is cached (a cached block holds verified tokens).
   void FreeTailBlocks(uint64_t request_id, int num_blocks_kept);
 
   // Drops the request's blocks past the first `num_blocks_kept`, tail first, cached ones
-  // included (evicting the middle of a request's K/V):
+  // included (evicting the middle of a request's K/V), in every group:
   //   in use -> in use (still shared), cached-evictable or free, as Free does.
-  void TruncateBlocks(uint64_t request_id, int num_blocks_kept);
+  // When group 1 released one of the kept blocks, every block goes (the kept tokens must be
+  // computed again). Returns the number of blocks kept.
+  int TruncateBlocks(uint64_t request_id, int num_blocks_kept);
 
-  // The request's block table (empty when it has none).
-  std::span<const BlockId> BlockTable(uint64_t request_id) const;
+  // The request's block table in `group` (empty when it has none); group 1's has
+  // kReleasedBlock where a block was released.
+  std::span<const BlockId> BlockTable(uint64_t request_id, int group = 0) const;
 
-  // Drops every cached prefix (cached-evictable -> free) when no block is in use; returns
-  // false otherwise.
-  bool ResetPrefixCache() { return pool_.ResetPrefixCache(); }
+  // Drops every cached prefix (cached-evictable -> free) when no block is in use, in every
+  // pool; returns false, changing nothing, otherwise.
+  bool ResetPrefixCache();
 
   // Drops every table and cached prefix: every block -> free, as at construction. Counters
   // are kept.
@@ -130,26 +168,41 @@ class KvCacheManager {
 
   KvCacheStats Stats() const;
 
-  // The pool's invariants (BlockPool::CheckInvariants) with each block's ref count equal to
-  // the number of tables holding it, plus: no table holds a block twice, and each table's
-  // cached blocks are a chain of prefixes (block i's parent prefix is block i-1's).
-  // O(blocks x block_size): for tests, and for TM_DCHECK after each engine step.
+  // Each pool's invariants (BlockPool::CheckInvariants) with each block's ref count equal to
+  // the number of tables holding it, plus: no table holds a block twice, each table's cached
+  // blocks are a chain of prefixes (block i's parent prefix is block i-1's), and group 1's
+  // table is as long as group 0's, released blocks first, its cached blocks holding group 0's
+  // prefix at the same index. O(blocks x block_size): for tests, and for TM_DCHECK after
+  // each engine step.
   Status CheckInvariants() const;
 
  private:
   struct Table {
-    std::vector<BlockId> blocks;
-    int num_cached_blocks = 0;  // blocks[0, num_cached_blocks) hold an identity
+    std::vector<BlockId> blocks;          // group 0
+    std::vector<BlockId> sliding_blocks;  // group 1: as many; [0, num_released) released
+    int num_cached_blocks = 0;            // blocks[0, num_cached_blocks) hold an identity
+    int num_released_blocks = 0;
   };
 
-  // The key of the request's full block `index`, chained to the table's block index-1.
+  // The key of the request's full block `index`, chained to group 0's block index-1.
   BlockKey KeyOfBlock(const KvCacheRequest& request, const Table& table, int index) const;
+  // Group 1's blocks of `table` wholly before the window of position first_position, not
+  // released yet, tail first.
+  std::vector<BlockId> BlocksBeforeWindow(const Table& table, int first_position) const;
+  // The first block index group 1 needs for computing position `position`.
+  int FirstBlockInWindow(int position) const;
+  void ReleaseBeforeWindow(Table& table, int first_position);
+  Status CheckSlidingTable(const std::string& name, const Table& table,
+                           std::span<int> ref_counts) const;
 
   KvCacheConfig config_;
   BlockPool pool_;
+  std::optional<BlockPool> sliding_pool_;
+  int max_tokens_per_step_;
   std::unordered_map<uint64_t, Table> tables_;
   int64_t prefix_query_tokens_ = 0;
   int64_t prefix_hit_tokens_ = 0;
+  int64_t sliding_released_blocks_ = 0;
 };
 
 }  // namespace tokenmill
