@@ -102,9 +102,11 @@ void Scheduler::EvictIfOverWindow(Request& request) {
   TM_CHECK_GT(num_to_evict, 0);
   // Blocks past the sinks drop out of the table; those already hashed (computed before the
   // first eviction, at their true positions) stay in the prefix cache.
+  // A sliding-window group that released the sinks' window keeps nothing: all is recomputed.
   const int num_sink_blocks = request.num_sink_tokens / kv_.block_size();
-  kv_.TruncateBlocks(request.id, num_sink_blocks);
-  request.num_computed_tokens = std::min(request.num_computed_tokens, request.num_sink_tokens);
+  const int num_kept_blocks = kv_.TruncateBlocks(request.id, num_sink_blocks);
+  request.num_computed_tokens =
+      std::min(request.num_computed_tokens, num_kept_blocks * kv_.block_size());
   request.num_evicted_tokens += num_to_evict;
   stats_.num_evicted_tokens += num_to_evict;
 }
@@ -170,13 +172,15 @@ bool Scheduler::ScheduleRunning(std::vector<StepPlan>& plans, int& budget,
     bool preempted_itself = false;
     while (true) {
       // Sized again after each preemption: a victim batched earlier gives its budget back.
-      num_verified = std::min(num_missing, budget);
+      // A sliding-window pool bounds one step's tokens too (KvCacheManager).
+      const int step_limit = std::min(budget, kv_.max_tokens_per_step());
+      num_verified = std::min(num_missing, step_limit);
       num_drafts = 0;
       if (num_verified == num_missing && !request->kv_window.has_value()) {
         // Draft rows sit at positions num_tokens.. and must stay inside the context.
         const int room = max_model_len_ - 1 - request->num_tokens();
         num_drafts = std::max(0, std::min({static_cast<int>(request->draft_token_ids.size()),
-                                           budget - num_verified, room}));
+                                           step_limit - num_verified, room}));
       }
       blocks = kv_.AllocateSlots(KvView(*request), num_verified, num_drafts);
       if (blocks.has_value()) break;
@@ -210,7 +214,8 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget) {
     Request* request = waiting_.Front();
     EvictIfOverWindow(*request);
     const PrefixHit hit = kv_.GetComputedBlocks(KvView(*request));
-    const int num_new = std::min(request->num_cache_tokens() - hit.num_tokens, budget);
+    const int num_new = std::min(
+        {request->num_cache_tokens() - hit.num_tokens, budget, kv_.max_tokens_per_step()});
     std::optional<std::vector<BlockId>> blocks =
         kv_.AllocateSlots(KvView(*request), num_new, 0, hit);
     if (!blocks) break;  // strict order: nobody overtakes the head of the queue
@@ -276,6 +281,7 @@ ScheduledRequest Scheduler::Commit(StepPlan& plan) {
       .first_scheduled = plan.first_scheduled,
       .block_table = {},
       .new_block_ids = std::move(plan.new_block_ids),
+      .sliding_block_table = {},
   };
   for (int position = start; position < start + plan.num_verified_tokens; ++position) {
     scheduled.token_ids.push_back(request.cache_token(position));
@@ -284,6 +290,10 @@ ScheduledRequest Scheduler::Commit(StepPlan& plan) {
                              request.draft_token_ids.begin() + plan.num_draft_tokens);
   const std::span<const BlockId> table = kv_.BlockTable(request.id);
   scheduled.block_table.assign(table.begin(), table.end());
+  if (kv_.num_groups() > 1) {
+    const std::span<const BlockId> sliding = kv_.BlockTable(request.id, 1);
+    scheduled.sliding_block_table.assign(sliding.begin(), sliding.end());
+  }
 
   stats_.num_prompt_tokens +=
       std::max(0, std::min(start + plan.num_verified_tokens, request.num_prompt_tokens) - start);

@@ -30,6 +30,9 @@ struct ScheduledRequest {
   bool first_scheduled = false;
   std::vector<BlockId> block_table;     // the whole table, after this step's allocation
   std::vector<BlockId> new_block_ids;   // allocated this step (already in block_table)
+  // KV group 1's (sliding-window layers) table, as long as block_table, kReleasedBlock where
+  // a block lay wholly before the window; empty without that group.
+  std::vector<BlockId> sliding_block_table;
 };
 
 struct SchedulerOutput {

@@ -43,9 +43,12 @@ inline std::vector<TokenId> ReferenceContinuation(std::span<const TokenId> token
   return out;
 }
 
+// With a sliding window, a second memory stands for KV group 1's layers: each row also reads
+// group 1's slots of the window before it (through sliding_block_table), which must hold the
+// same fingerprints as group 0's, so a released block read, or one reused too early, fails.
 class FakeRunner {
  public:
-  FakeRunner(int num_blocks, int block_size);
+  FakeRunner(int num_blocks, int block_size, int sliding_num_blocks = 0, int sliding_window = 0);
 
   // Writes every row's fingerprint into its slot, then for each request with num_logits > 0
   // verifies its draft rows greedily (accept while the draft equals the token the row before
@@ -54,12 +57,18 @@ class FakeRunner {
   ModelOutput Execute(const SchedulerOutput& step);
 
  private:
-  std::optional<uint64_t> Read(std::span<const BlockId> table, int position) const;
-  void Write(std::span<const BlockId> table, int position, uint64_t fingerprint);
+  using Memory = std::vector<std::optional<uint64_t>>;
+  std::optional<uint64_t> Read(const Memory& memory, std::span<const BlockId> table,
+                               int position) const;
+  void Write(Memory& memory, std::span<const BlockId> table, int position, uint64_t fingerprint);
   std::optional<size_t> Slot(std::span<const BlockId> table, int position) const;
+  // Group 1's window before `position` equals group 0's fingerprints there.
+  void CheckWindow(const ScheduledRequest& request, int position) const;
 
   int block_size_;
-  std::vector<std::optional<uint64_t>> slots_;
+  int sliding_window_;
+  Memory slots_;
+  Memory sliding_slots_;
 };
 
 }  // namespace tokenmill::testing

@@ -25,11 +25,13 @@ struct Coverage {
   int completed = 0;  // ended by length, not aborted
   int too_long = 0;   // Add rejected: the prompt can never fit
   int queue_full = 0;  // Add rejected: max_queue reached (retried later)
+  int64_t released_blocks = 0;  // sliding-window blocks released while their request ran
 };
 
 class RandomWorkload {
  public:
-  explicit RandomWorkload(uint64_t seed) : rng_(seed) {}
+  // sliding: a second KV group of sliding-window layers, with a random window and pool.
+  RandomWorkload(uint64_t seed, bool sliding) : rng_(seed), sliding_(sliding) {}
 
   void Run(Coverage& coverage) {
     const int block_size = Uniform(1, 8);
@@ -40,7 +42,15 @@ class RandomWorkload {
     config.max_num_seqs = Uniform(1, 8);
     config.max_model_len = Uniform(4, 120);
     config.max_queue = Uniform(1, 30);
-    SchedulerSim sim(config, MakeCacheConfig(num_blocks, block_size, watermark));
+    KvCacheConfig cache_config = MakeCacheConfig(num_blocks, block_size, watermark);
+    if (sliding_) {
+      // The smallest pool still serves one token after its window (max_tokens_per_step 1).
+      cache_config.sliding_window = Uniform(1, 3 * block_size);
+      cache_config.sliding_num_blocks =
+          watermark + (cache_config.sliding_window + block_size - 1) / block_size + 1 +
+          Uniform(0, 12);
+    }
+    SchedulerSim sim(config, cache_config);
     const int draft_count = Uniform(0, 3);
     if (draft_count > 0) {
       sim.set_drafter([this, draft_count](RequestId, std::span<const TokenId> tokens) {
@@ -114,6 +124,8 @@ class RandomWorkload {
     const KvCacheStats cache = sim.kv_cache().Stats();
     EXPECT_EQ(cache.num_in_use_blocks, 0);
     EXPECT_EQ(cache.num_free_blocks + cache.num_cached_evictable_blocks, num_blocks);
+    EXPECT_EQ(cache.sliding_num_in_use_blocks, 0);
+    coverage.released_blocks += cache.sliding_released_blocks;
     coverage.preemptions += sim.scheduler().Stats().num_preemptions;
     coverage.prefix_hit_tokens += sim.scheduler().Stats().num_prefix_hit_tokens;
   }
@@ -127,13 +139,14 @@ class RandomWorkload {
   }
 
   std::mt19937_64 rng_;
+  bool sliding_;
 };
 
 TEST(SchedulerRandomizedTest, EveryRequestFinishesWithItsTokensAndNoBlockLeaks) {
   Coverage coverage;
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    RandomWorkload(seed).Run(coverage);
+    RandomWorkload(seed, /*sliding=*/false).Run(coverage);
     if (HasFailure()) return;
   }
   // The workloads exercised what they are meant to.
@@ -145,6 +158,24 @@ TEST(SchedulerRandomizedTest, EveryRequestFinishesWithItsTokensAndNoBlockLeaks) 
   EXPECT_GT(coverage.completed, 2000);
   EXPECT_GT(coverage.too_long, 10);
   EXPECT_GT(coverage.queue_full, 10);
+}
+
+// The same with a sliding-window KV group: the fake runner reads group 1's window before each
+// row, so a released block read or a window block reused too early changes the tokens.
+TEST(SchedulerRandomizedTest, SlidingWindowGroupReleasesAndKeepsEveryWindow) {
+  Coverage coverage;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    RandomWorkload(seed, /*sliding=*/true).Run(coverage);
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(coverage.released_blocks, 1000);
+  EXPECT_GT(coverage.preemptions, 100);
+  EXPECT_GT(coverage.prefix_hit_tokens, 1000);
+  EXPECT_GT(coverage.aborts, 20);
+  EXPECT_GT(coverage.chunked_steps, 100);
+  EXPECT_GT(coverage.draft_steps, 100);
+  EXPECT_GT(coverage.completed, 2000);
 }
 
 }  // namespace
