@@ -152,7 +152,7 @@ int RunGenerate(const Options& o) {
     if (!cuda_step.ok()) return Fail(cuda_step.status());
     run_step = std::move(*cuda_step);
   }
-  BatchBuilder builder(kBlockSize, blocks);
+  BatchBuilder builder(kBlockSize, blocks, NumKvGroups(c));
   const int seq = builder.AddSequence();
   std::mt19937_64 rng(o.seed);
   std::vector<float> logits(static_cast<size_t>(c.n_vocab));

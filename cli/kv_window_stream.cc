@@ -27,7 +27,7 @@ StatusOr<int64_t> KvWindowStream::Run(std::span<const int32_t> text, const OnLog
   const int64_t vocab = model_.config().n_vocab;
   const int sinks = KvWindowSinkTokens(window_, kBlockSize);
   const int limit = KvWindowLimit(window_, kBlockSize, max_model_len_);
-  BatchBuilder builder(kBlockSize, blocks_);
+  BatchBuilder builder(kBlockSize, blocks_, NumKvGroups(model_.config()));
   const int seq = builder.AddSequence();
   std::vector<float> logits;
   std::vector<int32_t> step_tokens;

@@ -76,7 +76,7 @@ class ChunkRunner {
   Status Run(std::span<const int32_t> tokens, std::vector<float>& logits) {
     const int64_t vocab = model_.config().n_vocab;
     logits.resize(tokens.size() * vocab);
-    BatchBuilder builder(kBlockSize, blocks_);
+    BatchBuilder builder(kBlockSize, blocks_, NumKvGroups(model_.config()));
     const int seq = builder.AddSequence();
     for (size_t begin = 0; begin < tokens.size(); begin += kStepTokens) {
       const size_t n = std::min<size_t>(kStepTokens, tokens.size() - begin);

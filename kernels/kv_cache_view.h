@@ -31,8 +31,11 @@ constexpr int64_t KvScaleBytes(KvType type) {
 
 // K and V blocks of n_layers layers in host or device memory; non-owning. K is
 // [layer][block][offset in block][kv head][head_dim], V alike; int8 and fp8 add k_scale and
-// v_scale, one float per [layer][block][offset in block][kv head]. The kernels take one
-// layer's view (n_layers 1, from Layer).
+// v_scale, one float per [layer][block][offset in block][kv head]. Every layer has num_blocks
+// blocks, unless layer_blocks says otherwise: with KV groups of different pool sizes
+// (kernels/paged_kv.h), layer l has the blocks [layer_blocks[l], layer_blocks[l + 1]) of the
+// whole arrays (n_layers + 1 running totals, host memory). The kernels take one layer's view
+// (n_layers 1, from Layer).
 struct KvCacheView {
   KvType type = KvType::kF16;
   void* k = nullptr;
@@ -43,22 +46,27 @@ struct KvCacheView {
   int head_dim = 0;
   float* k_scale = nullptr;  // int8 and fp8 only
   float* v_scale = nullptr;  // int8 and fp8 only
+  const int64_t* layer_blocks = nullptr;
   int n_layers = 1;
 
   // The blocks of layer `layer` alone.
   KvCacheView Layer(int layer) const {
-    const int64_t layer_rows = num_blocks * block_size * n_kv_heads;
-    const int64_t layer_bytes = layer_rows * head_dim * KvElementBytes(type);
+    const int64_t first = layer_blocks != nullptr ? layer_blocks[layer] : layer * num_blocks;
+    const int64_t count =
+        layer_blocks != nullptr ? layer_blocks[layer + 1] - layer_blocks[layer] : num_blocks;
+    const int64_t rows_before = first * block_size * n_kv_heads;
+    const int64_t bytes_before = rows_before * head_dim * KvElementBytes(type);
     const bool scaled = KvScaleBytes(type) > 0;
     return KvCacheView{type,
-                       static_cast<uint8_t*>(k) + layer * layer_bytes,
-                       static_cast<uint8_t*>(v) + layer * layer_bytes,
-                       num_blocks,
+                       static_cast<uint8_t*>(k) + bytes_before,
+                       static_cast<uint8_t*>(v) + bytes_before,
+                       count,
                        block_size,
                        n_kv_heads,
                        head_dim,
-                       scaled ? k_scale + layer * layer_rows : nullptr,
-                       scaled ? v_scale + layer * layer_rows : nullptr,
+                       scaled ? k_scale + rows_before : nullptr,
+                       scaled ? v_scale + rows_before : nullptr,
+                       nullptr,
                        1};
   }
 };

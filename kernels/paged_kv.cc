@@ -1,5 +1,6 @@
 #include "kernels/paged_kv.h"
 
+#include <algorithm>
 #include <string>
 
 namespace tokenmill {
@@ -57,6 +58,13 @@ Status ValidateBlockTable(const RaggedBatch& b, const KvBlockTable& table, int b
 }  // namespace
 
 Status ValidateRaggedBatch(const RaggedBatch& b, int block_size, int64_t num_blocks) {
+  const std::vector<int64_t> group_num_blocks(std::max<size_t>(1, b.block_tables.size()),
+                                              num_blocks);
+  return ValidateRaggedBatch(b, block_size, group_num_blocks);
+}
+
+Status ValidateRaggedBatch(const RaggedBatch& b, int block_size,
+                           std::span<const int64_t> group_num_blocks) {
   const int64_t n_tokens = b.num_tokens();
   if (b.cu_seqlens.empty() || b.cu_seqlens.front() != 0 || b.cu_seqlens.back() != n_tokens) {
     return InvalidArgumentError("cu_seqlens must start at 0 and end at the number of tokens (" +
@@ -65,8 +73,14 @@ Status ValidateRaggedBatch(const RaggedBatch& b, int block_size, int64_t num_blo
   if (b.block_tables.empty()) {
     return InvalidArgumentError("the batch has no KV group's block tables");
   }
+  if (b.block_tables.size() != group_num_blocks.size()) {
+    return InvalidArgumentError("the batch has block tables for " +
+                                std::to_string(b.block_tables.size()) + " KV groups, the pool " +
+                                std::to_string(group_num_blocks.size()));
+  }
   for (size_t group = 0; group < b.block_tables.size(); ++group) {
-    const Status valid = ValidateBlockTable(b, b.block_tables[group], block_size, num_blocks);
+    const Status valid =
+        ValidateBlockTable(b, b.block_tables[group], block_size, group_num_blocks[group]);
     if (!valid.ok() && b.block_tables.size() > 1) {
       return InvalidArgumentError("KV group " + std::to_string(group) + ": " + valid.message());
     }

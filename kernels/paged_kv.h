@@ -39,6 +39,9 @@ struct RaggedBatch {
 // < num_blocks, each token's position within its sequence's KV length and its slot where the
 // block table puts that position.
 Status ValidateRaggedBatch(const RaggedBatch& batch, int block_size, int64_t num_blocks);
+// The same with each KV group's own pool size: group_num_blocks[g] for block_tables[g].
+Status ValidateRaggedBatch(const RaggedBatch& batch, int block_size,
+                           std::span<const int64_t> group_num_blocks);
 
 // Holds one KV group's block tables while a step is built, sequence after sequence.
 class KvBlockTableBuilder {

@@ -1,8 +1,25 @@
 #include "model/forward_input.h"
 
 #include <string>
+#include <vector>
 
 namespace tokenmill {
+
+int NumKvGroups(const ModelConfig& config) {
+  const int sliding = NumLayersInKvGroup(config, 1);
+  return sliding > 0 && sliding < config.n_layers ? 2 : 1;
+}
+
+int KvGroupOfLayer(const ModelConfig& config, int layer) {
+  return NumKvGroups(config) == 2 && config.IsSlidingLayer(layer) ? 1 : 0;
+}
+
+int NumLayersInKvGroup(const ModelConfig& config, int group) {
+  int sliding = 0;
+  for (int layer = 0; layer < config.n_layers; ++layer) sliding += config.IsSlidingLayer(layer);
+  if (sliding == config.n_layers) sliding = 0;  // one group, as NumKvGroups says
+  return group == 1 ? sliding : config.n_layers - sliding;
+}
 
 Status ValidateForwardInput(const ModelConfig& c, const ForwardInput& in, const KvCacheView& kv,
                             size_t logits_size) {
@@ -18,7 +35,13 @@ Status ValidateForwardInput(const ModelConfig& c, const ForwardInput& in, const 
                                 std::to_string(in.batch.block_tables.size()) +
                                 " KV groups; the model has " + std::to_string(NumKvGroups(c)));
   }
-  TM_RETURN_IF_ERROR(ValidateRaggedBatch(in.batch, kv.block_size, kv.num_blocks));
+  // Each group's pool size, from one of its layers' view.
+  std::vector<int64_t> group_num_blocks(static_cast<size_t>(NumKvGroups(c)), -1);
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    int64_t& count = group_num_blocks[static_cast<size_t>(KvGroupOfLayer(c, layer))];
+    if (count < 0) count = kv.Layer(layer).num_blocks;
+  }
+  TM_RETURN_IF_ERROR(ValidateRaggedBatch(in.batch, kv.block_size, group_num_blocks));
   const int64_t n_logits = static_cast<int64_t>(in.logit_rows.size());
   if (static_cast<int64_t>(logits_size) != n_logits * c.n_vocab) {
     return InvalidArgumentError("logits must hold " + std::to_string(n_logits) + " rows of " +

@@ -14,11 +14,15 @@
 
 namespace tokenmill {
 
-// The model's KV groups (kernels/paged_kv.h): layers that share block tables. One today,
-// which every layer reads; a model with sliding-window layers will have one for those
-// and one for its full-attention layers.
-inline int NumKvGroups(const ModelConfig&) { return 1; }
-inline int KvGroupOfLayer(const ModelConfig&, int /*layer*/) { return 0; }
+// The model's KV groups (kernels/paged_kv.h): layers that share block tables. Group 0 holds
+// the full-attention layers; a model with both sliding-window and full-attention layers puts
+// its sliding-window layers in group 1, whose blocks before the window are released
+// (cache/kv_cache_manager.h). A model whose every layer slides has one group that keeps
+// everything: group 0's prefix ids, which group 1's prefix cache is keyed by, need a group
+// that holds every block.
+int NumKvGroups(const ModelConfig& config);
+int KvGroupOfLayer(const ModelConfig& config, int layer);
+int NumLayersInKvGroup(const ModelConfig& config, int group);
 
 struct ForwardInput {
   std::span<const int32_t> token_ids;   // one per token of the batch

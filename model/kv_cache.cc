@@ -3,25 +3,38 @@
 #include <algorithm>
 #include <string>
 
+#include "common/check.h"
+#include "model/forward_input.h"
+
 namespace tokenmill {
 
 KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks,
-                               int block_size) {
+                               int block_size)
+    : KvCacheStorage(config, type, std::vector<int64_t>(NumKvGroups(config), num_blocks),
+                     block_size) {}
+
+KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
+                               std::span<const int64_t> group_num_blocks, int block_size) {
+  TM_CHECK_EQ(static_cast<int>(group_num_blocks.size()), NumKvGroups(config));
+  layer_blocks_.assign(1, 0);
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    layer_blocks_.push_back(layer_blocks_.back() +
+                            group_num_blocks[static_cast<size_t>(KvGroupOfLayer(config, layer))]);
+  }
   view_ = KvCacheView{.type = type,
-                      .num_blocks = num_blocks,
+                      .num_blocks = group_num_blocks[0],
                       .block_size = block_size,
                       .n_kv_heads = config.n_kv_heads,
                       .head_dim = config.head_dim,
+                      .layer_blocks = layer_blocks_.data(),
                       .n_layers = config.n_layers};
-  const int64_t bytes = static_cast<int64_t>(config.n_layers) * num_blocks * block_size *
-                        config.kv_dim() * KvElementBytes(type);
+  const int64_t rows = layer_blocks_.back() * block_size * config.n_kv_heads;
+  const int64_t bytes = rows * config.head_dim * KvElementBytes(type);
   k_.assign(static_cast<size_t>(bytes), 0);
   v_.assign(static_cast<size_t>(bytes), 0);
   view_.k = k_.data();
   view_.v = v_.data();
   if (KvScaleBytes(type) > 0) {
-    const int64_t rows =
-        static_cast<int64_t>(config.n_layers) * num_blocks * block_size * config.n_kv_heads;
     k_scale_.assign(static_cast<size_t>(rows), 0.0f);
     v_scale_.assign(static_cast<size_t>(rows), 0.0f);
     view_.k_scale = k_scale_.data();
@@ -31,8 +44,10 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type, int64_t n
 
 KvCacheView KvCacheStorage::view() { return view_; }
 
-BatchBuilder::BatchBuilder(int block_size, int64_t num_blocks)
-    : block_size_(block_size), num_blocks_(num_blocks) {}
+BatchBuilder::BatchBuilder(int block_size, int64_t num_blocks, int num_kv_groups)
+    : block_size_(block_size),
+      num_blocks_(num_blocks),
+      block_tables_(static_cast<size_t>(num_kv_groups)) {}
 
 int BatchBuilder::AddSequence() {
   seqs_.emplace_back();
@@ -97,8 +112,8 @@ Status BatchBuilder::Truncate(int seq, int32_t length) {
 }
 
 RaggedBatch BatchBuilder::batch() {
-  block_table_ = blocks_.table();
-  return RaggedBatch{positions_, cu_seqlens_, std::span<const KvBlockTable>(&block_table_, 1)};
+  std::fill(block_tables_.begin(), block_tables_.end(), blocks_.table());
+  return RaggedBatch{positions_, cu_seqlens_, block_tables_};
 }
 
 void BatchBuilder::Clear() {

@@ -13,14 +13,18 @@
 
 namespace tokenmill {
 
-// Owns zeroed K/V memory (and int8 scales) of num_blocks blocks of every layer of a model:
-// the pool of its one KV group.
+// Owns zeroed K/V memory (and int8 scales) of a model's KV pools: num_blocks blocks of every
+// layer, or group_num_blocks[g] blocks of each layer of KV group g (model/forward_input.h),
+// so that a sliding-window group's smaller pool takes only its layers' bytes.
 class KvCacheStorage {
  public:
   KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks, int block_size);
+  KvCacheStorage(const ModelConfig& config, KvType type, std::span<const int64_t> group_num_blocks,
+                 int block_size);
   KvCacheView view();
 
  private:
+  std::vector<int64_t> layer_blocks_;  // the view's running totals (kv_cache_view.h)
   KvCacheView view_;
   std::vector<uint8_t> k_;
   std::vector<uint8_t> v_;
@@ -28,11 +32,12 @@ class KvCacheStorage {
   std::vector<float> v_scale_;
 };
 
-// Sequences that take fresh blocks from a bump allocator, and the step inputs for them
-// (one KV group).
+// Sequences that take fresh blocks from a bump allocator, and the step inputs for them. Every
+// KV group gets the same tables (nothing is released: all layers keep every block), so give
+// num_kv_groups = NumKvGroups(config) and a storage with num_blocks in every group.
 class BatchBuilder {
  public:
-  BatchBuilder(int block_size, int64_t num_blocks);
+  BatchBuilder(int block_size, int64_t num_blocks, int num_kv_groups = 1);
 
   // A new empty sequence; returns its index.
   int AddSequence();
@@ -66,8 +71,8 @@ class BatchBuilder {
   std::vector<Sequence> seqs_;
   std::vector<int32_t> step_seqs_;
   std::vector<int32_t> token_ids_, positions_, cu_seqlens_{0}, logit_rows_;
-  KvBlockTableBuilder blocks_;  // the one KV group's
-  KvBlockTable block_table_;    // batch()'s view of blocks_
+  KvBlockTableBuilder blocks_;  // every KV group's
+  std::vector<KvBlockTable> block_tables_;  // batch()'s views of blocks_, one per group
 };
 
 }  // namespace tokenmill

@@ -1,5 +1,9 @@
 #include "model/cuda/cuda_kv_cache.h"
 
+#include <string>
+
+#include "model/forward_input.h"
+
 namespace tokenmill::cuda {
 
 int64_t CudaKvCache::BytesPerBlock(const ModelConfig& config, KvType type, int block_size) {
@@ -10,9 +14,24 @@ int64_t CudaKvCache::BytesPerBlock(const ModelConfig& config, KvType type, int b
 
 StatusOr<CudaKvCache> CudaKvCache::Create(const ModelConfig& config, KvType type,
                                           int64_t num_blocks, int block_size) {
+  return Create(config, type, std::vector<int64_t>(NumKvGroups(config), num_blocks), block_size);
+}
+
+StatusOr<CudaKvCache> CudaKvCache::Create(const ModelConfig& config, KvType type,
+                                          std::span<const int64_t> group_num_blocks,
+                                          int block_size) {
+  if (static_cast<int>(group_num_blocks.size()) != NumKvGroups(config)) {
+    return InvalidArgumentError("KV pools for " + std::to_string(group_num_blocks.size()) +
+                                " groups; the model has " + std::to_string(NumKvGroups(config)));
+  }
   CudaKvCache cache;
-  const int64_t rows =
-      static_cast<int64_t>(config.n_layers) * num_blocks * block_size * config.n_kv_heads;
+  cache.layer_blocks_.assign(1, 0);
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    cache.layer_blocks_.push_back(
+        cache.layer_blocks_.back() +
+        group_num_blocks[static_cast<size_t>(KvGroupOfLayer(config, layer))]);
+  }
+  const int64_t rows = cache.layer_blocks_.back() * block_size * config.n_kv_heads;
   const int64_t bytes = rows * config.head_dim * KvElementBytes(type);
   TM_ASSIGN_OR_RETURN(cache.k_, DeviceBuffer::Allocate(bytes));
   TM_ASSIGN_OR_RETURN(cache.v_, DeviceBuffer::Allocate(bytes));
@@ -21,10 +40,11 @@ StatusOr<CudaKvCache> CudaKvCache::Create(const ModelConfig& config, KvType type
   cache.view_ = KvCacheView{.type = type,
                             .k = cache.k_.data(),
                             .v = cache.v_.data(),
-                            .num_blocks = num_blocks,
+                            .num_blocks = group_num_blocks[0],
                             .block_size = block_size,
                             .n_kv_heads = config.n_kv_heads,
                             .head_dim = config.head_dim,
+                            .layer_blocks = cache.layer_blocks_.data(),
                             .n_layers = config.n_layers};
   if (KvScaleBytes(type) > 0) {
     TM_ASSIGN_OR_RETURN(cache.k_scale_, DeviceBuffer::Allocate(rows * KvScaleBytes(type)));

@@ -2,6 +2,10 @@
 // host; its view carries device pointers for CudaForwardPass.
 #pragma once
 
+#include <cstdint>
+#include <span>
+#include <vector>
+
 #include "common/status.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/kv_cache_view.h"
@@ -15,6 +19,9 @@ class CudaKvCache {
   // layer; ResourceExhausted when they do not fit in the device's memory.
   static StatusOr<CudaKvCache> Create(const ModelConfig& config, KvType type, int64_t num_blocks,
                                       int block_size);
+  // group_num_blocks[g] blocks of each layer of KV group g, as KvCacheStorage lays them out.
+  static StatusOr<CudaKvCache> Create(const ModelConfig& config, KvType type,
+                                      std::span<const int64_t> group_num_blocks, int block_size);
   // Device bytes of one block (K and V with their scales, all layers): what the CPU backend
   // counts for the same type, so --kv-cache-memory gives both the same block count.
   static int64_t BytesPerBlock(const ModelConfig& config, KvType type, int block_size);
@@ -22,6 +29,7 @@ class CudaKvCache {
   KvCacheView view() const { return view_; }
 
  private:
+  std::vector<int64_t> layer_blocks_;  // host memory: the view's running totals
   KvCacheView view_;
   DeviceBuffer k_;
   DeviceBuffer v_;

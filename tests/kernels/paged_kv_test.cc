@@ -71,13 +71,23 @@ TEST(ValidateRaggedBatchTest, ChecksEveryKvGroup) {
   EXPECT_NE(small_pool.message().find("KV group 0: block id 7"), std::string::npos)
       << small_pool.ToString();
   EXPECT_FALSE(ValidateRaggedBatch({s.positions, s.cu_seqlens, {}}, 4, 8).ok());
+  // Each group against its own pool: group 1's block 6 needs 7 blocks there.
+  const std::array<int64_t, 2> pools = {8, 7};
+  EXPECT_TRUE(ValidateRaggedBatch({s.positions, s.cu_seqlens, both_good}, 4, pools).ok());
+  const std::array<int64_t, 2> small_second = {8, 6};
+  const Status second =
+      ValidateRaggedBatch({s.positions, s.cu_seqlens, both_good}, 4, small_second);
+  EXPECT_NE(second.message().find("KV group 1: block id 6"), std::string::npos)
+      << second.ToString();
+  const std::array<int64_t, 1> one_pool = {8};
+  EXPECT_FALSE(ValidateRaggedBatch({s.positions, s.cu_seqlens, both_good}, 4, one_pool).ok());
 }
 
 TEST(KvCacheViewTest, ALayerIsAViewOfItsOwnBlocks) {
   std::vector<uint8_t> k(3 * 5 * 4 * 2 * 8), v(k.size());
   std::vector<float> k_scale(3 * 5 * 4 * 2), v_scale(k_scale.size());
   const KvCacheView pool{KvType::kInt8, k.data(), v.data(), 5, 4, 2, 8,
-                         k_scale.data(), v_scale.data(), 3};
+                         k_scale.data(), v_scale.data(), nullptr, 3};
   const KvCacheView layer = pool.Layer(2);
   EXPECT_EQ(layer.n_layers, 1);
   EXPECT_EQ(layer.num_blocks, 5);
@@ -85,9 +95,29 @@ TEST(KvCacheViewTest, ALayerIsAViewOfItsOwnBlocks) {
   EXPECT_EQ(static_cast<uint8_t*>(layer.v), v.data() + 2 * 5 * 4 * 2 * 8);
   EXPECT_EQ(layer.k_scale, k_scale.data() + 2 * 5 * 4 * 2);
   EXPECT_EQ(layer.v_scale, v_scale.data() + 2 * 5 * 4 * 2);
-  const KvCacheView f16{KvType::kF16, k.data(), v.data(), 5, 4, 2, 4, nullptr, nullptr, 3};
+  const KvCacheView f16{KvType::kF16, k.data(), v.data(), 5, 4, 2, 4, nullptr, nullptr,
+                        nullptr, 3};
   EXPECT_EQ(static_cast<uint8_t*>(f16.Layer(1).k), k.data() + 5 * 4 * 2 * 4 * 2);
   EXPECT_EQ(f16.Layer(1).k_scale, nullptr);
+}
+
+// KV groups of different pool sizes: layer 1 (a sliding-window group's, 2 blocks) sits
+// between layers 0 and 2 (5 blocks each), each view holding only its own blocks.
+TEST(KvCacheViewTest, GroupedLayersHaveTheirOwnBlockCounts) {
+  const int64_t layer_blocks[] = {0, 5, 7, 12};
+  std::vector<uint8_t> k(12 * 4 * 2 * 8), v(k.size());
+  std::vector<float> k_scale(12 * 4 * 2), v_scale(k_scale.size());
+  const KvCacheView pool{KvType::kInt8, k.data(), v.data(), 5, 4, 2, 8,
+                         k_scale.data(), v_scale.data(), layer_blocks, 3};
+  EXPECT_EQ(pool.Layer(0).num_blocks, 5);
+  EXPECT_EQ(pool.Layer(1).num_blocks, 2);
+  EXPECT_EQ(pool.Layer(2).num_blocks, 5);
+  EXPECT_EQ(static_cast<uint8_t*>(pool.Layer(1).k), k.data() + 5 * 4 * 2 * 8);
+  EXPECT_EQ(static_cast<uint8_t*>(pool.Layer(2).v), v.data() + 7 * 4 * 2 * 8);
+  EXPECT_EQ(pool.Layer(2).k_scale, k_scale.data() + 7 * 4 * 2);
+  EXPECT_EQ(pool.Layer(2).layer_blocks, nullptr);
+  // The last layer ends at the end of the arrays.
+  EXPECT_EQ(static_cast<uint8_t*>(pool.Layer(2).k) + 5 * 4 * 2 * 8, k.data() + k.size());
 }
 
 }  // namespace

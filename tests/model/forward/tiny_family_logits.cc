@@ -31,7 +31,7 @@ Status Run(const Model& model, const CpuContext& ctx, const std::vector<int32_t>
   const int64_t blocks =
       static_cast<int64_t>(tokens.size() + companion.size()) / kBlockSize + 2;
   KvCacheStorage storage(c, KvType::kF16, blocks, kBlockSize);
-  BatchBuilder builder(kBlockSize, blocks);
+  BatchBuilder builder(kBlockSize, blocks, NumKvGroups(c));
   ForwardPass forward(model, ctx);
   const int seq = builder.AddSequence();
   const int other = builder.AddSequence();
