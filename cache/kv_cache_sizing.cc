@@ -50,4 +50,59 @@ StatusOr<KvCachePlan> PlanKvCache(const KvGeometry& geometry, int block_size,
   return plan;
 }
 
+int64_t FullGroupBlocks(int64_t num_tokens, int block_size) {
+  return (num_tokens + block_size - 1) / block_size;
+}
+
+int64_t SlidingGroupBlocks(const KvGroupsShape& shape, int64_t num_tokens, int block_size) {
+  const int64_t window_blocks = (shape.sliding_window - 1 + block_size - 1) / block_size + 1;
+  return std::min(FullGroupBlocks(num_tokens, block_size), window_blocks);
+}
+
+std::string KvGroupsPlan::Describe() const {
+  return full.Describe() + " for full-attention layers; sliding-window layers' " +
+         sliding.Describe().substr(std::string("KV cache: ").size());
+}
+
+StatusOr<KvGroupsPlan> PlanKvCacheGroups(const KvGroupsShape& shape, int block_size,
+                                         int64_t budget_bytes, int design_tokens,
+                                         int min_sliding_blocks) {
+  if (shape.sliding_window <= 0 || design_tokens <= 0) {
+    return InvalidArgumentError("a sliding window of " + std::to_string(shape.sliding_window) +
+                                " tokens, requests of " + std::to_string(design_tokens) +
+                                ": both must be positive");
+  }
+  // Block sizes (and the geometry's checks) from a one-block plan of each group.
+  TM_ASSIGN_OR_RETURN(const KvCachePlan full_block, PlanKvCache(shape.full, block_size,
+                                                                shape.full.BytesPerToken() *
+                                                                    block_size));
+  TM_ASSIGN_OR_RETURN(const KvCachePlan sliding_block,
+                      PlanKvCache(shape.sliding, block_size,
+                                  shape.sliding.BytesPerToken() * block_size));
+  const int64_t full_bytes =
+      FullGroupBlocks(design_tokens, block_size) * full_block.bytes_per_block;
+  const int64_t sliding_bytes =
+      SlidingGroupBlocks(shape, design_tokens, block_size) * sliding_block.bytes_per_block;
+  const double sliding_share =
+      static_cast<double>(sliding_bytes) / static_cast<double>(full_bytes + sliding_bytes);
+  // One step's blocks first (a prefill chunk holds its window and the chunk), then the share.
+  const int64_t rest = budget_bytes - int64_t{min_sliding_blocks} * sliding_block.bytes_per_block;
+  const int64_t share_bytes =
+      std::max<int64_t>(0, static_cast<int64_t>(static_cast<double>(rest) * sliding_share));
+  const int64_t sliding_blocks = min_sliding_blocks + share_bytes / sliding_block.bytes_per_block;
+  const int64_t sliding_budget = sliding_blocks * sliding_block.bytes_per_block;
+  if (sliding_budget >= budget_bytes) {
+    return InvalidArgumentError(
+        "a KV cache budget of " + FormatBytes(budget_bytes) + " leaves nothing for the " +
+        "full-attention layers after " + std::to_string(sliding_blocks) +
+        " blocks of the sliding-window layers: raise --kv-cache-memory above " +
+        FormatBytes(sliding_budget + full_block.bytes_per_block) + " (much more to serve)");
+  }
+  KvGroupsPlan plan;
+  TM_ASSIGN_OR_RETURN(plan.full,
+                      PlanKvCache(shape.full, block_size, budget_bytes - sliding_budget));
+  TM_ASSIGN_OR_RETURN(plan.sliding, PlanKvCache(shape.sliding, block_size, sliding_budget));
+  return plan;
+}
+
 }  // namespace tokenmill

@@ -38,4 +38,33 @@ struct KvCachePlan {
 // positive or the budget holds no block (the message says how much is needed).
 StatusOr<KvCachePlan> PlanKvCache(const KvGeometry& geometry, int block_size, int64_t budget_bytes);
 
+// A model with sliding-window layers (KV group 1, cache/kv_cache_manager.h) beside its
+// full-attention ones (group 0): what one request of `tokens` tokens holds in each group.
+struct KvGroupsShape {
+  KvGeometry full;     // group 0's layers
+  KvGeometry sliding;  // group 1's layers
+  int sliding_window = 0;
+};
+// Blocks of a request of num_tokens tokens: group 0 all of them, group 1 at most those of its
+// window (a token and the window - 1 before it, across one more block edge).
+int64_t FullGroupBlocks(int64_t num_tokens, int block_size);
+int64_t SlidingGroupBlocks(const KvGroupsShape& shape, int64_t num_tokens, int block_size);
+
+struct KvGroupsPlan {
+  KvCachePlan full;
+  KvCachePlan sliding;
+  int64_t total_bytes() const { return full.total_bytes + sliding.total_bytes; }
+  std::string Describe() const;
+};
+
+// Splits budget_bytes between the two pools so that both fill up together with requests of
+// design_tokens tokens (the context length): per request group 0 takes
+// FullGroupBlocks(design_tokens) blocks and group 1 SlidingGroupBlocks(design_tokens), each
+// block of its own layers' bytes. Group 1 gets min_sliding_blocks first (one step of a
+// request alone: its window and a prefill chunk), then its share of the rest. InvalidArgument
+// as PlanKvCache, or when the budget cannot hold that minimum and a block of group 0.
+StatusOr<KvGroupsPlan> PlanKvCacheGroups(const KvGroupsShape& shape, int block_size,
+                                         int64_t budget_bytes, int design_tokens,
+                                         int min_sliding_blocks);
+
 }  // namespace tokenmill

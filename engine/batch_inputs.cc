@@ -1,18 +1,24 @@
 #include "engine/batch_inputs.h"
 
+#include <algorithm>
 #include <span>
 
+#include "cache/kv_cache_manager.h"
 #include "common/check.h"
 
 namespace tokenmill {
 
 RaggedBatch BatchInputs::batch() const {
-  block_table_ = kv_blocks.table();
-  return RaggedBatch{positions, cu_seqlens, std::span<const KvBlockTable>(&block_table_, 1)};
+  block_tables_.clear();
+  for (const KvBlockTableBuilder& group : kv_blocks) block_tables_.push_back(group.table());
+  return RaggedBatch{positions, cu_seqlens, block_tables_};
 }
 
-BatchInputs BuildBatchInputs(const SchedulerOutput& step, int block_size) {
+BatchInputs BuildBatchInputs(const SchedulerOutput& step, int block_size, int num_kv_groups) {
+  TM_CHECK(num_kv_groups == 1 || num_kv_groups == 2) << num_kv_groups << " KV groups";
   BatchInputs in;
+  in.kv_blocks.resize(static_cast<size_t>(num_kv_groups));
+  std::vector<BlockId> sliding;
   in.token_ids.reserve(static_cast<size_t>(step.num_batched_tokens));
   for (const ScheduledRequest& r : step.requests) {
     TM_CHECK_EQ(static_cast<int>(r.token_ids.size()), r.num_new_tokens) << "request " << r.id;
@@ -25,8 +31,16 @@ BatchInputs BuildBatchInputs(const SchedulerOutput& step, int block_size) {
       in.token_ids.push_back(r.token_ids[static_cast<size_t>(i)]);
       in.positions.push_back(r.num_computed_tokens + i);
     }
-    in.kv_blocks.AddSequence(std::span<const BlockId>(r.block_table).first(num_blocks),
-                             block_size, r.num_computed_tokens, r.num_new_tokens);
+    in.kv_blocks[0].AddSequence(std::span<const BlockId>(r.block_table).first(num_blocks),
+                                block_size, r.num_computed_tokens, r.num_new_tokens);
+    if (num_kv_groups == 2) {
+      const std::vector<BlockId>& table =
+          r.sliding_block_table.empty() ? r.block_table : r.sliding_block_table;
+      TM_CHECK_EQ(table.size(), r.block_table.size()) << "request " << r.id;
+      sliding.assign(table.begin(), table.begin() + num_blocks);
+      std::replace(sliding.begin(), sliding.end(), kReleasedBlock, BlockId{0});
+      in.kv_blocks[1].AddSequence(sliding, block_size, r.num_computed_tokens, r.num_new_tokens);
+    }
     in.first_logit.push_back(static_cast<int32_t>(in.logit_rows.size()));
     const int end = in.cu_seqlens.back() + r.num_new_tokens;
     for (int row = end - r.num_logits; row < end; ++row) in.logit_rows.push_back(row);

@@ -1,7 +1,6 @@
 // Flattens one scheduler step into the forward pass's ragged batch (docs/design.md section 3,
-// "Batch inputs"): token ids, positions, cu_seqlens and the block tables of the step's one
-// KV group (every layer's: kernels/paged_kv.h) from the requests' block tables, plus the rows
-// that need logits.
+// "Batch inputs"): token ids, positions, cu_seqlens and each KV group's block tables
+// (kernels/paged_kv.h) from the requests' block tables, plus the rows that need logits.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +15,7 @@ struct BatchInputs {
   std::vector<int32_t> token_ids;
   std::vector<int32_t> positions;
   std::vector<int32_t> cu_seqlens{0};
-  KvBlockTableBuilder kv_blocks;
+  std::vector<KvBlockTableBuilder> kv_blocks;  // per KV group
   // Rows whose logits are computed, in order: each request's last num_logits rows.
   std::vector<int32_t> logit_rows;
   // Per request of the step: where its rows start in logit_rows.
@@ -26,11 +25,14 @@ struct BatchInputs {
   RaggedBatch batch() const;
 
  private:
-  mutable KvBlockTable block_table_;  // batch()'s view of kv_blocks
+  mutable std::vector<KvBlockTable> block_tables_;  // batch()'s views of kv_blocks
 };
 
-// The step's requests in their batch order. CHECKs that each block table covers the
+// The step's requests in their batch order, for a model of num_kv_groups KV groups. Group 1
+// reads each request's sliding_block_table, a released block's entry pointing at block 0
+// (outside the window, so never read), or block_table where it has none (a pool where
+// nothing is released, as a draft model's). CHECKs that each block table covers the
 // request's tokens after this step (the scheduler allocated them).
-BatchInputs BuildBatchInputs(const SchedulerOutput& step, int block_size);
+BatchInputs BuildBatchInputs(const SchedulerOutput& step, int block_size, int num_kv_groups = 1);
 
 }  // namespace tokenmill

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cache/kv_cache_sizing.h"
 #include "engine/forward_backend.h"
 #include "engine/spec/draft_model_proposer.h"
 #include "engine/spec/ngram_proposer.h"
+#include "model/forward_input.h"
 
 namespace tokenmill {
 namespace {
@@ -35,25 +37,48 @@ Status CheckFits(const Model& model, const Tokenizer& tokenizer, const EngineCon
   return OkStatus();
 }
 
-// The KV pool's block count: the configured one, or as many as its memory holds (a fraction
-// of what `backend` has free, or kv_cache_bytes); more than the watermark.
-StatusOr<int> NumKvBlocks(const ModelConfig& mc, const EngineConfig& config,
-                          ForwardBackend& backend) {
-  int num_blocks = config.num_kv_blocks;
-  if (num_blocks == 0) {
+// The K/V geometry of `num_layers` of the model's layers under config's KV type.
+KvGeometry GeometryOf(const ModelConfig& mc, const EngineConfig& config, int num_layers) {
+  return KvGeometry{num_layers, mc.n_kv_heads, mc.head_dim,
+                    static_cast<int>(KvElementBytes(config.kv_type)),
+                    static_cast<int>(KvScaleBytes(config.kv_type))};
+}
+
+// Each KV group's pool (model/forward_input.h): the configured block count in every group, or
+// as many as the memory holds (a fraction of what `backend` has free, or kv_cache_bytes),
+// split between the groups for requests of the context length (PlanKvCacheGroups); more
+// than the watermark.
+StatusOr<std::vector<int64_t>> NumKvBlocks(const ModelConfig& mc, const EngineConfig& config,
+                                           int max_model_len, ForwardBackend& backend) {
+  const int num_groups = NumKvGroups(mc);
+  std::vector<int64_t> num_blocks(static_cast<size_t>(num_groups), config.num_kv_blocks);
+  if (config.num_kv_blocks == 0) {
     int64_t kv_bytes = config.kv_cache_bytes;
     if (config.kv_cache_fraction > 0) {
       TM_ASSIGN_OR_RETURN(const int64_t free_bytes, backend.FreeMemoryBytes());
       kv_bytes = static_cast<int64_t>(static_cast<double>(free_bytes) * config.kv_cache_fraction);
     }
-    const KvGeometry geometry{mc.n_layers, mc.n_kv_heads, mc.head_dim,
-                              static_cast<int>(KvElementBytes(config.kv_type)),
-                              static_cast<int>(KvScaleBytes(config.kv_type))};
-    TM_ASSIGN_OR_RETURN(KvCachePlan plan, PlanKvCache(geometry, config.block_size, kv_bytes));
-    num_blocks = plan.num_blocks;
+    if (num_groups == 1) {
+      TM_ASSIGN_OR_RETURN(KvCachePlan plan, PlanKvCache(GeometryOf(mc, config, mc.n_layers),
+                                                        config.block_size, kv_bytes));
+      num_blocks[0] = plan.num_blocks;
+    } else {
+      const KvGroupsShape shape{.full = GeometryOf(mc, config, NumLayersInKvGroup(mc, 0)),
+                                .sliding = GeometryOf(mc, config, NumLayersInKvGroup(mc, 1)),
+                                .sliding_window = mc.sliding_window};
+      // One step of a request alone: its window and a whole token budget (KvCacheManager).
+      const int min_sliding_blocks =
+          config.watermark_blocks + 1 +
+          (config.scheduler.max_num_batched_tokens + mc.sliding_window - 1 + config.block_size -
+           1) / config.block_size;
+      TM_ASSIGN_OR_RETURN(KvGroupsPlan plan,
+                          PlanKvCacheGroups(shape, config.block_size, kv_bytes, max_model_len,
+                                            min_sliding_blocks));
+      num_blocks = {plan.full.num_blocks, plan.sliding.num_blocks};
+    }
   }
-  if (num_blocks <= config.watermark_blocks) {
-    return InvalidArgumentError("the KV pool has " + std::to_string(num_blocks) +
+  if (num_blocks[0] <= config.watermark_blocks) {
+    return InvalidArgumentError("the KV pool has " + std::to_string(num_blocks[0]) +
                                 " blocks, not more than the watermark (" +
                                 std::to_string(config.watermark_blocks) +
                                 "): give the KV cache more memory");
@@ -74,11 +99,13 @@ StatusOr<std::unique_ptr<DraftProposer>> MakeProposer(const Tokenizer& tokenizer
   const int max_drafting = config.spec.max_batch_rows / 2;
   TM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardBackend> draft_backend,
                       CreateForwardBackend(*draft_model, config));
-  TM_RETURN_IF_ERROR(draft_backend->AllocateKv(
-      config.kv_type,
-      num_blocks + DraftModelProposer::NumScratchBlocks(
-                       max_drafting, config.spec.num_speculative_tokens, config.block_size),
-      config.block_size));
+  // Every group of the draft model reads the target's group-0 block ids: nothing is released.
+  const std::vector<int64_t> draft_blocks(
+      static_cast<size_t>(NumKvGroups(draft_model->config())),
+      num_blocks + DraftModelProposer::NumScratchBlocks(max_drafting,
+                                                        config.spec.num_speculative_tokens,
+                                                        config.block_size));
+  TM_RETURN_IF_ERROR(draft_backend->AllocateKv(config.kv_type, draft_blocks, config.block_size));
   return std::unique_ptr<DraftProposer>(std::make_unique<DraftModelProposer>(
       *draft_model, std::move(draft_backend), num_blocks, config.block_size, max_drafting,
       config.spec.num_speculative_tokens, tokenizer.end_of_generation_ids()));
@@ -93,23 +120,39 @@ StatusOr<std::unique_ptr<EngineCore>> BuildEngineCore(const Model& model,
   TM_RETURN_IF_ERROR(CheckFits(model, tokenizer, config, draft_model));
   // The backend first: on a GPU the weights take their memory before the KV pool is sized.
   TM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardBackend> backend, CreateForwardBackend(model, config));
-  TM_ASSIGN_OR_RETURN(const int num_blocks, NumKvBlocks(model.config(), config, *backend));
-  auto kv = std::make_unique<KvCacheManager>(KvCacheConfig{
-      .num_blocks = num_blocks,
-      .block_size = config.block_size,
-      .enable_prefix_caching = config.enable_prefix_caching,
-      .watermark_blocks = config.watermark_blocks});
+  const ModelConfig& mc = model.config();
   SchedulerConfig sc = config.scheduler;
-  sc.max_model_len = std::min(sc.max_model_len, model.config().context_length);
+  sc.max_model_len = std::min(sc.max_model_len, mc.context_length);
+  TM_ASSIGN_OR_RETURN(const std::vector<int64_t> num_blocks,
+                      NumKvBlocks(mc, config, sc.max_model_len, *backend));
+  KvCacheConfig kv_config{.num_blocks = static_cast<int>(num_blocks[0]),
+                          .block_size = config.block_size,
+                          .enable_prefix_caching = config.enable_prefix_caching,
+                          .watermark_blocks = config.watermark_blocks,
+                          .sliding_window = 0,
+                          .sliding_num_blocks = 0};
+  if (num_blocks.size() == 2) {
+    kv_config.sliding_window = mc.sliding_window;
+    kv_config.sliding_num_blocks = static_cast<int>(num_blocks[1]);
+    const int64_t min_blocks = config.watermark_blocks + 1 +
+                               (mc.sliding_window + config.block_size - 1) / config.block_size;
+    if (num_blocks[1] < min_blocks) {
+      return InvalidArgumentError(
+          "the sliding-window layers' KV pool has " + std::to_string(num_blocks[1]) +
+          " blocks; a window of " + std::to_string(mc.sliding_window) + " tokens needs at least " +
+          std::to_string(min_blocks) + ": raise --num-kv-blocks or the KV cache memory");
+    }
+  }
+  auto kv = std::make_unique<KvCacheManager>(kv_config);
   sc.eos_token_ids = tokenizer.end_of_generation_ids();
   auto scheduler = std::make_unique<Scheduler>(sc, *kv);
   TM_RETURN_IF_ERROR(backend->AllocateKv(config.kv_type, num_blocks, config.block_size));
   auto runner =
-      std::make_unique<ModelRunner>(model, std::move(backend), num_blocks, config.block_size);
+      std::make_unique<ModelRunner>(model, std::move(backend), num_blocks[0], config.block_size);
   std::unique_ptr<Speculator> speculator;
   if (config.spec.method != SpecMethod::kNone) {
     TM_ASSIGN_OR_RETURN(std::unique_ptr<DraftProposer> proposer,
-                        MakeProposer(tokenizer, config, draft_model, num_blocks));
+                        MakeProposer(tokenizer, config, draft_model, num_blocks[0]));
     speculator = std::make_unique<Speculator>(config.spec, std::move(proposer));
   }
   return std::make_unique<EngineCore>(tokenizer, std::move(kv), std::move(scheduler),

@@ -32,12 +32,13 @@ class CpuBackend final : public ForwardBackend {
     const int64_t row_bytes = c.head_dim * KvElementBytes(type) + KvScaleBytes(type);
     return 2 * static_cast<int64_t>(c.n_layers) * block_size * c.n_kv_heads * row_bytes;
   }
-  Status AllocateKv(KvType type, int64_t num_blocks, int block_size) override {
+  Status AllocateKv(KvType type, std::span<const int64_t> group_num_blocks,
+                    int block_size) override {
     if (!KvTypeOnCpu(type)) {
       return InvalidArgumentError("--kv-cache-dtype " + std::string(KvTypeName(type)) +
                                   " needs --device cuda; on the CPU use f16 or int8");
     }
-    kv_ = std::make_unique<KvCacheStorage>(model_.config(), type, num_blocks, block_size);
+    kv_ = std::make_unique<KvCacheStorage>(model_.config(), type, group_num_blocks, block_size);
     return OkStatus();
   }
   Status Run(const ForwardInput& input, std::span<float> logits) override {
@@ -64,9 +65,11 @@ class CudaBackend final : public ForwardBackend {
   int64_t KvBytesPerBlock(KvType type, int block_size) const override {
     return cuda::CudaKvCache::BytesPerBlock(model_.config(), type, block_size);
   }
-  Status AllocateKv(KvType type, int64_t num_blocks, int block_size) override {
-    TM_ASSIGN_OR_RETURN(cuda::CudaKvCache kv,
-                        cuda::CudaKvCache::Create(model_.config(), type, num_blocks, block_size));
+  Status AllocateKv(KvType type, std::span<const int64_t> group_num_blocks,
+                    int block_size) override {
+    TM_ASSIGN_OR_RETURN(cuda::CudaKvCache kv, cuda::CudaKvCache::Create(model_.config(), type,
+                                                                        group_num_blocks,
+                                                                        block_size));
     kv_ = std::make_unique<cuda::CudaKvCache>(std::move(kv));
     return OkStatus();
   }

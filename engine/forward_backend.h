@@ -21,8 +21,10 @@ class ForwardBackend {
   virtual StatusOr<int64_t> FreeMemoryBytes() const = 0;
   // Bytes of one KV block (K and V of every layer).
   virtual int64_t KvBytesPerBlock(KvType type, int block_size) const = 0;
-  // Allocates the zeroed KV pool; called once, before the first Run.
-  virtual Status AllocateKv(KvType type, int64_t num_blocks, int block_size) = 0;
+  // Allocates the zeroed KV pools, group_num_blocks[g] blocks for each layer of KV group g
+  // (model/forward_input.h: NumKvGroups entries); called once, before the first Run.
+  virtual Status AllocateKv(KvType type, std::span<const int64_t> group_num_blocks,
+                            int block_size) = 0;
   // ForwardPass::Run over the pool; logits are host memory.
   virtual Status Run(const ForwardInput& input, std::span<float> logits) = 0;
 };

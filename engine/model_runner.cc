@@ -5,6 +5,7 @@
 #include "common/check.h"
 #include "engine/batch_inputs.h"
 #include "engine/sampling/rejection_sampler.h"
+#include "model/forward_input.h"
 
 namespace tokenmill {
 
@@ -23,7 +24,7 @@ StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
                                            const DraftProbs& draft_probs) {
   logprobs.clear();
   ended.clear();
-  const BatchInputs in = BuildBatchInputs(step, block_size_);
+  const BatchInputs in = BuildBatchInputs(step, block_size_, NumKvGroups(model_.config()));
   const size_t n_vocab = static_cast<size_t>(model_.config().n_vocab);
   logits_.resize(in.logit_rows.size() * n_vocab);
   TM_RETURN_IF_ERROR(backend_->Run({in.token_ids, in.batch(), in.logit_rows}, logits_));

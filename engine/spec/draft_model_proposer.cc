@@ -5,6 +5,7 @@
 
 #include "engine/batch_inputs.h"
 #include "engine/sampling/sampler.h"
+#include "model/forward_input.h"
 
 namespace tokenmill {
 namespace {
@@ -117,7 +118,7 @@ StatusOr<std::vector<Proposal>> DraftModelProposer::Propose(
       step.requests.push_back(std::move(s));
       members.push_back(i);
     }
-    const BatchInputs in = BuildBatchInputs(step, block_size_);
+    const BatchInputs in = BuildBatchInputs(step, block_size_, NumKvGroups(draft_.config()));
     logits_.resize(in.logit_rows.size() * n_vocab);
     TM_RETURN_IF_ERROR(backend_->Run({in.token_ids, in.batch(), in.logit_rows}, logits_));
     for (size_t m = 0; m < members.size(); ++m) {

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "common/byte_size.h"
 
 namespace tokenmill {
@@ -66,6 +69,52 @@ TEST(KvCacheSizingTest, RejectsAnEmptyGeometry) {
   bad.num_kv_heads = 0;
   EXPECT_FALSE(PlanKvCache(bad, 16, int64_t{1} << 30).ok());
   EXPECT_FALSE(PlanKvCache(kSmolLm2, 0, int64_t{1} << 30).ok());
+}
+
+// Gemma 3 270M: 18 layers (every sixth global), 1 KV head of 256, a 512-token window; f16.
+const KvGroupsShape kGemma3{
+    .full = {.num_layers = 3, .num_kv_heads = 1, .head_dim = 256, .element_bytes = 2},
+    .sliding = {.num_layers = 15, .num_kv_heads = 1, .head_dim = 256, .element_bytes = 2},
+    .sliding_window = 512};
+
+TEST(KvCacheSizingTest, GroupBlocksPerRequest) {
+  EXPECT_EQ(FullGroupBlocks(8192, 16), 512);
+  // Positions [p - 511, p] cross at most 32 block edges: 33 blocks.
+  EXPECT_EQ(SlidingGroupBlocks(kGemma3, 8192, 16), 33);
+  EXPECT_EQ(SlidingGroupBlocks(kGemma3, 100, 16), 7);  // short requests hold all of theirs
+}
+
+TEST(KvCacheSizingTest, GroupPoolsFillUpTogetherForRequestsOfTheDesignLength) {
+  const int64_t budget = int64_t{1} << 30;
+  const int headroom = 162;  // watermark 1 + 1 + (2048 + 511 + 15) / 16
+  const StatusOr<KvGroupsPlan> plan = PlanKvCacheGroups(kGemma3, 16, budget, 8192, headroom);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->full.bytes_per_block, 2 * 3 * 256 * 2 * 16);
+  EXPECT_EQ(plan->sliding.bytes_per_block, 2 * 15 * 256 * 2 * 16);
+  EXPECT_LE(plan->total_bytes(), budget);
+  // Less than a block of either pool is left over.
+  EXPECT_LT(budget - plan->total_bytes(),
+            plan->sliding.bytes_per_block + plan->full.bytes_per_block);
+  const int64_t by_full = plan->full.num_blocks / 512;
+  const int64_t by_sliding = (plan->sliding.num_blocks - headroom) / 33;
+  EXPECT_LE(std::abs(by_full - by_sliding), 1) << by_full << " vs " << by_sliding;
+  // Against every layer in full: 4.5x the requests of 8k tokens in the same bytes.
+  const StatusOr<KvCachePlan> whole = PlanKvCache(
+      {.num_layers = 18, .num_kv_heads = 1, .head_dim = 256, .element_bytes = 2}, 16, budget);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->num_blocks / 512, 7);
+  EXPECT_GE(std::min(by_full, by_sliding), 31);
+  EXPECT_THAT(plan->Describe(), HasSubstr("for full-attention layers; sliding-window layers' "));
+}
+
+TEST(KvCacheSizingTest, GroupPoolsNeedRoomForTheWindow) {
+  const StatusOr<KvGroupsPlan> plan =
+      PlanKvCacheGroups(kGemma3, 16, 162 * int64_t{245760}, 8192, 162);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(plan.status().message(), HasSubstr("raise --kv-cache-memory above"));
+  KvGroupsShape no_window = kGemma3;
+  no_window.sliding_window = 0;
+  EXPECT_FALSE(PlanKvCacheGroups(no_window, 16, int64_t{1} << 30, 8192, 162).ok());
 }
 
 }  // namespace

@@ -176,7 +176,8 @@ std::vector<TokenId> GenerateAlone(const Model& model, std::span<const TokenId> 
                                    int max_tokens) {
   auto backend = CreateForwardBackend(model, SmallConfig());
   TM_CHECK(backend.ok()) << backend.status().ToString();
-  TM_CHECK((*backend)->AllocateKv(KvType::kF16, 16, 16).ok());
+  const int64_t num_blocks[] = {16};
+  TM_CHECK((*backend)->AllocateKv(KvType::kF16, num_blocks, 16).ok());
   BatchBuilder builder(16, 16);
   const int seq = builder.AddSequence();
   std::vector<float> logits(static_cast<size_t>(model.config().n_vocab));
