@@ -30,6 +30,10 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   // Blocks an admission must leave free so running requests can grow.
   int watermark_blocks = 1;
+  // Sliding-window layers in a KV group of their own that keeps only their window
+  // (docs/design.md, "KV groups"); false: every layer keeps every block in one pool, as
+  // vLLM's --disable-hybrid-kv-cache-manager.
+  bool sliding_window_kv_group = true;
   Device device = Device::kCpu;
   // CUDA: > 0 sizes the KV pool as this fraction of the GPU's free memory once the weights are
   // loaded (instead of kv_cache_bytes).

@@ -207,9 +207,10 @@ Status EngineCore::CheckIdle() {
                            " sequences live");
   }
   const KvCacheStats k = kv_->Stats();
-  if (status.ok() && k.num_in_use_blocks != 0) {
-    status = InternalError(std::to_string(k.num_in_use_blocks) +
-                           " KV blocks are still in use with no request left");
+  if (status.ok() && k.num_in_use_blocks + k.sliding_num_in_use_blocks != 0) {
+    status = InternalError(std::to_string(k.num_in_use_blocks) + " + " +
+                           std::to_string(k.sliding_num_in_use_blocks) +
+                           " (sliding-window) KV blocks are still in use with no request left");
   }
   if (!status.ok()) {
     ++idle_check_failures_;

@@ -53,15 +53,16 @@ StatusOr<std::vector<int64_t>> NumKvBlocks(const ModelConfig& mc, const EngineCo
   const int num_groups = NumKvGroups(mc);
   std::vector<int64_t> num_blocks(static_cast<size_t>(num_groups), config.num_kv_blocks);
   if (config.num_kv_blocks == 0) {
+    const bool split = num_groups == 2 && config.sliding_window_kv_group;
     int64_t kv_bytes = config.kv_cache_bytes;
     if (config.kv_cache_fraction > 0) {
       TM_ASSIGN_OR_RETURN(const int64_t free_bytes, backend.FreeMemoryBytes());
       kv_bytes = static_cast<int64_t>(static_cast<double>(free_bytes) * config.kv_cache_fraction);
     }
-    if (num_groups == 1) {
+    if (!split) {
       TM_ASSIGN_OR_RETURN(KvCachePlan plan, PlanKvCache(GeometryOf(mc, config, mc.n_layers),
                                                         config.block_size, kv_bytes));
-      num_blocks[0] = plan.num_blocks;
+      num_blocks.assign(num_blocks.size(), plan.num_blocks);
     } else {
       const KvGroupsShape shape{.full = GeometryOf(mc, config, NumLayersInKvGroup(mc, 0)),
                                 .sliding = GeometryOf(mc, config, NumLayersInKvGroup(mc, 1)),
@@ -131,7 +132,9 @@ StatusOr<std::unique_ptr<EngineCore>> BuildEngineCore(const Model& model,
                           .watermark_blocks = config.watermark_blocks,
                           .sliding_window = 0,
                           .sliding_num_blocks = 0};
-  if (num_blocks.size() == 2) {
+  // Without the sliding-window group the scheduler's tables serve every group (nothing is
+  // released), each group's pool as large as group 0's.
+  if (num_blocks.size() == 2 && config.sliding_window_kv_group) {
     kv_config.sliding_window = mc.sliding_window;
     kv_config.sliding_num_blocks = static_cast<int>(num_blocks[1]);
     const int64_t min_blocks = config.watermark_blocks + 1 +
