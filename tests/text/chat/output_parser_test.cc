@@ -1,0 +1,240 @@
+// The output parsers on transcripts in each family's own format (from the model cards' and
+// vLLM's examples of Qwen2.5, Qwen3, Hermes 2 Pro, Llama 3.1/3.2, Mistral 7B v0.3 and
+// DeepSeek-R1 distills), fed whole, split at every position, and one byte at a time.
+#include "text/chat/output_parser.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace tokenmill {
+namespace {
+
+using Json = nlohmann::json;
+
+struct Call {
+  std::string name;
+  Json arguments;
+};
+
+struct Turn {
+  std::string content;
+  std::string reasoning;
+  std::vector<Call> calls;
+  std::vector<std::string> ids;
+};
+
+// Assembles the deltas as a client does, checking their order on the way: a call's first
+// delta has its id and name and comes before its fragments; indices count up from 0.
+Turn Assemble(const std::vector<ParsedOutput>& pieces) {
+  Turn turn;
+  std::vector<std::string> arguments;
+  for (const ParsedOutput& piece : pieces) {
+    turn.content += piece.content;
+    turn.reasoning += piece.reasoning;
+    for (const ToolCallDelta& delta : piece.tool_calls) {
+      if (!delta.id.empty()) {
+        EXPECT_EQ(delta.index, static_cast<int>(turn.calls.size()));
+        EXPECT_FALSE(delta.name.empty());
+        turn.calls.push_back({delta.name, nullptr});
+        turn.ids.push_back(delta.id);
+        arguments.emplace_back();
+      } else {
+        EXPECT_TRUE(delta.name.empty());
+        EXPECT_EQ(delta.index + 1, static_cast<int>(turn.calls.size()));
+      }
+      arguments.back() += delta.arguments;
+    }
+  }
+  for (size_t i = 0; i < turn.calls.size(); ++i) {
+    turn.calls[i].arguments = Json::parse(arguments[i], nullptr, false);
+    EXPECT_TRUE(turn.calls[i].arguments.is_object()) << arguments[i];
+  }
+  return turn;
+}
+
+Turn Parse(const OutputParserOptions& options, const std::vector<std::string>& pieces) {
+  OutputParser parser(options);
+  std::vector<ParsedOutput> outputs;
+  for (const std::string& piece : pieces) outputs.push_back(parser.Feed(piece));
+  outputs.push_back(parser.Finish());
+  return Assemble(outputs);
+}
+
+void ExpectSame(const Turn& got, const Turn& want, const std::string& how) {
+  EXPECT_EQ(got.content, want.content) << how;
+  EXPECT_EQ(got.reasoning, want.reasoning) << how;
+  ASSERT_EQ(got.calls.size(), want.calls.size()) << how;
+  for (size_t i = 0; i < want.calls.size(); ++i) {
+    EXPECT_EQ(got.calls[i].name, want.calls[i].name) << how;
+    EXPECT_EQ(got.calls[i].arguments, want.calls[i].arguments) << how;
+  }
+}
+
+// The same turn however the output is cut into pieces.
+void ExpectTurn(const OutputParserOptions& options, const std::string& output, const Turn& want) {
+  ExpectSame(Parse(options, {output}), want, "whole");
+  for (size_t cut = 1; cut < output.size(); ++cut) {
+    ExpectSame(Parse(options, {output.substr(0, cut), output.substr(cut)}), want,
+               "split at " + std::to_string(cut));
+  }
+  std::vector<std::string> bytes;
+  for (const char c : output) bytes.emplace_back(1, c);
+  ExpectSame(Parse(options, bytes), want, "byte by byte");
+}
+
+OutputParserOptions Tools(ToolCallFormat format) {
+  return {.tool_calls = format, .reasoning = false, .starts_in_reasoning = false, .seed = 7};
+}
+
+TEST(OutputParserTest, QwenParallelCalls) {
+  // Qwen2.5's function-calling example (Hermes markup).
+  const std::string output =
+      "<tool_call>\n{\"name\": \"get_current_temperature\", \"arguments\": {\"location\": "
+      "\"San Francisco, CA, USA\"}}\n</tool_call>\n<tool_call>\n{\"name\": "
+      "\"get_temperature_date\", \"arguments\": {\"location\": \"San Francisco, CA, USA\", "
+      "\"date\": \"2024-10-01\"}}\n</tool_call>";
+  ExpectTurn(Tools(ToolCallFormat::kHermes), output,
+             {"", "",
+              {{"get_current_temperature", {{"location", "San Francisco, CA, USA"}}},
+               {"get_temperature_date",
+                {{"location", "San Francisco, CA, USA"}, {"date", "2024-10-01"}}}},
+              {}});
+}
+
+TEST(OutputParserTest, HermesTextBeforeTheCall) {
+  const std::string output =
+      "Let me look that up for you.\n<tool_call>\n{\"arguments\": {\"symbol\": \"TSLA\"}, "
+      "\"name\": \"get_stock_fundamentals\"}\n</tool_call>\n";
+  ExpectTurn(Tools(ToolCallFormat::kHermes), output,
+             {"Let me look that up for you.", "",
+              {{"get_stock_fundamentals", {{"symbol", "TSLA"}}}}, {}});
+}
+
+TEST(OutputParserTest, QwenThreeThinksThenCalls) {
+  OutputParserOptions options = Tools(ToolCallFormat::kHermes);
+  options.reasoning = true;
+  const std::string output =
+      "<think>\nThe user wants the weather in Paris. I should call get_weather.\n</think>\n\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+      "\"unit\": \"celsius\"}}\n</tool_call>";
+  ExpectTurn(options, output,
+             {"", "\nThe user wants the weather in Paris. I should call get_weather.\n",
+              {{"get_weather", {{"city", "Paris"}, {"unit", "celsius"}}}}, {}});
+}
+
+TEST(OutputParserTest, Llama31JsonAndPythonTag) {
+  const Turn want{"", "",
+                  {{"get_current_conditions",
+                    {{"location", "San Francisco, CA"}, {"unit", "Fahrenheit"}}}},
+                  {}};
+  ExpectTurn(Tools(ToolCallFormat::kLlama3Json),
+             "{\"name\": \"get_current_conditions\", \"parameters\": {\"location\": \"San "
+             "Francisco, CA\", \"unit\": \"Fahrenheit\"}}",
+             want);
+  ExpectTurn(Tools(ToolCallFormat::kLlama3Json),
+             "<|python_tag|>{\"name\": \"get_current_conditions\", \"parameters\": "
+             "{\"location\": \"San Francisco, CA\", \"unit\": \"Fahrenheit\"}}",
+             want);
+}
+
+TEST(OutputParserTest, Llama32SemicolonSeparatedCalls) {
+  ExpectTurn(Tools(ToolCallFormat::kLlama3Json),
+             "{\"name\": \"get_time\", \"parameters\": {}}; {\"name\": \"get_weather\", "
+             "\"parameters\": {\"city\": \"Oslo\", \"days\": [1, 2]}}",
+             {"", "",
+              {{"get_time", Json::object()},
+               {"get_weather", {{"city", "Oslo"}, {"days", {1, 2}}}}},
+              {}});
+}
+
+TEST(OutputParserTest, MistralListAndIds) {
+  const std::string output =
+      "[TOOL_CALLS] [{\"name\": \"get_current_weather\", \"arguments\": {\"location\": "
+      "\"Paris, France\", \"format\": \"celsius\"}}, {\"name\": \"get_time\", \"arguments\": "
+      "{\"zone\": \"CET\"}}]";
+  ExpectTurn(Tools(ToolCallFormat::kMistral), output,
+             {"", "",
+              {{"get_current_weather", {{"location", "Paris, France"}, {"format", "celsius"}}},
+               {"get_time", {{"zone", "CET"}}}},
+              {}});
+  const Turn turn = Parse(Tools(ToolCallFormat::kMistral), {output});
+  for (const std::string& id : turn.ids) {
+    EXPECT_TRUE(std::regex_match(id, std::regex("[A-Za-z0-9]{9}"))) << id;
+  }
+  const Turn hermes = Parse(Tools(ToolCallFormat::kHermes),
+                            {"<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"});
+  ASSERT_EQ(hermes.ids.size(), 1u);
+  EXPECT_TRUE(std::regex_match(hermes.ids[0], std::regex("call_[A-Za-z0-9]{24}")));
+}
+
+TEST(OutputParserTest, PlainJsonFallback) {
+  ExpectTurn(Tools(ToolCallFormat::kJson),
+             "  [{\"name\": \"a\", \"arguments\": {\"x\": \"}\\\"{\"}}, {\"name\": \"b\", "
+             "\"arguments\": \"{\\\"y\\\": 2}\"}]",
+             {"", "", {{"a", {{"x", "}\"{"}}}, {"b", {{"y", 2}}}}, {}});
+}
+
+TEST(OutputParserTest, AnswersWithoutCallsStayText) {
+  ExpectTurn(Tools(ToolCallFormat::kHermes), "The capital of France is Paris.\n",
+             {"The capital of France is Paris.\n", "", {}, {}});
+  ExpectTurn(Tools(ToolCallFormat::kLlama3Json), "It is {mostly} sunny [today].",
+             {"It is {mostly} sunny [today].", "", {}, {}});
+  ExpectTurn(Tools(ToolCallFormat::kJson), "{\"answer\": 42}", {"{\"answer\": 42}", "", {}, {}});
+  ExpectTurn(Tools(ToolCallFormat::kMistral), "Use [brackets] and <tags>.",
+             {"Use [brackets] and <tags>.", "", {}, {}});
+}
+
+TEST(OutputParserTest, MalformedCallsStayText) {
+  for (const std::string output :
+       {"<tool_call>\n{\"name\": get_weather}\n</tool_call>", "<tool_call>\n{\"name\": \"f\"",
+        "<tool_call>not json at all", "<tool_call>\n{\"name\": \"f\", \"args\": {}}</tool_call>"}) {
+    ExpectTurn(Tools(ToolCallFormat::kHermes), output, {output, "", {}, {}});
+  }
+  ExpectTurn(Tools(ToolCallFormat::kMistral), "[TOOL_CALLS] oops", {"[TOOL_CALLS] oops", "", {}, {}});
+}
+
+TEST(OutputParserTest, CutCallKeepsWhatStreamed) {
+  // max_tokens inside the arguments: the call is out, its arguments unfinished.
+  OutputParser parser(Tools(ToolCallFormat::kHermes));
+  ParsedOutput out = parser.Feed("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"x");
+  out.Append(parser.Finish());
+  ASSERT_EQ(out.tool_calls.size(), 2u);
+  EXPECT_EQ(out.tool_calls[0].name, "f");
+  EXPECT_EQ(out.tool_calls[1].arguments, "{\"a\": \"x");
+  EXPECT_TRUE(parser.called_tools());
+}
+
+TEST(OutputParserTest, ReasoningOpenedByThePrompt) {
+  // DeepSeek-R1 distills' template ends the prompt with "<think>\n".
+  OutputParserOptions options{.tool_calls = std::nullopt, .reasoning = true,
+                              .starts_in_reasoning = true, .seed = 0};
+  ExpectTurn(options, "Okay, 2 + 2 is 4.\n</think>\n\nThe answer is **4**.",
+             {"The answer is **4**.", "Okay, 2 + 2 is 4.\n", {}, {}});
+  EXPECT_TRUE(PromptOpensThink("<｜User｜>2+2?<｜Assistant｜><think>\n"));
+  EXPECT_FALSE(PromptOpensThink("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+}
+
+TEST(OutputParserTest, ReasoningTagsOnlyAtTheStart) {
+  OutputParserOptions options{.tool_calls = std::nullopt, .reasoning = true,
+                              .starts_in_reasoning = false, .seed = 0};
+  ExpectTurn(options, "No thinking here, just <think> as text.",
+             {"No thinking here, just <think> as text.", "", {}, {}});
+  // Cut inside the reasoning: all of it is reasoning.
+  ExpectTurn(options, "<think>still thinking", {"", "still thinking", {}, {}});
+}
+
+TEST(OutputParserTest, FormatsFromTemplates) {
+  EXPECT_EQ(DetectToolCallFormat("{{- '<tool_call>\\n' }}"), ToolCallFormat::kHermes);
+  EXPECT_EQ(DetectToolCallFormat("{{ '[TOOL_CALLS]' }}"), ToolCallFormat::kMistral);
+  EXPECT_EQ(DetectToolCallFormat("<|python_tag|>"), ToolCallFormat::kLlama3Json);
+  EXPECT_EQ(DetectToolCallFormat("{{ messages }}"), ToolCallFormat::kJson);
+  EXPECT_EQ(ToolCallFormatFromName("llama3_json"), ToolCallFormat::kLlama3Json);
+  EXPECT_EQ(ToolCallFormatFromName("harmony"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace tokenmill

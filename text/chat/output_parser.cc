@@ -1,0 +1,41 @@
+#include "text/chat/output_parser.h"
+
+namespace tokenmill {
+
+OutputParser::OutputParser(const OutputParserOptions& options) {
+  if (options.reasoning) reasoning_.emplace(options.starts_in_reasoning);
+  if (options.tool_calls) tools_.emplace(*options.tool_calls, options.seed);
+}
+
+void OutputParser::FeedContent(std::string_view content, ParsedOutput& out) {
+  if (tools_) {
+    tools_->Feed(content, out);
+  } else {
+    out.content += content;
+  }
+}
+
+ParsedOutput OutputParser::Feed(std::string_view text) {
+  ParsedOutput out;
+  if (!reasoning_) {
+    FeedContent(text, out);
+    return out;
+  }
+  std::string content;
+  reasoning_->Feed(text, out.reasoning, content);
+  FeedContent(content, out);
+  return out;
+}
+
+ParsedOutput OutputParser::Finish() {
+  ParsedOutput out;
+  if (reasoning_) {
+    std::string content;
+    reasoning_->Finish(out.reasoning, content);
+    FeedContent(content, out);
+  }
+  if (tools_) tools_->Finish(out);
+  return out;
+}
+
+}  // namespace tokenmill

@@ -1,0 +1,431 @@
+#include "text/chat/tool_call_parser.h"
+
+#include <nlohmann/json.hpp>
+
+#include "text/chat/marker_scan.h"
+
+namespace tokenmill {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr std::string_view kHermesOpen = "<tool_call>";
+constexpr std::string_view kHermesClose = "</tool_call>";
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr std::string_view kMistralMarker = "[TOOL_CALLS]";
+constexpr std::string_view kWhitespace = " \t\r\n";
+
+// Outcome of matching a prefix of the text against a pattern that may still be arriving.
+enum class Match { kYes, kNeedMore, kNo };
+
+// A cursor over the head of a call object: {"name": "<name>", "arguments": {
+class HeadScanner {
+ public:
+  explicit HeadScanner(std::string_view text) : text_(text) {}
+
+  Match Scan(std::string& name) {
+    SkipSpace();
+    if (Match m = Literal("{"); m != Match::kYes) return m;
+    SkipSpace();
+    if (Match m = Literal("\"name\""); m != Match::kYes) return m;
+    SkipSpace();
+    if (Match m = Literal(":"); m != Match::kYes) return m;
+    SkipSpace();
+    if (Match m = String(name); m != Match::kYes) return m;
+    SkipSpace();
+    if (Match m = Literal(","); m != Match::kYes) return m;
+    SkipSpace();
+    Match key = Literal("\"arguments\"");
+    if (key == Match::kNo) key = Literal("\"parameters\"");
+    if (key != Match::kYes) return key;
+    SkipSpace();
+    if (Match m = Literal(":"); m != Match::kYes) return m;
+    SkipSpace();
+    if (pos_ >= text_.size()) return Match::kNeedMore;
+    return text_[pos_] == '{' ? Match::kYes : Match::kNo;
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  void SkipSpace() {
+    while (pos_ < text_.size() && kWhitespace.find(text_[pos_]) != std::string_view::npos) ++pos_;
+  }
+  Match Literal(std::string_view literal) {
+    const std::string_view rest = text_.substr(pos_);
+    if (rest.starts_with(literal)) {
+      pos_ += literal.size();
+      return Match::kYes;
+    }
+    return literal.starts_with(rest) ? Match::kNeedMore : Match::kNo;
+  }
+  // A JSON string, decoded.
+  Match String(std::string& out) {
+    if (pos_ >= text_.size()) return Match::kNeedMore;
+    if (text_[pos_] != '"') return Match::kNo;
+    for (size_t i = pos_ + 1; i < text_.size(); ++i) {
+      if (text_[i] == '\\') {
+        ++i;
+      } else if (text_[i] == '"') {
+        const Json parsed = Json::parse(text_.substr(pos_, i + 1 - pos_), nullptr, false);
+        if (!parsed.is_string() || parsed.get_ref<const std::string&>().empty()) {
+          return Match::kNo;
+        }
+        out = parsed.get<std::string>();
+        pos_ = i + 1;
+        return Match::kYes;
+      } else if (text_[i] == '\n') {
+        return Match::kNo;
+      }
+    }
+    return Match::kNeedMore;
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+// Where the JSON object starting at text[0] == '{' ends (one past its '}'); npos if it has
+// not ended yet.
+size_t ObjectEnd(std::string_view text) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+size_t SkipSpace(std::string_view text) {
+  const size_t at = text.find_first_not_of(kWhitespace);
+  return at == std::string_view::npos ? text.size() : at;
+}
+
+}  // namespace
+
+std::string_view ToolCallFormatName(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes: return "hermes";
+    case ToolCallFormat::kLlama3Json: return "llama3_json";
+    case ToolCallFormat::kMistral: return "mistral";
+    case ToolCallFormat::kJson: break;
+  }
+  return "json";
+}
+
+std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name) {
+  for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json,
+                           ToolCallFormat::kMistral, ToolCallFormat::kJson}) {
+    if (ToolCallFormatName(f) == name) return f;
+  }
+  return std::nullopt;
+}
+
+ToolCallFormat DetectToolCallFormat(std::string_view source) {
+  const auto has = [&](std::string_view s) { return source.find(s) != std::string_view::npos; };
+  if (has(kHermesOpen)) return ToolCallFormat::kHermes;
+  if (has(kMistralMarker)) return ToolCallFormat::kMistral;
+  if (has(kPythonTag) || (has("<|start_header_id|>") && has("\"parameters\": "))) {
+    return ToolCallFormat::kLlama3Json;
+  }
+  return ToolCallFormat::kJson;
+}
+
+void ParsedOutput::Append(ParsedOutput&& more) {
+  content += more.content;
+  reasoning += more.reasoning;
+  for (ToolCallDelta& delta : more.tool_calls) {
+    // Fragments join the call's previous fragment; its first delta (id, name) stays apart.
+    if (!tool_calls.empty() && tool_calls.back().index == delta.index && delta.id.empty() &&
+        tool_calls.back().id.empty()) {
+      tool_calls.back().arguments += delta.arguments;
+    } else {
+      tool_calls.push_back(std::move(delta));
+    }
+  }
+}
+
+std::string NewToolCallId(ToolCallFormat format, std::mt19937_64& random) {
+  static constexpr std::string_view kAlphabet =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::uniform_int_distribution<size_t> pick(0, kAlphabet.size() - 1);
+  const bool mistral = format == ToolCallFormat::kMistral;
+  std::string id = mistral ? "" : "call_";
+  for (int i = 0; i < (mistral ? 9 : 24); ++i) id += kAlphabet[pick(random)];
+  return id;
+}
+
+ToolCallParser::ToolCallParser(ToolCallFormat format, uint64_t seed)
+    : format_(format), random_(seed) {}
+
+void ToolCallParser::Feed(std::string_view text, ParsedOutput& out) {
+  pending_ += text;
+  Step(out, /*final=*/false);
+}
+
+void ToolCallParser::Finish(ParsedOutput& out) {
+  Step(out, /*final=*/true);
+  // Whitespace held back: content of an answer, nothing around calls.
+  if (num_calls_ == 0) out.content += held_space_ + pending_;
+  held_space_.clear();
+  pending_.clear();
+}
+
+void ToolCallParser::Step(ParsedOutput& out, bool final) {
+  for (;;) {
+    bool progressed = false;
+    switch (state_) {
+      case State::kStart: progressed = StepStart(final); break;
+      case State::kText: progressed = StepText(out, final); break;
+      case State::kCallList: progressed = StepCallList(out, final); break;
+      case State::kHead: progressed = StepHead(out, final); break;
+      case State::kArguments: progressed = StepArguments(out); break;
+      case State::kCallTail: progressed = StepCallTail(final); break;
+      case State::kBuffered: progressed = StepBuffered(out, final); break;
+      case State::kDone:
+        EmitContent(pending_, out);
+        pending_.clear();
+        break;
+    }
+    if (!progressed) return;
+  }
+}
+
+bool ToolCallParser::StepStart(bool final) {
+  if (format_ == ToolCallFormat::kHermes || format_ == ToolCallFormat::kMistral) {
+    state_ = State::kText;  // their marker may come anywhere
+    return true;
+  }
+  // Llama 3.x and plain JSON: a call is the whole output, from its first character.
+  const size_t start = SkipSpace(pending_);
+  if (start == pending_.size()) return false;
+  const std::string_view rest = std::string_view(pending_).substr(start);
+  if (format_ == ToolCallFormat::kLlama3Json && rest.size() < kPythonTag.size() &&
+      kPythonTag.starts_with(rest) && !final) {
+    return false;
+  }
+  const bool python_tag = format_ == ToolCallFormat::kLlama3Json && rest.starts_with(kPythonTag);
+  raw_markup_.assign(pending_, 0, start);
+  pending_.erase(0, start);
+  if (python_tag) {
+    raw_markup_ += kPythonTag;
+    pending_.erase(0, kPythonTag.size());
+    state_ = State::kHead;
+  } else if (pending_[0] == '{') {
+    state_ = State::kHead;
+  } else if (pending_[0] == '[' && format_ == ToolCallFormat::kJson) {
+    raw_markup_ += '[';
+    pending_.erase(0, 1);
+    in_list_ = true;
+    state_ = State::kHead;
+  } else {
+    held_space_ = std::move(raw_markup_);
+    raw_markup_.clear();
+    state_ = State::kDone;
+  }
+  return true;
+}
+
+bool ToolCallParser::StepText(ParsedOutput& out, bool final) {
+  const std::string_view marker =
+      format_ == ToolCallFormat::kHermes ? kHermesOpen : kMistralMarker;
+  const MarkerScan scan = ScanForMarker(pending_, marker);
+  const size_t emit = scan.found || !final ? scan.safe_end : pending_.size();
+  EmitContent(std::string_view(pending_).substr(0, emit), out);
+  pending_.erase(0, emit);
+  if (!scan.found) return false;
+  held_space_.clear();  // the whitespace before a call belongs to neither
+  raw_markup_ = marker;
+  pending_.erase(0, marker.size());
+  if (format_ == ToolCallFormat::kMistral) {
+    // [TOOL_CALLS] then a list of calls (or a single one).
+    const size_t start = SkipSpace(pending_);
+    if (start == pending_.size()) {
+      state_ = State::kCallList;  // waits for '[' / '{' in StepCallList
+      in_list_ = false;
+      return final ? (GiveUp(out), true) : false;
+    }
+    if (pending_[start] == '[') {
+      raw_markup_ += pending_.substr(0, start + 1);
+      pending_.erase(0, start + 1);
+      in_list_ = true;
+    }
+  }
+  state_ = State::kHead;
+  return true;
+}
+
+bool ToolCallParser::StepCallList(ParsedOutput& out, bool final) {
+  const size_t start = SkipSpace(pending_);
+  const std::string_view rest = std::string_view(pending_).substr(start);
+  if (rest.empty() && !final) return false;
+  // Mistral: [TOOL_CALLS] seen, its list (or object) not yet.
+  if (num_calls_ == 0 && format_ == ToolCallFormat::kMistral && raw_markup_ == kMistralMarker) {
+    if (rest.empty()) return GiveUp(out), true;
+    if (rest[0] == '[') {
+      raw_markup_ += pending_.substr(0, start + 1);
+      pending_.erase(0, start + 1);
+      in_list_ = true;
+    }
+    state_ = State::kHead;
+    return true;
+  }
+  if (format_ == ToolCallFormat::kHermes) {
+    if (rest.size() < kHermesClose.size() && kHermesClose.starts_with(rest) && !final) {
+      return false;
+    }
+    if (rest.starts_with(kHermesClose)) pending_.erase(0, start + kHermesClose.size());
+    state_ = State::kText;
+    return true;
+  }
+  const char separator = in_list_ ? ',' : ';';
+  if (!rest.empty() && rest[0] == separator &&
+      (in_list_ || format_ == ToolCallFormat::kLlama3Json)) {
+    raw_markup_ = pending_.substr(0, start + 1);
+    pending_.erase(0, start + 1);
+    state_ = State::kHead;
+    return true;
+  }
+  if (in_list_ && !rest.empty() && rest[0] == ']') pending_.erase(0, start + 1);
+  in_list_ = false;
+  state_ = State::kDone;
+  return true;
+}
+
+bool ToolCallParser::StepHead(ParsedOutput& out, bool final) {
+  std::string name;
+  HeadScanner head(pending_);
+  switch (head.Scan(name)) {
+    case Match::kNeedMore:
+      if (final) GiveUp(out);
+      return final;
+    case Match::kNo: {
+      const size_t start = SkipSpace(pending_);
+      if (start < pending_.size() && pending_[start] == '{') {
+        raw_markup_ += pending_.substr(0, start);
+        pending_.erase(0, start);
+        state_ = State::kBuffered;
+      } else {
+        GiveUp(out);
+      }
+      return true;
+    }
+    case Match::kYes: break;
+  }
+  pending_.erase(0, head.pos());
+  BeginCall(std::move(name), out);
+  depth_ = 0;
+  in_string_ = escaped_ = false;
+  state_ = State::kArguments;
+  return true;
+}
+
+bool ToolCallParser::StepArguments(ParsedOutput& out) {
+  size_t i = 0;
+  bool done = false;
+  for (; i < pending_.size() && !done; ++i) {
+    const char c = pending_[i];
+    if (in_string_) {
+      if (escaped_) escaped_ = false;
+      else if (c == '\\') escaped_ = true;
+      else if (c == '"') in_string_ = false;
+    } else if (c == '"') {
+      in_string_ = true;
+    } else if (c == '{' || c == '[') {
+      ++depth_;
+    } else if ((c == '}' || c == ']') && --depth_ == 0) {
+      done = true;
+    }
+  }
+  if (i > 0) {
+    AddArguments(pending_.substr(0, i), out);
+    pending_.erase(0, i);
+  }
+  if (done) state_ = State::kCallTail;
+  return done;
+}
+
+bool ToolCallParser::StepCallTail(bool final) {
+  const size_t start = SkipSpace(pending_);
+  if (start == pending_.size()) {
+    if (final) state_ = State::kDone;
+    return final;
+  }
+  if (pending_[start] == '}') {
+    pending_.erase(0, start + 1);
+    raw_markup_.clear();
+    state_ = State::kCallList;
+  } else {
+    state_ = State::kDone;  // the call is out; what follows its arguments is text
+  }
+  return true;
+}
+
+bool ToolCallParser::StepBuffered(ParsedOutput& out, bool final) {
+  const size_t end = ObjectEnd(pending_);
+  if (end == std::string::npos) {
+    if (final) GiveUp(out);
+    return final;
+  }
+  const Json call = Json::parse(std::string_view(pending_).substr(0, end), nullptr, false);
+  const auto name = call.is_object() ? call.find("name") : call.end();
+  auto arguments = call.is_object() ? call.find("arguments") : call.end();
+  if (call.is_object() && arguments == call.end()) arguments = call.find("parameters");
+  std::string arguments_text;
+  if (arguments != call.end() && arguments->is_object()) {
+    arguments_text = arguments->dump();
+  } else if (arguments != call.end() && arguments->is_string() &&
+             Json::parse(arguments->get<std::string>(), nullptr, false).is_object()) {
+    arguments_text = arguments->get<std::string>();  // some models send the JSON as a string
+  }
+  if (name == call.end() || !name->is_string() || name->get<std::string>().empty() ||
+      arguments_text.empty()) {
+    GiveUp(out);
+    return true;
+  }
+  pending_.erase(0, end);
+  BeginCall(name->get<std::string>(), out);
+  AddArguments(arguments_text, out);
+  raw_markup_.clear();
+  state_ = State::kCallList;
+  return true;
+}
+
+void ToolCallParser::GiveUp(ParsedOutput& out) {
+  EmitContent(raw_markup_ + pending_, out);
+  raw_markup_.clear();
+  pending_.clear();
+  state_ = State::kDone;
+}
+
+void ToolCallParser::EmitContent(std::string_view text, ParsedOutput& out) {
+  const size_t last = text.find_last_not_of(kWhitespace);
+  if (last == std::string_view::npos) {
+    held_space_ += text;
+    return;
+  }
+  out.content += held_space_;
+  out.content += text.substr(0, last + 1);
+  held_space_.assign(text.substr(last + 1));
+}
+
+void ToolCallParser::AddArguments(std::string_view fragment, ParsedOutput& out) {
+  out.Append({.content = "", .reasoning = "",
+              .tool_calls = {{num_calls_ - 1, "", "", std::string(fragment)}}});
+}
+
+void ToolCallParser::BeginCall(std::string name, ParsedOutput& out) {
+  out.tool_calls.push_back({num_calls_, NewToolCallId(format_, random_), std::move(name), ""});
+  ++num_calls_;
+}
+
+}  // namespace tokenmill

@@ -1,0 +1,105 @@
+// The model's tool calls, parsed out of its output as it streams: each family's markup
+// (Hermes/Qwen <tool_call>{...}</tool_call>, Llama 3.x JSON with or without <|python_tag|>,
+// Mistral [TOOL_CALLS][...], and a plain-JSON fallback) becomes calls with an id, a name and
+// their arguments' JSON text; everything else stays content. Markers split across pieces are
+// held back until they can be told apart from text. A call whose head (name, then the start
+// of its arguments object) does not parse stays text, markup included; once the head is
+// parsed the call is committed and its arguments stream as fragments. gpt-oss's harmony
+// channels come with the MoE issue.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tokenmill {
+
+enum class ToolCallFormat { kHermes, kLlama3Json, kMistral, kJson };
+
+// "hermes", "llama3_json", "mistral", "json".
+std::string_view ToolCallFormatName(ToolCallFormat format);
+std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name);
+// The format a chat template's own markup shows: <tool_call> (Hermes, Qwen), <|python_tag|>
+// or Llama 3.1's "parameters" JSON (Llama 3.x), [TOOL_CALLS] (Mistral); kJson otherwise.
+ToolCallFormat DetectToolCallFormat(std::string_view template_source);
+
+// A piece of one call: the first of a call has its index, id and name, the next ones append
+// `arguments` fragments (their concatenation is the arguments' JSON text).
+struct ToolCallDelta {
+  int index = 0;
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
+
+// What a piece of output turned into.
+struct ParsedOutput {
+  std::string content;
+  std::string reasoning;
+  std::vector<ToolCallDelta> tool_calls;
+
+  bool empty() const { return content.empty() && reasoning.empty() && tool_calls.empty(); }
+  // Appends `more`, merging argument fragments of the same call.
+  void Append(ParsedOutput&& more);
+};
+
+// Tool-call ids as each family's templates want them: Mistral's 9 alphanumerics, otherwise
+// "call_" and 24 alphanumerics (OpenAI's shape).
+std::string NewToolCallId(ToolCallFormat format, std::mt19937_64& random);
+
+class ToolCallParser {
+ public:
+  // `seed` makes the ids reproducible (tests); the server seeds from std::random_device.
+  ToolCallParser(ToolCallFormat format, uint64_t seed);
+
+  // The next piece of the output (content only: reasoning is split off before).
+  void Feed(std::string_view text, ParsedOutput& out);
+  // The output ended: text held back comes out as content where it formed no call.
+  void Finish(ParsedOutput& out);
+
+  int num_calls() const { return num_calls_; }
+
+ private:
+  enum class State {
+    kStart,      // nothing but whitespace yet (Llama 3.x / JSON: a call may start here)
+    kText,       // content; Hermes and Mistral look for their marker
+    kCallList,   // between calls: whitespace, separators, the next call or the end
+    kHead,       // a call's head is arriving: buffered
+    kArguments,  // streaming the arguments object
+    kCallTail,   // after the arguments: the call object's closing brace
+    kBuffered,   // a call that does not start with its name: the whole object buffered
+    kDone,       // after the calls: the rest is content
+  };
+
+  void Step(ParsedOutput& out, bool final);
+  bool StepStart(bool final);
+  bool StepText(ParsedOutput& out, bool final);
+  bool StepCallList(ParsedOutput& out, bool final);
+  bool StepHead(ParsedOutput& out, bool final);
+  bool StepArguments(ParsedOutput& out);
+  bool StepCallTail(bool final);
+  bool StepBuffered(ParsedOutput& out, bool final);
+  // The markup since the last committed point did not form a call: it is content.
+  void GiveUp(ParsedOutput& out);
+  void EmitContent(std::string_view text, ParsedOutput& out);
+  void BeginCall(std::string name, ParsedOutput& out);
+  void AddArguments(std::string_view fragment, ParsedOutput& out);
+
+  const ToolCallFormat format_;
+  std::mt19937_64 random_;
+  State state_ = State::kStart;
+  std::string pending_;       // text not yet consumed
+  std::string raw_markup_;    // consumed markup of the call list being parsed, for GiveUp
+  std::string held_space_;    // content whitespace held back (dropped before a call)
+  bool in_list_ = false;      // Mistral / JSON: inside "[...]"
+  int num_calls_ = 0;
+  // The arguments' JSON scanner.
+  int depth_ = 0;
+  bool in_string_ = false;
+  bool escaped_ = false;
+};
+
+}  // namespace tokenmill
