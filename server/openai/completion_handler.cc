@@ -12,6 +12,7 @@
 #include "server/openai/request_body.h"
 #include "server/openai/response_format.h"
 #include "server/openai/structured_output.h"
+#include "server/openai/tool_calls.h"
 
 namespace tokenmill::gateway {
 
@@ -46,11 +47,17 @@ std::optional<HttpError> TooLargeForBackend(const google::protobuf::MessageLite&
                    "invalid_request_error", "", "request_too_large");
 }
 
-// The JSON Schema as the client wrote it: the body parsed again, in order (nlohmann::json
-// sorts object keys).
-void KeepSchemaOrder(const HttpRequest& request, CompletionRequest& parsed) {
+bool HasTools(const CompletionRequest& parsed) {
+  return parsed.endpoint == Endpoint::kChatCompletions &&
+         !parsed.generates.front().chat().tools_json().empty();
+}
+
+// The JSON Schema and tools as the client wrote them: the body parsed again, in order
+// (nlohmann::json sorts object keys).
+void KeepClientOrder(const HttpRequest& request, CompletionRequest& parsed) {
   nlohmann::ordered_json ordered;
   if (ParseRequestBody(request.body(), ordered)) return;  // parsed once already: cannot fail
+  if (HasTools(parsed)) KeepToolsOrder(ordered, *parsed.generates.front().mutable_chat());
   const std::optional<std::string> text =
       OrderedSchemaText(ordered, parsed.structured_output_param);
   if (!text) return;
@@ -66,7 +73,9 @@ std::optional<HttpError> MapCompletionBody(const HttpRequest& request, Endpoint 
   json body;
   std::optional<HttpError> error = ParseRequestBody(request.body(), body);
   if (!error) error = ParseCompletionRequest(body, endpoint, parsed);
-  if (!error && !parsed.structured_output_param.empty()) KeepSchemaOrder(request, parsed);
+  if (!error && (!parsed.structured_output_param.empty() || HasTools(parsed))) {
+    KeepClientOrder(request, parsed);
+  }
   for (size_t i = 0; !error && i < parsed.generates.size(); ++i) {
     error = TooLargeForBackend(parsed.generates[i], kRequestIdBytes);
   }
@@ -246,6 +255,8 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
     }
     const size_t text_offset = choice.text.size();
     choice.text += response.text();
+    choice.reasoning += response.reasoning_text();
+    AppendToolCallDeltas(response, choice.tool_calls);
     if (response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       choice.finish_reason = response.finish_reason();
       choice.stop_string = response.stop_string();
@@ -261,7 +272,8 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
       continue;
     }
     const bool has_content = !response.text().empty() || choice.finish_reason.has_value() ||
-                             !logprobs.empty();
+                             !logprobs.empty() || !response.reasoning_text().empty() ||
+                             !response.tool_calls().empty();
     if (!has_content && started[choice_index]) continue;
     if (!stream_started) {
       stream_started = true;
@@ -273,8 +285,9 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
     }
     std::optional<json> logprobs_json;
     if (parsed.logprobs) logprobs_json = LogprobsJson(endpoint, logprobs, text_offset);
-    const json chunk = ChunkJson(header, static_cast<uint32_t>(choice_index), response.text(),
-                                 logprobs_json, choice.finish_reason, !started[choice_index]);
+    json chunk = ChunkJson(header, static_cast<uint32_t>(choice_index), response.text(),
+                           logprobs_json, choice.finish_reason, !started[choice_index]);
+    if (chat) AddParsedDelta(response, chunk);
     started[choice_index] = true;
     if (!co_await connection.WriteEventChunk(SseEvent(chunk))) {
       client_gone = true;

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "server/openai/structured_output.h"
+#include "server/openai/tool_calls.h"
 
 namespace tokenmill::gateway {
 
@@ -382,26 +383,14 @@ std::optional<HttpError> ParseChatInput(const json& body, CompletionRequest& out
   if (messages == nullptr) return BadRequest("messages is required", "messages");
   v1::Chat& chat = *g.mutable_chat();
   GW_RETURN_IF_ERROR(ParseMessages(*messages, chat));
-  if (const json* tools = Field(body, "tools")) {
-    if (!tools->is_array()) return BadRequest("tools must be a list of tool definitions", "tools");
-    std::optional<std::string> choice;
-    if (const json* tool_choice = Field(body, "tool_choice")) {
-      if (!tool_choice->is_string() ||
-          (*tool_choice != "auto" && *tool_choice != "none")) {
-        return BadRequest("tool_choice: only \"auto\" and \"none\" are supported", "tool_choice");
-      }
-      choice = tool_choice->get<std::string>();
-    }
-    // "none": the model may not call tools, so the template does not offer them.
-    if (choice != "none" && !tools->empty()) chat.set_tools_json(tools->dump());
-  } else if (Field(body, "tool_choice") != nullptr) {
-    const json& tool_choice = *Field(body, "tool_choice");
-    if (tool_choice != "none" && tool_choice != "auto") {
-      return BadRequest("tool_choice names a tool but no tools are given", "tool_choice");
-    }
+  GW_RETURN_IF_ERROR(ParseToolParams(body, chat));
+  if ((chat.tool_choice().has_function_name() ||
+       chat.tool_choice().mode() == v1::TOOL_CHOICE_MODE_REQUIRED) &&
+      !out.structured_output_param.empty()) {
+    return BadRequest("tool_choice forces a tool call, which " + out.structured_output_param +
+                          " would constrain too: give one of them",
+                      "tool_choice");
   }
-  std::optional<bool> parallel;
-  GW_RETURN_IF_ERROR(Bool(body, "parallel_tool_calls", parallel));
   std::optional<bool> add_generation_prompt;
   GW_RETURN_IF_ERROR(Bool(body, "add_generation_prompt", add_generation_prompt));
   if (add_generation_prompt) chat.set_add_generation_prompt(*add_generation_prompt);
@@ -429,8 +418,10 @@ std::optional<HttpError> ParseMessages(const json& messages, v1::Chat& chat) {
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) return BadRequest(where + " must be an object", "messages");
     for (const auto& [key, value] : m.items()) {
-      if (key != "role" && key != "content" && !value.is_null()) {
-        return BadRequest(where + "." + key + " is not supported: send role and content only",
+      if (key != "role" && key != "content" && !IsToolMessageKey(key) && !value.is_null()) {
+        return BadRequest(where + "." + key +
+                              " is not supported: send role, content, name, tool_calls, "
+                              "tool_call_id and reasoning_content only",
                           "messages");
       }
     }
@@ -446,6 +437,7 @@ std::optional<HttpError> ParseMessages(const json& messages, v1::Chat& chat) {
     }
     v1::ChatMessage& out = *chat.add_messages();
     out.set_role(role);
+    GW_RETURN_IF_ERROR(ParseMessageToolFields(m, i, role, out));
     const auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
       if (role != "assistant") return BadRequest(where + ".content is required", "messages");
@@ -464,8 +456,8 @@ std::optional<HttpError> ParseCompletionRequest(const json& body, Endpoint endpo
   if (endpoint == Endpoint::kCompletions) {
     known.insert({"prompt", "best_of", "echo", "suffix"});
   } else {
-    known.insert({"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                  "parallel_tool_calls", "add_generation_prompt"});
+    known.insert({"messages", "max_completion_tokens", "top_logprobs", "add_generation_prompt"});
+    known.insert(ToolParams().begin(), ToolParams().end());
   }
   GW_RETURN_IF_ERROR(RefuseUnknown(body, known));
   out.endpoint = endpoint;

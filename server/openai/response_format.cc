@@ -1,5 +1,7 @@
 #include "server/openai/response_format.h"
 
+#include "server/openai/tool_calls.h"
+
 namespace tokenmill::gateway {
 
 using nlohmann::json;
@@ -32,6 +34,8 @@ std::string FinishReasonName(v1::FinishReason reason) {
       return "length";
     case v1::FINISH_REASON_ABORT:
       return "abort";
+    case v1::FINISH_REASON_TOOL_CALLS:
+      return "tool_calls";
     default:
       return "stop";
   }
@@ -104,7 +108,7 @@ json CompletionJson(const ResponseHeader& header, const std::vector<ChoiceResult
     if (header.endpoint == Endpoint::kCompletions) {
       choice["text"] = c.text;
     } else {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+      choice["message"] = ChatMessageJson(c.text, c.reasoning, c.tool_calls);
     }
     list.push_back(std::move(choice));
   }

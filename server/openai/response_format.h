@@ -22,7 +22,7 @@ struct ResponseHeader {
   std::string model;
 };
 
-// "stop", "length"; an abort (the server was shutting down) is "abort", as vLLM says it.
+// "stop", "length", "tool_calls"; an abort (the server was shutting down) is "abort", as vLLM says it.
 std::string FinishReasonName(v1::FinishReason reason);
 
 // One token's logprob entry, its texts already looked up.
@@ -46,6 +46,9 @@ struct ChoiceResult {
   std::optional<v1::FinishReason> finish_reason;
   std::vector<TokenLogprobText> logprobs;  // when the request asked for them
   std::string stop_string;
+  // Chat: what the server parsed out of the output besides its content (`text`).
+  std::string reasoning;
+  std::vector<v1::ToolCall> tool_calls;
 };
 
 // The whole (non-streamed) response.

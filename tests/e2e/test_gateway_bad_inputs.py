@@ -34,8 +34,8 @@ BAD = [
     ("/detokenize", {"tokens": [5, 60000]}, 400, "tokens", "outside the vocabulary"),
     ("/v1/chat/completions", {"messages": "hi"}, 400, "messages",
      "messages must be a non-empty list"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x", "name": "bob"}]},
-     400, "messages", "messages[0].name is not supported"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x", "refusal": "no"}]},
+     400, "messages", "messages[0].refusal is not supported"),
     ("/v1/chat/completions", {"messages": [{"role": "user"}]}, 400, "messages", "messages[0]"),
     # A "type" that is not a string dropped the connection (found by request_mapping_fuzzer).
     ("/v1/chat/completions", {"messages": user("x"), "response_format": {"type": []}}, 400,
@@ -117,11 +117,13 @@ def test_deeply_nested_body_is_refused(gateway, path, template):
 
 
 def test_tools_nested_within_the_limit_reach_the_template(gateway):
-    # 63 levels of tools inside the body's object: 64 in all, accepted by the gateway; the
-    # server's template renders them.
+    # A tool whose parameters nest 64 levels in all (the body's object the first), accepted by
+    # the gateway; the server's template renders them.
     model = model_name(gateway)
+    tool = ('[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", '
+            '"properties": {"x": {"enum": %s}}}}}]' % nested(57))
     body = ('{"model": "%s", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, '
-            '"tools": %s}' % (model, nested(63)))
+            '"tools": %s}' % (model, tool))
     response = gateway.http.post("/v1/chat/completions", content=body,
                                  headers={"content-type": "application/json"})
     assert response.status_code == 200, response.text

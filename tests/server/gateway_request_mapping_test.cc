@@ -144,7 +144,8 @@ TEST(GatewayRequestMapping, ChatMessagesAndTools) {
 
   const CompletionRequest none = ParseOk(
       json::parse(R"({"messages": [{"role": "user", "content": "x"}],
-                      "tools": [{"type": "function"}], "tool_choice": "none"})"),
+                      "tools": [{"type": "function", "function": {"name": "f"}}],
+                      "tool_choice": "none"})"),
       Endpoint::kChatCompletions);
   EXPECT_EQ(none.generates[0].chat().tools_json(), "");  // "none": the model sees no tools
 }
@@ -194,9 +195,9 @@ TEST(GatewayRequestMapping, RefusalsNameTheParameter) {
     EXPECT_EQ(error.param, c.param) << body.dump() << ": " << error.message;
   }
   const HttpError name = ParseError(
-      json::parse(R"({"messages": [{"role": "user", "content": "x", "name": "bob"}]})"),
+      json::parse(R"({"messages": [{"role": "user", "content": "x", "refusal": "no"}]})"),
       Endpoint::kChatCompletions);
-  EXPECT_NE(name.message.find("messages[0].name is not supported"), std::string::npos);
+  EXPECT_NE(name.message.find("messages[0].refusal is not supported"), std::string::npos);
 }
 
 TEST(GatewayRequestMapping, AffinityKeyFollowsTheSystemPromptOrThePromptStart) {
