@@ -52,7 +52,10 @@ Status EngineCore::Add(RequestId id, ValidatedRequest valid, Clock::time_point s
     outputs_.emplace(id + static_cast<RequestId>(i),
                      RequestOutput(id, i, tokenizer_, request.stop_strings, request.sink,
                                    num_prompt, submit_time));
-    if (request.grammar) grammars_.Add(id + static_cast<RequestId>(i), request.grammar);
+    if (request.grammar) {
+      grammars_.Add(id + static_cast<RequestId>(i), request.grammar,
+                    request.grammar_starts_after);
+    }
   }
   if (n > 1) {
     sequences.erase(sequences.begin());

@@ -38,6 +38,10 @@ struct GenerateRequest {
   // thread, for this model's vocabulary) with a matcher of its own, and finishes (stop) when
   // the grammar ends; max_tokens may cut it first (length). Not with min_tokens.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // With `grammar`: the constraint starts right after the output first holds these tokens
+  // (a reasoning model's "</think>", when the prompt opened its reasoning), so what comes
+  // before them is free. Empty: from the first token.
+  std::vector<TokenId> grammar_starts_after;
   // Receives every event of this request, on the engine thread; must not block (see
   // generate_output.h). Required.
   OutputSink sink;

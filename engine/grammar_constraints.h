@@ -13,8 +13,10 @@
 //   sampling outside the grammar.
 // - A preempted sequence drops its matcher (memory, like its KV blocks); the next mask
 //   rebuilds it from the sequence's verified output tokens.
-// - Where a reasoning parser (issue 25) marks the end of the reasoning, the constraint should
-//   start there: the matcher would follow the output from that token on.
+// - A constraint may start after given tokens (a reasoning model's "</think>", when the
+//   prompt opened the reasoning): until the output holds them its rows are not masked; the
+//   matcher follows the output from the token after them. Drafts sampled in the step that
+//   ends the trigger were not masked: one the grammar refuses ends the sequence.
 // Engine thread only.
 #pragma once
 
@@ -35,7 +37,9 @@ class GrammarConstraints {
   explicit GrammarConstraints(std::vector<TokenId> end_of_generation_ids)
       : end_of_generation_ids_(std::move(end_of_generation_ids)) {}
 
-  void Add(RequestId id, std::shared_ptr<const grammar::CompiledGrammar> grammar);
+  // `starts_after`: the tokens after which the constraint starts; empty: from the first.
+  void Add(RequestId id, std::shared_ptr<const grammar::CompiledGrammar> grammar,
+           std::vector<TokenId> starts_after = {});
   // The sequence ended: forget it.
   void Remove(RequestId id);
   // The sequence was preempted: drop its matcher until it runs again.
@@ -55,8 +59,17 @@ class GrammarConstraints {
  private:
   struct Sequence {
     std::shared_ptr<const grammar::CompiledGrammar> grammar;
-    std::optional<grammar::GrammarMatcher> matcher;  // none after a preemption
+    std::optional<grammar::GrammarMatcher> matcher;  // none after a preemption, or not started
+    std::vector<TokenId> starts_after;
+    // Output tokens before the constraint started; none while waiting for starts_after.
+    std::optional<size_t> start;
+    std::vector<TokenId> tail;  // the last output tokens, while waiting
+    size_t num_seen = 0;        // output tokens seen while waiting
   };
+
+  // Follows `tokens` while waiting for the trigger; returns how many of them came before
+  // the constraint started (all of them while it waits).
+  size_t WaitForStart(Sequence& sequence, std::span<const TokenId> tokens);
 
   // The matcher of `request`, rebuilt from its output tokens when it was released.
   grammar::GrammarMatcher& MatcherOf(const Request& request);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <algorithm>
 #include <map>
 #include <regex>
 #include <string>
@@ -278,6 +279,57 @@ TEST(EngineGrammarTest, SpeculativeDecodingKeepsTheTokens) {
     ExpectPerson(c);
   }
   EXPECT_EQ(self.requests.at(1).token_ids, plain.requests.at(1).token_ids);
+}
+
+// A greedy sequence of "Once upon a time" (its grammar starting after `starts_after`), next
+// to a long unconstrained one that competes for the KV blocks; returns the first.
+Collected RunWithTrigger(const EngineConfig& config,
+                         std::shared_ptr<const grammar::CompiledGrammar> grammar,
+                         std::vector<TokenId> starts_after, int* num_preemptions = nullptr) {
+  auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, config, nullptr);
+  TM_CHECK(core.ok()) << core.status().ToString();
+  std::map<RequestId, Collected> collected;
+  const OutputSink sink = [&collected](GenerateOutput&& out) {
+    Accumulate(collected[out.id], std::move(out));
+  };
+  GenerateRequest request = Greedy(Encode("Once upon a time"), 96, sink, /*ignore_eos=*/false);
+  request.grammar = std::move(grammar);
+  request.grammar_starts_after = std::move(starts_after);
+  TM_CHECK((*core)->Add(1, std::move(request)).ok());
+  TM_CHECK((*core)->Add(2, Greedy(Encode("Letters: "), 120, sink, /*ignore_eos=*/true)).ok());
+  TM_CHECK(RunToCompletion(**core));
+  EXPECT_EQ((*core)->kv_cache().Stats().num_in_use_blocks, 0) << "blocks leaked";
+  if (num_preemptions != nullptr) *num_preemptions = (*core)->Stats().num_preemptions;
+  return collected[1];
+}
+
+TEST(EngineGrammarTest, ConstraintStartsAfterItsTrigger) {
+  // The reasoning hook: free decoding up to the trigger (as a reasoning model's </think>),
+  // the grammar from the next token on.
+  const Collected free = RunWithTrigger(SmallConfig(512), nullptr, {});
+  ASSERT_GE(free.token_ids.size(), 12u);
+  const std::vector<TokenId> trigger(free.token_ids.begin() + 6, free.token_ids.begin() + 8);
+  size_t end = 2;  // where the trigger first ends in the free output
+  while (!std::equal(trigger.begin(), trigger.end(), free.token_ids.begin() + end - 2)) ++end;
+  const auto letters = Compile({.kind = GrammarSpec::Kind::kGbnf,
+                                .text = "root ::= [a-z]{100}", .choices = {}});
+  // 7 blocks of 16 tokens for ~130 and ~50 tokens: the constrained sequence is preempted
+  // (its matcher rebuilt from the tokens after the trigger) or its neighbour is.
+  for (const int blocks : {512, 7}) {
+    int preemptions = 0;
+    const Collected c = RunWithTrigger(SmallConfig(blocks), letters, trigger, &preemptions);
+    if (blocks == 7) {
+      EXPECT_GT(preemptions, 0);
+    }
+    ASSERT_GT(c.token_ids.size(), end) << blocks;
+    EXPECT_TRUE(std::equal(c.token_ids.begin(), c.token_ids.begin() + static_cast<long>(end),
+                           free.token_ids.begin()))
+        << "free until the trigger, blocks " << blocks;
+    const std::string constrained = SmolLm2().tokenizer->Decode(
+        std::span<const TokenId>(c.token_ids).subspan(end));
+    EXPECT_TRUE(std::regex_match(constrained, std::regex("[a-z]{100}"))) << constrained;
+    EXPECT_TRUE(FinishedByGrammar(c)) << blocks;
+  }
 }
 
 TEST(EngineGrammarTest, MinTokensWithAGrammarIsRefused) {
