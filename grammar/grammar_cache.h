@@ -28,6 +28,8 @@ class GrammarCache {
 
   size_t size() const;
   const std::shared_ptr<const VocabularyIndex>& vocab() const { return vocab_; }
+  // The caps every compilation here keeps to (also for GBNF a caller writes from a schema).
+  const GrammarLimits& limits() const { return limits_; }
 
  private:
   using Entry = std::pair<std::string, std::shared_ptr<const CompiledGrammar>>;

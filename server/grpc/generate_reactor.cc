@@ -25,7 +25,7 @@ GenerateReactor::GenerateReactor(Engine& engine, RequestMetrics& metrics, Stream
   streams_.Opened();
 }
 
-void GenerateReactor::Start(GenerateRequest request) {
+void GenerateReactor::Start(GenerateRequest request, std::optional<OutputParserOptions> parsing) {
   request.sink = [this](GenerateOutput&& output) { OnOutput(std::move(output)); };
   {
     // Held by the engine (until its final event) and by this call: the engine may finish
@@ -33,6 +33,10 @@ void GenerateReactor::Start(GenerateRequest request) {
     std::lock_guard lock(mutex_);
     holders_ += 2;
     num_sequences_ = request.n;
+    for (int i = 0; parsing && i < request.n; ++i) {
+      parsers_.emplace_back(*parsing);
+      ++parsing->seed;  // each sequence its own tool-call ids
+    }
   }
   StatusOr<RequestId> id = engine_.Submit(std::move(request));
   if (!id.ok()) {
@@ -63,9 +67,10 @@ void GenerateReactor::Hold() {
   ++holders_;
 }
 
-void GenerateReactor::StartBuilt(StatusOr<GenerateRequest> built) {
+void GenerateReactor::StartBuilt(StatusOr<GenerateRequest> built,
+                                 std::optional<OutputParserOptions> parsing) {
   if (built.ok()) {
-    Start(std::move(*built));
+    Start(std::move(*built), std::move(parsing));
   } else {
     spdlog::debug("request {} refused: {}", request_id_, built.status().ToString());
     bool finish = false;
@@ -91,6 +96,32 @@ v1::GenerateResponse& GenerateReactor::PendingFor(int index) {
   return pending_.back();
 }
 
+void GenerateReactor::AddText(const GenerateOutput& output, v1::GenerateResponse& response) {
+  if (parsers_.empty()) {
+    response.mutable_text()->append(output.text);
+    return;
+  }
+  OutputParser& parser = parsers_[output.index];
+  ParsedOutput parsed = parser.Feed(output.text);
+  if (output.finished) parsed.Append(parser.Finish());
+  response.mutable_text()->append(parsed.content);
+  response.mutable_reasoning_text()->append(parsed.reasoning);
+  for (ToolCallDelta& delta : parsed.tool_calls) {
+    const int n = response.tool_calls_size();
+    // A fragment joins the call's previous fragment in this response.
+    if (n > 0 && response.tool_calls(n - 1).index() == static_cast<uint32_t>(delta.index) &&
+        delta.id.empty() && response.tool_calls(n - 1).id().empty()) {
+      response.mutable_tool_calls(n - 1)->mutable_arguments()->append(delta.arguments);
+      continue;
+    }
+    v1::ToolCallDelta* wire = response.add_tool_calls();
+    wire->set_index(static_cast<uint32_t>(delta.index));
+    wire->set_id(std::move(delta.id));
+    wire->set_name(std::move(delta.name));
+    wire->set_arguments(std::move(delta.arguments));
+  }
+}
+
 void GenerateReactor::OnOutput(GenerateOutput&& output) {
   bool all_finished = false;
   {
@@ -99,7 +130,7 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
     if (!output.token_ids.empty() || !output.text.empty() || (output.finished && !error)) {
       v1::GenerateResponse& response = PendingFor(output.index);
       response.mutable_token_ids()->Add(output.token_ids.begin(), output.token_ids.end());
-      response.mutable_text()->append(output.text);
+      AddText(output, response);
       for (const TokenLogprobs& l : output.logprobs) {
         v1::TokenLogprobs* wire = response.add_logprobs();
         wire->mutable_chosen()->set_token_id(l.chosen.token_id);
@@ -125,7 +156,10 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
         }
       } else {
         v1::GenerateResponse& response = pending_.back();
-        response.set_finish_reason(ToProto(reason));
+        const bool called_tools = !parsers_.empty() && parsers_[output.index].called_tools();
+        response.set_finish_reason(reason == CompletionReason::kStop && called_tools
+                                       ? v1::FINISH_REASON_TOOL_CALLS
+                                       : ToProto(reason));
         response.set_stop_string(output.stop_string);
         v1::Usage* usage = response.mutable_usage();
         usage->set_prompt_tokens(static_cast<uint32_t>(output.usage.prompt_tokens));

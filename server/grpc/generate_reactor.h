@@ -1,5 +1,7 @@
 // One Generate call: a gRPC ServerWriteReactor fed by the engine's output events (of each
-// of the request's n sequences; every response carries its sequence's index).
+// of the request's n sequences; every response carries its sequence's index). A chat
+// request's output may be parsed (an OutputParser per sequence): responses then carry the
+// content as text, the reasoning and the tool-call deltas.
 //
 // The engine calls the sink on its own thread; the sink only merges the event into the
 // pending response and starts a write when none is in flight (one write in flight, no
@@ -14,10 +16,12 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "server/grpc/stream_counter.h"
 #include "server/metrics/request_metrics.h"
+#include "text/chat/output_parser.h"
 #include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::server {
@@ -28,12 +32,13 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
                   std::string request_id);
 
   // Submits `request` (its sink is set here); a refusal finishes the call with its status.
-  void Start(GenerateRequest request);
+  // With `parsing`, each sequence's output is parsed (BuildGenerateRequest says how).
+  void Start(GenerateRequest request, std::optional<OutputParserOptions> parsing = {});
   // For a request built on another thread (BuildQueue): Hold keeps the reactor alive while it
   // is built, even if gRPC ends the call meanwhile; StartBuilt starts it, or finishes the call
   // with the build's error, and drops that hold.
   void Hold();
-  void StartBuilt(StatusOr<GenerateRequest> built);
+  void StartBuilt(StatusOr<GenerateRequest> built, std::optional<OutputParserOptions> parsing);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -46,6 +51,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   void OnOutput(GenerateOutput&& output);
   // The unwritten response to merge sequence `index`'s event into. mutex_ held.
   v1::GenerateResponse& PendingFor(int index);
+  // The event's text into `response`: as it is, or parsed by the sequence's parser.
+  void AddText(const GenerateOutput& output, v1::GenerateResponse& response);
   // Starts the next write, or finishes the call, when the state allows it. Any thread.
   void Pump();
   // Drops one of the two holders (gRPC, engine); the last deletes the reactor.
@@ -66,6 +73,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   // Events not yet written, merged per sequence while consecutive; a sequence's final
   // response carries its finish reason and usage.
   std::deque<v1::GenerateResponse> pending_;
+  std::vector<OutputParser> parsers_;    // one per sequence; empty: the output is not parsed
   std::optional<grpc::Status> error_status_;   // the first sequence that failed
   std::optional<grpc::Status> finish_status_;  // how to finish once everything is written
   bool cancelled_ = false;               // by the client, a deadline or a failed write

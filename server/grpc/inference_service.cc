@@ -31,7 +31,9 @@ RequestContext ContextOf(const ServingModel& model) {
       .tokenizer = &model.tokenizer,
       .chat_template = model.chat_template ? &*model.chat_template : nullptr,
       .max_model_len = model.engine->max_model_len(),
-      .grammars = model.grammars.get()};
+      .grammars = model.grammars.get(),
+      .tool_call_format = model.tool_call_format,
+      .reasoning = model.reasoning};
 }
 
 v1::SpecialToken SpecialTokenOf(const Tokenizer& tokenizer, TokenId id) {
@@ -77,22 +79,24 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
   if (request_id.empty()) {
     request_id = "gen-" + std::to_string(next_request_number_.fetch_add(1));
   }
-  if (request->sampling().structured_output_case() !=
-      v1::SamplingParams::STRUCTURED_OUTPUT_NOT_SET) {
+  if (CompilesGrammar(*request)) {
     // Its grammar may take long to compile: on the build queue, with a copy of the request
     // (gRPC frees its own when the call ends, which a cancel may do first).
     auto* reactor = new GenerateReactor(*model->engine, metrics_, streams_, std::move(request_id));
     reactor->Hold();
     model->build_queue->Post(
         [reactor, model, copy = std::make_shared<const v1::GenerateRequest>(*request)] {
-          reactor->StartBuilt(BuildGenerateRequest(*copy, ContextOf(*model)));
+          std::optional<OutputParserOptions> parsing;
+          StatusOr<GenerateRequest> built = BuildGenerateRequest(*copy, ContextOf(*model), &parsing);
+          reactor->StartBuilt(std::move(built), std::move(parsing));
         });
     return reactor;
   }
-  StatusOr<GenerateRequest> built = BuildGenerateRequest(*request, ContextOf(*model));
+  std::optional<OutputParserOptions> parsing;
+  StatusOr<GenerateRequest> built = BuildGenerateRequest(*request, ContextOf(*model), &parsing);
   if (!built.ok()) return new RefusedStream(ToGrpcStatus(built.status()));
   auto* reactor = new GenerateReactor(*model->engine, metrics_, streams_, std::move(request_id));
-  reactor->Start(std::move(*built));
+  reactor->Start(std::move(*built), std::move(parsing));
   return reactor;
 }
 

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <random>
 
 #include "engine/request_validation.h"
+#include "server/grpc/tool_call_grammar.h"
 
 namespace tokenmill::server {
 namespace {
@@ -23,6 +25,32 @@ Status CheckTokenIds(std::string_view field, const google::protobuf::RepeatedFie
 
 // The chat prompt carries its own markup ("<|im_start|>"): parse it, add nothing more.
 constexpr EncodeOptions kChatEncodeOptions{.add_special = false, .parse_special = true};
+
+// One message as the templates read it (see RenderChat).
+StatusOr<nlohmann::ordered_json> TemplateMessage(const v1::ChatMessage& message, int index) {
+  nlohmann::ordered_json out = {{"role", message.role()}, {"content", message.content()}};
+  if (!message.reasoning().empty()) out["reasoning_content"] = message.reasoning();
+  if (message.tool_calls_size() > 0) {
+    nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+    for (int j = 0; j < message.tool_calls_size(); ++j) {
+      const v1::ToolCall& call = message.tool_calls(j);
+      nlohmann::ordered_json arguments = nlohmann::ordered_json::parse(
+          call.arguments(), nullptr, /*allow_exceptions=*/false);
+      if (!arguments.is_object()) {
+        return InvalidArgumentError("chat.messages[" + std::to_string(index) + "].tool_calls[" +
+                                    std::to_string(j) +
+                                    "].arguments must be a JSON object, as JSON text");
+      }
+      calls.push_back({{"id", call.id()},
+                       {"type", "function"},
+                       {"function", {{"name", call.name()}, {"arguments", std::move(arguments)}}}});
+    }
+    out["tool_calls"] = std::move(calls);
+  }
+  if (!message.tool_call_id().empty()) out["tool_call_id"] = message.tool_call_id();
+  if (!message.name().empty()) out["name"] = message.name();
+  return out;
+}
 
 StatusOr<std::vector<TokenId>> EncodeChat(const v1::Chat& chat, const RequestContext& context,
                                           std::string& prompt) {
@@ -57,6 +85,66 @@ grammar::GrammarSpec::Kind KindOf(v1::SamplingParams::StructuredOutputCase which
     case v1::SamplingParams::STRUCTURED_OUTPUT_NOT_SET: break;
   }
   return Kind::kGbnf;
+}
+
+bool ForcesToolCall(const v1::ToolChoice& choice) {
+  return choice.has_function_name() || choice.mode() == v1::TOOL_CHOICE_MODE_REQUIRED;
+}
+
+bool OffersTools(const v1::Chat& chat) {
+  return !chat.tools_json().empty() && chat.tool_choice().mode() != v1::TOOL_CHOICE_MODE_NONE;
+}
+
+// How the output of a chat request is parsed; none when nothing applies to it.
+StatusOr<std::optional<OutputParserOptions>> ChatOutputParsing(
+    const v1::GenerateRequest& request, const RequestContext& context,
+    const std::string& prompt) {
+  const v1::Chat& chat = request.chat();
+  if (ForcesToolCall(chat.tool_choice())) {
+    if (chat.tools_json().empty()) {
+      return InvalidArgumentError("chat.tool_choice forces a tool call but chat.tools_json "
+                                  "has no tools: give the tools");
+    }
+    if (!context.tool_call_format) {
+      return InvalidArgumentError("chat.tool_choice: this server parses no tool calls "
+                                  "(--tool-call-parser none): use tool_choice auto or none");
+    }
+    if (request.sampling().structured_output_case() !=
+        v1::SamplingParams::STRUCTURED_OUTPUT_NOT_SET) {
+      return InvalidArgumentError("chat.tool_choice forces a tool call, which "
+                                  "sampling.structured_output would constrain too: give one");
+    }
+  }
+  OutputParserOptions options;
+  if (OffersTools(chat)) options.tool_calls = context.tool_call_format;
+  options.reasoning = context.reasoning;
+  options.starts_in_reasoning = context.reasoning && PromptOpensThink(prompt);
+  // A named function is one call; false: only the first call counts.
+  options.parallel = !chat.tool_choice().has_function_name() &&
+                     (!chat.has_parallel_tool_calls() || chat.parallel_tool_calls());
+  options.seed = std::random_device{}();
+  if (!options.tool_calls && !options.reasoning) return std::optional<OutputParserOptions>();
+  return std::optional<OutputParserOptions>(options);
+}
+
+StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToolCall(
+    const v1::Chat& chat, const RequestContext& context) {
+  if (context.grammars == nullptr) {
+    return FailedPreconditionError("chat.tool_choice: this server does not offer grammars, "
+                                   "which force tool calls");
+  }
+  const bool parallel = !chat.tool_choice().has_function_name() &&
+                        (!chat.has_parallel_tool_calls() || chat.parallel_tool_calls());
+  TM_ASSIGN_OR_RETURN(std::string gbnf,
+                      ForcedToolCallGbnf(*context.tool_call_format, chat.tools_json(),
+                                         chat.tool_choice().function_name(), parallel,
+                                         context.grammars->limits()));
+  StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
+      context.grammars->GetOrCompile({.kind = grammar::GrammarSpec::Kind::kGbnf,
+                                      .text = std::move(gbnf),
+                                      .choices = {}});
+  if (!compiled.ok()) return InvalidArgumentError("chat.tools_json: " + compiled.status().message());
+  return compiled;
 }
 
 }  // namespace
@@ -97,12 +185,21 @@ StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_
         "--chat-template FILE");
   }
   ChatRequest request;
-  for (const v1::ChatMessage& message : chat.messages()) {
-    request.messages.push_back({{"role", message.role()}, {"content", message.content()}});
+  for (int i = 0; i < chat.messages_size(); ++i) {
+    TM_ASSIGN_OR_RETURN(nlohmann::ordered_json message, TemplateMessage(chat.messages(i), i));
+    request.messages.push_back(std::move(message));
   }
   request.add_generation_prompt =
       chat.has_add_generation_prompt() ? chat.add_generation_prompt() : true;
-  if (!chat.tools_json().empty()) {
+  if (!chat.template_kwargs_json().empty()) {
+    request.extra_variables = nlohmann::ordered_json::parse(chat.template_kwargs_json(), nullptr,
+                                                            /*allow_exceptions=*/false);
+    if (!request.extra_variables.is_object()) {
+      return InvalidArgumentError("chat.template_kwargs_json must be a JSON object of template "
+                                  "variables");
+    }
+  }
+  if (!chat.tools_json().empty() && chat.tool_choice().mode() != v1::TOOL_CHOICE_MODE_NONE) {
     request.tools = nlohmann::ordered_json::parse(chat.tools_json(), nullptr,
                                                   /*allow_exceptions=*/false);
     if (!request.tools.is_array()) {
@@ -141,13 +238,21 @@ StatusOr<TokenizedPrompt> TokenizeRequestInput(const v1::TokenizeRequest& reques
   return InvalidArgumentError("set text or chat");
 }
 
+bool CompilesGrammar(const v1::GenerateRequest& request) {
+  return request.sampling().structured_output_case() !=
+             v1::SamplingParams::STRUCTURED_OUTPUT_NOT_SET ||
+         (request.has_chat() && ForcesToolCall(request.chat().tool_choice()));
+}
+
 StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
-                                               const RequestContext& context) {
+                                               const RequestContext& context,
+                                               std::optional<OutputParserOptions>* parsing) {
   if (request.request_id().size() > kMaxRequestIdBytes) {
     return InvalidArgumentError("request_id is longer than " +
                                 std::to_string(kMaxRequestIdBytes) + " bytes");
   }
   GenerateRequest out;
+  std::optional<OutputParserOptions> chat_parsing;
   const int32_t vocab_size = context.tokenizer->vocab_size();
   switch (request.input_case()) {
     case v1::GenerateRequest::kText: {
@@ -169,6 +274,7 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
     case v1::GenerateRequest::kChat: {
       std::string prompt;
       TM_ASSIGN_OR_RETURN(out.prompt_token_ids, EncodeChat(request.chat(), context, prompt));
+      TM_ASSIGN_OR_RETURN(chat_parsing, ChatOutputParsing(request, context, prompt));
       break;
     }
     case v1::GenerateRequest::INPUT_NOT_SET:
@@ -243,12 +349,22 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
   out.priority = request.priority();
   out.cache_salt = request.cache_salt();
   TM_RETURN_IF_ERROR(ValidateSamplingParams(out.sampling, vocab_size));
-  if (request.sampling().structured_output_case() !=
-      v1::SamplingParams::STRUCTURED_OUTPUT_NOT_SET) {
+  if (CompilesGrammar(request)) {
     TM_RETURN_IF_ERROR(ValidateConstrainedSampling(out.sampling));
-    TM_ASSIGN_OR_RETURN(out.grammar,
-                        CompileStructuredOutput(request.sampling(), context.grammars));
+    if (request.sampling().structured_output_case() !=
+        v1::SamplingParams::STRUCTURED_OUTPUT_NOT_SET) {
+      TM_ASSIGN_OR_RETURN(out.grammar,
+                          CompileStructuredOutput(request.sampling(), context.grammars));
+    } else {
+      TM_ASSIGN_OR_RETURN(out.grammar, CompileForcedToolCall(request.chat(), context));
+    }
+    // The reasoning the prompt opened is free; the constraint starts after it.
+    if (chat_parsing && chat_parsing->starts_in_reasoning) {
+      TM_ASSIGN_OR_RETURN(out.grammar_starts_after,
+                          context.tokenizer->Encode(kThinkClose, kChatEncodeOptions));
+    }
   }
+  if (parsing != nullptr) *parsing = std::move(chat_parsing);
   return out;
 }
 

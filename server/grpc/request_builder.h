@@ -10,6 +10,7 @@
 #include "engine/generate_request.h"
 #include "grammar/grammar_cache.h"
 #include "text/chat/chat_template.h"
+#include "text/chat/output_parser.h"
 #include "text/tokenizer/tokenizer.h"
 #include "tokenmill/v1/inference.pb.h"
 
@@ -23,12 +24,21 @@ struct RequestContext {
   // Compiles (and keeps) the grammars of structured output, for this model's vocabulary;
   // null: structured output is refused.
   grammar::GrammarCache* grammars = nullptr;
+  // How chat output is parsed: the tool-call format (--tool-call-parser, or the template's;
+  // none: calls are not parsed, nor forced) and whether <think> reasoning is split off
+  // (--reasoning-parser, or whether the template uses <think>).
+  std::optional<ToolCallFormat> tool_call_format;
+  bool reasoning = false;
 };
 
 inline constexpr uint32_t kDefaultMaxTokens = 16;
 inline constexpr size_t kMaxRequestIdBytes = 256;
 
-// The prompt text of chat messages, rendered with the chat template.
+// The prompt text of chat messages, rendered with the chat template. Messages reach it as
+// Hugging Face templates expect them: an assistant's tool_calls as [{"id", "type":
+// "function", "function": {"name", "arguments": <an object>}}], its reasoning as
+// reasoning_content, a tool message's tool_call_id and name; template_kwargs_json's keys
+// as variables. The tools are left out with tool_choice NONE.
 StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_template);
 
 struct TokenizedPrompt {
@@ -47,9 +57,17 @@ StatusOr<TokenizedPrompt> TokenizeRequestInput(const v1::TokenizeRequest& reques
 StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileStructuredOutput(
     const v1::SamplingParams& sampling, grammar::GrammarCache* grammars);
 
+// Whether building `request` compiles a grammar (structured output, or a forced tool call),
+// which may take long: it is built off gRPC's threads.
+bool CompilesGrammar(const v1::GenerateRequest& request);
+
 // The engine request for `request` (all but its sink); its grammar compiled last, once
-// everything else passed.
-StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
-                                               const RequestContext& context);
+// everything else passed. For chat input, `parsing` (when given) gets how the output is to
+// be parsed (none: it is passed on as it is). A forced tool call (tool_choice REQUIRED or a
+// function) is a grammar; after a prompt that opens <think>, a grammar starts after the
+// model's </think>.
+StatusOr<GenerateRequest> BuildGenerateRequest(
+    const v1::GenerateRequest& request, const RequestContext& context,
+    std::optional<OutputParserOptions>* parsing = nullptr);
 
 }  // namespace tokenmill::server

@@ -30,6 +30,15 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
   AddOption(app, "--chat-template", o.chat_template_path,
             "Jinja chat template file (default: the model's own)")
       ->check(CLI::ExistingFile);
+  AddOption(app, "--tool-call-parser", o.tool_call_parser,
+            "how chat output's tool calls are parsed (and forced calls written): auto (from "
+            "the chat template: <tool_call> hermes, [TOOL_CALLS] mistral, <|python_tag|> "
+            "llama3_json, else json), hermes, llama3_json, mistral, json or none")
+      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "mistral", "json", "none"}));
+  AddOption(app, "--reasoning-parser", o.reasoning_parser,
+            "how chat output's reasoning is split off: auto (think when the chat template uses "
+            "<think>), think (<think>...</think>) or none")
+      ->check(CLI::IsMember({"auto", "think", "none"}));
   AddOption(app, "--host", o.host, "address to listen on");
   AddOption(app, "--port", o.port, "gRPC port (0: any free port)")->check(CLI::Range(0, 65535));
   AddOption(app, "--metrics-port", o.metrics_port,

@@ -7,6 +7,7 @@
 
 #include "common/byte_size.h"
 #include "engine/grammar_vocabulary.h"
+#include "text/chat/reasoning_parser.h"
 
 namespace tokenmill::server {
 namespace {
@@ -25,6 +26,23 @@ std::string ModelName(const GgufFile& file, const std::string& path) {
     }
   }
   return std::filesystem::path(path).stem().string();
+}
+
+// The chat output parsers the flags ask for, or the ones the chat template's markup shows.
+void ChooseOutputParsers(const ServerOptions& options, ServingModel& serving) {
+  const std::string_view source =
+      serving.chat_template ? std::string_view(serving.chat_template->source()) : "";
+  if (options.tool_call_parser == "auto") {
+    serving.tool_call_format = DetectToolCallFormat(source);
+  } else if (options.tool_call_parser != "none") {
+    serving.tool_call_format = ToolCallFormatFromName(options.tool_call_parser);
+  }
+  serving.reasoning = options.reasoning_parser == "think" ||
+                      (options.reasoning_parser == "auto" && TemplateHasThinkTags(source));
+  spdlog::info("chat output: tool calls {}{}, reasoning {}",
+               serving.tool_call_format ? ToolCallFormatName(*serving.tool_call_format) : "none",
+               options.tool_call_parser == "auto" ? " (from the chat template)" : "",
+               serving.reasoning ? "<think>" : "none");
 }
 
 }  // namespace
@@ -77,6 +95,7 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
   } else {
     spdlog::warn("chat input is refused: {}", own.status().message());
   }
+  ChooseOutputParsers(options, *serving);
 
   if (!options.draft_model_path.empty()) {
     start = std::chrono::steady_clock::now();

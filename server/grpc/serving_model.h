@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "server/grpc/server_options.h"
 #include "text/chat/chat_template.h"
+#include "text/chat/tool_call_parser.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace tokenmill::server {
@@ -26,6 +27,10 @@ struct ServingModel {
   std::unique_ptr<Model> draft_model;  // --spec draft only
   Tokenizer tokenizer;
   std::optional<ChatTemplate> chat_template;  // none: chat input is refused
+  // How chat output is parsed (RequestContext): --tool-call-parser / --reasoning-parser, or
+  // what the template shows.
+  std::optional<ToolCallFormat> tool_call_format;
+  bool reasoning = false;
   std::string name;                           // general.name, or the file's stem
   int block_size = 0;
   // Structured output's compiled grammars over this model's vocabulary (request threads).

@@ -69,7 +69,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       .tokenizer = &served.tokenizer,
       .chat_template = &served.chat_template,
       .max_model_len = 256,
-      .grammars = &served.grammars};
+      .grammars = &served.grammars,
+      // Forced tool calls build their grammar from the request's tools.
+      .tool_call_format = tokenmill::ToolCallFormat::kHermes,
+      .reasoning = true};
 
   tokenmill::v1::GenerateRequest generate;
   if (generate.ParseFromArray(data, static_cast<int>(size))) {

@@ -28,7 +28,12 @@ struct LoadedVocab {
     }
   }
   RequestContext Context(int max_model_len) const {
-    return {&*tokenizer, chat_template ? &*chat_template : nullptr, max_model_len};
+    return {.tokenizer = &*tokenizer,
+            .chat_template = chat_template ? &*chat_template : nullptr,
+            .max_model_len = max_model_len,
+            .grammars = nullptr,
+            .tool_call_format = std::nullopt,
+            .reasoning = false};
   }
   std::optional<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;

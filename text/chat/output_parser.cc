@@ -2,7 +2,7 @@
 
 namespace tokenmill {
 
-OutputParser::OutputParser(const OutputParserOptions& options) {
+OutputParser::OutputParser(const OutputParserOptions& options) : parallel_(options.parallel) {
   if (options.reasoning) reasoning_.emplace(options.starts_in_reasoning);
   if (options.tool_calls) tools_.emplace(*options.tool_calls, options.seed);
 }
@@ -10,9 +10,15 @@ OutputParser::OutputParser(const OutputParserOptions& options) {
 void OutputParser::FeedContent(std::string_view content, ParsedOutput& out) {
   if (tools_) {
     tools_->Feed(content, out);
+    KeepAllowedCalls(out);
   } else {
     out.content += content;
   }
+}
+
+void OutputParser::KeepAllowedCalls(ParsedOutput& out) const {
+  if (parallel_) return;
+  std::erase_if(out.tool_calls, [](const ToolCallDelta& delta) { return delta.index > 0; });
 }
 
 ParsedOutput OutputParser::Feed(std::string_view text) {
@@ -34,7 +40,10 @@ ParsedOutput OutputParser::Finish() {
     reasoning_->Finish(out.reasoning, content);
     FeedContent(content, out);
   }
-  if (tools_) tools_->Finish(out);
+  if (tools_) {
+    tools_->Finish(out);
+    KeepAllowedCalls(out);
+  }
   return out;
 }
 

@@ -14,6 +14,7 @@ struct OutputParserOptions {
   std::optional<ToolCallFormat> tool_calls;  // none: no tools offered, no call parsing
   bool reasoning = false;                    // split <think>...</think>
   bool starts_in_reasoning = false;          // the prompt opened <think>
+  bool parallel = true;                      // false: calls after the first are dropped
   uint64_t seed = 0;                         // tool-call ids
 };
 
@@ -28,9 +29,12 @@ class OutputParser {
 
  private:
   void FeedContent(std::string_view content, ParsedOutput& out);
+  // Without parallel calls, the deltas of calls after the first are dropped.
+  void KeepAllowedCalls(ParsedOutput& out) const;
 
   std::optional<ReasoningParser> reasoning_;
   std::optional<ToolCallParser> tools_;
+  bool parallel_ = true;
 };
 
 }  // namespace tokenmill
