@@ -28,7 +28,9 @@ constexpr EncodeOptions kChatEncodeOptions{.add_special = false, .parse_special 
 
 // One message as the templates read it (see RenderChat).
 StatusOr<nlohmann::ordered_json> TemplateMessage(const v1::ChatMessage& message, int index) {
+  // A turn of tool calls alone has content null, as clients send it and templates test it.
   nlohmann::ordered_json out = {{"role", message.role()}, {"content", message.content()}};
+  if (!message.has_content() && message.tool_calls_size() > 0) out["content"] = nullptr;
   if (!message.reasoning().empty()) out["reasoning_content"] = message.reasoning();
   if (message.tool_calls_size() > 0) {
     nlohmann::ordered_json calls = nlohmann::ordered_json::array();
