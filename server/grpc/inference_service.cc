@@ -87,7 +87,8 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
     model->build_queue->Post(
         [reactor, model, copy = std::make_shared<const v1::GenerateRequest>(*request)] {
           std::optional<OutputParserOptions> parsing;
-          StatusOr<GenerateRequest> built = BuildGenerateRequest(*copy, ContextOf(*model), &parsing);
+          StatusOr<GenerateRequest> built =
+              BuildGenerateRequest(*copy, ContextOf(*model), &parsing);
           reactor->StartBuilt(std::move(built), std::move(parsing));
         });
     return reactor;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <optional>
 #include <random>
 
@@ -51,6 +52,45 @@ StatusOr<nlohmann::ordered_json> TemplateMessage(const v1::ChatMessage& message,
   }
   if (!message.tool_call_id().empty()) out["tool_call_id"] = message.tool_call_id();
   if (!message.name().empty()) out["name"] = message.name();
+  return out;
+}
+
+// The messages as the templates read them. A tool message without a name gets the name of
+// the call it answers, by its tool_call_id or else the earliest one unanswered (Hermes'
+// template requires a name; clients such as openai-agents send none). A template that knows
+// nothing of tools (a plain chat template) gets an assistant's calls as its content, in the
+// plain-JSON form, so that the model still sees what it called.
+StatusOr<nlohmann::ordered_json> TemplateMessages(const v1::Chat& chat, std::string_view source) {
+  const bool knows_tools = source.find("tool") != std::string_view::npos;
+  std::deque<const v1::ToolCall*> unanswered;
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (int i = 0; i < chat.messages_size(); ++i) {
+    const v1::ChatMessage& m = chat.messages(i);
+    TM_ASSIGN_OR_RETURN(nlohmann::ordered_json message, TemplateMessage(m, i));
+    for (const v1::ToolCall& call : m.tool_calls()) unanswered.push_back(&call);
+    if (m.role() == "tool") {
+      auto answered =
+          std::find_if(unanswered.begin(), unanswered.end(),
+                       [&](const v1::ToolCall* c) { return c->id() == m.tool_call_id(); });
+      if (answered == unanswered.end() && m.tool_call_id().empty()) answered = unanswered.begin();
+      if (answered != unanswered.end()) {
+        if (m.name().empty()) message["name"] = (*answered)->name();
+        unanswered.erase(answered);
+      }
+    }
+    if (!knows_tools && message.contains("tool_calls")) {
+      std::string text = m.content();
+      for (const nlohmann::ordered_json& call : message["tool_calls"]) {
+        if (!text.empty()) text += '\n';
+        text += nlohmann::ordered_json{{"name", call["function"]["name"]},
+                                       {"arguments", call["function"]["arguments"]}}
+                    .dump();
+      }
+      message["content"] = std::move(text);
+      message.erase("tool_calls");
+    }
+    out.push_back(std::move(message));
+  }
   return out;
 }
 
@@ -145,7 +185,9 @@ StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToolCall(
       context.grammars->GetOrCompile({.kind = grammar::GrammarSpec::Kind::kGbnf,
                                       .text = std::move(gbnf),
                                       .choices = {}});
-  if (!compiled.ok()) return InvalidArgumentError("chat.tools_json: " + compiled.status().message());
+  if (!compiled.ok()) {
+    return InvalidArgumentError("chat.tools_json: " + compiled.status().message());
+  }
   return compiled;
 }
 
@@ -187,10 +229,7 @@ StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_
         "--chat-template FILE");
   }
   ChatRequest request;
-  for (int i = 0; i < chat.messages_size(); ++i) {
-    TM_ASSIGN_OR_RETURN(nlohmann::ordered_json message, TemplateMessage(chat.messages(i), i));
-    request.messages.push_back(std::move(message));
-  }
+  TM_ASSIGN_OR_RETURN(request.messages, TemplateMessages(chat, chat_template->source()));
   request.add_generation_prompt =
       chat.has_add_generation_prompt() ? chat.add_generation_prompt() : true;
   if (!chat.template_kwargs_json().empty()) {

@@ -53,13 +53,13 @@ HttpError NoBackend() {
 }
 
 std::string ParamNamedBy(const std::string& message) {
-  static constexpr std::array<std::string_view, 22> kParams = {
+  static constexpr std::array<std::string_view, 23> kParams = {
       "temperature",        "top_p",            "top_k",             "min_p",
       "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
       "logit_bias",         "min_tokens",       "max_tokens",        "stop",
       "stop_token_ids",     "ignore_eos",       "logprobs",          "top_logprobs",
       "n",                  "cache_salt",       "prompt",            "messages",
-      "tools",              "priority"};
+      "tools",              "priority",         "tool_choice"};
   // "sampling.temperature must be ...", "stop[0] is empty", "n = 3 ...", "chat.tools_json".
   std::string_view head = message;
   head = head.substr(0, head.find_first_of(" :[="));
@@ -70,6 +70,7 @@ std::string ParamNamedBy(const std::string& message) {
   }
   if (head == "text" || head == "token_ids") return "prompt";
   if (head == "tools_json") return "tools";
+  if (head == "template_kwargs_json") return "chat_template_kwargs";
   for (const std::string_view param : kParams) {
     if (head == param) return std::string(param);
   }

@@ -247,7 +247,9 @@ std::optional<HttpError> ParseMessageToolFields(const json& message, size_t inde
   if (calls == nullptr) return std::nullopt;
   const std::string shape = ": give [{\"id\", \"type\": \"function\", \"function\": {\"name\", "
                             "\"arguments\"}}]";
-  if (!calls->is_array()) return BadRequest(where + ".tool_calls must be a list" + shape, "messages");
+  if (!calls->is_array()) {
+    return BadRequest(where + ".tool_calls must be a list" + shape, "messages");
+  }
   for (size_t i = 0; i < calls->size(); ++i) {
     const json& call = (*calls)[i];
     const std::string at = where + ".tool_calls[" + std::to_string(i) + "]";

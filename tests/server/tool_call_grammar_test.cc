@@ -180,7 +180,9 @@ v1::GenerateRequest ChatRequest(bool forced) {
   m.set_role("user");
   m.set_content("Weather in Paris?");
   request.mutable_chat()->set_tools_json(kTools);
-  if (forced) request.mutable_chat()->mutable_tool_choice()->set_mode(v1::TOOL_CHOICE_MODE_REQUIRED);
+  if (forced) {
+    request.mutable_chat()->mutable_tool_choice()->set_mode(v1::TOOL_CHOICE_MODE_REQUIRED);
+  }
   request.set_max_tokens(64);
   return request;
 }

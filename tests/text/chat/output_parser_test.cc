@@ -194,7 +194,8 @@ TEST(OutputParserTest, MalformedCallsStayText) {
         "<tool_call>not json at all", "<tool_call>\n{\"name\": \"f\", \"args\": {}}</tool_call>"}) {
     ExpectTurn(Tools(ToolCallFormat::kHermes), output, {output, "", {}, {}});
   }
-  ExpectTurn(Tools(ToolCallFormat::kMistral), "[TOOL_CALLS] oops", {"[TOOL_CALLS] oops", "", {}, {}});
+  ExpectTurn(Tools(ToolCallFormat::kMistral), "[TOOL_CALLS] oops",
+             {"[TOOL_CALLS] oops", "", {}, {}});
 }
 
 TEST(OutputParserTest, CutCallKeepsWhatStreamed) {
