@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 #include "common/check.h"
@@ -25,21 +26,50 @@ void RmsNorm(const float* x, std::span<const float> weight, float eps, int64_t n
   }
 }
 
+std::array<float, 2> YarnCorrectionDims(int n_rot, int original_context, float freq_base,
+                                        float beta_fast, float beta_slow) {
+  // In float, as ggml_rope_yarn_corr_dim: the dimension whose pair turns `rotations` times.
+  auto dim = [&](float rotations) {
+    return static_cast<float>(n_rot) *
+           std::log(static_cast<float>(original_context) /
+                    (rotations * 2.0f * std::numbers::pi_v<float>)) /
+           (2.0f * std::log(freq_base));
+  };
+  return {std::max(0.0f, std::floor(dim(beta_fast))),
+          std::min(static_cast<float>(n_rot - 1), std::ceil(dim(beta_slow)))};
+}
+
+float RopeCosSinScale(const RopeParams& p) {
+  return p.ext_factor != 0.0f
+             ? p.attn_factor * std::fma(0.1f, std::log(1.0f / p.position_scale), 1.0f)
+             : p.attn_factor;
+}
+
 void ApplyRope(const RopeParams& p, std::span<const int32_t> positions, int n_heads, float* x) {
   TM_CHECK(p.n_rot % 2 == 0 && p.n_rot <= p.head_dim);
   const int half = p.n_rot / 2;
   TM_CHECK(p.freq_factors.empty() || static_cast<int>(p.freq_factors.size()) == half);
-  // As llama.cpp (ggml_rope_cache_init): the angle of pair i is position * base^(-2/n_rot),
-  // multiplied i times in float, divided by the pair's frequency factor, then scaled.
+  // As llama.cpp (ggml_rope_cache_init, rope_yarn): the angle of pair i is position *
+  // base^(-2/n_rot), multiplied i times in float, divided by the pair's frequency factor,
+  // then scaled (with YaRN, mixed with the unscaled angle by the pair's ramp).
   const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+  const bool yarn = p.ext_factor != 0.0f;
+  const float mscale = RopeCosSinScale(p);
   for (size_t t = 0; t < positions.size(); ++t) {
     float theta_base = static_cast<float>(positions[t]);
     float* row = x + static_cast<int64_t>(t) * n_heads * p.head_dim;
     for (int i = 0; i < half; ++i, theta_base *= theta_scale) {
       const float factor = p.freq_factors.empty() ? 1.0f : p.freq_factors[static_cast<size_t>(i)];
-      const float theta = p.position_scale * (theta_base / factor);
-      const float c = std::cos(theta);
-      const float s = std::sin(theta);
+      const float theta_extrap = theta_base / factor;
+      float theta = p.position_scale * theta_extrap;
+      if (yarn) {
+        const float y = (static_cast<float>(i) - p.corr_low) /
+                        std::max(0.001f, p.corr_high - p.corr_low);
+        const float ramp_mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+        theta = std::fma(theta, 1.0f - ramp_mix, theta_extrap * ramp_mix);
+      }
+      const float c = std::cos(theta) * mscale;
+      const float s = std::sin(theta) * mscale;
       const int i0 = p.style == RopeStyle::kNeox ? i : 2 * i;
       const int i1 = p.style == RopeStyle::kNeox ? i + half : 2 * i + 1;
       for (int h = 0; h < n_heads; ++h) {

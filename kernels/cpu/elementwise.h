@@ -4,6 +4,7 @@
 // give the same values on every ISA.
 #pragma once
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -26,9 +27,28 @@ struct RopeParams {
   int n_rot = 0;              // rotated dimensions (first n_rot of each head)
   float freq_base = 10000.0f;
   float position_scale = 1.0f;  // linear scaling: positions multiplied by this
-  // Per-pair frequency divisors (Llama 3 "rope_freqs"), n_rot / 2 of them, or empty.
+  // Per-pair frequency divisors (Llama 3 "rope_freqs", LongRoPE's short or long factors),
+  // n_rot / 2 of them, or empty.
   std::span<const float> freq_factors;
+  // YaRN (ggml's rope_yarn): with ext_factor > 0 each pair's angle mixes the scaled and the
+  // unscaled one by a ramp over the pairs [corr_low, corr_high] (YarnCorrectionDims), and
+  // cos/sin get YaRN's magnitude factor 1 + 0.1 ln(1 / position_scale).
+  float ext_factor = 0.0f;
+  float corr_low = 0.0f;
+  float corr_high = 0.0f;
+  // Multiplies cos and sin (ggml's attn_factor: YaRN's and LongRoPE's attention scaling).
+  float attn_factor = 1.0f;
 };
+
+// What ApplyRope multiplies cos and sin by: attn_factor, times YaRN's magnitude
+// 1 + 0.1 ln(1 / position_scale) when ext_factor is set (as ggml's rope_yarn).
+float RopeCosSinScale(const RopeParams& params);
+
+// YaRN's correction range for rotated dimensions trained at original_context tokens, as
+// ggml_rope_yarn_corr_dims computes it: the pairs whose wavelength turns between beta_fast and
+// beta_slow times over that context.
+std::array<float, 2> YarnCorrectionDims(int n_rot, int original_context, float freq_base,
+                                        float beta_fast, float beta_slow);
 
 // Rotates in place the n_heads heads of each token's row (row stride n_heads * head_dim)
 // by that token's position.

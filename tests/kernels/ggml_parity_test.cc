@@ -9,11 +9,13 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -307,6 +309,112 @@ TEST(GgmlParityTest, F32MatmulEqualsGgmlVecDotF32) {
         ASSERT_EQ(y[i], expected[i]) << IsaName(isa) << " f32 rows " << rows << " cols " << cols
                                      << " tokens " << tokens << " at " << i;
       }
+    }
+  }
+}
+
+// ggml's graph API (ggml.h, ggml-cpu.h), declared here as for the traits above.
+struct GgmlInitParams {
+  size_t mem_size;
+  void* mem_buffer;
+  bool no_alloc;
+};
+struct GgmlRopeApi {
+  void* (*init)(GgmlInitParams);
+  void (*free)(void*);
+  void* (*new_tensor_1d)(void*, int, int64_t);
+  void* (*new_tensor_3d)(void*, int, int64_t, int64_t, int64_t);
+  void* (*rope_ext)(void*, void*, void*, void*, int, int, int, float, float, float, float, float,
+                    float);
+  void* (*new_graph)(void*);
+  void (*build_forward_expand)(void*, void*);
+  int (*compute_with_ctx)(void*, void*, int);
+  void* (*get_data)(const void*);
+
+  explicit GgmlRopeApi(const Ggml& g)
+      : init(g.function<decltype(init)>("ggml_init")),
+        free(g.function<decltype(free)>("ggml_free")),
+        new_tensor_1d(g.function<decltype(new_tensor_1d)>("ggml_new_tensor_1d")),
+        new_tensor_3d(g.function<decltype(new_tensor_3d)>("ggml_new_tensor_3d")),
+        rope_ext(g.function<decltype(rope_ext)>("ggml_rope_ext")),
+        new_graph(g.function<decltype(new_graph)>("ggml_new_graph")),
+        build_forward_expand(
+            g.function<decltype(build_forward_expand)>("ggml_build_forward_expand")),
+        compute_with_ctx(g.function<decltype(compute_with_ctx)>("ggml_graph_compute_with_ctx")),
+        get_data(g.function<decltype(get_data)>("ggml_get_data")) {}
+  bool loaded() const {
+    return init && free && new_tensor_1d && new_tensor_3d && rope_ext && new_graph &&
+           build_forward_expand && compute_with_ctx && get_data;
+  }
+};
+
+// ApplyRope against ggml_rope_ext, bit for bit: plain, Llama 3 frequency factors, linear
+// scaling, YaRN (its ramp and magnitude) and LongRoPE factors with an attention factor, for
+// both pairings, on a partial rotation (n_rot < head_dim).
+TEST(GgmlParityTest, RopeEqualsGgmlRopeExt) {
+  Ggml ggml;
+  const GgmlRopeApi api(ggml);
+  if (!api.loaded()) GTEST_SKIP() << "llama-cpp-python's ggml graph API not found";
+  constexpr int kGgmlF32 = 0, kGgmlI32 = 26, kHeadDim = 32, kNRot = 24, kHeads = 3;
+  std::vector<int32_t> positions;
+  for (int32_t p = 0; p < 300; p += 7) positions.push_back(p);
+  const auto n_tokens = static_cast<int64_t>(positions.size());
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n_tokens * kHeads * kHeadDim));
+  for (float& v : x) v = normal(rng);
+  std::vector<float> factors(kNRot / 2);
+  for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.37f * static_cast<float>(i);
+  struct Case {
+    const char* name;
+    float scale, ext_factor, attn_factor;
+    bool with_factors;
+  };
+  for (const Case& c : {Case{"plain", 1.0f, 0.0f, 1.0f, false},
+                        Case{"rope_freqs", 1.0f, 0.0f, 1.0f, true},
+                        Case{"linear", 0.25f, 0.0f, 1.0f, false},
+                        Case{"yarn", 0.125f, 1.0f, 0.97f, false},
+                        Case{"longrope", 1.0f, 0.0f, 1.19f, true}}) {
+    for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kNeox}) {
+      constexpr int kOriginalContext = 32;
+      constexpr float kBase = 10000.0f, kBetaFast = 32.0f, kBetaSlow = 1.0f;
+      void* ctx = api.init({64 << 20, nullptr, false});
+      ASSERT_NE(ctx, nullptr);
+      void* a = api.new_tensor_3d(ctx, kGgmlF32, kHeadDim, kHeads, n_tokens);
+      void* pos = api.new_tensor_1d(ctx, kGgmlI32, n_tokens);
+      void* ff = c.with_factors ? api.new_tensor_1d(ctx, kGgmlF32, kNRot / 2) : nullptr;
+      std::memcpy(api.get_data(a), x.data(), x.size() * sizeof(float));
+      std::memcpy(api.get_data(pos), positions.data(), positions.size() * sizeof(int32_t));
+      if (ff != nullptr) std::memcpy(api.get_data(ff), factors.data(), factors.size() * 4);
+      const int mode = style == RopeStyle::kNeox ? 2 : 0;
+      void* out = api.rope_ext(ctx, a, pos, ff, kNRot, mode, kOriginalContext, kBase, c.scale,
+                               c.ext_factor, c.attn_factor, kBetaFast, kBetaSlow);
+      void* graph = api.new_graph(ctx);
+      api.build_forward_expand(graph, out);
+      ASSERT_EQ(api.compute_with_ctx(ctx, graph, 1), 0);
+      const auto* expected = static_cast<const float*>(api.get_data(out));
+
+      const std::array<float, 2> corr =
+          YarnCorrectionDims(kNRot, kOriginalContext, kBase, kBetaFast, kBetaSlow);
+      const RopeParams p{.style = style,
+                         .head_dim = kHeadDim,
+                         .n_rot = kNRot,
+                         .freq_base = kBase,
+                         .position_scale = c.scale,
+                         .freq_factors = c.with_factors ? std::span<const float>(factors)
+                                                        : std::span<const float>(),
+                         .ext_factor = c.ext_factor,
+                         .corr_low = corr[0],
+                         .corr_high = corr[1],
+                         .attn_factor = c.attn_factor};
+      std::vector<float> ours = x;
+      ApplyRope(p, positions, kHeads, ours.data());
+      for (size_t i = 0; i < ours.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(ours[i]), std::bit_cast<uint32_t>(expected[i]))
+            << c.name << " neox " << (mode == 2) << " at " << i << ": " << ours[i] << " vs "
+            << expected[i];
+      }
+      api.free(ctx);
     }
   }
 }
