@@ -1,10 +1,70 @@
 #include "model/config.h"
 
+#include <array>
+#include <cmath>
 #include <string>
 
 #include "model/arch/family.h"
 
 namespace tokenmill {
+namespace {
+
+// The RoPE scaling keys as llama.cpp reads them (llama_model::load_hparams, llama_context's
+// YaRN set-up): a missing type means linear, a missing or zero factor means 1.
+Status ReadRopeScaling(const GgufFile& file, const std::string& p, ModelConfig& c) {
+  TM_ASSIGN_OR_RETURN(uint32_t original,
+                      U32Or(file, p + "rope.scaling.original_context_length",
+                            static_cast<uint32_t>(c.context_length)));
+  c.rope_original_context = static_cast<int>(original);
+  std::string_view scaling = "linear";
+  if (file.Has(p + "rope.scaling.type")) {
+    TM_ASSIGN_OR_RETURN(scaling, file.GetString(p + "rope.scaling.type"));
+  }
+  if (scaling != "none" && scaling != "linear" && scaling != "yarn" && scaling != "longrope") {
+    return UnimplementedError("RoPE scaling '" + std::string(scaling) +
+                              "' is not supported (none, linear, yarn, longrope and Llama 3 "
+                              "rope_freqs are)");
+  }
+  TM_ASSIGN_OR_RETURN(float factor, F32Or(file, p + "rope.scaling.factor", 0.0f));
+  if (factor < 0.0f || !std::isfinite(factor)) {
+    return InvalidArgumentError("rope.scaling.factor must be positive");
+  }
+  c.rope_position_scale = factor == 0.0f || scaling == "none" ? 1.0f : 1.0f / factor;
+  TM_ASSIGN_OR_RETURN(float attn_factor, F32Or(file, p + "rope.scaling.attn_factor", 1.0f));
+  c.rope_attn_factor = 1.0f;
+  if (scaling == "yarn") {
+    // YaRN's magnitude 0.1 ln(s) + 1, which ggml's rope multiplies in again: llama.cpp
+    // cancels that here, in float as it does.
+    c.rope_ext_factor = 1.0f;
+    const float s = 1.0f / c.rope_position_scale;
+    const float mscale = s <= 1.0f ? 1.0f : 0.1f * std::log(s) + 1.0f;
+    c.rope_attn_factor = mscale * (1.0f / (1.0f + 0.1f * std::log(s)));
+  }
+  c.rope_attn_factor *= attn_factor;
+  return OkStatus();
+}
+
+}  // namespace
+
+RopeParams LayerRope(const ModelConfig& c, int layer, std::span<const float> freq_factors) {
+  const bool own = layer < static_cast<int>(c.rope_layers.size());
+  RopeParams p{.style = c.rope_style,
+               .head_dim = c.head_dim,
+               .n_rot = c.n_rot,
+               .freq_base = own ? c.rope_layers[layer].freq_base : c.rope_freq_base,
+               .position_scale = own ? c.rope_layers[layer].position_scale : c.rope_position_scale,
+               .freq_factors = freq_factors,
+               .ext_factor = c.rope_ext_factor,
+               .attn_factor = c.rope_attn_factor};
+  // llama.cpp's defaults: the GGUFs of these families carry no beta keys.
+  constexpr float kYarnBetaFast = 32.0f;
+  constexpr float kYarnBetaSlow = 1.0f;
+  const std::array<float, 2> corr = YarnCorrectionDims(p.n_rot, c.rope_original_context,
+                                                       p.freq_base, kYarnBetaFast, kYarnBetaSlow);
+  p.corr_low = corr[0];
+  p.corr_high = corr[1];
+  return p;
+}
 
 StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& family) {
   ModelConfig c;
@@ -44,17 +104,7 @@ StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& f
                                 " must be even and at most the head size " +
                                 std::to_string(c.head_dim));
   }
-  if (file.Has(p + "rope.scaling.type")) {
-    TM_ASSIGN_OR_RETURN(std::string_view scaling, file.GetString(p + "rope.scaling.type"));
-    if (scaling == "linear") {
-      TM_ASSIGN_OR_RETURN(float factor, file.GetF32(p + "rope.scaling.factor"));
-      if (!(factor > 0.0f)) return InvalidArgumentError("rope.scaling.factor must be positive");
-      c.rope_position_scale = 1.0f / factor;
-    } else if (scaling != "none") {
-      return UnimplementedError("RoPE scaling '" + std::string(scaling) +
-                                "' is not supported (only none, linear and Llama 3 rope_freqs)");
-    }
-  }
+  TM_RETURN_IF_ERROR(ReadRopeScaling(file, p, c));
   const GgufTensor* embd = file.FindTensor("token_embd.weight");
   if (embd == nullptr || embd->shape.size() != 2) {
     return InvalidArgumentError("the model has no 2-D tensor 'token_embd.weight'");

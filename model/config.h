@@ -3,6 +3,7 @@
 // by name.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,12 +26,21 @@ struct ModelConfig {
   int n_vocab = 0;
   int context_length = 0;
   float rms_eps = 1e-5f;
-  // RoPE: rotated dimensions, base, pairing and linear position scaling; Llama 3's
-  // frequency factors come as the tensor rope_freqs.weight (ModelWeights::rope_freqs).
+  // RoPE: rotated dimensions, base, pairing and linear position scaling (1 / factor, for
+  // linear and YaRN scaling); Llama 3's frequency factors and LongRoPE's short or long ones
+  // come as tensors (ModelWeights::rope_freqs).
   int n_rot = 0;
   float rope_freq_base = 10000.0f;
   float rope_position_scale = 1.0f;
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
+  // The context RoPE was trained at before scaling (rope.scaling.original_context_length,
+  // else context_length): YaRN's correction range; LongRoPE takes its long factors when the
+  // configured context (context_length) exceeds it.
+  int rope_original_context = 0;
+  float rope_ext_factor = 0.0f;  // YaRN: 1 (llama.cpp's yarn_ext_factor), else 0
+  // cos and sin are scaled by this (llama.cpp's yarn_attn_factor: rope.scaling.attn_factor,
+  // LongRoPE's attention scaling, times YaRN's own when ext_factor is set).
+  float rope_attn_factor = 1.0f;
   // A layer's own RoPE base and linear scale (gemma2's and gemma3's sliding-window layers),
   // set by its family; a layer past the end of rope_layers uses rope_freq_base and
   // rope_position_scale.
@@ -60,6 +70,10 @@ struct ModelConfig {
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
 };
+
+// Layer `layer`'s RoPE: the model's, or the base and scale its family gave the layer, with
+// YaRN's correction range for that base; `freq_factors` as ModelWeights::rope_freqs.
+RopeParams LayerRope(const ModelConfig& c, int layer, std::span<const float> freq_factors);
 
 // The shared keys, then the family's (ModelFamily::read_config).
 StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& family);

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "common/check.h"
 #include "kernels/dequantize.h"
 #include "model/arch/family.h"
 
@@ -17,17 +18,48 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-StatusOr<const GgufTensor*> Find(const GgufFile& file, const std::string& name) {
+StatusOr<const GgufTensor*> Find(const GgufFile& file, const std::string& name,
+                                  const std::vector<int64_t>& shape) {
   const GgufTensor* t = file.FindTensor(name);
-  if (t == nullptr) return InvalidArgumentError("the model has no tensor '" + name + "'");
+  if (t == nullptr) {
+    return InvalidArgumentError("the model has no tensor '" + name + "' (expected shape " +
+                                ShapeString(shape) + ")");
+  }
   return t;
+}
+
+// The tensors of a model: the model-wide ones here, each layer's by its family.
+Status LoadAll(const GgufFile& file, const ModelConfig& c, const ModelFamily& family,
+               ModelWeights& w, F32Copies& copies) {
+  TM_ASSIGN_OR_RETURN(w.token_embd, LoadMatrix(file, "token_embd.weight", c.n_embd, c.n_vocab));
+  TM_ASSIGN_OR_RETURN(w.output_norm, LoadVector(file, "output_norm.weight", c.n_embd, copies));
+  if (c.tied_output) {
+    w.output = w.token_embd;
+  } else {
+    TM_ASSIGN_OR_RETURN(w.output, LoadMatrix(file, "output.weight", c.n_embd, c.n_vocab));
+  }
+  // Llama 3's frequency factors, else LongRoPE's: the long ones when the configured context
+  // exceeds the original one (llama_model::get_rope_factors), whatever a sequence's length.
+  const char* factors = "rope_freqs.weight";
+  if (file.FindTensor(factors) == nullptr) {
+    factors = c.context_length > c.rope_original_context ? "rope_factors_long.weight"
+                                                         : "rope_factors_short.weight";
+  }
+  if (file.FindTensor(factors) != nullptr) {
+    TM_ASSIGN_OR_RETURN(w.rope_freqs, LoadVector(file, factors, c.n_rot / 2, copies));
+  }
+  for (int i = 0; i < c.n_layers; ++i) {
+    TM_ASSIGN_OR_RETURN(LayerWeights l, family.load_layer(file, c, i, copies));
+    w.layers.push_back(l);
+  }
+  return OkStatus();
 }
 
 }  // namespace
 
 StatusOr<std::span<const float>> LoadVector(const GgufFile& file, const std::string& name,
                                             int64_t n, F32Copies& copies) {
-  TM_ASSIGN_OR_RETURN(const GgufTensor* t, Find(file, name));
+  TM_ASSIGN_OR_RETURN(const GgufTensor* t, Find(file, name, {n}));
   const std::optional<TensorType> type = ToTensorType(t->ggml_type);
   if (!type || (*type != TensorType::kF32 && *type != TensorType::kF16 &&
                 *type != TensorType::kBF16)) {
@@ -50,7 +82,7 @@ StatusOr<std::span<const float>> LoadVector(const GgufFile& file, const std::str
 
 StatusOr<WeightMatrix> LoadMatrix(const GgufFile& file, const std::string& name, int64_t cols,
                                   int64_t rows) {
-  TM_ASSIGN_OR_RETURN(const GgufTensor* t, Find(file, name));
+  TM_ASSIGN_OR_RETURN(const GgufTensor* t, Find(file, name, {cols, rows}));
   const std::optional<TensorType> type = ToTensorType(t->ggml_type);
   if (!type || !CpuComputesWith(*type)) {
     // The parser accepted only types whose layout it knows.
@@ -73,24 +105,19 @@ StatusOr<WeightMatrix> LoadMatrix(const GgufFile& file, const std::string& name,
   return WeightMatrix{*type, t->data, rows, cols, cols / layout.block_size * layout.type_size};
 }
 
+WeightMatrix RowsOf(const WeightMatrix& w, int64_t begin, int64_t n) {
+  TM_CHECK(w.layout == WeightLayout::kRows && begin >= 0 && n >= 0 && begin + n <= w.rows);
+  return WeightMatrix{w.type, w.data + begin * w.row_bytes, n, w.cols, w.row_bytes};
+}
+
 StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& c,
                                    const ModelFamily& family) {
   ModelWeights w;
   F32Copies copies;
-  TM_ASSIGN_OR_RETURN(w.token_embd, LoadMatrix(file, "token_embd.weight", c.n_embd, c.n_vocab));
-  TM_ASSIGN_OR_RETURN(w.output_norm, LoadVector(file, "output_norm.weight", c.n_embd, copies));
-  if (c.tied_output) {
-    w.output = w.token_embd;
-  } else {
-    TM_ASSIGN_OR_RETURN(w.output, LoadMatrix(file, "output.weight", c.n_embd, c.n_vocab));
-  }
-  if (file.FindTensor("rope_freqs.weight") != nullptr) {
-    TM_ASSIGN_OR_RETURN(w.rope_freqs,
-                        LoadVector(file, "rope_freqs.weight", c.n_rot / 2, copies));
-  }
-  for (int i = 0; i < c.n_layers; ++i) {
-    TM_ASSIGN_OR_RETURN(LayerWeights l, family.load_layer(file, c, i, copies));
-    w.layers.push_back(l);
+  if (Status loaded = LoadAll(file, c, family, w, copies); !loaded.ok()) {
+    // Which family expected the tensor: a file of another family's tensors says so.
+    return Status(loaded.code(), "the " + std::string(family.name) + " model: " +
+                                     loaded.message());
   }
   w.f32_copies = std::make_shared<const F32Copies>(std::move(copies));
   return w;

@@ -50,6 +50,9 @@ StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& conf
 // tensor, or an f16/bf16 one converted into `copies`.
 StatusOr<std::span<const float>> LoadVector(const GgufFile& file, const std::string& name,
                                             int64_t n, F32Copies& copies);
+// Rows [begin, begin + n) of w, a matrix of their own: the parts of a fused tensor (phi3's
+// attn_qkv), each output row computed as the whole tensor's would be.
+WeightMatrix RowsOf(const WeightMatrix& w, int64_t begin, int64_t n);
 // The matrix `name` of `rows` outputs by `cols` inputs (ggml shape [cols, rows]), of a type
 // the kernels compute with (CpuComputesWith); other types are refused naming the tensor, its
 // type and the supported ones.

@@ -13,18 +13,10 @@ void Grow(std::vector<float>& buffer, int64_t n) {
   if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
 }
 
-// Each layer's RoPE: the model's, or the base and scale its family gave the layer.
 std::vector<RopeParams> LayerRopes(const ModelConfig& c, std::span<const float> rope_freqs) {
   std::vector<RopeParams> ropes;
   for (int layer = 0; layer < c.n_layers; ++layer) {
-    const bool own = layer < static_cast<int>(c.rope_layers.size());
-    ropes.push_back(RopeParams{
-        .style = c.rope_style,
-        .head_dim = c.head_dim,
-        .n_rot = c.n_rot,
-        .freq_base = own ? c.rope_layers[layer].freq_base : c.rope_freq_base,
-        .position_scale = own ? c.rope_layers[layer].position_scale : c.rope_position_scale,
-        .freq_factors = rope_freqs});
+    ropes.push_back(LayerRope(c, layer, rope_freqs));
   }
   return ropes;
 }

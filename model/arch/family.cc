@@ -9,7 +9,8 @@ namespace tokenmill {
 namespace {
 
 constexpr const ModelFamily* kFamilies[] = {&kLlamaFamily,  &kQwen2Family,  &kQwen3Family,
-                                            &kGemmaFamily,  &kGemma2Family, &kGemma3Family};
+                                            &kGemmaFamily,  &kGemma2Family, &kGemma3Family,
+                                            &kPhi3Family};
 
 // "'llama' and 'qwen2'": the names of the families, for the refusal.
 std::string FamilyNames() {

@@ -36,6 +36,7 @@ extern const ModelFamily kQwen3Family;   // qwen3.cc
 extern const ModelFamily kGemmaFamily;   // gemma.cc
 extern const ModelFamily kGemma2Family;  // gemma2.cc
 extern const ModelFamily kGemma3Family;  // gemma3.cc
+extern const ModelFamily kPhi3Family;    // phi3.cc
 
 // The family of the file's general.architecture; an error naming it if tokenmill runs none.
 StatusOr<const ModelFamily*> FindModelFamily(const GgufFile& file);

@@ -31,8 +31,12 @@ struct TinyModel {
   bool qkv_bias = false;
   bool rope_freqs = false;
   bool output = false;
+  bool fused = false;  // phi3's attn_qkv and fused ffn_up (gate rows, then up rows)
+  std::vector<std::string> rope_factor_tensors;  // e.g. rope_factors_long.weight
+  std::string skip_tensor;  // left out of the file
   std::vector<std::pair<std::string, std::string>> extra_strings;
   std::vector<std::pair<std::string, float>> extra_floats;
+  std::vector<std::pair<std::string, uint32_t>> extra_u32s;
 
   std::vector<uint8_t> Build() const {
     GgufBuilder b;
@@ -49,7 +53,9 @@ struct TinyModel {
         .KeyF32(p + "rope.freq_base", 500000.0f);
     for (const auto& [k, v] : extra_strings) b.KeyString(p + k, v);
     for (const auto& [k, v] : extra_floats) b.KeyF32(p + k, v);
+    for (const auto& [k, v] : extra_u32s) b.KeyU32(p + k, v);
     auto tensor = [&](const std::string& name, uint32_t type, std::vector<uint64_t> shape) {
+      if (name == skip_tensor) return;
       const GgmlTypeLayout layout = *FindGgmlType(type);
       uint64_t n = 1;
       for (uint64_t d : shape) n *= d;
@@ -63,10 +69,15 @@ struct TinyModel {
     f32("output_norm.weight", {w});
     if (output) f32("output.weight", {w, 8});
     if (rope_freqs) f32("rope_freqs.weight", {w / 4});
+    for (const std::string& name : rope_factor_tensors) f32(name, {w / 4});
     tensor("blk.0.attn_norm.weight", norm_type, {w});
-    tensor("blk.0.attn_q.weight", q_type, {w, w});
-    f32("blk.0.attn_k.weight", {w, w / 2});
-    f32("blk.0.attn_v.weight", {w, w / 2});
+    if (fused) {
+      tensor("blk.0.attn_qkv.weight", q_type, {w, 2 * w});
+    } else {
+      tensor("blk.0.attn_q.weight", q_type, {w, w});
+      f32("blk.0.attn_k.weight", {w, w / 2});
+      f32("blk.0.attn_v.weight", {w, w / 2});
+    }
     if (qkv_bias) {
       f32("blk.0.attn_q.bias", {w});
       f32("blk.0.attn_k.bias", {w / 2});
@@ -74,8 +85,12 @@ struct TinyModel {
     }
     f32("blk.0.attn_output.weight", {w, w});
     f32("blk.0.ffn_norm.weight", {w});
-    f32("blk.0.ffn_gate.weight", {w, 2 * w});
-    f32("blk.0.ffn_up.weight", {w, 2 * w});
+    if (fused) {
+      f32("blk.0.ffn_up.weight", {w, 4 * w});
+    } else {
+      f32("blk.0.ffn_gate.weight", {w, 2 * w});
+      f32("blk.0.ffn_up.weight", {w, 2 * w});
+    }
     f32("blk.0.ffn_down.weight", {2 * w, w});
     return b.Build();
   }
@@ -191,11 +206,115 @@ TEST(ModelLoadTest, RefusesWhatItCannotRunByName) {
   ASSERT_FALSE(gpt2.ok());
   EXPECT_THAT(gpt2.status().message(), HasSubstr("architecture 'gpt2' is not supported"));
 
+  TinyModel dynamic;
+  dynamic.extra_strings = {{"rope.scaling.type", "dynamic"}};
+  const StatusOr<std::unique_ptr<Model>> dynamic_model = Load(dynamic.Build());
+  ASSERT_FALSE(dynamic_model.ok());
+  EXPECT_THAT(dynamic_model.status().message(), HasSubstr("RoPE scaling 'dynamic'"));
+}
+
+// YaRN as llama.cpp sets it up: positions scaled by 1 / factor, ext_factor 1, and an
+// attention factor that cancels the magnitude ggml's rope multiplies in (1 here: no
+// rope.scaling.attn_factor), the correction range from the original context.
+TEST(ModelLoadTest, YarnScalingReadsFactorAndOriginalContext) {
   TinyModel yarn;
   yarn.extra_strings = {{"rope.scaling.type", "yarn"}};
-  const StatusOr<std::unique_ptr<Model>> yarn_model = Load(yarn.Build());
-  ASSERT_FALSE(yarn_model.ok());
-  EXPECT_THAT(yarn_model.status().message(), HasSubstr("RoPE scaling 'yarn'"));
+  yarn.extra_floats = {{"rope.scaling.factor", 8.0f}};
+  yarn.extra_u32s = {{"rope.scaling.original_context_length", 32}};
+  StatusOr<std::unique_ptr<Model>> model = Load(yarn.Build());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const ModelConfig& c = (*model)->config();
+  EXPECT_FLOAT_EQ(c.rope_position_scale, 0.125f);
+  EXPECT_EQ(c.rope_ext_factor, 1.0f);
+  EXPECT_NEAR(c.rope_attn_factor, 1.0f, 1e-6f);
+  EXPECT_EQ(c.rope_original_context, 32);
+
+  // No original context: the trained one; an attention factor multiplies in.
+  TinyModel scaled;
+  scaled.extra_strings = {{"rope.scaling.type", "yarn"}};
+  scaled.extra_floats = {{"rope.scaling.factor", 4.0f}, {"rope.scaling.attn_factor", 0.5f}};
+  model = Load(scaled.Build());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_EQ((*model)->config().rope_original_context, 256);
+  EXPECT_NEAR((*model)->config().rope_attn_factor, 0.5f, 1e-6f);
+}
+
+// phi3: fused QKV and gate/up; LongRoPE's long factors when the context (256) exceeds the
+// original one, the short ones otherwise; rope.scaling.attn_factor scales cos and sin.
+TEST(ModelLoadTest, Phi3FusedMatricesAndLongRopeFactorsByTheConfiguredContext) {
+  TinyModel phi3;
+  phi3.arch = "phi3";
+  phi3.fused = true;
+  phi3.rope_factor_tensors = {"rope_factors_long.weight", "rope_factors_short.weight"};
+  phi3.fill = 0x3f;
+  phi3.extra_floats = {{"rope.scaling.attn_factor", 1.25f}};
+  for (const uint32_t original : {32u, 256u}) {
+    phi3.extra_u32s = {{"rope.scaling.original_context_length", original}};
+    const std::vector<uint8_t> bytes = phi3.Build();
+    StatusOr<std::unique_ptr<Model>> model = Load(bytes);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    const ModelConfig& c = (*model)->config();
+    EXPECT_EQ(c.rope_style, RopeStyle::kNeox);
+    EXPECT_FLOAT_EQ(c.rope_attn_factor, 1.25f);
+    EXPECT_EQ(c.rope_ext_factor, 0.0f);
+    const ModelWeights& w = (*model)->weights();
+    // Views of the fused tensors' parts: Q's 32 rows, K's and V's 16 each; gate's and up's 64.
+    const LayerWeights& l = w.layers[0];
+    EXPECT_EQ(l.q.rows, 32);
+    EXPECT_EQ(l.k.rows, 16);
+    EXPECT_EQ(l.v.rows, 16);
+    EXPECT_EQ(l.k.data, l.q.data + 32 * l.q.row_bytes);
+    EXPECT_EQ(l.v.data, l.k.data + 16 * l.k.row_bytes);
+    EXPECT_EQ(l.gate.rows, 64);
+    EXPECT_EQ(l.up.data, l.gate.data + 64 * l.gate.row_bytes);
+    // Both parses view the same bytes.
+    const StatusOr<GgufFile> file = GgufFile::Parse(bytes);
+    ASSERT_TRUE(file.ok());
+    const char* want = original < 256 ? "rope_factors_long.weight" : "rope_factors_short.weight";
+    EXPECT_EQ(reinterpret_cast<const uint8_t*>(w.rope_freqs.data()),
+              file->FindTensor(want)->data)
+        << original;
+  }
+}
+
+// A file of an unknown family, a missing tensor or one of the wrong shape: the error names
+// the family, the tensor and the shape it expected.
+TEST(ModelLoadTest, LoadErrorsNameTheFamilyTheTensorAndTheExpectedShape) {
+  TinyModel unknown;
+  unknown.arch = "mamba";
+  const StatusOr<std::unique_ptr<Model>> mamba = Load(unknown.Build());
+  ASSERT_FALSE(mamba.ok());
+  EXPECT_THAT(mamba.status().message(),
+              HasSubstr("architecture 'mamba' is not supported; tokenmill runs 'llama'"));
+  EXPECT_THAT(mamba.status().message(), HasSubstr("'phi3'"));
+
+  TinyModel missing;
+  missing.arch = "phi3";
+  missing.fused = true;
+  missing.skip_tensor = "blk.0.ffn_down.weight";
+  const StatusOr<std::unique_ptr<Model>> no_down = Load(missing.Build());
+  ASSERT_FALSE(no_down.ok());
+  EXPECT_EQ(no_down.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(no_down.status().message(),
+              HasSubstr("the phi3 model: the model has no tensor 'blk.0.ffn_down.weight' "
+                        "(expected shape [64, 32])"));
+
+  // A llama file's separate gate and up where phi3 expects them fused.
+  TinyModel llama_shaped;
+  llama_shaped.arch = "phi3";
+  const StatusOr<std::unique_ptr<Model>> unfused = Load(llama_shaped.Build());
+  ASSERT_FALSE(unfused.ok());
+  EXPECT_THAT(unfused.status().message(),
+              HasSubstr("the phi3 model: tensor 'blk.0.ffn_up.weight' has shape [32, 64], "
+                        "expected [32, 128]"));
+
+  TinyModel no_norm;
+  no_norm.skip_tensor = "output_norm.weight";
+  const StatusOr<std::unique_ptr<Model>> llama = Load(no_norm.Build());
+  ASSERT_FALSE(llama.ok());
+  EXPECT_THAT(llama.status().message(),
+              HasSubstr("the llama model: the model has no tensor 'output_norm.weight' "
+                        "(expected shape [32])"));
 }
 
 // Types the CPU does not run (IQ1-IQ3, TQ, MXFP4) are refused naming the tensor, its type and
