@@ -18,9 +18,12 @@ this script reads the tokenizer metadata with the `gguf` package exactly as tran
 `get_gguf_tokenizer` does and hands it to transformers' `convert_gguf_tokenizer`, the same code
 AutoTokenizer runs.
 
+It also writes tests/data/tokenizer/ggml-vocab-<name>.json, llama.cpp's ids alone, for the
+vocabulary-only GGUFs of the model families (VOCABULARIES; scripts/setup extracts them).
+
 Usage (from the repository root, with the reference requirements installed):
   .venv/bin/pip install -r tests/reference/requirements.txt
-  .venv/bin/python tests/reference/make_tokenizer_golden.py
+  .venv/bin/python tests/reference/make_tokenizer_golden.py [--llama-cpp-only]
 """
 import json
 import os
@@ -276,7 +279,7 @@ def write_pre_tokenizer_splits(corpus):
 # metadata (no tensors) with tokenizer.ggml.pre replaced, so that every pre-tokenizer we
 # support is checked end to end against llama.cpp, not only the model's own "smollm".
 
-PRE_VARIANTS = ["gpt-2", "llama-bpe", "qwen2", "default"]
+PRE_VARIANTS = ["gpt-2", "llama-bpe", "qwen2", "default", "tekken"]
 
 
 def write_vocab_copy(source_path, dest_path, pre):
@@ -322,6 +325,45 @@ def write_pre_variants(corpus):
 
 
 # ---------------------------------------------------------------------------------------------
+# The vocabularies of the model families tokenmill runs, from llama.cpp's own vocabulary-only
+# GGUFs (its models/ggml-vocab-*.gguf, as the llama-cpp-python sdist vendors them; scripts/setup
+# extracts them into models/): llama.cpp's ids only, with no Hugging Face comparison.
+
+VOCABULARIES = {
+    "ggml-vocab-llama-bpe.gguf": "Llama 3.x (byte-level BPE, pre llama-bpe)",
+    "ggml-vocab-qwen2.gguf": "Qwen2 and Qwen3 (byte-level BPE, pre qwen2)",
+    "ggml-vocab-phi-3.gguf": "Phi-3 (SentencePiece, pre default)",
+    "ggml-vocab-llama-spm.gguf": "Llama 2 and Mistral 7B v0.1 (SentencePiece)",
+    "ggml-vocab-gpt-2.gguf": "GPT-2 (byte-level BPE, pre gpt-2)",
+}
+
+
+def write_vocabulary_goldens(corpus):
+    from llama_cpp import Llama
+    import llama_cpp
+    for vocab, what in VOCABULARIES.items():
+        llm = Llama(model_path=os.path.join(MODELS_DIR, vocab), vocab_only=True, verbose=False)
+        cases = [{"text": t,
+                  "ids": llm.tokenize(t.encode("utf-8"), add_bos=True, special=False),
+                  "ids_special": llm.tokenize(t.encode("utf-8"), add_bos=True, special=True)}
+                 for t in corpus]
+        del llm
+        out = {
+            "model": vocab,
+            "vocabulary": what,
+            "generator": f"llama-cpp-python {llama_cpp.__version__}: "
+                         "Llama(vocab_only=True).tokenize("
+                         "text.encode(), add_bos=True, special=False -> ids / True -> ids_special)",
+            "cases": cases,
+        }
+        dest = os.path.join(OUT_DIR, vocab.removesuffix(".gguf") + ".json")
+        with open(dest, "w", encoding="utf-8") as f:
+            json.dump(out, f, ensure_ascii=True, indent=0)
+            f.write("\n")
+        print(f"{vocab}: {len(cases)} strings -> {dest}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------
 
 def main():
     from llama_cpp import Llama
@@ -329,8 +371,11 @@ def main():
 
     corpus = build_corpus()
     os.makedirs(OUT_DIR, exist_ok=True)
-    write_pre_tokenizer_splits(corpus)
+    write_vocabulary_goldens(corpus)
     write_pre_variants(corpus)
+    if "--llama-cpp-only" in sys.argv:  # needs llama-cpp-python alone, not transformers
+        return
+    write_pre_tokenizer_splits(corpus)
     for model in MODELS:
         path = os.path.join(MODELS_DIR, model)
         llm = Llama(model_path=path, vocab_only=True, verbose=False)

@@ -28,6 +28,13 @@ constexpr const char* kQwen2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+"
     "|\\p{N}| ?[^" TM_WS "\\p{L}\\p{N}]+[\\r\\n]*|[" TM_WS "]*[\\r\\n]+|[" TM_WS
     "]+(?![^" TM_WS "])|[" TM_WS "]+";
+// Mistral's tekken, as llama.cpp rewrites the expression of its tokenizer.json: a letter
+// "not a-z" for \p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}, "not A-Z" for \p{Ll}\p{Lm}\p{Lo}\p{M}.
+constexpr const char* kTekken =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+"
+    "|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*"
+    "|\\p{N}| ?[^" TM_WS "\\p{L}\\p{N}]+[\\r\\n/]*|[" TM_WS "]*[\\r\\n]+|[" TM_WS
+    "]+(?![^" TM_WS "])|[" TM_WS "]+";
 #undef TM_WS
 constexpr const char* kPunctuationRuns = "[\\p{P}\\$\\+<=>\\^~\\|`]+";
 constexpr const char* kAsciiDigitTriples = "[0-9][0-9][0-9]";
@@ -51,6 +58,7 @@ const std::vector<PreTokenizerSpec>& Specs() {
       {"llama3", {kLlama3}, true, true},
       {"llama-v3", {kLlama3}, true, true},
       {"qwen2", {kQwen2}},
+      {"tekken", {kTekken}, true, true},
       {"deepseek-r1-qwen", {kQwen2}},
   };
   return specs;

@@ -1,5 +1,7 @@
 #include "text/tokenizer/special_tokens.h"
 
+#include <cctype>
+
 namespace tokenmill::tokenizer {
 
 std::vector<Fragment> SplitOnSpecialTokens(std::string_view text, const Vocab& vocab,
@@ -25,6 +27,11 @@ std::vector<Fragment> SplitOnSpecialTokens(std::string_view text, const Vocab& v
         if (match > start) next.push_back({fragment.offset + start, match - start, kNoToken});
         next.push_back({0, 0, special});
         start = match + needle.size();
+        if (vocab.rstrip(special)) {
+          while (start < plain.size() && std::isspace(static_cast<unsigned char>(plain[start]))) {
+            ++start;
+          }
+        }
       }
       if (start < plain.size()) {
         next.push_back({fragment.offset + start, plain.size() - start, kNoToken});

@@ -2,16 +2,29 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <string>
 
 namespace tokenmill {
 namespace {
 
-// End-of-turn tokens llama.cpp recognizes by their text (llama-vocab.cpp, "special_eog_ids").
-constexpr std::array<std::string_view, 12> kEndOfGenerationTexts = {
-    "<|eot_id|>", "<|im_end|>",   "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
-    "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+// End-of-generation tokens llama.cpp recognizes by their text (llama-vocab.cpp,
+// "special_eog_ids"); the first found of those with is_eot is the EOT token, as its
+// "special_eot_id".
+struct EndOfGenerationText {
+  std::string_view text;
+  bool is_eot;
 };
+constexpr std::array<EndOfGenerationText, 21> kEndOfGenerationTexts = {{
+    {"<|eot_id|>", true},          {"<|im_end|>", true},         {"<|end|>", true},
+    {"<|return|>", false},         {"<|call|>", false},          {"<|flush|>", false},
+    {"<|calls|>", false},          {"<end_of_turn>", true},      {"<|endoftext|>", true},
+    {"</s>", false},               {"<|eom_id|>", false},        {"<EOT>", true},
+    {"_<EOT>", true},              {"[EOT]", true},              {"[EOS]", false},
+    {"<|end_of_text|>", true},     {"<end_of_utterance>", true}, {"<eos>", false},
+    {"<turn|>", false},            {"<|tool_response>", false},
+    {"<｜end▁of▁sentence｜>", true},
+}};
 
 TokenType ToTokenType(int32_t value) {
   if (value < 0 || value > static_cast<int32_t>(TokenType::kByte)) return TokenType::kUndefined;
@@ -102,7 +115,30 @@ StatusOr<Vocab> Vocab::FromGguf(const GgufFile& file) {
                    [&](TokenId a, TokenId b) {
                      return vocab.texts_[a].size() > vocab.texts_[b].size();
                    });
+  TM_RETURN_IF_ERROR(vocab.SetRstrip(file));
   return vocab;
+}
+
+Status Vocab::SetRstrip(const GgufFile& file) {
+  rstrip_.assign(texts_.size(), false);
+  if (!file.Has("general.name")) return OkStatus();
+  TM_ASSIGN_OR_RETURN(const std::string_view name, file.GetString("general.name"));
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  // llama.cpp sets this by the model's name (llama_vocab::impl::load): in Phi-3 models every
+  // special token but <unk>, <s> and <|endoftext|> swallows the whitespace after it.
+  if (lower.find("phi-3") == std::string::npos && lower.find("phi3") == std::string::npos) {
+    return OkStatus();
+  }
+  for (const TokenId id : special_tokens_) rstrip_[id] = true;
+  for (const std::string_view text : {"</s>"}) {
+    if (const TokenId id = Find(text); id != kNoToken) rstrip_[id] = true;
+  }
+  for (const std::string_view text : {"<unk>", "<s>", "<|endoftext|>"}) {
+    if (const TokenId id = Find(text); id != kNoToken) rstrip_[id] = false;
+  }
+  return OkStatus();
 }
 
 Status Vocab::ReadSpecialIds(const GgufFile& file) {
@@ -137,13 +173,20 @@ Status Vocab::ReadSpecialIds(const GgufFile& file) {
 }
 
 void Vocab::FindEndOfGeneration() {
-  for (const std::string_view text : kEndOfGenerationTexts) {
+  for (const auto& [text, is_eot] : kEndOfGenerationTexts) {
     const TokenId id = Find(text);
     if (id == kNoToken) continue;
     end_of_generation_.push_back(id);
     // As llama.cpp does, a mislabelled end-of-turn token becomes a control token.
     types_[id] = TokenType::kControl;
-    if (eot_ == kNoToken && text != "<|eom_id|>") eot_ = id;
+    if (eot_ == kNoToken && is_eot) eot_ = id;
+  }
+  // Gemma 4's and PLaMo's "</s>" is a normal token (llama.cpp: "has_normal_s_marker").
+  const TokenId s = Find("</s>");
+  if (s != kNoToken &&
+      (Find("<|tool_response>") != kNoToken || Find("<|plamo:eos|>") != kNoToken)) {
+    std::erase(end_of_generation_, s);
+    types_[s] = TokenType::kNormal;
   }
   for (const TokenId id : {eos_, eot_, eom_}) {
     if (id != kNoToken) end_of_generation_.push_back(id);

@@ -69,11 +69,15 @@ class Vocab {
   // Tokens matched as a whole in the input before any other splitting: control, user-defined
   // and unknown tokens, longest text first.
   const std::vector<TokenId>& special_tokens() const { return special_tokens_; }
+  // Whether the whitespace after this special token is dropped from the text that follows
+  // (llama.cpp's LLAMA_TOKEN_ATTR_RSTRIP, which it sets for Phi-3's special tokens).
+  bool rstrip(TokenId id) const { return rstrip_[id]; }
 
  private:
   Vocab() = default;
   Status ReadSpecialIds(const GgufFile& file);
   void FindEndOfGeneration();
+  Status SetRstrip(const GgufFile& file);
 
   VocabKind kind_ = VocabKind::kSentencePiece;
   std::vector<std::string> texts_;
@@ -92,6 +96,7 @@ class Vocab {
   bool add_space_prefix_ = false;
   std::vector<TokenId> end_of_generation_;
   std::vector<TokenId> special_tokens_;
+  std::vector<bool> rstrip_;
 };
 
 }  // namespace tokenmill
