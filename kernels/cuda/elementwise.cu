@@ -78,9 +78,11 @@ __global__ void RopeKernel(DeviceRope rope, const int32_t* positions, int n_head
   float* head = x + (t * n_heads + blockIdx.y) * rope.head_dim;
   for (int i = threadIdx.x; i < rope.n_rot / 2; i += blockDim.x) {
     const float factor = rope.factors != nullptr ? rope.factors[i] : 1.0f;
-    const double theta = RopeAngle(positions[t], rope.position_scale, rope.inv_freq[i], factor);
-    const float c = static_cast<float>(cos(theta));
-    const float s = static_cast<float>(sin(theta));
+    const double theta = RopeYarnAngle(positions[t], rope.position_scale, rope.inv_freq[i],
+                                       factor, i, rope.ext_factor, rope.corr_low,
+                                       rope.corr_high);
+    const float c = __fmul_rn(static_cast<float>(cos(theta)), rope.cos_sin_scale);
+    const float s = __fmul_rn(static_cast<float>(sin(theta)), rope.cos_sin_scale);
     int i0, i1;
     RopePair(rope.neox, i, rope.n_rot, &i0, &i1);
     const float a = head[i0];

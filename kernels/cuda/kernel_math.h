@@ -229,6 +229,21 @@ TM_HOST_DEVICE inline double RopeAngle(int32_t position, float position_scale, d
   return p * inv_freq_i / static_cast<double>(factor);
 }
 
+// The same with YaRN (ggml's rope_yarn): the scaled angle mixed with the unscaled one by
+// pair i's ramp over [corr_low, corr_high], times ext_factor; RopeAngle's when it is 0.
+TM_HOST_DEVICE inline double RopeYarnAngle(int32_t position, float position_scale,
+                                           double inv_freq_i, float factor, int i,
+                                           float ext_factor, float corr_low, float corr_high) {
+  const double scaled = RopeAngle(position, position_scale, inv_freq_i, factor);
+  if (ext_factor == 0.0f) return scaled;
+  const double unscaled = RopeAngle(position, 1.0f, inv_freq_i, factor);
+  const float span = corr_high - corr_low > 0.001f ? corr_high - corr_low : 0.001f;
+  const float y = (static_cast<float>(i) - corr_low) / span;
+  const float ramp = 1.0f - (y < 0.0f ? 0.0f : (y > 1.0f ? 1.0f : y));
+  const double mix = static_cast<double>(ramp * ext_factor);
+  return scaled * (1.0 - mix) + unscaled * mix;
+}
+
 // Which two dimensions of a head pair i rotates.
 TM_HOST_DEVICE inline void RopePair(bool neox, int i, int n_rot, int* i0, int* i1) {
   *i0 = neox ? i : 2 * i;

@@ -77,6 +77,12 @@ struct DeviceRope {
   float position_scale = 1.0f;
   const double* inv_freq = nullptr;
   const float* factors = nullptr;
+  // YaRN (RopeYarnAngle; ext_factor 0: none) and the factor on cos and sin
+  // (RopeCosSinScale).
+  float ext_factor = 0.0f;
+  float corr_low = 0.0f;
+  float corr_high = 0.0f;
+  float cos_sin_scale = 1.0f;
 };
 cudaError_t Rope(const DeviceRope& rope, const int32_t* positions, int64_t n_tokens, int n_heads,
                  float* x, cudaStream_t stream);

@@ -43,10 +43,16 @@ StatusOr<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(const Model& 
     return FailedPreconditionError("no usable CUDA device (or no driver): use --device cpu");
   }
   const ModelConfig& c = model.config();
-  // The CUDA graph is llama's (with qwen2's biases); the other families' blocks are CPU-only.
-  if (c.arch_name != "llama" && c.arch_name != "qwen2") {
-    return UnimplementedError("the CUDA forward pass runs 'llama' and 'qwen2' models, not '" +
-                              c.arch_name + "': use --device cpu");
+  // The CUDA graph is llama's, with qwen2's biases and phi3's NeoX RoPE (its fused tensors
+  // load as separate views); the other families' blocks are CPU-only, as is a layer's own
+  // RoPE base.
+  if (c.arch_name != "llama" && c.arch_name != "qwen2" && c.arch_name != "phi3") {
+    return UnimplementedError("the CUDA forward pass runs 'llama', 'qwen2' and 'phi3' models, "
+                              "not '" + c.arch_name + "': use --device cpu");
+  }
+  if (!c.rope_layers.empty()) {
+    return UnimplementedError("the CUDA forward pass has one RoPE base for every layer; this '" +
+                              c.arch_name + "' model sets one per layer: use --device cpu");
   }
   if (c.head_dim > kMaxHeadDim || c.n_heads % c.n_kv_heads != 0 ||
       c.n_heads / c.n_kv_heads > kMaxGroup) {
@@ -190,9 +196,19 @@ Status CudaForwardPass::EnqueueLayers(const KvCacheView& kv, int64_t n, int64_t 
   float* proj = proj_.as<float>();
   float* gate = gate_.as<float>();
   float* up = up_.as<float>();
-  const DeviceRope rope{c.rope_style == RopeStyle::kNeox, c.head_dim, c.n_rot,
-                        c.rope_position_scale, rope_inv_freq_.as<const double>(),
-                        weights_.rope_factors.empty() ? nullptr : weights_.rope_factors.data()};
+  // YaRN's range, the factor on cos and sin: as the CPU's (rope_layers is empty here).
+  const RopeParams cpu_rope = LayerRope(c, 0, {});
+  const DeviceRope rope{.neox = c.rope_style == RopeStyle::kNeox,
+                        .head_dim = c.head_dim,
+                        .n_rot = c.n_rot,
+                        .position_scale = c.rope_position_scale,
+                        .inv_freq = rope_inv_freq_.as<const double>(),
+                        .factors = weights_.rope_factors.empty() ? nullptr
+                                                                 : weights_.rope_factors.data(),
+                        .ext_factor = cpu_rope.ext_factor,
+                        .corr_low = cpu_rope.corr_low,
+                        .corr_high = cpu_rope.corr_high,
+                        .cos_sin_scale = RopeCosSinScale(cpu_rope)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   cudaStream_t s = stream_;
 

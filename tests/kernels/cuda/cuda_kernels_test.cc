@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -247,6 +248,45 @@ TEST_F(CudaKernelsTest, RopeMatchesTheCpuInBothStylesWithFactors) {
     for (size_t i = 0; i < got.size(); ++i) {
       const int32_t position = positions[i / (n_heads * head_dim)];
       ASSERT_NEAR(got[i], want[i], RopeCpuGap(position)) << "rope at position " << position;
+    }
+  }
+}
+
+// YaRN (scale 1/8 past an original context of 32, its ramp and magnitude) and an attention
+// factor on cos and sin, on the device as on the CPU.
+TEST_F(CudaKernelsTest, RopeMatchesTheCpuWithYarnAndAnAttentionFactor) {
+  const int head_dim = 64, n_rot = 64, n_heads = 2;
+  const std::vector<int32_t> positions = {0, 5, 33, 200, 4095};
+  std::vector<double> inv_freq(n_rot / 2);
+  for (int i = 0; i < n_rot / 2; ++i) inv_freq[i] = std::pow(1000000.0, -2.0 * i / n_rot);
+  DeviceBuffer dpos = ToDevice(positions), dinv = ToDevice(inv_freq);
+  for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kNeox}) {
+    const std::vector<float> x = Random(positions.size() * n_heads * head_dim, rng_);
+    std::vector<float> want = x;
+    RopeParams p{style, head_dim, n_rot, 1000000.0f, 0.125f, {}};
+    p.ext_factor = 1.0f;
+    p.attn_factor = 0.97f;
+    const std::array<float, 2> corr = YarnCorrectionDims(n_rot, 32, p.freq_base, 32.0f, 1.0f);
+    p.corr_low = corr[0];
+    p.corr_high = corr[1];
+    ApplyRope(p, positions, n_heads, want.data());
+    DeviceBuffer dx = ToDevice(x);
+    const DeviceRope rope{.neox = style == RopeStyle::kNeox,
+                          .head_dim = head_dim,
+                          .n_rot = n_rot,
+                          .position_scale = p.position_scale,
+                          .inv_freq = dinv.as<double>(),
+                          .ext_factor = p.ext_factor,
+                          .corr_low = p.corr_low,
+                          .corr_high = p.corr_high,
+                          .cos_sin_scale = RopeCosSinScale(p)};
+    ASSERT_EQ(Rope(rope, dpos.as<int32_t>(), static_cast<int64_t>(positions.size()), n_heads,
+                   dx.as<float>(), nullptr),
+              cudaSuccess);
+    const std::vector<float> got = ToHost<float>(dx, x.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const int32_t position = positions[i / (n_heads * head_dim)];
+      ASSERT_NEAR(got[i], want[i], RopeCpuGap(position)) << "yarn rope at position " << position;
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -96,9 +97,10 @@ void RopeAsTheKernelDoes(const RopeParams& p, std::span<const int32_t> positions
       for (int i = 0; i < p.n_rot / 2; ++i) {
         const double inv_freq = std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_rot);
         const float factor = p.freq_factors.empty() ? 1.0f : p.freq_factors[static_cast<size_t>(i)];
-        const double theta = RopeAngle(positions[t], p.position_scale, inv_freq, factor);
-        const float c = static_cast<float>(std::cos(theta));
-        const float s = static_cast<float>(std::sin(theta));
+        const double theta = RopeYarnAngle(positions[t], p.position_scale, inv_freq, factor, i,
+                                           p.ext_factor, p.corr_low, p.corr_high);
+        const float c = static_cast<float>(std::cos(theta)) * RopeCosSinScale(p);
+        const float s = static_cast<float>(std::sin(theta)) * RopeCosSinScale(p);
         int i0, i1;
         RopePair(p.style == RopeStyle::kNeox, i, p.n_rot, &i0, &i1);
         const float a = head[i0];
@@ -142,6 +144,37 @@ TEST(RopeMathTest, AnglesAndPairsMatchApplyRopeUpToAngleRounding) {
         const int32_t position = shape.positions[i / (n_heads * shape.head_dim)];
         ASSERT_NEAR(x[i], expected[i], RopeCpuGap(position))
             << "style " << static_cast<int>(style) << " n_rot " << shape.n_rot << " position "
+            << position;
+      }
+    }
+  }
+}
+
+// The same with YaRN (its ramp over the correction range and its magnitude) and an attention
+// factor on cos and sin (LongRoPE's), as the families' files set them.
+TEST(RopeMathTest, YarnAndTheAttentionFactorMatchApplyRopeUpToAngleRounding) {
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  const std::vector<int32_t> positions = {0, 1, 7, 33, 100, 4095};
+  for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kNeox}) {
+    for (const bool yarn : {false, true}) {
+      RopeParams p{style, 32, 32, 1000000.0f, yarn ? 0.125f : 1.0f, {}};
+      p.ext_factor = yarn ? 1.0f : 0.0f;
+      p.attn_factor = yarn ? 0.97f : 1.19f;
+      const std::array<float, 2> corr = YarnCorrectionDims(32, 32, p.freq_base, 32.0f, 1.0f);
+      p.corr_low = corr[0];
+      p.corr_high = corr[1];
+      ASSERT_LT(p.corr_low, p.corr_high);  // the ramp mixes some pairs
+      const int n_heads = 2;
+      std::vector<float> x(positions.size() * n_heads * 32);
+      for (float& v : x) v = value(rng);
+      std::vector<float> expected = x;
+      ApplyRope(p, positions, n_heads, expected.data());
+      RopeAsTheKernelDoes(p, positions, n_heads, x.data());
+      for (size_t i = 0; i < x.size(); ++i) {
+        const int32_t position = positions[i / (n_heads * 32)];
+        ASSERT_NEAR(x[i], expected[i], RopeCpuGap(position))
+            << "style " << static_cast<int>(style) << " yarn " << yarn << " position "
             << position;
       }
     }
