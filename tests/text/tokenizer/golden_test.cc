@@ -70,6 +70,7 @@ class GoldenTest : public ::testing::TestWithParam<const char*> {
   }
 
   bool IsSentencePiece() const { return tokenizer_->vocab().kind() == VocabKind::kSentencePiece; }
+  bool IsGemma() const { return std::string(GetParam()).starts_with("gemma"); }
 
   std::optional<Tokenizer> tokenizer_;
   Golden golden_;
@@ -161,7 +162,13 @@ TEST_P(GoldenTest, IncrementalDecodeMatchesDecode) {
 //   next text with "▁", as the original Llama tokenizer did by encoding each segment with
 //   SentencePiece (transformers' legacy=True); HF's non-legacy Metaspace does not. SentencePiece
 //   has no special tokens to compare; we follow llama.cpp, which GGUF models are run with.
+//
+// Gemma 3's vocabulary (no dummy prefix, user-defined tokens for whitespace runs and markup) has
+// no third reference here (make_tokenizer_golden.py's third_reference says why): its golden is
+// llama.cpp's ids, which GGUF models are run with, and HF's conversion, which merges none of
+// the whitespace runs the way Gemma's own tokenizer does, is only recorded.
 TEST_P(GoldenTest, HuggingFaceDisagreementsAreSettledForLlamaCpp) {
+  if (IsGemma()) GTEST_SKIP() << "no third reference for Gemma's vocabulary";
   std::set<std::string> settled;  // texts where the third reference agreed with llama.cpp
   for (const nlohmann::json& d : golden_.hf_disagreements) {
     if (!d.contains("third")) continue;
@@ -184,12 +191,13 @@ TEST_P(GoldenTest, HuggingFaceDisagreementsAreSettledForLlamaCpp) {
 
 // The two test models, then llama.cpp's vocabulary-only GGUFs of the families' tokenizers
 // (scripts/setup extracts them from the llama-cpp-python sdist): Llama 3's llama-bpe, Qwen2's
-// qwen2, GPT-2's gpt-2, and the SentencePiece vocabularies of Phi-3 and Llama 2 / Mistral.
+// qwen2, GPT-2's gpt-2, and the SentencePiece vocabularies of Phi-3 and Llama 2 / Mistral;
+// Gemma 3's 262k SentencePiece vocabulary from the Gemma 3 270M file.
 INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
                          ::testing::Values("SmolLM2-135M-Instruct.Q4_1", "stories260K",
                                            "ggml-vocab-llama-bpe", "ggml-vocab-qwen2",
                                            "ggml-vocab-gpt-2", "ggml-vocab-phi-3",
-                                           "ggml-vocab-llama-spm"),
+                                           "ggml-vocab-llama-spm", "gemma-3-270m-q4_k_m"),
                          [](const auto& param_info) {
                            std::string name;
                            for (const char ch : std::string(param_info.param)) {
