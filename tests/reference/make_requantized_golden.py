@@ -43,12 +43,13 @@ llama_cpp_api.llama_model_default_params = without_extra_buffer_types(
     llama_cpp_api.llama_model_default_params)
 
 
-def golden_for_file(path):
+def golden_for_file(path, n_prompts=N_PROMPTS, continuation_tokens=CONTINUATION):
     llm = Llama(model_path=path, n_ctx=512, n_threads=1, n_batch=1, n_ubatch=1, logits_all=True,
                 verbose=False, seed=0)
     prompts = []
-    for text in PROMPTS[:N_PROMPTS]:
-        prompt, continuation, llama_cpp_top = greedy_token_by_token(llm, text, CONTINUATION)
+    for text in PROMPTS[:n_prompts]:
+        prompt, continuation, llama_cpp_top = greedy_token_by_token(llm, text,
+                                                                    continuation_tokens)
         prompts.append({
             "text": text,
             "prompt_tokens": [int(t) for t in prompt],

@@ -66,7 +66,7 @@ int CheckGreedyContinuations(const Model& model, const CpuContext& ctx, const Go
   int identical = 0;
   for (const GoldenPrompt& p : golden.prompts) {
     KvCacheStorage storage(c, KvType::kF16, 16, 16);
-    BatchBuilder builder(16, 16);
+    BatchBuilder builder(16, 16, NumKvGroups(c));
     const int seq = builder.AddSequence();
     std::vector<float> logits(c.n_vocab);
     std::vector<int32_t> step = p.prompt_tokens;
