@@ -1,14 +1,12 @@
 #include "server/openai/completion_handler.h"
 
-#include <google/protobuf/message_lite.h>
-#include <grpc/grpc.h>
 #include <spdlog/spdlog.h>
 
-#include <chrono>
 #include <map>
 #include <set>
 #include <variant>
 
+#include "server/openai/backend_request.h"
 #include "server/openai/request_body.h"
 #include "server/openai/response_format.h"
 #include "server/openai/structured_output.h"
@@ -20,32 +18,6 @@ namespace asio = boost::asio;
 using nlohmann::json;
 
 namespace {
-
-int64_t UnixSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// tokenmill-server receives gRPC messages up to gRPC's default 4 MiB. A bigger one comes back
-// as RESOURCE_EXHAUSTED, which the client would see as a full queue (429: retry), though no
-// retry can help: refused here as too large.
-constexpr size_t kMaxBackendMessageBytes = GRPC_DEFAULT_MAX_RECV_MESSAGE_LENGTH;
-// A Generate request gets its request_id once routed ("chatcmpl-", 16 + 12 hex digits, "-63":
-// under 64 bytes with its tag and length): room is kept for it. Without it a prompt just under
-// the limit came back from the server as RESOURCE_EXHAUSTED, a 429 that no retry helps.
-constexpr size_t kRequestIdBytes = 64;
-
-std::optional<HttpError> TooLargeForBackend(const google::protobuf::MessageLite& message,
-                                            size_t bytes_added_later = 0) {
-  const size_t bytes = message.ByteSizeLong() + bytes_added_later;
-  if (bytes <= kMaxBackendMessageBytes) return std::nullopt;
-  return MakeError(413,
-                   "the request is " + std::to_string(bytes) +
-                       " bytes as a gRPC message; tokenmill-server takes at most " +
-                       std::to_string(kMaxBackendMessageBytes) + ": shorten the prompt",
-                   "invalid_request_error", "", "request_too_large");
-}
 
 bool HasTools(const CompletionRequest& parsed) {
   return parsed.endpoint == Endpoint::kChatCompletions &&
@@ -85,23 +57,6 @@ std::optional<HttpError> MapCompletionBody(const HttpRequest& request, Endpoint 
     }
   }
   return error;
-}
-
-HttpError ModelNotFound(const std::string& model) {
-  HttpError error = NotFound("The model `" + model +
-                                 "` does not exist: GET /v1/models lists the models served",
-                             "model_not_found");
-  error.param = "model";
-  return error;
-}
-
-// The backend for a request, or the error to answer (503 none ready, 404 unknown model).
-std::variant<Backend*, HttpError> Route(GatewayContext& context, const std::string& model,
-                                        std::string_view affinity_key) {
-  const BackendChoice choice = context.pool.Choose(model, affinity_key);
-  if (choice.backend != nullptr) return choice.backend;
-  if (!choice.any_healthy) return NoBackend();
-  return ModelNotFound(model);
 }
 
 // The text of each token id (render_special: a chosen <|im_end|> shows as itself), looked up
@@ -144,22 +99,6 @@ asio::awaitable<std::vector<TokenLogprobText>> LogprobTexts(Backend& backend,
     out.push_back(std::move(entry));
   }
   co_return out;
-}
-
-// Chat requests without max_tokens may use the rest of the context, as OpenAI's do: the
-// prompt's length comes from the backend's tokenizer.
-asio::awaitable<void> DefaultChatMaxTokens(Backend& backend, v1::GenerateRequest& generate) {
-  const std::optional<v1::ModelInfo> info = backend.model_info();
-  if (!info) co_return;
-  v1::TokenizeRequest request;
-  *request.mutable_chat() = generate.chat();
-  v1::TokenizeResponse response;
-  const grpc::Status status = co_await AwaitTokenize(backend, request, response);
-  // On failure Generate reports the problem with the input itself.
-  if (!status.ok()) co_return;
-  const int64_t left =
-      static_cast<int64_t>(info->max_model_len()) - response.token_ids_size();
-  if (left > 0) generate.set_max_tokens(static_cast<uint32_t>(left));
 }
 
 // Per-prompt usage, taken from each sequence's final response.

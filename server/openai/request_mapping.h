@@ -39,6 +39,10 @@ struct CompletionRequest {
 // about the first KV blocks, where requests that share a system prompt agree.
 inline constexpr size_t kAffinityPrefixChars = 256;
 
+// The affinity key of a chat: its system messages (or the start of its first message) and
+// its tools. `chat` has at least one message.
+std::string ChatAffinityKey(const v1::Chat& chat);
+
 std::optional<HttpError> ParseCompletionRequest(const nlohmann::json& body, Endpoint endpoint,
                                                 CompletionRequest& out);
 
