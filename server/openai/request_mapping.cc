@@ -300,13 +300,7 @@ std::optional<HttpError> ParseChatInput(const json& body, CompletionRequest& out
   v1::Chat& chat = *g.mutable_chat();
   GW_RETURN_IF_ERROR(ParseMessages(*messages, chat));
   GW_RETURN_IF_ERROR(ParseToolParams(body, chat));
-  if ((chat.tool_choice().has_function_name() ||
-       chat.tool_choice().mode() == v1::TOOL_CHOICE_MODE_REQUIRED) &&
-      !out.structured_output_param.empty()) {
-    return BadRequest("tool_choice forces a tool call, which " + out.structured_output_param +
-                          " would constrain too: give one of them",
-                      "tool_choice");
-  }
+  GW_RETURN_IF_ERROR(RefuseTwoConstraints(chat, out.structured_output_param));
   std::optional<bool> add_generation_prompt;
   GW_RETURN_IF_ERROR(Bool(body, "add_generation_prompt", add_generation_prompt));
   if (add_generation_prompt) chat.set_add_generation_prompt(*add_generation_prompt);

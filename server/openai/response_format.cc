@@ -150,4 +150,8 @@ std::string SseEvent(const json& data) { return "data: " + DumpJson(data) + "\n\
 
 std::string SseDone() { return "data: [DONE]\n\n"; }
 
+std::string SseNamedEvent(const json& data) {
+  return "event: " + data.at("type").get<std::string>() + "\ndata: " + DumpJson(data) + "\n\n";
+}
+
 }  // namespace tokenmill::gateway

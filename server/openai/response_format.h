@@ -72,6 +72,8 @@ std::string DumpJson(const nlohmann::json& value);
 // "data: <json>\n\n"; the stream ends with SseDone().
 std::string SseEvent(const nlohmann::json& data);
 std::string SseDone();
+// "event: <data.type>\ndata: <json>\n\n": the Anthropic and Responses streams name each event.
+std::string SseNamedEvent(const nlohmann::json& data);
 
 // Bytes of a UTF-8 string as OpenAI's chat logprobs "bytes" lists them.
 nlohmann::json Utf8Bytes(const std::string& text);

@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "server/openai/request_body.h"
+
 namespace tokenmill::gateway {
 
 using nlohmann::json;
@@ -227,6 +229,21 @@ std::optional<std::string> OrderedSchemaText(const nlohmann::ordered_json& body,
   }
   if (schema == nullptr || !schema->is_object()) return std::nullopt;
   return schema->dump();
+}
+
+void KeepSchemaOrder(std::string_view body, std::initializer_list<const char*> path,
+                     v1::SamplingParams& sampling) {
+  if (!sampling.has_json_schema()) return;
+  nlohmann::ordered_json ordered;
+  if (ParseRequestBody(body, ordered)) return;  // parsed once already: cannot fail
+  const nlohmann::ordered_json* value = &ordered;
+  for (const char* key : path) {
+    if (!value->is_object()) return;
+    const auto it = value->find(key);
+    if (it == value->end()) return;
+    value = &*it;
+  }
+  if (value->is_object()) sampling.set_json_schema(value->dump());
 }
 
 }  // namespace tokenmill::gateway

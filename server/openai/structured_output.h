@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <optional>
+#include <initializer_list>
 #include <set>
 #include <string>
 #include <string_view>
@@ -35,5 +36,11 @@ std::optional<HttpError> ParseStructuredOutput(const nlohmann::json& body, v1::S
 // OpenAI does. None when `param` set no schema object.
 std::optional<std::string> OrderedSchemaText(const nlohmann::ordered_json& body,
                                              const std::string& param);
+
+// For the APIs that hold a schema at a fixed place (Responses' text.format.schema, Anthropic's
+// output_config.format.schema): when `sampling` holds a JSON Schema, it becomes the object at
+// `path` of `body` (the request's text) in the order the client wrote it.
+void KeepSchemaOrder(std::string_view body, std::initializer_list<const char*> path,
+                     v1::SamplingParams& sampling);
 
 }  // namespace tokenmill::gateway

@@ -203,6 +203,16 @@ void KeepToolsOrder(const nlohmann::ordered_json& body, v1::Chat& chat) {
   }
 }
 
+std::optional<HttpError> RefuseTwoConstraints(const v1::Chat& chat,
+                                              const std::string& structured_output_param) {
+  const bool forced = chat.tool_choice().has_function_name() ||
+                      chat.tool_choice().mode() == v1::TOOL_CHOICE_MODE_REQUIRED;
+  if (!forced || structured_output_param.empty()) return std::nullopt;
+  return BadRequest("tool_choice forces a tool call, which " + structured_output_param +
+                        " would constrain too: give one of them",
+                    "tool_choice");
+}
+
 bool IsToolMessageKey(std::string_view key) {
   return key == "tool_calls" || key == "tool_call_id" || key == "name" ||
          key == "reasoning_content" || key == "reasoning";

@@ -40,6 +40,11 @@ std::optional<HttpError> ParseToolParams(const nlohmann::json& body, v1::Chat& c
 // template prints the tools, and a forced call generates arguments, in the client's order.
 void KeepToolsOrder(const nlohmann::ordered_json& body, v1::Chat& chat);
 
+// A forced call (tool_choice required or named) is a constraint; the field in
+// `structured_output_param` would set another: a 400 naming both.
+std::optional<HttpError> RefuseTwoConstraints(const v1::Chat& chat,
+                                              const std::string& structured_output_param);
+
 // The message keys ParseMessageToolFields reads besides role and content.
 bool IsToolMessageKey(std::string_view key);
 // An OpenAI message's tool fields into `out`: an assistant's tool_calls ([{"id", "type":
