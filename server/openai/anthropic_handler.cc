@@ -1,0 +1,258 @@
+#include "server/openai/anthropic_handler.h"
+
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "server/openai/anthropic_messages.h"
+#include "server/openai/backend_request.h"
+#include "server/openai/chat_generation.h"
+#include "server/openai/request_body.h"
+#include "server/openai/response_format.h"
+#include "server/openai/structured_output.h"
+#include "server/openai/turn_blocks.h"
+
+namespace tokenmill::gateway {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+json BlockJson(const TurnBlock& block, bool started) {
+  switch (block.kind) {
+    case TurnBlock::Kind::kReasoning:
+      return {{"type", "thinking"}, {"thinking", started ? "" : block.text}, {"signature", ""}};
+    case TurnBlock::Kind::kText:
+      return {{"type", "text"}, {"text", started ? "" : block.text}};
+    case TurnBlock::Kind::kToolCall: {
+      json input = json::object();
+      if (!started) {
+        // The server sends a call's arguments as a parsed JSON object.
+        json parsed = json::parse(block.text, nullptr, /*allow_exceptions=*/false);
+        if (parsed.is_object()) input = std::move(parsed);
+      }
+      return {{"type", "tool_use"}, {"id", block.call_id}, {"name", block.call_name},
+              {"input", input}};
+    }
+  }
+  return nullptr;
+}
+
+json DeltaJson(TurnBlock::Kind kind, const std::string& text) {
+  switch (kind) {
+    case TurnBlock::Kind::kReasoning:
+      return {{"type", "thinking_delta"}, {"thinking", text}};
+    case TurnBlock::Kind::kText:
+      return {{"type", "text_delta"}, {"text", text}};
+    case TurnBlock::Kind::kToolCall:
+      return {{"type", "input_json_delta"}, {"partial_json", text}};
+  }
+  return nullptr;
+}
+
+// A turn's blocks as message content; one empty text block when it has none.
+json ContentJson(const TurnBlocks& turn) {
+  json content = json::array();
+  for (const TurnBlock& block : turn.blocks()) content.push_back(BlockJson(block, false));
+  if (content.empty()) content.push_back({{"type", "text"}, {"text", ""}});
+  return content;
+}
+
+// The events of one streamed message, in Anthropic's order: message_start, ping, then per
+// block content_block_start, content_block_delta..., content_block_stop, then message_delta
+// and message_stop. Each returns false when the client is gone.
+class MessageStream {
+ public:
+  MessageStream(Connection& connection, const HttpRequest& request, const std::string& id,
+                const std::string& model, const TurnBlocks& turn)
+      : connection_(connection), request_(request), id_(id), model_(model), turn_(turn) {}
+
+  bool started() const { return started_; }
+
+  asio::awaitable<bool> Start() {
+    started_ = true;
+    if (!co_await connection_.StartEventStream(request_)) co_return false;
+    // The prompt's token counts come with the last response: message_delta carries them.
+    const json start = {{"type", "message_start"},
+                        {"message", MessageJson(id_, model_, json::array(), std::nullopt, {})}};
+    const json ping = {{"type", "ping"}};
+    co_return co_await connection_.WriteEventChunk(SseNamedEvent(start) + SseNamedEvent(ping));
+  }
+
+  asio::awaitable<bool> Blocks(const std::vector<TurnBlocks::Event>& events) {
+    std::string chunk;
+    for (const TurnBlocks::Event& event : events) chunk += EventText(event);
+    if (chunk.empty()) co_return true;
+    co_return co_await connection_.WriteEventChunk(chunk);
+  }
+
+  asio::awaitable<bool> Finish(const StopReason& stop, const TokenUsage& usage) {
+    std::string chunk;
+    if (!any_block_) {
+      const json empty = {{"type", "content_block_start"},
+                          {"index", 0},
+                          {"content_block", {{"type", "text"}, {"text", ""}}}};
+      const json stop_empty = {{"type", "content_block_stop"}, {"index", 0}};
+      chunk += SseNamedEvent(empty) + SseNamedEvent(stop_empty);
+    }
+    json delta = {{"stop_reason", stop.reason}, {"stop_sequence", nullptr}};
+    if (stop.stop_sequence) delta["stop_sequence"] = *stop.stop_sequence;
+    const json message_delta = {
+        {"type", "message_delta"}, {"delta", delta}, {"usage", AnthropicUsage(usage)}};
+    const json message_stop = {{"type", "message_stop"}};
+    chunk += SseNamedEvent(message_delta) + SseNamedEvent(message_stop);
+    if (!co_await connection_.WriteEventChunk(chunk)) co_return false;
+    co_return co_await connection_.EndEventStream();
+  }
+
+  // A failure after the stream began: Anthropic's error event ends it.
+  asio::awaitable<void> Fail(const HttpError& error) {
+    if (co_await connection_.WriteEventChunk(SseNamedEvent(ToAnthropicError(error).body))) {
+      co_await connection_.EndEventStream();
+    }
+  }
+
+ private:
+  std::string EventText(const TurnBlocks::Event& event) {
+    const TurnBlock& block = turn_.blocks().at(event.block);
+    json data;
+    switch (event.type) {
+      case TurnBlocks::Event::Type::kStart:
+        any_block_ = true;
+        data = {{"type", "content_block_start"},
+                {"index", event.block},
+                {"content_block", BlockJson(block, true)}};
+        break;
+      case TurnBlocks::Event::Type::kDelta:
+        data = {{"type", "content_block_delta"},
+                {"index", event.block},
+                {"delta", DeltaJson(block.kind, event.delta)}};
+        break;
+      case TurnBlocks::Event::Type::kStop:
+        data = {{"type", "content_block_stop"}, {"index", event.block}};
+        break;
+    }
+    return SseNamedEvent(data);
+  }
+
+  Connection& connection_;
+  const HttpRequest& request_;
+  const std::string& id_;
+  const std::string& model_;
+  const TurnBlocks& turn_;
+  bool started_ = false;
+  bool any_block_ = false;
+};
+
+}  // namespace
+
+asio::awaitable<void> HandleMessages(Connection& connection, const HttpRequest& request) {
+  MessagesRequest parsed;
+  {
+    json body;
+    std::optional<HttpError> error = ParseRequestBody(request.body(), body);
+    if (!error) error = ParseMessagesRequest(body, parsed);
+    if (!error) {
+      KeepSchemaOrder(request.body(), {"output_config", "format", "schema"},
+                      *parsed.generate.mutable_sampling());
+      KeepAnthropicToolsOrder(request.body(), *parsed.generate.mutable_chat());
+      error = TooLargeForBackend(parsed.generate, kRequestIdBytes);
+    }
+    if (error) {
+      co_await connection.WriteError(request, *error);
+      co_return;
+    }
+  }
+  const std::string id = connection.NewId("msg");
+  const bool stream = parsed.stream;
+  ChatGeneration::Params params;
+  params.generate = std::move(parsed.generate);
+  params.model = parsed.model;
+  params.affinity_key = parsed.affinity_key;
+  params.request_id = id;
+  params.structured_output_param = parsed.structured_output_param;
+  auto started = co_await ChatGeneration::Start(connection, std::move(params));
+  if (auto* refused = std::get_if<HttpError>(&started)) {
+    co_await connection.WriteError(request, *refused);
+    co_return;
+  }
+  ChatGeneration& generation = *std::get<std::unique_ptr<ChatGeneration>>(started);
+
+  TurnBlocks turn;
+  MessageStream events(connection, request, id, generation.model(), turn);
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  std::string stop_string;
+  TokenUsage usage;
+  while (std::optional<v1::GenerateResponse> response = co_await generation.Next()) {
+    std::vector<TurnBlocks::Event> blocks = turn.Add(*response);
+    if (response->finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      finish = response->finish_reason();
+      stop_string = response->stop_string();
+      usage = {response->usage().prompt_tokens(), response->usage().cached_prompt_tokens(),
+               response->usage().completion_tokens()};
+      for (TurnBlocks::Event& event : turn.Finish()) blocks.push_back(std::move(event));
+    }
+    if (!stream) continue;
+    bool written = true;
+    if (!events.started()) written = co_await events.Start();
+    if (written) written = co_await events.Blocks(blocks);
+    if (!written) generation.ClientGone();
+  }
+  if (generation.client_gone()) co_return;
+  const std::optional<HttpError>& failure = generation.failure();
+
+  if (events.started()) {
+    if (failure) {
+      co_await events.Fail(*failure);
+    } else {
+      co_await events.Finish(AnthropicStopReason(finish, stop_string), usage);
+    }
+    co_return;
+  }
+  if (failure) {
+    co_await connection.WriteError(request, *failure);
+    co_return;
+  }
+  const StopReason stop = AnthropicStopReason(finish, stop_string);
+  if (stream) {
+    // No response came before the end (cannot happen with a sane server): still the whole
+    // sequence of events.
+    if (co_await events.Start()) co_await events.Finish(stop, usage);
+    co_return;
+  }
+  co_await connection.WriteJson(request, 200,
+                                MessageJson(id, generation.model(), ContentJson(turn), stop,
+                                            usage));
+}
+
+asio::awaitable<void> HandleCountTokens(Connection& connection, const HttpRequest& request) {
+  TokenizeCall call;
+  {
+    json body;
+    std::optional<HttpError> error = ParseRequestBody(request.body(), body);
+    if (!error) error = ParseCountTokensRequest(body, call);
+    if (!error) error = TooLargeForBackend(call.request);
+    if (error) {
+      co_await connection.WriteError(request, *error);
+      co_return;
+    }
+  }
+  std::variant<Backend*, HttpError> routed = Route(connection.context(), call.model, "");
+  if (auto* refused = std::get_if<HttpError>(&routed)) {
+    co_await connection.WriteError(request, *refused);
+    co_return;
+  }
+  v1::TokenizeResponse response;
+  const grpc::Status status =
+      co_await AwaitTokenize(*std::get<Backend*>(routed), call.request, response);
+  if (!status.ok()) {
+    co_await connection.WriteError(request, FromGrpcStatus(status));
+    co_return;
+  }
+  const json answer = {{"input_tokens", response.token_ids_size()}};
+  co_await connection.WriteJson(request, 200, answer);
+}
+
+}  // namespace tokenmill::gateway
