@@ -1,0 +1,50 @@
+#include "server/openai/response_store.h"
+
+namespace tokenmill::gateway {
+
+void ResponseStore::Put(const std::string& id, std::vector<v1::ChatMessage> conversation,
+                        Clock::time_point now) {
+  size_t bytes = id.size();
+  for (const v1::ChatMessage& message : conversation) bytes += message.ByteSizeLong();
+  std::lock_guard lock(mutex_);
+  while (!entries_.empty() && entries_.front().expires <= now) EraseFront();
+  if (const auto old = by_id_.find(id); old != by_id_.end()) {
+    bytes_ -= old->second->bytes;
+    entries_.erase(old->second);
+    by_id_.erase(old);
+  }
+  if (bytes > limits_.max_bytes || limits_.max_entries == 0) return;
+  while (!entries_.empty() &&
+         (entries_.size() >= limits_.max_entries || bytes_ + bytes > limits_.max_bytes)) {
+    EraseFront();
+  }
+  entries_.push_back({id, now + limits_.ttl, std::move(conversation), bytes});
+  by_id_[id] = std::prev(entries_.end());
+  bytes_ += bytes;
+}
+
+std::optional<std::vector<v1::ChatMessage>> ResponseStore::Get(const std::string& id,
+                                                               Clock::time_point now) const {
+  std::lock_guard lock(mutex_);
+  const auto it = by_id_.find(id);
+  if (it == by_id_.end() || it->second->expires <= now) return std::nullopt;
+  return it->second->conversation;
+}
+
+size_t ResponseStore::size() const {
+  std::lock_guard lock(mutex_);
+  return entries_.size();
+}
+
+size_t ResponseStore::bytes() const {
+  std::lock_guard lock(mutex_);
+  return bytes_;
+}
+
+void ResponseStore::EraseFront() {
+  bytes_ -= entries_.front().bytes;
+  by_id_.erase(entries_.front().id);
+  entries_.pop_front();
+}
+
+}  // namespace tokenmill::gateway

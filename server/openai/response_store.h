@@ -1,0 +1,63 @@
+// The conversations of stored Responses (OpenAI's `store`, true by default), for later requests
+// that continue one with previous_response_id. Each entry keeps the messages that request
+// continues from: the stored response's input after its instructions (which OpenAI does not
+// carry over), the conversation it continued itself, and its output. Bounded by the number of
+// entries, their bytes (the oldest go first) and their age; held in memory only, so a restart
+// forgets them. Thread-safe: connections on every I/O thread share the gateway's one store.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenmill/v1/inference.pb.h"
+
+namespace tokenmill::gateway {
+
+class ResponseStore {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Limits {
+    size_t max_entries = 10000;
+    size_t max_bytes = size_t{64} << 20;  // of the messages, as protobuf bytes
+    std::chrono::seconds ttl{3600};
+  };
+
+  explicit ResponseStore(Limits limits) : limits_(limits) {}
+
+  const Limits& limits() const { return limits_; }
+
+  // Keeps `conversation` under `id` until now + ttl, dropping the oldest entries while the
+  // store is over its limits. One larger than max_bytes is not kept.
+  void Put(const std::string& id, std::vector<v1::ChatMessage> conversation,
+           Clock::time_point now);
+  // The conversation kept under `id`; none when it was never stored, has expired or was
+  // dropped for room.
+  std::optional<std::vector<v1::ChatMessage>> Get(const std::string& id,
+                                                  Clock::time_point now) const;
+
+  size_t size() const;
+  size_t bytes() const;
+
+ private:
+  struct Entry {
+    std::string id;
+    Clock::time_point expires;
+    std::vector<v1::ChatMessage> conversation;
+    size_t bytes = 0;
+  };
+  void EraseFront();  // by mutex_
+
+  const Limits limits_;
+  mutable std::mutex mutex_;
+  std::list<Entry> entries_;  // oldest first (every entry lives as long: expiry order too)
+  std::unordered_map<std::string, std::list<Entry>::iterator> by_id_;
+  size_t bytes_ = 0;
+};
+
+}  // namespace tokenmill::gateway
