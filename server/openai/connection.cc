@@ -10,9 +10,12 @@
 #include <string>
 
 #include "common/bearer_token.h"
+#include "server/openai/anthropic_handler.h"
+#include "server/openai/anthropic_messages.h"
 #include "server/openai/completion_handler.h"
 #include "server/openai/http_gateway.h"
 #include "server/openai/response_format.h"
+#include "server/openai/responses_handler.h"
 
 namespace tokenmill::gateway {
 
@@ -52,6 +55,11 @@ std::string PercentDecode(std::string_view text) {
     }
   }
   return out;
+}
+
+// Anthropic's clients parse errors in Anthropic's shape.
+ErrorFormat ErrorFormatOf(std::string_view path) {
+  return path.starts_with("/v1/messages") ? ErrorFormat::kAnthropic : ErrorFormat::kOpenAI;
 }
 
 }  // namespace
@@ -113,6 +121,7 @@ asio::awaitable<bool> Connection::HandleOne() {
     context_.metrics.RequestStarted();
     keep_alive_ = false;
     HttpRequest head = parser.release();
+    error_format_ = ErrorFormatOf(Path(head));
     co_await WriteError(head, PayloadTooLarge(context_.max_body_bytes));
     co_await DiscardInput();
     context_.metrics.RequestFinished(GatewayMetrics::RouteLabel(Path(head)), 413,
@@ -139,6 +148,7 @@ asio::awaitable<bool> Connection::HandleOne() {
   keep_alive_ = request.keep_alive();
   context_.metrics.RequestStarted();
   last_status_ = 0;
+  error_format_ = ErrorFormatOf(Path(request));
   // A handler's bug must not drop the connection without a word: answer 500 (when nothing
   // was sent yet), log it and close.
   std::string failure;
@@ -168,6 +178,11 @@ asio::awaitable<bool> Connection::HandleOne() {
 bool Connection::Authorized(const HttpRequest& request) const {
   const std::string& key = context_.options.api_key;
   if (key.empty()) return true;
+  // Anthropic's clients send the key as x-api-key.
+  if (const auto api_key = request.find("x-api-key"); api_key != request.end()) {
+    return ConstantTimeEquals(std::string_view(api_key->value().data(), api_key->value().size()),
+                              key);
+  }
   const auto header = request.find(http::field::authorization);
   if (header == request.end()) return false;
   return BearerTokenMatches(std::string_view(header->value().data(), header->value().size()),
@@ -206,13 +221,19 @@ asio::awaitable<void> Connection::Dispatch(const HttpRequest& request) {
     co_return;
   }
 
-  enum class Route { kNone, kCompletions, kChat, kModels, kModel, kTokenize, kDetokenize };
+  enum class Route {
+    kNone, kCompletions, kChat, kModels, kModel, kTokenize, kDetokenize, kMessages,
+    kCountTokens, kResponses
+  };
   Route route = Route::kNone;
   http::verb wanted = http::verb::post;
   if (path == "/v1/completions") route = Route::kCompletions;
   if (path == "/v1/chat/completions") route = Route::kChat;
   if (path == "/tokenize") route = Route::kTokenize;
   if (path == "/detokenize") route = Route::kDetokenize;
+  if (path == "/v1/messages") route = Route::kMessages;
+  if (path == "/v1/messages/count_tokens") route = Route::kCountTokens;
+  if (path == "/v1/responses") route = Route::kResponses;
   if (path == "/v1/models") route = Route::kModels, wanted = http::verb::get;
   if (path.size() > 11 && path.substr(0, 11) == "/v1/models/") {
     route = Route::kModel, wanted = http::verb::get;
@@ -249,6 +270,15 @@ asio::awaitable<void> Connection::Dispatch(const HttpRequest& request) {
       break;
     case Route::kDetokenize:
       co_await HandleDetokenize(*this, request);
+      break;
+    case Route::kMessages:
+      co_await HandleMessages(*this, request);
+      break;
+    case Route::kCountTokens:
+      co_await HandleCountTokens(*this, request);
+      break;
+    case Route::kResponses:
+      co_await HandleResponses(*this, request);
       break;
     case Route::kNone:
       break;
@@ -288,6 +318,11 @@ asio::awaitable<bool> Connection::WriteError(const HttpRequest& request, const H
   if (error.status >= 500) {
     spdlog::warn("{} {}: {} {}", std::string(request.method_string()),
                  std::string(Path(request)), error.status, error.message);
+  }
+  if (error_format_ == ErrorFormat::kAnthropic) {
+    const AnthropicError anthropic = ToAnthropicError(error);
+    co_return co_await WriteJson(request, anthropic.status, anthropic.body,
+                                 error.retry_after_seconds);
   }
   co_return co_await WriteJson(request, error.status, error.ToJson(), error.retry_after_seconds);
 }

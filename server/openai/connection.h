@@ -22,6 +22,7 @@
 #include "server/openai/gateway_metrics.h"
 #include "server/openai/gateway_options.h"
 #include "server/openai/http_error.h"
+#include "server/openai/response_store.h"
 #include "server/openai/upstream_call.h"
 
 namespace tokenmill::gateway {
@@ -29,8 +30,13 @@ namespace tokenmill::gateway {
 // What every connection shares; lives as long as the gateway.
 struct GatewayContext {
   GatewayContext(const GatewayOptions& o, int64_t max_body, BackendPool& p, GatewayMetrics& m,
-                 std::string prefix)
-      : options(o), max_body_bytes(max_body), pool(p), metrics(m), id_prefix(std::move(prefix)) {}
+                 std::string prefix, ResponseStore::Limits store_limits)
+      : options(o),
+        max_body_bytes(max_body),
+        pool(p),
+        metrics(m),
+        id_prefix(std::move(prefix)),
+        responses(store_limits) {}
 
   const GatewayOptions& options;
   int64_t max_body_bytes;
@@ -40,9 +46,13 @@ struct GatewayContext {
   boost::asio::ssl::context* tls = nullptr;  // HTTPS (--tls-cert), else null: plain HTTP
   std::atomic<uint64_t> next_id{0};
   CallRegistry calls;
+  ResponseStore responses;
 };
 
 using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+
+// The shape of the errors a route answers: OpenAI's, or Anthropic's on /v1/messages.
+enum class ErrorFormat { kOpenAI, kAnthropic };
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -87,6 +97,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::beast::flat_buffer buffer_;
   bool keep_alive_ = true;
   int last_status_ = 0;
+  ErrorFormat error_format_ = ErrorFormat::kOpenAI;  // of the request being answered
   bool watching_ = false;
   bool stop_requested_ = false;
   boost::asio::steady_timer watch_done_;

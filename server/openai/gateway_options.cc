@@ -62,6 +62,12 @@ void AddGatewayOptions(CLI::App& app, GatewayOptions& o) {
       ->check(CLI::NonNegativeNumber);
   AddOption(app, "--served-model-name", o.served_model_name,
             "the model name clients use (default: the backends' model name)");
+  AddOption(app, "--response-store-size", o.response_store_size,
+            "memory for the conversations of stored Responses (previous_response_id; \"0\": "
+            "none kept)");
+  AddOption(app, "--response-store-ttl", o.response_store_ttl_seconds,
+            "seconds a stored Response can be continued")
+      ->check(CLI::PositiveNumber);
   AddOption(app, "--log-level", o.log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
 }
@@ -70,6 +76,11 @@ StatusOr<GatewayLimits> ResolveGatewayLimits(const GatewayOptions& options) {
   StatusOr<int64_t> body = ParseByteSize(options.max_body_size);
   if (!body.ok()) return InvalidArgumentError("--max-body-size: " + body.status().message());
   if (*body <= 0) return InvalidArgumentError("--max-body-size must be positive");
+  StatusOr<int64_t> store = ParseByteSize(options.response_store_size);
+  if (!store.ok()) {
+    return InvalidArgumentError("--response-store-size: " + store.status().message());
+  }
+  if (*store < 0) return InvalidArgumentError("--response-store-size must not be negative");
   for (const std::string& backend : options.backends) {
     const size_t colon = backend.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == backend.size()) {
@@ -78,6 +89,7 @@ StatusOr<GatewayLimits> ResolveGatewayLimits(const GatewayOptions& options) {
   }
   GatewayLimits limits;
   limits.max_body_bytes = *body;
+  limits.response_store_bytes = *store;
   return limits;
 }
 

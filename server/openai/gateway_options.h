@@ -38,6 +38,10 @@ struct GatewayOptions {
   // affinity requests to the least-loaded one.
   int affinity_max_imbalance = 16;
   std::string served_model_name;  // empty: each backend's model name
+  // Conversations kept for the Responses API's previous_response_id: this many bytes at most
+  // ("0": none kept), each for this many seconds.
+  std::string response_store_size = "64MiB";
+  int response_store_ttl_seconds = 3600;
   std::string log_level = "info";
 };
 
@@ -50,6 +54,7 @@ std::string GatewayEnvName(std::string_view flag);
 // The checked values the flags ask for (InvalidArgument naming the flag otherwise).
 struct GatewayLimits {
   int64_t max_body_bytes = 0;
+  int64_t response_store_bytes = 0;
 };
 StatusOr<GatewayLimits> ResolveGatewayLimits(const GatewayOptions& options);
 

@@ -35,8 +35,8 @@ HttpError NotFound(std::string message, std::string code) {
 
 HttpError Unauthorized() {
   return MakeError(401,
-                   "Incorrect or missing API key: send 'Authorization: Bearer <key>' with the "
-                   "gateway's --api-key",
+                   "Incorrect or missing API key: send 'Authorization: Bearer <key>' (or "
+                   "'x-api-key: <key>') with the gateway's --api-key",
                    "authentication_error", "", "invalid_api_key");
 }
 

@@ -58,7 +58,9 @@ struct HttpGateway::Impl {
        GatewayMetrics& metrics)
       : io(options.io_threads),
         acceptor(io),
-        context(options, limits.max_body_bytes, pool, metrics, RandomHex(8)) {}
+        context(options, limits.max_body_bytes, pool, metrics, RandomHex(8),
+                {.max_bytes = static_cast<size_t>(limits.response_store_bytes),
+                 .ttl = std::chrono::seconds(options.response_store_ttl_seconds)}) {}
 
   asio::io_context io;
   tcp::acceptor acceptor;

@@ -1,0 +1,190 @@
+// The pure parts of the Anthropic Messages and OpenAI Responses APIs on the gateway: the
+// response store's bounds and TTL, the order of a turn's blocks, the request mappings.
+#include <gtest/gtest.h>
+
+#include "server/openai/anthropic_messages.h"
+#include "server/openai/response_store.h"
+#include "server/openai/responses_api.h"
+#include "server/openai/turn_blocks.h"
+
+namespace tokenmill::gateway {
+namespace {
+
+using nlohmann::json;
+using Clock = ResponseStore::Clock;
+
+std::vector<v1::ChatMessage> Conversation(const std::string& text) {
+  v1::ChatMessage message;
+  message.set_role("user");
+  message.set_content(text);
+  return {message};
+}
+
+TEST(ResponseStore, KeepsAConversationUntilItsTtl) {
+  ResponseStore store({.max_entries = 10, .max_bytes = 1 << 20, .ttl = std::chrono::seconds(60)});
+  const Clock::time_point start = Clock::now();
+  store.Put("resp-1", Conversation("hello"), start);
+  ASSERT_TRUE(store.Get("resp-1", start + std::chrono::seconds(59)).has_value());
+  EXPECT_EQ(store.Get("resp-1", start)->at(0).content(), "hello");
+  EXPECT_FALSE(store.Get("resp-1", start + std::chrono::seconds(60)).has_value());
+  EXPECT_FALSE(store.Get("resp-2", start).has_value());
+  // Expired entries go on the next Put.
+  store.Put("resp-2", Conversation("x"), start + std::chrono::seconds(61));
+  EXPECT_EQ(store.size(), 1u);
+}
+
+TEST(ResponseStore, DropsTheOldestForRoom) {
+  const std::string text(1000, 'a');
+  const size_t one = std::string("resp-0").size() + Conversation(text)[0].ByteSizeLong();
+  ResponseStore store({.max_entries = 3, .max_bytes = 2 * one, .ttl = std::chrono::hours(1)});
+  const Clock::time_point now = Clock::now();
+  for (int i = 0; i < 3; ++i) store.Put("resp-" + std::to_string(i), Conversation(text), now);
+  EXPECT_FALSE(store.Get("resp-0", now).has_value());  // over max_bytes
+  EXPECT_TRUE(store.Get("resp-1", now).has_value());
+  EXPECT_TRUE(store.Get("resp-2", now).has_value());
+  EXPECT_EQ(store.bytes(), 2 * one);
+  // One conversation larger than the whole store is not kept, and takes nothing out.
+  store.Put("resp-big", Conversation(std::string(3 * one, 'b')), now);
+  EXPECT_FALSE(store.Get("resp-big", now).has_value());
+  EXPECT_EQ(store.size(), 2u);
+}
+
+TEST(ResponseStore, CountsEntries) {
+  ResponseStore store({.max_entries = 2, .max_bytes = 1 << 20, .ttl = std::chrono::hours(1)});
+  const Clock::time_point now = Clock::now();
+  for (const char* id : {"a", "b", "c"}) store.Put(id, Conversation(id), now);
+  EXPECT_EQ(store.size(), 2u);
+  EXPECT_FALSE(store.Get("a", now).has_value());
+  store.Put("b", Conversation("again"), now);  // replaces, no eviction
+  EXPECT_EQ(store.Get("b", now)->at(0).content(), "again");
+  EXPECT_TRUE(store.Get("c", now).has_value());
+}
+
+v1::GenerateResponse Response(const std::string& reasoning, const std::string& text) {
+  v1::GenerateResponse response;
+  response.set_reasoning_text(reasoning);
+  response.set_text(text);
+  return response;
+}
+
+v1::ToolCallDelta* AddCall(v1::GenerateResponse& response, uint32_t index, const char* id,
+                           const char* arguments) {
+  v1::ToolCallDelta* delta = response.add_tool_calls();
+  delta->set_index(index);
+  delta->set_id(id);
+  delta->set_name(*id == '\0' ? "" : "get_weather");
+  delta->set_arguments(arguments);
+  return delta;
+}
+
+TEST(TurnBlocks, BlocksComeInTheOrderProducedAndSpaceBeforeACallIsDropped) {
+  TurnBlocks turn;
+  std::vector<TurnBlocks::Event> events = turn.Add(Response("Let me think.", ""));
+  events = turn.Add(Response(" Done.", "\n\n"));  // the newlines wait for text
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].delta, " Done.");
+  v1::GenerateResponse call = Response("", "");
+  AddCall(call, 0, "call_1", "{\"city\": ");
+  events = turn.Add(call);
+  // The reasoning block stops, the call's starts (the pending newlines are dropped).
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].type, TurnBlocks::Event::Type::kStop);
+  EXPECT_EQ(events[0].block, 0u);
+  EXPECT_EQ(events[1].type, TurnBlocks::Event::Type::kStart);
+  EXPECT_EQ(events[2].delta, "{\"city\": ");
+  v1::GenerateResponse more = Response("", "");
+  AddCall(more, 0, "", "\"Paris\"}");
+  AddCall(more, 1, "call_2", "{}");
+  events = turn.Add(more);
+  ASSERT_EQ(events.size(), 4u);  // delta of call 0, its stop, start and delta of call 1
+  EXPECT_EQ(turn.Finish().size(), 1u);
+  ASSERT_EQ(turn.blocks().size(), 3u);
+  EXPECT_EQ(turn.blocks()[0].kind, TurnBlock::Kind::kReasoning);
+  EXPECT_EQ(turn.blocks()[0].text, "Let me think. Done.");
+  EXPECT_EQ(turn.blocks()[1].text, "{\"city\": \"Paris\"}");
+  EXPECT_EQ(turn.blocks()[1].call_id, "call_1");
+  EXPECT_EQ(turn.blocks()[2].call_id, "call_2");
+  EXPECT_TRUE(turn.has_tool_calls());
+  EXPECT_TRUE(turn.Finish().empty());
+}
+
+TEST(TurnBlocks, SpaceJoinsTheTextThatFollows) {
+  TurnBlocks turn;
+  turn.Add(Response("", "\n"));
+  const std::vector<TurnBlocks::Event> events = turn.Add(Response("", "Hi"));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].delta, "\nHi");
+  turn.Add(Response("", " "));  // inside an open text block: passed on at once
+  EXPECT_EQ(turn.blocks().at(0).text, "\nHi ");
+}
+
+TEST(AnthropicMessages, ToolUseAndToolResultBecomeChatToolFields) {
+  MessagesRequest out;
+  const auto error = ParseMessagesRequest(json::parse(R"({
+      "max_tokens": 9, "system": [{"type": "text", "text": "Be brief."}],
+      "messages": [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": [
+          {"type": "thinking", "thinking": "A tool.", "signature": ""},
+          {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}}]},
+        {"role": "user", "content": [
+          {"type": "tool_result", "tool_use_id": "toolu_1", "content": "cold", "is_error": false},
+          {"type": "text", "text": "And now?"}]}],
+      "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+      "tool_choice": {"type": "any", "disable_parallel_tool_use": true}})"),
+                                          out);
+  ASSERT_FALSE(error.has_value()) << error->message;
+  const v1::Chat& chat = out.generate.chat();
+  ASSERT_EQ(chat.messages_size(), 5);
+  EXPECT_EQ(chat.messages(0).role(), "system");
+  EXPECT_EQ(chat.messages(2).reasoning(), "A tool.");
+  ASSERT_EQ(chat.messages(2).tool_calls_size(), 1);
+  EXPECT_EQ(json::parse(chat.messages(2).tool_calls(0).arguments()), json({{"city", "Oslo"}}));
+  EXPECT_EQ(chat.messages(3).role(), "tool");
+  EXPECT_EQ(chat.messages(3).tool_call_id(), "toolu_1");
+  EXPECT_EQ(chat.messages(3).name(), "get_weather");
+  EXPECT_EQ(chat.messages(4).content(), "And now?");
+  EXPECT_EQ(chat.tool_choice().mode(), v1::TOOL_CHOICE_MODE_REQUIRED);
+  EXPECT_FALSE(chat.parallel_tool_calls());
+  EXPECT_EQ(json::parse(chat.tools_json())[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(out.generate.max_tokens(), 9u);
+}
+
+TEST(AnthropicMessages, ErrorsTakeAnthropicsTypesAndStatuses) {
+  EXPECT_EQ(ToAnthropicError(BadRequest("x")).body["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(ToAnthropicError(Unauthorized()).body["error"]["type"], "authentication_error");
+  const AnthropicError overloaded = ToAnthropicError(NoBackend());
+  EXPECT_EQ(overloaded.status, 529);
+  EXPECT_EQ(overloaded.body["error"]["type"], "overloaded_error");
+  EXPECT_EQ(overloaded.body["type"], "error");
+}
+
+TEST(ResponsesApi, ItemsBecomeTheChatAfterInstructionsAndTheStoredConversation) {
+  ResponsesRequest out;
+  const auto error = ParseResponsesRequest(json::parse(R"({
+      "instructions": "Be brief.",
+      "input": [
+        {"type": "reasoning", "id": "rs_1", "summary": [],
+         "content": [{"type": "reasoning_text", "text": "Call it."}]},
+        {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{\"a\": 1}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "42"},
+        {"role": "user", "content": "Thanks"}],
+      "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]})"),
+                                           out);
+  ASSERT_FALSE(error.has_value()) << error->message;
+  v1::Chat chat;
+  BuildResponsesChat(out, Conversation("earlier"), chat);
+  ASSERT_EQ(chat.messages_size(), 5);
+  EXPECT_EQ(chat.messages(0).content(), "Be brief.");
+  EXPECT_EQ(chat.messages(1).content(), "earlier");
+  EXPECT_EQ(chat.messages(2).role(), "assistant");
+  EXPECT_EQ(chat.messages(2).reasoning(), "Call it.");
+  EXPECT_EQ(chat.messages(2).tool_calls(0).id(), "call_1");
+  EXPECT_EQ(chat.messages(3).name(), "f");
+  EXPECT_EQ(chat.messages(3).content(), "42");
+  EXPECT_FALSE(chat.tools_json().empty());
+  EXPECT_TRUE(out.store);
+}
+
+}  // namespace
+}  // namespace tokenmill::gateway
