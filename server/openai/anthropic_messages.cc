@@ -237,6 +237,9 @@ std::optional<HttpError> ParseMessageList(const json& body, v1::Chat& chat) {
     }
     v1::ChatMessage& message = *chat.add_messages();
     message.set_role(role->get<std::string>());
+    // "" for a turn of tool_use blocks alone, not null: templates that add content to a
+    // string (SmolLM2's) fail on null.
+    message.set_content("");
     if (content->is_string()) {
       message.set_content(content->get<std::string>());
     } else {

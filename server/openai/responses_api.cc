@@ -96,7 +96,10 @@ std::optional<HttpError> FunctionCallItem(const json& item, const std::string& w
     return BadRequest(where + ".arguments must be a JSON object, as a string", "input");
   }
   if (out.empty() || out.back().role() != "assistant") {
-    out.emplace_back().set_role("assistant");
+    v1::ChatMessage& turn = out.emplace_back();
+    turn.set_role("assistant");
+    // "", not null: templates that add content to a string (SmolLM2's) fail on null.
+    turn.set_content("");
   }
   v1::ChatMessage& message = out.back();
   message.mutable_reasoning()->append(reasoning);

@@ -268,6 +268,8 @@ asio::awaitable<void> HandleResponses(Connection& connection, const HttpRequest&
     for (v1::ChatMessage& input : parsed.input) conversation.push_back(std::move(input));
     v1::ChatMessage& answer = conversation.emplace_back();
     answer.set_role("assistant");
+    // "" even for a turn of calls alone: templates that add content to a string (SmolLM2's)
+    // fail on null, and those that test it treat "" as none.
     answer.set_content(message.content);
     answer.set_reasoning(message.reasoning);
     for (v1::ToolCall& call : message.tool_calls) *answer.add_tool_calls() = std::move(call);

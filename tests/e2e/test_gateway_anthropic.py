@@ -189,7 +189,7 @@ def test_forced_tool_use_round_trip(claude, client, model):
             "name": "get_weather", "description": WEATHER_TOOL["description"],
             "parameters": WEATHER_TOOL["input_schema"]}}],
         messages=[QUESTION,
-                  {"role": "assistant", "content": None, "tool_calls": [{
+                  {"role": "assistant", "content": "", "tool_calls": [{
                       "id": uses[0].id, "type": "function",
                       "function": {"name": "get_weather",
                                    "arguments": json.dumps(uses[0].input)}}]},

@@ -138,6 +138,7 @@ TEST(AnthropicMessages, ToolUseAndToolResultBecomeChatToolFields) {
   ASSERT_EQ(chat.messages_size(), 5);
   EXPECT_EQ(chat.messages(0).role(), "system");
   EXPECT_EQ(chat.messages(2).reasoning(), "A tool.");
+  EXPECT_TRUE(chat.messages(2).has_content());  // "", not null, for the templates
   ASSERT_EQ(chat.messages(2).tool_calls_size(), 1);
   EXPECT_EQ(json::parse(chat.messages(2).tool_calls(0).arguments()), json({{"city", "Oslo"}}));
   EXPECT_EQ(chat.messages(3).role(), "tool");
