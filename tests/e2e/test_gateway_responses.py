@@ -267,3 +267,29 @@ def test_server_refusal_names_text_format(client, model):
             "type": "json_schema", "name": "a", "schema": {"type": "object", "patternProperties":
                                                            {"^a": {"type": "string"}}}}})
     assert refused.value.param == "text.format"
+
+
+def test_openai_agents_loop_runs_a_function_tool_to_the_end(gateway, model):
+    # openai-agents talks to models through the Responses API by default. The small model
+    # rarely calls tools on its own: tool_choice "required" forces the call, and the agent
+    # stops on the tool's result.
+    import agents
+
+    agents.set_tracing_disabled(True)
+    cities = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        cities.append(city)
+        return f"sunny in {city}"
+
+    client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+    agent = agents.Agent(
+        name="weather", instructions="Use the tool to answer.", tools=[get_weather],
+        model=agents.OpenAIResponsesModel(model=model, openai_client=client),
+        model_settings=agents.ModelSettings(tool_choice="required", max_tokens=100),
+        tool_use_behavior="stop_on_first_tool")
+    result = agents.Runner.run_sync(agent, "What is the weather in Paris?", max_turns=3)
+    assert len(cities) == 1
+    assert result.final_output == f"sunny in {cities[0]}"
