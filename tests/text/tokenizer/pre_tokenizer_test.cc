@@ -43,9 +43,9 @@ TEST(PreTokenizerTest, SplitsLikeTheOriginalRegexes) {
 }
 
 TEST(PreTokenizerTest, UnknownNameIsRefusedWithTheKnownOnes) {
-  const StatusOr<PreTokenizer> pre = PreTokenizer::ForName("tekken");
+  const StatusOr<PreTokenizer> pre = PreTokenizer::ForName("no-such-pre-tokenizer");
   ASSERT_FALSE(pre.ok());
-  EXPECT_THAT(pre.status().message(), HasSubstr("tokenizer.ggml.pre 'tekken'"));
+  EXPECT_THAT(pre.status().message(), HasSubstr("tokenizer.ggml.pre 'no-such-pre-tokenizer'"));
   EXPECT_THAT(pre.status().message(), HasSubstr("smollm"));
   EXPECT_THAT(pre.status().message(), HasSubstr("llama-bpe"));
   EXPECT_THAT(pre.status().message(), HasSubstr("qwen2"));
