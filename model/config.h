@@ -35,7 +35,7 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
   // The context RoPE was trained at before scaling (rope.scaling.original_context_length,
   // else context_length): YaRN's correction range; LongRoPE takes its long factors when the
-  // configured context (context_length) exceeds it.
+  // configured context (ModelOptions::context) exceeds it.
   int rope_original_context = 0;
   float rope_ext_factor = 0.0f;  // YaRN: 1 (llama.cpp's yarn_ext_factor), else 0
   // cos and sin are scaled by this (llama.cpp's yarn_attn_factor: rope.scaling.attn_factor,

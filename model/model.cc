@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <algorithm>
+
 #include "kernels/cpu/row_groups.h"
 #include "model/arch/family.h"
 
@@ -17,20 +19,24 @@ WeightMatrix ForCpu(const WeightMatrix& w, std::vector<std::vector<uint8_t>>& co
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path,
+                                             const ModelOptions& options) {
   TM_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(path));
-  return FromFile(std::move(file));
+  return FromFile(std::move(file), options);
 }
 
-StatusOr<std::unique_ptr<Model>> Model::FromFile(GgufFile file, CpuWeightLayout layout) {
+StatusOr<std::unique_ptr<Model>> Model::FromFile(GgufFile file, const ModelOptions& options) {
   std::unique_ptr<Model> model(new Model(std::move(file)));
   TM_ASSIGN_OR_RETURN(model->family_, FindModelFamily(model->file_));
   TM_ASSIGN_OR_RETURN(model->config_, LoadModelConfig(model->file_, *model->family_));
+  const int context = options.context > 0
+                          ? std::min(options.context, model->config_.context_length)
+                          : model->config_.context_length;
   TM_ASSIGN_OR_RETURN(model->weights_,
-                      LoadWeights(model->file_, model->config_, *model->family_));
+                      LoadWeights(model->file_, model->config_, *model->family_, context));
   ModelWeights& cpu = model->cpu_weights_;
   cpu = model->weights_;
-  if (layout == CpuWeightLayout::kAsInFile) return model;
+  if (options.layout == CpuWeightLayout::kAsInFile) return model;
   for (LayerWeights& l : cpu.layers) {
     for (WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
       *w = ForCpu(*w, model->regrouped_);

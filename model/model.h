@@ -19,12 +19,22 @@ namespace tokenmill {
 // sums in llama.cpp's vec_dot order (the requantized goldens test the weight types that way).
 enum class CpuWeightLayout { kFastest, kAsInFile };
 
+// How a model is loaded.
+struct ModelOptions {
+  CpuWeightLayout layout = CpuWeightLayout::kFastest;
+  // The context it is served with (the server's --max-model-len); 0: the file's
+  // context_length. LongRoPE models take their long or short factors by it, as llama.cpp does by
+  // the context it is given.
+  int context = 0;
+};
+
 class Model {
  public:
-  static StatusOr<std::unique_ptr<Model>> Load(const std::string& path);
+  static StatusOr<std::unique_ptr<Model>> Load(const std::string& path,
+                                               const ModelOptions& options = {});
   // Builds a model over an already opened file (the tokenizer may share it).
-  static StatusOr<std::unique_ptr<Model>> FromFile(
-      GgufFile file, CpuWeightLayout layout = CpuWeightLayout::kFastest);
+  static StatusOr<std::unique_ptr<Model>> FromFile(GgufFile file,
+                                                   const ModelOptions& options = {});
 
   const GgufFile& file() const { return file_; }
   // How this model loads and composes its layers (model/arch/family.h).

@@ -30,7 +30,7 @@ StatusOr<const GgufTensor*> Find(const GgufFile& file, const std::string& name,
 
 // The tensors of a model: the model-wide ones here, each layer's by its family.
 Status LoadAll(const GgufFile& file, const ModelConfig& c, const ModelFamily& family,
-               ModelWeights& w, F32Copies& copies) {
+               int context, ModelWeights& w, F32Copies& copies) {
   TM_ASSIGN_OR_RETURN(w.token_embd, LoadMatrix(file, "token_embd.weight", c.n_embd, c.n_vocab));
   TM_ASSIGN_OR_RETURN(w.output_norm, LoadVector(file, "output_norm.weight", c.n_embd, copies));
   if (c.tied_output) {
@@ -40,10 +40,12 @@ Status LoadAll(const GgufFile& file, const ModelConfig& c, const ModelFamily& fa
   }
   // Llama 3's frequency factors, else LongRoPE's: the long ones when the configured context
   // exceeds the original one (llama_model::get_rope_factors), whatever a sequence's length.
+  // llama.cpp rounds the context it is given up to a multiple of 256 first.
   const char* factors = "rope_freqs.weight";
   if (file.FindTensor(factors) == nullptr) {
-    factors = c.context_length > c.rope_original_context ? "rope_factors_long.weight"
-                                                         : "rope_factors_short.weight";
+    const int rounded = (context + 255) / 256 * 256;
+    factors = rounded > c.rope_original_context ? "rope_factors_long.weight"
+                                                : "rope_factors_short.weight";
   }
   if (file.FindTensor(factors) != nullptr) {
     TM_ASSIGN_OR_RETURN(w.rope_freqs, LoadVector(file, factors, c.n_rot / 2, copies));
@@ -111,10 +113,10 @@ WeightMatrix RowsOf(const WeightMatrix& w, int64_t begin, int64_t n) {
 }
 
 StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& c,
-                                   const ModelFamily& family) {
+                                   const ModelFamily& family, int context) {
   ModelWeights w;
   F32Copies copies;
-  if (Status loaded = LoadAll(file, c, family, w, copies); !loaded.ok()) {
+  if (Status loaded = LoadAll(file, c, family, context, w, copies); !loaded.ok()) {
     // Which family expected the tensor: a file of another family's tensors says so.
     return Status(loaded.code(), "the " + std::string(family.name) + " model: " +
                                      loaded.message());

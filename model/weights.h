@@ -43,8 +43,9 @@ struct ModelWeights {
   std::shared_ptr<const F32Copies> f32_copies;  // shared by copies of these weights
 };
 
+// context: the context the model is served with (ModelOptions::context, resolved).
 StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& config,
-                                   const ModelFamily& family);
+                                   const ModelFamily& family, int context);
 
 // The vector `name` of n elements (norms, biases, frequency factors) as f32: a view of an f32
 // tensor, or an f16/bf16 one converted into `copies`.

@@ -56,7 +56,7 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
                                                          const EngineConfig& engine_config) {
   auto start = std::chrono::steady_clock::now();
   spdlog::info("loading model {}", options.model_path);
-  TM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(options.model_path));
+  TM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(options.model_path, {.context = options.max_model_len}));
   const ModelConfig& config = model->config();
   spdlog::info(
       "model: {} layers, {} hidden, {} heads ({} KV), vocab {}, context {}; {} of quantized weights "
@@ -100,7 +100,7 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
   if (!options.draft_model_path.empty()) {
     start = std::chrono::steady_clock::now();
     spdlog::info("loading draft model {}", options.draft_model_path);
-    StatusOr<std::unique_ptr<Model>> draft = Model::Load(options.draft_model_path);
+    StatusOr<std::unique_ptr<Model>> draft = Model::Load(options.draft_model_path, {.context = options.max_model_len});
     if (!draft.ok()) {
       return InvalidArgumentError("--draft-model " + options.draft_model_path + ": " +
                                   draft.status().message());

@@ -8,6 +8,8 @@ To add a family or a variant: write tests/reference/tiny_families/<name>.py with
   ARCH = "<general.architecture>"
   def write(path): ...   # a TinyWriter (common.py) of that ARCH, closed
   PROMPTS = [...]        # optional: token-id prompts (default common.PROMPTS)
+  N_CTX = ...            # optional: the context llama.cpp is given (n_ctx; default CONTEXT),
+                         # and tokenmill (ModelOptions::context)
 setting the metadata so that every variant it stands for acts within CONTEXT (256) tokens, then
 run this script with its name and commit the golden; the test picks up every module.
 
@@ -49,7 +51,8 @@ def golden_for(name):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, name + ".gguf")
         module.write(path)
-        llm = Llama(model_path=path, n_ctx=CONTEXT, n_threads=1, n_batch=1, n_ubatch=1,
+        n_ctx = getattr(module, "N_CTX", CONTEXT)
+        llm = Llama(model_path=path, n_ctx=n_ctx, n_threads=1, n_batch=1, n_ubatch=1,
                     logits_all=True, verbose=False, seed=0)
         prompts = []
         for prompt in getattr(module, "PROMPTS", PROMPTS):
@@ -68,7 +71,7 @@ def golden_for(name):
             "sha256": sha256(path),
             "llama_cpp_python_version": llama_cpp.__version__,
             "llama_cpp_run": "n_threads=1, n_batch=n_ubatch=1 (every token fed alone), "
-                             f"n_ctx={CONTEXT}, flash attention off, f16 KV cache",
+                             f"n_ctx={n_ctx}, flash attention off, f16 KV cache",
             "note": "logits[i] are the logits after token i of prompt + continuation",
             "prompts": prompts,
         }

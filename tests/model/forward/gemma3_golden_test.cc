@@ -41,7 +41,7 @@ TEST_P(Gemma3GoldenTest, GreedyContinuationsMatchLlamaCpp) {
   std::map<std::string, int> types;
   for (const GgufTensor& t : file->tensors()) ++types[std::string(FindGgmlType(t.ggml_type)->name)];
   ASSERT_EQ(types, golden.tensor_types) << path << " is not the file the golden was made from";
-  StatusOr<std::unique_ptr<Model>> model = Model::FromFile(std::move(*file), GetParam().layout);
+  StatusOr<std::unique_ptr<Model>> model = Model::FromFile(std::move(*file), {.layout = GetParam().layout});
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   ThreadPool pool(2);
   const std::string label = std::string("gemma3 ") + GetParam().name;

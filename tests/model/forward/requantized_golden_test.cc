@@ -88,7 +88,7 @@ TEST_P(RequantizedGoldenTest, GreedyContinuationsMatchLlamaCpp) {
   }
   // The weights as in the file: every quantized matmul then sums in llama.cpp's order.
   StatusOr<std::unique_ptr<Model>> model =
-      Model::FromFile(std::move(*file), CpuWeightLayout::kAsInFile);
+      Model::FromFile(std::move(*file), {.layout = CpuWeightLayout::kAsInFile});
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   ThreadPool pool(2);
   const int identical = testing::CheckGreedyContinuations(

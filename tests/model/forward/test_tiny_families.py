@@ -38,7 +38,8 @@ def test_logits_and_greedy_tokens_match_llama_cpp(tmp_path, name):
     with open(golden_path) as f:
         golden = json.load(f)
     model = str(tmp_path / (name + ".gguf"))
-    tiny_families.family(name).write(model)
+    module = tiny_families.family(name)
+    module.write(model)
     assert sha256(model) == golden["sha256"], (
         f"tiny_families/{name}.py no longer writes the file the golden ran: rerun "
         f"tests/reference/make_tiny_family_golden.py {name}")
@@ -48,7 +49,8 @@ def test_logits_and_greedy_tokens_match_llama_cpp(tmp_path, name):
         want = np.array(p["logits"], dtype=np.float32)
         out = tmp_path / f"prompt{i}"
         out.mkdir()
-        result = subprocess.run([TOOL, model, ",".join(map(str, tokens)), str(out)],
+        context = [str(module.N_CTX)] if hasattr(module, "N_CTX") else []
+        result = subprocess.run([TOOL, model, ",".join(map(str, tokens)), str(out), *context],
                                 capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
         runs = sorted(os.listdir(out))

@@ -4,8 +4,8 @@
 // ones before, as after a prefix-cache hit) and in chunks of 5 batched with a second sequence
 // in chunks of 3 ("batched"), every row's logits, so that the decode and multi-token paths
 // meet the golden and each other (docs/design.md, Determinism).
-//   tiny_family_logits MODEL.gguf TOKENS OUT_DIR
-// TOKENS: comma-separated ids. Writes OUT_DIR/<isa>-<decode|chunked|batched>.f32: one row of
+//   tiny_family_logits MODEL.gguf TOKENS OUT_DIR [CONTEXT]
+// TOKENS: comma-separated ids; CONTEXT: the context it is served with (ModelOptions::context). Writes OUT_DIR/<isa>-<decode|chunked|batched>.f32: one row of
 // n_vocab floats per token of TOKENS.
 #include <algorithm>
 #include <fstream>
@@ -64,11 +64,11 @@ Status Run(const Model& model, const CpuContext& ctx, const std::vector<int32_t>
 
 int main(int argc, char** argv) {
   using namespace tokenmill;
-  if (argc != 4) {
-    std::cerr << "usage: tiny_family_logits MODEL.gguf TOKENS OUT_DIR\n";
+  if (argc != 4 && argc != 5) {
+    std::cerr << "usage: tiny_family_logits MODEL.gguf TOKENS OUT_DIR [CONTEXT]\n";
     return 2;
   }
-  auto model = Model::Load(argv[1]);
+  auto model = Model::Load(argv[1], {.context = argc == 5 ? std::stoi(argv[4]) : 0});
   if (!model.ok()) {
     std::cerr << model.status().ToString() << "\n";
     return 1;

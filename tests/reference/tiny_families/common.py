@@ -35,13 +35,13 @@ class TinyWriter:
         self.w.add_vocab_size(VOCAB)
 
     def hparams(self, *, n_layer, n_embd, n_ff, n_head, n_kv, head_dim=None,
-                rms_eps=1e-6, rope_base=10000.0):
+                rms_eps=1e-6, rope_base=10000.0, context_length=CONTEXT):
         self.w.add_block_count(n_layer)
         self.w.add_embedding_length(n_embd)
         self.w.add_feed_forward_length(n_ff)
         self.w.add_head_count(n_head)
         self.w.add_head_count_kv(n_kv)
-        self.w.add_context_length(CONTEXT)
+        self.w.add_context_length(context_length)
         self.w.add_layer_norm_rms_eps(rms_eps)
         self.w.add_rope_freq_base(rope_base)
         if head_dim is not None:

@@ -5,17 +5,17 @@ CONTEXT, exceeds the original 32) and its attention factor on cos and sin, Qcur 
 sliding window llama.cpp ignores, tied output."""
 import numpy as np
 
-from .common import TinyWriter
+from .common import CONTEXT, TinyWriter
 
 ARCH = "phi3"
 N_EMBD, N_HEAD, N_KV, N_FF, N_LAYER = 96, 4, 2, 128, 2
 ORIGINAL_CONTEXT = 32
 
 
-def write(path, original_context=ORIGINAL_CONTEXT):
+def write(path, original_context=ORIGINAL_CONTEXT, context_length=CONTEXT):
     w = TinyWriter(path, ARCH, seed=31)
     w.hparams(n_layer=N_LAYER, n_embd=N_EMBD, n_ff=N_FF, n_head=N_HEAD, n_kv=N_KV,
-              rms_eps=1e-5)
+              rms_eps=1e-5, context_length=context_length)
     w.w.add_rope_scaling_orig_ctx_len(original_context)
     w.w.add_rope_scaling_attn_factors(1.19)
     w.w.add_sliding_window(8)
