@@ -22,13 +22,7 @@ def write(path):
     w.matrix("output.weight", VOCAB, N_EMBD, gain=4.0)
     for i in range(N_LAYER):
         p = f"blk.{i}."
-        w.vector(p + "attn_norm.weight", N_EMBD)
-        w.matrix(p + "attn_q.weight", N_HEAD * head_dim, N_EMBD, gain=2.0)
-        w.matrix(p + "attn_k.weight", N_KV * head_dim, N_EMBD, gain=2.0)
-        w.matrix(p + "attn_v.weight", N_KV * head_dim, N_EMBD)
-        w.matrix(p + "attn_output.weight", N_EMBD, N_HEAD * head_dim)
-        w.vector(p + "ffn_norm.weight", N_EMBD)
-        w.matrix(p + "ffn_gate.weight", N_FF, N_EMBD)
-        w.matrix(p + "ffn_up.weight", N_FF, N_EMBD)
-        w.matrix(p + "ffn_down.weight", N_EMBD, N_FF)
+        w.attention(p, N_EMBD, N_HEAD, N_KV, head_dim)
+        w.attention_output(p, N_EMBD, N_HEAD * head_dim)
+        w.feed_forward(p, N_EMBD, N_FF)
     w.close()
