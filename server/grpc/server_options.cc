@@ -77,6 +77,10 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "prompt plus generated tokens per request (0: the model's context)")
       ->check(CLI::NonNegativeNumber);
   AddFlag(app, "--no-prefix-cache", o.no_prefix_cache, "do not share cached prompt prefixes");
+  AddFlag(app, "--no-sliding-window-kv", o.no_sliding_window_kv,
+          "sliding-window layers (Gemma 2 and 3) keep every KV block in the full layers' pool "
+          "instead of a pool of their own that frees blocks past their window (vLLM's "
+          "--disable-hybrid-kv-cache-manager)");
   AddOption(app, "--spec", o.spec,
             "speculative decoding: none, ngram (prompt lookup) or draft (--draft-model)")
       ->check(CLI::IsMember({"none", "ngram", "draft"}));
@@ -144,6 +148,7 @@ StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t availabl
   }
   config.block_size = o.block_size;
   config.enable_prefix_caching = !o.no_prefix_cache;
+  config.sliding_window_kv_group = !o.no_sliding_window_kv;
   if (!o.kv_events_endpoint.empty() && o.no_prefix_cache) {
     return InvalidArgumentError(
         "--kv-events-endpoint publishes the prefix cache's events: drop --no-prefix-cache");

@@ -52,7 +52,8 @@ TEST(ServerOptions, EveryFlagOfTheIssueHasItsVariable) {
   for (const char* flag :
        {"--model", "--host", "--port", "--metrics-port", "--metrics-compat", "--threads",
         "--device", "--kv-cache-memory", "--block-size", "--max-num-seqs",
-        "--max-num-batched-tokens", "--max-queue", "--no-prefix-cache", "--log-level", "--log-json", "--drain-timeout",
+        "--max-num-batched-tokens", "--max-queue", "--no-prefix-cache", "--no-sliding-window-kv",
+        "--log-level", "--log-json", "--drain-timeout",
         "--spec", "--spec-tokens", "--draft-model"}) {
     SCOPED_TRACE(flag);
     const CLI::Option* option = app.get_option(flag);
@@ -93,6 +94,7 @@ TEST(MakeEngineConfig, MapsFlagsToTheEngine) {
   options.max_queue = 3;
   options.max_model_len = 1024;
   options.no_prefix_cache = true;
+  options.no_sliding_window_kv = true;
   options.threads = 2;
   StatusOr<EngineConfig> config = MakeEngineConfig(options, 0);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
@@ -103,6 +105,7 @@ TEST(MakeEngineConfig, MapsFlagsToTheEngine) {
   EXPECT_EQ(config->scheduler.max_queue, 3);
   EXPECT_EQ(config->scheduler.max_model_len, 1024);
   EXPECT_FALSE(config->enable_prefix_caching);
+  EXPECT_FALSE(config->sliding_window_kv_group);
   EXPECT_EQ(config->num_threads, 2);
   EXPECT_EQ(config->kv_type, KvType::kF16);
   options.kv_cache_dtype = "int8";
