@@ -2,13 +2,15 @@
 type each model file holds: the two test models, the default model requantized by llama.cpp into
 every type of issue 21 (tests/reference/requantize.py) and Gemma 3 270M Q4_K_M (both made or
 fetched by scripts/setup). A type tokenmill does not dequantize yet is skipped, naming it."""
+import functools
 import os
+import struct
 import subprocess
-from collections import defaultdict
+from collections import defaultdict, namedtuple
 
 import numpy as np
 import pytest
-from gguf import GGUFReader
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 BIN = os.path.join(os.environ["TOKENMILL_BIN_DIR"], "tokenmill")
@@ -21,11 +23,79 @@ LARGE = 1 << 22  # elements: larger tensors only where a type has no smaller one
 HUGE = 1 << 25  # elements: not written out (Gemma's 262144 x 640 embedding); others cover its type
 
 
+Tensor = namedtuple("Tensor", "name tensor_type n_elements data")
+# Bytes of each GGUF metadata value type that has a fixed size (the GGUF specification).
+SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+STRING, ARRAY = 8, 9
+
+
+def read_tensors(path):
+    """The file's tensors, their bytes mapped from disk, read from the header as the GGUF
+    specification lays it out. Not gguf.GGUFReader: it builds every metadata array element in
+    Python, minutes for Gemma's 262k-token vocabulary; the bytes are decoded by the gguf
+    package's dequantize all the same."""
+    with open(path, "rb") as f:
+        head = f.read(64 << 20)  # the metadata and tensor infos of these files fit
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        values = struct.unpack_from("<" + fmt, head, pos)
+        pos += struct.calcsize("<" + fmt)
+        return values if len(values) > 1 else values[0]
+
+    def string():
+        nonlocal pos
+        n = take("Q")
+        pos += n
+        return head[pos - n:pos].decode()
+
+    def skip_value(kind):
+        nonlocal pos
+        if kind == STRING:
+            string()
+        elif kind == ARRAY:
+            inner, count = take("IQ")
+            if inner in SCALAR_BYTES:
+                pos += SCALAR_BYTES[inner] * count
+            else:
+                for _ in range(count):
+                    skip_value(inner)
+        else:
+            pos += SCALAR_BYTES[kind]
+
+    magic, _version, n_tensors, n_kv = take("4sIQQ")
+    assert magic == b"GGUF", path
+    alignment = 32
+    for _ in range(n_kv):
+        key, kind = string(), take("I")
+        if key == "general.alignment":
+            alignment = take("I")
+        else:
+            skip_value(kind)
+    infos = []
+    for _ in range(n_tensors):
+        name, n_dims = string(), take("I")
+        dims = [take("Q") for _ in range(n_dims)]
+        kind, offset = take("IQ")
+        infos.append((name, GGMLQuantizationType(kind), int(np.prod(dims)), offset))
+    data_start = -(-pos // alignment) * alignment
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    tensors = []
+    for name, kind, n_elements, offset in infos:
+        block, size = GGML_QUANT_SIZES[kind]
+        begin = data_start + offset
+        tensors.append(Tensor(name, kind, n_elements,
+                              data[begin:begin + n_elements // block * size]))
+    return tensors
+
+
+@functools.cache
 def tensors_by_type(path):
     """{type name: up to two of its tensors (the first and the last)}, each under LARGE elements
     where the type has such tensors, never over HUGE (then none)."""
     by_type = defaultdict(list)
-    for t in GGUFReader(path).tensors:
+    for t in read_tensors(path):
         by_type[t.tensor_type.name].append(t)
     picked = {}
     for name, tensors in by_type.items():
