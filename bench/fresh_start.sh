@@ -44,7 +44,7 @@ stamp() { while IFS= read -r line; do echo "[$(( $(date +%s) - start )) s] $line
 serve=$!
 body='{"model":"SmolLM2-135M-Instruct","prompt":"The capital of France is","max_tokens":8}'
 ask() {
-  exec 3<>"/dev/tcp/127.0.0.1/$TOKENMILL_GATEWAY_PORT" 2>/dev/null || return 1
+  { exec 3<>"/dev/tcp/127.0.0.1/$TOKENMILL_GATEWAY_PORT"; } 2>/dev/null || return 1
   printf 'POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
     "${#body}" "$body" >&3
   local reply
