@@ -15,6 +15,25 @@ namespace tokenmill {
 
 struct ModelFamily;
 
+// How a mixture-of-experts layer turns its router's logits into expert weights, as llama.cpp's
+// llama_expert_gating_func_type: softmax or sigmoid over every expert's logit, before the top
+// k are chosen; or (kSoftmaxSelected, gpt-oss) the top k logits chosen, then softmaxed.
+enum class ExpertGating { kSoftmax, kSigmoid, kSoftmaxSelected };
+
+// A mixture-of-experts feed-forward (llama.cpp's build_moe_ffn): n_expert experts of n_ff_exp
+// each, n_used of them chosen per token by the router; their weights are renormalized to sum
+// 1 when `normalize` and then multiplied by `scale` unless it is 0 or 1. A shared expert of
+// n_ff_shexp (qwen2moe) runs for every token; 0: none.
+struct ExpertConfig {
+  int n_expert = 0;  // 0: a dense feed-forward
+  int n_used = 0;
+  int n_ff_exp = 0;
+  int n_ff_shexp = 0;
+  ExpertGating gating = ExpertGating::kSoftmax;
+  bool normalize = false;
+  float scale = 0.0f;
+};
+
 struct ModelConfig {
   std::string arch_name;  // as in general.architecture: the family's name
   int n_layers = 0;
@@ -61,6 +80,7 @@ struct ModelConfig {
   // logits (gemma2, and gemma3 files that set it).
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
+  ExpertConfig experts;  // n_expert > 0: every layer's feed-forward is a mixture of experts
 
   bool IsSlidingLayer(int layer) const {
     return sliding_window > 0 && layer < static_cast<int>(sliding_layers.size()) &&

@@ -38,8 +38,15 @@ StatusOr<std::unique_ptr<Model>> Model::FromFile(GgufFile file, const ModelOptio
   cpu = model->weights_;
   if (options.layout == CpuWeightLayout::kAsInFile) return model;
   for (LayerWeights& l : cpu.layers) {
-    for (WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+    MoeWeights& m = l.moe;
+    for (WeightMatrix* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &m.router,
+                            &m.shared_gate, &m.shared_up, &m.shared_down}) {
       *w = ForCpu(*w, model->regrouped_);
+    }
+    // Each expert on its own: a copy of every expert (the layout is per 16 rows, and an
+    // expert's rows are a matrix of their own).
+    for (std::vector<WeightMatrix>* experts : {&m.gate, &m.up, &m.down}) {
+      for (WeightMatrix& w : *experts) w = ForCpu(w, model->regrouped_);
     }
   }
   // token_embd stays as in the file (the embedding lookup reads its rows); a tied output gets

@@ -82,9 +82,12 @@ StatusOr<std::span<const float>> LoadVector(const GgufFile& file, const std::str
   return std::span<const float>(copy);
 }
 
-StatusOr<WeightMatrix> LoadMatrix(const GgufFile& file, const std::string& name, int64_t cols,
-                                  int64_t rows) {
-  TM_ASSIGN_OR_RETURN(const GgufTensor* t, Find(file, name, {cols, rows}));
+namespace {
+
+// The rows of `t` (`name`) as a matrix of shape[0] columns, its other dimensions (which must
+// equal `shape`'s) flattened into rows.
+StatusOr<WeightMatrix> MatrixOf(const GgufTensor* t, const std::string& name,
+                                const std::vector<int64_t>& shape) {
   const std::optional<TensorType> type = ToTensorType(t->ggml_type);
   if (!type || !CpuComputesWith(*type)) {
     // The parser accepted only types whose layout it knows.
@@ -93,11 +96,13 @@ StatusOr<WeightMatrix> LoadMatrix(const GgufFile& file, const std::string& name,
                               ", which tokenmill does not run (supported: " +
                               CpuTensorTypeNames() + ")");
   }
-  if (t->shape.size() != 2 || t->shape[0] != cols || t->shape[1] != rows) {
+  if (t->shape != shape) {
     return InvalidArgumentError("tensor '" + name + "' has shape " + ShapeString(t->shape) +
-                                ", expected [" + std::to_string(cols) + ", " +
-                                std::to_string(rows) + "]");
+                                ", expected " + ShapeString(shape));
   }
+  const int64_t cols = shape[0];
+  int64_t rows = 1;
+  for (size_t i = 1; i < shape.size(); ++i) rows *= shape[i];
   const GgmlTypeLayout& layout = LayoutOf(*type);
   if (cols % layout.block_size != 0) {  // the parser refuses such files; views may not
     return InvalidArgumentError("tensor '" + name + "' has rows of " + std::to_string(cols) +
@@ -105,6 +110,30 @@ StatusOr<WeightMatrix> LoadMatrix(const GgufFile& file, const std::string& name,
                                 " block size " + std::to_string(layout.block_size));
   }
   return WeightMatrix{*type, t->data, rows, cols, cols / layout.block_size * layout.type_size};
+}
+
+}  // namespace
+
+StatusOr<WeightMatrix> LoadMatrix(const GgufFile& file, const std::string& name, int64_t cols,
+                                  int64_t rows) {
+  TM_ASSIGN_OR_RETURN(const GgufTensor* t, Find(file, name, {cols, rows}));
+  return MatrixOf(t, name, {cols, rows});
+}
+
+StatusOr<std::vector<WeightMatrix>> LoadExpertMatrices(const GgufFile& file,
+                                                       const std::string& name, int64_t cols,
+                                                       int64_t rows, int64_t n_expert) {
+  TM_ASSIGN_OR_RETURN(const GgufTensor* t, Find(file, name, {cols, rows, n_expert}));
+  TM_ASSIGN_OR_RETURN(WeightMatrix all, MatrixOf(t, name, {cols, rows, n_expert}));
+  std::vector<WeightMatrix> experts;
+  for (int64_t e = 0; e < n_expert; ++e) experts.push_back(RowsOf(all, e * rows, rows));
+  return experts;
+}
+
+StatusOr<WeightMatrix> LoadRowVector(const GgufFile& file, const std::string& name,
+                                     int64_t cols) {
+  TM_ASSIGN_OR_RETURN(const GgufTensor* t, Find(file, name, {cols}));
+  return MatrixOf(t, name, {cols});
 }
 
 WeightMatrix RowsOf(const WeightMatrix& w, int64_t begin, int64_t n) {

@@ -17,6 +17,20 @@
 
 namespace tokenmill {
 
+// A mixture-of-experts feed-forward's tensors (ExpertConfig): the router, each expert's gate,
+// up and down matrices (views into the file's 3-D ffn_*_exps tensors, one expert's rows after
+// the other's, or parts of a merged ffn_gate_up_exps) and the shared expert with its gate.
+struct MoeWeights {
+  WeightMatrix router;                 // ffn_gate_inp: n_expert rows of n_embd
+  std::span<const float> router_bias;  // ffn_gate_inp.bias (gpt-oss), or empty
+  std::vector<WeightMatrix> gate, up, down;  // one per expert
+  // Per-expert biases (gpt-oss), n_expert rows of the matrix's outputs each, or empty.
+  std::span<const float> gate_bias, up_bias, down_bias;
+  // The shared expert (qwen2moe), rows = 0 when none; shared_gate_inp is one row of n_embd
+  // whose sigmoid scales its output.
+  WeightMatrix shared_gate, shared_up, shared_down, shared_gate_inp;
+};
+
 // The tensors a layer may have (as llama.cpp's llama_layer); its family loads those it uses
 // and leaves the others empty.
 struct LayerWeights {
@@ -28,6 +42,7 @@ struct LayerWeights {
   std::span<const float> ffn_norm;
   WeightMatrix gate, up, down;
   std::span<const float> ffn_post_norm;  // of the feed-forward's output (gemma2, gemma3)
+  MoeWeights moe;  // ModelConfig::experts.n_expert > 0, instead of gate, up and down
 };
 
 // Norms and biases converted to f32 at load; the spans of the weights point into them (a moved
@@ -59,5 +74,13 @@ WeightMatrix RowsOf(const WeightMatrix& w, int64_t begin, int64_t n);
 // type and the supported ones.
 StatusOr<WeightMatrix> LoadMatrix(const GgufFile& file, const std::string& name, int64_t cols,
                                   int64_t rows);
+// The n_expert matrices of the 3-D tensor `name` (ggml shape [cols, rows, n_expert]), each a
+// view of its expert's rows, refused as LoadMatrix refuses.
+StatusOr<std::vector<WeightMatrix>> LoadExpertMatrices(const GgufFile& file,
+                                                       const std::string& name, int64_t cols,
+                                                       int64_t rows, int64_t n_expert);
+// A one-row matrix of `cols` stored as a 1-D tensor (qwen2moe's ffn_gate_inp_shexp).
+StatusOr<WeightMatrix> LoadRowVector(const GgufFile& file, const std::string& name,
+                                     int64_t cols);
 
 }  // namespace tokenmill

@@ -164,65 +164,123 @@ void Matmul(const CpuContext& ctx, const WeightMatrix& w, const float* x, int64_
 
 void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, const float* x,
                 int64_t n_tokens, std::span<float* const> ys) {
-  TM_CHECK_EQ(ws.size(), ys.size());
-  if (n_tokens == 0 || ws.empty()) return;
-  const int64_t cols = ws[0]->cols;
-  bool quantize = false, quantize_q8k = false;
-  for (const WeightMatrix* w : ws) {
-    TM_CHECK_EQ(w->cols, cols);
-    quantize_q8k = quantize_q8k || UsesQ8KActivations(w->type);
-    quantize = quantize || (UsesQuantizedActivations(w->type) && !UsesQ8KActivations(w->type));
-  }
+  const MatmulGroup group{ws, x, n_tokens, ys};
+  MatmulGroups(ctx, std::span<const MatmulGroup>(&group, 1));
+}
+
+namespace {
+
+// A group's activations in the formats its matrices take.
+struct GroupActivationsOf {
   std::vector<Q8TokenGroupBlock> grouped;
-  if (quantize) {
-    TM_CHECK_EQ(cols % 32, 0);
-    const int64_t blocks = cols / 32;
-    std::vector<Q8ActivationBlock> quantized(static_cast<size_t>(blocks * n_tokens));
-    const int64_t groups = (n_tokens + kTokenGroup - 1) / kTokenGroup;
-    grouped.resize(static_cast<size_t>(groups * blocks));
-    // One token group per chunk: a many-token step quantizes on all threads.
-    ParallelFor(ctx.pool, groups, 1, [&](int64_t g_begin, int64_t g_end) {
-      const int64_t t_begin = g_begin * kTokenGroup;
-      const int64_t t_end = std::min(n_tokens, g_end * kTokenGroup);
-      for (int64_t t = t_begin; t < t_end; ++t) {
-        ctx.kernels->quantize(x + t * cols, cols, quantized.data() + t * blocks);
+  std::vector<Q8KActivationBlock> q8k;
+};
+
+// Quantizes every group's activations (one parallel pass over all groups' token groups, so a
+// many-token step quantizes on all threads).
+std::vector<GroupActivationsOf> QuantizeGroups(const CpuContext& ctx,
+                                               std::span<const MatmulGroup> groups) {
+  std::vector<GroupActivationsOf> out(groups.size());
+  // Unit u of group i covers its token group u - first_unit[i].
+  std::vector<int64_t> first_unit(groups.size() + 1, 0);
+  std::vector<uint8_t> wants(groups.size(), 0);  // bit 0: Q8 blocks, bit 1: Q8_K blocks
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const MatmulGroup& g = groups[i];
+    TM_CHECK_EQ(g.ws.size(), g.ys.size());
+    const int64_t cols = g.ws.empty() ? 0 : g.ws[0]->cols;
+    for (const WeightMatrix* w : g.ws) {
+      TM_CHECK_EQ(w->cols, cols);
+      if (UsesQ8KActivations(w->type)) {
+        wants[i] |= 2;
+      } else if (UsesQuantizedActivations(w->type)) {
+        wants[i] |= 1;
       }
-      GroupActivations(quantized.data() + t_begin * blocks, t_end - t_begin, blocks,
-                       grouped.data() + g_begin * blocks);
-    });
+    }
+    const int64_t token_groups = (g.n_tokens + kTokenGroup - 1) / kTokenGroup;
+    if (wants[i] & 1) {
+      TM_CHECK_EQ(cols % 32, 0);
+      out[i].grouped.resize(static_cast<size_t>(token_groups * (cols / 32)));
+    }
+    if (wants[i] & 2) {
+      TM_CHECK_EQ(cols % kQ8KBlock, 0);
+      out[i].q8k.resize(static_cast<size_t>(g.n_tokens * (cols / kQ8KBlock)));
+    }
+    first_unit[i + 1] = first_unit[i] + (wants[i] != 0 ? token_groups : 0);
   }
-  // Q8_K blocks stay token-major (a token's blocks side by side): the kernels read
-  // x[t * cols / 256 + b].
-  std::vector<Q8KActivationBlock> quantized_q8k;
-  if (quantize_q8k) {
-    TM_CHECK_EQ(cols % kQ8KBlock, 0);
-    const int64_t blocks = cols / kQ8KBlock;
-    quantized_q8k.resize(static_cast<size_t>(blocks * n_tokens));
-    ParallelFor(ctx.pool, n_tokens, 1, [&](int64_t t_begin, int64_t t_end) {
-      for (int64_t t = t_begin; t < t_end; ++t) {
-        QuantizeActivationsQ8K(x + t * cols, cols, quantized_q8k.data() + t * blocks);
+  ParallelFor(ctx.pool, first_unit.back(), 1, [&](int64_t begin, int64_t end) {
+    std::vector<Q8ActivationBlock> quantized;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const int64_t lo = std::max(begin, first_unit[i]) - first_unit[i];
+      const int64_t hi = std::min(end, first_unit[i + 1]) - first_unit[i];
+      if (lo >= hi) continue;
+      const MatmulGroup& g = groups[i];
+      const int64_t cols = g.ws[0]->cols;
+      const int64_t t_begin = lo * kTokenGroup;
+      const int64_t t_end = std::min(g.n_tokens, hi * kTokenGroup);
+      if (wants[i] & 1) {
+        const int64_t blocks = cols / 32;
+        quantized.resize(static_cast<size_t>((t_end - t_begin) * blocks));
+        for (int64_t t = t_begin; t < t_end; ++t) {
+          ctx.kernels->quantize(g.x + t * cols, cols,
+                                quantized.data() + (t - t_begin) * blocks);
+        }
+        GroupActivations(quantized.data(), t_end - t_begin, blocks,
+                         out[i].grouped.data() + lo * blocks);
       }
-    });
-  }
+      // Q8_K blocks stay token-major (a token's blocks side by side): the kernels read
+      // x[t * cols / 256 + b].
+      if (wants[i] & 2) {
+        const int64_t blocks = cols / kQ8KBlock;
+        for (int64_t t = t_begin; t < t_end; ++t) {
+          QuantizeActivationsQ8K(g.x + t * cols, cols, out[i].q8k.data() + t * blocks);
+        }
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+void MatmulGroups(const CpuContext& ctx, std::span<const MatmulGroup> groups) {
+  const std::vector<GroupActivationsOf> activations = QuantizeGroups(ctx, groups);
   // Threads take units of 16 rows counted matrix by matrix (a matrix's last unit may be
   // shorter), so that every range starts on a row group: the kRowGroups16 kernels read whole
   // groups.
+  struct Job {
+    const WeightMatrix* w;
+    const void* x;
+    int64_t n_tokens;
+    float* y;
+    int64_t first_unit;
+  };
   auto units_of = [](const WeightMatrix& w) { return (w.rows + kRowGroup - 1) / kRowGroup; };
+  std::vector<Job> jobs;
   int64_t total_units = 0;
-  for (const WeightMatrix* w : ws) total_units += units_of(*w);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const MatmulGroup& g = groups[i];
+    if (g.n_tokens == 0) continue;
+    for (size_t m = 0; m < g.ws.size(); ++m) {
+      const WeightMatrix& w = *g.ws[m];
+      const void* x = UsesQ8KActivations(w.type)
+                          ? static_cast<const void*>(activations[i].q8k.data())
+                      : UsesQuantizedActivations(w.type)
+                          ? static_cast<const void*>(activations[i].grouped.data())
+                          : static_cast<const void*>(g.x);
+      jobs.push_back(Job{&w, x, g.n_tokens, g.ys[m], total_units});
+      total_units += units_of(w);
+    }
+  }
   ParallelFor(ctx.pool, total_units, 1, [&](int64_t begin, int64_t end) {
-    int64_t first = 0;
-    for (size_t i = 0; i < ws.size(); first += units_of(*ws[i]), ++i) {
-      const WeightMatrix& w = *ws[i];
-      const int64_t lo = std::max(begin, first) - first;
-      const int64_t hi = std::min(end, first + units_of(w)) - first;
+    // The first job whose units reach past `begin`.
+    auto it = std::upper_bound(jobs.begin(), jobs.end(), begin,
+                               [](int64_t unit, const Job& j) { return unit < j.first_unit; });
+    for (--it; it != jobs.end() && it->first_unit < end; ++it) {
+      const WeightMatrix& w = *it->w;
+      const int64_t lo = std::max(begin, it->first_unit) - it->first_unit;
+      const int64_t hi = std::min(end, it->first_unit + units_of(w)) - it->first_unit;
       if (lo >= hi) continue;
-      const void* activations = UsesQ8KActivations(w.type)
-                                    ? static_cast<const void*>(quantized_q8k.data())
-                                : UsesQuantizedActivations(w.type)
-                                    ? static_cast<const void*>(grouped.data())
-                                    : static_cast<const void*>(x);
-      RangeFnFor(*ctx.kernels, w.type)(MatmulRange{&w, activations, n_tokens, ys[i], w.rows,
+      RangeFnFor(*ctx.kernels, w.type)(MatmulRange{&w, it->x, it->n_tokens, it->y, w.rows,
                                                    lo * kRowGroup,
                                                    std::min(w.rows, hi * kRowGroup)});
     }

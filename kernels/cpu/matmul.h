@@ -125,6 +125,21 @@ void Matmul(const CpuContext& ctx, const WeightMatrix& w, const float* x, int64_
 void MatmulMany(const CpuContext& ctx, std::span<const WeightMatrix* const> ws, const float* x,
                 int64_t n_tokens, std::span<float* const> ys);
 
+// One input's share of a MatmulGroups call: matrices ws (of x's cols) over n_tokens tokens of
+// x, ys[i] getting n_tokens × rows_i.
+struct MatmulGroup {
+  std::span<const WeightMatrix* const> ws;
+  const float* x;
+  int64_t n_tokens;
+  std::span<float* const> ys;
+};
+
+// Several MatmulMany calls over different inputs in one parallel pass (a mixture of experts'
+// experts, each over the tokens routed to it): every input quantized once, then the rows of
+// every matrix of every group spread over the threads together. Each output is computed
+// exactly as Matmul computes it.
+void MatmulGroups(const CpuContext& ctx, std::span<const MatmulGroup> groups);
+
 // The reference: each weight row dequantized to float and dotted with float activations
 // in a plain loop (no activation quantization). Slow; the oracle for tests. (The scalar
 // kernel table is the bit-exact oracle of the ggml order for quantized weights.)

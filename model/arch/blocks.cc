@@ -50,6 +50,24 @@ void ForwardBlocks::BeginStep(const ForwardInput& input, const KvCacheView& kv,
   Grow(gate_, n_ * c_.n_ff);
   Grow(up_, n_ * c_.n_ff);
   Grow(final_, static_cast<int64_t>(input.logit_rows.size()) * d);
+  const ExpertConfig& e = c_.experts;
+  if (e.n_expert > 0) {
+    const int64_t pairs = n_ * e.n_used;
+    Grow(moe_logits_, n_ * e.n_expert);
+    Grow(moe_weights_, pairs);
+    Grow(moe_x_, pairs * d);
+    Grow(moe_gate_, pairs * e.n_ff_exp);
+    Grow(moe_up_, pairs * e.n_ff_exp);
+    Grow(moe_down_, pairs * d);
+    if (static_cast<int64_t>(moe_experts_.size()) < pairs) {
+      moe_experts_.resize(static_cast<size_t>(pairs));
+      moe_row_.resize(static_cast<size_t>(pairs));
+    }
+    Grow(gate_, n_ * e.n_ff_shexp);
+    Grow(up_, n_ * e.n_ff_shexp);
+    Grow(shared_gate_, n_);
+    Grow(shared_out_, n_ * d);
+  }
 }
 
 void ForwardBlocks::ForTokens(const std::function<void(int64_t, int64_t)>& fn) {

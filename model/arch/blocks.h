@@ -16,6 +16,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/kv_cache_view.h"
+#include "model/arch/moe.h"
 #include "model/config.h"
 #include "model/forward_input.h"
 #include "model/weights.h"
@@ -80,6 +81,15 @@ class ForwardBlocks {
   // showing ffn_gate, ffn_up, ffn_geglu, ffn_out.
   void GeluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
                        const WeightMatrix& down);
+  // Block output = the mixture of experts of h (ModelConfig::experts, model/arch/moe.h): the
+  // router's logits (ffn_moe_logits) routed per token (RouteToken; ffn_moe_weights), the
+  // step's tokens grouped by expert and every routed expert's SwiGLU run over its tokens
+  // together, all experts in one parallel pass (MatmulGroups; experts no token chose are not
+  // read), then each token's expert outputs times their weights summed in the order of its
+  // choices (ffn_moe_out): the same sum whatever else the step routes. With a shared expert,
+  // its SwiGLU times the sigmoid of shared_gate_inp · h (as silu(g) / g, llama.cpp's) is
+  // added, shown as ffn_out.
+  void MoeFeedForward(const MoeWeights& w);
   // x += block output, shown as `name`. `next_norm`: the weight of the Norm the graph takes
   // next (empty if none); when no tap watches, it is computed in the same parallel region
   // and that Norm finds it done.
@@ -104,6 +114,14 @@ class ForwardBlocks {
                         const WeightMatrix& down, const char* activation_name,
                         const std::function<void(const float*, const float*, int64_t, int64_t,
                                                  float*)>& activation);
+  // The gated feed-forward of the mixture of experts, `activation` between each expert's
+  // projections (shown as `activation_name`): MoeFeedForward's, and the gpt-oss family's.
+  using Activation =
+      std::function<void(const float*, const float*, int64_t, int64_t, float*)>;
+  void ExpertsFeedForward(const MoeWeights& w, const char* activation_name,
+                          const Activation& activation);
+  // MatmulGroups, or each matrix by MatmulReference in KernelMode::kReference.
+  void MatmulGroupsOp(std::span<const MatmulGroup> groups);
   // Several row ops share one parallel region only when no tap watches: a tap may
   // overwrite what it is shown, so each op must wait for the tap before it.
   bool fuse() const { return !tap_; }
@@ -122,6 +140,12 @@ class ForwardBlocks {
   // The norm weight h already holds RmsNorm(x) with (AddResidual's fusion), or null.
   const float* h_norm_ = nullptr;
   std::vector<float> x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, final_;
+  // The mixture of experts' scratch: router logits (then probs), each (token, choice) pair's
+  // expert, weight and row of the grouped activations, the shared expert's gate and output.
+  std::vector<float> moe_logits_, moe_weights_, moe_x_, moe_gate_, moe_up_, moe_down_;
+  std::vector<float> shared_gate_, shared_out_;
+  std::vector<int32_t> moe_experts_, moe_row_;
+  ExpertGroups moe_groups_;
 };
 
 }  // namespace tokenmill

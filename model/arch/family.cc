@@ -8,9 +8,9 @@
 namespace tokenmill {
 namespace {
 
-constexpr const ModelFamily* kFamilies[] = {&kLlamaFamily,  &kQwen2Family,  &kQwen3Family,
-                                            &kGemmaFamily,  &kGemma2Family, &kGemma3Family,
-                                            &kPhi3Family};
+constexpr const ModelFamily* kFamilies[] = {
+    &kLlamaFamily,  &kQwen2Family, &kQwen3Family,    &kGemmaFamily,   &kGemma2Family,
+    &kGemma3Family, &kPhi3Family,  &kQwen2MoeFamily, &kQwen3MoeFamily};
 
 // "'llama' and 'qwen2'": the names of the families, for the refusal.
 std::string FamilyNames() {
@@ -54,10 +54,83 @@ StatusOr<LayerWeights> LoadLlamaLayer(const GgufFile& file, const ModelConfig& c
   TM_ASSIGN_OR_RETURN(l.v, LoadMatrix(file, p + "attn_v.weight", c.n_embd, c.kv_dim()));
   TM_ASSIGN_OR_RETURN(l.o, LoadMatrix(file, p + "attn_output.weight", c.q_dim(), c.n_embd));
   TM_ASSIGN_OR_RETURN(l.ffn_norm, LoadVector(file, p + "ffn_norm.weight", c.n_embd, copies));
+  if (c.experts.n_expert > 0) {
+    TM_RETURN_IF_ERROR(LoadExperts(file, c, layer, l));
+    return l;
+  }
   TM_ASSIGN_OR_RETURN(l.gate, LoadMatrix(file, p + "ffn_gate.weight", c.n_embd, c.n_ff));
   TM_ASSIGN_OR_RETURN(l.up, LoadMatrix(file, p + "ffn_up.weight", c.n_embd, c.n_ff));
   TM_ASSIGN_OR_RETURN(l.down, LoadMatrix(file, p + "ffn_down.weight", c.n_ff, c.n_embd));
   return l;
+}
+
+Status LoadQkvBiases(const GgufFile& file, const ModelConfig& c, int layer, F32Copies& copies,
+                     LayerWeights& l) {
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  TM_ASSIGN_OR_RETURN(l.q_bias, LoadVector(file, p + "attn_q.bias", c.q_dim(), copies));
+  TM_ASSIGN_OR_RETURN(l.k_bias, LoadVector(file, p + "attn_k.bias", c.kv_dim(), copies));
+  TM_ASSIGN_OR_RETURN(l.v_bias, LoadVector(file, p + "attn_v.bias", c.kv_dim(), copies));
+  return OkStatus();
+}
+
+Status ReadExpertKeys(const GgufFile& file, ModelConfig& c, bool shared) {
+  const std::string p = c.arch_name + ".";
+  TM_ASSIGN_OR_RETURN(uint32_t n_expert, U32Or(file, p + "expert_count", 0));
+  TM_ASSIGN_OR_RETURN(uint32_t n_used, U32Or(file, p + "expert_used_count", 0));
+  if (n_expert == 0) return OkStatus();
+  if (n_used == 0 || n_used > n_expert) {
+    return InvalidArgumentError(p + "expert_used_count is " + std::to_string(n_used) +
+                                ": it must be between 1 and " + p + "expert_count (" +
+                                std::to_string(n_expert) + ")");
+  }
+  TM_ASSIGN_OR_RETURN(uint32_t n_ff_exp,
+                      U32Or(file, p + "expert_feed_forward_length",
+                            static_cast<uint32_t>(c.n_ff) / n_used));
+  TM_ASSIGN_OR_RETURN(uint32_t n_ff_shexp,
+                      U32Or(file, p + "expert_shared_feed_forward_length",
+                            static_cast<uint32_t>(c.n_ff)));
+  if (n_ff_exp == 0) {
+    return InvalidArgumentError(p + "expert_feed_forward_length must be positive");
+  }
+  c.experts.n_expert = static_cast<int>(n_expert);
+  c.experts.n_used = static_cast<int>(n_used);
+  c.experts.n_ff_exp = static_cast<int>(n_ff_exp);
+  c.experts.n_ff_shexp = shared ? static_cast<int>(n_ff_shexp) : 0;
+  return OkStatus();
+}
+
+Status LoadExperts(const GgufFile& file, const ModelConfig& c, int layer, LayerWeights& l) {
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  const ExpertConfig& e = c.experts;
+  MoeWeights& m = l.moe;
+  TM_ASSIGN_OR_RETURN(m.router, LoadMatrix(file, p + "ffn_gate_inp.weight", c.n_embd,
+                                           e.n_expert));
+  const std::string merged = p + "ffn_gate_up_exps.weight";
+  if (file.FindTensor(merged) != nullptr) {
+    TM_ASSIGN_OR_RETURN(std::vector<WeightMatrix> gate_up,
+                        LoadExpertMatrices(file, merged, c.n_embd, 2 * e.n_ff_exp, e.n_expert));
+    for (const WeightMatrix& w : gate_up) {
+      m.gate.push_back(RowsOf(w, 0, e.n_ff_exp));
+      m.up.push_back(RowsOf(w, e.n_ff_exp, e.n_ff_exp));
+    }
+  } else {
+    TM_ASSIGN_OR_RETURN(m.gate, LoadExpertMatrices(file, p + "ffn_gate_exps.weight", c.n_embd,
+                                                   e.n_ff_exp, e.n_expert));
+    TM_ASSIGN_OR_RETURN(m.up, LoadExpertMatrices(file, p + "ffn_up_exps.weight", c.n_embd,
+                                                 e.n_ff_exp, e.n_expert));
+  }
+  TM_ASSIGN_OR_RETURN(m.down, LoadExpertMatrices(file, p + "ffn_down_exps.weight", e.n_ff_exp,
+                                                 c.n_embd, e.n_expert));
+  if (e.n_ff_shexp == 0) return OkStatus();
+  TM_ASSIGN_OR_RETURN(m.shared_gate, LoadMatrix(file, p + "ffn_gate_shexp.weight", c.n_embd,
+                                                e.n_ff_shexp));
+  TM_ASSIGN_OR_RETURN(m.shared_up, LoadMatrix(file, p + "ffn_up_shexp.weight", c.n_embd,
+                                              e.n_ff_shexp));
+  TM_ASSIGN_OR_RETURN(m.shared_down, LoadMatrix(file, p + "ffn_down_shexp.weight",
+                                                e.n_ff_shexp, c.n_embd));
+  TM_ASSIGN_OR_RETURN(m.shared_gate_inp,
+                      LoadRowVector(file, p + "ffn_gate_inp_shexp.weight", c.n_embd));
+  return OkStatus();
 }
 
 Status LoadHeadNorms(const GgufFile& file, const ModelConfig& c, int layer, F32Copies& copies,

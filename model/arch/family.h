@@ -37,6 +37,8 @@ extern const ModelFamily kGemmaFamily;   // gemma.cc
 extern const ModelFamily kGemma2Family;  // gemma2.cc
 extern const ModelFamily kGemma3Family;  // gemma3.cc
 extern const ModelFamily kPhi3Family;    // phi3.cc
+extern const ModelFamily kQwen2MoeFamily;  // qwen2moe.cc
+extern const ModelFamily kQwen3MoeFamily;  // qwen3moe.cc
 
 // The family of the file's general.architecture; an error naming it if tokenmill runs none.
 StatusOr<const ModelFamily*> FindModelFamily(const GgufFile& file);
@@ -47,9 +49,30 @@ StatusOr<uint32_t> U32Or(const GgufFile& file, const std::string& key, uint32_t 
 StatusOr<float> F32Or(const GgufFile& file, const std::string& key, float fallback);
 
 // The tensors of llama's layer, which the other families' layers start from: attn_norm, Q, K,
-// V, the attention output, ffn_norm and the gate, up and down projections.
+// V, the attention output, ffn_norm and the gate, up and down projections (or the experts,
+// LoadExperts).
 StatusOr<LayerWeights> LoadLlamaLayer(const GgufFile& file, const ModelConfig& config, int layer,
                                       F32Copies& f32_copies);
+// Q, K and V's biases (attn_{q,k,v}.bias).
+Status LoadQkvBiases(const GgufFile& file, const ModelConfig& config, int layer,
+                     F32Copies& f32_copies, LayerWeights& weights);
+
+// The mixture-of-experts keys (ModelConfig::experts) as llama.cpp reads them:
+// <arch>.expert_count (absent or 0: a dense model) and expert_used_count (at least 1, at most
+// expert_count), each expert's width <arch>.expert_feed_forward_length (else
+// feed_forward_length / expert_used_count, qwen's fallback) and, when `shared`, the shared
+// expert's
+// expert_shared_feed_forward_length (else feed_forward_length). Gating, renormalization and
+// scale are the family's to set.
+Status ReadExpertKeys(const GgufFile& file, ModelConfig& config, bool shared);
+// A layer's mixture of experts (ModelConfig::experts): the router ffn_gate_inp, the experts'
+// ffn_gate_exps and ffn_up_exps (or one merged ffn_gate_up_exps, gate rows first) and
+// ffn_down_exps, and, when the config has a shared expert, ffn_{gate,up,down}_shexp with
+// ffn_gate_inp_shexp. LoadLlamaLayer loads them instead of the dense ffn_{gate,up,down}
+// when the model has experts.
+Status LoadExperts(const GgufFile& file, const ModelConfig& config, int layer,
+                   LayerWeights& weights);
+
 // A layer's per-head RMS norms of Q and K (attn_q_norm, attn_k_norm: head_dim each).
 Status LoadHeadNorms(const GgufFile& file, const ModelConfig& config, int layer,
                      F32Copies& f32_copies, LayerWeights& weights);

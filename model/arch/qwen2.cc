@@ -1,7 +1,5 @@
 // The qwen2 family: llama's layer with biases on the Q, K and V projections and RoPE on
 // NeoX-style pairs.
-#include <string>
-
 #include "model/arch/family.h"
 
 namespace tokenmill {
@@ -15,11 +13,8 @@ Status ReadQwen2Config(const GgufFile&, ModelConfig& c) {
 
 StatusOr<LayerWeights> LoadQwen2Layer(const GgufFile& file, const ModelConfig& c, int layer,
                                        F32Copies& copies) {
-  const std::string p = "blk." + std::to_string(layer) + ".";
   TM_ASSIGN_OR_RETURN(LayerWeights l, LoadLlamaLayer(file, c, layer, copies));
-  TM_ASSIGN_OR_RETURN(l.q_bias, LoadVector(file, p + "attn_q.bias", c.q_dim(), copies));
-  TM_ASSIGN_OR_RETURN(l.k_bias, LoadVector(file, p + "attn_k.bias", c.kv_dim(), copies));
-  TM_ASSIGN_OR_RETURN(l.v_bias, LoadVector(file, p + "attn_v.bias", c.kv_dim(), copies));
+  TM_RETURN_IF_ERROR(LoadQkvBiases(file, c, layer, copies, l));
   return l;
 }
 

@@ -77,6 +77,46 @@ class TinyWriter:
         self.matrix(p + "ffn_up.weight", n_ff, n_embd)
         self.matrix(p + "ffn_down.weight", n_embd, n_ff)
 
+    def expert_keys(self, n_expert, n_used, n_ff_exp=None, n_ff_shexp=None):
+        self.w.add_expert_count(n_expert)
+        self.w.add_expert_used_count(n_used)
+        if n_ff_exp is not None:
+            self.w.add_expert_feed_forward_length(n_ff_exp)
+        if n_ff_shexp is not None:
+            self.w.add_expert_shared_feed_forward_length(n_ff_shexp)
+
+    def experts(self, p, n_embd, n_ff_exp, n_expert, router_gain=4.0, tied_pairs=False):
+        """ffn_norm, the router ffn_gate_inp (logits of a few units, so routing is decided
+        far above rounding) and the experts' ffn_{gate,up,down}_exps. tied_pairs: experts 2i
+        and 2i + 1 share their router row, so every token's choice ends on a tie (ggml's
+        argsort decides it) while the tied experts' weights differ."""
+        self.vector(p + "ffn_norm.weight", n_embd)
+        router = (self.rng.standard_normal((n_expert, n_embd)) * router_gain /
+                  np.sqrt(n_embd)).astype(np.float32)
+        if tied_pairs:
+            router[1::2] = router[0::2]
+        self.w.add_tensor(p + "ffn_gate_inp.weight", router)
+        for name, rows, cols in [("ffn_gate_exps", n_ff_exp, n_embd),
+                                 ("ffn_up_exps", n_ff_exp, n_embd),
+                                 ("ffn_down_exps", n_embd, n_ff_exp)]:
+            data = (self.rng.standard_normal((n_expert, rows, cols)) /
+                    np.sqrt(cols)).astype(np.float32)
+            t = self.matrix_type
+            if t == T.F32:
+                self.w.add_tensor(p + name + ".weight", data)
+            else:
+                self.w.add_tensor(p + name + ".weight", gguf.quants.quantize(data, t),
+                                  raw_dtype=t)
+
+    def shared_expert(self, p, n_embd, n_ff_shexp):
+        """qwen2moe's shared expert and its gate (one row of n_embd, stored 1-D)."""
+        self.w.add_tensor(p + "ffn_gate_inp_shexp.weight",
+                          (self.rng.standard_normal(n_embd) * 2.0 / np.sqrt(n_embd))
+                          .astype(np.float32))
+        self.matrix(p + "ffn_gate_shexp.weight", n_ff_shexp, n_embd)
+        self.matrix(p + "ffn_up_shexp.weight", n_ff_shexp, n_embd)
+        self.matrix(p + "ffn_down_shexp.weight", n_embd, n_ff_shexp)
+
     def head_norms(self, p, head_dim, around=2.0):
         """Per-head RMS norms of Q and K (qwen3, gemma3); around 2: scores of a few units."""
         self.vector(p + "attn_q_norm.weight", head_dim, around=around)
