@@ -7,6 +7,9 @@
 
 #include "cli/command.h"
 #include "gguf/gguf.h"
+#include "model/arch/family.h"
+#include "model/config.h"
+#include "model/weights.h"
 
 namespace tokenmill::cli {
 
@@ -28,6 +31,16 @@ int RunInfo(const std::string& model_path) {
   nlohmann::ordered_json& mix = out["type_mix"] = nlohmann::ordered_json::array();
   for (const GgufTypeTotal& total : TypeMix(*file)) {
     mix.push_back({{"type", total.type}, {"tensors", total.tensors}, {"bytes", total.bytes}});
+  }
+  // A model's parameter counts; a vocabulary-only or unknown file has none.
+  if (StatusOr<const ModelFamily*> family = FindModelFamily(*file); family.ok()) {
+    if (StatusOr<ModelConfig> config = LoadModelConfig(*file, **family); config.ok()) {
+      const ParameterCount count = CountParameters(*file, *config);
+      out["parameters"] = {{"total", count.total},
+                           {"active_per_token", count.active_per_token},
+                           {"experts", config->experts.n_expert},
+                           {"experts_per_token", config->experts.n_used}};
+    }
   }
   nlohmann::ordered_json& tensors = out["tensors"];
   for (const GgufTensor& t : file->tensors()) {

@@ -141,6 +141,19 @@ WeightMatrix RowsOf(const WeightMatrix& w, int64_t begin, int64_t n) {
   return WeightMatrix{w.type, w.data + begin * w.row_bytes, n, w.cols, w.row_bytes};
 }
 
+ParameterCount CountParameters(const GgufFile& file, const ModelConfig& c) {
+  ParameterCount count;
+  int64_t experts = 0;  // elements of the routed experts' tensors (blk.N.ffn_*_exps.*)
+  for (const GgufTensor& t : file.tensors()) {
+    count.total += t.num_elements;
+    if (t.name.find("_exps.") != std::string_view::npos) experts += t.num_elements;
+  }
+  const ExpertConfig& e = c.experts;
+  count.active_per_token =
+      e.n_expert > 0 ? count.total - experts / e.n_expert * (e.n_expert - e.n_used) : count.total;
+  return count;
+}
+
 StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& c,
                                    const ModelFamily& family, int context) {
   ModelWeights w;

@@ -58,6 +58,14 @@ struct ModelWeights {
   std::shared_ptr<const F32Copies> f32_copies;  // shared by copies of these weights
 };
 
+// A model's parameters (the elements of its tensors) and those one token computes with: all
+// but the experts it is not routed to (ModelConfig::experts), as "30B-A3B" counts them.
+struct ParameterCount {
+  int64_t total = 0;
+  int64_t active_per_token = 0;
+};
+ParameterCount CountParameters(const GgufFile& file, const ModelConfig& config);
+
 // context: the context the model is served with (ModelOptions::context, resolved).
 StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& config,
                                    const ModelFamily& family, int context);

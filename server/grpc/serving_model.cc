@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <string>
 
 #include "common/byte_size.h"
 #include "engine/grammar_vocabulary.h"
@@ -64,6 +65,13 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
       config.n_layers, config.n_embd, config.n_heads, config.n_kv_heads, config.n_vocab,
       config.context_length, FormatBytes(model->cpu_copy_bytes()), SecondsSince(start));
   spdlog::info("weights by type: {}", FormatTypeMix(TypeMix(model->file())));
+  const ParameterCount parameters = CountParameters(model->file(), config);
+  spdlog::info("parameters: {} in all, {} active per token{}", parameters.total,
+               parameters.active_per_token,
+               config.experts.n_expert > 0
+                   ? " (" + std::to_string(config.experts.n_used) + " of " +
+                         std::to_string(config.experts.n_expert) + " experts per token)"
+                   : std::string());
 
   start = std::chrono::steady_clock::now();
   TM_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(model->file()));
