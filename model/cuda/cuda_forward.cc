@@ -50,6 +50,11 @@ StatusOr<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(const Model& 
     return UnimplementedError("the CUDA forward pass runs 'llama', 'qwen2' and 'phi3' models, "
                               "not '" + c.arch_name + "': use --device cpu");
   }
+  if (c.experts.n_expert > 0) {
+    return UnimplementedError("the CUDA forward pass has no mixture-of-experts feed-forward; "
+                              "this '" + c.arch_name + "' model has " +
+                              std::to_string(c.experts.n_expert) + " experts: use --device cpu");
+  }
   if (!c.rope_layers.empty()) {
     return UnimplementedError("the CUDA forward pass has one RoPE base for every layer; this '" +
                               c.arch_name + "' model sets one per layer: use --device cpu");
