@@ -27,12 +27,18 @@ class TinyWriter:
     activations, where a last-bit difference before may flip an int8 and move a logit by 0.1);
     the weight types have goldens of their own (make_requantized_golden.py)."""
 
-    def __init__(self, path, arch, seed, matrix_type=T.F32):
+    def __init__(self, path, arch, seed, matrix_type=T.F32, vocabulary_from=None):
+        """vocabulary_from: a GGUF whose tokenizer.* keys the file takes (a real vocabulary,
+        for the server, which tokenizes), else no vocabulary of VOCAB tokens."""
         self.w = gguf.GGUFWriter(path, arch)
         self.rng = np.random.default_rng(seed)
         self.matrix_type = matrix_type
-        self.w.add_tokenizer_model("no_vocab")
-        self.w.add_vocab_size(VOCAB)
+        self.vocab = VOCAB
+        if vocabulary_from is None:
+            self.w.add_tokenizer_model("no_vocab")
+            self.w.add_vocab_size(VOCAB)
+        else:
+            self.vocab = copy_vocabulary(vocabulary_from, self.w)
 
     def hparams(self, *, n_layer, n_embd, n_ff, n_head, n_kv, head_dim=None,
                 rms_eps=1e-6, rope_base=10000.0, context_length=CONTEXT):
@@ -124,13 +130,38 @@ class TinyWriter:
 
     def embedding(self, n_embd, gain=1.0):
         """token_embd.weight: rows of norm ~gain (scale by √n_embd for unit entries)."""
-        self.matrix("token_embd.weight", VOCAB, n_embd, gain=gain)
+        self.matrix("token_embd.weight", self.vocab, n_embd, gain=gain)
 
     def close(self):
         self.w.write_header_to_file()
         self.w.write_kv_data_to_file()
         self.w.write_tensors_to_file()
         self.w.close()
+
+
+def copy_vocabulary(source, writer):
+    """Writes the tokenizer.* keys of the GGUF `source` into `writer`; returns the number of
+    tokens."""
+    reader = gguf.GGUFReader(source)
+    n_tokens = 0
+    for key, field in reader.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        value = field.contents()
+        if field.types[0] == gguf.GGUFValueType.ARRAY:
+            writer.add_array(key, value)
+            n_tokens = max(n_tokens, len(value))
+        elif field.types[0] == gguf.GGUFValueType.STRING:
+            writer.add_string(key, value)
+        elif field.types[0] == gguf.GGUFValueType.UINT32:
+            writer.add_uint32(key, value)
+        elif field.types[0] == gguf.GGUFValueType.INT32:
+            writer.add_int32(key, value)
+        elif field.types[0] == gguf.GGUFValueType.BOOL:
+            writer.add_bool(key, value)
+        else:
+            raise ValueError(f"{source}: {key} has a type copy_vocabulary does not copy")
+    return n_tokens
 
 
 def sha256(path):
