@@ -115,7 +115,8 @@ class ForwardBlocks {
                         const std::function<void(const float*, const float*, int64_t, int64_t,
                                                  float*)>& activation);
   // The gated feed-forward of the mixture of experts, `activation` between each expert's
-  // projections (shown as `activation_name`): MoeFeedForward's, and the gpt-oss family's.
+  // projections (shown as `activation_name`, one row per (token, choice) pair in the order of
+  // ExpertGroups::order, not llama.cpp's): MoeFeedForward's, and the gpt-oss family's.
   using Activation =
       std::function<void(const float*, const float*, int64_t, int64_t, float*)>;
   void ExpertsFeedForward(const MoeWeights& w, const char* activation_name,
