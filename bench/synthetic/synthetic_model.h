@@ -1,0 +1,47 @@
+// A llama-architecture GGUF with random quantized weights, written where it is needed (a GPU
+// machine cannot be brought an 8B model): Llama-3-8B's shapes by default, deterministic from a
+// seed. No tokenizer: it is for benchmarks, which feed token ids. Weights are scaled like a
+// trained model's (std ~0.02, norms 1), so activations stay finite through every layer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/tensor_type.h"
+
+namespace tokenmill::bench {
+
+struct SyntheticShape {
+  int n_layers = 32;
+  int n_embd = 4096;
+  int n_heads = 32;
+  int n_kv_heads = 8;
+  int n_ff = 14336;
+  int n_vocab = 128256;
+  int context_length = 8192;
+};
+
+struct SyntheticModelSpec {
+  SyntheticShape shape;  // Llama-3-8B's
+  // The layer matrices and token_embd; output.weight is Q8_0, as llama.cpp keeps the output
+  // at higher precision. Q4_0 or Q8_0: the types the CUDA forward pass runs (not Q4_K yet).
+  TensorType matrix_type = TensorType::kQ4_0;
+  uint64_t seed = 1;
+};
+
+struct SyntheticTensor {
+  std::string name;
+  TensorType type;
+  std::vector<uint64_t> shape;  // GGUF order: columns first
+  uint64_t bytes;
+};
+
+// The tensors of `spec` in file order, or InvalidArgument naming the setting to change.
+StatusOr<std::vector<SyntheticTensor>> SyntheticTensors(const SyntheticModelSpec& spec);
+
+// Writes the model to `path` (streamed: memory stays a row's worth whatever the size).
+Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::string& path);
+
+}  // namespace tokenmill::bench

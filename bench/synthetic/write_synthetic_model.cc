@@ -1,0 +1,48 @@
+// Writes a llama GGUF with random Q4_0 or Q8_0 weights (bench/synthetic/synthetic_model.h):
+// Llama-3-8B's shapes unless told otherwise. The GPU bundle's `run` makes its benchmark model
+// with it on the GPU machine.
+//   tokenmill_synthetic_model --out llama3-8b-q4_0.gguf [--type q8_0] [--seed 7] [--layers 2]
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+
+#include "bench/synthetic/synthetic_model.h"
+
+int main(int argc, char** argv) {
+  using namespace tokenmill;
+  CLI::App app{"write a llama GGUF with random quantized weights (Llama-3-8B shapes by default)"};
+  bench::SyntheticModelSpec spec;
+  bench::SyntheticShape& s = spec.shape;
+  std::string out, type_name = "q4_0";
+  app.add_option("--out", out, "the GGUF file to write")->required();
+  app.add_option("--type", type_name, "q4_0 (output.weight q8_0) or q8_0");
+  app.add_option("--seed", spec.seed, "the same seed writes the same bytes");
+  app.add_option("--layers", s.n_layers, "blocks")->capture_default_str();
+  app.add_option("--embd", s.n_embd, "embedding width")->capture_default_str();
+  app.add_option("--heads", s.n_heads, "query heads")->capture_default_str();
+  app.add_option("--kv-heads", s.n_kv_heads, "KV heads")->capture_default_str();
+  app.add_option("--ff", s.n_ff, "feed-forward width")->capture_default_str();
+  app.add_option("--vocab", s.n_vocab, "vocabulary (rows of token_embd and output)")
+      ->capture_default_str();
+  app.add_option("--context", s.context_length, "llama.context_length")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (type_name == "q4_0") {
+    spec.matrix_type = TensorType::kQ4_0;
+  } else if (type_name == "q8_0") {
+    spec.matrix_type = TensorType::kQ8_0;
+  } else {
+    std::fprintf(stderr, "error: --type %s: use q4_0 or q8_0\n", type_name.c_str());
+    return 2;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  if (Status st = bench::WriteSyntheticModel(spec, out); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    return 1;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("wrote %s (%s, seed %llu) in %.1f s\n", out.c_str(), type_name.c_str(),
+              static_cast<unsigned long long>(spec.seed), seconds);
+  return 0;
+}
