@@ -1,7 +1,9 @@
 // Paged decode attention on the GPU: achieved bandwidth (K and V bytes read per call / time)
 // against the device's peak, at contexts 1k/4k/16k and batches 1/32. One query token per
-// sequence (decode), f16 KV in shuffled blocks of 16, split-K as kernel_math.h partitions, Llama-3-8B's attention shape (32 query
-// heads over 8 KV heads of 128) and SmolLM2-135M's (9 over 3 of 64).
+// sequence (decode), f16 KV in shuffled blocks of 16, split-K as kernel_math.h partitions,
+// Llama-3-8B's attention shape (32 query heads over 8 KV heads of 128) and SmolLM2-135M's (9
+// over 3 of 64). Consecutive calls read different copies of the KV (block tables into disjoint
+// blocks of one pool) rotating over more than twice the L2, so HBM, not L2, is measured.
 // Usage: tokenmill_cuda_attention_bench [peak GB/s, default 4800 (H200)]
 #include <cuda_runtime.h>
 
@@ -51,26 +53,34 @@ void Check(cudaError_t err, const char* what) {
   }
 }
 
-void Run(const Shape& s, int batch, int context, double peak_gbps) {
+void Run(const Shape& s, int batch, int context, double peak_gbps, int64_t l2_bytes) {
   const int block_size = 16;
   const int blocks_per_seq = (context + block_size - 1) / block_size;
-  const int64_t num_blocks = static_cast<int64_t>(batch) * blocks_per_seq;
+  const int64_t row = static_cast<int64_t>(s.n_kv_heads) * s.head_dim;
+  const double bytes = 2.0 * batch * context * row * 2;  // K and V, f16, read per call
+  const int64_t copies = std::max<int64_t>(1, static_cast<int64_t>(2.5 * l2_bytes / bytes) + 1);
+  const int64_t blocks_per_copy = static_cast<int64_t>(batch) * blocks_per_seq;
+  const int64_t num_blocks = copies * blocks_per_copy;
   std::vector<int32_t> indices(static_cast<size_t>(num_blocks));
   std::iota(indices.begin(), indices.end(), 0);
   std::shuffle(indices.begin(), indices.end(), std::mt19937(5));
   std::vector<int32_t> indptr, positions, seq_of, tiles;
   std::vector<int64_t> slots;
   for (int b = 0; b <= batch; ++b) indptr.push_back(b * blocks_per_seq);
+  const int32_t pos = context - 1;
   for (int b = 0; b < batch; ++b) {
-    const int32_t pos = context - 1;
     positions.push_back(pos);
     seq_of.push_back(b);
     tiles.push_back(b);  // decode: a tile of one token per sequence
     tiles.push_back(1);
-    slots.push_back(int64_t{indices[static_cast<size_t>(b * blocks_per_seq + pos / block_size)]} *
-                        block_size + pos % block_size);
   }
-  const int64_t row = static_cast<int64_t>(s.n_kv_heads) * s.head_dim;
+  for (int64_t c = 0; c < copies; ++c) {
+    for (int b = 0; b < batch; ++b) {
+      const int64_t block = c * blocks_per_copy + int64_t{b} * blocks_per_seq + pos / block_size;
+      slots.push_back(int64_t{indices[static_cast<size_t>(block)]} * block_size +
+                      pos % block_size);
+    }
+  }
   const int64_t cache_bytes = num_blocks * block_size * row * 2;
   DeviceBuffer k = Allocate(cache_bytes), v = Allocate(cache_bytes);
   Check(cudaMemset(k.data(), 0, static_cast<size_t>(cache_bytes)), "memset");
@@ -87,9 +97,11 @@ void Run(const Shape& s, int batch, int context, double peak_gbps) {
                        block_size,    s.n_kv_heads, s.head_dim};
   const DeviceBatch db{d_positions.as<int32_t>(), d_seq.as<int32_t>(), batch, NumSplits(context),
                        d_tiles.as<int32_t>(), batch};
-  const DeviceBlockTable table{d_slots.as<int64_t>(), d_indptr.as<int32_t>(),
-                               d_indices.as<int32_t>()};
+  int64_t copy = 0;
   auto call = [&] {
+    const DeviceBlockTable table{d_slots.as<int64_t>() + copy * batch, d_indptr.as<int32_t>(),
+                                 d_indices.as<int32_t>() + copy * blocks_per_copy};
+    copy = (copy + 1) % copies;
     Check(PagedAttention(kv, db, table, q.as<float>(), s.n_heads, 0.088f, ws.as<float>(),
                          out.as<float>(), nullptr),
           "attention");
@@ -108,10 +120,9 @@ void Run(const Shape& s, int batch, int context, double peak_gbps) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   const double seconds = ms / 1000.0 / iterations;
-  const double bytes = 2.0 * batch * context * row * 2;  // K and V, f16
   const double gbps = bytes / seconds / 1e9;
-  std::printf("| %s | %d | %d | %.1f | %.0f | %.1f%% |\n", s.name, batch, context, seconds * 1e6,
-              gbps, 100.0 * gbps / peak_gbps);
+  std::printf("| %s | %d | %d | %lld | %.1f | %.0f | %.1f%% |\n", s.name, batch, context,
+              static_cast<long long>(copies), seconds * 1e6, gbps, 100.0 * gbps / peak_gbps);
 }
 
 }  // namespace
@@ -124,12 +135,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double peak = argc > 1 ? std::atof(argv[1]) : 4800.0;
-  std::printf("device: %s; peak %.0f GB/s\n\n", DescribeDevice(0).c_str(), peak);
-  std::printf("| shape | batch | context | us/call | GB/s | of peak |\n|---|---|---|---|---|---|\n");
+  int l2_bytes = 0;
+  Check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), "L2 size");
+  std::printf("device: %s; L2 %.0f MiB; peak %.0f GB/s\n\n", DescribeDevice(0).c_str(),
+              l2_bytes / 1048576.0, peak);
+  std::printf("| shape | batch | context | KV copies rotated | us/call | GB/s | of peak |\n"
+              "|---|---|---|---|---|---|---|\n");
   const Shape shapes[] = {{"llama3-8b (32/8 x 128)", 32, 8, 128}, {"smollm2 (9/3 x 64)", 9, 3, 64}};
   for (const Shape& s : shapes) {
     for (int batch : {1, 32}) {
-      for (int context : {1024, 4096, 16384}) Run(s, batch, context, peak);
+      for (int context : {1024, 4096, 16384}) Run(s, batch, context, peak, l2_bytes);
     }
   }
   return 0;
