@@ -69,6 +69,7 @@ class EngineCore {
   // The prefix cache's events go to `log` from now on (KvCacheManager::set_event_log).
   void set_kv_event_log(std::vector<KvCacheEvent>* log) { kv_->set_event_log(log); }
   const Scheduler& scheduler() const { return *scheduler_; }
+  const ModelRunner& runner() const { return *runner_; }
 
  private:
   using OutputMap = std::unordered_map<RequestId, RequestOutput>;

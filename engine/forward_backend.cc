@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <thread>
 #include <string>
+#include <vector>
 
+#include "engine/sampling/logits_processors.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/kv_cache.h"
 
@@ -44,12 +46,29 @@ class CpuBackend final : public ForwardBackend {
   Status Run(const ForwardInput& input, std::span<float> logits) override {
     return forward_.Run(input, kv_->view(), logits);
   }
+  Status RunGreedy(const ForwardInput& input, std::span<int32_t> row_argmax) override {
+    if (row_argmax.size() != input.logit_rows.size()) {
+      return InvalidArgumentError("RunGreedy needs one output id per logit row");
+    }
+    const size_t n_vocab = static_cast<size_t>(model_.config().n_vocab);
+    greedy_logits_.resize(row_argmax.size() * n_vocab);
+    TM_RETURN_IF_ERROR(Run(input, greedy_logits_));
+    for (size_t r = 0; r < row_argmax.size(); ++r) {
+      row_argmax[r] = Argmax(std::span<const float>(greedy_logits_).subspan(r * n_vocab, n_vocab));
+    }
+    return OkStatus();
+  }
+  StatusOr<std::span<float>> LogitsBuffer(size_t floats) override {
+    logits_.resize(floats);
+    return std::span<float>(logits_);
+  }
 
  private:
   const Model& model_;
   std::unique_ptr<ThreadPool> pool_;
   ForwardPass forward_;
   std::unique_ptr<KvCacheStorage> kv_;
+  std::vector<float> logits_, greedy_logits_;
 };
 
 #if TOKENMILL_HAVE_CUDA
@@ -76,11 +95,19 @@ class CudaBackend final : public ForwardBackend {
   Status Run(const ForwardInput& input, std::span<float> logits) override {
     return forward_->Run(input, kv_->view(), logits);
   }
+  Status RunGreedy(const ForwardInput& input, std::span<int32_t> row_argmax) override {
+    return forward_->RunGreedy(input, kv_->view(), row_argmax);
+  }
+  StatusOr<std::span<float>> LogitsBuffer(size_t floats) override {
+    TM_RETURN_IF_ERROR(logits_.Reserve(static_cast<int64_t>(floats * sizeof(float))));
+    return std::span<float>(logits_.as<float>(), floats);
+  }
 
  private:
   const Model& model_;
   std::unique_ptr<cuda::CudaForwardPass> forward_;
   std::unique_ptr<cuda::CudaKvCache> kv_;
+  cuda::PinnedBuffer logits_;
 };
 #endif
 

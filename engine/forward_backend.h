@@ -27,6 +27,13 @@ class ForwardBackend {
                             int block_size) = 0;
   // ForwardPass::Run over the pool; logits are host memory.
   virtual Status Run(const ForwardInput& input, std::span<float> logits) = 0;
+  // Run, but only each logit row's argmax (the first largest) comes back, one id per logit
+  // row: on CUDA computed on the device, so a greedy step moves 4 bytes a row, not n_vocab
+  // floats.
+  virtual Status RunGreedy(const ForwardInput& input, std::span<int32_t> row_argmax) = 0;
+  // The backend's host memory for `floats` logits, where Run's copy is fastest (page-locked
+  // for CUDA); valid until the next call.
+  virtual StatusOr<std::span<float>> LogitsBuffer(size_t floats) = 0;
 };
 
 // The backend config.device asks for, with its weights in place (uploaded for CUDA).

@@ -16,6 +16,20 @@ ModelRunner::ModelRunner(const Model& model, std::unique_ptr<ForwardBackend> bac
       num_blocks_(num_blocks),
       block_size_(block_size) {}
 
+bool ModelRunner::OnlyArgmaxNeeded(const SchedulerOutput& step, const Scheduler& scheduler,
+                                   const GrammarConstraints& grammars) const {
+  for (const ScheduledRequest& r : step.requests) {
+    if (r.num_logits == 0) continue;
+    const Request* request = scheduler.Find(r.id);
+    TM_CHECK(request != nullptr) << "scheduled request " << r.id << " is not live";
+    if (request->sampling.wants_logprobs() || grammars.Constrains(r.id) ||
+        !PicksTheRawArgmax(NextTokenContext(*request))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
                                            const Scheduler& scheduler, Sampler& sampler,
                                            StepLogprobs& logprobs,
@@ -26,8 +40,18 @@ StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
   ended.clear();
   const BatchInputs in = BuildBatchInputs(step, block_size_, NumKvGroups(model_.config()));
   const size_t n_vocab = static_cast<size_t>(model_.config().n_vocab);
-  logits_.resize(in.logit_rows.size() * n_vocab);
-  TM_RETURN_IF_ERROR(backend_->Run({in.token_ids, in.batch(), in.logit_rows}, logits_));
+  const ForwardInput forward_input{in.token_ids, in.batch(), in.logit_rows};
+  const bool argmax_only = !in.logit_rows.empty() && OnlyArgmaxNeeded(step, scheduler, grammars);
+  std::span<float> logits;
+  if (argmax_only) {
+    row_argmax_.resize(in.logit_rows.size());
+    TM_RETURN_IF_ERROR(backend_->RunGreedy(forward_input, row_argmax_));
+    ++argmax_steps_;
+  } else {
+    TM_ASSIGN_OR_RETURN(logits, backend_->LogitsBuffer(in.logit_rows.size() * n_vocab));
+    TM_RETURN_IF_ERROR(backend_->Run(forward_input, logits));
+    if (!in.logit_rows.empty()) ++logits_steps_;
+  }
   ModelOutput out;
   for (size_t i = 0; i < step.requests.size(); ++i) {
     const ScheduledRequest& r = step.requests[i];
@@ -35,19 +59,25 @@ StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
     const Request* request = scheduler.Find(r.id);
     TM_CHECK(request != nullptr) << "scheduled request " << r.id << " is not live";
     SampledTokens sampled{.id = r.id, .token_ids = {}, .next_draft_token_ids = {}};
-    std::vector<TokenLogprobs>* request_logprobs =
-        request->sampling.wants_logprobs() ? &logprobs[r.id] : nullptr;
     const std::span<const TokenId> drafts =
         std::span<const TokenId>(r.token_ids).last(static_cast<size_t>(r.num_draft_tokens));
+    const size_t first_row = static_cast<size_t>(in.first_logit[i]);
+    if (argmax_only) {
+      sampled.token_ids = AcceptArgmaxDrafts(
+          drafts, std::span<const int32_t>(row_argmax_).subspan(first_row, drafts.size() + 1));
+      out.requests.push_back(std::move(sampled));
+      continue;
+    }
+    std::vector<TokenLogprobs>* request_logprobs =
+        request->sampling.wants_logprobs() ? &logprobs[r.id] : nullptr;
     const auto q = draft_probs.find(r.id);
     std::span<const float> q_rows;
     if (q != draft_probs.end() && r.num_draft_tokens > 0) {
       // The scheduler may have cut the drafts short (budget, context): their first rows.
       q_rows = std::span<const float>(q->second).first(drafts.size() * n_vocab);
     }
-    const size_t first_row = static_cast<size_t>(in.first_logit[i]);
     const std::span<float> rows =
-        std::span<float>(logits_).subspan(first_row * n_vocab, (drafts.size() + 1) * n_vocab);
+        logits.subspan(first_row * n_vocab, (drafts.size() + 1) * n_vocab);
     const bool constrained = grammars.Constrains(r.id);
     if (constrained) grammars.MaskRows(*request, drafts, rows, n_vocab);
     std::vector<SampledToken> tokens =

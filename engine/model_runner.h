@@ -1,5 +1,8 @@
 // Runs one scheduler step: one forward pass over all scheduled sequences with logits only
-// for the rows that sample, then the sampler, with greedy verification of draft tokens.
+// for the rows that sample, then the sampler, with greedy verification of draft tokens. A
+// step whose sampling rows all pick the raw argmax (greedy, no penalty, bias, grammar or
+// logprobs) takes only their argmax from the backend (on the device for CUDA); otherwise
+// every row's logits come back, into the backend's own (for CUDA page-locked) memory.
 // Owns the backend, which holds the KV memory the cache manager's block ids address
 // (slot = block * block_size + offset). Engine thread only.
 #pragma once
@@ -43,13 +46,22 @@ class ModelRunner {
 
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
+  // Steps with sampling rows that took every row's logits / only each row's argmax.
+  int64_t logits_steps() const { return logits_steps_; }
+  int64_t argmax_steps() const { return argmax_steps_; }
 
  private:
+  // Whether every request of `step` that samples picks the raw argmax and needs nothing else.
+  bool OnlyArgmaxNeeded(const SchedulerOutput& step, const Scheduler& scheduler,
+                        const GrammarConstraints& grammars) const;
+
   const Model& model_;
   std::unique_ptr<ForwardBackend> backend_;
   int64_t num_blocks_;
   int block_size_;
-  std::vector<float> logits_;
+  std::vector<int32_t> row_argmax_;
+  int64_t logits_steps_ = 0;
+  int64_t argmax_steps_ = 0;
 };
 
 }  // namespace tokenmill

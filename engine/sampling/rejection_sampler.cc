@@ -6,6 +6,17 @@
 
 namespace tokenmill {
 
+std::vector<TokenId> AcceptArgmaxDrafts(std::span<const TokenId> drafts,
+                                        std::span<const int32_t> row_argmax) {
+  TM_CHECK_EQ(row_argmax.size(), drafts.size() + 1);
+  std::vector<TokenId> out;
+  for (size_t k = 0; k <= drafts.size(); ++k) {
+    out.push_back(row_argmax[k]);
+    if (k == drafts.size() || row_argmax[k] != drafts[k]) break;
+  }
+  return out;
+}
+
 std::vector<SampledToken> VerifyDrafts(Sampler& sampler, const DraftVerification& v) {
   const Request& request = *v.request;
   const size_t num_drafts = v.drafts.size();

@@ -41,4 +41,9 @@ struct DraftVerification {
 // asked for them.
 std::vector<SampledToken> VerifyDrafts(Sampler& sampler, const DraftVerification& v);
 
+// VerifyDrafts for a request whose rows pick the raw argmax (PicksTheRawArgmax), from the
+// 1 + drafts.size() rows' argmax alone: drafts stand while they equal it, then one more.
+std::vector<TokenId> AcceptArgmaxDrafts(std::span<const TokenId> drafts,
+                                        std::span<const int32_t> row_argmax);
+
 }  // namespace tokenmill

@@ -20,6 +20,13 @@ SamplingContext NextTokenContext(const Request& request) {
                          .output_token_ids = request.output_token_ids()};
 }
 
+bool PicksTheRawArgmax(const SamplingContext& context) {
+  const SamplingParams& p = *context.params;
+  return p.greedy() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f && p.logit_bias.empty() &&
+         context.output_position() >= p.min_tokens;
+}
+
 Sampler::Sampler(std::vector<TokenId> end_of_generation_ids)
     : end_of_generation_ids_(std::move(end_of_generation_ids)) {}
 
@@ -48,10 +55,7 @@ bool Sampler::ProcessedProbs(const SamplingContext& context) {
 SampledToken Sampler::Sample(std::span<const float> logits, const SamplingContext& context) {
   const SamplingParams& p = *context.params;
   SampledToken out;
-  const bool changes_logits = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
-                              p.frequency_penalty != 0.0f || !p.logit_bias.empty() ||
-                              context.output_position() < p.min_tokens;
-  if (p.greedy() && !changes_logits) {
+  if (PicksTheRawArgmax(context)) {
     out.token_id = Argmax(logits);  // the plain argmax, without copying the row
   } else if (p.greedy()) {
     ProcessLogits(logits, context);

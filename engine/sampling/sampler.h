@@ -38,6 +38,11 @@ struct SamplingContext {
 // The context for the next token of `request` (its verified tokens).
 SamplingContext NextTokenContext(const Request& request);
 
+// Whether Sample picks the raw logits' argmax for `context`: greedy with no penalty, bias or
+// min_tokens mask in effect. Then (without logprobs) a row's argmax is all a step needs of it
+// (ForwardBackend::RunGreedy); it stays true for the rows after `context`'s.
+bool PicksTheRawArgmax(const SamplingContext& context);
+
 struct SampledToken {
   TokenId token_id = 0;
   std::optional<TokenLogprobs> logprobs;  // when the request asked for them

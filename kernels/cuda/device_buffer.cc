@@ -65,6 +65,20 @@ Status DeviceBuffer::Zero() {
   return CudaStatus(cudaDeviceSynchronize(), "cudaMemset");
 }
 
+void PinnedBuffer::Free::operator()(void* p) const { cudaFreeHost(p); }
+
+Status PinnedBuffer::Reserve(int64_t bytes) {
+  if (bytes <= bytes_) return OkStatus();
+  data_.reset();
+  bytes_ = 0;
+  void* p = nullptr;
+  TM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, static_cast<size_t>(bytes)),
+                          "cudaMallocHost of " + FormatBytes(bytes));
+  data_.reset(p);
+  bytes_ = bytes;
+  return OkStatus();
+}
+
 StatusOr<std::pair<int64_t, int64_t>> DeviceMemoryInfo() {
   size_t free_bytes = 0;
   size_t total_bytes = 0;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <utility>
 
@@ -41,6 +42,27 @@ class DeviceBuffer {
 
  private:
   void* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// Page-locked host memory (cudaMallocHost): a device-to-host copy into it is one DMA at full
+// speed, where one into pageable memory is staged through a driver buffer. Freed on
+// destruction.
+class PinnedBuffer {
+ public:
+  // Makes the buffer at least `bytes` long (contents are lost when it grows).
+  Status Reserve(int64_t bytes);
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_.get());
+  }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, Free> data_;
   int64_t bytes_ = 0;
 };
 

@@ -4,6 +4,7 @@
 // by step through EngineCore with stories260K.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <vector>
 
 #include "engine/forward_backend.h"
@@ -215,6 +216,69 @@ TEST(EngineDeterminismTest, DefaultModelBatchedEqualsGeneratePath) {
     EXPECT_EQ(collector[i + 1].token_ids, GenerateAlone(*smol.model, prompts[i], 16))
         << "request " << i + 1;
   }
+}
+
+}  // namespace
+}  // namespace tokenmill::testing
+
+namespace tokenmill::testing {
+namespace {
+
+// ForwardBackend::RunGreedy (on CUDA the device's argmax) gives each logit row the host
+// Argmax of Run's logits, on the backend the engine tests use; a wrong count is a Status.
+TEST(EngineDeterminismTest, RunGreedyGivesEachRowsArgmax) {
+  const Model& model = *Stories().model;
+  const size_t vocab = static_cast<size_t>(model.config().n_vocab);
+  auto backend = CreateForwardBackend(model, SmallConfig());
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  const int64_t num_blocks[] = {16};
+  ASSERT_TRUE((*backend)->AllocateKv(KvType::kF16, num_blocks, 16).ok());
+  BatchBuilder builder(16, 16);
+  for (uint32_t s = 0; s < 3; ++s) {
+    const int seq = builder.AddSequence();
+    ASSERT_TRUE(builder.Append(seq, RandomPrompt(5 + 7 * s, static_cast<int>(vocab), 40 + s),
+                               BatchBuilder::Logits::kAll).ok());
+  }
+  const ForwardInput in{builder.token_ids(), builder.batch(), builder.logit_rows()};
+  const size_t rows = in.logit_rows.size();
+  StatusOr<std::span<float>> logits = (*backend)->LogitsBuffer(rows * vocab);
+  ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+  ASSERT_EQ(logits->size(), rows * vocab);
+  ASSERT_TRUE((*backend)->Run(in, *logits).ok());
+  std::vector<int32_t> argmax(rows, -1);
+  // The same step again writes the same K/V into the same slots.
+  ASSERT_TRUE((*backend)->RunGreedy(in, argmax).ok());
+  std::set<int32_t> distinct;
+  for (size_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(argmax[r], Argmax(logits->subspan(r * vocab, vocab))) << "row " << r;
+    distinct.insert(argmax[r]);
+  }
+  EXPECT_GT(distinct.size(), 3u);  // rows differ: not one row's answer repeated
+  std::vector<int32_t> too_few(rows - 1);
+  EXPECT_EQ((*backend)->RunGreedy(in, too_few).code(), StatusCode::kInvalidArgument);
+}
+
+// A greedy request takes only each row's argmax from the backend; the same request asking
+// for logprobs takes every row's logits, and both get the same tokens.
+TEST(EngineDeterminismTest, GreedyStepsTakeOnlyTheArgmaxAndTheSameTokens) {
+  const TestModel& stories = Stories();
+  const std::vector<TokenId> prompt = RandomPrompt(20, stories.tokenizer->vocab_size(), 77);
+  std::vector<TokenId> tokens[2];
+  for (const bool logprobs : {false, true}) {
+    auto core = BuildEngineCore(*stories.model, *stories.tokenizer, SmallConfig());
+    ASSERT_TRUE(core.ok()) << core.status().ToString();
+    Collector collector;
+    GenerateRequest request = Greedy(prompt, 24, collector.Sink(1));
+    request.sampling.logprobs = logprobs;
+    ASSERT_TRUE((*core)->Add(1, std::move(request)).ok());
+    ASSERT_TRUE(RunToCompletion(**core));
+    const ModelRunner& runner = (*core)->runner();
+    EXPECT_EQ(logprobs ? runner.argmax_steps() : runner.logits_steps(), 0);
+    EXPECT_GE(logprobs ? runner.logits_steps() : runner.argmax_steps(), 24);
+    tokens[logprobs] = collector[1].token_ids;
+  }
+  ASSERT_EQ(tokens[0].size(), 24u);
+  EXPECT_EQ(tokens[0], tokens[1]);
 }
 
 }  // namespace

@@ -139,5 +139,18 @@ TEST(RejectionSamplerTest, DeterministicDraftsDrawWhatPlainSamplingDraws) {
   EXPECT_GT(num_accepted, 100);
 }
 
+// The argmax-only path (ModelRunner's greedy steps): drafts stand while they equal their row's
+// argmax, then the first row that differs (or the last row) gives one more token.
+TEST(RejectionSamplerTest, ArgmaxDraftsStandWhileTheyAreTheArgmax) {
+  const std::vector<TokenId> drafts = {5, 6, 7};
+  EXPECT_EQ(AcceptArgmaxDrafts(drafts, std::vector<int32_t>{5, 6, 9, 1}),
+            (std::vector<TokenId>{5, 6, 9}));
+  EXPECT_EQ(AcceptArgmaxDrafts(drafts, std::vector<int32_t>{5, 6, 7, 1}),
+            (std::vector<TokenId>{5, 6, 7, 1}));
+  EXPECT_EQ(AcceptArgmaxDrafts(drafts, std::vector<int32_t>{4, 6, 7, 1}),
+            (std::vector<TokenId>{4}));
+  EXPECT_EQ(AcceptArgmaxDrafts({}, std::vector<int32_t>{3}), (std::vector<TokenId>{3}));
+}
+
 }  // namespace
 }  // namespace tokenmill
