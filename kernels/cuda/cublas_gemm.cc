@@ -17,6 +17,7 @@ struct CublasGemm::Api {
   cublasStatus_t (*create)(cublasHandle_t*) = nullptr;
   cublasStatus_t (*destroy)(cublasHandle_t) = nullptr;
   cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t) = nullptr;
+  cublasStatus_t (*set_workspace)(cublasHandle_t, void*, size_t) = nullptr;
   cublasStatus_t (*gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
                          const void*, const void*, cudaDataType, int, const void*, cudaDataType,
                          int, const void*, void*, cudaDataType, int, cublasComputeType_t,
@@ -58,28 +59,37 @@ Status CublasGemm::Init(cudaStream_t stream) {
     TM_RETURN_IF_ERROR(Resolve(api->library, "cublasCreate_v2", api->create));
     TM_RETURN_IF_ERROR(Resolve(api->library, "cublasDestroy_v2", api->destroy));
     TM_RETURN_IF_ERROR(Resolve(api->library, "cublasSetStream_v2", api->set_stream));
+    TM_RETURN_IF_ERROR(Resolve(api->library, "cublasSetWorkspace_v2", api->set_workspace));
     TM_RETURN_IF_ERROR(Resolve(api->library, "cublasGemmEx", api->gemm));
     api_ = std::move(api);
   }
   if (handle_ == nullptr) TM_RETURN_IF_ERROR(CublasStatus(api_->create(&handle_), "cublasCreate"));
   stream_ = stream;
-  return CublasStatus(api_->set_stream(handle_, stream), "cublasSetStream");
+  TM_RETURN_IF_ERROR(CublasStatus(api_->set_stream(handle_, stream), "cublasSetStream"));
+  TM_RETURN_IF_ERROR(workspace_.Reserve(kWorkspaceBytes));
+  return CublasStatus(api_->set_workspace(handle_, workspace_.data(),
+                                          static_cast<size_t>(workspace_.bytes())),
+                      "cublasSetWorkspace");
+}
+
+Status CublasGemm::ReserveActivations(int64_t elements) {
+  return x_bf16_.Reserve(elements * 2);
 }
 
 Status CublasGemm::Multiply(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y) {
-  if (w.f16 == nullptr) return FailedPreconditionError("this weight has no f16 copy for cuBLAS");
+  if (w.bf16 == nullptr) return FailedPreconditionError("this weight has no bf16 copy for cuBLAS");
   if (n_tokens == 0) return OkStatus();
-  TM_RETURN_IF_ERROR(x_f16_.Reserve(n_tokens * w.cols * 2));
-  TM_CUDA_RETURN_IF_ERROR(FloatToF16(x, n_tokens * w.cols, x_f16_.as<uint16_t>(), stream_),
-                          "converting activations to f16");
+  TM_RETURN_IF_ERROR(ReserveActivations(n_tokens * w.cols));
+  TM_CUDA_RETURN_IF_ERROR(FloatToBf16(x, n_tokens * w.cols, x_bf16_.as<uint16_t>(), stream_),
+                          "converting activations to bf16");
   // Column-major views: W's row-major rows x cols is a cols x rows matrix, x a cols x n_tokens
   // one and y a rows x n_tokens one, so y = Wᵀ · x.
   const float alpha = 1.0f;
   const float beta = 0.0f;
   return CublasStatus(
       api_->gemm(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows),
-                 static_cast<int>(n_tokens), static_cast<int>(w.cols), &alpha, w.f16, CUDA_R_16F,
-                 static_cast<int>(w.cols), x_f16_.data(), CUDA_R_16F, static_cast<int>(w.cols),
+                 static_cast<int>(n_tokens), static_cast<int>(w.cols), &alpha, w.bf16, CUDA_R_16BF,
+                 static_cast<int>(w.cols), x_bf16_.data(), CUDA_R_16BF, static_cast<int>(w.cols),
                  &beta, y, CUDA_R_32F, static_cast<int>(w.rows), CUBLAS_COMPUTE_32F,
                  CUBLAS_GEMM_DEFAULT),
       "cublasGemmEx");

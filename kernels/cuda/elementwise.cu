@@ -1,6 +1,4 @@
 // Row-wise ops of the forward pass (kernels/cpu/elementwise.h on the device).
-#include <cuda_fp16.h>
-
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -101,10 +99,10 @@ __global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, floa
   }
 }
 
-__global__ void FloatToF16Kernel(const float* x, int64_t n, __half* out) {
+__global__ void FloatToBf16Kernel(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    out[i] = __float2half_rn(x[i]);
+    out[i] = FloatToBf16Bits(x[i]);
   }
 }
 
@@ -192,10 +190,9 @@ cudaError_t SwiGlu(const float* gate, const float* up, int64_t n, float* out, cu
   return LaunchStatus();
 }
 
-cudaError_t FloatToF16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream) {
+cudaError_t FloatToBf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  FloatToF16Kernel<<<GridStrideBlocks(n, 256), 256, 0, stream>>>(x, n,
-                                                                reinterpret_cast<__half*>(out));
+  FloatToBf16Kernel<<<GridStrideBlocks(n, 256), 256, 0, stream>>>(x, n, out);
   return LaunchStatus();
 }
 

@@ -2,8 +2,6 @@
 // one warp per output row, each block serving kGemvTokens tokens so a weight row is read
 // once per kGemvTokens tokens. Activations stay float (the CPU quantizes them to int8; this
 // is closer to the reference). Every (token, row) sum has the same order whatever the batch.
-#include <cuda_fp16.h>
-
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -66,12 +64,12 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   }
 }
 
-__global__ void DequantizeToF16Kernel(DeviceWeight w, __half* out) {
+__global__ void DequantizeToBf16Kernel(DeviceWeight w, uint16_t* out) {
   const int64_t total = w.rows * w.cols;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = e / w.cols;
-    out[e] = __float2half_rn(DequantElement(w.type, w.data + r * w.row_bytes, e % w.cols));
+    out[e] = FloatToBf16Bits(DequantElement(w.type, w.data + r * w.row_bytes, e % w.cols));
   }
 }
 
@@ -93,11 +91,10 @@ cudaError_t Gemv(const DeviceWeight& w, const float* x, int64_t n_tokens, float*
   return internal::LaunchStatus();
 }
 
-cudaError_t DequantizeToF16(const DeviceWeight& w, uint16_t* out, cudaStream_t stream) {
+cudaError_t DequantizeToBf16(const DeviceWeight& w, uint16_t* out, cudaStream_t stream) {
   const int64_t total = w.rows * w.cols;
   if (total == 0) return cudaSuccess;
-  DequantizeToF16Kernel<<<internal::GridStrideBlocks(total, 256), 256, 0, stream>>>(
-      w, reinterpret_cast<__half*>(out));
+  DequantizeToBf16Kernel<<<internal::GridStrideBlocks(total, 256), 256, 0, stream>>>(w, out);
   return internal::LaunchStatus();
 }
 

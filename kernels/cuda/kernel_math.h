@@ -42,6 +42,16 @@ TM_HOST_DEVICE inline float Bf16BitsToFloat(uint16_t bits) {
   return BitsToFloat(static_cast<uint32_t>(bits) << 16);
 }
 
+// float -> bfloat16 bits, round to nearest even, a NaN kept a (quiet) NaN: as
+// __float2bfloat16_rn and the gguf package's BF16 quantization. f32's range, so activations
+// past f16's 65504 stay finite.
+TM_HOST_DEVICE inline uint16_t FloatToBf16Bits(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
 // Little-endian u16 at any byte address (GGUF blocks of 18 or 34 bytes are only 2-aligned).
 TM_HOST_DEVICE inline uint16_t LoadU16(const uint8_t* p) {
   return static_cast<uint16_t>(p[0] | (p[1] << 8));

@@ -14,15 +14,15 @@
 namespace tokenmill::cuda {
 
 // A weight matrix in device memory: `rows` rows of `cols` elements in the GGUF type
-// `type` (TensorType's numbering), row_bytes apart; f16 is its dequantized copy (rows x cols
-// halves, row-major) for cuBLAS, or null.
+// `type` (TensorType's numbering), row_bytes apart; bf16 is its dequantized copy (rows x cols
+// bfloat16, row-major) for cuBLAS, or null.
 struct DeviceWeight {
   uint32_t type = 0;
   const uint8_t* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t row_bytes = 0;
-  const uint16_t* f16 = nullptr;
+  const uint16_t* bf16 = nullptr;
 };
 
 // The step's ragged batch on the device (RaggedBatch of kernels/paged_kv.h), plus each
@@ -117,11 +117,11 @@ cudaError_t PagedAttention(const KvCacheView& kv, const DeviceBatch& batch,
 cudaError_t Gemv(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y,
                  cudaStream_t stream);
 
-// Dequantizes all of w into f16 (rows x cols, row-major).
-cudaError_t DequantizeToF16(const DeviceWeight& w, uint16_t* out, cudaStream_t stream);
+// Dequantizes all of w into bfloat16 (rows x cols, row-major; FloatToBf16Bits).
+cudaError_t DequantizeToBf16(const DeviceWeight& w, uint16_t* out, cudaStream_t stream);
 
-// out[i] = f16(x[i]), round to nearest even.
-cudaError_t FloatToF16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
+// out[i] = FloatToBf16Bits(x[i]) (round to nearest even).
+cudaError_t FloatToBf16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
 
 // out[r] = the index of the largest of row r's n_vocab logits (the first one on ties).
 cudaError_t ArgmaxRows(const float* logits, int64_t n_rows, int n_vocab, int32_t* out,

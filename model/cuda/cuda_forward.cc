@@ -87,10 +87,15 @@ Status CudaForwardPass::Init() {
   }
   TM_ASSIGN_OR_RETURN(rope_inv_freq_, DeviceBuffer::CopyOf(std::span<const double>(inv_freq)));
   if (options_.max_step_tokens > 0) {
-    // The split-K workspace of the widest split a step can take.
+    // The split-K workspace of the widest split a step can take, and cuBLAS's activations.
     TM_RETURN_IF_ERROR(GrowScratch(options_.max_step_tokens,
                                    std::min(options_.max_logit_rows, options_.max_step_tokens),
                                    kMaxSplits));
+    if (options_.cublas_min_tokens > 0) {
+      TM_RETURN_IF_ERROR(gemm_.ReserveActivations(options_.max_step_tokens *
+                                                  std::max({c.n_embd, c.n_ff,
+                                                            c.n_heads * c.head_dim})));
+    }
   }
   return OkStatus();
 }
@@ -166,7 +171,7 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
 
 Status CudaForwardPass::Matmul(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y) {
   if (options_.cublas_min_tokens > 0 && n_tokens >= options_.cublas_min_tokens &&
-      w.f16 != nullptr) {
+      w.bf16 != nullptr) {
     return gemm_.Multiply(w, x, n_tokens, y);
   }
   return CudaStatus(Gemv(w, x, n_tokens, y, stream_), "GEMV");

@@ -22,7 +22,7 @@
 namespace tokenmill::cuda {
 
 struct CudaForwardOptions {
-  // Steps of at least this many tokens multiply by cuBLAS over f16 copies of the weights
+  // Steps of at least this many tokens multiply by cuBLAS over bf16 copies of the weights
   // (which then take device memory too). 0: never -- every product is the GEMV kernel's, so a
   // token's logits are bit-identical whatever else is batched (docs/design.md section 3).
   int cublas_min_tokens = 0;

@@ -18,7 +18,7 @@ StatusOr<DeviceVector> UploadVector(std::span<const float> host, int64_t& bytes)
   return v;
 }
 
-StatusOr<DeviceMatrix> UploadMatrix(const WeightMatrix& w, bool with_f16, int64_t& bytes) {
+StatusOr<DeviceMatrix> UploadMatrix(const WeightMatrix& w, bool with_bf16, int64_t& bytes) {
   // The device kernels know the float types and Q4_0/Q4_1/Q8_0 (kernel_math.h); the CPU runs
   // more (CpuComputesWith), so a model the CPU loads may still be one the GPU cannot run.
   const auto type = static_cast<uint32_t>(w.type);
@@ -32,27 +32,27 @@ StatusOr<DeviceMatrix> UploadMatrix(const WeightMatrix& w, bool with_f16, int64_
   m.view = DeviceWeight{static_cast<uint32_t>(w.type), m.raw.as<const uint8_t>(), w.rows, w.cols,
                         w.row_bytes, nullptr};
   bytes += m.raw.bytes();
-  if (with_f16) {
-    TM_ASSIGN_OR_RETURN(m.f16, DeviceBuffer::Allocate(w.rows * w.cols * 2));
-    TM_CUDA_RETURN_IF_ERROR(DequantizeToF16(m.view, m.f16.as<uint16_t>(), nullptr),
-                            "dequantizing a weight to f16");
-    m.view.f16 = m.f16.as<const uint16_t>();
-    bytes += m.f16.bytes();
+  if (with_bf16) {
+    TM_ASSIGN_OR_RETURN(m.bf16, DeviceBuffer::Allocate(w.rows * w.cols * 2));
+    TM_CUDA_RETURN_IF_ERROR(DequantizeToBf16(m.view, m.bf16.as<uint16_t>(), nullptr),
+                            "dequantizing a weight to bf16");
+    m.view.bf16 = m.bf16.as<const uint16_t>();
+    bytes += m.bf16.bytes();
   }
   return m;
 }
 
 }  // namespace
 
-StatusOr<DeviceModelWeights> UploadWeights(const Model& model, bool with_f16) {
+StatusOr<DeviceModelWeights> UploadWeights(const Model& model, bool with_bf16) {
   const ModelWeights& w = model.weights();
   DeviceModelWeights d;
   int64_t& bytes = d.bytes;
-  TM_ASSIGN_OR_RETURN(d.token_embd, UploadMatrix(w.token_embd, with_f16, bytes));
+  TM_ASSIGN_OR_RETURN(d.token_embd, UploadMatrix(w.token_embd, with_bf16, bytes));
   if (w.output.data == w.token_embd.data) {
     d.output.view = d.token_embd.view;  // tied: one copy
   } else {
-    TM_ASSIGN_OR_RETURN(d.output, UploadMatrix(w.output, with_f16, bytes));
+    TM_ASSIGN_OR_RETURN(d.output, UploadMatrix(w.output, with_bf16, bytes));
   }
   TM_ASSIGN_OR_RETURN(d.output_norm, UploadVector(w.output_norm, bytes));
   TM_ASSIGN_OR_RETURN(d.rope_factors, UploadVector(w.rope_freqs, bytes));
@@ -63,13 +63,13 @@ StatusOr<DeviceModelWeights> UploadWeights(const Model& model, bool with_f16) {
     TM_ASSIGN_OR_RETURN(dl.q_bias, UploadVector(l.q_bias, bytes));
     TM_ASSIGN_OR_RETURN(dl.k_bias, UploadVector(l.k_bias, bytes));
     TM_ASSIGN_OR_RETURN(dl.v_bias, UploadVector(l.v_bias, bytes));
-    TM_ASSIGN_OR_RETURN(dl.q, UploadMatrix(l.q, with_f16, bytes));
-    TM_ASSIGN_OR_RETURN(dl.k, UploadMatrix(l.k, with_f16, bytes));
-    TM_ASSIGN_OR_RETURN(dl.v, UploadMatrix(l.v, with_f16, bytes));
-    TM_ASSIGN_OR_RETURN(dl.o, UploadMatrix(l.o, with_f16, bytes));
-    TM_ASSIGN_OR_RETURN(dl.gate, UploadMatrix(l.gate, with_f16, bytes));
-    TM_ASSIGN_OR_RETURN(dl.up, UploadMatrix(l.up, with_f16, bytes));
-    TM_ASSIGN_OR_RETURN(dl.down, UploadMatrix(l.down, with_f16, bytes));
+    TM_ASSIGN_OR_RETURN(dl.q, UploadMatrix(l.q, with_bf16, bytes));
+    TM_ASSIGN_OR_RETURN(dl.k, UploadMatrix(l.k, with_bf16, bytes));
+    TM_ASSIGN_OR_RETURN(dl.v, UploadMatrix(l.v, with_bf16, bytes));
+    TM_ASSIGN_OR_RETURN(dl.o, UploadMatrix(l.o, with_bf16, bytes));
+    TM_ASSIGN_OR_RETURN(dl.gate, UploadMatrix(l.gate, with_bf16, bytes));
+    TM_ASSIGN_OR_RETURN(dl.up, UploadMatrix(l.up, with_bf16, bytes));
+    TM_ASSIGN_OR_RETURN(dl.down, UploadMatrix(l.down, with_bf16, bytes));
     d.layers.push_back(std::move(dl));
   }
   TM_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "uploading the weights");

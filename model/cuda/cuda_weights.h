@@ -1,5 +1,5 @@
 // A model's weights copied to device memory (cudaMalloc): every matrix in its file type for
-// the quantized/float GEMV kernels, plus, when asked, a dequantized f16 copy for cuBLAS.
+// the quantized/float GEMV kernels, plus, when asked, a dequantized bf16 copy for cuBLAS.
 #pragma once
 
 #include <vector>
@@ -13,7 +13,7 @@ namespace tokenmill::cuda {
 
 struct DeviceMatrix {
   DeviceBuffer raw;
-  DeviceBuffer f16;  // empty unless f16 copies were asked for
+  DeviceBuffer bf16;  // empty unless bf16 copies were asked for
   DeviceWeight view;
 };
 
@@ -37,7 +37,7 @@ struct DeviceModelWeights {
   int64_t bytes = 0;  // device memory held
 };
 
-// Uploads `model`'s weights; with_f16 also dequantizes each matrix to f16 on the device.
-StatusOr<DeviceModelWeights> UploadWeights(const Model& model, bool with_f16);
+// Uploads `model`'s weights; with_bf16 also dequantizes each matrix to bf16 on the device.
+StatusOr<DeviceModelWeights> UploadWeights(const Model& model, bool with_bf16);
 
 }  // namespace tokenmill::cuda

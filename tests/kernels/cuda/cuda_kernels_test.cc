@@ -131,23 +131,41 @@ TEST_P(GemvTest, MatchesTheReferenceAndIsBatchInvariant) {
     ASSERT_EQ(std::memcmp(alone.data(), batched.data() + t * rows, rows * 4), 0) << "token " << t;
   }
 
-  // The f16 copy and cuBLAS: f16 activations, so a looser tolerance.
-  DeviceBuffer f16 = Scratch(rows * cols * 2);
-  ASSERT_EQ(DequantizeToF16(view, f16.as<uint16_t>(), nullptr), cudaSuccess);
-  const std::vector<uint16_t> halves = ToHost<uint16_t>(f16, static_cast<size_t>(rows * cols));
-  std::vector<float> row(static_cast<size_t>(cols));
+  // The bf16 copy (FloatToBf16Bits of the reference's dequantized values) and cuBLAS.
+  DeviceBuffer bf16 = Scratch(rows * cols * 2);
+  ASSERT_EQ(DequantizeToBf16(view, bf16.as<uint16_t>(), nullptr), cudaSuccess);
+  const std::vector<uint16_t> halves = ToHost<uint16_t>(bf16, static_cast<size_t>(rows * cols));
+  std::vector<float> w_float(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
+    const std::span<float> row(w_float.data() + r * cols, static_cast<size_t>(cols));
     DequantizeReference(type, w_host.data() + r * w.row_bytes, row);
     for (int64_t c = 0; c < cols; ++c) {
-      ASSERT_EQ(halves[static_cast<size_t>(r * cols + c)], FloatToHalf(row[static_cast<size_t>(c)]));
+      ASSERT_EQ(halves[static_cast<size_t>(r * cols + c)], FloatToBf16Bits(row[c]));
     }
   }
-  DeviceWeight with_f16 = view;
-  with_f16.f16 = f16.as<const uint16_t>();
+  DeviceWeight with_bf16 = view;
+  with_bf16.bf16 = bf16.as<const uint16_t>();
   CublasGemm gemm;
   ASSERT_TRUE(gemm.Init(nullptr).ok());
-  ASSERT_TRUE(gemm.Multiply(with_f16, dx.as<float>(), n_tokens, dy.as<float>()).ok());
-  ExpectNear(ToHost<float>(dy, want.size()), want, 2e-2f, "cublas");
+  ASSERT_TRUE(gemm.Multiply(with_bf16, dx.as<float>(), n_tokens, dy.as<float>()).ok());
+  // Rounding x and w to bf16 moves each product by at most (1 + 2^-9)^2 - 1 < 2^-8 + 2^-17 of
+  // |x w| (half an ulp of an 8-bit significand each); the f32 sums of cuBLAS and of the
+  // reference add at most cols * 2^-24 of sum |x w| each. So |cuBLAS - reference| <=
+  // sum_c |x_c w_c| * (2^-8 + 2^-17 + 2 cols 2^-24).
+  const std::vector<float> got = ToHost<float>(dy, want.size());
+  const double per_unit = 0x1p-8 + 0x1p-17 + 2.0 * static_cast<double>(cols) * 0x1p-24;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t r = 0; r < rows; ++r) {
+      double abs_sum = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        abs_sum += std::fabs(static_cast<double>(x[static_cast<size_t>(t * cols + c)]) *
+                             w_float[static_cast<size_t>(r * cols + c)]);
+      }
+      const size_t i = static_cast<size_t>(t * rows + r);
+      ASSERT_LE(std::fabs(static_cast<double>(got[i]) - want[i]), abs_sum * per_unit)
+          << "cublas at token " << t << " row " << r;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, GemvTest,

@@ -293,5 +293,37 @@ TEST(LaunchGeometryTest, GemvGridCoversRowsAndTokens) {
   }
 }
 
+// The bf16 rounding of cuBLAS's operands: worked values (ties to even, f16's overflow range,
+// inf and NaN), then over random floats of every magnitude the result is the nearest bf16,
+// a tie going to the even one.
+TEST(Bf16MathTest, RoundsToTheNearestEvenAndKeepsF32Range) {
+  EXPECT_EQ(FloatToBf16Bits(1.0f), 0x3f80);
+  EXPECT_EQ(FloatToBf16Bits(1.0f + 0x1p-8f), 0x3f80);       // a tie: down to the even 0x3f80
+  EXPECT_EQ(FloatToBf16Bits(1.0f + 3 * 0x1p-8f), 0x3f82);   // a tie: up to the even 0x3f82
+  EXPECT_EQ(FloatToBf16Bits(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);  // past the tie: up
+  EXPECT_EQ(FloatToBf16Bits(-2.0f), 0xc000);
+  EXPECT_EQ(Bf16BitsToFloat(FloatToBf16Bits(100000.0f)), 99840.0f);  // f16 would give inf
+  EXPECT_EQ(FloatToBf16Bits(INFINITY), 0x7f80);
+  EXPECT_EQ(FloatToBf16Bits(3.4e38f), 0x7f80);  // above bf16's largest finite: rounds to inf
+  EXPECT_TRUE(std::isnan(Bf16BitsToFloat(FloatToBf16Bits(NAN))));
+  std::mt19937 rng(7);
+  // Every positive float below the rounding point of bf16's largest finite (0x7f7f).
+  std::uniform_int_distribution<uint32_t> bits(0, 0x7f7f7fffu);
+  for (int i = 0; i < 100000; ++i) {
+    uint32_t raw = bits(rng);
+    float f;
+    std::memcpy(&f, &raw, sizeof f);
+    const uint16_t b = FloatToBf16Bits(f);
+    const double error = std::fabs(static_cast<double>(Bf16BitsToFloat(b)) - f);
+    for (const uint16_t other : {static_cast<uint16_t>(b - 1), static_cast<uint16_t>(b + 1)}) {
+      if (std::isnan(Bf16BitsToFloat(other))) continue;  // below 0: 0xffff
+      const double other_error = std::fabs(static_cast<double>(Bf16BitsToFloat(other)) - f);
+      ASSERT_TRUE(error < other_error || (error == other_error && (b & 1) == 0))
+          << std::hex << raw;
+    }
+    ASSERT_EQ(FloatToBf16Bits(-f), b | 0x8000) << std::hex << raw;
+  }
+}
+
 }  // namespace
 }  // namespace tokenmill::cuda
