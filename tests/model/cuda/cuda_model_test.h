@@ -5,13 +5,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/cpu/thread_pool.h"
 #include "model/cuda/cuda_forward.h"
 #include "model/forward.h"
+#include "model/kv_cache.h"
 #include "tests/kernels/cuda/cuda_test.h"
 #include "tests/model/forward/golden.h"
 
@@ -37,6 +41,36 @@ class CudaModelTest : public CudaTest, public ::testing::WithParamInterface<Case
   ForwardPass CpuReference() {
     return ForwardPass(*model_, CpuContext{&KernelTable(BestCpuIsa()), &pool_},
                        KernelMode::kReference);
+  }
+
+  // The CPU reference kernels' logits of every row of `p`'s prompt over a `type` cache.
+  std::vector<float> CpuReferenceLogits(const testing::GoldenPrompt& p, KvType type) {
+    const ModelConfig& c = model_->config();
+    KvCacheStorage storage(c, type, 64, 16);
+    BatchBuilder builder(16, 64);
+    const int seq = builder.AddSequence();
+    EXPECT_TRUE(builder.Append(seq, p.prompt_tokens, BatchBuilder::Logits::kAll).ok());
+    ForwardPass forward = CpuReference();
+    std::vector<float> logits(p.prompt_tokens.size() * c.n_vocab);
+    const Status s = forward.Run({builder.token_ids(), builder.batch(), builder.logit_rows()},
+                                 storage.view(), logits);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return logits;
+  }
+
+  // The GPU's tolerance against the CPU reference kernels over the same cache type, derived
+  // on the CPU for `p`: both store K/V alike (f16 by the same rounding, int8 bit for bit), so
+  // they differ where the CPU rounds attention probabilities to f16 and the GPU keeps them in
+  // float (a 2^-11-relative perturbation of the attention, as rounding V to f16 is), and in
+  // float summation order (2^-24 relative per addition). The CPU measures what one such
+  // perturbation does to the logits, max |f16 KV - f32 KV|, and the tolerance is twice that,
+  // plus 1e-3 for the summation orders.
+  float GpuToleranceOverCpuReference(const testing::GoldenPrompt& p) {
+    const std::vector<float> f16 = CpuReferenceLogits(p, KvType::kF16);
+    const std::vector<float> f32 = CpuReferenceLogits(p, KvType::kF32);
+    float effect = 0.0f;
+    for (size_t i = 0; i < f16.size(); ++i) effect = std::max(effect, std::fabs(f16[i] - f32[i]));
+    return 2.0f * effect + 1e-3f;
   }
 
   testing::Golden golden_;
