@@ -3,11 +3,31 @@
 #include <algorithm>
 #include <string>
 
+#include "grammar/compiler.h"
 #include "grammar/stack_pool.h"
 #include "grammar/stepper.h"
 
 namespace tokenmill::grammar {
 namespace {
+
+// Each token's common prefix length with the one before (tokens in trie order).
+std::vector<uint16_t> CommonPrefixes(const VocabularyIndex& vocab,
+                                     const std::vector<int32_t>& tokens) {
+  std::vector<uint16_t> lcp;
+  lcp.reserve(tokens.size());
+  const std::string* previous = nullptr;
+  for (const int32_t t : tokens) {
+    const std::string& bytes = vocab.token(t);
+    size_t common = 0;
+    if (previous != nullptr) {
+      const size_t limit = std::min({previous->size(), bytes.size(), size_t{UINT16_MAX}});
+      while (common < limit && (*previous)[common] == bytes[common]) ++common;
+    }
+    lcp.push_back(static_cast<uint16_t>(common));
+    previous = &bytes;
+  }
+  return lcp;
+}
 
 // Classifies every token at one byte position by a walk of the vocabulary trie from the
 // stack [pos] over an unknown caller.
@@ -16,13 +36,17 @@ class PositionClassifier {
   PositionClassifier(const Automaton& automaton, const VocabularyIndex& vocab)
       : automaton_(automaton), vocab_(vocab), stepper_(automaton, pool_) {}
 
-  PositionTokens Classify(int32_t pos) {
+  // repeat: the repeat whose unit holds pos, or -1.
+  PositionTokens Classify(int32_t pos, int32_t repeat) {
     pool_.BeginScratch();
     std::vector<int32_t> accepted, dependent;
     size_t max_depth = 1;
     sets_.resize(2);
     left_.assign(2, false);
-    sets_[0].stacks = {pool_.Intern(pos, kUnknownCaller)};
+    const int32_t below =
+        repeat < 0 ? kUnknownCaller
+                   : pool_.Intern(automaton_.repeats[repeat].element, kUnknownCaller, kAnyCount);
+    sets_[0].stacks = {pool_.Intern(pos, below)};
     const size_t n = vocab_.trie_size();
     for (size_t i = 1; i < n;) {
       const uint32_t d = vocab_.trie_depth(i);
@@ -58,12 +82,23 @@ class PositionClassifier {
     }
     pool_.EndScratch();
     stepper_.ForgetExpansions();
-    return Pack(std::move(accepted), std::move(dependent));
+    PositionTokens out;
+    if (repeat >= 0 && automaton_.repeats[repeat].max != kUnboundedRepeat) {
+      out.repeat = repeat;
+      for (const int32_t t : accepted) {
+        out.max_accepted_bytes =
+            std::max(out.max_accepted_bytes, static_cast<uint32_t>(vocab_.token(t).size()));
+      }
+      out.accepted_in_order = accepted;
+      out.accepted_lcp = CommonPrefixes(vocab_, accepted);
+    }
+    Pack(std::move(accepted), std::move(dependent), out);
+    return out;
   }
 
  private:
-  PositionTokens Pack(std::vector<int32_t> accepted, std::vector<int32_t> dependent) const {
-    PositionTokens out;
+  void Pack(std::vector<int32_t> accepted, std::vector<int32_t> dependent,
+            PositionTokens& out) const {
     const size_t in_trie = vocab_.size() - CountEmpty() - vocab_.duplicates().size();
     const size_t rejected = in_trie - accepted.size() - dependent.size();
     const size_t words = BitmaskWords(vocab_.size());
@@ -83,20 +118,8 @@ class PositionClassifier {
     } else {
       out.list = std::move(accepted);
     }
-    out.dependent_lcp.reserve(dependent.size());
-    const std::string* previous = nullptr;
-    for (const int32_t t : dependent) {
-      const std::string& bytes = vocab_.token(t);
-      size_t common = 0;
-      if (previous != nullptr) {
-        const size_t limit = std::min({previous->size(), bytes.size(), size_t{UINT16_MAX}});
-        while (common < limit && (*previous)[common] == bytes[common]) ++common;
-      }
-      out.dependent_lcp.push_back(static_cast<uint16_t>(common));
-      previous = &bytes;
-    }
+    out.dependent_lcp = CommonPrefixes(vocab_, dependent);
     out.dependent = std::move(dependent);
-    return out;
   }
 
   size_t CountEmpty() const {
@@ -126,24 +149,34 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Build(
   const Automaton& a = grammar->automaton_;
   PositionClassifier classifier(a, *grammar->vocab_);
   grammar->table_of_pos_.assign(a.elements.size(), -1);
+  std::vector<int32_t> repeat_of_pos(a.elements.size(), -1);
+  for (const Automaton::Rule& rule : a.rules) {
+    if (rule.repeat < 0) continue;
+    for (const int32_t alt : rule.alternatives) {
+      for (int32_t p = alt; a.elements[p].kind != ElementKind::kEnd; ++p) {
+        repeat_of_pos[p] = rule.repeat;
+      }
+    }
+  }
   int64_t table_bytes = 0;
   for (int32_t pos = 0; pos < static_cast<int32_t>(a.elements.size()); ++pos) {
     if (!a.IsBytePosition(pos)) continue;
     if (std::chrono::steady_clock::now() > deadline) {
       return ResourceExhaustedError(
-          "grammar compilation ran past its time limit (GrammarLimits.max_compile_time): "
-          "simplify the grammar or schema");
+          "compiling the grammar ran past its time limit" +
+          CapHint("simplify the grammar or schema", "--grammar-max-compile-ms"));
     }
     grammar->table_of_pos_[pos] = static_cast<int32_t>(grammar->tables_.size());
-    grammar->tables_.push_back(classifier.Classify(pos));
+    grammar->tables_.push_back(classifier.Classify(pos, repeat_of_pos[pos]));
     const PositionTokens& t = grammar->tables_.back();
-    table_bytes += static_cast<int64_t>(4 * (t.list.size() + t.dependent.size() +
-                                             t.accepted_mask.size()) +
-                                        2 * t.dependent_lcp.size());
+    table_bytes += static_cast<int64_t>(
+        4 * (t.list.size() + t.dependent.size() + t.accepted_mask.size() +
+             t.accepted_in_order.size()) +
+        2 * (t.dependent_lcp.size() + t.accepted_lcp.size()));
     if (table_bytes > max_table_bytes) {
       return ResourceExhaustedError(
-          "grammar's token tables need more than " + std::to_string(max_table_bytes >> 20) +
-          " MiB (GrammarLimits.max_table_bytes): simplify the grammar or schema");
+          "the grammar's token tables need more than " + std::to_string(max_table_bytes >> 20) +
+          " MiB" + CapHint("simplify the grammar or schema", "--grammar-max-table-mib"));
     }
   }
   return std::shared_ptr<const CompiledGrammar>(std::move(grammar));

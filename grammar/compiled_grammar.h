@@ -2,7 +2,9 @@
 // decided without the stack below it (xgrammar's adaptive token mask). A token is accepted
 // at a position when it is matched within the position's rule (or completes that rule with
 // its last byte), rejected when it fails there without leaving it, and context-dependent
-// otherwise: only those are walked against the real stack when a mask is made.
+// otherwise: only those are walked against the real stack when a mask is made. A position
+// inside a counted repeat's unit is classified as if every further iteration were allowed;
+// the matcher walks the accepted tokens too where the count left runs shorter than them.
 #pragma once
 
 #include <chrono>
@@ -29,6 +31,12 @@ struct PositionTokens {
   // the one before (so a walk reuses the states of the shared prefix).
   std::vector<int32_t> dependent;
   std::vector<uint16_t> dependent_lcp;
+  // Inside the unit of a repeat with a maximum: that repeat, the longest accepted token (it
+  // completes at most that many iterations), and the accepted tokens in trie order.
+  int32_t repeat = -1;
+  uint32_t max_accepted_bytes = 0;
+  std::vector<int32_t> accepted_in_order;
+  std::vector<uint16_t> accepted_lcp;
 };
 
 class CompiledGrammar {

@@ -24,6 +24,10 @@ StatusOr<std::string> ChoiceToGbnf(const std::vector<std::string>& choices) {
 
 }  // namespace
 
+std::string CapHint(std::string_view change, std::string_view flag) {
+  return ": " + std::string(change) + " (or raise the server's " + std::string(flag) + ")";
+}
+
 StatusOr<std::string> SpecToGbnf(const GrammarSpec& spec, const GrammarLimits& limits) {
   switch (spec.kind) {
     case GrammarSpec::Kind::kGbnf:

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "grammar/grammar_spec.h"
@@ -14,15 +16,17 @@
 namespace tokenmill::grammar {
 
 // Caps that keep a hostile or careless grammar from taking the server's memory or time:
-// compiling past one is an error (RESOURCE_EXHAUSTED naming the cap and what to change).
+// compiling past one is an error (RESOURCE_EXHAUSTED naming what the request sent, the limit,
+// and the server flag that sets it; server/grpc/server_options.cc).
 struct GrammarLimits {
   // Rules after desugaring repetitions, groups and character classes.
   int64_t max_rules = 20000;
-  // Grammar elements after expanding every bounded repetition (x{m,n} copies x up to n times).
+  // Grammar elements after desugaring (bounds up to 8 are copies, larger ones a counter).
   int64_t max_elements = 200000;
   // The largest bound of one repetition: GBNF {m,n}, regex {m,n}, JSON Schema maxLength,
-  // maxItems, minLength, minItems.
-  int64_t max_repetition = 2000;
+  // maxItems, minLength, minItems. A bound costs nothing to compile (a counter): the cap
+  // keeps counts small and a 10^6-character string out of a request.
+  int64_t max_repetition = 100000;
   // $ref chains and nesting of JSON Schema subschemas.
   int max_schema_depth = 64;
   // Memory of the per-position token tables (at most a vocabulary bitmask per position).
@@ -38,6 +42,9 @@ class CompiledGrammar;  // grammar/compiled_grammar.h; immutable, shared by ever
 StatusOr<std::shared_ptr<const CompiledGrammar>> CompileGrammar(
     const GrammarSpec& spec, std::shared_ptr<const VocabularyIndex> vocab,
     const GrammarLimits& limits);
+
+// The end of an error over a cap: ": <change> (or raise the server's <flag>)".
+std::string CapHint(std::string_view change, std::string_view flag);
 
 // The GBNF source a spec stands for (what CompileGrammar parses): the converters' output for
 // JSON Schema, json_object, regex and choice; the text itself for GBNF.

@@ -129,7 +129,7 @@ class SchemaConverter {
       return ResourceExhaustedError(
           "JSON Schema at " + path + ": " + keyword + " " + std::to_string(value) +
           " is over the limit of " + std::to_string(limits_.max_repetition) +
-          " (GrammarLimits.max_repetition)");
+          CapHint(std::string("use a smaller ") + keyword, "--grammar-max-repetition"));
     }
     return OkStatus();
   }
@@ -149,7 +149,8 @@ class SchemaConverter {
     if (depth > limits_.max_schema_depth) {
       return ResourceExhaustedError("JSON Schema at " + path + ": nested deeper than " +
                                     std::to_string(limits_.max_schema_depth) +
-                                    " schemas or $refs (GrammarLimits.max_schema_depth)");
+                                    " subschemas or $refs" +
+                                    CapHint("flatten the schema", "--grammar-max-schema-depth"));
     }
     if (schema.is_boolean()) {
       if (schema.get<bool>()) return Primitive("json-value");
@@ -558,9 +559,9 @@ StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json, const Gramm
   // Each schema level is at least an object, and a value (const, enum) adds its own depth.
   const size_t max_nesting = 4 * static_cast<size_t>(limits.max_schema_depth) + 64;
   if (JsonNesting(schema_json) > max_nesting) {
-    return ResourceExhaustedError("JSON Schema nests arrays and objects deeper than " +
-                                  std::to_string(max_nesting) +
-                                  " (GrammarLimits.max_schema_depth)");
+    return ResourceExhaustedError(
+        "JSON Schema nests arrays and objects deeper than " + std::to_string(max_nesting) +
+        CapHint("flatten the schema", "--grammar-max-schema-depth"));
   }
   Json schema;
   try {

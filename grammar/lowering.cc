@@ -16,7 +16,7 @@ constexpr uint32_t kSurrogateFirst = 0xD800;
 constexpr uint32_t kSurrogateLast = 0xDFFF;
 
 struct Symbol {
-  ElementKind kind;  // kBytes, kBytesStar or kRule
+  ElementKind kind;  // kBytes, kBytesStar, kRule or kRepeat
   int32_t arg;
 };
 using Sequence = std::vector<Symbol>;
@@ -24,6 +24,9 @@ struct IrRule {
   std::string name;
   std::vector<Sequence> alternatives;
 };
+
+// Bounds up to this are copies (fully precomputed masks); larger ones count in the stack.
+constexpr int64_t kMaxCopiedRepetition = 8;
 
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 using ByteRanges = std::vector<std::pair<uint8_t, uint8_t>>;
@@ -171,7 +174,9 @@ class Lowerer {
       TM_RETURN_IF_ERROR(LowerAlternatives(rule.alternatives, alternatives));
       rules_[rule_ids_[rule.name]].alternatives = std::move(alternatives);
     }
+    TM_RETURN_IF_ERROR(CopyRepeatsOfEmptyUnits());
     TM_RETURN_IF_ERROR(CheckLeftRecursion());
+    TM_RETURN_IF_ERROR(CheckProductive(root->second));
     InlineSmallRules();
     return Flatten(root->second);
   }
@@ -185,17 +190,17 @@ class Lowerer {
     elements_ += n;
     if (elements_ > limits_.max_elements) {
       return ResourceExhaustedError(
-          "grammar expands to more than " + std::to_string(limits_.max_elements) +
-          " elements (GrammarLimits.max_elements): use smaller repetition bounds or * / +");
+          "grammar expands to more than " + std::to_string(limits_.max_elements) + " elements" +
+          CapHint("shorten the grammar or schema", "--grammar-max-elements"));
     }
     return OkStatus();
   }
 
   StatusOr<int32_t> NewRule(std::string name, std::vector<Sequence> alternatives) {
     if (static_cast<int64_t>(rules_.size()) >= limits_.max_rules) {
-      return ResourceExhaustedError("grammar needs more than " +
-                                    std::to_string(limits_.max_rules) +
-                                    " rules (GrammarLimits.max_rules)");
+      return ResourceExhaustedError(
+          "grammar needs more than " + std::to_string(limits_.max_rules) + " rules" +
+          CapHint("shorten the grammar or schema", "--grammar-max-rules"));
     }
     rules_.push_back({std::move(name), std::move(alternatives)});
     return static_cast<int32_t>(rules_.size()) - 1;
@@ -306,10 +311,20 @@ class Lowerer {
           "GBNF " + SourceLocation(grammar_.source, item.offset) + ": repetition bound " +
           std::to_string(bound) + " is over the limit of " +
           std::to_string(limits_.max_repetition) +
-          " (GrammarLimits.max_repetition): use a smaller bound or * / +");
+          CapHint("use a smaller bound or * / +", "--grammar-max-repetition"));
     }
     Sequence once;
     TM_RETURN_IF_ERROR(LowerOnce(item, once));
+    if (bound > kMaxCopiedRepetition) {
+      // The repeat's own unit rule, so that its positions know they are inside it.
+      TM_ASSIGN_OR_RETURN(int32_t unit, NewRule(GeneratedName("repeat"), {once}));
+      repeats_.push_back({unit, static_cast<int32_t>(item.min_repeat),
+                          item.max_repeat == kUnbounded ? kUnboundedRepeat
+                                                        : static_cast<int32_t>(item.max_repeat),
+                          -1});
+      out.push_back({ElementKind::kRepeat, static_cast<int32_t>(repeats_.size()) - 1});
+      return CountElements(1);
+    }
     Symbol unit{};
     if (once.size() == 1) {
       unit = once[0];
@@ -317,9 +332,14 @@ class Lowerer {
       TM_ASSIGN_OR_RETURN(int32_t rule, NewRule(GeneratedName("repeat"), {once}));
       unit = {ElementKind::kRule, rule};
     }
-    TM_RETURN_IF_ERROR(CountElements(bound + 1));
-    for (int64_t i = 0; i < item.min_repeat; ++i) out.push_back(unit);
-    if (item.max_repeat == kUnbounded) {
+    return AppendCopies(unit, item.min_repeat, item.max_repeat, out);
+  }
+
+  // unit{min,max} as copies: min of them, then max-min nested optionals (or a star).
+  Status AppendCopies(Symbol unit, int64_t min, int64_t max, Sequence& out) {
+    TM_RETURN_IF_ERROR(CountElements(std::max(min, max) + 1));
+    for (int64_t i = 0; i < min; ++i) out.push_back(unit);
+    if (max == kUnbounded) {
       if (unit.kind == ElementKind::kBytes) {
         out.push_back({ElementKind::kBytesStar, unit.arg});
         return OkStatus();
@@ -333,12 +353,39 @@ class Lowerer {
     }
     // optional_k ::= unit optional_{k-1} | ε, innermost first.
     int32_t inner = -1;
-    for (int64_t k = 0; k < item.max_repeat - item.min_repeat; ++k) {
+    for (int64_t k = 0; k < max - min; ++k) {
       Sequence first{unit};
       if (inner >= 0) first.push_back({ElementKind::kRule, inner});
       TM_ASSIGN_OR_RETURN(inner, NewRule(GeneratedName("optional"), {std::move(first), {}}));
     }
     if (inner >= 0) out.push_back({ElementKind::kRule, inner});
+    return OkStatus();
+  }
+
+  // A repeat whose unit may match nothing is copied instead: its counter could not tell an
+  // empty iteration from one that moved on. (Hand-written grammars only; the converters'
+  // units all match a character.)
+  Status CopyRepeatsOfEmptyUnits() {
+    const std::vector<bool> nullable = Nullable();
+    for (size_t r = 0; r < rules_.size(); ++r) {
+      for (size_t a = 0; a < rules_[r].alternatives.size(); ++a) {
+        Sequence seq = rules_[r].alternatives[a];
+        Sequence out;
+        bool changed = false;
+        for (const Symbol& s : seq) {
+          if (s.kind != ElementKind::kRepeat || !nullable[repeats_[s.arg].unit]) {
+            out.push_back(s);
+            continue;
+          }
+          const Repeat& repeat = repeats_[s.arg];
+          TM_RETURN_IF_ERROR(AppendCopies({ElementKind::kRule, repeat.unit}, repeat.min,
+                                          repeat.max == kUnboundedRepeat ? kUnbounded : repeat.max,
+                                          out));
+          changed = true;
+        }
+        if (changed) rules_[r].alternatives[a] = std::move(out);
+      }
+    }
     return OkStatus();
   }
 
@@ -351,7 +398,9 @@ class Lowerer {
         for (const Sequence& seq : rules_[r].alternatives) {
           const bool all = std::all_of(seq.begin(), seq.end(), [&](const Symbol& s) {
             return s.kind == ElementKind::kBytesStar ||
-                   (s.kind == ElementKind::kRule && nullable[s.arg]);
+                   (s.kind == ElementKind::kRule && nullable[s.arg]) ||
+                   (s.kind == ElementKind::kRepeat &&
+                    (repeats_[s.arg].min == 0 || nullable[repeats_[s.arg].unit]));
           });
           if (all) {
             nullable[r] = true;
@@ -362,6 +411,57 @@ class Lowerer {
       }
     }
     return nullable;
+  }
+
+  // A rule the root reaches that can match no text at all (it only refers to itself, as
+  // `a ::= a` or JSON Schema's {"$ref": "#"}) would leave a request with no allowed token.
+  Status CheckProductive(int32_t root) const {
+    std::vector<bool> productive(rules_.size(), false);
+    const auto symbol_productive = [&](const Symbol& s) {
+      switch (s.kind) {
+        case ElementKind::kRule: return static_cast<bool>(productive[s.arg]);
+        case ElementKind::kRepeat:
+          return repeats_[s.arg].min == 0 || productive[repeats_[s.arg].unit];
+        default: return true;
+      }
+    };
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < rules_.size(); ++r) {
+        if (productive[r]) continue;
+        for (const Sequence& seq : rules_[r].alternatives) {
+          if (std::all_of(seq.begin(), seq.end(), symbol_productive)) {
+            productive[r] = true;
+            changed = true;
+            break;
+          }
+        }
+      }
+    }
+    std::vector<bool> seen(rules_.size(), false);
+    std::vector<int32_t> work{root};
+    seen[root] = true;
+    while (!work.empty()) {
+      const int32_t r = work.back();
+      work.pop_back();
+      if (!productive[r]) {
+        return InvalidArgumentError("grammar rule '" + rules_[r].name +
+                                    "' can never match: it only refers to itself (in JSON "
+                                    "Schema, a $ref that reaches itself before any value)");
+      }
+      for (const Sequence& seq : rules_[r].alternatives) {
+        for (const Symbol& s : seq) {
+          int32_t to = -1;
+          if (s.kind == ElementKind::kRule) to = s.arg;
+          if (s.kind == ElementKind::kRepeat) to = repeats_[s.arg].unit;
+          if (to >= 0 && !seen[to]) {
+            seen[to] = true;
+            work.push_back(to);
+          }
+        }
+      }
+    }
+    return OkStatus();
   }
 
   // A rule that reaches itself before consuming a byte, through a reference with more to
@@ -379,6 +479,13 @@ class Lowerer {
         for (size_t i = 0; i < seq.size(); ++i) {
           if (seq[i].kind == ElementKind::kBytes) break;
           if (seq[i].kind == ElementKind::kBytesStar) continue;
+          if (seq[i].kind == ElementKind::kRepeat) {
+            // The frame stays below the unit: a reference that grows the stack.
+            const Repeat& repeat = repeats_[seq[i].arg];
+            edges[r].push_back({repeat.unit, true});
+            if (repeat.min > 0) break;
+            continue;
+          }
           edges[r].push_back({seq[i].arg, i + 1 != seq.size()});
           if (!nullable[seq[i].arg]) break;
         }
@@ -418,9 +525,10 @@ class Lowerer {
     for (size_t r = 0; r < n; ++r) {
       for (const Sequence& seq : rules_[r].alternatives) {
         for (const Symbol& s : seq) {
-          if (s.kind != ElementKind::kRule) continue;
-          refs[r].push_back(s.arg);
-          if (static_cast<size_t>(s.arg) == r) recursive[r] = true;
+          if (s.kind != ElementKind::kRule && s.kind != ElementKind::kRepeat) continue;
+          const int32_t to = s.kind == ElementKind::kRule ? s.arg : repeats_[s.arg].unit;
+          refs[r].push_back(to);
+          if (static_cast<size_t>(to) == r) recursive[r] = true;
         }
       }
     }
@@ -480,14 +588,24 @@ class Lowerer {
     Automaton a;
     a.byte_sets = std::move(byte_sets_);
     a.root = root;
+    a.repeats = std::move(repeats_);
     for (IrRule& rule : rules_) {
       Automaton::Rule out{std::move(rule.name), {}};
       for (const Sequence& seq : rule.alternatives) {
         out.alternatives.push_back(static_cast<int32_t>(a.elements.size()));
-        for (const Symbol& s : seq) a.elements.push_back({s.kind, s.arg});
+        for (const Symbol& s : seq) {
+          if (s.kind == ElementKind::kRepeat && a.repeats[s.arg].element < 0) {
+            a.repeats[s.arg].element = static_cast<int32_t>(a.elements.size());
+          }
+          a.elements.push_back({s.kind, s.arg});
+        }
         a.elements.push_back({ElementKind::kEnd, 0});
       }
       a.rules.push_back(std::move(out));
+    }
+    // Repeats that no element kept (copied, or in a rule never reached) have no unit rule.
+    for (size_t r = 0; r < a.repeats.size(); ++r) {
+      if (a.repeats[r].element >= 0) a.rules[a.repeats[r].unit].repeat = static_cast<int32_t>(r);
     }
     return a;
   }
@@ -495,6 +613,7 @@ class Lowerer {
   const GbnfGrammar& grammar_;
   const GrammarLimits& limits_;
   std::vector<IrRule> rules_;
+  std::vector<Repeat> repeats_;
   std::unordered_map<std::string, int32_t> rule_ids_;
   std::vector<ByteSet> byte_sets_;
   std::map<std::array<uint64_t, 4>, int32_t> byte_set_ids_;

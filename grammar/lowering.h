@@ -1,5 +1,6 @@
-// Lowers parsed GBNF to the byte automaton: groups and repetitions become rules (x{m,n}: m
-// copies, then n-m nested optionals), character classes become UTF-8 byte sequences, and a
+// Lowers parsed GBNF to the byte automaton: groups and repetitions become rules (x{m,n} with
+// small bounds: m copies, then n-m nested optionals; larger ones a counted kRepeat), character
+// classes become UTF-8 byte sequences, and a
 // one-byte class under * stays in place as kBytesStar so its rule keeps its scope. Refuses
 // undefined rules, a missing root, left recursion, and grammars over the caps.
 #pragma once

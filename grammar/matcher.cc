@@ -86,16 +86,27 @@ void GrammarMatcher::FillNextTokenMask(std::span<uint32_t> bitmask) const {
   // Stacks are sorted by id, not position: remember which positions' lists are applied.
   applied_positions_.clear();
   for (const int32_t stack : current.stacks) {
-    const int32_t pos = pool_.node(stack).pos;
-    const PositionTokens& tokens = grammar_->tokens_at(pos);
-    if (pos != previous_pos &&
-        std::find(applied_positions_.begin(), applied_positions_.end(), pos) ==
+    const StackNode node = pool_.node(stack);
+    const PositionTokens& tokens = grammar_->tokens_at(node.pos);
+    if (tokens.repeat >= 0) {
+      const StackNode frame = pool_.node(node.parent);
+      TM_CHECK(frame.is_frame() && frame.count >= 0) << "unit position without its frame";
+      const uint32_t left =
+          static_cast<uint32_t>(grammar_->automaton().repeats[tokens.repeat].max - frame.count);
+      if (tokens.max_accepted_bytes >= left) {
+        ApplyCounted(stepper, stack, tokens, left, bitmask);
+        WalkTokens(stepper, stack, tokens.dependent, tokens.dependent_lcp, 0, bitmask);
+        continue;
+      }
+    }
+    if (node.pos != previous_pos &&
+        std::find(applied_positions_.begin(), applied_positions_.end(), node.pos) ==
             applied_positions_.end()) {
-      applied_positions_.push_back(pos);
+      applied_positions_.push_back(node.pos);
       ApplyList(tokens, bitmask);
     }
-    previous_pos = pos;
-    WalkDependent(stepper, stack, tokens, bitmask);
+    previous_pos = node.pos;
+    WalkTokens(stepper, stack, tokens.dependent, tokens.dependent_lcp, 0, bitmask);
   }
   pool_.EndScratch();
   for (const auto& [dup, first] : vocab.duplicates()) {
@@ -128,22 +139,37 @@ void GrammarMatcher::ApplyList(const PositionTokens& tokens, std::span<uint32_t>
   for (size_t w = 0; w < bitmask.size(); ++w) bitmask[w] |= all_but_[w];
 }
 
-void GrammarMatcher::WalkDependent(Stepper& stepper, int32_t stack, const PositionTokens& tokens,
-                                   std::span<uint32_t> bitmask) const {
+void GrammarMatcher::ApplyCounted(Stepper& stepper, int32_t stack, const PositionTokens& tokens,
+                                  uint32_t iterations_left, std::span<uint32_t> bitmask) const {
+  counted_.assign(bitmask.size(), 0);
+  ApplyList(tokens, counted_);
+  const VocabularyIndex& vocab = grammar_->vocab();
+  for (const int32_t t : tokens.accepted_in_order) {
+    if (vocab.token(t).size() >= iterations_left) ClearBit(counted_, t);
+  }
+  for (size_t w = 0; w < bitmask.size(); ++w) bitmask[w] |= counted_[w];
+  WalkTokens(stepper, stack, tokens.accepted_in_order, tokens.accepted_lcp, iterations_left,
+             bitmask);
+}
+
+void GrammarMatcher::WalkTokens(Stepper& stepper, int32_t stack, std::span<const int32_t> tokens,
+                                std::span<const uint16_t> lcp, size_t min_bytes,
+                                std::span<uint32_t> bitmask) const {
   const VocabularyIndex& vocab = grammar_->vocab();
   if (depth_sets_.empty()) depth_sets_.resize(1);
   depth_sets_[0].stacks.assign(1, stack);
   depth_sets_[0].accepting = false;
   size_t valid = 0;            // depth_sets_[0..valid] hold the previous token's prefix
   size_t dead_at = SIZE_MAX;   // the previous prefix died at this depth
-  for (size_t k = 0; k < tokens.dependent.size(); ++k) {
-    const int32_t t = tokens.dependent[k];
-    const size_t common = tokens.dependent_lcp[k];
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    const int32_t t = tokens[k];
+    const size_t common = lcp[k];
     valid = std::min(valid, common);
     if (dead_at <= common) continue;  // shares the prefix that died
     dead_at = SIZE_MAX;
     if (GetBit(bitmask, t)) continue;
     const std::string& bytes = vocab.token(t);
+    if (bytes.size() < min_bytes) continue;
     if (depth_sets_.size() < bytes.size() + 1) depth_sets_.resize(bytes.size() + 1);
     size_t d = valid;
     while (d < bytes.size()) {

@@ -44,9 +44,15 @@ class GrammarMatcher {
   // to = from after bytes; false (to unspecified) when some byte is not allowed.
   bool Advance(const StateSet& from, std::string_view bytes, StateSet& to);
   void ApplyList(const PositionTokens& tokens, std::span<uint32_t> bitmask) const;
-  // Sets the bits of the context-dependent tokens that the stack accepts.
-  void WalkDependent(Stepper& stepper, int32_t stack, const PositionTokens& tokens,
-                     std::span<uint32_t> bitmask) const;
+  // Inside a repeat's unit with fewer iterations left than the longest accepted token has
+  // bytes: the accepted tokens that short, and the longer ones walked against the stack.
+  void ApplyCounted(Stepper& stepper, int32_t stack, const PositionTokens& tokens,
+                    uint32_t iterations_left, std::span<uint32_t> bitmask) const;
+  // Sets the bits of the tokens (in trie order, with their common prefix lengths) of at least
+  // min_bytes bytes that the stack accepts.
+  void WalkTokens(Stepper& stepper, int32_t stack, std::span<const int32_t> tokens,
+                  std::span<const uint16_t> lcp, size_t min_bytes,
+                  std::span<uint32_t> bitmask) const;
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   // The stacks the grammar may be in (StackPool nodes), after each accepted token; the front
@@ -56,6 +62,7 @@ class GrammarMatcher {
   // Scratch of FillNextTokenMask, kept to reuse its memory.
   mutable std::vector<StateSet> depth_sets_;
   mutable std::vector<uint32_t> all_but_;
+  mutable std::vector<uint32_t> counted_;
   mutable std::vector<int32_t> applied_positions_;
 };
 

@@ -95,7 +95,8 @@ class RegexConverter {
           return ResourceExhaustedError(
               "regex at offset " + std::to_string(start) + ": repetition bound " +
               std::to_string(std::max(lo, hi)) + " is over the limit of " +
-              std::to_string(limits_.max_repetition) + " (GrammarLimits.max_repetition)");
+              std::to_string(limits_.max_repetition) +
+              CapHint("use a smaller bound or * / +", "--grammar-max-repetition"));
         }
         if (hi >= 0 && hi < lo) return Error("repetition {m,n} with n < m");
         suffix = GbnfRepetition(lo, hi < 0 ? std::nullopt : std::optional<int64_t>(hi));

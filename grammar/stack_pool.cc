@@ -5,15 +5,14 @@
 namespace tokenmill::grammar {
 namespace {
 
-constexpr uint64_t kEmptyKey = ~uint64_t{0};
+// No node has a negative position.
+constexpr NodeKey kEmptyKey{-1, -1, -1};
 constexpr size_t kInitialSlots = 64;
 
-uint64_t KeyOf(int32_t pos, int32_t parent) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) |
-         static_cast<uint32_t>(parent);
-}
-
-size_t SlotOf(uint64_t key, size_t mask) {
+size_t SlotOf(const NodeKey& node, size_t mask) {
+  uint64_t key = ((static_cast<uint64_t>(static_cast<uint32_t>(node.pos)) << 32) |
+                  static_cast<uint32_t>(node.parent)) ^
+                 (static_cast<uint64_t>(static_cast<uint32_t>(node.count)) * 0x9e3779b97f4a7c15ULL);
   key ^= key >> 29;
   key *= 0xbf58476d1ce4e5b9ULL;
   key ^= key >> 32;
@@ -24,7 +23,7 @@ size_t SlotOf(uint64_t key, size_t mask) {
 
 NodeIdMap::NodeIdMap() : keys_(kInitialSlots, kEmptyKey), ids_(kInitialSlots, -1) {}
 
-int32_t NodeIdMap::Find(uint64_t key) const {
+int32_t NodeIdMap::Find(const NodeKey& key) const {
   const size_t mask = keys_.size() - 1;
   for (size_t slot = SlotOf(key, mask);; slot = (slot + 1) & mask) {
     if (keys_[slot] == key) return ids_[slot];
@@ -32,7 +31,7 @@ int32_t NodeIdMap::Find(uint64_t key) const {
   }
 }
 
-void NodeIdMap::Insert(uint64_t key, int32_t id) {
+void NodeIdMap::Insert(const NodeKey& key, int32_t id) {
   if ((size_ + 1) * 2 > keys_.size()) Grow();
   const size_t mask = keys_.size() - 1;
   size_t slot = SlotOf(key, mask);
@@ -50,7 +49,7 @@ void NodeIdMap::Clear() {
 }
 
 void NodeIdMap::Grow() {
-  std::vector<uint64_t> keys(keys_.size() * 2, kEmptyKey);
+  std::vector<NodeKey> keys(keys_.size() * 2, kEmptyKey);
   std::vector<int32_t> ids(keys.size(), -1);
   std::vector<uint32_t> used;
   used.reserve(used_.size());
@@ -67,8 +66,8 @@ void NodeIdMap::Grow() {
   used_ = std::move(used);
 }
 
-int32_t StackPool::Intern(int32_t pos, int32_t parent) {
-  const uint64_t key = KeyOf(pos, parent);
+int32_t StackPool::Intern(int32_t pos, int32_t parent, int32_t count) {
+  const NodeKey key{pos, parent, count};
   int32_t id = kept_.Find(key);
   if (id >= 0) return id;
   if (in_scratch_) {
@@ -76,7 +75,7 @@ int32_t StackPool::Intern(int32_t pos, int32_t parent) {
     if (id >= 0) return id;
   }
   id = static_cast<int32_t>(nodes_.size());
-  nodes_.push_back({pos, parent});
+  nodes_.push_back({pos, parent, count});
   (in_scratch_ ? scratch_ : kept_).Insert(key, id);
   return id;
 }

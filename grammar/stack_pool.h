@@ -15,9 +15,26 @@ inline constexpr int32_t kBottomOfStack = -1;
 // can know (the caller's stack decides).
 inline constexpr int32_t kUnknownCaller = -2;
 
+// StackNode::count of a node that is not a repeat's frame.
+inline constexpr int32_t kNotAFrame = -1;
+// The frame a precomputation starts a repeat's unit in: any number of iterations done, all
+// of them allowed to continue, and leaving the repeat leaves what the precomputation knows.
+inline constexpr int32_t kAnyCount = -2;
+
 struct StackNode {
   int32_t pos;     // a grammar position (an element index); the top's is a byte element
   int32_t parent;  // the stack below, or kBottomOfStack / kUnknownCaller
+  // A kRepeat frame (pos is the kRepeat element): the iterations done before the current one;
+  // otherwise kNotAFrame.
+  int32_t count = kNotAFrame;
+
+  bool is_frame() const { return count != kNotAFrame; }
+};
+
+// A node's identity, or a memo's key.
+struct NodeKey {
+  int32_t pos, parent, count;
+  bool operator==(const NodeKey&) const = default;
 };
 
 // Where the automaton may be: the stacks whose top is a byte element to match next, whether
@@ -30,20 +47,20 @@ struct StateSet {
   bool empty() const { return stacks.empty() && !accepting; }
 };
 
-// Open addressing from a node's (pos, parent) to its id.
+// Open addressing from a node's (pos, parent, count) to its id.
 class NodeIdMap {
  public:
   NodeIdMap();
   // The id for key, or -1.
-  int32_t Find(uint64_t key) const;
-  void Insert(uint64_t key, int32_t id);
+  int32_t Find(const NodeKey& key) const;
+  void Insert(const NodeKey& key, int32_t id);
   void Clear();
   size_t size() const { return size_; }
 
  private:
   void Grow();
 
-  std::vector<uint64_t> keys_;
+  std::vector<NodeKey> keys_;
   std::vector<int32_t> ids_;
   std::vector<uint32_t> used_;  // occupied slots, so Clear costs what was inserted
   size_t size_ = 0;
@@ -51,8 +68,8 @@ class NodeIdMap {
 
 class StackPool {
  public:
-  // The node (pos, parent), made on first use.
-  int32_t Intern(int32_t pos, int32_t parent);
+  // The node (pos, parent, count), made on first use.
+  int32_t Intern(int32_t pos, int32_t parent, int32_t count = kNotAFrame);
   const StackNode& node(int32_t id) const { return nodes_[id]; }
   size_t size() const { return nodes_.size(); }
 

@@ -38,8 +38,7 @@ void Stepper::ForgetExpansions() {
 }
 
 void Stepper::AppendExpansion(int32_t pos, int32_t parent, StateSet& out) {
-  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) |
-                       static_cast<uint32_t>(parent);
+  const NodeKey key{pos, parent, 0};
   int32_t id = expansion_ids_.Find(key);
   if (id < 0) {
     scratch_.stacks.clear();
@@ -82,16 +81,14 @@ void Stepper::Expand(int32_t pos, int32_t parent, StateSet& out) {
           out.accepting = true;
         } else if (below == kUnknownCaller) {
           out.left_scope = true;
+        } else if (const StackNode caller = pool_.node(below); caller.is_frame()) {
+          EndIteration(below, caller, out);
         } else {
-          const StackNode caller = pool_.node(below);
           work_.emplace_back(caller.pos, caller.parent);
         }
         break;
       case ElementKind::kRule: {
-        const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(p)) << 32) |
-                             static_cast<uint32_t>(below);
-        if (std::find(expanded_.begin(), expanded_.end(), key) != expanded_.end()) break;
-        expanded_.push_back(key);
+        if (!FirstVisit(p, below)) break;
         // A last reference returns straight to our caller (the stack does not grow).
         const int32_t ret = automaton_.elements[p + 1].kind == ElementKind::kEnd
                                 ? below
@@ -101,8 +98,48 @@ void Stepper::Expand(int32_t pos, int32_t parent, StateSet& out) {
         }
         break;
       }
+      case ElementKind::kRepeat: {
+        if (!FirstVisit(p, below)) break;
+        const Repeat& repeat = automaton_.repeats[e.arg];
+        StartIteration(repeat, pool_.Intern(p, below, 0));
+        if (repeat.min == 0) work_.emplace_back(p + 1, below);
+        break;
+      }
     }
   }
+}
+
+bool Stepper::FirstVisit(int32_t pos, int32_t below) {
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) |
+                       static_cast<uint32_t>(below);
+  if (std::find(expanded_.begin(), expanded_.end(), key) != expanded_.end()) return false;
+  expanded_.push_back(key);
+  return true;
+}
+
+void Stepper::StartIteration(const Repeat& repeat, int32_t frame) {
+  // Keyed apart from the rule references (no element is at position -3).
+  if (!FirstVisit(-3, frame)) return;
+  for (const int32_t alt : automaton_.rules[repeat.unit].alternatives) {
+    work_.emplace_back(alt, frame);
+  }
+}
+
+void Stepper::EndIteration(int32_t frame_id, const StackNode& frame, StateSet& out) {
+  const Repeat& repeat = automaton_.repeats[automaton_.elements[frame.pos].arg];
+  if (frame.count == kAnyCount) {
+    // A precomputation: as many more iterations as wanted, and leaving is up to the caller.
+    StartIteration(repeat, frame_id);
+    out.left_scope = true;
+    return;
+  }
+  const int32_t done = frame.count + 1;
+  if (repeat.max == kUnboundedRepeat) {
+    StartIteration(repeat, pool_.Intern(frame.pos, frame.parent, std::min(done, repeat.min)));
+  } else if (done < repeat.max) {
+    StartIteration(repeat, pool_.Intern(frame.pos, frame.parent, done));
+  }
+  if (done >= repeat.min) work_.emplace_back(frame.pos + 1, frame.parent);
 }
 
 void Stepper::Finish(StateSet& out) {

@@ -32,6 +32,12 @@ class Stepper {
   void AppendExpansion(int32_t pos, int32_t parent, StateSet& out);
   // Adds the stacks that (pos, parent) expands to.
   void Expand(int32_t pos, int32_t parent, StateSet& out);
+  // False when (pos, below) was expanded already in this expansion.
+  bool FirstVisit(int32_t pos, int32_t below);
+  // Queues the unit's alternatives on top of frame.
+  void StartIteration(const Repeat& repeat, int32_t frame);
+  // The unit below frame matched once more: another iteration and/or what follows the repeat.
+  void EndIteration(int32_t frame_id, const StackNode& frame, StateSet& out);
   void Finish(StateSet& out);
 
   const Automaton& automaton_;

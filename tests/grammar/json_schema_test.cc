@@ -118,5 +118,30 @@ TEST(JsonSchemaTest, ErrorsNameTheKeywordAndItsPath) {
   }
 }
 
+// "#" is the whole schema: a tree of itself works; a schema that is nothing but a reference
+// to itself (every value, to a validator; no finite text to a grammar) is refused.
+TEST(JsonSchemaTest, RefToTheRootRecursesOrIsRefusedWhenItIsNothingElse) {
+  const std::string tree = R"({"type": "object", "properties": {"name": {"type": "string"},
+      "children": {"type": "array", "items": {"$ref": "#"}, "maxItems": 2}}, "required": ["name"]})";
+  EXPECT_TRUE(Matches(tree, R"({"name": "a"})"));
+  EXPECT_TRUE(Matches(tree, R"({"name": "a", "children": [{"name": "b", "children": []}]})"));
+  EXPECT_TRUE(Matches(tree, R"({"name": "a", "children": [{"name": "b", "children": )"
+                            R"([{"name": "c"}, {"name": "d"}]}]})"));
+  EXPECT_FALSE(Matches(tree, R"({"name": "a", "children": [{"children": []}]})"));
+  EXPECT_FALSE(Matches(tree, R"({"name": "a", "children": [{"name": "b"}, {"name": "c"}, )"
+                             R"({"name": "d"}]})"));
+  for (const char* schema : {R"({"$ref": "#"})", R"({"anyOf": [{"$ref": "#"}]})",
+                             R"({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#"}},
+                                 "$ref": "#/$defs/a"})"}) {
+    GrammarSpec spec;
+    spec.kind = GrammarSpec::Kind::kJsonSchema;
+    spec.text = schema;
+    const Status status = CompileGrammar(spec, testing::SmallVocabulary(), GrammarLimits()).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << schema;
+    EXPECT_THAT(status.message(), HasSubstr("can never match")) << schema;
+    EXPECT_THAT(status.message(), HasSubstr("a $ref that reaches itself before any value"));
+  }
+}
+
 }  // namespace
 }  // namespace tokenmill::grammar

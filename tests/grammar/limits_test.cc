@@ -1,10 +1,12 @@
-// The caps of GrammarLimits: over one, compiling fails with RESOURCE_EXHAUSTED naming it,
-// quickly and without building the oversized grammar.
+// The caps of GrammarLimits: over one, compiling fails with RESOURCE_EXHAUSTED naming what the
+// request sent and the server flag of the cap, quickly and without building the oversized
+// grammar.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "grammar/compiled_grammar.h"
 #include "grammar/compiler.h"
 #include "grammar/grammar_cache.h"
 #include "tests/grammar/test_vocab.h"
@@ -22,20 +24,57 @@ Status CompileStatus(GrammarSpec::Kind kind, const std::string& text,
   return CompileGrammar(spec, testing::SmallVocabulary(), limits).status();
 }
 
-TEST(GrammarLimitsTest, HugeRepetitionsAreRefused) {
-  const Status maxlength = CompileStatus(GrammarSpec::Kind::kJsonSchema,
-                                         R"({"type": "string", "maxLength": 1000000})");
+TEST(GrammarLimitsTest, RepetitionsOverTheCapAreRefusedNamingWhatWasSent) {
+  const Status maxlength = CompileStatus(
+      GrammarSpec::Kind::kJsonSchema,
+      R"({"type": "object", "properties": {"bio": {"type": "string", "maxLength": 1000000}}})");
   EXPECT_EQ(maxlength.code(), StatusCode::kResourceExhausted);
-  EXPECT_THAT(maxlength.message(), HasSubstr("at /maxLength: maxLength 1000000 is over the limit"));
-  const Status gbnf = CompileStatus(GrammarSpec::Kind::kGbnf, "root ::= \"a\"{1,100000}\n");
+  EXPECT_THAT(maxlength.message(),
+              HasSubstr("at /properties/bio/maxLength: maxLength 1000000 is over the limit of "
+                        "100000: use a smaller maxLength (or raise the server's "
+                        "--grammar-max-repetition)"));
+  const Status gbnf = CompileStatus(GrammarSpec::Kind::kGbnf, "root ::= \"a\"{1,100001}\n");
   EXPECT_EQ(gbnf.code(), StatusCode::kResourceExhausted);
-  EXPECT_THAT(gbnf.message(), HasSubstr("line 1:10: repetition bound 100000 is over the limit"));
-  const Status regex = CompileStatus(GrammarSpec::Kind::kRegex, "a{1,100000}");
+  EXPECT_THAT(gbnf.message(), HasSubstr("line 1:10: repetition bound 100001 is over the limit"));
+  const Status regex = CompileStatus(GrammarSpec::Kind::kRegex, "a{1,100001}");
   EXPECT_EQ(regex.code(), StatusCode::kResourceExhausted);
-  EXPECT_THAT(regex.message(), HasSubstr("offset 1: repetition bound 100000"));
+  EXPECT_THAT(regex.message(), HasSubstr("offset 1: repetition bound 100001"));
   const Status items = CompileStatus(GrammarSpec::Kind::kJsonSchema,
-                                     R"({"type": "array", "minItems": 5000})");
+                                     R"({"type": "array", "minItems": 200000})");
   EXPECT_EQ(items.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(items.message(), HasSubstr("at /minItems: minItems 200000"));
+  GrammarLimits small;
+  small.max_repetition = 50;
+  EXPECT_THAT(CompileStatus(GrammarSpec::Kind::kGbnf, "root ::= \"a\"{51}\n", small).message(),
+              HasSubstr("over the limit of 50"));
+}
+
+// Bounds up to the cap are a counter, not copies (so they compile as fast as small ones:
+// bench/grammar), and the count is exact at both ends.
+TEST(GrammarLimitsTest, LargeBoundsCompileQuicklyAndCountExactly) {
+  const auto vocab = testing::SmallVocabulary();
+  const auto grammar = testing::MustCompile(GrammarSpec::Kind::kGbnf,
+                                            "root ::= \"a\"{1,100000} \"!\"\n", vocab);
+  const auto schema = testing::MustCompile(
+      GrammarSpec::Kind::kJsonSchema, R"({"type": "string", "minLength": 3, "maxLength": 99999})",
+      vocab);
+  // A copy per iteration would be 10^5 rules (the rule cap is 20000).
+  EXPECT_LT(grammar->automaton().rules.size(), 10u);
+  GrammarMatcher one(grammar);
+  EXPECT_FALSE(one.AcceptBytes("!"));
+  EXPECT_TRUE(one.AcceptBytes("a!"));
+  EXPECT_TRUE(one.CanTerminate());
+  GrammarMatcher all(grammar);
+  EXPECT_TRUE(all.AcceptBytes(std::string(100000, 'a')));
+  EXPECT_FALSE(all.AcceptBytes("a"));
+  EXPECT_TRUE(all.AcceptBytes("!"));
+  GrammarMatcher string(schema);
+  EXPECT_TRUE(string.AcceptBytes("\"ab"));
+  EXPECT_FALSE(string.AcceptBytes("\""));
+  EXPECT_TRUE(string.AcceptBytes(std::string(99997, 'x')));
+  EXPECT_FALSE(string.AcceptBytes("x"));
+  EXPECT_TRUE(string.AcceptBytes("\""));
+  EXPECT_TRUE(string.CanTerminate());
 }
 
 TEST(GrammarLimitsTest, LongGrammarsHitTheElementCap) {
@@ -43,7 +82,7 @@ TEST(GrammarLimitsTest, LongGrammarsHitTheElementCap) {
   for (int i = 0; i < 200; ++i) gbnf += " \"" + std::string(2000, 'a') + "\"";
   const Status status = CompileStatus(GrammarSpec::Kind::kGbnf, gbnf + "\n");
   EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
-  EXPECT_THAT(status.message(), HasSubstr("max_elements"));
+  EXPECT_THAT(status.message(), HasSubstr("--grammar-max-elements"));
 }
 
 TEST(GrammarLimitsTest, DeepRefChainsAreRefused) {
@@ -56,7 +95,9 @@ TEST(GrammarLimitsTest, DeepRefChainsAreRefused) {
   const Status status = CompileStatus(GrammarSpec::Kind::kJsonSchema,
                                       "{\"$defs\": {" + defs + "}, \"$ref\": \"#/$defs/d0\"}");
   EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
-  EXPECT_THAT(status.message(), HasSubstr("max_schema_depth"));
+  EXPECT_THAT(status.message(), HasSubstr("/$defs/d64: nested deeper than 64 subschemas or $refs: "
+                                          "flatten the schema (or raise the server's "
+                                          "--grammar-max-schema-depth)"));
 }
 
 TEST(GrammarLimitsTest, CompileTimeIsCapped) {
@@ -64,7 +105,7 @@ TEST(GrammarLimitsTest, CompileTimeIsCapped) {
   limits.max_compile_time = std::chrono::milliseconds(0);
   const Status status = CompileStatus(GrammarSpec::Kind::kGbnf, "root ::= \"a\"\n", limits);
   EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
-  EXPECT_THAT(status.message(), HasSubstr("max_compile_time"));
+  EXPECT_THAT(status.message(), HasSubstr("--grammar-max-compile-ms"));
 }
 
 TEST(GrammarCacheTest, CompilesOnceAndEvictsTheLeastRecent) {
@@ -110,7 +151,7 @@ TEST(GrammarLimitsTest, TableMemoryIsCapped) {
   limits.max_table_bytes = 64;
   const Status status = CompileStatus(GrammarSpec::Kind::kJsonObject, "", limits);
   EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
-  EXPECT_THAT(status.message(), HasSubstr("max_table_bytes"));
+  EXPECT_THAT(status.message(), HasSubstr("--grammar-max-table-mib"));
 }
 
 }  // namespace
