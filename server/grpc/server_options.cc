@@ -1,5 +1,6 @@
 #include "server/grpc/server_options.h"
 
+#include <chrono>
 #include <limits>
 
 #include "common/byte_size.h"
@@ -113,12 +114,41 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
   AddOption(app, "--kv-events-buffer-steps", o.kv_events_buffer_steps,
             "KV event batches (one per engine step) kept for replay")
       ->check(CLI::Range(1, 10000000));
+  grammar::GrammarLimits& limits = o.grammar_limits;
+  AddOption(app, "--grammar-max-repetition", limits.max_repetition,
+            "structured output: the largest repetition bound a request may use (JSON Schema "
+            "maxLength, minLength, maxItems, minItems; regex and GBNF {m,n})")
+      ->check(CLI::Range(int64_t{1}, int64_t{std::numeric_limits<int32_t>::max()}));
+  AddOption(app, "--grammar-max-rules", limits.max_rules,
+            "structured output: rules of a compiled grammar")
+      ->check(CLI::PositiveNumber);
+  AddOption(app, "--grammar-max-elements", limits.max_elements,
+            "structured output: elements (literal bytes, classes, references) of a compiled "
+            "grammar")
+      ->check(CLI::PositiveNumber);
+  AddOption(app, "--grammar-max-schema-depth", limits.max_schema_depth,
+            "structured output: nesting of JSON Schema subschemas and $ref chains")
+      ->check(CLI::Range(1, 10000));
+  AddOption(app, "--grammar-max-table-mib", o.grammar_max_table_mib,
+            "structured output: MiB of one compiled grammar's token tables")
+      ->check(CLI::PositiveNumber);
+  AddOption(app, "--grammar-max-compile-ms", o.grammar_max_compile_ms,
+            "structured output: milliseconds one grammar may take to compile (off the engine "
+            "thread)")
+      ->check(CLI::PositiveNumber);
   AddOption(app, "--drain-timeout", o.drain_timeout_seconds,
             "seconds SIGTERM/SIGINT lets in-flight requests finish before aborting them")
       ->check(CLI::NonNegativeNumber);
   AddOption(app, "--log-level", o.log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   AddFlag(app, "--log-json", o.log_json, "one JSON object per log line");
+}
+
+grammar::GrammarLimits GrammarLimitsOf(const ServerOptions& o) {
+  grammar::GrammarLimits limits = o.grammar_limits;
+  limits.max_table_bytes = o.grammar_max_table_mib << 20;
+  limits.max_compile_time = std::chrono::milliseconds(o.grammar_max_compile_ms);
+  return limits;
 }
 
 StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t available_memory_bytes) {

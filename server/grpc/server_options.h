@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 #include "engine/engine_config.h"
+#include "grammar/compiler.h"
 
 namespace tokenmill::server {
 
@@ -50,6 +51,11 @@ struct ServerOptions {
   std::string kv_events_replay_endpoint;
   std::string kv_events_topic;
   int kv_events_buffer_steps = 10000;
+  // Caps on a request's grammar, JSON Schema or regex (over one: INVALID_ARGUMENT naming what
+  // the request sent and the flag); table memory in MiB and compile time in ms.
+  grammar::GrammarLimits grammar_limits;
+  int64_t grammar_max_table_mib = grammar::GrammarLimits{}.max_table_bytes >> 20;
+  int64_t grammar_max_compile_ms = grammar::GrammarLimits{}.max_compile_time.count();
   double drain_timeout_seconds = 30.0;
   std::string log_level = "info";
   bool log_json = false;
@@ -57,6 +63,9 @@ struct ServerOptions {
 
 // Registers every flag on `app`, bound to `options`, with its TOKENMILL_<NAME> variable.
 void AddServerOptions(CLI::App& app, ServerOptions& options);
+
+// The grammar caps the --grammar-max-* flags set.
+grammar::GrammarLimits GrammarLimitsOf(const ServerOptions& options);
 
 // The environment variable of a flag: "--max-queue" -> "TOKENMILL_MAX_QUEUE".
 std::string EnvNameOfFlag(std::string_view flag);

@@ -83,7 +83,7 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
   start = std::chrono::steady_clock::now();
   serving->grammars = std::make_unique<grammar::GrammarCache>(
       grammar::VocabularyIndex::Build(GrammarVocabulary(serving->tokenizer)),
-      grammar::GrammarLimits{});
+      GrammarLimitsOf(options));
   serving->build_queue = std::make_unique<BuildQueue>(kStructuredOutputBuildThreads);
   spdlog::info("structured output: vocabulary trie of {} nodes ({:.2f} s), {} compile threads",
                serving->grammars->vocab()->trie_size(), SecondsSince(start),

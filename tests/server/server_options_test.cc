@@ -85,6 +85,28 @@ TEST(ServerOptions, BadValuesFailAtParseTime) {
   EXPECT_THAT(Parsed({"--model", "m"}).error, HasSubstr("--block-size"));
 }
 
+TEST(ServerOptions, GrammarCapsComeFromTheirFlags) {
+  Parsed parsed({"--model", "m", "--grammar-max-repetition", "50", "--grammar-max-table-mib", "8",
+                 "--grammar-max-compile-ms", "1500", "--grammar-max-schema-depth", "5"});
+  ASSERT_EQ(parsed.error, "");
+  const grammar::GrammarLimits limits = GrammarLimitsOf(parsed.options);
+  EXPECT_EQ(limits.max_repetition, 50);
+  EXPECT_EQ(limits.max_table_bytes, int64_t{8} << 20);
+  EXPECT_EQ(limits.max_compile_time, std::chrono::milliseconds(1500));
+  EXPECT_EQ(limits.max_schema_depth, 5);
+  EXPECT_EQ(GrammarLimitsOf(Parsed({"--model", "m"}).options).max_repetition,
+            grammar::GrammarLimits{}.max_repetition);
+  // The refusal names what the request sent and the flag that would let it through.
+  const grammar::GrammarSpec spec{grammar::GrammarSpec::Kind::kJsonSchema,
+                                  R"({"type": "string", "maxLength": 60})", {}};
+  const Status status = grammar::SpecToGbnf(spec, limits).status();
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("at /maxLength: maxLength 60 is over the limit of 50"));
+  EXPECT_THAT(status.message(), HasSubstr("--grammar-max-repetition"));
+  EXPECT_THAT(Parsed({"--model", "m", "--grammar-max-repetition", "0"}).error,
+              HasSubstr("--grammar-max-repetition"));
+}
+
 TEST(MakeEngineConfig, MapsFlagsToTheEngine) {
   ServerOptions options;
   options.kv_cache_memory = "64MiB";
