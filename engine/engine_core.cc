@@ -54,7 +54,7 @@ Status EngineCore::Add(RequestId id, ValidatedRequest valid, Clock::time_point s
                                    num_prompt, submit_time));
     if (request.grammar) {
       grammars_.Add(id + static_cast<RequestId>(i), request.grammar,
-                    request.grammar_starts_after);
+                    request.grammar_starts_after, request.grammar_reasoning_opens);
     }
   }
   if (n > 1) {

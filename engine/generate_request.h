@@ -42,6 +42,11 @@ struct GenerateRequest {
   // (a reasoning model's "</think>", when the prompt opened its reasoning), so what comes
   // before them is free. Empty: from the first token.
   std::vector<TokenId> grammar_starts_after;
+  // With grammar_starts_after: the tokens a model opens its reasoning with ("<think>"), when
+  // it may do so itself. The output may then begin with them (and its reasoning is free up
+  // to grammar_starts_after) or with what the grammar allows (constrained from the first
+  // token). Empty: the output starts inside the reasoning.
+  std::vector<TokenId> grammar_reasoning_opens;
   // Receives every event of this request, on the engine thread; must not block (see
   // generate_output.h). Required.
   OutputSink sink;

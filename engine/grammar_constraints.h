@@ -17,6 +17,10 @@
 //   prompt opened the reasoning): until the output holds them its rows are not masked; the
 //   matcher follows the output from the token after them. Drafts sampled in the step that
 //   ends the trigger were not masked: one the grammar refuses ends the sequence.
+// - A model that may open its reasoning itself (`reasoning_opens`, "<think>"): while the
+//   output is a prefix of the opening, a row allows the opening's next token besides what
+//   the grammar allows. Once the output holds the opening the reasoning is free up to
+//   `starts_after`; once it leaves it, the grammar has followed it from the first token.
 // Engine thread only.
 #pragma once
 
@@ -38,8 +42,9 @@ class GrammarConstraints {
       : end_of_generation_ids_(std::move(end_of_generation_ids)) {}
 
   // `starts_after`: the tokens after which the constraint starts; empty: from the first.
+  // `reasoning_opens` (with starts_after): the output may open the reasoning with them.
   void Add(RequestId id, std::shared_ptr<const grammar::CompiledGrammar> grammar,
-           std::vector<TokenId> starts_after = {});
+           std::vector<TokenId> starts_after = {}, std::vector<TokenId> reasoning_opens = {});
   // The sequence ended: forget it.
   void Remove(RequestId id);
   // The sequence was preempted: drop its matcher until it runs again.
@@ -64,12 +69,27 @@ class GrammarConstraints {
     // Output tokens before the constraint started; none while waiting for starts_after.
     std::optional<size_t> start;
     std::vector<TokenId> tail;  // the last output tokens, while waiting
-    size_t num_seen = 0;        // output tokens seen while waiting
+    size_t num_seen = 0;        // output tokens seen while waiting or undecided
+    // Undecided (the output so far is a prefix of the reasoning's opening): the opening, how
+    // much of it the output holds, and whether the grammar refused one of its tokens (the
+    // matcher then stops there). Empty once decided.
+    std::vector<TokenId> opens;
+    size_t opened = 0;
+    bool grammar_refused = false;
   };
 
   // Follows `tokens` while waiting for the trigger; returns how many of them came before
   // the constraint started (all of them while it waits).
   size_t WaitForStart(Sequence& sequence, std::span<const TokenId> tokens);
+  // Follows `tokens` while undecided; returns how many it took (the rest are the grammar's,
+  // or the reasoning's). dead_end: the last one taken is neither the opening's nor the
+  // grammar's (a row that allowed only end-of-generation).
+  size_t Decide(Sequence& sequence, std::span<const TokenId> tokens, bool& dead_end);
+  // MaskRows while undecided.
+  void MaskUndecided(Sequence& sequence, grammar::GrammarMatcher& matcher,
+                     std::span<const TokenId> drafts, std::span<float> logits, size_t n_vocab);
+  // Masks row by bitmask_ (the end-of-generation tokens where it allows nothing).
+  void MaskRow(std::span<float> row, size_t grammar_vocab);
 
   // The matcher of `request`, rebuilt from its output tokens when it was released.
   grammar::GrammarMatcher& MatcherOf(const Request& request);

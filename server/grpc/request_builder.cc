@@ -399,10 +399,15 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
     } else {
       TM_ASSIGN_OR_RETURN(out.grammar, CompileForcedToolCall(request.chat(), context));
     }
-    // The reasoning the prompt opened is free; the constraint starts after it.
-    if (chat_parsing && chat_parsing->starts_in_reasoning) {
+    // Reasoning is free and the constraint starts after it: the reasoning the prompt opened,
+    // or one the model opens itself (Qwen3's templates leave <think> to the model).
+    if (chat_parsing && chat_parsing->reasoning) {
       TM_ASSIGN_OR_RETURN(out.grammar_starts_after,
                           context.tokenizer->Encode(kThinkClose, kChatEncodeOptions));
+      if (!chat_parsing->starts_in_reasoning) {
+        TM_ASSIGN_OR_RETURN(out.grammar_reasoning_opens,
+                            context.tokenizer->Encode(kThinkOpen, kChatEncodeOptions));
+      }
     }
   }
   if (parsing != nullptr) *parsing = std::move(chat_parsing);

@@ -285,7 +285,8 @@ TEST(EngineGrammarTest, SpeculativeDecodingKeepsTheTokens) {
 // to a long unconstrained one that competes for the KV blocks; returns the first.
 Collected RunWithTrigger(const EngineConfig& config,
                          std::shared_ptr<const grammar::CompiledGrammar> grammar,
-                         std::vector<TokenId> starts_after, int* num_preemptions = nullptr) {
+                         std::vector<TokenId> starts_after, int* num_preemptions = nullptr,
+                         std::vector<TokenId> reasoning_opens = {}) {
   auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, config, nullptr);
   TM_CHECK(core.ok()) << core.status().ToString();
   std::map<RequestId, Collected> collected;
@@ -295,6 +296,7 @@ Collected RunWithTrigger(const EngineConfig& config,
   GenerateRequest request = Greedy(Encode("Once upon a time"), 96, sink, /*ignore_eos=*/false);
   request.grammar = std::move(grammar);
   request.grammar_starts_after = std::move(starts_after);
+  request.grammar_reasoning_opens = std::move(reasoning_opens);
   TM_CHECK((*core)->Add(1, std::move(request)).ok());
   TM_CHECK((*core)->Add(2, Greedy(Encode("Letters: "), 120, sink, /*ignore_eos=*/true)).ok());
   TM_CHECK(RunToCompletion(**core));
@@ -330,6 +332,43 @@ TEST(EngineGrammarTest, ConstraintStartsAfterItsTrigger) {
     EXPECT_TRUE(std::regex_match(constrained, std::regex("[a-z]{100}"))) << constrained;
     EXPECT_TRUE(FinishedByGrammar(c)) << blocks;
   }
+}
+
+TEST(EngineGrammarTest, ConstraintStartsWhereAModelOpenedReasoningEnds) {
+  // A model that may open its reasoning itself: as the free output's first two tokens
+  // (greedy takes them, since its rows allow them beside the grammar), its reasoning is free
+  // up to the trigger; with an opening it never writes, the grammar holds from the first token.
+  const Collected free = RunWithTrigger(SmallConfig(512), nullptr, {});
+  ASSERT_GE(free.token_ids.size(), 12u);
+  const std::vector<TokenId> opens(free.token_ids.begin(), free.token_ids.begin() + 2);
+  const std::vector<TokenId> trigger(free.token_ids.begin() + 6, free.token_ids.begin() + 8);
+  size_t end = 2;
+  while (!std::equal(trigger.begin(), trigger.end(), free.token_ids.begin() + end - 2)) ++end;
+  const auto letters = Compile({.kind = GrammarSpec::Kind::kGbnf,
+                                .text = "root ::= [a-z]{100}", .choices = {}});
+  for (const int blocks : {512, 7}) {
+    int preemptions = 0;
+    const Collected c =
+        RunWithTrigger(SmallConfig(blocks), letters, trigger, &preemptions, opens);
+    if (blocks == 7) {
+      EXPECT_GT(preemptions, 0);
+    }
+    ASSERT_GT(c.token_ids.size(), end) << blocks;
+    EXPECT_TRUE(std::equal(c.token_ids.begin(), c.token_ids.begin() + static_cast<long>(end),
+                           free.token_ids.begin()))
+        << "free until the trigger, blocks " << blocks;
+    const std::string constrained = SmolLm2().tokenizer->Decode(
+        std::span<const TokenId>(c.token_ids).subspan(end));
+    EXPECT_TRUE(std::regex_match(constrained, std::regex("[a-z]{100}"))) << constrained;
+    EXPECT_TRUE(FinishedByGrammar(c)) << blocks;
+  }
+  // (The model's rows would take "<think>" here: a CJK character it does not.)
+  const std::vector<TokenId> never = Encode("漢字");
+  ASSERT_FALSE(never.empty());
+  const Collected direct = RunWithTrigger(SmallConfig(512), letters, trigger, nullptr, never);
+  const std::string text = SmolLm2().tokenizer->Decode(direct.token_ids);
+  EXPECT_TRUE(std::regex_match(text, std::regex("[a-z]{100}"))) << text;
+  EXPECT_TRUE(FinishedByGrammar(direct));
 }
 
 TEST(EngineGrammarTest, MinTokensWithAGrammarIsRefused) {

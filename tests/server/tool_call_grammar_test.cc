@@ -214,6 +214,17 @@ TEST(BuildGenerateRequest, ForcedCallsAndParsingOptions) {
   ASSERT_TRUE(parsing.has_value());
   EXPECT_TRUE(parsing->starts_in_reasoning);
   EXPECT_EQ(Smol().tokenizer->Decode(built->grammar_starts_after), "</think>");
+  EXPECT_TRUE(built->grammar_reasoning_opens.empty());
+
+  // A reasoning model whose template leaves <think> to it (Qwen3): the output may open it.
+  RequestContext opens_itself = Smol().Context(ToolCallFormat::kHermes, false);
+  opens_itself.reasoning = true;
+  built = BuildGenerateRequest(ChatRequest(true), opens_itself, &parsing);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  ASSERT_TRUE(parsing.has_value());
+  EXPECT_FALSE(parsing->starts_in_reasoning);
+  EXPECT_EQ(Smol().tokenizer->Decode(built->grammar_starts_after), "</think>");
+  EXPECT_EQ(Smol().tokenizer->Decode(built->grammar_reasoning_opens), "<think>");
 
   // tool_choice none: no tools in the prompt, nothing parsed.
   v1::GenerateRequest none = ChatRequest(false);
