@@ -1,11 +1,31 @@
 #include "grammar/vocabulary.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "common/check.h"
 
 namespace tokenmill::grammar {
+
+void MaskLogits(std::span<const uint32_t> bitmask, size_t vocab_size, std::span<float> row) {
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  const size_t n = std::min(vocab_size, row.size());
+  for (size_t base = 0; base < n; base += 32) {
+    const uint32_t word = bitmask[base / 32];
+    const size_t end = std::min(n, base + 32);
+    if (word == ~uint32_t{0}) continue;
+    if (word == 0) {
+      std::fill(row.begin() + static_cast<std::ptrdiff_t>(base),
+                row.begin() + static_cast<std::ptrdiff_t>(end), kMasked);
+      continue;
+    }
+    for (size_t t = base; t < end; ++t) {
+      if (((word >> (t - base)) & 1u) == 0) row[t] = kMasked;
+    }
+  }
+  if (row.size() > n) std::fill(row.begin() + static_cast<std::ptrdiff_t>(n), row.end(), kMasked);
+}
 
 std::shared_ptr<const VocabularyIndex> VocabularyIndex::Build(Vocabulary vocab) {
   return std::shared_ptr<const VocabularyIndex>(new VocabularyIndex(std::move(vocab)));

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,11 @@ struct Vocabulary {
 
 // 32-bit words of a token bitmask over `vocab_size` tokens: ceil(vocab_size / 32).
 inline size_t BitmaskWords(size_t vocab_size) { return (vocab_size + 31) / 32; }
+
+// Sets row[t] to -infinity for every token t the bitmask (over vocab_size tokens) does not
+// allow, and for every id past vocab_size (padding rows of an output matrix). A word at a
+// time: a mask is mostly whole words allowed or refused.
+void MaskLogits(std::span<const uint32_t> bitmask, size_t vocab_size, std::span<float> row);
 
 // The vocabulary as a byte trie in depth-first order (built once per model, shared by every
 // grammar compiled for it): walking it visits every token once, and a prefix no grammar state

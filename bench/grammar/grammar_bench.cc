@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,6 +31,15 @@ namespace {
 
 using grammar::GrammarSpec;
 using Clock = std::chrono::steady_clock;
+
+// The engine's masking loop before grammar::MaskLogits (a bit test per token), timed beside it.
+void MaskLogitsPerToken(std::span<const uint32_t> bitmask, size_t vocab_size,
+                        std::span<float> row) {
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (size_t t = 0; t < row.size(); ++t) {
+    if (t >= vocab_size || ((bitmask[t / 32] >> (t % 32)) & 1u) == 0) row[t] = kMasked;
+  }
+}
 
 double Percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
@@ -107,6 +118,7 @@ int Run(int argc, char** argv) {
   std::vector<double> micros;
   std::vector<uint32_t> mask(grammar::BitmaskWords(index->size()));
   std::vector<int32_t> allowed;
+  std::vector<std::vector<uint32_t>> masks;
   for (int w = 0; w < walks; ++w) {
     grammar::GrammarMatcher matcher(timed);
     std::vector<int32_t> walk;
@@ -114,6 +126,7 @@ int Run(int argc, char** argv) {
       const double start = ProcessCpuSeconds();
       matcher.FillNextTokenMask(mask);
       micros.push_back(1e6 * (ProcessCpuSeconds() - start));
+      masks.push_back(mask);
       allowed.clear();
       for (size_t t = 0; t < index->size(); ++t) {
         if ((mask[t / 32] >> (t % 32)) & 1) allowed.push_back(static_cast<int32_t>(t));
@@ -131,6 +144,26 @@ int Run(int argc, char** argv) {
               "max %.1f us\n",
               bench_case.c_str(), walks, micros.size(), Percentile(micros, 0.5),
               Percentile(micros, 0.99), Percentile(micros, 1.0));
+  // Applying each mask to a logits row of the vocabulary's size, as the engine thread does
+  // per constrained row: CPU time of `kRounds` passes over all the walks' masks.
+  constexpr int kRounds = 20;
+  std::vector<float> row(index->size());
+  for (const bool per_token : {true, false, true, false}) {
+    const double start = ProcessCpuSeconds();
+    for (int r = 0; r < kRounds; ++r) {
+      for (const std::vector<uint32_t>& m : masks) {
+        std::fill(row.begin(), row.end(), 1.0f);
+        if (per_token) {
+          MaskLogitsPerToken(m, index->size(), row);
+        } else {
+          grammar::MaskLogits(m, index->size(), row);
+        }
+      }
+    }
+    const double each = 1e6 * (ProcessCpuSeconds() - start) / (kRounds * masks.size());
+    std::printf("mask applied to a %zu-float row (%s, fill included): %.2f us\n", row.size(),
+                per_token ? "bit per token" : "MaskLogits", each);
+  }
   if (!trace_path.empty()) std::ofstream(trace_path) << trace.dump() << "\n";
   return 0;
 }
