@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <limits>
 #include <utility>
 
 #include "common/check.h"
@@ -105,24 +104,30 @@ void GrammarConstraints::MaskRow(std::span<float> row, size_t grammar_vocab) {
       if (static_cast<size_t>(id) < grammar_vocab) bitmask_[id / 32] |= 1u << (id % 32);
     }
   }
-  constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  for (size_t t = 0; t < row.size(); ++t) {
-    // Ids past the tokenizer's (padding rows of the output matrix) are never text.
-    if (t >= grammar_vocab || ((bitmask_[t / 32] >> (t % 32)) & 1u) == 0) row[t] = kMasked;
-  }
+  grammar::MaskLogits(bitmask_, grammar_vocab, row);
 }
 
 void GrammarConstraints::MaskRows(const Request& request, std::span<const TokenId> drafts,
                                   std::span<float> logits, size_t n_vocab) {
   TM_CHECK_EQ(logits.size(), (drafts.size() + 1) * n_vocab);
   const auto it = sequences_.find(request.id);
-  if (it != sequences_.end() && !it->second.start) return;  // before its trigger: free
+  if (it != sequences_.end() && !it->second.start) {
+    // Before its trigger the rows are free, but drafts may complete it.
+    MaskPastTrigger(it->second, it->second.tail, drafts, logits, n_vocab);
+    return;
+  }
   grammar::GrammarMatcher& matcher = MatcherOf(request);
-  bitmask_.resize(grammar::BitmaskWords(matcher.vocab_size()));
   if (!it->second.opens.empty()) {
     MaskUndecided(it->second, matcher, drafts, logits, n_vocab);
     return;
   }
+  MaskWith(matcher, drafts, logits, n_vocab);
+}
+
+void GrammarConstraints::MaskWith(grammar::GrammarMatcher& matcher,
+                                  std::span<const TokenId> drafts, std::span<float> logits,
+                                  size_t n_vocab) {
+  bitmask_.resize(grammar::BitmaskWords(matcher.vocab_size()));
   int num_tentative = 0;
   for (size_t k = 0; k <= drafts.size(); ++k) {
     matcher.FillNextTokenMask(bitmask_);
@@ -133,10 +138,26 @@ void GrammarConstraints::MaskRows(const Request& request, std::span<const TokenI
   matcher.Rollback(num_tentative);
 }
 
+void GrammarConstraints::MaskPastTrigger(const Sequence& sequence, std::vector<TokenId> tail,
+                                         std::span<const TokenId> drafts,
+                                         std::span<float> logits, size_t n_vocab) {
+  const size_t n = sequence.starts_after.size();
+  for (size_t j = 0; j < drafts.size(); ++j) {
+    tail.push_back(drafts[j]);
+    if (tail.size() > n) tail.erase(tail.begin());
+    if (tail != sequence.starts_after) continue;
+    // The rows after drafts[j] are the grammar's, from its start.
+    grammar::GrammarMatcher matcher(sequence.grammar);
+    MaskWith(matcher, drafts.subspan(j + 1), logits.subspan((j + 1) * n_vocab), n_vocab);
+    return;
+  }
+}
+
 void GrammarConstraints::MaskUndecided(Sequence& sequence, grammar::GrammarMatcher& matcher,
                                        std::span<const TokenId> drafts, std::span<float> logits,
                                        size_t n_vocab) {
   // Drafts move a copy of the undecided state; the matcher is rolled back after.
+  bitmask_.resize(grammar::BitmaskWords(matcher.vocab_size()));
   size_t opened = sequence.opened;
   bool refused = sequence.grammar_refused;
   bool undecided = true;
@@ -158,9 +179,11 @@ void GrammarConstraints::MaskUndecided(Sequence& sequence, grammar::GrammarMatch
     num_tentative += in_grammar;
     refused = !in_grammar;
     if (undecided && token == sequence.opens[opened]) {
-      // The rows after a completed opening are the reasoning's: free.
-      if (++opened == sequence.opens.size()) break;
-      continue;
+      if (++opened < sequence.opens.size()) continue;
+      // The rows after a completed opening are the reasoning's, up to its end.
+      MaskPastTrigger(sequence, {}, drafts.subspan(k + 1), logits.subspan((k + 1) * n_vocab),
+                      n_vocab);
+      break;
     }
     if (!in_grammar) break;  // a refused draft: masked in its own row
     undecided = false;

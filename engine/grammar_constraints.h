@@ -15,8 +15,8 @@
 //   rebuilds it from the sequence's verified output tokens.
 // - A constraint may start after given tokens (a reasoning model's "</think>", when the
 //   prompt opened the reasoning): until the output holds them its rows are not masked; the
-//   matcher follows the output from the token after them. Drafts sampled in the step that
-//   ends the trigger were not masked: one the grammar refuses ends the sequence.
+//   matcher follows the output from the token after them. Where drafts complete the
+//   trigger, the rows after them are masked by a matcher from the grammar's start.
 // - A model that may open its reasoning itself (`reasoning_opens`, "<think>"): while the
 //   output is a prefix of the opening, a row allows the opening's next token besides what
 //   the grammar allows. Once the output holds the opening the reasoning is free up to
@@ -88,6 +88,14 @@ class GrammarConstraints {
   // MaskRows while undecided.
   void MaskUndecided(Sequence& sequence, grammar::GrammarMatcher& matcher,
                      std::span<const TokenId> drafts, std::span<float> logits, size_t n_vocab);
+  // Masks row 0 by matcher and row k by matcher after drafts[0, k), up to the first draft
+  // it refuses.
+  void MaskWith(grammar::GrammarMatcher& matcher, std::span<const TokenId> drafts,
+                std::span<float> logits, size_t n_vocab);
+  // Waiting for the trigger, with `tail` the output's last tokens: masks the rows after the
+  // draft that completes it, if one does.
+  void MaskPastTrigger(const Sequence& sequence, std::vector<TokenId> tail,
+                       std::span<const TokenId> drafts, std::span<float> logits, size_t n_vocab);
   // Masks row by bitmask_ (the end-of-generation tokens where it allows nothing).
   void MaskRow(std::span<float> row, size_t grammar_vocab);
 

@@ -286,8 +286,9 @@ TEST(EngineGrammarTest, SpeculativeDecodingKeepsTheTokens) {
 Collected RunWithTrigger(const EngineConfig& config,
                          std::shared_ptr<const grammar::CompiledGrammar> grammar,
                          std::vector<TokenId> starts_after, int* num_preemptions = nullptr,
-                         std::vector<TokenId> reasoning_opens = {}) {
-  auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, config, nullptr);
+                         std::vector<TokenId> reasoning_opens = {},
+                         const Model* draft = nullptr) {
+  auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, config, draft);
   TM_CHECK(core.ok()) << core.status().ToString();
   std::map<RequestId, Collected> collected;
   const OutputSink sink = [&collected](GenerateOutput&& out) {
@@ -315,6 +316,7 @@ TEST(EngineGrammarTest, ConstraintStartsAfterItsTrigger) {
   while (!std::equal(trigger.begin(), trigger.end(), free.token_ids.begin() + end - 2)) ++end;
   const auto letters = Compile({.kind = GrammarSpec::Kind::kGbnf,
                                 .text = "root ::= [a-z]{100}", .choices = {}});
+  std::vector<TokenId> plain;
   // 7 blocks of 16 tokens for ~130 and ~50 tokens: the constrained sequence is preempted
   // (its matcher rebuilt from the tokens after the trigger) or its neighbour is.
   for (const int blocks : {512, 7}) {
@@ -331,7 +333,14 @@ TEST(EngineGrammarTest, ConstraintStartsAfterItsTrigger) {
         std::span<const TokenId>(c.token_ids).subspan(end));
     EXPECT_TRUE(std::regex_match(constrained, std::regex("[a-z]{100}"))) << constrained;
     EXPECT_TRUE(FinishedByGrammar(c)) << blocks;
+    if (blocks == 512) plain = c.token_ids;
   }
+  // The target as its own draft model: the step that completes the trigger drafts the free
+  // text after it, which the rows past the trigger refuse, so the tokens are plain decoding's.
+  const Collected drafted = RunWithTrigger(Spec(SpecMethod::kDraft), letters, trigger, nullptr,
+                                           {}, SmolLm2().model.get());
+  EXPECT_EQ(drafted.token_ids, plain);
+  EXPECT_TRUE(FinishedByGrammar(drafted));
 }
 
 TEST(EngineGrammarTest, ConstraintStartsWhereAModelOpenedReasoningEnds) {
