@@ -237,8 +237,12 @@ BAD = [
     ({"structured_outputs": {"regex": "([a-z]"}}, "structured_outputs", "structured_output.regex"),
     ({"grammar": "root ::= ( \"a\""}, "grammar", "structured_output.gbnf"),
     ({"grammar": "root ::= undefined_rule"}, "grammar", "undefined_rule"),
-    ({"guided_json": {"type": "string", "maxLength": 1000000}}, "guided_json", "structured_output"),
-    ({"guided_regex": "a{1,100000}"}, "guided_regex", "structured_output.regex"),
+    ({"guided_json": {"type": "object", "properties": {"bio": {"type": "string",
+                                                             "maxLength": 1000000}}}},
+     "guided_json", "at /properties/bio/maxLength: maxLength 1000000 is over the limit of 100000: "
+     "use a smaller maxLength (or raise the server's --grammar-max-repetition)"),
+    ({"guided_regex": "a{1,1000000}"}, "guided_regex", "structured_output.regex"),
+    ({"guided_json": {"$ref": "#"}}, "guided_json", "a $ref that reaches itself before any value"),
 ]
 
 
