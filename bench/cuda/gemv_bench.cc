@@ -1,9 +1,10 @@
-// Decode GEMV bandwidth on the GPU: weight bytes read per Gemv / its time, against the peak,
+// Decode GEMV bandwidth on the GPU: weight bytes read per GEMV / its time, against the peak,
 // for a model's FFN matrices (the synthetic Llama-3-8B's ffn_up 14336 x 4096 and ffn_down
-// 4096 x 14336) at 1..8 tokens. A timed pass is a CUDA graph of one Gemv per layer, each over
+// 4096 x 14336) at 1..8 tokens. A timed pass is a CUDA graph of one GEMV per layer, each over
 // that layer's matrix, so consecutive launches read different weights: 32 layers of 33 MB
 // (Q4_0) rotate over far more than twice the L2 (60 MB on an H200), so HBM, not L2, is what
-// is measured. Activations (tokens x cols floats, L2-resident) are not counted.
+// is measured. Activations (tokens x cols, L2-resident; quantized to q8_1 once, outside the
+// timing) are not counted; the bytes are the device layout's (weight_upload.h).
 // Usage: tokenmill_cuda_gemv_bench MODEL.gguf [peak GB/s, default 4800 (H200)]
 #include <cuda_runtime.h>
 
@@ -16,7 +17,9 @@
 
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/kernel_math.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/weight_upload.h"
 #include "kernels/tensor_type.h"
 #include "model/model.h"
 
@@ -49,11 +52,11 @@ Uploaded Upload(const Model& model, WeightMatrix LayerWeights::*which) {
   Uploaded u;
   for (const LayerWeights& l : model.weights().layers) {
     const WeightMatrix& w = l.*which;
-    u.buffers.push_back(OrDie(DeviceBuffer::CopyOf(w.data, w.rows * w.row_bytes)));
-    u.views.push_back(DeviceWeight{static_cast<uint32_t>(w.type),
-                                   u.buffers.back().as<const uint8_t>(), w.rows, w.cols,
-                                   w.row_bytes, nullptr});
-    u.bytes += static_cast<double>(w.rows * w.row_bytes);
+    UploadedWeight uploaded =
+        OrDie(UploadWeight(static_cast<uint32_t>(w.type), w.data, w.rows, w.cols, w.row_bytes));
+    u.bytes += static_cast<double>(uploaded.buffer.bytes());
+    u.views.push_back(uploaded.view);
+    u.buffers.push_back(std::move(uploaded.buffer));
   }
   return u;
 }
@@ -63,12 +66,20 @@ void Run(const char* name, const Uploaded& m, int tokens, double peak_gbps, int6
   DeviceBuffer x = OrDie(DeviceBuffer::Allocate(tokens * first.cols * 4));
   DeviceBuffer y = OrDie(DeviceBuffer::Allocate(tokens * first.rows * 4));
   Check(cudaMemset(x.data(), 0, static_cast<size_t>(x.bytes())), "memset");
+  DeviceBuffer x_q8 = OrDie(DeviceBuffer::Allocate(Q8_1Bytes(tokens, first.cols)));
+  const bool quantized = IsQuantized(first.type);
+  if (quantized) {
+    Check(QuantizeQ8_1(x.as<float>(), tokens, first.cols, x_q8.as<uint8_t>(), nullptr), "q8_1");
+  }
+  Check(cudaDeviceSynchronize(), "q8_1");
   cudaStream_t stream;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   cudaGraph_t graph;
   Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
   for (const DeviceWeight& w : m.views) {
-    Check(Gemv(w, x.as<float>(), tokens, y.as<float>(), stream), "gemv");
+    Check(quantized ? GemvQ8_1(w, x_q8.as<const uint8_t>(), tokens, y.as<float>(), stream)
+                    : Gemv(w, x.as<float>(), tokens, y.as<float>(), stream),
+          "gemv");
   }
   Check(cudaStreamEndCapture(stream, &graph), "capture");
   cudaGraphExec_t exec;

@@ -1,5 +1,6 @@
 // Row-wise ops of the forward pass (kernels/cpu/elementwise.h on the device).
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mmvq_math.h"
 #include "kernels/cuda/ops.h"
 
 namespace tokenmill::cuda {
@@ -14,7 +15,7 @@ __global__ void EmbeddingKernel(DeviceWeight table, const int32_t* ids, float* o
   const int64_t t = blockIdx.x;
   const uint8_t* row = table.data + static_cast<int64_t>(ids[t]) * table.row_bytes;
   for (int64_t c = threadIdx.x; c < table.cols; c += blockDim.x) {
-    out[t * table.cols + c] = DequantElement(table.type, row, c);
+    out[t * table.cols + c] = DeviceElement(table.type, row, table.cols, c);
   }
 }
 

@@ -1,8 +1,12 @@
-// Matrix-vector products over weights in their file type (Matmul of kernels/cpu/matmul.h):
-// one warp per output row, each block serving kGemvTokens tokens so a weight row is read
-// once per kGemvTokens tokens. Activations stay float (the CPU quantizes them to int8; this
-// is closer to the reference). Every (token, row) sum has the same order whatever the batch.
+// Matrix-vector products for decode (Matmul of kernels/cpu/matmul.h). Quantized weights
+// (Q4_0 / Q4_1 / Q8_0, packed: mmvq_math.h) in llama.cpp's MMVQ style: activations quantized to
+// q8_1 as the CPU quantizes them, each lane reading 16-byte words of weights and multiplying
+// them by __dp4a, a warp computing rows_per_warp rows for up to 8 tokens (PlanMmvq), so a word
+// is read once per pass; MmvqDot is the host emulation, bit for bit. Float weights (f32, f16,
+// bf16): one warp per row with float activations. Every (token, row) sum has the same order
+// whatever the batch.
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mmvq_math.h"
 #include "kernels/cuda/ops.h"
 
 namespace tokenmill::cuda {
@@ -11,9 +15,130 @@ namespace {
 using internal::kWarp;
 using internal::WarpSum;
 
-template <bool kQuantized>
+__global__ void QuantizeQ8_1Kernel(const float* x, int64_t n_tokens, int64_t cols, uint8_t* out) {
+  const int64_t blocks = cols / kQuantBlock;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       e < n_tokens * blocks; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = e / blocks, b = e % blocks;
+    uint8_t* token = out + t * Q8_1TokenBytes(cols);
+    float ds[2];
+    QuantizeQ8_1Block(x + t * cols + b * kQuantBlock,
+                      reinterpret_cast<int8_t*>(token + b * kQuantBlock), ds);
+    reinterpret_cast<float2*>(token + cols)[b] = make_float2(ds[0], ds[1]);
+  }
+}
+
+// Σ q_w q_a over one 16-byte word of weights and its activations (a: 2 words for a Q4 block, 1
+// for half a Q8_0 block); Q4_0's nibbles minus 8 per byte, so the sums stay exact integers.
+template <uint32_t kType>
+__device__ int32_t WordDot(const int4 w, const int4* a) {
+  const int wv[4] = {w.x, w.y, w.z, w.w};
+  if constexpr (kType == kWQ8_0) {
+    const int av[4] = {a[0].x, a[0].y, a[0].z, a[0].w};
+    int32_t sum = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) sum = __dp4a(wv[k], av[k], sum);
+    return sum;
+  } else {
+    const int lo[4] = {a[0].x, a[0].y, a[0].z, a[0].w};
+    const int hi[4] = {a[1].x, a[1].y, a[1].z, a[1].w};
+    const unsigned offset = kType == kWQ4_0 ? 0x08080808u : 0u;
+    int32_t sum = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const unsigned bits = static_cast<unsigned>(wv[k]);
+      sum = __dp4a(static_cast<int>(__vsub4(bits & 0x0f0f0f0fu, offset)), lo[k], sum);
+      sum = __dp4a(static_cast<int>(__vsub4((bits >> 4) & 0x0f0f0f0fu, offset)), hi[k], sum);
+    }
+    return sum;
+  }
+}
+
+template <uint32_t kType, int kTokens, int kRows>
+__global__ void __launch_bounds__(kMmvqWarps * kWarp)
+    MmvqKernel(DeviceWeight w, const uint8_t* x_q8, int64_t n_tokens, float* y) {
+  constexpr int kActWords = kType == kWQ8_0 ? 1 : 2;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r0 =
+      (static_cast<int64_t>(blockIdx.x) * kMmvqWarps + threadIdx.x / kWarp) * kRows;
+  if (r0 >= w.rows) return;  // whole warps leave together
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const int n_t = n_tokens - t0 < kTokens ? static_cast<int>(n_tokens - t0) : kTokens;
+  const int64_t words = PackedWords(kType, w.cols);
+  const int64_t token_bytes = Q8_1TokenBytes(w.cols);
+  const uint8_t* x0 = x_q8 + t0 * token_bytes;
+  float acc[kRows][kTokens];
+#pragma unroll
+  for (int rr = 0; rr < kRows; ++rr) {
+#pragma unroll
+    for (int tt = 0; tt < kTokens; ++tt) acc[rr][tt] = 0.0f;
+  }
+  for (int64_t wd = lane; wd < words; wd += kWarp) {
+    const int64_t first = wd * WordElements(kType);
+    int4 a[kTokens][kActWords];
+    float ds[kTokens][2];
+#pragma unroll
+    for (int tt = 0; tt < kTokens; ++tt) {
+      if (tt >= n_t) break;
+      const uint8_t* token = x0 + tt * token_bytes;
+      const int4* words_a = reinterpret_cast<const int4*>(token + first);
+#pragma unroll
+      for (int i = 0; i < kActWords; ++i) a[tt][i] = words_a[i];
+      const float2 s = reinterpret_cast<const float2*>(token + w.cols)[first / kQuantBlock];
+      ds[tt][0] = s.x;
+      ds[tt][1] = s.y;
+    }
+#pragma unroll
+    for (int rr = 0; rr < kRows; ++rr) {
+      if (r0 + rr >= w.rows) break;
+      const uint8_t* row = w.data + (r0 + rr) * w.row_bytes;
+      const int4 q = reinterpret_cast<const int4*>(row)[wd];
+      float d, m;
+      WordScales(kType, row, w.cols, wd, &d, &m);
+#pragma unroll
+      for (int tt = 0; tt < kTokens; ++tt) {
+        if (tt >= n_t) break;
+        acc[rr][tt] = MmvqStep(kType, acc[rr][tt], WordDot<kType>(q, a[tt]), d, m, ds[tt]);
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < kRows; ++rr) {
+    if (r0 + rr >= w.rows) break;
+#pragma unroll
+    for (int tt = 0; tt < kTokens; ++tt) {
+      if (tt >= n_t) break;
+      const float total = WarpSum(acc[rr][tt]);
+      if (lane == 0) y[(t0 + tt) * w.rows + r0 + rr] = total;
+    }
+  }
+}
+
+template <uint32_t kType>
+cudaError_t LaunchMmvq(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
+                       cudaStream_t stream) {
+  const MmvqPlan p = PlanMmvq(w.rows, n_tokens);
+  if (p.passes > 65535 || p.blocks_x > 0x7fffffff) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(p.blocks_x), static_cast<unsigned>(p.passes));
+  constexpr int kThreads = kMmvqWarps * kWarp;
+  switch (p.tokens_per_pass) {
+    case 1:
+      MmvqKernel<kType, 1, 2><<<grid, kThreads, 0, stream>>>(w, x_q8, n_tokens, y);
+      break;
+    case 2:
+      MmvqKernel<kType, 2, 2><<<grid, kThreads, 0, stream>>>(w, x_q8, n_tokens, y);
+      break;
+    case 4:
+      MmvqKernel<kType, 4, 2><<<grid, kThreads, 0, stream>>>(w, x_q8, n_tokens, y);
+      break;
+    default:
+      MmvqKernel<kType, 8, 1><<<grid, kThreads, 0, stream>>>(w, x_q8, n_tokens, y);
+  }
+  return internal::LaunchStatus();
+}
+
 __global__ void __launch_bounds__(kGemvWarps * kWarp)
-    GemvKernel(DeviceWeight w, const float* x, int64_t n_tokens, float* y) {
+    FloatGemvKernel(DeviceWeight w, const float* x, int64_t n_tokens, float* y) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (r >= w.rows) return;  // whole warps leave together
@@ -23,37 +148,12 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   float sum[kGemvTokens];
 #pragma unroll
   for (int tt = 0; tt < kGemvTokens; ++tt) sum[tt] = 0.0f;
-
-  if (kQuantized) {
-    const int64_t n_blocks = w.cols / kQuantBlock;
-    for (int64_t blk = lane; blk < n_blocks; blk += kWarp) {
-      float wv[kQuantBlock];
-      DequantBlock(w.type, row, blk, wv);
+  for (int64_t c = lane; c < w.cols; c += kWarp) {
+    const float wv = DequantElement(w.type, row, c);
 #pragma unroll
-      for (int tt = 0; tt < kGemvTokens; ++tt) {
-        if (tt >= n_t) break;
-        const float4* xt =
-            reinterpret_cast<const float4*>(x + (t0 + tt) * w.cols + blk * kQuantBlock);
-        float s = sum[tt];
-#pragma unroll
-        for (int j = 0; j < kQuantBlock / 4; ++j) {
-          const float4 xv = xt[j];
-          s += wv[4 * j] * xv.x;
-          s += wv[4 * j + 1] * xv.y;
-          s += wv[4 * j + 2] * xv.z;
-          s += wv[4 * j + 3] * xv.w;
-        }
-        sum[tt] = s;
-      }
-    }
-  } else {
-    for (int64_t c = lane; c < w.cols; c += kWarp) {
-      const float wv = DequantElement(w.type, row, c);
-#pragma unroll
-      for (int tt = 0; tt < kGemvTokens; ++tt) {
-        if (tt >= n_t) break;
-        sum[tt] += wv * x[(t0 + tt) * w.cols + c];
-      }
+    for (int tt = 0; tt < kGemvTokens; ++tt) {
+      if (tt >= n_t) break;
+      sum[tt] += wv * x[(t0 + tt) * w.cols + c];
     }
   }
 #pragma unroll
@@ -68,26 +168,42 @@ __global__ void DequantizeToBf16Kernel(DeviceWeight w, uint16_t* out) {
   const int64_t total = w.rows * w.cols;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = e / w.cols;
-    out[e] = FloatToBf16Bits(DequantElement(w.type, w.data + r * w.row_bytes, e % w.cols));
+    const uint8_t* row = w.data + e / w.cols * w.row_bytes;
+    out[e] = FloatToBf16Bits(DeviceElement(w.type, row, w.cols, e % w.cols));
   }
 }
 
 }  // namespace
 
+int64_t Q8_1Bytes(int64_t n_tokens, int64_t cols) { return n_tokens * Q8_1TokenBytes(cols); }
+
+cudaError_t QuantizeQ8_1(const float* x, int64_t n_tokens, int64_t cols, uint8_t* out,
+                         cudaStream_t stream) {
+  if (cols % kQuantBlock != 0) return cudaErrorInvalidValue;
+  const int64_t blocks = n_tokens * (cols / kQuantBlock);
+  if (blocks == 0) return cudaSuccess;
+  QuantizeQ8_1Kernel<<<internal::GridStrideBlocks(blocks, 128), 128, 0, stream>>>(x, n_tokens,
+                                                                                 cols, out);
+  return internal::LaunchStatus();
+}
+
+cudaError_t GemvQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
+                     cudaStream_t stream) {
+  if (!IsQuantized(w.type) || w.cols % kQuantBlock != 0) return cudaErrorInvalidValue;
+  if (n_tokens == 0 || w.rows == 0) return cudaSuccess;
+  if (w.type == kWQ4_0) return LaunchMmvq<kWQ4_0>(w, x_q8, n_tokens, y, stream);
+  if (w.type == kWQ4_1) return LaunchMmvq<kWQ4_1>(w, x_q8, n_tokens, y, stream);
+  return LaunchMmvq<kWQ8_0>(w, x_q8, n_tokens, y, stream);
+}
+
 cudaError_t Gemv(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y,
                  cudaStream_t stream) {
+  if (IsQuantized(w.type)) return cudaErrorInvalidValue;  // GemvQ8_1
   if (n_tokens == 0 || w.rows == 0) return cudaSuccess;
-  const bool quantized = IsQuantized(w.type);
-  if (quantized && w.cols % kQuantBlock != 0) return cudaErrorInvalidValue;
   const GemvGrid g = GemvGeometry(w.rows, n_tokens);
   if (g.blocks_y > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(g.blocks_x), static_cast<unsigned>(g.blocks_y));
-  if (quantized) {
-    GemvKernel<true><<<grid, kGemvWarps * kWarp, 0, stream>>>(w, x, n_tokens, y);
-  } else {
-    GemvKernel<false><<<grid, kGemvWarps * kWarp, 0, stream>>>(w, x, n_tokens, y);
-  }
+  FloatGemvKernel<<<grid, kGemvWarps * kWarp, 0, stream>>>(w, x, n_tokens, y);
   return internal::LaunchStatus();
 }
 

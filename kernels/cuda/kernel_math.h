@@ -361,8 +361,9 @@ TM_HOST_DEVICE constexpr int TileTokens(int group) {
 
 TM_HOST_DEVICE constexpr int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Matrix-vector kernels: one warp per output row, kGemvWarps warps per block, each block
-// handling kGemvTokens tokens so a weight row is read once per kGemvTokens tokens.
+// The float-weight GEMV (gemv.cu; quantized weights: PlanMmvq of mmvq_math.h): one warp per
+// output row, kGemvWarps warps per block, each block handling kGemvTokens tokens so a weight
+// row is read once per kGemvTokens tokens.
 constexpr int kGemvWarps = 4;
 constexpr int kGemvTokens = 8;
 

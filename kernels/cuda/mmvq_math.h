@@ -59,6 +59,12 @@ TM_HOST_DEVICE inline float PackedElement(uint32_t type, const uint8_t* row, int
   return DequantQ8_0(qs, j, d);
 }
 
+// Element i of a device weight row (weight_upload.h): packed for the quantized types.
+TM_HOST_DEVICE inline float DeviceElement(uint32_t type, const uint8_t* row, int64_t cols,
+                                          int64_t i) {
+  return IsQuantized(type) ? PackedElement(type, row, cols, i) : DequantElement(type, row, i);
+}
+
 // ---- q8_1 activations ----------------------------------------------------------------------
 
 // A token's activations: cols int8 quants, then per block of 32 its scale d and d · Σq as

@@ -14,8 +14,9 @@
 namespace tokenmill::cuda {
 
 // A weight matrix in device memory: `rows` rows of `cols` elements in the GGUF type
-// `type` (TensorType's numbering), row_bytes apart; bf16 is its dequantized copy (rows x cols
-// bfloat16, row-major) for cuBLAS, or null.
+// `type` (TensorType's numbering), row_bytes apart, in the device layout of weight_upload.h
+// (Q4_0 / Q4_1 / Q8_0 rows packed); bf16 is its dequantized copy (rows x cols bfloat16,
+// row-major) for cuBLAS, or null.
 struct DeviceWeight {
   uint32_t type = 0;
   const uint8_t* data = nullptr;
@@ -111,9 +112,21 @@ cudaError_t PagedAttention(const KvCacheView& kv, const DeviceBatch& batch,
                            const DeviceBlockTable& table, const float* q, int n_heads,
                            float scale, float* workspace, float* out, cudaStream_t stream);
 
-// y[t * w.rows + r] = sum_c x[t * w.cols + c] * W[r][c], one warp per row reading the weights
-// in their file type (Q4_0/Q4_1/Q8_0 blocks or f32/f16/bf16), fixed order per (t, r). x is
-// 16-byte aligned (quantized types read it as float4).
+// Bytes of the q8_1 activations of n_tokens rows of cols floats (Q8_1TokenBytes apart).
+int64_t Q8_1Bytes(int64_t n_tokens, int64_t cols);
+
+// x (n_tokens rows of cols floats, cols a multiple of 32) to q8_1 (mmvq_math.h), as the CPU's
+// QuantizeActivations: the input of GemvQ8_1.
+cudaError_t QuantizeQ8_1(const float* x, int64_t n_tokens, int64_t cols, uint8_t* out,
+                         cudaStream_t stream);
+
+// y[t * w.rows + r] = sum_c x[t * w.cols + c] * W[r][c] for Q4_0 / Q4_1 / Q8_0 weights over x's
+// q8_1 activations (QuantizeQ8_1, 16-byte aligned): integer dot products as the CPU's, each
+// (t, r) equal to MmvqDot bit for bit whatever the batch.
+cudaError_t GemvQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
+                     cudaStream_t stream);
+
+// The same for f32 / f16 / bf16 weights over float x: one warp per row, fixed order per (t, r).
 cudaError_t Gemv(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y,
                  cudaStream_t stream);
 

@@ -169,12 +169,22 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
   return OkStatus();
 }
 
-Status CudaForwardPass::Matmul(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y) {
-  if (options_.cublas_min_tokens > 0 && n_tokens >= options_.cublas_min_tokens &&
-      w.bf16 != nullptr) {
-    return gemm_.Multiply(w, x, n_tokens, y);
-  }
-  return CudaStatus(Gemv(w, x, n_tokens, y, stream_), "GEMV");
+StatusOr<CudaForwardPass::MatmulInput> CudaForwardPass::PrepareInput(const float* x,
+                                                                       int64_t n_tokens,
+                                                                       int64_t cols) {
+  // Quantized weights have whole blocks of 32 columns; other widths only meet float weights.
+  if (UsesCublas(n_tokens) || cols % kQuantBlock != 0) return MatmulInput{x, nullptr};
+  TM_CUDA_RETURN_IF_ERROR(QuantizeQ8_1(x, n_tokens, cols, q8_.as<uint8_t>(), stream_),
+                          "quantizing activations to q8_1");
+  return MatmulInput{x, q8_.as<const uint8_t>()};
+}
+
+Status CudaForwardPass::Matmul(const DeviceWeight& w, const MatmulInput& in, int64_t n_tokens,
+                               float* y) {
+  if (UsesCublas(n_tokens) && w.bf16 != nullptr) return gemm_.Multiply(w, in.x, n_tokens, y);
+  if (!IsQuantized(w.type)) return CudaStatus(Gemv(w, in.x, n_tokens, y, stream_), "GEMV");
+  if (in.x_q8 == nullptr) return InternalError("a quantized GEMV without q8_1 activations");
+  return CudaStatus(GemvQ8_1(w, in.x_q8, n_tokens, y, stream_), "GEMV");
 }
 
 Status CudaForwardPass::Forward(const ForwardInput& in, const KvCacheView& kv) {
@@ -229,9 +239,10 @@ Status CudaForwardPass::EnqueueLayers(const KvCacheView& kv, int64_t n, int64_t 
       "RMSNorm");
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const DeviceLayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
-    TM_RETURN_IF_ERROR(Matmul(l.q.view, h, n, q));
-    TM_RETURN_IF_ERROR(Matmul(l.k.view, h, n, k));
-    TM_RETURN_IF_ERROR(Matmul(l.v.view, h, n, v));
+    TM_ASSIGN_OR_RETURN(const MatmulInput normed, PrepareInput(h, n, d));
+    TM_RETURN_IF_ERROR(Matmul(l.q.view, normed, n, q));
+    TM_RETURN_IF_ERROR(Matmul(l.k.view, normed, n, k));
+    TM_RETURN_IF_ERROR(Matmul(l.v.view, normed, n, v));
     if (c.qkv_bias) {
       TM_CUDA_RETURN_IF_ERROR(AddBias(q, l.q_bias.data(), n, c.q_dim(), s), "bias");
       TM_CUDA_RETURN_IF_ERROR(AddBias(k, l.k_bias.data(), n, c.kv_dim(), s), "bias");
@@ -245,14 +256,17 @@ Status CudaForwardPass::EnqueueLayers(const KvCacheView& kv, int64_t n, int64_t 
     TM_CUDA_RETURN_IF_ERROR(PagedAttention(kv_layer, d_batch_, blocks, q, c.n_heads, scale,
                                            workspace_.as<float>(), attn, s),
                             "paged attention");
-    TM_RETURN_IF_ERROR(Matmul(l.o.view, attn, n, proj));
+    TM_ASSIGN_OR_RETURN(const MatmulInput attended, PrepareInput(attn, n, c.q_dim()));
+    TM_RETURN_IF_ERROR(Matmul(l.o.view, attended, n, proj));
     TM_CUDA_RETURN_IF_ERROR(
         AddRmsNorm(x, proj, l.ffn_norm.data(), n, static_cast<int>(d), c.rms_eps, h, s),
         "residual add + RMSNorm");
-    TM_RETURN_IF_ERROR(Matmul(l.gate.view, h, n, gate));
-    TM_RETURN_IF_ERROR(Matmul(l.up.view, h, n, up));
+    TM_ASSIGN_OR_RETURN(const MatmulInput ffn_in, PrepareInput(h, n, d));
+    TM_RETURN_IF_ERROR(Matmul(l.gate.view, ffn_in, n, gate));
+    TM_RETURN_IF_ERROR(Matmul(l.up.view, ffn_in, n, up));
     TM_CUDA_RETURN_IF_ERROR(SwiGlu(gate, up, n * c.n_ff, gate, s), "SwiGLU");
-    TM_RETURN_IF_ERROR(Matmul(l.down.view, gate, n, proj));
+    TM_ASSIGN_OR_RETURN(const MatmulInput gated, PrepareInput(gate, n, c.n_ff));
+    TM_RETURN_IF_ERROR(Matmul(l.down.view, gated, n, proj));
     if (layer + 1 < c.n_layers) {
       // The residual add fused with the next layer's attention norm.
       const float* next_norm = weights_.layers[static_cast<size_t>(layer) + 1].attn_norm.data();
@@ -266,7 +280,8 @@ Status CudaForwardPass::EnqueueLayers(const KvCacheView& kv, int64_t n, int64_t 
   TM_CUDA_RETURN_IF_ERROR(RmsNorm(x, weights_.output_norm.data(), d_logit_rows_, n_logits,
                                   static_cast<int>(d), c.rms_eps, final_.as<float>(), s),
                           "output RMSNorm");
-  return Matmul(weights_.output.view, final_.as<float>(), n_logits, logits_.as<float>());
+  TM_ASSIGN_OR_RETURN(const MatmulInput final_in, PrepareInput(final_.as<float>(), n_logits, d));
+  return Matmul(weights_.output.view, final_in, n_logits, logits_.as<float>());
 }
 
 Status CudaForwardPass::GrowScratch(int64_t n, int64_t n_logits, int max_splits) {
@@ -284,6 +299,8 @@ Status CudaForwardPass::GrowScratch(int64_t n, int64_t n_logits, int max_splits)
   TM_RETURN_IF_ERROR(Grow(up_, n * c.n_ff * kF));
   TM_RETURN_IF_ERROR(Grow(final_, std::max<int64_t>(1, n_logits) * d * kF));
   TM_RETURN_IF_ERROR(Grow(logits_, std::max<int64_t>(1, n_logits) * c.n_vocab * kF));
+  TM_RETURN_IF_ERROR(Grow(q8_, Q8_1Bytes(std::max(n, n_logits),
+                                         std::max({d, int64_t{c.n_ff}, int64_t{c.q_dim()}}))));
   return Grow(workspace_, AttentionWorkspaceFloats(n, c.n_heads, c.head_dim, max_splits) * kF);
 }
 

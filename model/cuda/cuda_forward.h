@@ -73,7 +73,18 @@ class CudaForwardPass {
   // Every scratch buffer grown for a step of n tokens, n_logits logit rows and up to
   // max_splits attention splits.
   Status GrowScratch(int64_t n, int64_t n_logits, int max_splits);
-  Status Matmul(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y);
+  // A matmul's input: the floats, and their q8_1 copy for the GEMVs of quantized weights
+  // (null where cuBLAS takes the step's matmuls).
+  struct MatmulInput {
+    const float* x = nullptr;
+    const uint8_t* x_q8 = nullptr;
+  };
+  // x (n_tokens rows of cols) as the input of the matmuls that read it, quantized once for all.
+  StatusOr<MatmulInput> PrepareInput(const float* x, int64_t n_tokens, int64_t cols);
+  Status Matmul(const DeviceWeight& w, const MatmulInput& in, int64_t n_tokens, float* y);
+  bool UsesCublas(int64_t n_tokens) const {
+    return options_.cublas_min_tokens > 0 && n_tokens >= options_.cublas_min_tokens;
+  }
 
   const Model& model_;
   CudaForwardOptions options_;
@@ -89,6 +100,7 @@ class CudaForwardPass {
   DeviceBatch d_batch_;
   std::vector<DeviceBlockTable> d_tables_;  // per KV group
   DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, final_, logits_, workspace_, argmax_;
+  DeviceBuffer q8_;  // PrepareInput's q8_1 activations
   bool decode_only_ = false;
   struct DecodeGraph {
     cudaGraphExec_t exec = nullptr;

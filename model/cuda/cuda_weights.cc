@@ -3,9 +3,11 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <utility>
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/kernel_math.h"
+#include "kernels/cuda/weight_upload.h"
 
 namespace tokenmill::cuda {
 namespace {
@@ -27,10 +29,13 @@ StatusOr<DeviceMatrix> UploadMatrix(const WeightMatrix& w, bool with_bf16, int64
                               " weights yet (it runs f32, f16, bf16, q4_0, q4_1, q8_0): serve "
                               "this model on the CPU");
   }
+  if (w.layout != WeightLayout::kRows) {
+    return InternalError("the CUDA forward pass reads weights in the file's row layout");
+  }
   DeviceMatrix m;
-  TM_ASSIGN_OR_RETURN(m.raw, DeviceBuffer::CopyOf(w.data, w.rows * w.row_bytes));
-  m.view = DeviceWeight{static_cast<uint32_t>(w.type), m.raw.as<const uint8_t>(), w.rows, w.cols,
-                        w.row_bytes, nullptr};
+  TM_ASSIGN_OR_RETURN(UploadedWeight u, UploadWeight(type, w.data, w.rows, w.cols, w.row_bytes));
+  m.raw = std::move(u.buffer);
+  m.view = u.view;
   bytes += m.raw.bytes();
   if (with_bf16) {
     TM_ASSIGN_OR_RETURN(m.bf16, DeviceBuffer::Allocate(w.rows * w.cols * 2));

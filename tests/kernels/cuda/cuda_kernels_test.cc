@@ -20,7 +20,9 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/kernel_math.h"
+#include "kernels/cuda/mmvq_math.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/weight_upload.h"
 #include "kernels/dequantize.h"
 #include "kernels/half.h"
 #include "tests/kernels/cuda/cuda_test.h"
@@ -106,29 +108,72 @@ std::vector<uint8_t> RandomWeights(TensorType type, int64_t rows, int64_t cols, 
 
 class GemvTest : public CudaKernelsTest, public ::testing::WithParamInterface<TensorType> {};
 
-TEST_P(GemvTest, MatchesTheReferenceAndIsBatchInvariant) {
+// Quantized weights: the device's q8_1 activations equal the CPU's QuantizeActivations, and
+// every (token, row) of GemvQ8_1 equals MmvqDot (mmvq_math.h) bit for bit, for batches of 1..11
+// tokens (every pass shape of PlanMmvq, so also batch-invariant). 37 blocks a row: lanes with
+// two words and without, rows padded to 16 bytes; 67 rows: a warp's second row past the end.
+// Float weights: within 1e-4 of the reference, and batch-invariant.
+TEST_P(GemvTest, EqualsItsEmulationAndIsBatchInvariant) {
   const TensorType type = GetParam();
-  const int64_t rows = 67, cols = 256, n_tokens = 11;
+  const uint32_t id = static_cast<uint32_t>(type);
+  const bool quantized = IsQuantized(id);
+  const int64_t rows = 67, cols = quantized ? 37 * kQuantBlock : 256, n_tokens = 11;
   const std::vector<uint8_t> w_host = RandomWeights(type, rows, cols, rng_);
   const std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), rng_);
   const WeightMatrix w{type, w_host.data(), rows, cols,
                        static_cast<int64_t>(w_host.size()) / rows};
-  std::vector<float> want(static_cast<size_t>(n_tokens * rows));
-  MatmulReference(w, x.data(), n_tokens, want.data());
-
-  DeviceBuffer dw = ToDevice(w_host), dx = ToDevice(x);
+  StatusOr<UploadedWeight> uploaded = UploadWeight(id, w.data, rows, cols, w.row_bytes);
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status().ToString();
+  const DeviceWeight& view = uploaded->view;
+  DeviceBuffer dx = ToDevice(x);
   DeviceBuffer dy = Scratch(n_tokens * rows * 4);
-  const DeviceWeight view{static_cast<uint32_t>(type), dw.as<const uint8_t>(), rows, cols,
-                          w.row_bytes, nullptr};
-  ASSERT_EQ(Gemv(view, dx.as<float>(), n_tokens, dy.as<float>(), nullptr), cudaSuccess);
-  const std::vector<float> batched = ToHost<float>(dy, want.size());
-  ExpectNear(batched, want, 1e-4f, "gemv");
-
-  // Each token alone gives the same bits as in the batch of 11.
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    ASSERT_EQ(Gemv(view, dx.as<float>() + t * cols, 1, dy.as<float>(), nullptr), cudaSuccess);
-    const std::vector<float> alone = ToHost<float>(dy, static_cast<size_t>(rows));
-    ASSERT_EQ(std::memcmp(alone.data(), batched.data() + t * rows, rows * 4), 0) << "token " << t;
+  DeviceBuffer dq8 = Scratch(Q8_1Bytes(n_tokens, cols));
+  std::vector<float> want(static_cast<size_t>(n_tokens * rows));
+  if (quantized) {
+    ASSERT_EQ(QuantizeQ8_1(dx.as<float>(), n_tokens, cols, dq8.as<uint8_t>(), nullptr),
+              cudaSuccess);
+    const std::vector<uint8_t> q8 = ToHost<uint8_t>(dq8, static_cast<size_t>(dq8.bytes()));
+    std::vector<Q8ActivationBlock> cpu(static_cast<size_t>(cols / kQuantBlock));
+    const std::vector<uint8_t> packed = DeviceLayout(id, w.data, rows, cols, w.row_bytes);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const uint8_t* token = q8.data() + t * Q8_1TokenBytes(cols);
+      QuantizeActivations(x.data() + t * cols, cols, cpu.data());
+      for (int64_t b = 0; b < cols / kQuantBlock; ++b) {
+        ASSERT_EQ(std::memcmp(token + b * kQuantBlock, cpu[b].q, kQuantBlock), 0) << t << "/" << b;
+        const float ds[2] = {cpu[b].d, cpu[b].scaled_sum};
+        ASSERT_EQ(std::memcmp(token + cols + 8 * b, ds, 8), 0) << "scales " << t << "/" << b;
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        want[static_cast<size_t>(t * rows + r)] =
+            MmvqDot(id, packed.data() + r * view.row_bytes, token, cols);
+      }
+    }
+  } else {
+    MatmulReference(w, x.data(), n_tokens, want.data());
+  }
+  for (const int64_t n : {1, 2, 3, 4, 5, 8, 11}) {
+    ASSERT_EQ(cudaMemset(dy.data(), 0xff, static_cast<size_t>(dy.bytes())), cudaSuccess);
+    ASSERT_EQ(quantized ? GemvQ8_1(view, dq8.as<uint8_t>(), n, dy.as<float>(), nullptr)
+                        : Gemv(view, dx.as<float>(), n, dy.as<float>(), nullptr),
+              cudaSuccess);
+    const std::vector<float> got = ToHost<float>(dy, static_cast<size_t>(n * rows));
+    if (quantized) {
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0)
+            << "batch of " << n << ", token " << i / rows << " row " << i % rows << ": "
+            << got[i] << " vs " << want[i];
+      }
+    } else if (n == n_tokens) {
+      ExpectNear(got, want, 1e-4f, "gemv");
+      want = got;  // the smaller batches must give these bits
+    }
+  }
+  if (!quantized) {  // the batches above ran before `want` held the batch of 11's bits
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      ASSERT_EQ(Gemv(view, dx.as<float>() + t * cols, 1, dy.as<float>(), nullptr), cudaSuccess);
+      const std::vector<float> alone = ToHost<float>(dy, static_cast<size_t>(rows));
+      ASSERT_EQ(std::memcmp(alone.data(), want.data() + t * rows, rows * 4), 0) << "token " << t;
+    }
   }
 
   // The bf16 copy (FloatToBf16Bits of the reference's dequantized values) and cuBLAS.
@@ -153,6 +198,8 @@ TEST_P(GemvTest, MatchesTheReferenceAndIsBatchInvariant) {
   // reference add at most cols * 2^-24 of sum |x w| each. So |cuBLAS - reference| <=
   // sum_c |x_c w_c| * (2^-8 + 2^-17 + 2 cols 2^-24).
   const std::vector<float> got = ToHost<float>(dy, want.size());
+  std::vector<float> reference(want.size());
+  MatmulReference(w, x.data(), n_tokens, reference.data());
   const double per_unit = 0x1p-8 + 0x1p-17 + 2.0 * static_cast<double>(cols) * 0x1p-24;
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t r = 0; r < rows; ++r) {
@@ -162,7 +209,7 @@ TEST_P(GemvTest, MatchesTheReferenceAndIsBatchInvariant) {
                              w_float[static_cast<size_t>(r * cols + c)]);
       }
       const size_t i = static_cast<size_t>(t * rows + r);
-      ASSERT_LE(std::fabs(static_cast<double>(got[i]) - want[i]), abs_sum * per_unit)
+      ASSERT_LE(std::fabs(static_cast<double>(got[i]) - reference[i]), abs_sum * per_unit)
           << "cublas at token " << t << " row " << r;
     }
   }
@@ -180,10 +227,11 @@ TEST_F(CudaKernelsTest, EmbeddingDequantizesTheRowsOfTheIds) {
   const int64_t vocab = 40, cols = 64;
   const std::vector<uint8_t> table = RandomWeights(TensorType::kQ8_0, vocab, cols, rng_);
   const std::vector<int32_t> ids = {3, 0, 39, 3};
-  DeviceBuffer dt = ToDevice(table), dids = ToDevice(ids), out = Scratch(4 * cols * 4);
+  DeviceBuffer dids = ToDevice(ids), out = Scratch(4 * cols * 4);
   const int64_t row_bytes = static_cast<int64_t>(table.size()) / vocab;
-  const DeviceWeight view{kWQ8_0, dt.as<const uint8_t>(), vocab, cols, row_bytes, nullptr};
-  ASSERT_EQ(Embedding(view, dids.as<int32_t>(), 4, out.as<float>(), nullptr), cudaSuccess);
+  StatusOr<UploadedWeight> dt = UploadWeight(kWQ8_0, table.data(), vocab, cols, row_bytes);
+  ASSERT_TRUE(dt.ok()) << dt.status().ToString();
+  ASSERT_EQ(Embedding(dt->view, dids.as<int32_t>(), 4, out.as<float>(), nullptr), cudaSuccess);
   const std::vector<float> got = ToHost<float>(out, 4 * cols);
   std::vector<float> want(static_cast<size_t>(cols));
   for (size_t t = 0; t < ids.size(); ++t) {

@@ -31,13 +31,13 @@ std::ostream& operator<<(std::ostream& os, const QuantCase& c) { return os << c.
 using CudaKvQuantTest = CudaModelTest<QuantCase>;
 
 // The GPU's int8 store is bit-equal to the CPU's (cuda_kernels_test), so the logits differ
-// only as the f16 ones do: held to the same CPU-derived bound (GpuToleranceOverCpuReference).
+// only as the f16 ones do: held to the same CPU-derived bound (GpuToleranceOverCpu).
 TEST_P(CudaKvQuantTest, Int8LogitsMatchTheCpuInt8Path) {
   const ModelConfig& c = model_->config();
-  ForwardPass cpu = CpuReference();
+  ForwardPass cpu = CpuCounterpart();
   for (size_t i = 0; i < std::min<size_t>(4, golden_.prompts.size()); ++i) {
     const GoldenPrompt& p = golden_.prompts[i];
-    const float tolerance = GpuToleranceOverCpuReference(p);
+    const float tolerance = GpuToleranceOverCpu(p);
     BatchBuilder builder(16, 64);
     const int seq = builder.AddSequence();
     ASSERT_TRUE(builder.Append(seq, p.prompt_tokens, BatchBuilder::Logits::kAll).ok());

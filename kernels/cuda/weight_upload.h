@@ -1,0 +1,27 @@
+// Weight matrices copied to the device in the layout its kernels read: Q4_0 / Q4_1 / Q8_0
+// rows packed with their quants in 16-byte words (mmvq_math.h), the float types as in the
+// file. Every DeviceWeight of a quantized type the kernels take comes from here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/ops.h"
+
+namespace tokenmill::cuda {
+
+// rows GGUF rows of `type` (row_bytes apart) in the device layout, on the host: packed rows
+// for the quantized types (PackedRowBytes apart), the bytes unchanged otherwise.
+std::vector<uint8_t> DeviceLayout(uint32_t type, const uint8_t* data, int64_t rows, int64_t cols,
+                                  int64_t row_bytes);
+
+struct UploadedWeight {
+  DeviceBuffer buffer;
+  DeviceWeight view;  // into buffer; bf16 null
+};
+StatusOr<UploadedWeight> UploadWeight(uint32_t type, const uint8_t* data, int64_t rows,
+                                      int64_t cols, int64_t row_bytes);
+
+}  // namespace tokenmill::cuda
