@@ -51,7 +51,7 @@ Status EngineCore::Add(RequestId id, ValidatedRequest valid, Clock::time_point s
   for (int i = 0; i < n; ++i) {
     outputs_.emplace(id + static_cast<RequestId>(i),
                      RequestOutput(id, i, tokenizer_, request.stop_strings, request.sink,
-                                   num_prompt, submit_time));
+                                   num_prompt, submit_time, request.rendered_control_tokens));
     if (request.grammar) {
       grammars_.Add(id + static_cast<RequestId>(i), request.grammar,
                     request.grammar_starts_after, request.grammar_reasoning_opens);

@@ -47,6 +47,9 @@ struct GenerateRequest {
   // to grammar_starts_after) or with what the grammar allows (constrained from the first
   // token). Empty: the output starts inside the reasoning.
   std::vector<TokenId> grammar_reasoning_opens;
+  // Control tokens whose text the output carries (a tool-call parser's markers, such as
+  // <|python_tag|> or [TOOL_CALLS]); other control tokens produce no text.
+  std::vector<TokenId> rendered_control_tokens;
   // Receives every event of this request, on the engine thread; must not block (see
   // generate_output.h). Required.
   OutputSink sink;

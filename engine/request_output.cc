@@ -20,11 +20,13 @@ CompletionReason FromFinishReason(FinishReason reason) {
 
 RequestOutput::RequestOutput(RequestId id, int sequence_index, const Tokenizer& tokenizer,
                              std::vector<std::string> stop_strings, OutputSink sink,
-                             int num_prompt_tokens, Clock::time_point submit_time)
+                             int num_prompt_tokens, Clock::time_point submit_time,
+                             std::vector<TokenId> rendered_controls)
     : id_(id),
       sequence_index_(sequence_index),
       // The stream continues a prompt: keep a leading space.
-      decoder_(tokenizer, DecodeOptions{.render_special = false, .strip_space_prefix = false}),
+      decoder_(tokenizer, DecodeOptions{.render_special = false, .strip_space_prefix = false},
+               std::move(rendered_controls)),
       stop_matcher_(stop_strings),
       stop_strings_(std::move(stop_strings)),
       sink_(std::move(sink)),

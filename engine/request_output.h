@@ -23,10 +23,11 @@ class RequestOutput {
   using Clock = std::chrono::steady_clock;
 
   // `tokenizer` must outlive this.
-  // `id` and `sequence_index` are what the events carry.
+  // `id` and `sequence_index` are what the events carry; the text shows the control tokens
+  // of `rendered_controls` (GenerateRequest::rendered_control_tokens).
   RequestOutput(RequestId id, int sequence_index, const Tokenizer& tokenizer,
                 std::vector<std::string> stop_strings, OutputSink sink, int num_prompt_tokens,
-                Clock::time_point submit_time);
+                Clock::time_point submit_time, std::vector<TokenId> rendered_controls = {});
 
   int sequence_index() const { return sequence_index_; }
 

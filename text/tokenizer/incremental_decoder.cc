@@ -1,5 +1,7 @@
 #include "text/tokenizer/incremental_decoder.h"
 
+#include <algorithm>
+
 #include "text/tokenizer/utf8.h"
 
 namespace tokenmill {
@@ -9,7 +11,10 @@ using tokenizer::kReplacementCharacter;
 using tokenizer::Utf8Sequence;
 
 std::string IncrementalDecoder::Add(TokenId id) {
-  std::string_view piece = tokenizer_->Piece(id, options_.render_special);
+  const bool render = options_.render_special ||
+                      std::find(rendered_controls_.begin(), rendered_controls_.end(), id) !=
+                          rendered_controls_.end();
+  std::string_view piece = tokenizer_->Piece(id, render);
   if (piece.empty()) return {};
   if (at_start_ && options_.strip_space_prefix && tokenizer_->PieceHasSpacePrefix(id)) {
     piece.remove_prefix(1);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "text/tokenizer/tokenizer.h"
 
@@ -11,9 +12,13 @@ namespace tokenmill {
 
 class IncrementalDecoder {
  public:
-  // `tokenizer` must outlive the decoder.
-  explicit IncrementalDecoder(const Tokenizer& tokenizer, DecodeOptions options = {})
-      : tokenizer_(&tokenizer), options_(options) {}
+  // `tokenizer` must outlive the decoder. The control tokens in `rendered_controls` come out
+  // as their text even without options.render_special (a tool-call parser's markers).
+  explicit IncrementalDecoder(const Tokenizer& tokenizer, DecodeOptions options = {},
+                              std::vector<TokenId> rendered_controls = {})
+      : tokenizer_(&tokenizer),
+        options_(options),
+        rendered_controls_(std::move(rendered_controls)) {}
 
   // Adds one token; returns the text that became complete (possibly empty). Bytes that can
   // never form a character come out as U+FFFD, so nothing is held back forever.
@@ -28,6 +33,7 @@ class IncrementalDecoder {
  private:
   const Tokenizer* tokenizer_;
   DecodeOptions options_;
+  std::vector<TokenId> rendered_controls_;
   bool at_start_ = true;
   std::string pending_;
 };
