@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "server/grpc/status_conversion.h"
 
 namespace tokenmill::server {
@@ -52,13 +54,17 @@ void GenerateReactor::Start(GenerateRequest request, std::optional<OutputParserO
     return;
   }
   bool abort_now = false;
+  std::vector<int> ended_turns;
   {
     std::lock_guard lock(mutex_);
     engine_id_ = *id;
     abort_now = cancelled_ && !engine_finished_;
+    ended_turns = ended_turns_;
   }
   spdlog::debug("request {} submitted as engine request {}", request_id_, *id);
   if (abort_now) engine_.Abort(*id);
+  // Turns that ended before the id was known.
+  for (const int index : ended_turns) engine_.Abort(*id + static_cast<RequestId>(index));
   Release();
 }
 
@@ -122,8 +128,21 @@ void GenerateReactor::AddText(const GenerateOutput& output, v1::GenerateResponse
   }
 }
 
+std::optional<RequestId> GenerateReactor::EndTurnIfOver(int index) {
+  // Aborting sequence 0 of several would abort them all: it runs on, its parser drops the
+  // rest.
+  if (parsers_.empty() || !parsers_[index].turn_over() || (index == 0 && num_sequences_ > 1) ||
+      std::find(ended_turns_.begin(), ended_turns_.end(), index) != ended_turns_.end()) {
+    return std::nullopt;
+  }
+  ended_turns_.push_back(index);
+  if (!engine_id_) return std::nullopt;
+  return *engine_id_ + static_cast<RequestId>(index);
+}
+
 void GenerateReactor::OnOutput(GenerateOutput&& output) {
   bool all_finished = false;
+  std::optional<RequestId> abort_id;
   {
     std::lock_guard lock(mutex_);
     const bool error = output.finished && output.finish_reason == CompletionReason::kError;
@@ -131,6 +150,7 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
       v1::GenerateResponse& response = PendingFor(output.index);
       response.mutable_token_ids()->Add(output.token_ids.begin(), output.token_ids.end());
       AddText(output, response);
+      if (!output.finished) abort_id = EndTurnIfOver(output.index);
       for (const TokenLogprobs& l : output.logprobs) {
         v1::TokenLogprobs* wire = response.add_logprobs();
         wire->mutable_chosen()->set_token_id(l.chosen.token_id);
@@ -156,10 +176,13 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
         }
       } else {
         v1::GenerateResponse& response = pending_.back();
-        const bool called_tools = !parsers_.empty() && parsers_[output.index].called_tools();
-        response.set_finish_reason(reason == CompletionReason::kStop && called_tools
-                                       ? v1::FINISH_REASON_TOOL_CALLS
-                                       : ToProto(reason));
+        const OutputParser* parser = parsers_.empty() ? nullptr : &parsers_[output.index];
+        const bool called_tools = parser != nullptr && parser->called_tools();
+        const bool tools_ended_it =
+            (reason == CompletionReason::kStop && called_tools) ||
+            (reason == CompletionReason::kAbort && parser != nullptr && parser->turn_over());
+        response.set_finish_reason(tools_ended_it ? v1::FINISH_REASON_TOOL_CALLS
+                                                  : ToProto(reason));
         response.set_stop_string(output.stop_string);
         v1::Usage* usage = response.mutable_usage();
         usage->set_prompt_tokens(static_cast<uint32_t>(output.usage.prompt_tokens));
@@ -174,6 +197,7 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
       }
     }
   }
+  if (abort_id) engine_.Abort(*abort_id);
   Pump();
   if (all_finished) Release();
 }

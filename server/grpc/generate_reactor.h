@@ -1,7 +1,9 @@
 // One Generate call: a gRPC ServerWriteReactor fed by the engine's output events (of each
 // of the request's n sequences; every response carries its sequence's index). A chat
 // request's output may be parsed (an OutputParser per sequence): responses then carry the
-// content as text, the reasoning and the tool-call deltas.
+// content as text, the reasoning and the tool-call deltas. A sequence whose turn is over
+// (its one call without parallel_tool_calls is complete) is aborted in the engine, and
+// finishes with FINISH_REASON_TOOL_CALLS.
 //
 // The engine calls the sink on its own thread; the sink only merges the event into the
 // pending response and starts a write when none is in flight (one write in flight, no
@@ -53,6 +55,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   v1::GenerateResponse& PendingFor(int index);
   // The event's text into `response`: as it is, or parsed by the sequence's parser.
   void AddText(const GenerateOutput& output, v1::GenerateResponse& response);
+  // The engine id to abort when sequence `index`'s turn just ended with its call; none when
+  // it did not, or when it is not known yet (Start aborts it then). mutex_ held.
+  std::optional<RequestId> EndTurnIfOver(int index);
   // Starts the next write, or finishes the call, when the state allows it. Any thread.
   void Pump();
   // Drops one of the two holders (gRPC, engine); the last deletes the reactor.
@@ -74,6 +79,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   // response carries its finish reason and usage.
   std::deque<v1::GenerateResponse> pending_;
   std::vector<OutputParser> parsers_;    // one per sequence; empty: the output is not parsed
+  std::vector<int> ended_turns_;         // sequences aborted (or to abort) as turn_over
   std::optional<grpc::Status> error_status_;   // the first sequence that failed
   std::optional<grpc::Status> finish_status_;  // how to finish once everything is written
   bool cancelled_ = false;               // by the client, a deadline or a failed write

@@ -169,6 +169,21 @@ StatusOr<std::optional<OutputParserOptions>> ChatOutputParsing(
   return std::optional<OutputParserOptions>(options);
 }
 
+// The tool-call markers that are control tokens in this vocabulary (Llama 3.1's
+// <|python_tag|>, Mistral's [TOOL_CALLS]): the output renders them for the parser, which
+// keeps them out of the content.
+std::vector<TokenId> RenderToolCallMarkers(const Tokenizer& tokenizer,
+                                           OutputParserOptions& options) {
+  std::vector<TokenId> rendered;
+  for (const std::string_view marker : ToolCallMarkers(*options.tool_calls)) {
+    const TokenId id = tokenizer.vocab().Find(marker);
+    if (id == kNoToken || tokenizer.vocab().type(id) != TokenType::kControl) continue;
+    rendered.push_back(id);
+    options.hidden_markers.emplace_back(marker);
+  }
+  return rendered;
+}
+
 StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToolCall(
     const v1::Chat& chat, const RequestContext& context) {
   if (context.grammars == nullptr) {
@@ -316,6 +331,9 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
       std::string prompt;
       TM_ASSIGN_OR_RETURN(out.prompt_token_ids, EncodeChat(request.chat(), context, prompt));
       TM_ASSIGN_OR_RETURN(chat_parsing, ChatOutputParsing(request, context, prompt));
+      if (chat_parsing && chat_parsing->tool_calls) {
+        out.rendered_control_tokens = RenderToolCallMarkers(*context.tokenizer, *chat_parsing);
+      }
       break;
     }
     case v1::GenerateRequest::INPUT_NOT_SET:

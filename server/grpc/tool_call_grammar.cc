@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
+#include <vector>
+
 #include "grammar/json_schema.h"
 
 namespace tokenmill::server {
@@ -24,9 +27,68 @@ std::string CallsRule(ToolCallFormat format, bool parallel) {
     case ToolCallFormat::kMistral:
       return std::string("\"[TOOL_CALLS][\" tool-call") + (parallel ? " (\", \" tool-call)*" : "") +
              " \"]\"";
+    case ToolCallFormat::kMistralV11:  // each call has its own marker (NamedCallsGbnf)
+      return parallel ? "tool-call+" : "tool-call";
     case ToolCallFormat::kJson: break;
   }
   return parallel ? "\"[\" tool-call (\", \" tool-call)* \"]\"" : "tool-call";
+}
+
+struct Tool {
+  std::string name;
+  Json parameters;
+};
+
+// `gbnf` with each rule name prefixed: rules of several grammars in one, apart. Names are
+// what stands outside string literals and character classes.
+std::string PrefixRuleNames(std::string_view gbnf, const std::string& prefix) {
+  std::string out;
+  char quote = 0;  // '"' or ']' while inside a literal or a class
+  for (size_t i = 0; i < gbnf.size(); ++i) {
+    const char c = gbnf[i];
+    if (quote != 0) {
+      out += c;
+      if (c == '\\' && i + 1 < gbnf.size()) out += gbnf[++i];
+      else if (c == quote) quote = 0;
+    } else if (c == '"' || c == '[') {
+      quote = c == '"' ? '"' : ']';
+      out += c;
+    } else if (std::isalpha(static_cast<unsigned char>(c)) &&
+               (i == 0 || !(std::isalnum(static_cast<unsigned char>(gbnf[i - 1])) ||
+                            gbnf[i - 1] == '-'))) {
+      out += prefix;
+      out += c;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// Mistral v11: [TOOL_CALLS]name[ARGS]{arguments}, the name outside the JSON, so each tool's
+// parameters are a grammar of their own, their rules prefixed apart.
+StatusOr<std::string> NamedCallsGbnf(const std::vector<Tool>& tools, bool parallel,
+                                     const grammar::GrammarLimits& limits) {
+  std::string call = std::string(kCallRule);
+  std::string rules;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    StatusOr<std::string> gbnf = grammar::JsonSchemaToGbnf(tools[i].parameters.dump(), limits);
+    if (!gbnf.ok()) {
+      return Status(gbnf.status().code(),
+                    "tools: '" + tools[i].name + "' parameters: " + gbnf.status().message());
+    }
+    std::string prefix = "t";
+    prefix += std::to_string(i);
+    prefix += '-';
+    if (i > 0) call += " | ";
+    call += Json("[TOOL_CALLS]" + tools[i].name + "[ARGS]").dump();
+    call += ' ';
+    call += prefix;
+    call += "root";
+    rules += PrefixRuleNames(*gbnf, prefix);
+  }
+  return std::string(kRootRule) + CallsRule(ToolCallFormat::kMistralV11, parallel) + "\n" +
+         call + "\n" + rules;
 }
 
 // Moves a tool's $defs / definitions to the document's root, where its "#/$defs/..." refs
@@ -62,9 +124,7 @@ StatusOr<std::string> ForcedToolCallGbnf(ToolCallFormat format, std::string_view
     return InvalidArgumentError("chat.tool_choice forces a call: give chat.tools_json, a JSON "
                                 "array of tools");
   }
-  const char* arguments_key = format == ToolCallFormat::kLlama3Json ? "parameters" : "arguments";
-  Json document = Json::object();
-  Json calls = Json::array();
+  std::vector<Tool> offered;
   for (const Json& tool : tools) {
     const Json* function = tool.is_object() && tool.contains("function") ? &tool["function"]
                                                                          : &tool;
@@ -80,15 +140,23 @@ StatusOr<std::string> ForcedToolCallGbnf(ToolCallFormat format, std::string_view
     if (!parameters.is_object()) {
       return InvalidArgumentError("tools: '" + name + "' parameters must be a JSON Schema object");
     }
-    TM_RETURN_IF_ERROR(HoistDefinitions(parameters, name, document));
-    // Generated key order: name, then arguments (the parsers stream arguments after a name).
-    calls.push_back({{"type", "object"},
-                     {"properties", {{"name", {{"const", name}}}, {arguments_key, parameters}}},
-                     {"required", {"name", arguments_key}}});
+    offered.push_back({name, std::move(parameters)});
   }
-  if (calls.empty()) {
+  if (offered.empty()) {
     return InvalidArgumentError("chat.tool_choice names the function '" +
                                 std::string(function_name) + "', which is not in chat.tools_json");
+  }
+  if (format == ToolCallFormat::kMistralV11) return NamedCallsGbnf(offered, parallel, limits);
+  const char* arguments_key = format == ToolCallFormat::kLlama3Json ? "parameters" : "arguments";
+  Json document = Json::object();
+  Json calls = Json::array();
+  for (Tool& tool : offered) {
+    TM_RETURN_IF_ERROR(HoistDefinitions(tool.parameters, tool.name, document));
+    // Generated key order: name, then arguments (the parsers stream arguments after a name).
+    calls.push_back(
+        {{"type", "object"},
+         {"properties", {{"name", {{"const", tool.name}}}, {arguments_key, tool.parameters}}},
+         {"required", {"name", arguments_key}}});
   }
   document["anyOf"] = std::move(calls);
   StatusOr<std::string> gbnf = grammar::JsonSchemaToGbnf(document.dump(), limits);

@@ -212,6 +212,37 @@ def hermes():
         yield gateway
 
 
+def test_parallel_tool_calls_false_ends_the_turn_after_the_first_call(hermes):
+    # tool_choice auto: a choice grammar makes SmolLM2 write two Hermes calls. Without
+    # parallel calls the server stops the generation once the first call is complete.
+    two_calls = "".join(
+        "<tool_call>\n" + json.dumps({"name": n, "arguments": a}) + "\n</tool_call>\n"
+        for n, a in (("get_weather", {"city": "Paris", "unit": "celsius"}),
+                     ("get_time", {"zone": "Europe/Paris"})))
+    def run(parallel, **kwargs):
+        return create(hermes, tool_choice="auto", parallel_tool_calls=parallel,
+                      extra_body={"structured_outputs": {"choice": [two_calls]}}, **kwargs)
+    both = run(True)
+    assert [c.function.name for c in both.choices[0].message.tool_calls] == \
+        ["get_weather", "get_time"]
+    first = run(False)
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    assert [c.function.name for c in choice.message.tool_calls] == ["get_weather"]
+    check_call("hermes", choice.message.tool_calls[0])
+    # Ended, not generated and dropped: fewer tokens than the second call alone needs.
+    second_call_tokens = len(hermes.http.post("/tokenize", json={
+        "model": model_name(hermes), "prompt": two_calls.split("</tool_call>\n", 1)[1],
+        "add_special_tokens": False}).json()["tokens"])
+    assert first.usage.completion_tokens + second_call_tokens <= both.usage.completion_tokens
+    chunks = list(run(False, stream=True))
+    deltas = [d for c in chunks for d in c.choices[0].delta.tool_calls or []]
+    assert {d.index for d in deltas} == {0}
+    assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] == \
+        ["tool_calls"]
+
+
 def test_openai_agents_runs_an_agent_loop_to_the_end(hermes):
     agents = pytest.importorskip("agents")
     import openai

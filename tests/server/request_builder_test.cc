@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "engine/grammar_vocabulary.h"
+#include "text/tokenizer/incremental_decoder.h"
 
 namespace tokenmill::server {
 namespace {
@@ -303,6 +304,93 @@ TEST(RenderChat, ToolsReachTheTemplate) {
     EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(refused.status().message(), HasSubstr("chat.tools_json must be a JSON array"));
   }
+}
+
+// The text a stream of generated ids comes out as, and what the request's parser makes of it.
+ParsedOutput DecodeAndParse(const Tokenizer& tokenizer, const std::vector<TokenId>& generated,
+                            std::vector<TokenId> rendered, const OutputParserOptions& parsing) {
+  IncrementalDecoder decoder(tokenizer, {.render_special = false, .strip_space_prefix = false},
+                             std::move(rendered));
+  OutputParser parser(parsing);
+  ParsedOutput out;
+  for (const TokenId id : generated) out.Append(parser.Feed(decoder.Add(id)));
+  out.Append(parser.Feed(decoder.Finish()));
+  out.Append(parser.Finish());
+  return out;
+}
+
+TEST(BuildGenerateRequest, ToolCallMarkersThatAreControlTokensReachTheParser) {
+  // Mistral 7B v0.3's vocabulary (scripts/setup writes it from mistral-common's tokenizer):
+  // [TOOL_CALLS] is the control token 5, which the model emits and the detokenizer drops.
+  const LoadedVocab mistral("mistral-v3-vocab.gguf");
+  StatusOr<ChatTemplate> chat_template = ChatTemplate::FromFile(
+      std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/mistral_tools.jinja", {});
+  ASSERT_TRUE(chat_template.ok()) << chat_template.status().ToString();
+  RequestContext context = mistral.Context(4096);
+  context.chat_template = &*chat_template;
+  context.tool_call_format = DetectToolCallFormat(chat_template->source());
+  ASSERT_EQ(context.tool_call_format, ToolCallFormat::kMistral);
+  v1::GenerateRequest request;
+  v1::ChatMessage* message = request.mutable_chat()->add_messages();
+  message->set_role("user");
+  message->set_content("Weather in Paris?");
+  request.mutable_chat()->set_tools_json(R"([{"type": "function", "function": {"name":
+      "get_weather", "parameters": {"type": "object", "properties": {"city": {}}}}}])");
+  std::optional<OutputParserOptions> parsing;
+  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, context, &parsing);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_THAT(built->rendered_control_tokens, ElementsAre(5));
+  ASSERT_TRUE(parsing.has_value());
+  EXPECT_THAT(parsing->hidden_markers, ElementsAre("[TOOL_CALLS]"));
+
+  // Generated ids as the model emits them: the control token, then the call's text tokens.
+  const StatusOr<std::vector<TokenId>> call = mistral.tokenizer->Encode(
+      "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
+      {.add_special = false, .parse_special = true});
+  ASSERT_TRUE(call.ok());
+  ASSERT_EQ(call->front(), 5);
+  const ParsedOutput parsed =
+      DecodeAndParse(*mistral.tokenizer, *call, built->rendered_control_tokens, *parsing);
+  EXPECT_EQ(parsed.content, "");
+  ASSERT_EQ(parsed.tool_calls.size(), 2u);
+  EXPECT_EQ(parsed.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(parsed.tool_calls[1].arguments, R"({"city": "Paris"})");
+  // Without rendering the marker the call would be content: what this prevents.
+  EXPECT_THAT(DecodeAndParse(*mistral.tokenizer, *call, {}, *parsing).content,
+              HasSubstr("get_weather"));
+  // A [TOOL_CALLS] the parser cannot read stays content, without the marker: the text of the
+  // tokens after it.
+  const StatusOr<std::vector<TokenId>> broken = mistral.tokenizer->Encode(
+      "[TOOL_CALLS] no call", {.add_special = false, .parse_special = true});
+  ASSERT_TRUE(broken.ok());
+  ASSERT_EQ(broken->front(), 5);
+  const std::vector<TokenId> after(broken->begin() + 1, broken->end());
+  EXPECT_EQ(DecodeAndParse(*mistral.tokenizer, *broken, {5}, *parsing).content,
+            mistral.tokenizer->Decode(after, {.render_special = false,
+                                              .strip_space_prefix = false}));
+
+  // tool_choice none parses nothing: control tokens stay unrendered.
+  request.mutable_chat()->mutable_tool_choice()->set_mode(v1::TOOL_CHOICE_MODE_NONE);
+  built = BuildGenerateRequest(request, context, &parsing);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_TRUE(built->rendered_control_tokens.empty());
+}
+
+TEST(BuildGenerateRequest, TextMarkersAreNotRendered) {
+  // SmolLM2 has no <tool_call> token: Hermes markup is plain text there.
+  RequestContext context = SmolLm2().Context(2048);
+  context.tool_call_format = ToolCallFormat::kHermes;
+  v1::GenerateRequest request;
+  v1::ChatMessage* message = request.mutable_chat()->add_messages();
+  message->set_role("user");
+  message->set_content("Weather in Paris?");
+  request.mutable_chat()->set_tools_json(R"([{"type": "function", "function": {"name": "f"}}])");
+  std::optional<OutputParserOptions> parsing;
+  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, context, &parsing);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_TRUE(built->rendered_control_tokens.empty());
+  ASSERT_TRUE(parsing.has_value());
+  EXPECT_TRUE(parsing->hidden_markers.empty());
 }
 
 TEST(TokenizeRequestInput, AddSpecialTokensControlsBos) {

@@ -103,6 +103,10 @@ const std::vector<FamilyCase>& Families() {
        "\"celsius\"}}]",
        "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": "
        "\"celsius\"}}, {\"name\": \"get_time\", \"arguments\": {\"zone\": \"Europe/Paris\"}}]"},
+      {ToolCallFormat::kMistralV11,
+       "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"unit\": \"celsius\"}",
+       "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"unit\": \"celsius\"}"
+       "[TOOL_CALLS]get_time[ARGS]{\"zone\": \"Europe/Paris\"}"},
       {ToolCallFormat::kJson,
        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": "
        "\"celsius\"}}",

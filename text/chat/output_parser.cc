@@ -2,12 +2,14 @@
 
 namespace tokenmill {
 
-OutputParser::OutputParser(const OutputParserOptions& options) : parallel_(options.parallel) {
+OutputParser::OutputParser(const OutputParserOptions& options)
+    : hidden_(options.hidden_markers), parallel_(options.parallel) {
   if (options.reasoning) reasoning_.emplace(options.starts_in_reasoning);
   if (options.tool_calls) tools_.emplace(*options.tool_calls, options.seed);
 }
 
 void OutputParser::FeedContent(std::string_view content, ParsedOutput& out) {
+  if (turn_over()) return;
   if (tools_) {
     tools_->Feed(content, out);
     KeepAllowedCalls(out);
@@ -25,11 +27,12 @@ ParsedOutput OutputParser::Feed(std::string_view text) {
   ParsedOutput out;
   if (!reasoning_) {
     FeedContent(text, out);
-    return out;
+  } else {
+    std::string content;
+    reasoning_->Feed(text, out.reasoning, content);
+    FeedContent(content, out);
   }
-  std::string content;
-  reasoning_->Feed(text, out.reasoning, content);
-  FeedContent(content, out);
+  if (!hidden_.empty()) out.content = hidden_.Filter(out.content);
   return out;
 }
 
@@ -40,9 +43,13 @@ ParsedOutput OutputParser::Finish() {
     reasoning_->Finish(out.reasoning, content);
     FeedContent(content, out);
   }
-  if (tools_) {
+  if (tools_ && !turn_over()) {
     tools_->Finish(out);
     KeepAllowedCalls(out);
+  }
+  if (!hidden_.empty()) {
+    out.content = hidden_.Filter(out.content);
+    out.content += hidden_.Finish();
   }
   return out;
 }

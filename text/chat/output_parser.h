@@ -3,8 +3,11 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
+#include "text/chat/hidden_markers.h"
 #include "text/chat/reasoning_parser.h"
 #include "text/chat/tool_call_parser.h"
 
@@ -14,7 +17,10 @@ struct OutputParserOptions {
   std::optional<ToolCallFormat> tool_calls;  // none: no tools offered, no call parsing
   bool reasoning = false;                    // split <think>...</think>
   bool starts_in_reasoning = false;          // the prompt opened <think>
-  bool parallel = true;                      // false: calls after the first are dropped
+  bool parallel = true;                      // false: the turn ends with the first call
+  // Markers that are control tokens in the model's vocabulary (ToolCallMarkers): rendered
+  // for the tool-call parser, never shown in the content.
+  std::vector<std::string> hidden_markers = {};
   uint64_t seed = 0;                         // tool-call ids
 };
 
@@ -26,6 +32,9 @@ class OutputParser {
   ParsedOutput Finish();
 
   bool called_tools() const { return tools_ && tools_->num_calls() > 0; }
+  // Without parallel calls, the first call is complete: nothing after it is wanted (the
+  // server ends the generation), and nothing after it is parsed.
+  bool turn_over() const { return !parallel_ && tools_ && tools_->num_complete_calls() > 0; }
 
  private:
   void FeedContent(std::string_view content, ParsedOutput& out);
@@ -33,6 +42,7 @@ class OutputParser {
   void KeepAllowedCalls(ParsedOutput& out) const;
 
   std::optional<ReasoningParser> reasoning_;
+  HiddenMarkers hidden_;
   std::optional<ToolCallParser> tools_;
   bool parallel_ = true;
 };

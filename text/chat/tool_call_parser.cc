@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
+
 #include "text/chat/marker_scan.h"
 
 namespace tokenmill {
@@ -13,6 +15,8 @@ constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kMistralMarker = "[TOOL_CALLS]";
+constexpr std::string_view kMistralArgs = "[ARGS]";
+constexpr std::string_view kMistralCallId = "[CALL_ID]";
 constexpr std::string_view kWhitespace = " \t\r\n";
 
 // Outcome of matching a prefix of the text against a pattern that may still be arriving.
@@ -84,6 +88,37 @@ class HeadScanner {
   size_t pos_ = 0;
 };
 
+bool IsNameChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+}
+
+// The head of a Mistral v11 call, after its [TOOL_CALLS]: name[ARGS] or
+// name[CALL_ID]id[ARGS], then the arguments object's '{' (where `pos` ends).
+Match ScanNamedHead(std::string_view text, std::string& name, std::string& id, size_t& pos) {
+  pos = 0;
+  while (pos < text.size() && IsNameChar(text[pos])) ++pos;
+  if (pos == text.size()) return Match::kNeedMore;
+  if (pos == 0) return Match::kNo;
+  name = text.substr(0, pos);
+  if (text.substr(pos).starts_with(kMistralCallId)) {
+    pos += kMistralCallId.size();
+    const size_t id_start = pos;
+    while (pos < text.size() && std::isalnum(static_cast<unsigned char>(text[pos]))) ++pos;
+    if (pos == text.size()) return Match::kNeedMore;
+    id = text.substr(id_start, pos - id_start);
+  }
+  const std::string_view rest = text.substr(pos);
+  if (!rest.starts_with(kMistralArgs)) {
+    const bool may_be_marker =
+        kMistralArgs.starts_with(rest) || (id.empty() && kMistralCallId.starts_with(rest));
+    return may_be_marker ? Match::kNeedMore : Match::kNo;
+  }
+  pos += kMistralArgs.size();
+  while (pos < text.size() && kWhitespace.find(text[pos]) != std::string_view::npos) ++pos;
+  if (pos == text.size()) return Match::kNeedMore;
+  return text[pos] == '{' ? Match::kYes : Match::kNo;
+}
+
 // Where the JSON object starting at text[0] == '{' ends (one past its '}'); npos if it has
 // not ended yet.
 size_t ObjectEnd(std::string_view text) {
@@ -117,6 +152,7 @@ std::string_view ToolCallFormatName(ToolCallFormat format) {
     case ToolCallFormat::kHermes: return "hermes";
     case ToolCallFormat::kLlama3Json: return "llama3_json";
     case ToolCallFormat::kMistral: return "mistral";
+    case ToolCallFormat::kMistralV11: return "mistral_v11";
     case ToolCallFormat::kJson: break;
   }
   return "json";
@@ -124,7 +160,8 @@ std::string_view ToolCallFormatName(ToolCallFormat format) {
 
 std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name) {
   for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json,
-                           ToolCallFormat::kMistral, ToolCallFormat::kJson}) {
+                           ToolCallFormat::kMistral, ToolCallFormat::kMistralV11,
+                           ToolCallFormat::kJson}) {
     if (ToolCallFormatName(f) == name) return f;
   }
   return std::nullopt;
@@ -133,11 +170,24 @@ std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name) {
 ToolCallFormat DetectToolCallFormat(std::string_view source) {
   const auto has = [&](std::string_view s) { return source.find(s) != std::string_view::npos; };
   if (has(kHermesOpen)) return ToolCallFormat::kHermes;
-  if (has(kMistralMarker)) return ToolCallFormat::kMistral;
+  if (has(kMistralMarker)) {
+    return has(kMistralArgs) ? ToolCallFormat::kMistralV11 : ToolCallFormat::kMistral;
+  }
   if (has(kPythonTag) || (has("<|start_header_id|>") && has("\"parameters\": "))) {
     return ToolCallFormat::kLlama3Json;
   }
   return ToolCallFormat::kJson;
+}
+
+std::vector<std::string_view> ToolCallMarkers(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes: return {kHermesOpen, kHermesClose};
+    case ToolCallFormat::kLlama3Json: return {kPythonTag};
+    case ToolCallFormat::kMistral: return {kMistralMarker};
+    case ToolCallFormat::kMistralV11: return {kMistralMarker, kMistralCallId, kMistralArgs};
+    case ToolCallFormat::kJson: break;
+  }
+  return {};
 }
 
 void ParsedOutput::Append(ParsedOutput&& more) {
@@ -158,7 +208,8 @@ std::string NewToolCallId(ToolCallFormat format, std::mt19937_64& random) {
   static constexpr std::string_view kAlphabet =
       "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   std::uniform_int_distribution<size_t> pick(0, kAlphabet.size() - 1);
-  const bool mistral = format == ToolCallFormat::kMistral;
+  const bool mistral =
+      format == ToolCallFormat::kMistral || format == ToolCallFormat::kMistralV11;
   std::string id = mistral ? "" : "call_";
   for (int i = 0; i < (mistral ? 9 : 24); ++i) id += kAlphabet[pick(random)];
   return id;
@@ -201,7 +252,8 @@ void ToolCallParser::Step(ParsedOutput& out, bool final) {
 }
 
 bool ToolCallParser::StepStart(bool final) {
-  if (format_ == ToolCallFormat::kHermes || format_ == ToolCallFormat::kMistral) {
+  if (format_ == ToolCallFormat::kHermes || format_ == ToolCallFormat::kMistral ||
+      format_ == ToolCallFormat::kMistralV11) {
     state_ = State::kText;  // their marker may come anywhere
     return true;
   }
@@ -302,6 +354,7 @@ bool ToolCallParser::StepCallList(ParsedOutput& out, bool final) {
 }
 
 bool ToolCallParser::StepHead(ParsedOutput& out, bool final) {
+  if (format_ == ToolCallFormat::kMistralV11) return StepNamedHead(out, final);
   std::string name;
   HeadScanner head(pending_);
   switch (head.Scan(name)) {
@@ -322,7 +375,25 @@ bool ToolCallParser::StepHead(ParsedOutput& out, bool final) {
     case Match::kYes: break;
   }
   pending_.erase(0, head.pos());
-  BeginCall(std::move(name), out);
+  BeginCall(std::move(name), "", out);
+  depth_ = 0;
+  in_string_ = escaped_ = false;
+  state_ = State::kArguments;
+  return true;
+}
+
+bool ToolCallParser::StepNamedHead(ParsedOutput& out, bool final) {
+  std::string name;
+  std::string id;
+  size_t pos = 0;
+  const Match match = ScanNamedHead(pending_, name, id, pos);
+  if (match == Match::kNeedMore && !final) return false;
+  if (match != Match::kYes) {
+    GiveUp(out);
+    return true;
+  }
+  pending_.erase(0, pos);
+  BeginCall(std::move(name), std::move(id), out);
   depth_ = 0;
   in_string_ = escaped_ = false;
   state_ = State::kArguments;
@@ -350,8 +421,12 @@ bool ToolCallParser::StepArguments(ParsedOutput& out) {
     AddArguments(pending_.substr(0, i), out);
     pending_.erase(0, i);
   }
-  if (done) state_ = State::kCallTail;
-  return done;
+  if (!done) return false;
+  ++num_complete_calls_;
+  // v11 calls have no object around their arguments: the next one has its own marker.
+  state_ = format_ == ToolCallFormat::kMistralV11 ? State::kText : State::kCallTail;
+  raw_markup_.clear();
+  return true;
 }
 
 bool ToolCallParser::StepCallTail(bool final) {
@@ -393,8 +468,9 @@ bool ToolCallParser::StepBuffered(ParsedOutput& out, bool final) {
     return true;
   }
   pending_.erase(0, end);
-  BeginCall(name->get<std::string>(), out);
+  BeginCall(name->get<std::string>(), "", out);
   AddArguments(arguments_text, out);
+  ++num_complete_calls_;
   raw_markup_.clear();
   state_ = State::kCallList;
   return true;
@@ -423,8 +499,9 @@ void ToolCallParser::AddArguments(std::string_view fragment, ParsedOutput& out) 
               .tool_calls = {{num_calls_ - 1, "", "", std::string(fragment)}}});
 }
 
-void ToolCallParser::BeginCall(std::string name, ParsedOutput& out) {
-  out.tool_calls.push_back({num_calls_, NewToolCallId(format_, random_), std::move(name), ""});
+void ToolCallParser::BeginCall(std::string name, std::string id, ParsedOutput& out) {
+  if (id.empty()) id = NewToolCallId(format_, random_);
+  out.tool_calls.push_back({num_calls_, std::move(id), std::move(name), ""});
   ++num_calls_;
 }
 

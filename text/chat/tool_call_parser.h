@@ -1,8 +1,9 @@
 // The model's tool calls, parsed out of its output as it streams: each family's markup
 // (Hermes/Qwen <tool_call>{...}</tool_call>, Llama 3.x JSON with or without <|python_tag|>,
-// Mistral [TOOL_CALLS][...], and a plain-JSON fallback) becomes calls with an id, a name and
-// their arguments' JSON text; everything else stays content. Markers split across pieces are
-// held back until they can be told apart from text. A call whose head (name, then the start
+// Mistral [TOOL_CALLS][...] and its templates' v11 form [TOOL_CALLS]name[ARGS]{...}, and a
+// plain-JSON fallback) becomes calls with an id, a name and their arguments' JSON text;
+// everything else stays content. Markers split across pieces are held back until they can
+// be told apart from text. A call whose head (name, then the start
 // of its arguments object) does not parse stays text, markup included; once the head is
 // parsed the call is committed and its arguments stream as fragments. gpt-oss's harmony
 // channels come with the MoE issue.
@@ -17,14 +18,18 @@
 
 namespace tokenmill {
 
-enum class ToolCallFormat { kHermes, kLlama3Json, kMistral, kJson };
+enum class ToolCallFormat { kHermes, kLlama3Json, kMistral, kMistralV11, kJson };
 
-// "hermes", "llama3_json", "mistral", "json".
+// "hermes", "llama3_json", "mistral", "mistral_v11", "json".
 std::string_view ToolCallFormatName(ToolCallFormat format);
 std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name);
 // The format a chat template's own markup shows: <tool_call> (Hermes, Qwen), <|python_tag|>
-// or Llama 3.1's "parameters" JSON (Llama 3.x), [TOOL_CALLS] (Mistral); kJson otherwise.
+// or Llama 3.1's "parameters" JSON (Llama 3.x), [TOOL_CALLS] (Mistral; with [ARGS], the
+// v11 form); kJson otherwise.
 ToolCallFormat DetectToolCallFormat(std::string_view template_source);
+// The markers of `format` that vocabularies may have as control tokens (<|python_tag|>,
+// [TOOL_CALLS], [ARGS], ...), which a detokenizer drops unless told to render them.
+std::vector<std::string_view> ToolCallMarkers(ToolCallFormat format);
 
 // A piece of one call: the first of a call has its index, id and name, the next ones append
 // `arguments` fragments (their concatenation is the arguments' JSON text).
@@ -61,6 +66,8 @@ class ToolCallParser {
   void Finish(ParsedOutput& out);
 
   int num_calls() const { return num_calls_; }
+  // Calls whose arguments have ended.
+  int num_complete_calls() const { return num_complete_calls_; }
 
  private:
   enum class State {
@@ -79,13 +86,15 @@ class ToolCallParser {
   bool StepText(ParsedOutput& out, bool final);
   bool StepCallList(ParsedOutput& out, bool final);
   bool StepHead(ParsedOutput& out, bool final);
+  bool StepNamedHead(ParsedOutput& out, bool final);  // Mistral v11: name[ARGS]
   bool StepArguments(ParsedOutput& out);
   bool StepCallTail(bool final);
   bool StepBuffered(ParsedOutput& out, bool final);
   // The markup since the last committed point did not form a call: it is content.
   void GiveUp(ParsedOutput& out);
   void EmitContent(std::string_view text, ParsedOutput& out);
-  void BeginCall(std::string name, ParsedOutput& out);
+  // `id` empty: a new one.
+  void BeginCall(std::string name, std::string id, ParsedOutput& out);
   void AddArguments(std::string_view fragment, ParsedOutput& out);
 
   const ToolCallFormat format_;
@@ -96,6 +105,7 @@ class ToolCallParser {
   std::string held_space_;    // content whitespace held back (dropped before a call)
   bool in_list_ = false;      // Mistral / JSON: inside "[...]"
   int num_calls_ = 0;
+  int num_complete_calls_ = 0;
   // The arguments' JSON scanner.
   int depth_ = 0;
   bool in_string_ = false;

@@ -171,6 +171,34 @@ TEST(OutputParserTest, MistralListAndIds) {
   EXPECT_TRUE(std::regex_match(hermes.ids[0], std::regex("call_[A-Za-z0-9]{24}")));
 }
 
+TEST(OutputParserTest, MistralV11NamedCalls) {
+  // Mistral Small 3.2 / Magistral / Devstral templates (v11+): the name outside the JSON,
+  // each call with its own [TOOL_CALLS].
+  ExpectTurn(Tools(ToolCallFormat::kMistralV11),
+             "I will check.[TOOL_CALLS]get_current_weather[ARGS]{\"location\": \"Paris, "
+             "France\", \"format\": \"celsius\"}[TOOL_CALLS]get_time[ARGS]{\"zone\": \"CET\"}",
+             {"I will check.", "",
+              {{"get_current_weather", {{"location", "Paris, France"}, {"format", "celsius"}}},
+               {"get_time", {{"zone", "CET"}}}},
+              {}});
+  // With the model's own call id ([CALL_ID], as some v11+ templates write it back).
+  const std::string with_id =
+      "[TOOL_CALLS]get_time[CALL_ID]a1B2c3D4e[ARGS]{\"zone\": \"UTC\"}";
+  ExpectTurn(Tools(ToolCallFormat::kMistralV11), with_id,
+             {"", "", {{"get_time", {{"zone", "UTC"}}}}, {}});
+  EXPECT_EQ(Parse(Tools(ToolCallFormat::kMistralV11), {with_id}).ids,
+            std::vector<std::string>{"a1B2c3D4e"});
+  const Turn fresh = Parse(Tools(ToolCallFormat::kMistralV11),
+                           {"[TOOL_CALLS]get_time[ARGS]{\"zone\": \"UTC\"}"});
+  ASSERT_EQ(fresh.ids.size(), 1u);
+  EXPECT_TRUE(std::regex_match(fresh.ids[0], std::regex("[A-Za-z0-9]{9}"))) << fresh.ids[0];
+  for (const std::string output :
+       {"[TOOL_CALLS]not a call", "[TOOL_CALLS]get_time[ARGS]oops", "[TOOL_CALLS][ARGS]{}",
+        "[TOOL_CALLS]get_time{\"zone\": \"UTC\"}"}) {
+    ExpectTurn(Tools(ToolCallFormat::kMistralV11), output, {output, "", {}, {}});
+  }
+}
+
 TEST(OutputParserTest, PlainJsonFallback) {
   ExpectTurn(Tools(ToolCallFormat::kJson),
              "  [{\"name\": \"a\", \"arguments\": {\"x\": \"}\\\"{\"}}, {\"name\": \"b\", "
@@ -196,6 +224,46 @@ TEST(OutputParserTest, MalformedCallsStayText) {
   }
   ExpectTurn(Tools(ToolCallFormat::kMistral), "[TOOL_CALLS] oops",
              {"[TOOL_CALLS] oops", "", {}, {}});
+}
+
+TEST(OutputParserTest, ParallelOffEndsTheTurnAfterTheFirstCall) {
+  OutputParserOptions options = Tools(ToolCallFormat::kHermes);
+  options.parallel = false;
+  const std::string first =
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\"}}";
+  const std::string rest =
+      "\n</tool_call>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+  ExpectTurn(options, first + rest, {"", "", {{"get_time", {{"zone", "CET"}}}}, {}});
+  OutputParser parser(options);
+  // Up to the arguments' closing brace; then that brace ends them.
+  ParsedOutput out = parser.Feed(first.substr(0, first.size() - 2));
+  EXPECT_FALSE(parser.turn_over());
+  out.Append(parser.Feed("}"));
+  EXPECT_TRUE(parser.turn_over());  // the server ends the generation here
+  out.Append(parser.Feed("}" + rest + " and some text"));
+  out.Append(parser.Finish());
+  EXPECT_EQ(out.content, "");
+  ASSERT_EQ(out.tool_calls.size(), 2u);
+  EXPECT_EQ(out.tool_calls[1].arguments, "{\"zone\": \"CET\"}");
+  // Parallel calls: the turn goes on.
+  OutputParser parallel(Tools(ToolCallFormat::kHermes));
+  parallel.Feed(first);
+  EXPECT_FALSE(parallel.turn_over());
+}
+
+TEST(OutputParserTest, ControlTokenMarkersNeverShowInTheContent) {
+  // Llama 3.1's built-in tools: <|python_tag|> then Python, which is no JSON call.
+  OutputParserOptions llama = Tools(ToolCallFormat::kLlama3Json);
+  llama.hidden_markers = {"<|python_tag|>"};
+  ExpectTurn(llama, "<|python_tag|>brave_search.call(query=\"weather in Paris\")",
+             {"brave_search.call(query=\"weather in Paris\")", "", {}, {}});
+  ExpectTurn(llama,
+             "<|python_tag|>{\"name\": \"get_time\", \"parameters\": {\"zone\": \"CET\"}}",
+             {"", "", {{"get_time", {{"zone", "CET"}}}}, {}});
+  OutputParserOptions mistral = Tools(ToolCallFormat::kMistral);
+  mistral.hidden_markers = {"[TOOL_CALLS]"};
+  ExpectTurn(mistral, "Sure. [TOOL_CALLS] oops", {"Sure. oops", "", {}, {}});
+  ExpectTurn(mistral, "Use [brackets] and [TOOL_C", {"Use [brackets] and [TOOL_C", "", {}, {}});
 }
 
 TEST(OutputParserTest, CutCallKeepsWhatStreamed) {
@@ -231,6 +299,11 @@ TEST(OutputParserTest, ReasoningTagsOnlyAtTheStart) {
 TEST(OutputParserTest, FormatsFromTemplates) {
   EXPECT_EQ(DetectToolCallFormat("{{- '<tool_call>\\n' }}"), ToolCallFormat::kHermes);
   EXPECT_EQ(DetectToolCallFormat("{{ '[TOOL_CALLS]' }}"), ToolCallFormat::kMistral);
+  EXPECT_EQ(DetectToolCallFormat("{{ '[TOOL_CALLS]' + name + '[ARGS]' }}"),
+            ToolCallFormat::kMistralV11);
+  EXPECT_EQ(ToolCallFormatFromName("mistral_v11"), ToolCallFormat::kMistralV11);
+  EXPECT_EQ(ToolCallMarkers(ToolCallFormat::kMistralV11),
+            (std::vector<std::string_view>{"[TOOL_CALLS]", "[CALL_ID]", "[ARGS]"}));
   EXPECT_EQ(DetectToolCallFormat("<|python_tag|>"), ToolCallFormat::kLlama3Json);
   EXPECT_EQ(DetectToolCallFormat("{{ messages }}"), ToolCallFormat::kJson);
   EXPECT_EQ(ToolCallFormatFromName("llama3_json"), ToolCallFormat::kLlama3Json);
