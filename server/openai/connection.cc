@@ -223,7 +223,7 @@ asio::awaitable<void> Connection::Dispatch(const HttpRequest& request) {
 
   enum class Route {
     kNone, kCompletions, kChat, kModels, kModel, kTokenize, kDetokenize, kMessages,
-    kCountTokens, kResponses
+    kCountTokens, kResponses, kStoredResponse
   };
   Route route = Route::kNone;
   http::verb wanted = http::verb::post;
@@ -237,6 +237,14 @@ asio::awaitable<void> Connection::Dispatch(const HttpRequest& request) {
   if (path == "/v1/models") route = Route::kModels, wanted = http::verb::get;
   if (path.size() > 11 && path.substr(0, 11) == "/v1/models/") {
     route = Route::kModel, wanted = http::verb::get;
+  }
+  constexpr std::string_view kStoredResponses = "/v1/responses/";
+  const std::string_view response_id = path.substr(std::min(path.size(), kStoredResponses.size()));
+  if (path.starts_with(kStoredResponses) && !response_id.empty() &&
+      response_id.find('/') == std::string_view::npos) {
+    // GET or DELETE.
+    route = Route::kStoredResponse;
+    wanted = method == http::verb::delete_ ? http::verb::delete_ : http::verb::get;
   }
   if (route == Route::kNone) {
     co_await WriteError(request, NotFound("Unknown route: " + std::string(request.method_string()) +
@@ -279,6 +287,9 @@ asio::awaitable<void> Connection::Dispatch(const HttpRequest& request) {
       break;
     case Route::kResponses:
       co_await HandleResponses(*this, request);
+      break;
+    case Route::kStoredResponse:
+      co_await HandleStoredResponse(*this, request, PercentDecode(response_id));
       break;
     case Route::kNone:
       break;

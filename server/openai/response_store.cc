@@ -3,8 +3,8 @@
 namespace tokenmill::gateway {
 
 void ResponseStore::Put(const std::string& id, std::vector<v1::ChatMessage> conversation,
-                        Clock::time_point now) {
-  size_t bytes = id.size();
+                        std::string response, Clock::time_point now) {
+  size_t bytes = id.size() + response.size();
   for (const v1::ChatMessage& message : conversation) bytes += message.ByteSizeLong();
   std::lock_guard lock(mutex_);
   while (!entries_.empty() && entries_.front().expires <= now) EraseFront();
@@ -18,17 +18,44 @@ void ResponseStore::Put(const std::string& id, std::vector<v1::ChatMessage> conv
          (entries_.size() >= limits_.max_entries || bytes_ + bytes > limits_.max_bytes)) {
     EraseFront();
   }
-  entries_.push_back({id, now + limits_.ttl, std::move(conversation), bytes});
+  entries_.push_back(
+      {id, now + limits_.ttl, std::move(conversation), std::move(response), bytes});
   by_id_[id] = std::prev(entries_.end());
   bytes_ += bytes;
+}
+
+const ResponseStore::Entry* ResponseStore::Find(const std::string& id,
+                                                Clock::time_point now) const {
+  const auto it = by_id_.find(id);
+  if (it == by_id_.end() || it->second->expires <= now) return nullptr;
+  return &*it->second;
 }
 
 std::optional<std::vector<v1::ChatMessage>> ResponseStore::Get(const std::string& id,
                                                                Clock::time_point now) const {
   std::lock_guard lock(mutex_);
+  const Entry* entry = Find(id, now);
+  if (entry == nullptr) return std::nullopt;
+  return entry->conversation;
+}
+
+std::optional<std::string> ResponseStore::GetResponse(const std::string& id,
+                                                      Clock::time_point now) const {
+  std::lock_guard lock(mutex_);
+  const Entry* entry = Find(id, now);
+  if (entry == nullptr) return std::nullopt;
+  return entry->response;
+}
+
+bool ResponseStore::Erase(const std::string& id, Clock::time_point now) {
+  std::lock_guard lock(mutex_);
   const auto it = by_id_.find(id);
-  if (it == by_id_.end() || it->second->expires <= now) return std::nullopt;
-  return it->second->conversation;
+  if (it == by_id_.end()) return false;
+  const bool live = it->second->expires > now;
+  bytes_ -= it->second->bytes;
+  entries_.erase(it->second);
+  by_id_.erase(it);
+  return live;
 }
 
 size_t ResponseStore::size() const {

@@ -1,7 +1,8 @@
 // The conversations of stored Responses (OpenAI's `store`, true by default), for later requests
 // that continue one with previous_response_id. Each entry keeps the messages that request
 // continues from: the stored response's input after its instructions (which OpenAI does not
-// carry over), the conversation it continued itself, and its output. Bounded by the number of
+// carry over), the conversation it continued itself, and its output; and the response object
+// as it was sent (GET /v1/responses/{id}). Bounded by the number of
 // entries, their bytes (the oldest go first) and their age; held in memory only, so a restart
 // forgets them. Thread-safe: connections on every I/O thread share the gateway's one store.
 #pragma once
@@ -32,14 +33,19 @@ class ResponseStore {
 
   const Limits& limits() const { return limits_; }
 
-  // Keeps `conversation` under `id` until now + ttl, dropping the oldest entries while the
-  // store is over its limits. One larger than max_bytes is not kept.
+  // Keeps `conversation` and `response` (the response object's JSON) under `id` until
+  // now + ttl, dropping the oldest entries while the store is over its limits. One larger
+  // than max_bytes is not kept.
   void Put(const std::string& id, std::vector<v1::ChatMessage> conversation,
-           Clock::time_point now);
-  // The conversation kept under `id`; none when it was never stored, has expired or was
-  // dropped for room.
+           std::string response, Clock::time_point now);
+  // The conversation kept under `id`; none when it was never stored, has expired, was
+  // dropped for room or deleted.
   std::optional<std::vector<v1::ChatMessage>> Get(const std::string& id,
                                                   Clock::time_point now) const;
+  // The response object kept under `id`, as Get.
+  std::optional<std::string> GetResponse(const std::string& id, Clock::time_point now) const;
+  // Forgets `id`; false when there was nothing (live) to forget.
+  bool Erase(const std::string& id, Clock::time_point now);
 
   size_t size() const;
   size_t bytes() const;
@@ -49,9 +55,12 @@ class ResponseStore {
     std::string id;
     Clock::time_point expires;
     std::vector<v1::ChatMessage> conversation;
+    std::string response;
     size_t bytes = 0;
   };
-  void EraseFront();  // by mutex_
+  // The live entry of `id`, or null. mutex_ held.
+  const Entry* Find(const std::string& id, Clock::time_point now) const;
+  void EraseFront();  // mutex_ held
 
   const Limits limits_;
   mutable std::mutex mutex_;

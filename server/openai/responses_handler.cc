@@ -273,7 +273,8 @@ asio::awaitable<void> HandleResponses(Connection& connection, const HttpRequest&
     answer.set_content(message.content);
     answer.set_reasoning(message.reasoning);
     for (v1::ToolCall& call : message.tool_calls) *answer.add_tool_calls() = std::move(call);
-    context.responses.Put(state.id, std::move(conversation), ResponseStore::Clock::now());
+    context.responses.Put(state.id, std::move(conversation), ResponseJson(parsed, state).dump(),
+                          ResponseStore::Clock::now());
   }
   if (!parsed.stream) {
     co_await connection.WriteJson(request, 200, ResponseJson(parsed, state));
@@ -283,6 +284,31 @@ asio::awaitable<void> HandleResponses(Connection& connection, const HttpRequest&
   bool written = true;
   if (!events.started()) written = co_await events.Start();
   if (written) co_await events.Finish();
+}
+
+asio::awaitable<void> HandleStoredResponse(Connection& connection, const HttpRequest& request,
+                                           const std::string& id) {
+  ResponseStore& store = connection.context().responses;
+  const ResponseStore::Clock::time_point now = ResponseStore::Clock::now();
+  const HttpError not_found = NotFound(
+      "Response with id '" + id + "' not found: it was not stored (store: false), is over " +
+      std::to_string(store.limits().ttl.count()) +
+      " s old, was dropped for room or deleted; the gateway keeps stored responses in memory only");
+  if (request.method() == boost::beast::http::verb::delete_) {
+    if (!store.Erase(id, now)) {
+      co_await connection.WriteError(request, not_found);
+      co_return;
+    }
+    const json deleted = {{"id", id}, {"object", "response.deleted"}, {"deleted", true}};
+    co_await connection.WriteJson(request, 200, deleted);
+    co_return;
+  }
+  std::optional<std::string> response = store.GetResponse(id, now);
+  if (!response) {
+    co_await connection.WriteError(request, not_found);
+    co_return;
+  }
+  co_await connection.WriteText(request, 200, std::move(*response), "application/json");
 }
 
 }  // namespace tokenmill::gateway

@@ -1,5 +1,6 @@
 // The handler of OpenAI's Responses API: POST /v1/responses, whole or streamed as the
-// Responses events, continuing stored conversations (previous_response_id) and storing its own.
+// Responses events, continuing stored conversations (previous_response_id) and storing its own;
+// GET and DELETE /v1/responses/{id} on those stored.
 #pragma once
 
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
@@ -12,5 +13,10 @@
 namespace tokenmill::gateway {
 
 boost::asio::awaitable<void> HandleResponses(Connection& connection, const HttpRequest& request);
+// GET: the stored response object as it was sent; DELETE: forgets it. A 404 in OpenAI's shape
+// for an id the store does not hold (never stored, expired, dropped for room or deleted).
+boost::asio::awaitable<void> HandleStoredResponse(Connection& connection,
+                                                  const HttpRequest& request,
+                                                  const std::string& id);
 
 }  // namespace tokenmill::gateway

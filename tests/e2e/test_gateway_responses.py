@@ -134,6 +134,35 @@ def test_unknown_or_unstored_previous_response_is_a_400(client, model):
     assert refused.value.code == "previous_response_not_found"
 
 
+def test_retrieve_and_delete_a_stored_response(gateway, client, model):
+    created = client.responses.create(model=model, instructions=SYSTEM, input="What is 2 + 2?",
+                                      max_output_tokens=6)
+    retrieved = client.responses.retrieve(created.id)
+    assert retrieved.model_dump() == created.model_dump()  # the object as it was sent
+    # Streamed and cut (response.incomplete): kept as its last event carried it.
+    with client.responses.stream(model=model, input="Hi", max_output_tokens=4) as stream:
+        last = list(stream)[-1]
+    assert last.type == "response.incomplete"
+    assert client.responses.retrieve(last.response.id).model_dump() == last.response.model_dump()
+    unstored = client.responses.create(model=model, input="Hi", store=False, max_output_tokens=2)
+    for missing in ("resp_nope", unstored.id):
+        with pytest.raises(openai.NotFoundError) as not_found:
+            client.responses.retrieve(missing)
+        assert missing in not_found.value.message
+        assert not_found.value.body["type"] == "invalid_request_error"
+    posted = gateway.http.post(f"/v1/responses/{created.id}", json={})
+    assert posted.status_code == 405 and "not allowed" in posted.json()["error"]["message"]
+    client.responses.delete(created.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(created.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.delete(created.id)
+    # A deleted response cannot be continued either.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model=model, previous_response_id=created.id, input="And 3 + 3?")
+    assert refused.value.code == "previous_response_not_found"
+
+
 class City(pydantic.BaseModel):
     name: str
     country: str
