@@ -148,6 +148,10 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
     const bool error = output.finished && output.finish_reason == CompletionReason::kError;
     if (!output.token_ids.empty() || !output.text.empty() || (output.finished && !error)) {
       v1::GenerateResponse& response = PendingFor(output.index);
+      // The prompt's counts from the first response on (Anthropic's message_start has them).
+      v1::Usage* usage = response.mutable_usage();
+      usage->set_prompt_tokens(static_cast<uint32_t>(output.usage.prompt_tokens));
+      usage->set_cached_prompt_tokens(static_cast<uint32_t>(output.usage.cached_prompt_tokens));
       response.mutable_token_ids()->Add(output.token_ids.begin(), output.token_ids.end());
       AddText(output, response);
       if (!output.finished) abort_id = EndTurnIfOver(output.index);

@@ -71,12 +71,13 @@ class MessageStream {
 
   bool started() const { return started_; }
 
-  asio::awaitable<bool> Start() {
+  // `usage`: the prompt's counts, as the first response brought them.
+  asio::awaitable<bool> Start(const TokenUsage& usage) {
     started_ = true;
     if (!co_await connection_.StartEventStream(request_)) co_return false;
-    // The prompt's token counts come with the last response: message_delta carries them.
-    const json start = {{"type", "message_start"},
-                        {"message", MessageJson(id_, model_, json::array(), std::nullopt, {})}};
+    const json start = {
+        {"type", "message_start"},
+        {"message", MessageJson(id_, model_, json::array(), std::nullopt, usage)}};
     const json ping = {{"type", "ping"}};
     co_return co_await connection_.WriteEventChunk(SseNamedEvent(start) + SseNamedEvent(ping));
   }
@@ -196,7 +197,12 @@ asio::awaitable<void> HandleMessages(Connection& connection, const HttpRequest& 
     }
     if (!stream) continue;
     bool written = true;
-    if (!events.started()) written = co_await events.Start();
+    if (!events.started()) {
+      const TokenUsage prompt{response->usage().prompt_tokens(),
+                              response->usage().cached_prompt_tokens(),
+                              static_cast<uint64_t>(response->token_ids_size())};
+      written = co_await events.Start(prompt);
+    }
     if (written) written = co_await events.Blocks(blocks);
     if (!written) generation.ClientGone();
   }
@@ -219,7 +225,7 @@ asio::awaitable<void> HandleMessages(Connection& connection, const HttpRequest& 
   if (stream) {
     // No response came before the end (cannot happen with a sane server): still the whole
     // sequence of events.
-    if (co_await events.Start()) co_await events.Finish(stop, usage);
+    if (co_await events.Start(usage)) co_await events.Finish(stop, usage);
     co_return;
   }
   co_await connection.WriteJson(request, 200,

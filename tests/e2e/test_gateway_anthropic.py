@@ -88,6 +88,11 @@ def test_stream_events_come_in_order_and_add_up_to_the_whole(claude, model):
     assert (final.usage.input_tokens + final.usage.cache_read_input_tokens ==
             whole.usage.input_tokens + whole.usage.cache_read_input_tokens)
     assert final.id == events[0].message.id
+    # message_start carries the prompt's counts already, as Anthropic sends them.
+    start = events[0].message.usage
+    assert start.input_tokens + start.cache_read_input_tokens == (
+        whole.usage.input_tokens + whole.usage.cache_read_input_tokens)
+    assert start.input_tokens > 0 and start.output_tokens <= 16
 
 
 def test_stop_sequence_ends_the_text_before_it(claude, model):
