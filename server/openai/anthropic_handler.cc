@@ -12,6 +12,7 @@
 #include "server/openai/response_format.h"
 #include "server/openai/structured_output.h"
 #include "server/openai/turn_blocks.h"
+#include "server/openai/unary_call.h"
 
 namespace tokenmill::gateway {
 
@@ -234,31 +235,15 @@ asio::awaitable<void> HandleMessages(Connection& connection, const HttpRequest& 
 }
 
 asio::awaitable<void> HandleCountTokens(Connection& connection, const HttpRequest& request) {
-  TokenizeCall call;
-  {
-    json body;
-    std::optional<HttpError> error = ParseRequestBody(request.body(), body);
-    if (!error) error = ParseCountTokensRequest(body, call);
-    if (!error) error = TooLargeForBackend(call.request);
-    if (error) {
-      co_await connection.WriteError(request, *error);
-      co_return;
-    }
-  }
-  std::variant<Backend*, HttpError> routed = Route(connection.context(), call.model, "");
-  if (auto* refused = std::get_if<HttpError>(&routed)) {
-    co_await connection.WriteError(request, *refused);
-    co_return;
-  }
-  v1::TokenizeResponse response;
-  const grpc::Status status =
-      co_await AwaitTokenize(*std::get<Backend*>(routed), call.request, response);
-  if (!status.ok()) {
-    co_await connection.WriteError(request, FromGrpcStatus(status));
-    co_return;
-  }
-  const json answer = {{"input_tokens", response.token_ids_size()}};
-  co_await connection.WriteJson(request, 200, answer);
+  co_await HandleUnaryCall(
+      connection, request,
+      UnaryCall<TokenizeCall, v1::TokenizeResponse>{
+          .parse = ParseCountTokensRequest,
+          .send = AwaitTokenize,
+          .answer = [](Backend&, const v1::TokenizeResponse& response) -> json {
+            return {{"input_tokens", response.token_ids_size()}};
+          },
+          .refused_param = ""});
 }
 
 }  // namespace tokenmill::gateway

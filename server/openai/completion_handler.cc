@@ -11,6 +11,7 @@
 #include "server/openai/response_format.h"
 #include "server/openai/structured_output.h"
 #include "server/openai/tool_calls.h"
+#include "server/openai/unary_call.h"
 
 namespace tokenmill::gateway {
 
@@ -309,66 +310,42 @@ asio::awaitable<void> HandleModels(Connection& connection, const HttpRequest& re
   co_await connection.WriteJson(request, 200, list);
 }
 
-asio::awaitable<void> HandleTokenize(Connection& connection, const HttpRequest& request) {
-  json body;
-  TokenizeCall call;
-  std::optional<HttpError> error = ParseRequestBody(request.body(), body);
-  if (!error) error = ParseTokenizeRequest(body, call);
-  if (!error) error = TooLargeForBackend(call.request);
-  if (error) {
-    co_await connection.WriteError(request, *error);
-    co_return;
-  }
-  std::variant<Backend*, HttpError> routed = Route(connection.context(), call.model, "");
-  if (auto* refused = std::get_if<HttpError>(&routed)) {
-    co_await connection.WriteError(request, *refused);
-    co_return;
-  }
-  Backend& backend = *std::get<Backend*>(routed);
-  v1::TokenizeResponse response;
-  const grpc::Status status = co_await AwaitTokenize(backend, call.request, response);
-  if (!status.ok()) {
-    co_await connection.WriteError(request, FromGrpcStatus(status));
-    co_return;
-  }
+namespace {
+
+json TokenizeAnswer(Backend& backend, const v1::TokenizeResponse& response) {
   const std::optional<v1::ModelInfo> info = backend.model_info();
-  const json answer = {{"tokens", json(std::vector<int32_t>(response.token_ids().begin(),
-                                                            response.token_ids().end()))},
-                       {"count", response.token_ids_size()},
-                       {"max_model_len", info ? info->max_model_len() : 0},
-                       {"prompt", response.prompt()}};
-  co_await connection.WriteJson(request, 200, answer);
+  return {{"tokens", json(std::vector<int32_t>(response.token_ids().begin(),
+                                               response.token_ids().end()))},
+          {"count", response.token_ids_size()},
+          {"max_model_len", info ? info->max_model_len() : 0},
+          {"prompt", response.prompt()}};
+}
+
+// vLLM's /detokenize answers {"prompt"}, llama-server's {"content"}: both, so that clients of
+// either read the text.
+json DetokenizeAnswer(Backend&, const v1::DetokenizeResponse& response) {
+  return {{"prompt", response.text()}, {"content", response.text()}};
+}
+
+}  // namespace
+
+asio::awaitable<void> HandleTokenize(Connection& connection, const HttpRequest& request) {
+  co_await HandleUnaryCall(connection, request,
+                           UnaryCall<TokenizeCall, v1::TokenizeResponse>{
+                               .parse = ParseTokenizeRequest,
+                               .send = AwaitTokenize,
+                               .answer = TokenizeAnswer,
+                               .refused_param = ""});
 }
 
 asio::awaitable<void> HandleDetokenize(Connection& connection, const HttpRequest& request) {
-  json body;
-  DetokenizeCall call;
-  std::optional<HttpError> error = ParseRequestBody(request.body(), body);
-  if (!error) error = ParseDetokenizeRequest(body, call);
-  if (!error) error = TooLargeForBackend(call.request);
-  if (error) {
-    co_await connection.WriteError(request, *error);
-    co_return;
-  }
-  std::variant<Backend*, HttpError> routed = Route(connection.context(), call.model, "");
-  if (auto* refused = std::get_if<HttpError>(&routed)) {
-    co_await connection.WriteError(request, *refused);
-    co_return;
-  }
-  v1::DetokenizeResponse response;
-  const grpc::Status status =
-      co_await AwaitDetokenize(*std::get<Backend*>(routed), call.request, response);
-  if (!status.ok()) {
-    HttpError refused = FromGrpcStatus(status);
-    // The server names its own field (token_ids); here the ids came as `tokens`.
-    if (refused.status == 400) refused.param = "tokens";
-    co_await connection.WriteError(request, refused);
-    co_return;
-  }
-  // vLLM's /detokenize answers {"prompt"}, llama-server's {"content"}: both, so that clients
-  // of either read the text.
-  const json answer = {{"prompt", response.text()}, {"content", response.text()}};
-  co_await connection.WriteJson(request, 200, answer);
+  // The server names its own field (token_ids); here the ids came as `tokens`.
+  co_await HandleUnaryCall(connection, request,
+                           UnaryCall<DetokenizeCall, v1::DetokenizeResponse>{
+                               .parse = ParseDetokenizeRequest,
+                               .send = AwaitDetokenize,
+                               .answer = DetokenizeAnswer,
+                               .refused_param = "tokens"});
 }
 
 }  // namespace tokenmill::gateway
