@@ -206,6 +206,41 @@ StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToolCall(
   return compiled;
 }
 
+// The prompt that continues the final assistant message: the conversation before it with the
+// generation prompt, then its text. Only where the template renders that message as exactly
+// this opening and text (then its closing), so the model sees its own turn's shape.
+StatusOr<std::string> RenderContinuation(const v1::Chat& chat, ChatRequest request,
+                                         const ChatTemplate& chat_template) {
+  const v1::ChatMessage& last = chat.messages(chat.messages_size() - 1);
+  constexpr std::string_view kField = "chat.continue_final_message: ";
+  if (chat.has_add_generation_prompt() && chat.add_generation_prompt()) {
+    return InvalidArgumentError(std::string(kField) +
+                                "the prompt ends inside the last message: unset "
+                                "add_generation_prompt");
+  }
+  if (last.role() != "assistant" || last.tool_calls_size() > 0 || chat.messages_size() < 2) {
+    return InvalidArgumentError(std::string(kField) +
+                                "the last message must be the assistant's text (no tool calls), "
+                                "after the conversation it answers");
+  }
+  ChatRequest opening = request;
+  opening.messages.erase(opening.messages.size() - 1);
+  opening.add_generation_prompt = true;
+  request.add_generation_prompt = false;
+  StatusOr<std::string> head = chat_template.Render(opening);
+  if (!head.ok()) return Status(head.status().code(), "chat: " + head.status().message());
+  StatusOr<std::string> whole = chat_template.Render(request);
+  if (!whole.ok()) return Status(whole.status().code(), "chat: " + whole.status().message());
+  std::string prompt = std::move(*head) + last.content();
+  if (!whole->starts_with(prompt)) {
+    return InvalidArgumentError(std::string(kField) +
+                                "this model's chat template does not render an assistant "
+                                "message as its turn's opening followed by the text, so the "
+                                "text cannot be continued: end with a user message");
+  }
+  return prompt;
+}
+
 }  // namespace
 
 StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileStructuredOutput(
@@ -261,6 +296,9 @@ StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_
     if (!request.tools.is_array()) {
       return InvalidArgumentError("chat.tools_json must be a JSON array of tool definitions");
     }
+  }
+  if (chat.continue_final_message()) {
+    return RenderContinuation(chat, std::move(request), *chat_template);
   }
   StatusOr<std::string> prompt = chat_template->Render(request);
   if (!prompt.ok()) {

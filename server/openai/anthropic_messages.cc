@@ -246,11 +246,15 @@ std::optional<HttpError> ParseMessageList(const json& body, v1::Chat& chat) {
       GW_RETURN_IF_ERROR(AssistantBlocks(*content, where + ".content", names, message));
     }
   }
-  // Anthropic continues a final assistant message (a prefill); chat templates close every
-  // message they render, so the model would start a new turn instead.
-  if (chat.messages(chat.messages_size() - 1).role() == "assistant") {
-    return BadRequest("messages: a final assistant message (prefill) is not supported: end "
-                      "with a user message");
+  // Anthropic continues a final assistant message (a prefill), refusing one that ends in
+  // whitespace; the server refuses a template that cannot leave it open.
+  const v1::ChatMessage& last = chat.messages(chat.messages_size() - 1);
+  if (last.role() == "assistant") {
+    const std::string& text = last.content();
+    if (!text.empty() && std::string_view(" \t\r\n").find(text.back()) != std::string_view::npos) {
+      return BadRequest("messages: final assistant content cannot end with trailing whitespace");
+    }
+    chat.set_continue_final_message(true);
   }
   return std::nullopt;
 }

@@ -95,6 +95,21 @@ def test_stream_events_come_in_order_and_add_up_to_the_whole(claude, model):
     assert start.input_tokens > 0 and start.output_tokens <= 16
 
 
+def test_assistant_prefill_is_continued(server, claude, model):
+    # Anthropic continues a final assistant message: the answer is what comes after it.
+    chat = grpc_chat(("user", "What is 2 + 2?"), ("assistant", "The answer is"))
+    chat.continue_final_message = True
+    prompt = server.stub.Tokenize(pb2.TokenizeRequest(chat=chat)).prompt
+    assert prompt.endswith("<|im_start|>assistant\nThe answer is"), prompt
+    _, text, _ = generate(server.stub, pb2.GenerateRequest(chat=chat, max_tokens=8))
+    out = claude.messages.create(model=model, max_tokens=8, messages=[
+        {"role": "user", "content": "What is 2 + 2?"},
+        {"role": "assistant", "content": "The answer is"}])
+    assert out.content[0].text == text and text
+    assert out.usage.input_tokens + out.usage.cache_read_input_tokens == len(
+        server.stub.Tokenize(pb2.TokenizeRequest(chat=chat)).token_ids)
+
+
 def test_stop_sequence_ends_the_text_before_it(claude, model):
     messages = [{"role": "user", "content": "Count from one to twenty in words."}]
     free = claude.messages.create(model=model, max_tokens=30, messages=messages).content[0].text
@@ -254,8 +269,8 @@ BAD = [
     ({"max_tokens": 5, "messages": [{"role": "user", "content": "x", "name": "bob"}]}, 400,
      "invalid_request_error", "messages.0.name: Extra inputs are not permitted"),
     ({"max_tokens": 5, "messages": [{"role": "user", "content": "x"},
-                                    {"role": "assistant", "content": "The answer is"}]}, 400,
-     "invalid_request_error", "prefill) is not supported"),
+                                    {"role": "assistant", "content": "The answer is "}]}, 400,
+     "invalid_request_error", "cannot end with trailing whitespace"),
     ({"max_tokens": 5, "system": 5, "messages": [{"role": "user", "content": "x"}]}, 400,
      "invalid_request_error", "system: must be a string or a list"),
     ({"max_tokens": 5, "system": [{"type": "text", "text": "x", "cache_control": {"type": 1}}],

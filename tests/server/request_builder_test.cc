@@ -393,6 +393,39 @@ TEST(BuildGenerateRequest, TextMarkersAreNotRendered) {
   EXPECT_TRUE(parsing->hidden_markers.empty());
 }
 
+TEST(RenderChat, ContinueFinalMessageLeavesTheAssistantTextOpen) {
+  const ChatTemplate& smollm2 = *SmolLm2().chat_template;
+  v1::Chat chat;
+  v1::ChatMessage* question = chat.add_messages();
+  question->set_role("user");
+  question->set_content("What is 2 + 2?");
+  const StatusOr<std::string> opening = RenderChat(chat, &smollm2);
+  ASSERT_TRUE(opening.ok()) << opening.status().ToString();
+  v1::ChatMessage* prefill = chat.add_messages();
+  prefill->set_role("assistant");
+  prefill->set_content("The answer is");
+  chat.set_continue_final_message(true);
+  const StatusOr<std::string> continued = RenderChat(chat, &smollm2);
+  ASSERT_TRUE(continued.ok()) << continued.status().ToString();
+  EXPECT_EQ(*continued, *opening + "The answer is");
+
+  // Llama 2's template puts a space before the answer and none in the opening: refused.
+  StatusOr<ChatTemplate> llama2 = ChatTemplate::FromFile(
+      std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/llama2.jinja", {});
+  ASSERT_TRUE(llama2.ok()) << llama2.status().ToString();
+  const StatusOr<std::string> refused = RenderChat(chat, &*llama2);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("cannot be continued"));
+
+  chat.set_add_generation_prompt(true);
+  EXPECT_THAT(RenderChat(chat, &smollm2).status().message(), HasSubstr("add_generation_prompt"));
+  chat.clear_add_generation_prompt();
+  prefill->set_role("user");
+  EXPECT_THAT(RenderChat(chat, &smollm2).status().message(),
+              HasSubstr("the last message must be the assistant's"));
+}
+
 TEST(TokenizeRequestInput, AddSpecialTokensControlsBos) {
   const LoadedVocab& vocab = Stories();
   v1::TokenizeRequest request;
