@@ -84,6 +84,17 @@ void DequantizeIq4Nl(const uint8_t* block, float* out) {
   }
 }
 
+// MXFP4: an E8M0 exponent e, 16 bytes of nibbles (as Q4_0) indexing the doubled E2M1 values
+// kMxfp4Levels; x = level * 2^(e - 128).
+void DequantizeMxfp4(const uint8_t* block, float* out) {
+  const float d = E8m0ToFloatHalf(block[0]);
+  const uint8_t* qs = block + 1;
+  for (int j = 0; j < kQK / 2; ++j) {
+    out[j] = static_cast<float>(kMxfp4Levels[qs[j] & 0x0f]) * d;
+    out[j + kQK / 2] = static_cast<float>(kMxfp4Levels[qs[j] >> 4]) * d;
+  }
+}
+
 using BlockDequantizer = void (*)(const uint8_t* block, float* out);
 
 // The block function of a quantized type, or nullptr.
@@ -95,6 +106,7 @@ BlockDequantizer BlockDequantizerOf(TensorType type) {
     case TensorType::kQ5_1: return DequantizeQ5_1;
     case TensorType::kQ8_0: return DequantizeQ8_0;
     case TensorType::kIQ4_NL: return DequantizeIq4Nl;
+    case TensorType::kMXFP4: return DequantizeMxfp4;
     default: return KQuantBlockDequantizer(type);
   }
 }

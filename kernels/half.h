@@ -48,4 +48,12 @@ inline uint16_t FloatToHalf(float f) {
 
 inline float Bf16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 
+// Half the value of an E8M0 scale (2^(e - 127) / 2 = 2^(e - 128)), as ggml's
+// ggml_e8m0_to_fp32_half: MXFP4's levels are stored doubled. e < 2 are float subnormals; e = 255
+// (NaN in OCP's format) is 2^127 here as there.
+inline float E8m0ToFloatHalf(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  return std::bit_cast<float>(bits);
+}
+
 }  // namespace tokenmill

@@ -23,11 +23,11 @@ constexpr std::array<GgmlTypeLayout, 34> kLayouts = {{
     {41, "q1_0", 128, 18},
 }};
 
-constexpr std::array<TensorType, 15> kTensorTypes = {
+constexpr std::array<TensorType, 16> kTensorTypes = {
     TensorType::kF32,  TensorType::kF16,    TensorType::kQ4_0,  TensorType::kQ4_1,
     TensorType::kQ5_0, TensorType::kQ5_1,   TensorType::kQ8_0,  TensorType::kQ2_K,
     TensorType::kQ3_K, TensorType::kQ4_K,   TensorType::kQ5_K,  TensorType::kQ6_K,
-    TensorType::kIQ4_NL, TensorType::kIQ4_XS, TensorType::kBF16,
+    TensorType::kIQ4_NL, TensorType::kIQ4_XS, TensorType::kBF16, TensorType::kMXFP4,
 };
 
 }  // namespace

@@ -47,7 +47,8 @@ namespace tokenmill {
 // and friends, AVX2 path): 8 float lanes, lane i the integer dot product of bytes
 // 4i..4i+3 of a block; per block acc = fma(d_w · d_a, lanes, acc) and, for Q4_1,
 // min += m_w · s_a; the result is the 8 lanes summed pairwise (4+4, 2+2, 1+1) plus min.
-// Q5_0/Q5_1 run that order too; IQ4_NL ggml's two-accumulator one (PairedBlocks below).
+// Q5_0/Q5_1 run that order too; IQ4_NL and MXFP4 ggml's two-accumulator one (PairedBlocks
+// below).
 // Weights in the kRowGroups16 layout accumulate each (row, token) in one float instead: per
 // block acc = fma(d_w · d_a, (float) Σ q_w · q_a, acc), then for Q4_1 acc = fma(m_w, s_a,
 // acc) (the integer sum is exact): one conversion and one or two fmas per block where ggml's
@@ -108,7 +109,7 @@ struct CpuKernelTable {
   CpuIsa isa;
   // The matmul of each weight type (MatmulMany picks by WeightMatrix::type).
   MatmulRangeFn f32, f16, bf16, q8_0, q4_0, q4_1;
-  MatmulRangeFn q5_0, q5_1, iq4_nl;
+  MatmulRangeFn q5_0, q5_1, iq4_nl, mxfp4;
   // The 256-element block types, whose `x` is Q8KActivationBlock (kernels/cpu/matmul_k_quant*.inc).
   MatmulRangeFn q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs;
   // QuantizeActivations.
@@ -136,6 +137,17 @@ constexpr bool PairedBlocks() {
   }
 }
 
+// A block's weight scale d_w: the f16 `d` unless its format says otherwise (Format::Scale:
+// MXFP4's power of two).
+template <typename Format>
+float BlockScale(const typename Format::Block& b) {
+  if constexpr (requires { Format::Scale(b); }) {
+    return Format::Scale(b);
+  } else {
+    return HalfToFloat(b.d);
+  }
+}
+
 // sum + d_w · d_a · Σ q_w · q_a for token t of `a`, as ggml's scalar tail adds a block: one fma
 // (libggml-cpu is C compiled with contraction) of the exact scale product and integer sum.
 template <typename Format>
@@ -143,7 +155,7 @@ float AddLastBlock(const typename Format::Block& w, const Q8TokenGroupBlock& a, 
                    float sum) {
   int32_t dot = 0;
   for (int j = 0; j < 32; ++j) dot += Format::Quant(w, j) * a.q[t][j];
-  return std::fma(HalfToFloat(w.d) * a.d[t], static_cast<float>(dot), sum);
+  return std::fma(BlockScale<Format>(w) * a.d[t], static_cast<float>(dot), sum);
 }
 
 // The tables, one per file: table_scalar.cc, table_avx2.cc and table_avx512.cc.

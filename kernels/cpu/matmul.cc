@@ -102,7 +102,8 @@ bool UsesQuantizedActivations(TensorType type) {
     case TensorType::kQ5_0:
     case TensorType::kQ5_1:
     case TensorType::kQ8_0:
-    case TensorType::kIQ4_NL: return true;
+    case TensorType::kIQ4_NL:
+    case TensorType::kMXFP4: return true;
     default: return UsesQ8KActivations(type);
   }
 }
@@ -121,6 +122,7 @@ MatmulRangeFn FindRangeFn(const CpuKernelTable& table, TensorType type) {
     case TensorType::kQ5_0: return table.q5_0;
     case TensorType::kQ5_1: return table.q5_1;
     case TensorType::kIQ4_NL: return table.iq4_nl;
+    case TensorType::kMXFP4: return table.mxfp4;
     case TensorType::kQ2_K: return table.q2_k;
     case TensorType::kQ3_K: return table.q3_k;
     case TensorType::kQ4_K: return table.q4_k;

@@ -30,6 +30,7 @@ namespace {
 #include "kernels/cpu/quant_q5_0.inc"
 #include "kernels/cpu/quant_q5_1.inc"
 #include "kernels/cpu/quant_iq4_nl.inc"
+#include "kernels/cpu/quant_mxfp4.inc"
 #include "kernels/cpu/float_f32.inc"
 #include "kernels/cpu/float_f16.inc"
 #include "kernels/cpu/float_bf16.inc"
@@ -65,6 +66,7 @@ const CpuKernelTable& Avx2KernelTable() {
       .q5_0 = QuantRange<Q5_0Format>,
       .q5_1 = QuantRange<Q5_1Format>,
       .iq4_nl = QuantRange<Iq4NlFormat>,
+      .mxfp4 = QuantRange<Mxfp4Format>,
       .q2_k = KQuantRange<Q2_KFormat>,
       .q3_k = KQuantRange<Q3_KFormat>,
       .q4_k = KQuantRange<Q4_KFormat>,

@@ -22,6 +22,7 @@ namespace {
 #include "kernels/cpu/quant_q5_0.inc"
 #include "kernels/cpu/quant_q5_1.inc"
 #include "kernels/cpu/quant_iq4_nl.inc"
+#include "kernels/cpu/quant_mxfp4.inc"
 #include "kernels/cpu/float_f32.inc"
 #include "kernels/cpu/float_f16.inc"
 #include "kernels/cpu/float_bf16.inc"
@@ -52,6 +53,7 @@ const CpuKernelTable& ScalarKernelTable() {
       .q5_0 = PlainQuantRange<Q5_0Format>,
       .q5_1 = PlainQuantRange<Q5_1Format>,
       .iq4_nl = PlainQuantRange<Iq4NlFormat>,
+      .mxfp4 = PlainQuantRange<Mxfp4Format>,
       .q2_k = PlainKQuantRange<Q2_KFormat>,
       .q3_k = PlainKQuantRange<Q3_KFormat>,
       .q4_k = PlainKQuantRange<Q4_KFormat>,

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kernels/half.h"
@@ -104,6 +106,25 @@ TEST(DequantizeTest, Iq4NlLooksNibblesUpInItsSixteenLevels) {
   }
 }
 
+TEST(DequantizeTest, Mxfp4ScalesDoubledE2M1ValuesByAPowerOfTwo) {
+  // ggml's kvalues_mxfp4 (E2M1 doubled), written out here rather than taken from the header.
+  const int levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  std::vector<uint8_t> block(17);
+  for (int j = 0; j < 16; ++j) block[1 + j] = static_cast<uint8_t>((15 - j) << 4 | j);
+  std::vector<float> out(32);
+  // e = 130: x = level * 2^(130 - 128); e = 1 and 0: the float subnormals 2^-127 and 2^-128.
+  for (auto [e, half_scale] : {std::pair{130, 4.0f}, std::pair{127, 0.5f},
+                               std::pair{1, std::ldexp(1.0f, -127)},
+                               std::pair{0, std::ldexp(1.0f, -128)}}) {
+    block[0] = static_cast<uint8_t>(e);
+    DequantizeReference(TensorType::kMXFP4, block.data(), out);
+    for (int j = 0; j < 16; ++j) {
+      EXPECT_EQ(out[j], half_scale * static_cast<float>(levels[j])) << e << " " << j;
+      EXPECT_EQ(out[16 + j], half_scale * static_cast<float>(levels[15 - j])) << e << " " << j;
+    }
+  }
+}
+
 TEST(DequantizeTest, FloatTypes) {
   const uint16_t halves[] = {0x3c00, 0xc000, 0x3555};
   const uint16_t bf16s[] = {0x3f80, 0xc140, 0x0000};
@@ -127,6 +148,8 @@ TEST(TensorTypeTest, LayoutsOfSupportedAndUnsupportedTypes) {
   EXPECT_EQ(FindGgmlType(16)->name, "iq2_xxs");
   EXPECT_FALSE(ToTensorType(16).has_value());  // known layout, but not computed with
   EXPECT_EQ(ToTensorType(20), TensorType::kIQ4_NL);
+  EXPECT_EQ(ToTensorType(39), TensorType::kMXFP4);
+  EXPECT_EQ(LayoutOf(TensorType::kMXFP4).type_size, 17);
   EXPECT_EQ(LayoutOf(TensorType::kQ5_1).type_size, 24);
   for (TensorType type : AllTensorTypes()) {
     EXPECT_TRUE(HasReferenceDequantization(type)) << NameOf(type);

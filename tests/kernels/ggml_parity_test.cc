@@ -1,6 +1,6 @@
 // Matmuls against llama.cpp's own CPU code, bit for bit: ggml's quantize_row_q8_1 /
 // quantize_row_q8_0 / quantize_row_q8_K and ggml_vec_dot_{q4_1_q8_1, q4_0_q8_0, q8_0_q8_0,
-// q5_0_q8_0, q5_1_q8_1, iq4_nl_q8_0, q2_K..q6_K_q8_K, iq4_xs_q8_K, f32}, taken from the
+// q5_0_q8_0, q5_1_q8_1, iq4_nl_q8_0, mxfp4_q8_0, q2_K..q6_K_q8_K, iq4_xs_q8_K, f32}, taken from the
 // libggml-cpu.so that llama-cpp-python ships (found by CMake in the project's .venv, or named by
 // TOKENMILL_GGML_CPU_LIB), through its public ggml_get_type_traits_cpu. That library is built
 // for AVX2 (scripts/setup), so its vec_dot functions run their AVX2 paths: the order our
@@ -40,7 +40,7 @@ struct GgmlTypeTraitsCpu {
   int64_t nrows;
 };
 constexpr int kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ8_0 = 8, kGgmlQ8_1 = 9, kGgmlQ8_K = 15;
-constexpr int kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlIq4Nl = 20;
+constexpr int kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlIq4Nl = 20, kGgmlMxfp4 = 39;
 
 class Ggml {
  public:
@@ -82,7 +82,8 @@ std::vector<CpuIsa> SupportedIsas() {
 }
 
 // Weights as llama.cpp's quantizer would write them: scales of real magnitudes, all
-// quant values (Q8_0 in [-127, 127]; every nibble and fifth bit of the others).
+// quant values (Q8_0 in [-127, 127]; every nibble and fifth bit of the others). MXFP4's
+// exponent byte: 2^-14..2^-3 and, in every 13th block, the subnormal 0 or 1.
 std::vector<uint8_t> RandomBlocks(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
   const GgmlTypeLayout& layout = LayoutOf(type);
   const int64_t blocks = rows * cols / 32;
@@ -92,6 +93,13 @@ std::vector<uint8_t> RandomBlocks(TensorType type, int64_t rows, int64_t cols, s
   auto put16 = [&](size_t at, uint16_t v) { std::memcpy(&data[at], &v, 2); };
   for (int64_t b = 0; b < blocks; ++b) {
     const size_t at = static_cast<size_t>(b * layout.type_size);
+    if (type == TensorType::kMXFP4) {
+      data[at] = static_cast<uint8_t>(b % 13 == 0 ? b % 2 : 114 + byte(rng) % 12);
+      for (size_t i = 1; i < static_cast<size_t>(layout.type_size); ++i) {
+        data[at + i] = static_cast<uint8_t>(byte(rng));
+      }
+      continue;
+    }
     put16(at, FloatToHalf(scale(rng)));
     const bool has_min = type == TensorType::kQ4_1 || type == TensorType::kQ5_1;
     if (has_min) put16(at + 2, FloatToHalf(-8.0f * scale(rng)));
@@ -426,6 +434,7 @@ INSTANTIATE_TEST_SUITE_P(Types, GgmlMatmulParityTest,
                                            ParityCase{TensorType::kQ5_0, kGgmlQ5_0},
                                            ParityCase{TensorType::kQ5_1, kGgmlQ5_1},
                                            ParityCase{TensorType::kIQ4_NL, kGgmlIq4Nl},
+                                           ParityCase{TensorType::kMXFP4, kGgmlMxfp4},
                                            ParityCase{TensorType::kQ4_K, 12},
                                            ParityCase{TensorType::kQ6_K, 14},
                                            ParityCase{TensorType::kQ5_K, 13},

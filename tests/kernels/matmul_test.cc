@@ -65,6 +65,11 @@ std::vector<uint8_t> RandomWeights(TensorType type, int64_t rows, int64_t cols, 
           put16(at, FloatToHalf(scale(rng)));
           for (int i = 2; i < layout.type_size; ++i) data[at + i] = static_cast<uint8_t>(byte(rng));
           break;
+        case TensorType::kMXFP4:
+          // Exponents of real weights' magnitudes (2^-14..2^-3) and the subnormal 0 and 1.
+          data[at] = static_cast<uint8_t>(b % 13 == 0 ? b % 2 : 114 + byte(rng) % 12);
+          for (int i = 1; i < layout.type_size; ++i) data[at + i] = static_cast<uint8_t>(byte(rng));
+          break;
         case TensorType::kQ8_0:
           put16(at, FloatToHalf(scale(rng) / 8.0f));
           // Includes -128, which the sign trick of the SIMD paths must handle.
@@ -185,7 +190,7 @@ INSTANTIATE_TEST_SUITE_P(Types, MatmulTest,
                          ::testing::Values(TensorType::kF32, TensorType::kF16, TensorType::kBF16,
                                            TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_1,
                                            TensorType::kQ5_0, TensorType::kQ5_1,
-                                           TensorType::kIQ4_NL,
+                                           TensorType::kIQ4_NL, TensorType::kMXFP4,
                                            TensorType::kQ4_K, TensorType::kQ6_K, TensorType::kQ5_K,
                                            TensorType::kQ3_K, TensorType::kQ2_K,
                                            TensorType::kIQ4_XS),

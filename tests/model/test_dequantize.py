@@ -138,6 +138,37 @@ def test_dequantization_matches_gguf_package(model, type_name, tmp_path):
         np.testing.assert_array_equal(ours, expected, err_msg=f"{model}:{tensor.name}")
 
 
+def test_mxfp4_matches_gguf_package(tmp_path):
+    """MXFP4 (gpt-oss's expert weights; no real file is reachable here): a tensor the gguf package
+    quantizes from normal weights and one of random bytes (every exponent, subnormal ones
+    included, and every nibble), written by the gguf package and read back by it."""
+    import gguf
+    rng = np.random.default_rng(39)
+    path = str(tmp_path / "mxfp4.gguf")
+    writer = gguf.GGUFWriter(path, "llama")
+    weights = (rng.standard_normal((8, 256)) * 0.02).astype(np.float32)
+    writer.add_tensor("quantized", gguf.quants.quantize(weights, gguf.GGMLQuantizationType.MXFP4),
+                      raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+    raw = rng.integers(0, 256, size=(256, 17), dtype=np.uint8)
+    raw[:, 0] = np.arange(256)  # the exponent byte of block i is i
+    writer.add_tensor("raw", raw.reshape(4, 64 * 17), raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    for tensor in read_tensors(path):
+        out = tmp_path / "t.f32"
+        r = subprocess.run([BIN, "dequantize", "--model", path, "--tensor", tensor.name,
+                            "--out", str(out)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        ours = np.fromfile(out, dtype=np.float32)
+        with np.errstate(over="ignore"):  # exponent 255 times 12 is inf, in both
+            expected = dequantize(tensor.data, tensor.tensor_type).astype(np.float32).reshape(-1)
+        assert ours.shape == expected.shape, tensor.name
+        np.testing.assert_array_equal(ours.view(np.uint32), expected.view(np.uint32),
+                                      err_msg=tensor.name)
+
+
 def test_unknown_tensor_is_a_clear_error(tmp_path):
     path = os.path.join(MODELS, "stories260K.gguf")
     r = subprocess.run([BIN, "dequantize", "--model", path, "--tensor", "nope", "--out", str(tmp_path / "x")],

@@ -334,7 +334,7 @@ TEST(ModelLoadTest, RefusesTypesItDoesNotRunNamingTheTensorAndTheSupportedOnes) 
                           ")"));
   }
   EXPECT_THAT(CpuTensorTypeNames(),
-              HasSubstr("q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs"));
+              HasSubstr("q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, bf16, mxfp4"));
 }
 
 // Every type the CPU runs loads as attn_q and as token_embd (whose rows the embedding
