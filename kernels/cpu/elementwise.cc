@@ -133,10 +133,19 @@ void AddBias(float* x, std::span<const float> bias, int64_t n_rows) {
   }
 }
 
-void SoftmaxInPlace(std::span<float> x) {
+void SwiGluOai(const float* gate, const float* up, int64_t n, float alpha, float limit,
+               float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::min(gate[i], limit);
+    const float y = std::clamp(up[i], -limit, limit);
+    out[i] = x / (1.0f + std::exp(alpha * (-x))) * (y + 1.0f);
+  }
+}
+
+void SoftmaxInPlace(std::span<float> x, float sink) {
   if (x.empty()) return;
-  const float max = *std::max_element(x.begin(), x.end());
-  double sum = 0.0;
+  const float max = std::max(*std::max_element(x.begin(), x.end()), sink);
+  double sum = sink == -INFINITY ? 0.0 : std::exp(sink - max);
   for (float& v : x) {
     v = std::exp(v - max);
     sum += v;
@@ -145,8 +154,8 @@ void SoftmaxInPlace(std::span<float> x) {
   for (float& v : x) v *= inv;
 }
 
-void SoftmaxLikeGgml(const CpuContext& ctx, std::span<float> x) {
-  ctx.kernels->softmax_like_ggml(x);
+void SoftmaxLikeGgml(const CpuContext& ctx, std::span<float> x, float sink) {
+  ctx.kernels->softmax_like_ggml(x, sink);
 }
 
 }  // namespace tokenmill

@@ -89,6 +89,12 @@ inline void SwiGlu(const CpuContext& ctx, const float* gate, const float* up, in
   SwiGlu(ctx, gate, up, 1, n, out);
 }
 
+// gpt-oss's clamped SwiGLU over n elements, as ggml_swiglu_oai computes it: with
+// x = min(gate[i], limit) and y = clamp(up[i], -limit, limit), out[i] = x / (1 + expf(-alpha x))
+// · (y + 1) (gpt-oss: alpha 1.702, limit 7).
+void SwiGluOai(const float* gate, const float* up, int64_t n, float alpha, float limit,
+               float* out);
+
 // out[i] = GELU-tanh(gate[i]) * up[i] over n elements, as llama.cpp's CPU backend computes
 // it (ggml_vec_geglu_f32 with GGML_GELU_FP16): gate rounded to f16, its GELU-tanh
 // 0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²))) in float rounded to f16 (a table of every f16),
@@ -101,13 +107,15 @@ void AddInPlace(float* x, const float* y, int64_t n);
 // Adds bias (one row) to each of n_rows rows.
 void AddBias(float* x, std::span<const float> bias, int64_t n_rows);
 
-// Softmax of x in place.
-void SoftmaxInPlace(std::span<float> x);
+// Softmax of x in place; a sink (> -inf: attention sinks, AttentionVariant::sinks) joins it as
+// one more element whose probability is dropped.
+void SoftmaxInPlace(std::span<float> x, float sink = -INFINITY);
 
 // Softmax of x in place as llama.cpp's soft_max computes a row (ggml_vec_soft_max_f32):
 // GgmlVectorExpf for every element (llama.cpp's rows are padded to a multiple of 8 by masked
 // positions, which add 0), each 8-float vector summed in float in SSE's pairwise order and
-// added to a double, then every element scaled by float(1 / sum).
-void SoftmaxLikeGgml(const CpuContext& ctx, std::span<float> x);
+// added to a double, then every element scaled by float(1 / sum). A sink (> -inf) joins the
+// max and adds expf(sink - max) to the sum, as ggml_soft_max_add_sinks.
+void SoftmaxLikeGgml(const CpuContext& ctx, std::span<float> x, float sink = -INFINITY);
 
 }  // namespace tokenmill

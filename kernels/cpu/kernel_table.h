@@ -87,6 +87,7 @@ struct AttendArgs {
   int group;
   float scale;
   float softcap;  // > 0: each score is softcap · tanh(score / softcap) before the scale
+  const float* sinks;  // null, or the group's sink logits (AttentionVariant::sinks)
   float* scores;
   float* out_group;  // group × head_dim
 };
@@ -102,6 +103,9 @@ inline float AttentionScore(const AttendArgs& a, float dot) {
   if (a.softcap > 0.0f) dot = std::tanh(dot * (1.0f / a.softcap)) * a.softcap;
   return dot * a.scale;
 }
+
+// Head g's sink logit, or -inf (a softmax without a sink: SoftmaxLikeGgml).
+inline float SinkOf(const AttendArgs& a, int g) { return a.sinks ? a.sinks[g] : -INFINITY; }
 
 // The kernels of one ISA. Each entry computes the same values in every table (a matmul's order
 // depends only on the matrix's layout, see MatmulRange).
@@ -119,7 +123,7 @@ struct CpuKernelTable {
   // SwiGlu and SoftmaxLikeGgml (elementwise.h).
   void (*swiglu)(const float* gate, const float* up, int64_t n_rows, int64_t row_size,
                  float* out);
-  void (*softmax_like_ggml)(std::span<float> x);
+  void (*softmax_like_ggml)(std::span<float> x, float sink);
 };
 
 namespace internal {

@@ -88,6 +88,7 @@ void PagedAttention(const CpuContext& ctx, const KvCacheView& kv, const RaggedBa
                     const KvBlockTable& table, const float* q, int n_heads, float scale,
                     float* out, const AttentionVariant& variant) {
   TM_CHECK(KvTypeOnCpu(kv.type)) << "the CPU kernels do not read " << KvTypeName(kv.type);
+  TM_CHECK(variant.sinks.empty() || std::ssize(variant.sinks) == n_heads) << "one sink per head";
   const std::vector<int32_t> seq_of = SequenceOfTokens(b);
   const int group = n_heads / kv.n_kv_heads;
   const int64_t d = kv.head_dim;
@@ -112,8 +113,9 @@ void PagedAttention(const CpuContext& ctx, const KvCacheView& kv, const RaggedBa
       }
       k.attend(AttendArgs{kv.k, kv.v, kv.type, kv.k_scale, kv.v_scale, kv.block_size,
                           kv.n_kv_heads, kv.head_dim, blocks, first, len, kv_head, q_group, group,
-                          scale, variant.softcap, scores.data(),
-                          out + (t * n_heads + kv_head * group) * d});
+                          scale, variant.softcap,
+                          variant.sinks.empty() ? nullptr : variant.sinks.data() + kv_head * group,
+                          scores.data(), out + (t * n_heads + kv_head * group) * d});
     }
   });
 }
@@ -171,7 +173,9 @@ void PagedAttentionReference(const KvCacheView& kv, const RaggedBatch& b,
         p[j - begin] = dot * scale;
         max = std::max(max, p[j - begin]);
       }
-      double sum = 0.0;
+      const double sink = variant.sinks.empty() ? -INFINITY : variant.sinks[h];
+      max = std::max(max, sink);
+      double sum = variant.sinks.empty() ? 0.0 : std::exp(sink - max);
       for (double& v : p) sum += (v = std::exp(v - max));
       for (double& v : p) {
         v /= sum;

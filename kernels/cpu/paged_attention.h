@@ -28,6 +28,10 @@ struct AttentionVariant {
   // > 0: each token attends only to its sliding_window most recent positions, its own
   // included (llama.cpp's LLAMA_SWA_TYPE_STANDARD); the KV before them is never read.
   int32_t sliding_window = 0;
+  // Non-empty: one learned logit per query head (n_heads of them, gpt-oss's attn_sinks) that
+  // joins each softmax as a position with no value, as ggml_soft_max_add_sinks: the max and
+  // the sum take it, the outputs are the visible positions' probabilities times V.
+  std::span<const float> sinks;
 };
 
 // With f16 K/V the query and the attention probabilities are rounded to f16 too, as the

@@ -156,13 +156,14 @@ void ForwardBlocks::HeadNorms(std::span<const float> q_norm, std::span<const flo
   Tap("Kcur_normed", layer_, k_, n_, c_.kv_dim());
 }
 
-void ForwardBlocks::Attention(float query_scale) {
+void ForwardBlocks::Attention(float query_scale, std::span<const float> sinks) {
   Tap("Qraw", layer_, q_, n_, c_.q_dim());
   Tap("Kraw", layer_, k_, n_, c_.kv_dim());
   const RopeParams& rope = layer_rope_[static_cast<size_t>(layer_)];
   const AttentionVariant variant{
       .softcap = c_.attn_softcap,
-      .sliding_window = c_.IsSlidingLayer(layer_) ? c_.sliding_window : 0};
+      .sliding_window = c_.IsSlidingLayer(layer_) ? c_.sliding_window : 0,
+      .sinks = sinks};
   const std::span<const int32_t> positions = in_->batch.positions;
   const KvCacheView kv_layer = kv_->Layer(layer_);
   const KvBlockTable& blocks = in_->batch.block_tables[KvGroupOfLayer(c_, layer_)];

@@ -141,7 +141,7 @@ TEST_P(PagedAttentionTest, SlidingWindowAndSoftcapMatchTheReferenceReadingOnlyTh
   const std::vector<float> q = Random(14 * s.kHeads * s.head_dim, rng);
   // A window of 5: sequence 0's tokens (positions 6 to 18) see from position 2 on, sequence
   // 1's (position 20) from 16 on. A cap of 1 bites on scores of a few units.
-  const AttentionVariant variant{.softcap = 1.0f, .sliding_window = 5};
+  const AttentionVariant variant{.softcap = 1.0f, .sliding_window = 5, .sinks = {}};
   std::vector<float> expected(q.size());
   PagedAttentionReference(kv, s.batch(), s.table, q.data(), s.kHeads, 0.2f, expected.data(),
                           variant);
@@ -165,6 +165,40 @@ TEST_P(PagedAttentionTest, SlidingWindowAndSoftcapMatchTheReferenceReadingOnlyTh
     const float tolerance = kv_type == KvType::kF16 ? 5e-4f : 1e-5f;
     for (size_t i = 0; i < out.size(); ++i) {
       ASSERT_NEAR(out[i], expected[i], tolerance) << IsaName(isa) << " at " << i;
+    }
+  }
+}
+
+TEST_P(PagedAttentionTest, SinksMatchTheReference) {
+  const KvType kv_type = std::get<0>(GetParam());
+  AttentionSetup s(std::get<1>(GetParam()));
+  std::mt19937 rng(7);
+  const RandomKvCache cache(kv_type, 11, s.kBlockSize, s.kKvHeads, s.head_dim, rng);
+  const std::vector<float> q = Random(14 * s.kHeads * s.head_dim, rng);
+  // One logit per query head: below, among and far above the scores (that head's outputs
+  // shrink towards 0), in a sliding window and not.
+  std::vector<float> sinks(static_cast<size_t>(s.kHeads));
+  for (size_t h = 0; h < sinks.size(); ++h) sinks[h] = -3.0f + 2.5f * static_cast<float>(h);
+  ThreadPool pool(2);
+  for (int32_t window : {0, 5}) {
+    const AttentionVariant variant{.softcap = 0.0f, .sliding_window = window, .sinks = sinks};
+    std::vector<float> expected(q.size()), sinkless(q.size());
+    PagedAttentionReference(cache.layer, s.batch(), s.table, q.data(), s.kHeads, 0.2f,
+                            expected.data(), variant);
+    PagedAttentionReference(cache.layer, s.batch(), s.table, q.data(), s.kHeads, 0.2f,
+                            sinkless.data(),
+                            AttentionVariant{.softcap = 0.0f, .sliding_window = window, .sinks = {}});
+    EXPECT_NE(expected, sinkless);
+    for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+      if (!CpuSupports(isa)) continue;
+      std::vector<float> out(q.size(), NAN);
+      PagedAttention(CpuContext{&KernelTable(isa), &pool}, cache.layer, s.batch(), s.table,
+                     q.data(), s.kHeads, 0.2f, out.data(), variant);
+      const float tolerance = kv_type == KvType::kF16 ? 5e-4f : 1e-5f;
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_NEAR(out[i], expected[i], tolerance) << IsaName(isa) << " window " << window
+                                                    << " at " << i;
+      }
     }
   }
 }

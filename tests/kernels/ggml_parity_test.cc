@@ -17,6 +17,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
@@ -40,7 +41,7 @@ struct GgmlTypeTraitsCpu {
   int64_t nrows;
 };
 constexpr int kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ8_0 = 8, kGgmlQ8_1 = 9, kGgmlQ8_K = 15;
-constexpr int kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlIq4Nl = 20, kGgmlMxfp4 = 39;
+constexpr int kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlIq4Nl = 20, kGgmlMxfp4 = 39, kGgmlF32 = 0;
 
 class Ggml {
  public:
@@ -290,7 +291,6 @@ TEST(GgmlParityTest, SwiGluEqualsGgmlVecSwiglu) {
 TEST(GgmlParityTest, F32MatmulEqualsGgmlVecDotF32) {
   Ggml ggml;
   if (!ggml.loaded()) GTEST_SKIP() << "llama-cpp-python's libggml-cpu.so not found";
-  constexpr int kGgmlF32 = 0;
   std::mt19937 rng(23);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   // Multiples of 32 columns only: how ggml adds the elements past the last full 32 is not
@@ -327,32 +327,48 @@ struct GgmlInitParams {
   void* mem_buffer;
   bool no_alloc;
 };
-struct GgmlRopeApi {
+struct GgmlGraphApi {
   void* (*init)(GgmlInitParams);
   void (*free)(void*);
   void* (*new_tensor_1d)(void*, int, int64_t);
+  void* (*new_tensor_2d)(void*, int, int64_t, int64_t);
   void* (*new_tensor_3d)(void*, int, int64_t, int64_t, int64_t);
   void* (*rope_ext)(void*, void*, void*, void*, int, int, int, float, float, float, float, float,
                     float);
+  void* (*soft_max_ext)(void*, void*, void*, float, float);
+  void (*soft_max_add_sinks)(void*, void*);
+  void* (*swiglu_oai)(void*, void*, void*, float, float);
   void* (*new_graph)(void*);
   void (*build_forward_expand)(void*, void*);
   int (*compute_with_ctx)(void*, void*, int);
   void* (*get_data)(const void*);
 
-  explicit GgmlRopeApi(const Ggml& g)
+  explicit GgmlGraphApi(const Ggml& g)
       : init(g.function<decltype(init)>("ggml_init")),
         free(g.function<decltype(free)>("ggml_free")),
         new_tensor_1d(g.function<decltype(new_tensor_1d)>("ggml_new_tensor_1d")),
+        new_tensor_2d(g.function<decltype(new_tensor_2d)>("ggml_new_tensor_2d")),
         new_tensor_3d(g.function<decltype(new_tensor_3d)>("ggml_new_tensor_3d")),
         rope_ext(g.function<decltype(rope_ext)>("ggml_rope_ext")),
+        soft_max_ext(g.function<decltype(soft_max_ext)>("ggml_soft_max_ext")),
+        soft_max_add_sinks(g.function<decltype(soft_max_add_sinks)>("ggml_soft_max_add_sinks")),
+        swiglu_oai(g.function<decltype(swiglu_oai)>("ggml_swiglu_oai")),
         new_graph(g.function<decltype(new_graph)>("ggml_new_graph")),
         build_forward_expand(
             g.function<decltype(build_forward_expand)>("ggml_build_forward_expand")),
         compute_with_ctx(g.function<decltype(compute_with_ctx)>("ggml_graph_compute_with_ctx")),
         get_data(g.function<decltype(get_data)>("ggml_get_data")) {}
   bool loaded() const {
-    return init && free && new_tensor_1d && new_tensor_3d && rope_ext && new_graph &&
+    return init && free && new_tensor_1d && new_tensor_2d && new_tensor_3d && rope_ext &&
+           soft_max_ext && soft_max_add_sinks && swiglu_oai && new_graph &&
            build_forward_expand && compute_with_ctx && get_data;
+  }
+  // Computes `out` (a node of ctx's graph) on one thread and returns its data.
+  const float* Compute(void* ctx, void* out) const {
+    void* graph = new_graph(ctx);
+    build_forward_expand(graph, out);
+    if (compute_with_ctx(ctx, graph, 1) != 0) return nullptr;
+    return static_cast<const float*>(get_data(out));
   }
 };
 
@@ -361,9 +377,9 @@ struct GgmlRopeApi {
 // both pairings, on a partial rotation (n_rot < head_dim).
 TEST(GgmlParityTest, RopeEqualsGgmlRopeExt) {
   Ggml ggml;
-  const GgmlRopeApi api(ggml);
+  const GgmlGraphApi api(ggml);
   if (!api.loaded()) GTEST_SKIP() << "llama-cpp-python's ggml graph API not found";
-  constexpr int kGgmlF32 = 0, kGgmlI32 = 26, kHeadDim = 32, kNRot = 24, kHeads = 3;
+  constexpr int kGgmlI32 = 26, kHeadDim = 32, kNRot = 24, kHeads = 3;
   std::vector<int32_t> positions;
   for (int32_t p = 0; p < 300; p += 7) positions.push_back(p);
   const auto n_tokens = static_cast<int64_t>(positions.size());
@@ -397,10 +413,8 @@ TEST(GgmlParityTest, RopeEqualsGgmlRopeExt) {
       const int mode = style == RopeStyle::kNeox ? 2 : 0;
       void* out = api.rope_ext(ctx, a, pos, ff, kNRot, mode, kOriginalContext, kBase, c.scale,
                                c.ext_factor, c.attn_factor, kBetaFast, kBetaSlow);
-      void* graph = api.new_graph(ctx);
-      api.build_forward_expand(graph, out);
-      ASSERT_EQ(api.compute_with_ctx(ctx, graph, 1), 0);
-      const auto* expected = static_cast<const float*>(api.get_data(out));
+      const float* expected = api.Compute(ctx, out);
+      ASSERT_NE(expected, nullptr);
 
       const std::array<float, 2> corr =
           YarnCorrectionDims(kNRot, kOriginalContext, kBase, kBetaFast, kBetaSlow);
@@ -424,6 +438,79 @@ TEST(GgmlParityTest, RopeEqualsGgmlRopeExt) {
       }
       api.free(ctx);
     }
+  }
+}
+
+// SoftmaxLikeGgml with a sink per row (gpt-oss's attention sinks) against ggml_soft_max_ext
+// with ggml_soft_max_add_sinks, bit for bit, every ISA: rows of whole 8-float vectors as
+// llama.cpp's padded KV rows, sinks below, among and above the scores, and no sink (-inf).
+TEST(GgmlParityTest, SoftmaxWithSinksEqualsGgmlSoftMaxAddSinks) {
+  Ggml ggml;
+  const GgmlGraphApi api(ggml);
+  if (!api.loaded()) GTEST_SKIP() << "llama-cpp-python's ggml graph API not found";
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  constexpr int64_t kHeads = 6;
+  const std::array<float, kHeads> sinks = {-30.0f, 0.5f, 2.0f, 25.0f, -INFINITY, 7.25f};
+  for (const int64_t n : {8, 64, 256}) {
+    std::vector<float> x(static_cast<size_t>(n * kHeads));
+    for (float& v : x) v = normal(rng);
+    void* ctx = api.init({16 << 20, nullptr, false});
+    ASSERT_NE(ctx, nullptr);
+    // [n, 1 row, kHeads]: ggml takes sink i02 for head i02.
+    void* a = api.new_tensor_3d(ctx, kGgmlF32, n, 1, kHeads);
+    void* s = api.new_tensor_1d(ctx, kGgmlF32, kHeads);
+    std::memcpy(api.get_data(a), x.data(), x.size() * sizeof(float));
+    std::memcpy(api.get_data(s), sinks.data(), sizeof(sinks));
+    void* out = api.soft_max_ext(ctx, a, nullptr, 1.0f, 0.0f);
+    api.soft_max_add_sinks(out, s);
+    const float* expected = api.Compute(ctx, out);
+    ASSERT_NE(expected, nullptr);
+    for (CpuIsa isa : SupportedIsas()) {
+      for (int64_t h = 0; h < kHeads; ++h) {
+        std::vector<float> row(x.begin() + h * n, x.begin() + (h + 1) * n);
+        SoftmaxLikeGgml(CpuContext{&KernelTable(isa)}, row, sinks[static_cast<size_t>(h)]);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(row[static_cast<size_t>(i)]),
+                    std::bit_cast<uint32_t>(expected[h * n + i]))
+              << IsaName(isa) << " n " << n << " head " << h << " at " << i;
+        }
+      }
+    }
+    api.free(ctx);
+  }
+}
+
+// SwiGluOai against ggml_swiglu_oai, bit for bit, with gpt-oss's alpha and limit and another
+// pair: gates and ups inside, at and past the clamp on both sides.
+TEST(GgmlParityTest, SwiGluOaiEqualsGgmlSwigluOai) {
+  Ggml ggml;
+  const GgmlGraphApi api(ggml);
+  if (!api.loaded()) GTEST_SKIP() << "llama-cpp-python's ggml graph API not found";
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal(0.0f, 5.0f);
+  constexpr int64_t kCols = 96, kRows = 5;
+  std::vector<float> gate(kCols * kRows), up(gate.size());
+  for (size_t i = 0; i < gate.size(); ++i) {
+    gate[i] = i % 17 == 0 ? 7.0f : i % 19 == 0 ? -7.0f : normal(rng);
+    up[i] = i % 23 == 0 ? 7.0f : i % 29 == 0 ? -7.0f : normal(rng);
+  }
+  for (auto [alpha, limit] : {std::pair{1.702f, 7.0f}, std::pair{1.0f, 2.5f}}) {
+    void* ctx = api.init({16 << 20, nullptr, false});
+    ASSERT_NE(ctx, nullptr);
+    void* g = api.new_tensor_2d(ctx, kGgmlF32, kCols, kRows);
+    void* u = api.new_tensor_2d(ctx, kGgmlF32, kCols, kRows);
+    std::memcpy(api.get_data(g), gate.data(), gate.size() * sizeof(float));
+    std::memcpy(api.get_data(u), up.data(), up.size() * sizeof(float));
+    const float* expected = api.Compute(ctx, api.swiglu_oai(ctx, g, u, alpha, limit));
+    ASSERT_NE(expected, nullptr);
+    std::vector<float> out(gate.size(), NAN);
+    SwiGluOai(gate.data(), up.data(), kCols * kRows, alpha, limit, out.data());
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(expected[i]))
+          << "alpha " << alpha << " at " << i << " gate " << gate[i] << " up " << up[i];
+    }
+    api.free(ctx);
   }
 }
 
