@@ -284,9 +284,15 @@ def write_pre_tokenizer_splits(corpus):
 # ---------------------------------------------------------------------------------------------
 # The SmolLM2 vocabulary under other pre-tokenizers: llama.cpp's ids for a copy of its GGUF
 # metadata (no tensors) with tokenizer.ggml.pre replaced, so that every pre-tokenizer we
-# support is checked end to end against llama.cpp, not only the model's own "smollm".
+# support is checked end to end against llama.cpp, not only the model's own "smollm". o200k
+# (gpt-4o, gpt-oss's; no o200k vocabulary is reachable here) on Llama 3's vocabulary instead,
+# whose multi-digit and contraction tokens make it split differently from tekken; SmolLM2's
+# single digits would not.
 
-PRE_VARIANTS = ["gpt-2", "llama-bpe", "qwen2", "default", "tekken"]
+PRE_VARIANTS = {
+    "pre_variants.json": (MODELS[0], ["gpt-2", "llama-bpe", "qwen2", "default", "tekken"]),
+    "pre_variants_o200k.json": ("ggml-vocab-llama-bpe.gguf", ["gpt-4o"]),
+}
 
 
 def write_vocab_copy(source_path, dest_path, pre):
@@ -308,13 +314,18 @@ def write_vocab_copy(source_path, dest_path, pre):
 
 
 def write_pre_variants(corpus):
+    for golden, (vocabulary, pres) in PRE_VARIANTS.items():
+        write_pre_variant(corpus, golden, vocabulary, pres)
+
+
+def write_pre_variant(corpus, golden, vocabulary, pres):
     import tempfile
     from llama_cpp import Llama
-    source = os.path.join(MODELS_DIR, MODELS[0])
+    source = os.path.join(MODELS_DIR, vocabulary)
     texts = corpus[:450]
     variants = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for pre in PRE_VARIANTS:
+        for pre in pres:
             path = os.path.join(tmp, "vocab.gguf")
             write_vocab_copy(source, path, pre)
             llm = Llama(model_path=path, vocab_only=True, verbose=False)
@@ -324,11 +335,11 @@ def write_pre_variants(corpus):
                  "ids_special": llm.tokenize(t.encode("utf-8"), add_bos=True, special=True)}
                 for t in texts]
             del llm
-    dest = os.path.join(OUT_DIR, "pre_variants.json")
+    dest = os.path.join(OUT_DIR, golden)
     with open(dest, "w", encoding="utf-8") as f:
-        json.dump({"vocabulary": MODELS[0], "variants": variants}, f, ensure_ascii=True, indent=0)
+        json.dump({"vocabulary": vocabulary, "variants": variants}, f, ensure_ascii=True, indent=0)
         f.write("\n")
-    print(f"{MODELS[0]} vocabulary under pre {PRE_VARIANTS} -> {dest}", file=sys.stderr)
+    print(f"{vocabulary} vocabulary under pre {pres} -> {dest}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------

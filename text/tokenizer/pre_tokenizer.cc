@@ -35,6 +35,16 @@ constexpr const char* kTekken =
     "|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*"
     "|\\p{N}| ?[^" TM_WS "\\p{L}\\p{N}]+[\\r\\n/]*|[" TM_WS "]*[\\r\\n]+|[" TM_WS
     "]+(?![^" TM_WS "])|[" TM_WS "]+";
+// OpenAI's o200k (gpt-4o, gpt-oss), as llama.cpp rewrites it (LLAMA_VOCAB_PRE_TYPE_GPT4O):
+// tekken's letter runs, each followed by an optional English contraction, and digits by
+// threes.
+#define TM_CONTRACTION "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+constexpr const char* kGpt4o =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+" TM_CONTRACTION
+    "|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*" TM_CONTRACTION
+    "|\\p{N}{1,3}| ?[^" TM_WS "\\p{L}\\p{N}]+[\\r\\n/]*|[" TM_WS "]*[\\r\\n]+|[" TM_WS
+    "]+(?![^" TM_WS "])|[" TM_WS "]+";
+#undef TM_CONTRACTION
 #undef TM_WS
 constexpr const char* kPunctuationRuns = "[\\p{P}\\$\\+<=>\\^~\\|`]+";
 constexpr const char* kAsciiDigitTriples = "[0-9][0-9][0-9]";
@@ -59,6 +69,7 @@ const std::vector<PreTokenizerSpec>& Specs() {
       {"llama-v3", {kLlama3}, true, true},
       {"qwen2", {kQwen2}},
       {"tekken", {kTekken}, true, true},
+      {"gpt-4o", {kGpt4o}},
       {"deepseek-r1-qwen", {kQwen2}},
   };
   return specs;
