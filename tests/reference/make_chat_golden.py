@@ -84,7 +84,11 @@ TEMPLATES = {
     "kimi_k2_thinking": {"bos_token": "[BOS]", "eos_token": "[EOS]"},
     "glm46": {"bos_token": "", "eos_token": "<|endoftext|>"},
     "nemotron_nano_v2": {"bos_token": "<SPECIAL_1>", "eos_token": "<SPECIAL_12>"},
+    # gpt-oss writes strftime_now("%Y-%m-%d") into every system message: "dated" goldens hold
+    # TODAY_MARK where jinja2 rendered today's date, and the test puts it where we render it.
+    "gpt_oss": {"bos_token": "<|startoftext|>", "eos_token": "<|return|>", "dated": True},
 }
+TODAY_MARK = "<today>"
 
 # ----------------------------------------------------------------------------- conversations
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -434,10 +438,13 @@ def write_template_goldens(env):
             for prompt in (True, False):
                 variables = {**template_extra, **extra}  # the conversation's win
                 result = render_case(env, source, tokens, messages, tools, prompt, variables)
+                if config.get("dated") and "output" in result:
+                    today = datetime.datetime.now().strftime("%Y-%m-%d")
+                    result["output"] = result["output"].replace(today, TODAY_MARK)
                 cases.append({"conversation": conversation, "add_generation_prompt": prompt,
                               **result})
         golden = {"template": f"{name}.jinja", **tokens, "extra_variables": template_extra,
-                  "cases": cases}
+                  **({"dated": TODAY_MARK} if config.get("dated") else {}), "cases": cases}
         path = DATA / f"{name}.golden.json"
         write_json(path, golden)
         outputs = sum("output" in c for c in cases)
