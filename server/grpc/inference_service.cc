@@ -33,7 +33,8 @@ RequestContext ContextOf(const ServingModel& model) {
       .max_model_len = model.engine->max_model_len(),
       .grammars = model.grammars.get(),
       .tool_call_format = model.tool_call_format,
-      .reasoning = model.reasoning};
+      .reasoning = model.reasoning,
+      .harmony = model.harmony};
 }
 
 v1::SpecialToken SpecialTokenOf(const Tokenizer& tokenizer, TokenId id) {

@@ -160,12 +160,15 @@ StatusOr<std::optional<OutputParserOptions>> ChatOutputParsing(
   OutputParserOptions options;
   if (OffersTools(chat)) options.tool_calls = context.tool_call_format;
   options.reasoning = context.reasoning;
-  options.starts_in_reasoning = context.reasoning && PromptOpensThink(prompt);
+  options.harmony = context.harmony;
+  options.starts_in_reasoning = context.reasoning && !context.harmony && PromptOpensThink(prompt);
   // A named function is one call; false: only the first call counts.
   options.parallel = !chat.tool_choice().has_function_name() &&
                      (!chat.has_parallel_tool_calls() || chat.parallel_tool_calls());
   options.seed = std::random_device{}();
-  if (!options.tool_calls && !options.reasoning) return std::optional<OutputParserOptions>();
+  if (!options.tool_calls && !options.reasoning && !options.harmony) {
+    return std::optional<OutputParserOptions>();
+  }
   return std::optional<OutputParserOptions>(options);
 }
 

@@ -26,9 +26,11 @@ struct RequestContext {
   grammar::GrammarCache* grammars = nullptr;
   // How chat output is parsed: the tool-call format (--tool-call-parser, or the template's;
   // none: calls are not parsed, nor forced) and whether <think> reasoning is split off
-  // (--reasoning-parser, or whether the template uses <think>).
+  // (--reasoning-parser, or whether the template uses <think>); harmony: the output is
+  // gpt-oss's channels (--reasoning-parser / --tool-call-parser harmony, or the template's).
   std::optional<ToolCallFormat> tool_call_format;
   bool reasoning = false;
+  bool harmony = false;
 };
 
 inline constexpr uint32_t kDefaultMaxTokens = 16;

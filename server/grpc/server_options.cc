@@ -34,12 +34,15 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
   AddOption(app, "--tool-call-parser", o.tool_call_parser,
             "how chat output's tool calls are parsed (and forced calls written): auto (from "
             "the chat template: <tool_call> hermes, [TOOL_CALLS] mistral, <|python_tag|> "
-            "llama3_json, else json), hermes, llama3_json, mistral, json or none")
-      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "mistral", "json", "none"}));
+            "llama3_json, <|channel|> harmony, else json), hermes, llama3_json, mistral, json, "
+            "harmony (gpt-oss) or none")
+      ->check(CLI::IsMember(
+          {"auto", "hermes", "llama3_json", "mistral", "json", "harmony", "none"}));
   AddOption(app, "--reasoning-parser", o.reasoning_parser,
             "how chat output's reasoning is split off: auto (think when the chat template uses "
-            "<think>), think (<think>...</think>) or none")
-      ->check(CLI::IsMember({"auto", "think", "none"}));
+            "<think>, harmony when it writes <|channel|>), think (<think>...</think>), harmony "
+            "(gpt-oss's analysis channel) or none")
+      ->check(CLI::IsMember({"auto", "think", "harmony", "none"}));
   AddOption(app, "--host", o.host, "address to listen on");
   AddOption(app, "--port", o.port, "gRPC port (0: any free port)")->check(CLI::Range(0, 65535));
   AddOption(app, "--metrics-port", o.metrics_port,

@@ -16,8 +16,8 @@ struct ServerOptions {
   std::string model_path;
   std::string chat_template_path;  // empty: the model's own template
   // How chat output is parsed: auto (from the chat template), none, or a format / parser.
-  std::string tool_call_parser = "auto";  // hermes, llama3_json, mistral, json
-  std::string reasoning_parser = "auto";  // think (<think>...</think>)
+  std::string tool_call_parser = "auto";  // hermes, llama3_json, mistral, json, harmony
+  std::string reasoning_parser = "auto";  // think (<think>...</think>), harmony
   std::string host = "127.0.0.1";
   int port = 50051;          // 0: any free port (logged)
   int metrics_port = 8002;   // 0: any free port (logged); -1: no metrics endpoint

@@ -8,6 +8,7 @@
 
 #include "common/byte_size.h"
 #include "engine/grammar_vocabulary.h"
+#include "text/chat/harmony_parser.h"
 #include "text/chat/reasoning_parser.h"
 
 namespace tokenmill::server {
@@ -38,12 +39,16 @@ void ChooseOutputParsers(const ServerOptions& options, ServingModel& serving) {
   } else if (options.tool_call_parser != "none") {
     serving.tool_call_format = ToolCallFormatFromName(options.tool_call_parser);
   }
-  serving.reasoning = options.reasoning_parser == "think" ||
+  const bool harmony_reasoning =
+      options.reasoning_parser == "harmony" ||
+      (options.reasoning_parser == "auto" && TemplateUsesHarmony(source));
+  serving.reasoning = harmony_reasoning || options.reasoning_parser == "think" ||
                       (options.reasoning_parser == "auto" && TemplateHasThinkTags(source));
+  serving.harmony = harmony_reasoning || serving.tool_call_format == ToolCallFormat::kHarmony;
   spdlog::info("chat output: tool calls {}{}, reasoning {}",
                serving.tool_call_format ? ToolCallFormatName(*serving.tool_call_format) : "none",
                options.tool_call_parser == "auto" ? " (from the chat template)" : "",
-               serving.reasoning ? "<think>" : "none");
+               !serving.reasoning ? "none" : harmony_reasoning ? "harmony" : "<think>");
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ struct ServingModel {
   // what the template shows.
   std::optional<ToolCallFormat> tool_call_format;
   bool reasoning = false;
+  bool harmony = false;  // gpt-oss's channels: HarmonyParser splits reasoning and calls
   std::string name;                           // general.name, or the file's stem
   int block_size = 0;
   // Structured output's compiled grammars over this model's vocabulary (request threads).

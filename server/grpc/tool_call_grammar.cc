@@ -29,7 +29,8 @@ std::string CallsRule(ToolCallFormat format, bool parallel) {
              " \"]\"";
     case ToolCallFormat::kMistralV11:  // each call has its own marker (NamedCallsGbnf)
       return parallel ? "tool-call+" : "tool-call";
-    case ToolCallFormat::kJson: break;
+    case ToolCallFormat::kJson:
+    case ToolCallFormat::kHarmony: break;  // harmony: refused by ForcedToolCallGbnf
   }
   return parallel ? "\"[\" tool-call (\", \" tool-call)* \"]\"" : "tool-call";
 }
@@ -119,6 +120,10 @@ Status HoistDefinitions(Json& parameters, const std::string& tool, Json& root) {
 StatusOr<std::string> ForcedToolCallGbnf(ToolCallFormat format, std::string_view tools_json,
                                          std::string_view function_name, bool parallel,
                                          const grammar::GrammarLimits& limits) {
+  if (format == ToolCallFormat::kHarmony) {
+    return UnimplementedError("chat.tool_choice: forced tool calls are not written in gpt-oss's "
+                              "harmony markup yet: use tool_choice auto");
+  }
   const Json tools = Json::parse(tools_json, nullptr, /*allow_exceptions=*/false);
   if (!tools.is_array() || tools.empty()) {
     return InvalidArgumentError("chat.tool_choice forces a call: give chat.tools_json, a JSON "

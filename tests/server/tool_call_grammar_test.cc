@@ -176,6 +176,11 @@ TEST(ForcedToolCallGbnf, RefusesWhatCannotBeForced) {
       ForcedToolCallGbnf(ToolCallFormat::kHermes, bad_schema, "", false, limits).status();
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("frobnicate"));
+  // gpt-oss's calls are parsed but not forced yet: said by name, not a wrong grammar.
+  const Status harmony =
+      ForcedToolCallGbnf(ToolCallFormat::kHarmony, kTools, "", false, limits).status();
+  EXPECT_EQ(harmony.code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(harmony.message(), HasSubstr("harmony"));
 }
 
 v1::GenerateRequest ChatRequest(bool forced) {

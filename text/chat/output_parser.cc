@@ -4,6 +4,10 @@ namespace tokenmill {
 
 OutputParser::OutputParser(const OutputParserOptions& options)
     : hidden_(options.hidden_markers), parallel_(options.parallel) {
+  if (options.harmony || options.tool_calls == ToolCallFormat::kHarmony) {
+    harmony_.emplace(options.tool_calls.has_value(), options.seed);
+    return;
+  }
   if (options.reasoning) reasoning_.emplace(options.starts_in_reasoning);
   if (options.tool_calls) tools_.emplace(*options.tool_calls, options.seed);
 }
@@ -25,6 +29,11 @@ void OutputParser::KeepAllowedCalls(ParsedOutput& out) const {
 
 ParsedOutput OutputParser::Feed(std::string_view text) {
   ParsedOutput out;
+  if (harmony_) {
+    harmony_->Feed(text, out);
+    KeepAllowedCalls(out);
+    return out;
+  }
   if (!reasoning_) {
     FeedContent(text, out);
   } else {
@@ -38,6 +47,11 @@ ParsedOutput OutputParser::Feed(std::string_view text) {
 
 ParsedOutput OutputParser::Finish() {
   ParsedOutput out;
+  if (harmony_) {
+    harmony_->Finish(out);
+    KeepAllowedCalls(out);
+    return out;
+  }
   if (reasoning_) {
     std::string content;
     reasoning_->Finish(out.reasoning, content);

@@ -4,6 +4,7 @@
 
 #include <cctype>
 
+#include "text/chat/harmony_parser.h"
 #include "text/chat/marker_scan.h"
 
 namespace tokenmill {
@@ -153,6 +154,7 @@ std::string_view ToolCallFormatName(ToolCallFormat format) {
     case ToolCallFormat::kLlama3Json: return "llama3_json";
     case ToolCallFormat::kMistral: return "mistral";
     case ToolCallFormat::kMistralV11: return "mistral_v11";
+    case ToolCallFormat::kHarmony: return "harmony";
     case ToolCallFormat::kJson: break;
   }
   return "json";
@@ -161,7 +163,7 @@ std::string_view ToolCallFormatName(ToolCallFormat format) {
 std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name) {
   for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json,
                            ToolCallFormat::kMistral, ToolCallFormat::kMistralV11,
-                           ToolCallFormat::kJson}) {
+                           ToolCallFormat::kJson, ToolCallFormat::kHarmony}) {
     if (ToolCallFormatName(f) == name) return f;
   }
   return std::nullopt;
@@ -169,6 +171,7 @@ std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name) {
 
 ToolCallFormat DetectToolCallFormat(std::string_view source) {
   const auto has = [&](std::string_view s) { return source.find(s) != std::string_view::npos; };
+  if (TemplateUsesHarmony(source)) return ToolCallFormat::kHarmony;
   if (has(kHermesOpen)) return ToolCallFormat::kHermes;
   if (has(kMistralMarker)) {
     return has(kMistralArgs) ? ToolCallFormat::kMistralV11 : ToolCallFormat::kMistral;
@@ -185,6 +188,8 @@ std::vector<std::string_view> ToolCallMarkers(ToolCallFormat format) {
     case ToolCallFormat::kLlama3Json: return {kPythonTag};
     case ToolCallFormat::kMistral: return {kMistralMarker};
     case ToolCallFormat::kMistralV11: return {kMistralMarker, kMistralCallId, kMistralArgs};
+    // Harmony's markers come out as text by the tokenizer's own rule (as llama.cpp's).
+    case ToolCallFormat::kHarmony:
     case ToolCallFormat::kJson: break;
   }
   return {};

@@ -1,12 +1,11 @@
 // The model's tool calls, parsed out of its output as it streams: each family's markup
 // (Hermes/Qwen <tool_call>{...}</tool_call>, Llama 3.x JSON with or without <|python_tag|>,
 // Mistral [TOOL_CALLS][...] and its templates' v11 form [TOOL_CALLS]name[ARGS]{...}, and a
-// plain-JSON fallback) becomes calls with an id, a name and their arguments' JSON text;
-// everything else stays content. Markers split across pieces are held back until they can
-// be told apart from text. A call whose head (name, then the start
-// of its arguments object) does not parse stays text, markup included; once the head is
-// parsed the call is committed and its arguments stream as fragments. gpt-oss's harmony
-// channels come with the MoE issue.
+// plain-JSON fallback; gpt-oss's harmony channels in harmony_parser.h) becomes calls with an
+// id, a name and their arguments' JSON text; everything else stays content. Markers split
+// across pieces are held back until they can be told apart from text. A call whose head
+// (name, then the start of its arguments object) does not parse stays text, markup included;
+// once the head is parsed the call is committed and its arguments stream as fragments.
 #pragma once
 
 #include <cstdint>
@@ -18,14 +17,15 @@
 
 namespace tokenmill {
 
-enum class ToolCallFormat { kHermes, kLlama3Json, kMistral, kMistralV11, kJson };
+// kHarmony: gpt-oss's channels, parsed by HarmonyParser (harmony_parser.h), not this one.
+enum class ToolCallFormat { kHermes, kLlama3Json, kMistral, kMistralV11, kJson, kHarmony };
 
-// "hermes", "llama3_json", "mistral", "mistral_v11", "json".
+// "hermes", "llama3_json", "mistral", "mistral_v11", "json", "harmony".
 std::string_view ToolCallFormatName(ToolCallFormat format);
 std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name);
 // The format a chat template's own markup shows: <tool_call> (Hermes, Qwen), <|python_tag|>
 // or Llama 3.1's "parameters" JSON (Llama 3.x), [TOOL_CALLS] (Mistral; with [ARGS], the
-// v11 form); kJson otherwise.
+// v11 form), harmony's <|channel|> and <|message|> (gpt-oss); kJson otherwise.
 ToolCallFormat DetectToolCallFormat(std::string_view template_source);
 // The markers of `format` that vocabularies may have as control tokens (<|python_tag|>,
 // [TOOL_CALLS], [ARGS], ...), which a detokenizer drops unless told to render them.

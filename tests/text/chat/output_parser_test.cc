@@ -1,6 +1,7 @@
 // The output parsers on transcripts in each family's own format (from the model cards' and
 // vLLM's examples of Qwen2.5, Qwen3, Hermes 2 Pro, Llama 3.1/3.2, Mistral 7B v0.3 and
-// DeepSeek-R1 distills), fed whole, split at every position, and one byte at a time.
+// DeepSeek-R1 distills, and OpenAI's harmony guide for gpt-oss), fed whole, split at every
+// position, and one byte at a time.
 #include "text/chat/output_parser.h"
 
 #include <gtest/gtest.h>
@@ -307,7 +308,71 @@ TEST(OutputParserTest, FormatsFromTemplates) {
   EXPECT_EQ(DetectToolCallFormat("<|python_tag|>"), ToolCallFormat::kLlama3Json);
   EXPECT_EQ(DetectToolCallFormat("{{ messages }}"), ToolCallFormat::kJson);
   EXPECT_EQ(ToolCallFormatFromName("llama3_json"), ToolCallFormat::kLlama3Json);
-  EXPECT_EQ(ToolCallFormatFromName("harmony"), std::nullopt);
+  EXPECT_EQ(ToolCallFormatFromName("harmony"), ToolCallFormat::kHarmony);
+  EXPECT_EQ(ToolCallFormatFromName("channels"), std::nullopt);
+  EXPECT_EQ(DetectToolCallFormat("{{- '<|start|>assistant<|channel|>final<|message|>' }}"),
+            ToolCallFormat::kHarmony);
+  EXPECT_TRUE(TemplateUsesHarmony("<|channel|>analysis<|message|>"));
+  EXPECT_FALSE(TemplateUsesHarmony("<think>"));
+}
+
+// gpt-oss: the harmony parser with tools offered (or not) and its reasoning.
+OutputParserOptions Harmony(bool tools) {
+  return {.tool_calls = tools ? std::optional(ToolCallFormat::kHarmony) : std::nullopt,
+          .reasoning = true, .starts_in_reasoning = false, .harmony = true, .seed = 7};
+}
+
+TEST(OutputParserTest, HarmonyAnalysisThenFinal) {
+  // OpenAI's harmony guide's answer, with and without the <|end|> our tokenizer drops (a
+  // control token) and with the <|return|> that stops generation.
+  const Turn want{"2 + 2 = 4.", "User asks a simple math question. Answer: 4.", {}, {}};
+  for (const std::string end : {"<|end|>", ""}) {
+    ExpectTurn(Harmony(false),
+               "<|channel|>analysis<|message|>User asks a simple math question. Answer: 4." +
+                   end + "<|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|return|>",
+               want);
+  }
+  // Cut by max_tokens inside the answer: what streamed is the answer.
+  ExpectTurn(Harmony(true), "<|channel|>final<|message|>2 + 2", {"2 + 2", "", {}, {}});
+}
+
+TEST(OutputParserTest, HarmonyToolCall) {
+  // The guide's function call: the recipient after the channel, <|constrain|>json.
+  const std::string reasoning = "User asks weather in SF. Use get_current_weather.";
+  ExpectTurn(Harmony(true),
+             "<|channel|>analysis<|message|>" + reasoning +
+                 "<|end|><|start|>assistant<|channel|>commentary to=functions.get_current_weather "
+                 "<|constrain|>json<|message|>{\"location\":\"San Francisco\"}<|call|>",
+             {"", reasoning, {{"get_current_weather", {{"location", "San Francisco"}}}}, {}});
+  // The recipient in the role part, a plain content type, two calls, a preamble before them.
+  ExpectTurn(Harmony(true),
+             "<|channel|>commentary<|message|>Checking both.<|end|>"
+             "<|start|>assistant to=functions.lookup<|channel|>commentary json<|message|>"
+             "{\"q\": \"a\"}<|call|><|start|>assistant<|channel|>commentary to=functions.lookup"
+             "<|message|>{\"q\": \"b\"}<|call|>",
+             {"Checking both.", "", {{"lookup", {{"q", "a"}}}, {"lookup", {{"q", "b"}}}}, {}});
+  OutputParserOptions single = Harmony(true);
+  single.parallel = false;
+  ExpectTurn(single,
+             "<|channel|>commentary to=functions.f<|message|>{}<|call|>"
+             "<|channel|>commentary to=functions.g<|message|>{\"x\": 1}<|call|>",
+             {"", "", {{"f", Json::object()}}, {}});
+}
+
+TEST(OutputParserTest, HarmonyMalformedStaysText) {
+  for (const std::string output :
+       {"Plain text without any header.", "<|channel|>shouting<|message|>hi<|return|>",
+        "<|start|>user<|channel|>final<|message|>not ours", "<|channel|>final<|end|>oops",
+        "<|channel|>commentary to=browser.search<|message|>{\"q\": 1}<|call|>"}) {
+    ExpectTurn(Harmony(true), output, {output, "", {}, {}});
+  }
+  // A call where no tools were offered stays text too.
+  const std::string call = "<|channel|>commentary to=functions.f<|message|>{}<|call|>";
+  ExpectTurn(Harmony(false), call, {call, "", {}, {}});
+  // After a good message, a bad header turns the rest to text.
+  ExpectTurn(Harmony(true),
+             "<|channel|>analysis<|message|>Hmm.<|start|>assistant<|channel|>?<|message|>x",
+             {"<|start|>assistant<|channel|>?<|message|>x", "Hmm.", {}, {}});
 }
 
 }  // namespace
