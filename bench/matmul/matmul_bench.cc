@@ -97,10 +97,13 @@ int Main(int argc, char** argv) {
     if (type == TensorType::kQ4_1 || type == TensorType::kQ5_1) f16_fields = {0, 2};
     if (layout.block_size == 256) f16_fields = KQuantF16Offsets(type);
     for (int64_t b = 0; b < s.rows * s.cols / layout.block_size; ++b) {
-      const uint16_t scale = 0x2000;
-      for (int at : f16_fields) {
-        std::memcpy(&d[static_cast<size_t>(b * layout.type_size + at)], &scale, 2);
+      uint8_t* block = &d[static_cast<size_t>(b * layout.type_size)];
+      if (type == TensorType::kMXFP4) {
+        block[0] = 120;  // its E8M0 exponent: 2^-8 (0 would be a float subnormal)
+        continue;
       }
+      const uint16_t scale = 0x2000;
+      for (int at : f16_fields) std::memcpy(block + at, &scale, 2);
     }
     data.push_back(std::move(d));
     ws.push_back({type, data.back().data(), s.rows, s.cols, row_bytes});
