@@ -191,6 +191,20 @@ void Vocab::FindEndOfGeneration() {
   for (const TokenId id : {eos_, eot_, eom_}) {
     if (id != kNoToken) end_of_generation_.push_back(id);
   }
+  // gpt-oss (o200k_harmony: <|return|> and <|call|>; solar-open: a call and <|flush|>): a
+  // message's <|end|> (the EOT token all the same) does not end the turn, and it and harmony's
+  // header markers render as text, as llama.cpp's vocabulary loader has it, so that the output
+  // parser sees the markup.
+  const TokenId end = Find("<|end|>");
+  const bool has_call = Find("<|call|>") != kNoToken || Find("<|calls|>") != kNoToken;
+  if (end != kNoToken && has_call &&
+      (Find("<|return|>") != kNoToken || Find("<|flush|>") != kNoToken)) {
+    std::erase(end_of_generation_, end);
+    types_[end] = TokenType::kUserDefined;
+  }
+  for (std::string_view marker : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
+    if (const TokenId id = Find(marker); id != kNoToken) types_[id] = TokenType::kUserDefined;
+  }
   std::sort(end_of_generation_.begin(), end_of_generation_.end());
   end_of_generation_.erase(std::unique(end_of_generation_.begin(), end_of_generation_.end()),
                            end_of_generation_.end());

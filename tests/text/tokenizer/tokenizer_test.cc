@@ -226,6 +226,29 @@ TEST(TokenizerErrorsTest, MissingMergesAndMismatchedArrays) {
   EXPECT_THAT(LoadError(no_tokens), HasSubstr("tokenizer.ggml.tokens"));
 }
 
+// llama.cpp's rules for o200k_harmony (llama-vocab.cpp): with <|return|> and <|call|> present,
+// <|end|> is no end of generation and renders as text, as do the header markers; the
+// end-of-generation tokens stay control tokens, which render as nothing.
+TEST(TokenizerTest, HarmonyMarkersRenderAndEndIsNoEndOfGeneration) {
+  testing::GgufBuilder b;
+  b.KeyString("tokenizer.ggml.model", "gpt2")
+      .KeyString("tokenizer.ggml.pre", "gpt-4o")
+      .KeyStrings("tokenizer.ggml.tokens", {"a", "<|start|>", "<|channel|>", "<|message|>",
+                                            "<|constrain|>", "<|end|>", "<|return|>", "<|call|>"})
+      .KeyStrings("tokenizer.ggml.merges", {});
+  const std::vector<uint8_t> bytes = b.Build();
+  StatusOr<GgufFile> file = GgufFile::Parse(bytes);
+  ASSERT_TRUE(file.ok());
+  StatusOr<Tokenizer> t = Tokenizer::FromGguf(*file);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_FALSE(t->IsEndOfGeneration(Id(*t, "<|end|>")));
+  EXPECT_TRUE(t->IsEndOfGeneration(Id(*t, "<|return|>")));
+  EXPECT_TRUE(t->IsEndOfGeneration(Id(*t, "<|call|>")));
+  EXPECT_EQ(t->Decode(std::vector<TokenId>{1, 2, 0, 3, 0, 5, 6}),
+            "<|start|><|channel|>a<|message|>a<|end|>");
+  EXPECT_EQ(t->Decode(std::vector<TokenId>{4, 7}), "<|constrain|>");
+}
+
 TEST(TokenizerTest, SmallSyntheticBpeVocabulary) {
   testing::GgufBuilder b;
   b.KeyString("tokenizer.ggml.model", "gpt2")
