@@ -164,4 +164,9 @@ Status ReadSlidingLayers(const GgufFile& file, ModelConfig& c, uint32_t default_
   return OkStatus();
 }
 
+std::span<const float> NextAttnNorm(const ModelWeights& weights, int layer) {
+  const size_t next = static_cast<size_t>(layer) + 1;
+  return next < weights.layers.size() ? weights.layers[next].attn_norm : std::span<const float>();
+}
+
 }  // namespace tokenmill

@@ -6,6 +6,7 @@
 // defaults) its file sets, saying so.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -72,6 +73,10 @@ Status ReadExpertKeys(const GgufFile& file, ModelConfig& config, bool shared);
 // when the model has experts.
 Status LoadExperts(const GgufFile& file, const ModelConfig& config, int layer,
                    LayerWeights& weights);
+
+// The attn_norm of the layer after `layer`, which the residual add before it may compute
+// (ForwardBlocks::AddResidual's next_norm); empty after the last layer.
+std::span<const float> NextAttnNorm(const ModelWeights& weights, int layer);
 
 // A layer's per-head RMS norms of Q and K (attn_q_norm, attn_k_norm: head_dim each).
 Status LoadHeadNorms(const GgufFile& file, const ModelConfig& config, int layer,

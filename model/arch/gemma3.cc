@@ -67,8 +67,7 @@ void Gemma3Forward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& b
     b.Norm(l.ffn_norm, "ffn_norm");
     b.GeluFeedForward(l.gate, l.up, l.down);
     b.PostNorm(l.ffn_post_norm, "ffn_post_norm");
-    b.AddResidual("l_out", layer + 1 < c.n_layers ? w.layers[layer + 1].attn_norm
-                                                  : std::span<const float>());
+    b.AddResidual("l_out", NextAttnNorm(w, layer));
   }
   b.Logits(w.output_norm, w.output);
 }

@@ -38,9 +38,7 @@ void Qwen3MoeForward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks&
     b.AddResidual("ffn_inp", l.ffn_norm);
     b.Norm(l.ffn_norm, "ffn_norm");
     b.MoeFeedForward(l.moe);
-    // The next layer opens with its attn_norm (none after the last).
-    b.AddResidual("l_out", layer + 1 < c.n_layers ? w.layers[layer + 1].attn_norm
-                                                  : std::span<const float>());
+    b.AddResidual("l_out", NextAttnNorm(w, layer));
   }
   b.Logits(w.output_norm, w.output);
 }
