@@ -27,13 +27,14 @@ class Gateway(LoggedProcess):
                      "--log-level", log_level, *[a for b in backends for a in ("--backend", b)],
                      *map(str, extra_args)]
         super().__init__(self.args, env)
-        listening = self.wait_for_log(r"listening on (https?)://[^ ]*:(\d+) ")
-        self.port = int(listening.group(2))
-        self.url = f"{listening.group(1)}://127.0.0.1:{self.port}"
-        self.tls = {"verify": tls} if tls else {}
-        self.http = httpx.Client(base_url=self.url, timeout=RPC_TIMEOUT_S, **self.tls)
-        if wait_ready:
-            self.wait_ready()
+        with self.starting():
+            listening = self.wait_for_log(r"listening on (https?)://[^ ]*:(\d+) ")
+            self.port = int(listening.group(2))
+            self.url = f"{listening.group(1)}://127.0.0.1:{self.port}"
+            self.tls = {"verify": tls} if tls else {}
+            self.http = httpx.Client(base_url=self.url, timeout=RPC_TIMEOUT_S, **self.tls)
+            if wait_ready:
+                self.wait_ready()
 
     def wait_ready(self, timeout=START_TIMEOUT_S):
         """Until /health says a backend is ready."""

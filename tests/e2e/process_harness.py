@@ -3,6 +3,7 @@ wait for a log line and read the whole log; shared by server_harness.py and gate
 Stopping it fails the test when the process crashed, did not exit when told to, or left
 a sanitizer report (in its log, or in a *SAN_OPTIONS log_path file as scripts/sanitize sets)."""
 
+import contextlib
 import os
 import re
 import signal
@@ -42,6 +43,18 @@ class LoggedProcess:
                 self._cond.notify_all()
         with self._cond:
             self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def starting(self):
+        """Around a subclass's start-up waits: a start that fails (a wait timed out, the
+        process exited) kills the process, as no test gets an object it could stop."""
+        try:
+            yield
+        except BaseException:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            raise
 
     def wait_for_metrics(self, predicate, timeout=30):
         """Polls the subclass's metrics() until predicate(samples) holds; returns the samples."""

@@ -53,14 +53,16 @@ class Server(LoggedProcess):
                      "--metrics-port", "0" if metrics else "-1", "--log-level", log_level,
                      *map(str, extra_args)]
         super().__init__(self.args, env)
-        self.port = int(self.wait_for_log(r"listening on [^ ]*:(\d+) \(gRPC\)").group(1))
-        self.metrics_port = None
-        if metrics:
-            self.metrics_port = int(self.wait_for_log(r"metrics on http://[^ ]*:(\d+)/").group(1))
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
-        self.stub = pb2_grpc.InferenceStub(self.channel)
-        if wait_ready:
-            self.wait_for_log(r"serving .* on ")
+        with self.starting():
+            self.port = int(self.wait_for_log(r"listening on [^ ]*:(\d+) \(gRPC\)").group(1))
+            self.metrics_port = None
+            if metrics:
+                self.metrics_port = int(
+                    self.wait_for_log(r"metrics on http://[^ ]*:(\d+)/").group(1))
+            self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
+            self.stub = pb2_grpc.InferenceStub(self.channel)
+            if wait_ready:
+                self.wait_for_log(r"serving .* on ")
 
     def metrics(self):
         """{sample name with labels: value} from /metrics, parsed by prometheus_client."""

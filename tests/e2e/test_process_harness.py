@@ -1,6 +1,7 @@
 """LoggedProcess.stop() fails the test when its child crashed, outlived SIGTERM or left a
 sanitizer report: what the sanitizer stage (scripts/sanitize) relies on to notice a server or
-gateway that died or reported. The children are small Python programs."""
+gateway that died or reported; a start that fails inside starting() kills its child. The
+children are small Python programs."""
 import os
 import signal
 import sys
@@ -78,3 +79,11 @@ def test_another_process_report_is_not_this_one(tmp_path, monkeypatch):
     monkeypatch.setenv("ASAN_OPTIONS", f"log_path={prefix}")
     (tmp_path / f"asan.{os.getpid()}").write_text("SUMMARY: someone else")
     child().stop()
+
+
+def test_a_start_that_times_out_leaves_no_process():
+    process = child()
+    with pytest.raises(AssertionError, match="no log line matches"):
+        with process.starting():
+            process.wait_for_log("never printed", timeout=0.2)
+    assert process.proc.poll() is not None
