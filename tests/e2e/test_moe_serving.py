@@ -14,6 +14,7 @@ from llama_cpp import Llama
 from server_harness import REPO, TINY_MODEL, Server, generate, pb2
 
 sys.path.insert(0, str(REPO / "tests" / "reference"))
+from tiny_families import qwen3moe  # noqa: E402
 from tiny_families.common import TinyWriter  # noqa: E402
 
 N_EMBD, N_HEAD, N_KV, HEAD_DIM, N_LAYER = 64, 4, 2, 16, 2
@@ -29,15 +30,7 @@ def write_model(path):
     w.hparams(n_layer=N_LAYER, n_embd=N_EMBD, n_ff=N_FF_EXP * N_USED, n_head=N_HEAD,
               n_kv=N_KV, head_dim=HEAD_DIM)
     w.expert_keys(N_EXPERT, N_USED, n_ff_exp=N_FF_EXP)
-    w.embedding(N_EMBD, gain=8.0)
-    w.vector("output_norm.weight", N_EMBD)
-    w.matrix("output.weight", w.vocab, N_EMBD, gain=4.0)
-    for i in range(N_LAYER):
-        p = f"blk.{i}."
-        w.attention(p, N_EMBD, N_HEAD, N_KV, HEAD_DIM)
-        w.head_norms(p, HEAD_DIM)
-        w.attention_output(p, N_EMBD, N_HEAD * HEAD_DIM)
-        w.experts(p, N_EMBD, N_FF_EXP, N_EXPERT)
+    qwen3moe.tensors(w, N_LAYER, N_EMBD, N_HEAD, N_KV, HEAD_DIM, N_EXPERT, N_FF_EXP)
     w.close()
 
 

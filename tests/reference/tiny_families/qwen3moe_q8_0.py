@@ -6,7 +6,8 @@ activations may round the other way: logits within LOGIT_BOUND (measured 0.078),
 F32 families' 1e-3, and the batch invariance bit for bit as every family."""
 from gguf import GGMLQuantizationType as T
 
-from .common import VOCAB, TinyWriter
+from . import qwen3moe
+from .common import TinyWriter
 
 ARCH = "qwen3moe"
 N_EMBD, N_HEAD, N_KV, HEAD_DIM, N_FF, N_LAYER = 64, 4, 2, 32, 64, 2
@@ -19,13 +20,5 @@ def write(path):
     w.hparams(n_layer=N_LAYER, n_embd=N_EMBD, n_ff=N_FF, n_head=N_HEAD, n_kv=N_KV,
               head_dim=HEAD_DIM, rope_base=1000000.0)
     w.expert_keys(N_EXPERT, N_USED, n_ff_exp=N_FF_EXP)
-    w.embedding(N_EMBD, gain=8.0)
-    w.vector("output_norm.weight", N_EMBD)
-    w.matrix("output.weight", VOCAB, N_EMBD, gain=4.0)
-    for i in range(N_LAYER):
-        p = f"blk.{i}."
-        w.attention(p, N_EMBD, N_HEAD, N_KV, HEAD_DIM)
-        w.head_norms(p, HEAD_DIM)
-        w.attention_output(p, N_EMBD, N_HEAD * HEAD_DIM)
-        w.experts(p, N_EMBD, N_FF_EXP, N_EXPERT)
+    qwen3moe.tensors(w, N_LAYER, N_EMBD, N_HEAD, N_KV, HEAD_DIM, N_EXPERT, N_FF_EXP)
     w.close()
