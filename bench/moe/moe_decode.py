@@ -6,32 +6,25 @@ random weights (so routing spreads over the experts) and stories260K's vocabular
 (both engines tokenize nothing: they get token ids). Written as Q8_0 by the gguf package, then
 requantized by llama.cpp's own quantizer to Q4_K_M (experts' gate/up Q4_K, down Q4_K/Q6_K).
 
-Each engine decodes `--decode` greedy tokens after a `--prompt`-token prompt for 1 and for 16
-streams, the 16 as one batch per step: llama.cpp one llama_batch of 16 sequences per
-llama_decode, tokenmill its engine with 16 requests (bench/throughput: tokenmill_throughput).
-Runs alternate between the engines `--runs` times; medians and the median of the per-run
-ratios are printed, with the load average before and after.
+Both engines decode it at 1 and 16 streams as bench/decode/batched_decode.py does; before each
+stream count, the bytes a step must read (the experts llama.cpp's router touched).
 
   .venv/bin/python bench/moe/moe_decode.py --build build --threads 2 --runs 3
 """
-import argparse
 import ctypes
-import json
 import os
-import statistics
-import subprocess
 import sys
-import time
 
-import numpy as np
 import llama_cpp
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFReader
-from llama_cpp import Llama
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+sys.path.insert(0, os.path.join(ROOT, "bench", "decode"))
+import batched_decode  # noqa: E402
 from llama_cpp_dump import GgmlTensor  # noqa: E402
+from tiny_families import qwen3moe  # noqa: E402
 from tiny_families.common import TinyWriter  # noqa: E402
 
 N_LAYER, N_EMBD, N_HEAD, N_KV, HEAD_DIM = 12, 512, 8, 2, 64
@@ -44,15 +37,7 @@ def write_q8_0(path):
     w.hparams(n_layer=N_LAYER, n_embd=N_EMBD, n_ff=N_FF_EXP * N_USED, n_head=N_HEAD, n_kv=N_KV,
               head_dim=HEAD_DIM)
     w.expert_keys(N_EXPERT, N_USED, n_ff_exp=N_FF_EXP)
-    w.embedding(N_EMBD, gain=8.0)
-    w.vector("output_norm.weight", N_EMBD)
-    w.matrix("output.weight", w.vocab, N_EMBD, gain=4.0)
-    for i in range(N_LAYER):
-        p = f"blk.{i}."
-        w.attention(p, N_EMBD, N_HEAD, N_KV, HEAD_DIM)
-        w.head_norms(p, HEAD_DIM)
-        w.attention_output(p, N_EMBD, N_HEAD * HEAD_DIM)
-        w.experts(p, N_EMBD, N_FF_EXP, N_EXPERT)
+    qwen3moe.tensors(w, N_LAYER, N_EMBD, N_HEAD, N_KV, HEAD_DIM, N_EXPERT, N_FF_EXP)
     w.close()
 
 
@@ -71,58 +56,6 @@ def model_path(out_dir):
     if llama_cpp.llama_model_quantize(source.encode(), final.encode(), ctypes.byref(params)):
         sys.exit("llama_model_quantize failed")
     return final
-
-
-def prompts(n_streams, n_prompt):
-    rng = np.random.default_rng(3)
-    return [[int(t) for t in rng.integers(3, 512, n_prompt)] for _ in range(n_streams)]
-
-
-def llama_cpp_decode(path, n_streams, n_prompt, n_decode, threads, callback=None):
-    """llama.cpp's decode tokens/s: every stream's prompt in one batch, then n_decode steps of
-    one llama_batch holding one token of each stream. callback: an eval callback to see the
-    graph's tensors (untimed runs only)."""
-    llm = Llama(model_path=path, n_ctx=n_streams * (n_prompt + n_decode) + 64,
-                n_batch=max(512, n_streams * n_prompt), n_threads=threads,
-                n_threads_batch=threads, verbose=False)
-    params = llm.context_params
-    if callback is not None:
-        params.cb_eval = callback
-        params.cb_eval_user_data = None
-    params.n_seq_max = n_streams
-    params.n_ubatch = max(512, n_streams * n_prompt)
-    params.n_batch = params.n_ubatch
-    llm._ctx = llama_cpp._internals.LlamaContext(model=llm._model, params=params, verbose=False)
-    ctx = llm._ctx.ctx
-    n_vocab = llm.n_vocab()
-    batch = llama_cpp.llama_batch_init(n_streams * n_prompt, 0, n_streams)
-
-    def run(items):  # [(token, pos, seq, wants_logits)]
-        batch.n_tokens = len(items)
-        for i, (token, pos, seq, logits) in enumerate(items):
-            batch.token[i] = token
-            batch.pos[i] = pos
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = seq
-            batch.logits[i] = logits
-        if llama_cpp.llama_decode(ctx, batch) != 0:
-            sys.exit("llama_decode failed")
-
-    def greedy(i):
-        row = llama_cpp.llama_get_logits_ith(ctx, i)
-        return int(np.argmax(np.ctypeslib.as_array(row, shape=(n_vocab,))))
-
-    ps = prompts(n_streams, n_prompt)
-    run([(t, pos, s, pos == n_prompt - 1) for s in range(n_streams)
-         for pos, t in enumerate(ps[s])])
-    nxt = [greedy(s * n_prompt + n_prompt - 1) for s in range(n_streams)]
-    start = time.perf_counter()
-    for step in range(n_decode):
-        run([(nxt[s], n_prompt + step, s, True) for s in range(n_streams)])
-        nxt = [greedy(s) for s in range(n_streams)]
-    elapsed = time.perf_counter() - start
-    llama_cpp.llama_batch_free(batch)
-    return n_streams * n_decode / elapsed
 
 
 def bytes_per_step(path, n_streams, n_prompt, n_decode, threads):
@@ -152,50 +85,26 @@ def bytes_per_step(path, n_streams, n_prompt, n_decode, threads):
             touched.append(len(chosen))
         return True
 
-    llama_cpp_decode(path, n_streams, n_prompt, n_decode, threads, callback)
+    batched_decode.llama_cpp_decode(path, n_streams, n_prompt, n_decode, threads, callback)
     per_step = dense + expert_bytes * sum(touched) / (len(touched) / N_LAYER)
     return per_step, sum(touched) / len(touched) / N_EXPERT, all_experts
 
 
-def tokenmill_decode(build, path, n_streams, n_prompt, n_decode, threads):
-    """tokenmill's decode tokens/s (tokenmill_throughput: n_streams requests at once)."""
-    out = subprocess.run(
-        [os.path.join(build, "bin", "tokenmill_throughput"), "--model", path,
-         "--concurrency", str(n_streams), "--prompt-tokens", str(n_prompt),
-         "--max-tokens", str(n_decode + 1), "--threads", str(threads), "--repeats", "1"],
-        check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.splitlines()[0])["decode_tokens_per_second"]
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap = batched_decode.arguments(__doc__.split("\n")[0], model=False)
     ap.add_argument("--out-dir", default="/tmp/tokenmill-bench")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--prompt", type=int, default=16)
-    ap.add_argument("--decode", type=int, default=32)
     args = ap.parse_args()
     path = model_path(args.out_dir)
     print(f"model {path}: {os.path.getsize(path) / 2**20:.0f} MiB; load average "
           f"{os.getloadavg()}", flush=True)
-    for n_streams in (1, 16):
+    for n_streams in map(int, args.streams.split(",")):
         need, fraction, all_experts = bytes_per_step(path, n_streams, args.prompt, 8,
                                                      args.threads)
         print(f"{n_streams} streams: a step touches {fraction:.1%} of each layer's experts and "
               f"must read {need / 2**20:.1f} MiB (all experts: {all_experts / 2**20:.0f} MiB)",
               flush=True)
-        ours, theirs = [], []
-        for run in range(args.runs):
-            theirs.append(llama_cpp_decode(path, n_streams, args.prompt, args.decode,
-                                           args.threads))
-            ours.append(tokenmill_decode(args.build, path, n_streams, args.prompt, args.decode,
-                                         args.threads))
-            print(f"  {n_streams} streams run {run}: tokenmill {ours[-1]:.1f} tok/s, "
-                  f"llama.cpp {theirs[-1]:.1f} tok/s", flush=True)
-        ratio = statistics.median(o / t for o, t in zip(ours, theirs))
-        print(f"{n_streams} streams: tokenmill {statistics.median(ours):.1f} tok/s, llama.cpp "
-              f"{statistics.median(theirs):.1f} tok/s, median ratio {ratio:.2f}x", flush=True)
+        batched_decode.compare(args.build, path, n_streams, args.runs, args.prompt,
+                               args.decode, args.threads)
     print(f"load average after: {os.getloadavg()}")
 
 
