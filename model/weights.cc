@@ -59,9 +59,13 @@ Status LoadAll(const GgufFile& file, const ModelConfig& c, const ModelFamily& fa
 
 }  // namespace
 
-StatusOr<std::span<const float>> LoadVector(const GgufFile& file, const std::string& name,
-                                            int64_t n, F32Copies& copies) {
-  TM_ASSIGN_OR_RETURN(const GgufTensor* t, Find(file, name, {n}));
+namespace {
+
+// The tensor `name` of `shape` as f32 (a view of an f32 tensor, or an f16/bf16 one converted
+// into `copies`): LoadVector and LoadExpertVectors.
+StatusOr<std::span<const float>> LoadF32(const GgufFile& file, const std::string& name,
+                                         const std::vector<int64_t>& shape, F32Copies& copies) {
+  TM_ASSIGN_OR_RETURN(const GgufTensor* t, Find(file, name, shape));
   const std::optional<TensorType> type = ToTensorType(t->ggml_type);
   if (!type || (*type != TensorType::kF32 && *type != TensorType::kF16 &&
                 *type != TensorType::kBF16)) {
@@ -69,10 +73,12 @@ StatusOr<std::span<const float>> LoadVector(const GgufFile& file, const std::str
                               std::string(FindGgmlType(t->ggml_type)->name) +
                               "; tokenmill needs norms and biases in f32, f16 or bf16");
   }
-  if (t->shape.size() != 1 || t->shape[0] != n) {
+  if (t->shape != shape) {
     return InvalidArgumentError("tensor '" + name + "' has shape " + ShapeString(t->shape) +
-                                ", expected [" + std::to_string(n) + "]");
+                                ", expected " + ShapeString(shape));
   }
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
   if (*type == TensorType::kF32) {
     return std::span<const float>(reinterpret_cast<const float*>(t->data),
                                   static_cast<size_t>(n));
@@ -80,6 +86,19 @@ StatusOr<std::span<const float>> LoadVector(const GgufFile& file, const std::str
   std::vector<float>& copy = copies.emplace_back(static_cast<size_t>(n));
   DequantizeReference(*type, t->data, copy);
   return std::span<const float>(copy);
+}
+
+}  // namespace
+
+StatusOr<std::span<const float>> LoadVector(const GgufFile& file, const std::string& name,
+                                            int64_t n, F32Copies& copies) {
+  return LoadF32(file, name, {n}, copies);
+}
+
+StatusOr<std::span<const float>> LoadExpertVectors(const GgufFile& file,
+                                                   const std::string& name, int64_t n,
+                                                   int64_t n_expert, F32Copies& copies) {
+  return LoadF32(file, name, {n, n_expert}, copies);
 }
 
 namespace {

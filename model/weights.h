@@ -37,6 +37,8 @@ struct LayerWeights {
   std::span<const float> attn_norm;
   WeightMatrix q, k, v, o;
   std::span<const float> q_bias, k_bias, v_bias;  // qwen2
+  std::span<const float> o_bias;      // of the attention output (gpt-oss)
+  std::span<const float> attn_sinks;  // one attention-sink logit per query head (gpt-oss)
   std::span<const float> q_norm, k_norm;  // per-head RMS norms of Q and K (qwen3, gemma3)
   std::span<const float> attn_post_norm;  // of the attention's output (gemma2, gemma3)
   std::span<const float> ffn_norm;
@@ -74,6 +76,11 @@ StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& conf
 // tensor, or an f16/bf16 one converted into `copies`.
 StatusOr<std::span<const float>> LoadVector(const GgufFile& file, const std::string& name,
                                             int64_t n, F32Copies& copies);
+// The n_expert vectors of n of the 2-D tensor `name` (ggml shape [n, n_expert]: gpt-oss's
+// per-expert biases), one after the other, as LoadVector loads one.
+StatusOr<std::span<const float>> LoadExpertVectors(const GgufFile& file,
+                                                   const std::string& name, int64_t n,
+                                                   int64_t n_expert, F32Copies& copies);
 // Rows [begin, begin + n) of w, a matrix of their own: the parts of a fused tensor (phi3's
 // attn_qkv), each output row computed as the whole tensor's would be.
 WeightMatrix RowsOf(const WeightMatrix& w, int64_t begin, int64_t n);

@@ -195,8 +195,9 @@ void ForwardBlocks::Attention(float query_scale, std::span<const float> sinks) {
   Tap("kqv_out", layer_, attn_, n_, c_.q_dim());
 }
 
-void ForwardBlocks::AttentionOutput(const WeightMatrix& wo) {
+void ForwardBlocks::AttentionOutput(const WeightMatrix& wo, std::span<const float> bias) {
   MatmulOp(wo, attn_.data(), n_, proj_.data());
+  if (!bias.empty()) AddBias(proj_.data(), bias, n_);
   Tap("attn_out", layer_, proj_, n_, c_.n_embd);
 }
 

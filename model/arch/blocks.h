@@ -71,8 +71,9 @@ class ForwardBlocks {
   // ggml_scale Qcur before build_attn: Gemma's, phi3); 0: by 1 / sqrt(head_dim). `sinks`: the
   // layer's attention-sink logits, one per query head (gpt-oss), or none.
   void Attention(float query_scale = 0.0f, std::span<const float> sinks = {});
-  // Block output = attention output times wo, shown as attn_out.
-  void AttentionOutput(const WeightMatrix& wo);
+  // Block output = attention output times wo, plus `bias` unless empty (gpt-oss), shown as
+  // attn_out.
+  void AttentionOutput(const WeightMatrix& wo, std::span<const float> bias = {});
   // Block output = RmsNorm(block output) with `weight` (Gemma's post-norms), shown as `name`.
   void PostNorm(std::span<const float> weight, const char* name);
   // Block output = down(SiLU(gate(h)) * up(h)), showing ffn_gate, ffn_up, ffn_swiglu, ffn_out.
@@ -91,6 +92,10 @@ class ForwardBlocks {
   // its SwiGLU times the sigmoid of shared_gate_inp · h (as silu(g) / g, llama.cpp's) is
   // added, shown as ffn_out.
   void MoeFeedForward(const MoeWeights& w);
+  // The same mixture with gpt-oss's clamped SwiGLU between each expert's projections
+  // (ggml_swiglu_oai with llama.cpp's alpha 1.702 and limit 7; ffn_moe_swiglu_oai) and the
+  // experts' biases of MoeWeights added where llama.cpp's ggml_add_id adds them.
+  void OaiMoeFeedForward(const MoeWeights& w);
   // x += block output, shown as `name`. `next_norm`: the weight of the Norm the graph takes
   // next (empty if none); when no tap watches, it is computed in the same parallel region
   // and that Norm finds it done.

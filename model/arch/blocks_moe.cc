@@ -38,6 +38,16 @@ void ForwardBlocks::MoeFeedForward(const MoeWeights& w) {
                      });
 }
 
+void ForwardBlocks::OaiMoeFeedForward(const MoeWeights& w) {
+  // llama.cpp's constants for LLM_FFN_SWIGLU_OAI_MOE (build_moe_ffn), not read from the file.
+  constexpr float kAlpha = 1.702f;
+  constexpr float kLimit = 7.0f;
+  ExpertsFeedForward(w, "ffn_moe_swiglu_oai",
+                     [](const float* g, const float* u, int64_t rows, int64_t size, float* out) {
+                       SwiGluOai(g, u, rows * size, kAlpha, kLimit, out);
+                     });
+}
+
 void ForwardBlocks::ExpertsFeedForward(const MoeWeights& w, const char* activation_name,
                                        const Activation& activation) {
   const ExpertConfig& e = c_.experts;
