@@ -9,8 +9,8 @@ namespace tokenmill {
 namespace {
 
 constexpr const ModelFamily* kFamilies[] = {
-    &kLlamaFamily,  &kQwen2Family, &kQwen3Family,    &kGemmaFamily,   &kGemma2Family,
-    &kGemma3Family, &kPhi3Family,  &kQwen2MoeFamily, &kQwen3MoeFamily};
+    &kLlamaFamily,  &kQwen2Family, &kQwen3Family,    &kGemmaFamily,    &kGemma2Family,
+    &kGemma3Family, &kPhi3Family,  &kQwen2MoeFamily, &kQwen3MoeFamily, &kGptOssFamily};
 
 // "'llama' and 'qwen2'": the names of the families, for the refusal.
 std::string FamilyNames() {
