@@ -1,4 +1,6 @@
 // Row-wise ops of the forward pass (kernels/cpu/elementwise.h on the device).
+#include <cuda_fp16.h>
+
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mmvq_math.h"
 #include "kernels/cuda/ops.h"
@@ -100,6 +102,35 @@ __global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, floa
   }
 }
 
+__global__ void GeluTanhGluKernel(const float* gate, const float* up, int64_t n,
+                                  const float* table, float* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float x = gate[i];
+    if (x <= -10.0f) {
+      out[i] = 0.0f;
+    } else if (x >= 10.0f) {
+      out[i] = __fmul_rn(x, up[i]);
+    } else {
+      out[i] = __fmul_rn(table[__half_as_ushort(__float2half_rn(x))], up[i]);
+    }
+  }
+}
+
+__global__ void ScaleKernel(float* x, int64_t n, float scale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] = __fmul_rn(x[i], scale);
+  }
+}
+
+__global__ void SoftcapKernel(float* x, int64_t n, float cap, float inverse) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] = __fmul_rn(tanhf(__fmul_rn(x[i], inverse)), cap);
+  }
+}
+
 __global__ void FloatToBf16Kernel(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -188,6 +219,25 @@ cudaError_t Rope(const DeviceRope& rope, const int32_t* positions, int64_t n_tok
 cudaError_t SwiGlu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   SwiGluKernel<<<GridStrideBlocks(n, 256), 256, 0, stream>>>(gate, up, n, out);
+  return LaunchStatus();
+}
+
+cudaError_t GeluTanhGlu(const float* gate, const float* up, int64_t n, const float* table,
+                        float* out, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  GeluTanhGluKernel<<<GridStrideBlocks(n, 256), 256, 0, stream>>>(gate, up, n, table, out);
+  return LaunchStatus();
+}
+
+cudaError_t ScaleInPlace(float* x, int64_t n, float scale, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ScaleKernel<<<GridStrideBlocks(n, 256), 256, 0, stream>>>(x, n, scale);
+  return LaunchStatus();
+}
+
+cudaError_t SoftcapInPlace(float* x, int64_t n, float cap, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  SoftcapKernel<<<GridStrideBlocks(n, 256), 256, 0, stream>>>(x, n, cap, 1.0f / cap);
   return LaunchStatus();
 }
 

@@ -345,6 +345,12 @@ TM_HOST_DEVICE constexpr int32_t SplitEnd(int split, int32_t len) {
   return (split + 1) * SplitPositions(len) < len ? (split + 1) * SplitPositions(len) : len;
 }
 
+// The first position a token at `pos` attends to under a sliding window of `window` positions
+// (its own included; 0: no window), as the CPU's attention (FirstVisible there).
+TM_HOST_DEVICE constexpr int32_t FirstVisible(int32_t window, int32_t pos) {
+  return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
+
 // Threads of the attention block: warps take positions round-robin within a split.
 constexpr int kAttentionWarps = 4;
 constexpr int kMaxHeadDim = 256;

@@ -91,6 +91,21 @@ cudaError_t Rope(const DeviceRope& rope, const int32_t* positions, int64_t n_tok
 // out[i] = silu(gate[i]) * up[i] (out may alias gate).
 cudaError_t SwiGlu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
 
+// Floats of GeluTanhGlu's table: one per f16 bit pattern.
+constexpr int64_t kGeluTableSize = 65536;
+
+// out[i] = GELU-tanh(gate[i]) * up[i] as the CPU's GeluTanhGlu (ggml's f16 table): 0 at
+// gate <= -10, gate * up at gate >= 10, else table[f16 bits of gate] * up, where `table` holds
+// the CPU's GELU of every f16 value (kGeluTableSize floats). out may alias gate.
+cudaError_t GeluTanhGlu(const float* gate, const float* up, int64_t n, const float* table,
+                        float* out, cudaStream_t stream);
+
+// x[i] *= scale (Gemma's embeddings times sqrt(n_embd)).
+cudaError_t ScaleInPlace(float* x, int64_t n, float scale, cudaStream_t stream);
+
+// x[i] = tanh(x[i] * (1 / cap)) * cap (gemma2's final logit soft-capping, as the CPU's).
+cudaError_t SoftcapInPlace(float* x, int64_t n, float cap, cudaStream_t stream);
+
 // Writes each token's K and V rows (n_kv_heads * head_dim floats) into its slot (StoreKv);
 // int8/fp8 quantize each (token, KV head) row with its own scale, bit for bit as
 // QuantizeKvRow (so int8 equals the CPU's StoreKv).
@@ -99,6 +114,19 @@ cudaError_t StoreKv(const KvCacheView& kv, const int64_t* slot_mapping, int64_t 
 
 // Floats of the split-K workspace PagedAttention needs.
 int64_t AttentionWorkspaceFloats(int64_t n_tokens, int n_heads, int head_dim, int max_splits);
+
+// What some families change in attention (AttentionVariant of kernels/cpu/paged_attention.h,
+// and the query scale their graphs apply after RoPE); the defaults change nothing.
+struct DeviceAttentionVariant {
+  // Each query element is multiplied by this (one rounding, as the CPU's q *= query_scale)
+  // before its dot products; 1: as is.
+  float query_scale = 1.0f;
+  // > 0: each dot product is softcap * tanh(dot * (1 / softcap)) before `scale` (gemma2).
+  float softcap = 0.0f;
+  // > 0: each token attends only to its sliding_window most recent positions, its own
+  // included; the KV before them is never read.
+  int32_t sliding_window = 0;
+};
 
 // Causal paged attention (PagedAttention of kernels/cpu): each token's n_heads query heads
 // over its sequence's K/V at positions <= its own, found through `table` (the block tables
@@ -110,7 +138,8 @@ int64_t AttentionWorkspaceFloats(int64_t n_tokens, int n_heads, int head_dim, in
 // come from BuildAttentionTiles with this group.
 cudaError_t PagedAttention(const KvCacheView& kv, const DeviceBatch& batch,
                            const DeviceBlockTable& table, const float* q, int n_heads,
-                           float scale, float* workspace, float* out, cudaStream_t stream);
+                           float scale, float* workspace, float* out, cudaStream_t stream,
+                           const DeviceAttentionVariant& variant = {});
 
 // Bytes of the q8_1 activations of n_tokens rows of cols floats (Q8_1TokenBytes apart).
 int64_t Q8_1Bytes(int64_t n_tokens, int64_t cols);

@@ -5,6 +5,8 @@
 // split partition depends only on a token's own length (kernel_math.h), so prefill chunks,
 // decode steps and batch neighbours never change a token's result. int8/fp8 tiles stay
 // codes in shared memory, beside their rows' scales; each use is dequantized in registers.
+// A sliding window (DeviceAttentionVariant) only moves where each pair starts: splits stay
+// those of the token's length, and a split wholly before the window leaves an empty partial.
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/kv_types.cuh"
@@ -34,14 +36,21 @@ __host__ __device__ constexpr int64_t PartialFloats(int head_dim) { return head_
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     SplitKernel(KvCacheView kv, DeviceBatch b, DeviceBlockTable table, const float* q,
-                int n_heads, float scale, int max_splits, float* workspace) {
+                int n_heads, float scale, int max_splits, DeviceAttentionVariant variant,
+                float* workspace) {
   const int32_t first = b.tiles[2 * blockIdx.x];
   const int count = b.tiles[2 * blockIdx.x + 1];
   const int kv_head = blockIdx.y;
   const int split = blockIdx.z;
-  // Tokens of a tile share the split size; the last one is the longest.
+  // Tokens of a tile share the split size; the last one is the longest. Positions before
+  // the earliest window start of the tile's tokens are read by none of them.
   int32_t max_len = 0;
-  for (int i = 0; i < count; ++i) max_len = max(max_len, b.positions[first + i] + 1);
+  int32_t min_visible = INT32_MAX;
+  for (int i = 0; i < count; ++i) {
+    const int32_t pos = b.positions[first + i];
+    max_len = max(max_len, pos + 1);
+    min_visible = min(min_visible, FirstVisible(variant.sliding_window, pos));
+  }
   if (split >= NumSplits(max_len)) return;
   const int d_head = kv.head_dim;
   const int group = n_heads / kv.n_kv_heads;
@@ -61,6 +70,7 @@ __global__ void __launch_bounds__(kThreads)
   float acc[kPairsPerWarp][kDimsPerLane];
   float q_reg[kPairsPerWarp][kDimsPerLane];
   int32_t pair_end[kPairsPerWarp];  // end of this pair's range in the split (<= begin: none)
+  int32_t pair_begin[kPairsPerWarp];  // its first visible position (sliding window)
 #pragma unroll
   for (int pi = 0; pi < kPairsPerWarp; ++pi) {
     state[pi] = EmptyPartial();
@@ -68,6 +78,7 @@ __global__ void __launch_bounds__(kThreads)
     const int token = pair / group;
     const int32_t len = pair < n_pairs ? b.positions[first + token] + 1 : 0;
     pair_end[pi] = pair < n_pairs ? SplitEnd(split, len) : 0;
+    pair_begin[pi] = pair < n_pairs ? FirstVisible(variant.sliding_window, len - 1) : 0;
     const float* q_pair =
         q + ((static_cast<int64_t>(first) + token) * n_heads +
              static_cast<int64_t>(kv_head) * group + pair % group) * d_head;
@@ -75,14 +86,19 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < kDimsPerLane; ++i) {
       const int d = lane + i * kWarp;
       acc[pi][i] = 0.0f;
-      q_reg[pi][i] = pair < n_pairs && d < d_head ? KvElement<T>::RoundQuery(q_pair[d]) : 0.0f;
+      q_reg[pi][i] = pair < n_pairs && d < d_head
+                         ? KvElement<T>::RoundQuery(__fmul_rn(q_pair[d], variant.query_scale))
+                         : 0.0f;
     }
   }
 
   const T* k_cache = static_cast<const T*>(kv.k);
   const T* v_cache = static_cast<const T*>(kv.v);
   const int32_t end = SplitEnd(split, max_len);
-  for (int32_t tile = SplitBegin(split, max_len); tile < end; tile += kTile) {
+  const float inv_softcap = variant.softcap > 0.0f ? 1.0f / variant.softcap : 0.0f;
+  const int32_t split_begin = SplitBegin(split, max_len);
+  for (int32_t tile = split_begin > min_visible ? split_begin : min_visible; tile < end;
+       tile += kTile) {
     const int n_pos = end - tile < kTile ? end - tile : kTile;
     __syncthreads();  // the previous tile is consumed
     for (int e = threadIdx.x; e < n_pos * d_head; e += kThreads) {
@@ -107,7 +123,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int pi = 0; pi < kPairsPerWarp; ++pi) {
       // Causal: this pair's positions stop at its own token (the same for the whole warp).
       const int n_mine = pair_end[pi] - tile < n_pos ? pair_end[pi] - tile : n_pos;
-      for (int p = 0; p < n_mine; ++p) {
+      const int p_first = pair_begin[pi] > tile ? pair_begin[pi] - tile : 0;
+      for (int p = p_first; p < n_mine; ++p) {
         float partial = 0.0f;
 #pragma unroll
         for (int i = 0; i < kDimsPerLane; ++i) {
@@ -118,6 +135,9 @@ __global__ void __launch_bounds__(kThreads)
         }
         float dot = WarpSum(partial);
         if constexpr (KvElement<T>::kScaled) dot = __fmul_rn(dot, k_scale_s[p]);
+        if (variant.softcap > 0.0f) {
+          dot = __fmul_rn(tanhf(__fmul_rn(dot, inv_softcap)), variant.softcap);
+        }
         const float score = __fmul_rn(dot, scale);
         float weight;
         const float factor = AddScore(&state[pi], score, &weight);
@@ -177,13 +197,13 @@ __global__ void MergeKernel(DeviceBatch b, int n_heads, int d_head, int max_spli
 
 template <typename T>
 cudaError_t Launch(const KvCacheView& kv, const DeviceBatch& b, const DeviceBlockTable& table,
-                   const float* q, int n_heads, float scale, float* workspace, float* out,
-                   cudaStream_t stream) {
+                   const float* q, int n_heads, float scale, const DeviceAttentionVariant& variant,
+                   float* workspace, float* out, cudaStream_t stream) {
   const int max_splits = b.max_splits;
   const dim3 grid(static_cast<unsigned>(b.n_tiles), static_cast<unsigned>(kv.n_kv_heads),
                   static_cast<unsigned>(max_splits));
   SplitKernel<T><<<grid, kThreads, 0, stream>>>(kv, b, table, q, n_heads, scale, max_splits,
-                                                 workspace);
+                                                 variant, workspace);
   const cudaError_t err = internal::LaunchStatus();
   if (err != cudaSuccess) return err;
   const dim3 merge_grid(static_cast<unsigned>(b.n_tokens), static_cast<unsigned>(n_heads));
@@ -209,8 +229,10 @@ int MaxSplits(const int32_t* positions, int64_t n_tokens) {
 
 cudaError_t PagedAttention(const KvCacheView& kv, const DeviceBatch& batch,
                            const DeviceBlockTable& table, const float* q, int n_heads,
-                           float scale, float* workspace, float* out, cudaStream_t stream) {
+                           float scale, float* workspace, float* out, cudaStream_t stream,
+                           const DeviceAttentionVariant& variant) {
   if (batch.n_tokens == 0) return cudaSuccess;
+  if (variant.sliding_window < 0 || !(variant.softcap >= 0.0f)) return cudaErrorInvalidValue;
   if (batch.tiles == nullptr || batch.n_tiles < 1) return cudaErrorInvalidValue;
   if (kv.head_dim > kMaxHeadDim || kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 ||
       n_heads / kv.n_kv_heads > kMaxGroup || batch.max_splits < 1 ||
@@ -219,15 +241,15 @@ cudaError_t PagedAttention(const KvCacheView& kv, const DeviceBatch& batch,
   }
   switch (kv.type) {
     case KvType::kF16:
-      return Launch<__half>(kv, batch, table, q, n_heads, scale, workspace, out, stream);
+      return Launch<__half>(kv, batch, table, q, n_heads, scale, variant, workspace, out, stream);
     case KvType::kF32:
-      return Launch<float>(kv, batch, table, q, n_heads, scale, workspace, out, stream);
+      return Launch<float>(kv, batch, table, q, n_heads, scale, variant, workspace, out, stream);
     case KvType::kInt8:
       if (kv.k_scale == nullptr || kv.v_scale == nullptr) return cudaErrorInvalidValue;
-      return Launch<int8_t>(kv, batch, table, q, n_heads, scale, workspace, out, stream);
+      return Launch<int8_t>(kv, batch, table, q, n_heads, scale, variant, workspace, out, stream);
     case KvType::kFp8:
       if (kv.k_scale == nullptr || kv.v_scale == nullptr) return cudaErrorInvalidValue;
-      return Launch<E4M3Code>(kv, batch, table, q, n_heads, scale, workspace, out, stream);
+      return Launch<E4M3Code>(kv, batch, table, q, n_heads, scale, variant, workspace, out, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -289,6 +289,38 @@ TEST_F(CudaKernelsTest, RmsNormAddRmsNormSwiGluAndBiasMatchTheCpu) {
   EXPECT_EQ(ToHost<float>(dx2, x.size()), biased);
 }
 
+// The Gemmas' ops: GELU-tanh gating through the CPU's own table equals the CPU bit for bit
+// (gates spread over the table's range and past +-10), the embedding scale is one rounded
+// product, and the soft-cap is within tanhf's few ulps of the CPU's std::tanh.
+TEST_F(CudaKernelsTest, GeluGluScaleAndSoftcapMatchTheCpu) {
+  const int64_t n = 4096;
+  const std::vector<float> gate = Random(n, rng_, 6.0f), up = Random(n, rng_);
+  std::vector<float> halves(static_cast<size_t>(kGeluTableSize)), table(halves.size());
+  for (size_t h = 0; h < halves.size(); ++h) halves[h] = HalfToFloat(static_cast<uint16_t>(h));
+  const std::vector<float> ones(halves.size(), 1.0f);
+  tokenmill::GeluTanhGlu(halves.data(), ones.data(), kGeluTableSize, table.data());
+  std::vector<float> want(n);
+  tokenmill::GeluTanhGlu(gate.data(), up.data(), n, want.data());
+  DeviceBuffer dgate = ToDevice(gate), dup = ToDevice(up), dtable = ToDevice(table);
+  DeviceBuffer out = Scratch(n * 4);
+  ASSERT_EQ(cuda::GeluTanhGlu(dgate.as<float>(), dup.as<float>(), n, dtable.as<float>(),
+                              out.as<float>(), nullptr),
+            cudaSuccess);
+  EXPECT_EQ(ToHost<float>(out, n), want);
+  ASSERT_GT(std::count_if(gate.begin(), gate.end(), [](float g) { return std::fabs(g) >= 10; }),
+            0);
+
+  std::vector<float> scaled = gate;
+  for (float& x : scaled) x *= 8.0f;
+  ASSERT_EQ(ScaleInPlace(dgate.as<float>(), n, 8.0f, nullptr), cudaSuccess);
+  EXPECT_EQ(ToHost<float>(dgate, n), scaled);
+
+  std::vector<float> capped = scaled;
+  for (float& x : capped) x = std::tanh(x * (1.0f / 5.0f)) * 5.0f;
+  ASSERT_EQ(SoftcapInPlace(dgate.as<float>(), n, 5.0f, nullptr), cudaSuccess);
+  ExpectNear(ToHost<float>(dgate, n), capped, 1e-6f, "softcap");
+}
+
 TEST_F(CudaKernelsTest, RopeMatchesTheCpuInBothStylesWithFactors) {
   const int head_dim = 64, n_rot = 64, n_heads = 3;
   const std::vector<int32_t> positions = {0, 5, 77, 1000, 8191};
@@ -380,6 +412,8 @@ struct AttentionCase {
   int head_dim;
   int n_heads;
   int n_kv_heads;
+  // The Gemmas' variants: Q pre-scaled (then q.k scaled by 1), soft-capped scores, a window.
+  DeviceAttentionVariant variant = {};
 };
 
 class PagedAttentionTest : public CudaKernelsTest,
@@ -451,9 +485,17 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   const KvBlockTable table{slots, kv_indptr, kv_indices, last_len};
   const RaggedBatch batch{positions, cu_seqlens, {&table, 1}};
   ASSERT_TRUE(ValidateRaggedBatch(batch, block_size, num_blocks).ok());
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  // With a query scale the CPU's graph multiplies q before the attention and scales q.k by 1.
+  const bool prescaled = c.variant.query_scale != 1.0f;
+  const float scale = prescaled ? 1.0f : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  std::vector<float> q_scaled = q;
+  for (float& x : q_scaled) x *= c.variant.query_scale;
+  const AttentionVariant cpu_variant{.softcap = c.variant.softcap,
+                                     .sliding_window = c.variant.sliding_window,
+                                     .sinks = {}};
   std::vector<float> want(q.size());
-  PagedAttentionReference(cpu_kv, batch, table, q.data(), c.n_heads, scale, want.data());
+  PagedAttentionReference(cpu_kv, batch, table, q_scaled.data(), c.n_heads, scale, want.data(),
+                          cpu_variant);
 
   // GPU: store through the device kernel (must give the same bytes), then attend.
   DeviceBuffer dk_cache = Scratch(static_cast<int64_t>(k_cache.size()));
@@ -505,8 +547,25 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   DeviceBuffer ws =
       Scratch(AttentionWorkspaceFloats(n_tokens, c.n_heads, c.head_dim, max_splits) * 4);
   DeviceBuffer out = Scratch(static_cast<int64_t>(q.size()) * 4);
+  if (c.variant.sliding_window > 0) {
+    // Blocks wholly before every window are never read: poison them (NaN), so a read shows.
+    std::vector<uint8_t> nan_block(static_cast<size_t>(block_size * row * elem), 0xff);
+    for (size_t seq = 0; seq < lengths.size(); ++seq) {
+      const int32_t first = FirstVisible(c.variant.sliding_window,
+                                         lengths[seq] - new_tokens[seq]);
+      for (int32_t b = 0; b < first / block_size; ++b) {
+        const int64_t at = int64_t{kv_indices[kv_indptr[seq] + b]} * block_size * row * elem;
+        ASSERT_EQ(cudaMemcpy(static_cast<uint8_t*>(dk_cache.data()) + at, nan_block.data(),
+                             nan_block.size(), cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(static_cast<uint8_t*>(dv_cache.data()) + at, nan_block.data(),
+                             nan_block.size(), cudaMemcpyHostToDevice),
+                  cudaSuccess);
+      }
+    }
+  }
   ASSERT_EQ(PagedAttention(gpu_kv, db, dtable, dq.as<float>(), c.n_heads, scale,
-                           ws.as<float>(), out.as<float>(), nullptr),
+                           ws.as<float>(), out.as<float>(), nullptr, c.variant),
             cudaSuccess);
   const std::vector<float> got = ToHost<float>(out, q.size());
   // f16 KV: the CPU rounds the probabilities to f16, the online softmax cannot.
@@ -522,7 +581,8 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
     const KvCacheView exact_kv{KvType::kF32, k_exact.data(), v_exact.data(), num_blocks,
                                block_size,   c.n_kv_heads,   c.head_dim};
     std::vector<float> exact(q.size());
-    PagedAttentionReference(exact_kv, batch, table, q.data(), c.n_heads, scale, exact.data());
+    PagedAttentionReference(exact_kv, batch, table, q_scaled.data(), c.n_heads, scale,
+                            exact.data(), cpu_variant);
     float max_error = 0.0f;
     for (size_t i = 0; i < exact.size(); ++i) {
       max_error = std::max(max_error, std::fabs(got[i] - exact[i]));
@@ -546,7 +606,7 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
     DeviceBlockTable one_table = dtable;
     one_table.slot_mapping += t;
     ASSERT_EQ(PagedAttention(gpu_kv, one, one_table, dq.as<float>() + t * per_token, c.n_heads,
-                             scale, ws.as<float>(), out.as<float>(), nullptr),
+                             scale, ws.as<float>(), out.as<float>(), nullptr, c.variant),
               cudaSuccess);
     const std::vector<float> alone = ToHost<float>(out, static_cast<size_t>(per_token));
     ASSERT_EQ(std::memcmp(alone.data(), got.data() + t * per_token, per_token * 4), 0)
@@ -562,7 +622,17 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
                                            AttentionCase{KvType::kInt8, 64, 9, 3},
                                            AttentionCase{KvType::kInt8, 128, 32, 8},
                                            AttentionCase{KvType::kFp8, 64, 9, 3},
-                                           AttentionCase{KvType::kFp8, 256, 16, 1}));
+                                           AttentionCase{KvType::kFp8, 256, 16, 1},
+                                           // gemma2's soft-cap and window, a window
+                                           // shorter than a block, gemma3's head_dim 256.
+                                           AttentionCase{KvType::kF16, 64, 8, 4,
+                                                         {0.125f, 2.0f, 100}},
+                                           AttentionCase{KvType::kF32, 32, 4, 2,
+                                                         {0.25f, 5.0f, 7}},
+                                           AttentionCase{KvType::kF16, 256, 8, 4,
+                                                         {0.0625f, 0.0f, 300}},
+                                           AttentionCase{KvType::kInt8, 128, 16, 8,
+                                                         {1.0f, 0.0f, 64}}));
 
 }  // namespace
 }  // namespace tokenmill::cuda

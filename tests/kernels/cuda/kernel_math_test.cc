@@ -220,6 +220,47 @@ TEST(OnlineSoftmaxTest, SplitPartialsMergeToTheFullSoftmax) {
   }
 }
 
+// A sliding window as the attention kernel applies it: the splits stay those of the token's
+// length, positions before FirstVisible are skipped (a split wholly before the window leaves
+// an empty partial) and the merge gives the softmax over the window's positions alone.
+TEST(OnlineSoftmaxTest, WindowedSplitsMergeToTheWindowsSoftmax) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  EXPECT_EQ(FirstVisible(0, 500), 0);
+  EXPECT_EQ(FirstVisible(6, 3), 0);
+  EXPECT_EQ(FirstVisible(6, 5), 0);
+  EXPECT_EQ(FirstVisible(6, 6), 1);
+  EXPECT_EQ(FirstVisible(1, 9), 9);
+  for (int32_t window : {1, 6, 64, 65, 300}) {
+    for (int32_t len : {1, 7, 64, 65, 257, 1000}) {
+      const int32_t begin = FirstVisible(window, len - 1);
+      std::vector<float> scores(static_cast<size_t>(len));
+      for (float& s : scores) s = normal(rng);
+      std::vector<float> p(scores.begin() + begin, scores.end());
+      ASSERT_EQ(static_cast<int32_t>(p.size()), std::min(window, len));
+      SoftmaxInPlace(p);
+      double expected = 0.0;  // the probability-weighted position (v_j = j)
+      for (size_t j = 0; j < p.size(); ++j) expected += static_cast<double>(p[j]) * (begin + j);
+      SoftmaxPartial total = EmptyPartial();
+      float acc = 0.0f;
+      for (int split = 0; split < NumSplits(len); ++split) {
+        SoftmaxPartial state = EmptyPartial();
+        float part = 0.0f;
+        for (int32_t j = std::max(SplitBegin(split, len), begin); j < SplitEnd(split, len); ++j) {
+          float w;
+          const float factor = AddScore(&state, scores[j], &w);
+          part = MulAdd(w, static_cast<float>(j), part * factor);
+        }
+        const SoftmaxMerge merge = MergePartials(total, state);
+        acc = MulAdd(acc, merge.scale_a, part * merge.scale_b);
+        total = merge.merged;
+      }
+      EXPECT_NEAR(acc / total.l, expected, 1e-4 * (1.0 + expected))
+          << "window " << window << " len " << len;
+    }
+  }
+}
+
 TEST(OnlineSoftmaxTest, MergingAnEmptyPartialChangesNothing) {
   const SoftmaxPartial a{2.0f, 3.0f};
   const SoftmaxMerge left = MergePartials(EmptyPartial(), a);
