@@ -83,6 +83,11 @@ std::span<const float> NextAttnNorm(const ModelWeights& weights, int layer);
 Status LoadHeadNorms(const GgufFile& file, const ModelConfig& config, int layer,
                      F32Copies& f32_copies, LayerWeights& weights);
 
+// The factor gemma2's and gemma3's graphs multiply Q by before attention (their files say
+// why; ForwardBlocks::Attention's query_scale), for the CUDA pass that runs their graphs too.
+float Gemma2QueryScale(const ModelConfig& config);
+float Gemma3QueryScale(const ModelConfig& config);
+
 // Which layers slide, as llama.cpp's load_swa_pattern reads them: the key
 // <arch>.attention.sliding_window_pattern as one bool per layer, or as a period n (layer i
 // slides unless i % n == n - 1; 0: every layer), `default_period` when the key is absent.

@@ -34,11 +34,6 @@ Status ReadGemma2Config(const GgufFile& file, ModelConfig& c) {
   return OkStatus();
 }
 
-float Gemma2QueryScale(const ModelConfig& c) {
-  const int dim = c.n_layers == 46 ? c.n_embd / c.n_heads : c.head_dim;
-  return 1.0f / std::sqrt(static_cast<float>(dim));
-}
-
 StatusOr<LayerWeights> LoadGemma2Layer(const GgufFile& file, const ModelConfig& c, int layer,
                                         F32Copies& copies) {
   const std::string p = "blk." + std::to_string(layer) + ".";
@@ -71,6 +66,11 @@ void Gemma2Forward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& b
 }
 
 }  // namespace
+
+float Gemma2QueryScale(const ModelConfig& c) {
+  const int dim = c.n_layers == 46 ? c.n_embd / c.n_heads : c.head_dim;
+  return 1.0f / std::sqrt(static_cast<float>(dim));
+}
 
 const ModelFamily kGemma2Family{"gemma2", ReadGemma2Config, LoadGemma2Layer, Gemma2Forward};
 

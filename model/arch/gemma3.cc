@@ -34,11 +34,6 @@ Status ReadGemma3Config(const GgufFile& file, ModelConfig& c) {
   return OkStatus();
 }
 
-float Gemma3QueryScale(const ModelConfig& c) {
-  const int dim = c.n_layers == 62 ? c.n_embd / c.n_heads : c.head_dim;
-  return 1.0f / std::sqrt(static_cast<float>(dim));
-}
-
 StatusOr<LayerWeights> LoadGemma3Layer(const GgufFile& file, const ModelConfig& c, int layer,
                                         F32Copies& copies) {
   const std::string p = "blk." + std::to_string(layer) + ".";
@@ -73,6 +68,11 @@ void Gemma3Forward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& b
 }
 
 }  // namespace
+
+float Gemma3QueryScale(const ModelConfig& c) {
+  const int dim = c.n_layers == 62 ? c.n_embd / c.n_heads : c.head_dim;
+  return 1.0f / std::sqrt(static_cast<float>(dim));
+}
 
 const ModelFamily kGemma3Family{"gemma3", ReadGemma3Config, LoadGemma3Layer, Gemma3Forward};
 
