@@ -11,6 +11,8 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/kernel_math.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/half.h"
 #include "kernels/kv_type.h"
 
 namespace tokenmill::cuda {
@@ -27,8 +29,9 @@ size_t Stage(std::vector<uint8_t>& staging, std::span<const T> values) {
 
 }  // namespace
 
-CudaForwardPass::CudaForwardPass(const Model& model, CudaForwardOptions options)
-    : model_(model), options_(options) {}
+CudaForwardPass::CudaForwardPass(const Model& model, CudaForwardOptions options,
+                                 CudaGraphPlan plan)
+    : model_(model), options_(options), plan_(std::move(plan)) {}
 
 CudaForwardPass::~CudaForwardPass() {
   for (auto& [key, graph] : graphs_) {
@@ -43,22 +46,9 @@ StatusOr<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(const Model& 
     return FailedPreconditionError("no usable CUDA device (or no driver): use --device cpu");
   }
   const ModelConfig& c = model.config();
-  // The CUDA graph is llama's, with qwen2's biases and phi3's NeoX RoPE (its fused tensors
-  // load as separate views); the other families' blocks are CPU-only, as is a layer's own
-  // RoPE base.
-  if (c.arch_name != "llama" && c.arch_name != "qwen2" && c.arch_name != "phi3") {
-    return UnimplementedError("the CUDA forward pass runs 'llama', 'qwen2' and 'phi3' models, "
-                              "not '" + c.arch_name + "': use --device cpu");
-  }
-  if (c.experts.n_expert > 0) {
-    return UnimplementedError("the CUDA forward pass has no mixture-of-experts feed-forward; "
-                              "this '" + c.arch_name + "' model has " +
-                              std::to_string(c.experts.n_expert) + " experts: use --device cpu");
-  }
-  if (!c.rope_layers.empty()) {
-    return UnimplementedError("the CUDA forward pass has one RoPE base for every layer; this '" +
-                              c.arch_name + "' model sets one per layer: use --device cpu");
-  }
+  // The CUDA graph is llama's, with qwen2's biases, phi3's NeoX RoPE (its fused tensors load
+  // as separate views) and the blocks of the plan (qwen3's and the Gemmas').
+  TM_ASSIGN_OR_RETURN(CudaGraphPlan plan, PlanCudaGraph(c));
   if (c.head_dim > kMaxHeadDim || c.n_heads % c.n_kv_heads != 0 ||
       c.n_heads / c.n_kv_heads > kMaxGroup) {
     return InvalidArgumentError("the CUDA attention kernel takes head_dim <= " +
@@ -67,7 +57,7 @@ StatusOr<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(const Model& 
                                 " query heads per KV head; this model has head_dim " +
                                 std::to_string(c.head_dim) + ": use --device cpu");
   }
-  std::unique_ptr<CudaForwardPass> pass(new CudaForwardPass(model, options));
+  std::unique_ptr<CudaForwardPass> pass(new CudaForwardPass(model, options, std::move(plan)));
   TM_RETURN_IF_ERROR(pass->Init());
   return pass;
 }
@@ -77,15 +67,43 @@ Status CudaForwardPass::Init() {
                           "creating a CUDA stream");
   TM_ASSIGN_OR_RETURN(weights_, UploadWeights(model_, options_.cublas_min_tokens > 0));
   if (options_.cublas_min_tokens > 0) TM_RETURN_IF_ERROR(gemm_.Init(stream_));
-  // base^(-2i/n_rot) in double on the host (the CPU's ApplyRope follows llama.cpp's float
-  // angle recursion instead: the two differ by the rounding of the angle).
+  // base^(-2i/n_rot) in double on the host, one table per distinct base (the CPU's ApplyRope
+  // follows llama.cpp's float angle recursion instead: the two differ by the rounding of the
+  // angle).
   const ModelConfig& c = model_.config();
-  std::vector<double> inv_freq(static_cast<size_t>(std::max(1, c.n_rot / 2)));
-  for (int i = 0; i < c.n_rot / 2; ++i) {
-    inv_freq[static_cast<size_t>(i)] =
-        std::pow(static_cast<double>(c.rope_freq_base), -2.0 * i / c.n_rot);
+  for (const float base : plan_.rope_bases) {
+    std::vector<double> inv_freq(static_cast<size_t>(std::max(1, c.n_rot / 2)));
+    for (int i = 0; i < c.n_rot / 2; ++i) {
+      inv_freq[static_cast<size_t>(i)] = std::pow(static_cast<double>(base), -2.0 * i / c.n_rot);
+    }
+    TM_ASSIGN_OR_RETURN(DeviceBuffer table,
+                        DeviceBuffer::CopyOf(std::span<const double>(inv_freq)));
+    rope_inv_freq_.push_back(std::move(table));
   }
-  TM_ASSIGN_OR_RETURN(rope_inv_freq_, DeviceBuffer::CopyOf(std::span<const double>(inv_freq)));
+  // YaRN's range and the factor on cos and sin of each layer: as the CPU's.
+  for (const CudaLayerPlan& l : plan_.layers) {
+    layer_rope_.push_back(DeviceRope{
+        .neox = l.rope.style == RopeStyle::kNeox,
+        .head_dim = l.rope.head_dim,
+        .n_rot = l.rope.n_rot,
+        .position_scale = l.rope.position_scale,
+        .inv_freq = rope_inv_freq_[static_cast<size_t>(l.rope_table)].as<const double>(),
+        .factors = weights_.rope_factors.empty() ? nullptr : weights_.rope_factors.data(),
+        .ext_factor = l.rope.ext_factor,
+        .corr_low = l.rope.corr_low,
+        .corr_high = l.rope.corr_high,
+        .cos_sin_scale = RopeCosSinScale(l.rope)});
+  }
+  if (plan_.gelu) {
+    // The CPU's GELU of every f16 value (its own table, read through GeluTanhGlu with up = 1),
+    // so the device's gated GELU equals the CPU's bit for bit.
+    std::vector<float> x(static_cast<size_t>(kGeluTableSize));
+    for (size_t h = 0; h < x.size(); ++h) x[h] = HalfToFloat(static_cast<uint16_t>(h));
+    const std::vector<float> ones(x.size(), 1.0f);
+    std::vector<float> table(x.size());
+    ::tokenmill::GeluTanhGlu(x.data(), ones.data(), kGeluTableSize, table.data());
+    TM_ASSIGN_OR_RETURN(gelu_table_, DeviceBuffer::CopyOf(std::span<const float>(table)));
+  }
   if (options_.max_step_tokens > 0) {
     // The split-K workspace of the widest split a step can take, and cuBLAS's activations.
     TM_RETURN_IF_ERROR(GrowScratch(options_.max_step_tokens,
@@ -216,23 +234,15 @@ Status CudaForwardPass::EnqueueLayers(const KvCacheView& kv, int64_t n, int64_t 
   float* proj = proj_.as<float>();
   float* gate = gate_.as<float>();
   float* up = up_.as<float>();
-  // YaRN's range, the factor on cos and sin: as the CPU's (rope_layers is empty here).
-  const RopeParams cpu_rope = LayerRope(c, 0, {});
-  const DeviceRope rope{.neox = c.rope_style == RopeStyle::kNeox,
-                        .head_dim = c.head_dim,
-                        .n_rot = c.n_rot,
-                        .position_scale = c.rope_position_scale,
-                        .inv_freq = rope_inv_freq_.as<const double>(),
-                        .factors = weights_.rope_factors.empty() ? nullptr
-                                                                 : weights_.rope_factors.data(),
-                        .ext_factor = cpu_rope.ext_factor,
-                        .corr_low = cpu_rope.corr_low,
-                        .corr_high = cpu_rope.corr_high,
-                        .cos_sin_scale = RopeCosSinScale(cpu_rope)};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  // The Gemmas scale Q after RoPE and q.k by 1; the others q.k by 1 / sqrt(head_dim).
+  const float scale =
+      plan_.query_scale > 0.0f ? 1.0f : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   cudaStream_t s = stream_;
 
   TM_CUDA_RETURN_IF_ERROR(Embedding(weights_.token_embd.view, d_token_ids_, n, x, s), "embedding");
+  if (plan_.embed_scale != 1.0f) {
+    TM_CUDA_RETURN_IF_ERROR(ScaleInPlace(x, n * d, plan_.embed_scale, s), "embedding scale");
+  }
   TM_CUDA_RETURN_IF_ERROR(
       RmsNorm(x, weights_.layers[0].attn_norm.data(), nullptr, n, static_cast<int>(d), c.rms_eps, h,
               s),
@@ -248,25 +258,54 @@ Status CudaForwardPass::EnqueueLayers(const KvCacheView& kv, int64_t n, int64_t 
       TM_CUDA_RETURN_IF_ERROR(AddBias(k, l.k_bias.data(), n, c.kv_dim(), s), "bias");
       TM_CUDA_RETURN_IF_ERROR(AddBias(v, l.v_bias.data(), n, c.kv_dim(), s), "bias");
     }
+    if (plan_.head_norms) {
+      // Each head's row of head_dim normed in place, before RoPE.
+      TM_CUDA_RETURN_IF_ERROR(RmsNorm(q, l.q_norm.data(), nullptr, n * c.n_heads, c.head_dim,
+                                      c.rms_eps, q, s),
+                              "Q norm");
+      TM_CUDA_RETURN_IF_ERROR(RmsNorm(k, l.k_norm.data(), nullptr, n * c.n_kv_heads, c.head_dim,
+                                      c.rms_eps, k, s),
+                              "K norm");
+    }
+    const DeviceRope& rope = layer_rope_[static_cast<size_t>(layer)];
     TM_CUDA_RETURN_IF_ERROR(Rope(rope, d_batch_.positions, n, c.n_heads, q, s), "RoPE");
     TM_CUDA_RETURN_IF_ERROR(Rope(rope, d_batch_.positions, n, c.n_kv_heads, k, s), "RoPE");
     const KvCacheView kv_layer = kv.Layer(layer);
     const DeviceBlockTable& blocks = d_tables_[static_cast<size_t>(KvGroupOfLayer(c, layer))];
     TM_CUDA_RETURN_IF_ERROR(StoreKv(kv_layer, blocks.slot_mapping, n, k, v, s), "KV append");
+    const DeviceAttentionVariant variant{
+        .query_scale = plan_.query_scale > 0.0f ? plan_.query_scale : 1.0f,
+        .softcap = plan_.attn_softcap,
+        .sliding_window = plan_.layers[static_cast<size_t>(layer)].sliding_window};
     TM_CUDA_RETURN_IF_ERROR(PagedAttention(kv_layer, d_batch_, blocks, q, c.n_heads, scale,
-                                           workspace_.as<float>(), attn, s),
+                                           workspace_.as<float>(), attn, s, variant),
                             "paged attention");
     TM_ASSIGN_OR_RETURN(const MatmulInput attended, PrepareInput(attn, n, c.q_dim()));
     TM_RETURN_IF_ERROR(Matmul(l.o.view, attended, n, proj));
+    if (plan_.post_norms) {
+      TM_CUDA_RETURN_IF_ERROR(RmsNorm(proj, l.attn_post_norm.data(), nullptr, n,
+                                      static_cast<int>(d), c.rms_eps, proj, s),
+                              "attention post-norm");
+    }
     TM_CUDA_RETURN_IF_ERROR(
         AddRmsNorm(x, proj, l.ffn_norm.data(), n, static_cast<int>(d), c.rms_eps, h, s),
         "residual add + RMSNorm");
     TM_ASSIGN_OR_RETURN(const MatmulInput ffn_in, PrepareInput(h, n, d));
     TM_RETURN_IF_ERROR(Matmul(l.gate.view, ffn_in, n, gate));
     TM_RETURN_IF_ERROR(Matmul(l.up.view, ffn_in, n, up));
-    TM_CUDA_RETURN_IF_ERROR(SwiGlu(gate, up, n * c.n_ff, gate, s), "SwiGLU");
+    if (plan_.gelu) {
+      TM_CUDA_RETURN_IF_ERROR(
+          GeluTanhGlu(gate, up, n * c.n_ff, gelu_table_.as<const float>(), gate, s), "GEGLU");
+    } else {
+      TM_CUDA_RETURN_IF_ERROR(SwiGlu(gate, up, n * c.n_ff, gate, s), "SwiGLU");
+    }
     TM_ASSIGN_OR_RETURN(const MatmulInput gated, PrepareInput(gate, n, c.n_ff));
     TM_RETURN_IF_ERROR(Matmul(l.down.view, gated, n, proj));
+    if (plan_.post_norms) {
+      TM_CUDA_RETURN_IF_ERROR(RmsNorm(proj, l.ffn_post_norm.data(), nullptr, n,
+                                      static_cast<int>(d), c.rms_eps, proj, s),
+                              "feed-forward post-norm");
+    }
     if (layer + 1 < c.n_layers) {
       // The residual add fused with the next layer's attention norm.
       const float* next_norm = weights_.layers[static_cast<size_t>(layer) + 1].attn_norm.data();
@@ -281,7 +320,11 @@ Status CudaForwardPass::EnqueueLayers(const KvCacheView& kv, int64_t n, int64_t 
                                   static_cast<int>(d), c.rms_eps, final_.as<float>(), s),
                           "output RMSNorm");
   TM_ASSIGN_OR_RETURN(const MatmulInput final_in, PrepareInput(final_.as<float>(), n_logits, d));
-  return Matmul(weights_.output.view, final_in, n_logits, logits_.as<float>());
+  TM_RETURN_IF_ERROR(Matmul(weights_.output.view, final_in, n_logits, logits_.as<float>()));
+  if (plan_.final_softcap <= 0.0f) return OkStatus();
+  return CudaStatus(SoftcapInPlace(logits_.as<float>(), n_logits * c.n_vocab,
+                                   plan_.final_softcap, s),
+                    "final logit soft-capping");
 }
 
 Status CudaForwardPass::GrowScratch(int64_t n, int64_t n_logits, int max_splits) {

@@ -1,4 +1,5 @@
-// The llama-family forward pass on an NVIDIA GPU: the contract of ForwardPass (model/forward.h)
+// The forward pass of the dense families on an NVIDIA GPU (llama, qwen2, phi3, qwen3, gemma,
+// gemma2, gemma3: the blocks of CudaGraphPlan): the contract of ForwardPass (model/forward.h)
 // -- the same ForwardInput (model/forward_input.h) and logits -- over a KV cache in device
 // memory (CudaKvCache).
 // Kernels are those of kernels/cuda/ops.h; weights live on the device (cuda_weights.h).
@@ -15,6 +16,7 @@
 #include "common/status.h"
 #include "kernels/cuda/cublas_gemm.h"
 #include "kernels/cuda/device_buffer.h"
+#include "model/cuda/cuda_graph_plan.h"
 #include "model/cuda/cuda_weights.h"
 #include "model/forward_input.h"
 #include "model/model.h"
@@ -39,8 +41,9 @@ struct CudaForwardOptions {
 // Holds the device weights, a stream and scratch activations: one Run at a time.
 class CudaForwardPass {
  public:
-  // Uploads the weights; FailedPrecondition without a CUDA device, InvalidArgument for a model
-  // shape the kernels do not take (head_dim > 256, more than 16 query heads per KV head).
+  // Uploads the weights; FailedPrecondition without a CUDA device, Unimplemented for a family
+  // the pass does not run (PlanCudaGraph), InvalidArgument for a model shape the kernels do
+  // not take (head_dim > 256, more than 16 query heads per KV head).
   static StatusOr<std::unique_ptr<CudaForwardPass>> Create(const Model& model,
                                                            CudaForwardOptions options = {});
   ~CudaForwardPass();
@@ -60,7 +63,7 @@ class CudaForwardPass {
   int64_t num_graph_captures() const { return num_graph_captures_; }
 
  private:
-  CudaForwardPass(const Model& model, CudaForwardOptions options);
+  CudaForwardPass(const Model& model, CudaForwardOptions options, CudaGraphPlan plan);
   Status Init();
   // Runs the layers and leaves the logits of the logit rows in logits_ (device).
   Status Forward(const ForwardInput& input, const KvCacheView& kv);
@@ -90,7 +93,10 @@ class CudaForwardPass {
   CudaForwardOptions options_;
   cudaStream_t stream_ = nullptr;
   DeviceModelWeights weights_;
-  DeviceBuffer rope_inv_freq_;
+  CudaGraphPlan plan_;
+  std::vector<DeviceBuffer> rope_inv_freq_;  // per plan_.rope_bases
+  std::vector<DeviceRope> layer_rope_;       // per layer, pointing into rope_inv_freq_
+  DeviceBuffer gelu_table_;                  // GeluTanhGlu's, when plan_.gelu
   CublasGemm gemm_;
   // Step inputs (one upload per step) and scratch activations, grown to the largest step.
   std::vector<uint8_t> staging_;

@@ -68,6 +68,10 @@ StatusOr<DeviceModelWeights> UploadWeights(const Model& model, bool with_bf16) {
     TM_ASSIGN_OR_RETURN(dl.q_bias, UploadVector(l.q_bias, bytes));
     TM_ASSIGN_OR_RETURN(dl.k_bias, UploadVector(l.k_bias, bytes));
     TM_ASSIGN_OR_RETURN(dl.v_bias, UploadVector(l.v_bias, bytes));
+    TM_ASSIGN_OR_RETURN(dl.q_norm, UploadVector(l.q_norm, bytes));
+    TM_ASSIGN_OR_RETURN(dl.k_norm, UploadVector(l.k_norm, bytes));
+    TM_ASSIGN_OR_RETURN(dl.attn_post_norm, UploadVector(l.attn_post_norm, bytes));
+    TM_ASSIGN_OR_RETURN(dl.ffn_post_norm, UploadVector(l.ffn_post_norm, bytes));
     TM_ASSIGN_OR_RETURN(dl.q, UploadMatrix(l.q, with_bf16, bytes));
     TM_ASSIGN_OR_RETURN(dl.k, UploadMatrix(l.k, with_bf16, bytes));
     TM_ASSIGN_OR_RETURN(dl.v, UploadMatrix(l.v, with_bf16, bytes));

@@ -25,6 +25,8 @@ struct DeviceVector {
 
 struct DeviceLayerWeights {
   DeviceVector attn_norm, ffn_norm, q_bias, k_bias, v_bias;
+  // Per-head norms of Q and K (qwen3, gemma3) and Gemma's post-norms, or empty.
+  DeviceVector q_norm, k_norm, attn_post_norm, ffn_post_norm;
   DeviceMatrix q, k, v, o, gate, up, down;
 };
 
