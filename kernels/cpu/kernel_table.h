@@ -53,7 +53,10 @@ namespace tokenmill {
 // block acc = fma(d_w · d_a, (float) Σ q_w · q_a, acc), then for Q4_1 acc = fma(m_w, s_a,
 // acc) (the integer sum is exact): one conversion and one or two fmas per block where ggml's
 // order needs a conversion and an fma of 8 lanes, so a many-token step runs ~2.2x faster
-// (bench/matmul); results differ from ggml's in the last bits.
+// (bench/matmul); results differ from ggml's in the last bits. Q5_0's row groups keep ggml's 8
+// lanes per row (matmul_row_groups_q5_0.inc): bit-identical to its file layout, faster where a
+// step is bound by reading the weights (one token), no faster at many tokens, where the 8
+// lanes' conversions and fmas are the work in both layouts.
 struct MatmulRange {
   const WeightMatrix* w;
   const void* x;

@@ -24,7 +24,7 @@ namespace tokenmill {
 class ThreadPool;
 
 // How a matrix's blocks lie in memory. kRows: as in the GGUF file, row after row.
-// kRowGroups16 (Q4_1 and Q8_0, made by RegroupRows in kernels/cpu/row_groups.h): rows in groups
+// kRowGroups16 (Q4_1, Q8_0, Q5_0, made by RegroupRows in kernels/cpu/row_groups.h): rows in groups
 // of 16, each block of a group's 16 rows interleaved so that one 512-bit vector holds one
 // column chunk of all 16 rows; a group takes 16 * row_bytes bytes, as in kRows.
 enum class WeightLayout : uint8_t { kRows, kRowGroups16 };

@@ -1,5 +1,5 @@
-// The kRowGroups16 layout of Q4_1 and Q8_0 weights (kernels/cpu/matmul.h, WeightLayout): the
-// CPU's fastest kernels for them read 16 rows at once, one row per 32-bit lane.
+// The kRowGroups16 layout of Q4_1, Q8_0 and Q5_0 weights (kernels/cpu/matmul.h, WeightLayout):
+// the CPU's fastest kernels for them read 16 rows at once, one row per 32-bit lane.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +30,20 @@ struct BlockQ8_0x16 {
 };
 static_assert(sizeof(BlockQ8_0x16) == 16 * 34);
 
-// Whether RegroupRows applies: Q4_1 or Q8_0 in the kRows layout with a multiple of 16 rows.
+// One block of 16 Q5_0 rows, 352 bytes as 16 GGUF Q5_0 blocks: their f16 scales, their low
+// nibbles placed as BlockQ4_1x16's (chunk k < 4: elements 4k..4k+3 in the low nibbles of
+// qs[k], chunk k + 4: elements 16 + 4k.. in its high nibbles), then per chunk k the fifth bits
+// as a 64-bit mask, bit 4i + e for element e of row i's chunk k (an AVX-512 byte mask). Chunk k
+// is ggml's lane k (elements 4k..4k+3), so its kernels keep ggml's 8 lanes per row.
+struct BlockQ5_0x16 {
+  uint16_t d[kRowGroup];
+  uint8_t qs[4][64];
+  uint64_t qh[8];
+};
+static_assert(sizeof(BlockQ5_0x16) == 16 * 22);
+
+// Whether RegroupRows applies: Q4_1, Q8_0 or Q5_0 in the kRows layout with a multiple of 16
+// rows.
 bool CanRegroupRows(const WeightMatrix& w);
 
 // w in the kRowGroups16 layout, stored in `storage` (resized; the result points into it).

@@ -43,6 +43,7 @@ namespace {
 #include "kernels/cpu/matmul_simd256.inc"
 #include "kernels/cpu/matmul_simd512.inc"
 #include "kernels/cpu/matmul_row_groups.inc"
+#include "kernels/cpu/matmul_row_groups_q5_0.inc"
 #include "kernels/cpu/matmul_simd_ranges.inc"
 #include "kernels/cpu/elementwise_loops.inc"
 #include "kernels/cpu/elementwise_simd256.inc"

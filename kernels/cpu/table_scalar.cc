@@ -27,6 +27,7 @@ namespace {
 #include "kernels/cpu/float_f16.inc"
 #include "kernels/cpu/float_bf16.inc"
 #include "kernels/cpu/matmul_row_groups.inc"
+#include "kernels/cpu/matmul_row_groups_q5_0.inc"
 #include "kernels/cpu/matmul_scalar.inc"
 #include "kernels/cpu/elementwise_loops.inc"
 #include "kernels/cpu/attend.inc"

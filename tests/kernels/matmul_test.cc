@@ -302,6 +302,57 @@ INSTANTIATE_TEST_SUITE_P(Types, RowGroupsOrderTest,
                            return std::string(NameOf(param_info.param));
                          });
 
+// Q5_0 regrouped keeps ggml's 8 lanes per row (matmul_row_groups_q5_0.inc): every element in
+// its documented place, and every ISA's result bit-identical to the file layout's (ggml's order,
+// which ggml_parity_test holds to libggml) for any token count and thread split.
+TEST(RowGroupsTest, Q5_0RegroupedEqualsTheFileLayoutBitForBitOnEveryIsa) {
+  std::mt19937 rng(5);
+  ThreadPool pool(3);
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {16, 32}, {48, 96}, {320, 640}, {32, 1536}}) {
+    const int64_t row_bytes = cols / 32 * 22;
+    const std::vector<uint8_t> data = RandomWeights(TensorType::kQ5_0, rows, cols, rng);
+    const WeightMatrix w{TensorType::kQ5_0, data.data(), rows, cols, row_bytes};
+    ASSERT_TRUE(CanRegroupRows(w));
+    std::vector<uint8_t> storage;
+    const WeightMatrix regrouped = RegroupRows(w, storage);
+    ASSERT_EQ(storage.size(), data.size());
+    const auto* groups = reinterpret_cast<const BlockQ5_0x16*>(regrouped.data);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        const uint8_t* block = data.data() + r * row_bytes + b * 22;
+        const BlockQ5_0x16& g = groups[(r / 16) * (cols / 32) + b];
+        const int lane = static_cast<int>(r % 16);
+        uint16_t d;
+        uint32_t qh;
+        std::memcpy(&d, block, 2);
+        std::memcpy(&qh, block + 2, 4);
+        ASSERT_EQ(g.d[lane], d);
+        for (int j = 0; j < 32; ++j) {
+          const int low = j < 16 ? block[6 + j] & 0x0f : block[6 + j - 16] >> 4;
+          const int k = j / 4, e = j % 4;  // ggml's lane k
+          const uint8_t byte = g.qs[k % 4][4 * lane + e];
+          ASSERT_EQ(k < 4 ? byte & 0x0f : byte >> 4, low) << "row " << r << " element " << j;
+          ASSERT_EQ((g.qh[k] >> (4 * lane + e)) & 1, (qh >> j) & 1) << "row " << r << " element " << j;
+        }
+      }
+    }
+    for (int64_t tokens : {1, 2, 3, 5, 8, 9, 16, 17}) {
+      const std::vector<float> x = RandomActivations(tokens * cols, rng);
+      const size_t n = static_cast<size_t>(tokens * rows);
+      for (CpuIsa isa : SupportedIsas()) {
+        std::vector<float> file_rows(n, NAN), y(n, NAN);
+        Matmul(CpuContext{&KernelTable(isa), &pool}, w, x.data(), tokens, file_rows.data());
+        Matmul(CpuContext{&KernelTable(isa), &pool}, regrouped, x.data(), tokens, y.data());
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(y[i], file_rows[i]) << IsaName(isa) << " rows " << rows << " cols " << cols
+                                        << " tokens " << tokens << " at " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(MatmulManyTest, EqualsSeparateMatmulsBitForBit) {
   std::mt19937 rng(9);
   const int64_t cols = 256, tokens = 19;

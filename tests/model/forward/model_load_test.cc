@@ -352,7 +352,8 @@ TEST(ModelLoadTest, LoadsEveryTypeTheCpuRunsAsAMatrixOrTheEmbedding) {
     EXPECT_EQ(cpu.layers[0].q.type, type);
     EXPECT_EQ(cpu.token_embd.type, type);
     EXPECT_EQ(cpu.token_embd.layout, WeightLayout::kRows);
-    const bool regrouped = type == TensorType::kQ4_1 || type == TensorType::kQ8_0;
+    const bool regrouped =
+        type == TensorType::kQ4_1 || type == TensorType::kQ8_0 || type == TensorType::kQ5_0;
     EXPECT_EQ(cpu.layers[0].q.layout,
               regrouped ? WeightLayout::kRowGroups16 : WeightLayout::kRows)
         << NameOf(type);
