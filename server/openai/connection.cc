@@ -16,6 +16,7 @@
 #include "server/openai/http_gateway.h"
 #include "server/openai/response_format.h"
 #include "server/openai/responses_handler.h"
+#include "server/openai/url.h"
 
 namespace tokenmill::gateway {
 
@@ -39,22 +40,6 @@ constexpr auto kRequestHeadTimeout = std::chrono::seconds(120);
 std::string_view Path(const HttpRequest& request) {
   const std::string_view target(request.target().data(), request.target().size());
   return target.substr(0, target.find('?'));
-}
-
-// "%20" -> " " (a model id in a path); a malformed escape stays as it is.
-std::string PercentDecode(std::string_view text) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size() &&
-        std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
-      out += static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16));
-      i += 2;
-    } else {
-      out += text[i];
-    }
-  }
-  return out;
 }
 
 // Anthropic's clients parse errors in Anthropic's shape.
@@ -223,7 +208,7 @@ asio::awaitable<void> Connection::Dispatch(const HttpRequest& request) {
 
   enum class Route {
     kNone, kCompletions, kChat, kModels, kModel, kTokenize, kDetokenize, kMessages,
-    kCountTokens, kResponses, kStoredResponse
+    kCountTokens, kResponses, kStoredResponse, kInputItems
   };
   Route route = Route::kNone;
   http::verb wanted = http::verb::post;
@@ -239,9 +224,15 @@ asio::awaitable<void> Connection::Dispatch(const HttpRequest& request) {
     route = Route::kModel, wanted = http::verb::get;
   }
   constexpr std::string_view kStoredResponses = "/v1/responses/";
-  const std::string_view response_id = path.substr(std::min(path.size(), kStoredResponses.size()));
-  if (path.starts_with(kStoredResponses) && !response_id.empty() &&
-      response_id.find('/') == std::string_view::npos) {
+  constexpr std::string_view kInputItemsSuffix = "/input_items";
+  std::string_view response_id = path.substr(std::min(path.size(), kStoredResponses.size()));
+  if (path.starts_with(kStoredResponses) && response_id.ends_with(kInputItemsSuffix)) {
+    response_id.remove_suffix(kInputItemsSuffix.size());
+    if (!response_id.empty() && response_id.find('/') == std::string_view::npos) {
+      route = Route::kInputItems, wanted = http::verb::get;
+    }
+  } else if (path.starts_with(kStoredResponses) && !response_id.empty() &&
+             response_id.find('/') == std::string_view::npos) {
     // GET or DELETE.
     route = Route::kStoredResponse;
     wanted = method == http::verb::delete_ ? http::verb::delete_ : http::verb::get;
@@ -290,6 +281,9 @@ asio::awaitable<void> Connection::Dispatch(const HttpRequest& request) {
       break;
     case Route::kStoredResponse:
       co_await HandleStoredResponse(*this, request, PercentDecode(response_id));
+      break;
+    case Route::kInputItems:
+      co_await HandleInputItems(*this, request, PercentDecode(response_id));
       break;
     case Route::kNone:
       break;

@@ -3,8 +3,9 @@
 namespace tokenmill::gateway {
 
 void ResponseStore::Put(const std::string& id, std::vector<v1::ChatMessage> conversation,
-                        std::string response, Clock::time_point now) {
-  size_t bytes = id.size() + response.size();
+                        std::string response, std::string input_items,
+                        Clock::time_point now) {
+  size_t bytes = id.size() + response.size() + input_items.size();
   for (const v1::ChatMessage& message : conversation) bytes += message.ByteSizeLong();
   std::lock_guard lock(mutex_);
   while (!entries_.empty() && entries_.front().expires <= now) EraseFront();
@@ -19,7 +20,8 @@ void ResponseStore::Put(const std::string& id, std::vector<v1::ChatMessage> conv
     EraseFront();
   }
   entries_.push_back(
-      {id, now + limits_.ttl, std::move(conversation), std::move(response), bytes});
+      {id, now + limits_.ttl, std::move(conversation), std::move(response),
+       std::move(input_items), bytes});
   by_id_[id] = std::prev(entries_.end());
   bytes_ += bytes;
 }
@@ -45,6 +47,14 @@ std::optional<std::string> ResponseStore::GetResponse(const std::string& id,
   const Entry* entry = Find(id, now);
   if (entry == nullptr) return std::nullopt;
   return entry->response;
+}
+
+std::optional<std::string> ResponseStore::GetInputItems(const std::string& id,
+                                                        Clock::time_point now) const {
+  std::lock_guard lock(mutex_);
+  const Entry* entry = Find(id, now);
+  if (entry == nullptr) return std::nullopt;
+  return entry->input_items;
 }
 
 bool ResponseStore::Erase(const std::string& id, Clock::time_point now) {

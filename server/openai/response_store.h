@@ -2,7 +2,7 @@
 // that continue one with previous_response_id. Each entry keeps the messages that request
 // continues from: the stored response's input after its instructions (which OpenAI does not
 // carry over), the conversation it continued itself, and its output; and the response object
-// as it was sent (GET /v1/responses/{id}). Bounded by the number of
+// as it was sent (GET /v1/responses/{id}) with its input items (GET .../input_items). Bounded by the number of
 // entries, their bytes (the oldest go first) and their age; held in memory only, so a restart
 // forgets them. Thread-safe: connections on every I/O thread share the gateway's one store.
 #pragma once
@@ -33,17 +33,19 @@ class ResponseStore {
 
   const Limits& limits() const { return limits_; }
 
-  // Keeps `conversation` and `response` (the response object's JSON) under `id` until
-  // now + ttl, dropping the oldest entries while the store is over its limits. One larger
-  // than max_bytes is not kept.
+  // Keeps `conversation`, `response` (the response object's JSON) and `input_items` (the
+  // JSON list of its input items) under `id` until now + ttl, dropping the oldest entries
+  // while the store is over its limits. One larger than max_bytes is not kept.
   void Put(const std::string& id, std::vector<v1::ChatMessage> conversation,
-           std::string response, Clock::time_point now);
+           std::string response, std::string input_items, Clock::time_point now);
   // The conversation kept under `id`; none when it was never stored, has expired, was
   // dropped for room or deleted.
   std::optional<std::vector<v1::ChatMessage>> Get(const std::string& id,
                                                   Clock::time_point now) const;
   // The response object kept under `id`, as Get.
   std::optional<std::string> GetResponse(const std::string& id, Clock::time_point now) const;
+  // The input items kept under `id`, as Get.
+  std::optional<std::string> GetInputItems(const std::string& id, Clock::time_point now) const;
   // Forgets `id`; false when there was nothing (live) to forget.
   bool Erase(const std::string& id, Clock::time_point now);
 
@@ -56,6 +58,7 @@ class ResponseStore {
     Clock::time_point expires;
     std::vector<v1::ChatMessage> conversation;
     std::string response;
+    std::string input_items;
     size_t bytes = 0;
   };
   // The live entry of `id`, or null. mutex_ held.

@@ -1,5 +1,7 @@
 #include "server/openai/responses_api.h"
 
+#include <algorithm>
+#include <charconv>
 #include <limits>
 #include <set>
 #include <string_view>
@@ -7,6 +9,7 @@
 #include "server/openai/json_fields.h"
 #include "server/openai/request_body.h"
 #include "server/openai/tool_calls.h"
+#include "server/openai/url.h"
 
 namespace tokenmill::gateway {
 
@@ -417,6 +420,7 @@ std::optional<HttpError> ParseResponsesRequest(const json& body, ResponsesReques
   GW_RETURN_IF_ERROR(ParseText(body, out));
   GW_RETURN_IF_ERROR(ParseTools(body, out));
   GW_RETURN_IF_ERROR(ParseInput(body, out.input));
+  out.raw_input = *Field(body, "input");
   GW_RETURN_IF_ERROR(RefuseTwoConstraints(out.tools, out.structured_output_param));
 
   const auto echo = [&](const char* name, json fallback) {
@@ -542,6 +546,82 @@ json ResponseJson(const ResponsesRequest& request, const ResponseState& state) {
                          {"total_tokens", u.input_tokens + u.output_tokens}};
   }
   return response;
+}
+
+
+json InputItemsJson(const json& raw_input,
+                    const std::function<std::string(std::string_view)>& new_id) {
+  json items = json::array();
+  if (raw_input.is_string()) {
+    items.push_back({{"type", "message"},
+                     {"id", new_id("msg")},
+                     {"role", "user"},
+                     {"content", json::array({{{"type", "input_text"}, {"text", raw_input}}})},
+                     {"status", "completed"}});
+    return items;
+  }
+  for (json item : raw_input) {
+    const std::string type = item.value("type", "message");
+    item["type"] = type;
+    const char* prefix = type == "message"                ? "msg"
+                         : type == "function_call"        ? "fc"
+                         : type == "function_call_output" ? "fco"
+                                                          : "rs";
+    if (!item.contains("id") || !item["id"].is_string()) item["id"] = new_id(prefix);
+    if (!item.contains("status")) item["status"] = "completed";
+    if (type == "message" && item["content"].is_string()) {
+      const char* part = item["role"] == "assistant" ? "output_text" : "input_text";
+      item["content"] = json::array({{{"type", part}, {"text", item["content"]}}});
+    }
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
+std::optional<HttpError> ParseInputItemsQuery(std::string_view query, InputItemsQuery& out) {
+  for (const auto& [key, value] : QueryPairs(query)) {
+    if (key == "order") {
+      if (value != "asc" && value != "desc") {
+        return BadRequest("order must be asc or desc, not '" + value + "'", "order");
+      }
+      out.order = value;
+    } else if (key == "after") {
+      out.after = value;
+    } else if (key == "limit") {
+      int limit = 0;
+      const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), limit);
+      if (error != std::errc() || end != value.data() + value.size() || limit < 1 ||
+          limit > 100) {
+        return BadRequest("limit must be an integer from 1 to 100, not '" + value + "'", "limit");
+      }
+      out.limit = limit;
+    } else if (key != "include" && key != "include[]") {
+      // include asks for extra fields of items this gateway does not have; anything else is
+      // a mistake worth naming.
+      return BadRequest("unknown query parameter '" + key +
+                            "' (after, limit, order and include are accepted)",
+                        key);
+    }
+  }
+  return std::nullopt;
+}
+
+json InputItemsPage(const json& items, const InputItemsQuery& query) {
+  std::vector<const json*> ordered;
+  for (const json& item : items) ordered.push_back(&item);
+  if (query.order == "desc") std::reverse(ordered.begin(), ordered.end());
+  size_t start = 0;
+  if (!query.after.empty()) {
+    while (start < ordered.size() && (*ordered[start])["id"] != query.after) ++start;
+    start = std::min(ordered.size(), start + 1);  // an unknown id: an empty page
+  }
+  const size_t end = std::min(ordered.size(), start + static_cast<size_t>(query.limit));
+  json data = json::array();
+  for (size_t i = start; i < end; ++i) data.push_back(*ordered[i]);
+  json page = {{"object", "list"}, {"data", data}, {"has_more", end < ordered.size()}};
+  page["first_id"] = data.empty() ? json(nullptr) : data.front()["id"];
+  page["last_id"] = data.empty() ? json(nullptr) : data.back()["id"];
+  return page;
 }
 
 }  // namespace tokenmill::gateway

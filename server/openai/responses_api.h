@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,6 +34,8 @@ struct ResponsesRequest {
   std::string structured_output_param;
   // The request's settings the response object repeats (instructions, tools, text, ...).
   nlohmann::json echo;
+  // `input` as the client sent it (validated), for InputItemsJson.
+  nlohmann::json raw_input;
 };
 
 // A /v1/responses body. Every field is mapped or refused with a 400 naming it.
@@ -80,5 +83,23 @@ struct ResponseState {
   std::optional<HttpError> error;
 };
 nlohmann::json ResponseJson(const ResponsesRequest& request, const ResponseState& state);
+
+// The input items of a response as GET /v1/responses/{id}/input_items lists them: a string
+// input as one user message, each item with its type, an id (the client's, or new_id(prefix)
+// with "msg", "fc", "fco" or "rs"), a status, and a message's string content as one
+// input_text part (output_text for an assistant's).
+nlohmann::json InputItemsJson(const nlohmann::json& raw_input,
+                              const std::function<std::string(std::string_view)>& new_id);
+
+// One page of `items` (oldest first) as the list object of input_items: order "desc" (the
+// default) or "asc", `after` an item id (the page starts past it), limit 1..100 (default 20).
+// The query's fields come from GET's query string; a bad value is a 400 naming it.
+struct InputItemsQuery {
+  std::string order = "desc";
+  std::string after;
+  int limit = 20;
+};
+std::optional<HttpError> ParseInputItemsQuery(std::string_view query, InputItemsQuery& out);
+nlohmann::json InputItemsPage(const nlohmann::json& items, const InputItemsQuery& query);
 
 }  // namespace tokenmill::gateway

@@ -273,8 +273,10 @@ asio::awaitable<void> HandleResponses(Connection& connection, const HttpRequest&
     answer.set_content(message.content);
     answer.set_reasoning(message.reasoning);
     for (v1::ToolCall& call : message.tool_calls) *answer.add_tool_calls() = std::move(call);
+    const json input_items = InputItemsJson(
+        parsed.raw_input, [&](std::string_view prefix) { return connection.NewId(prefix); });
     context.responses.Put(state.id, std::move(conversation), ResponseJson(parsed, state).dump(),
-                          ResponseStore::Clock::now());
+                          input_items.dump(), ResponseStore::Clock::now());
   }
   if (!parsed.stream) {
     co_await connection.WriteJson(request, 200, ResponseJson(parsed, state));
@@ -286,17 +288,24 @@ asio::awaitable<void> HandleResponses(Connection& connection, const HttpRequest&
   if (written) co_await events.Finish();
 }
 
+namespace {
+
+HttpError StoredResponseNotFound(const std::string& id, const ResponseStore& store) {
+  return NotFound(
+      "Response with id '" + id + "' not found: it was not stored (store: false), is over " +
+      std::to_string(store.limits().ttl.count()) +
+      " s old, was dropped for room or deleted; the gateway keeps stored responses in memory only");
+}
+
+}  // namespace
+
 asio::awaitable<void> HandleStoredResponse(Connection& connection, const HttpRequest& request,
                                            const std::string& id) {
   ResponseStore& store = connection.context().responses;
   const ResponseStore::Clock::time_point now = ResponseStore::Clock::now();
-  const HttpError not_found = NotFound(
-      "Response with id '" + id + "' not found: it was not stored (store: false), is over " +
-      std::to_string(store.limits().ttl.count()) +
-      " s old, was dropped for room or deleted; the gateway keeps stored responses in memory only");
   if (request.method() == boost::beast::http::verb::delete_) {
     if (!store.Erase(id, now)) {
-      co_await connection.WriteError(request, not_found);
+      co_await connection.WriteError(request, StoredResponseNotFound(id, store));
       co_return;
     }
     const json deleted = {{"id", id}, {"object", "response.deleted"}, {"deleted", true}};
@@ -305,10 +314,30 @@ asio::awaitable<void> HandleStoredResponse(Connection& connection, const HttpReq
   }
   std::optional<std::string> response = store.GetResponse(id, now);
   if (!response) {
-    co_await connection.WriteError(request, not_found);
+    co_await connection.WriteError(request, StoredResponseNotFound(id, store));
     co_return;
   }
   co_await connection.WriteText(request, 200, std::move(*response), "application/json");
+}
+
+asio::awaitable<void> HandleInputItems(Connection& connection, const HttpRequest& request,
+                                       const std::string& id) {
+  const std::string_view target(request.target().data(), request.target().size());
+  const size_t question = target.find('?');
+  InputItemsQuery query;
+  if (question != std::string_view::npos) {
+    if (std::optional<HttpError> error = ParseInputItemsQuery(target.substr(question + 1), query)) {
+      co_await connection.WriteError(request, *error);
+      co_return;
+    }
+  }
+  const ResponseStore& store = connection.context().responses;
+  std::optional<std::string> items = store.GetInputItems(id, ResponseStore::Clock::now());
+  if (!items) {
+    co_await connection.WriteError(request, StoredResponseNotFound(id, store));
+    co_return;
+  }
+  co_await connection.WriteJson(request, 200, InputItemsPage(json::parse(*items), query));
 }
 
 }  // namespace tokenmill::gateway

@@ -1,6 +1,6 @@
 // The handler of OpenAI's Responses API: POST /v1/responses, whole or streamed as the
 // Responses events, continuing stored conversations (previous_response_id) and storing its own;
-// GET and DELETE /v1/responses/{id} on those stored.
+// GET and DELETE /v1/responses/{id} and GET /v1/responses/{id}/input_items on those stored.
 #pragma once
 
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
@@ -18,5 +18,9 @@ boost::asio::awaitable<void> HandleResponses(Connection& connection, const HttpR
 boost::asio::awaitable<void> HandleStoredResponse(Connection& connection,
                                                   const HttpRequest& request,
                                                   const std::string& id);
+// GET: one page of the stored response's input items (the query's after, limit, order), the 404
+// of HandleStoredResponse for an id the store does not hold.
+boost::asio::awaitable<void> HandleInputItems(Connection& connection, const HttpRequest& request,
+                                              const std::string& id);
 
 }  // namespace tokenmill::gateway

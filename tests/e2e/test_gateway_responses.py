@@ -163,6 +163,41 @@ def test_retrieve_and_delete_a_stored_response(gateway, client, model):
     assert refused.value.code == "previous_response_not_found"
 
 
+def test_input_items_list_what_the_response_was_given(gateway, client, model):
+    single = client.responses.create(model=model, input="What is 2 + 2?", max_output_tokens=2)
+    items = client.responses.input_items.list(single.id)
+    assert [(i.type, i.role, i.content[0].type, i.content[0].text) for i in items.data] == [
+        ("message", "user", "input_text", "What is 2 + 2?")]
+    assert items.data[0].id.startswith("msg-") and items.data[0].status == "completed"
+    conversation = [{"role": "user", "content": "Name a colour."},
+                    {"role": "assistant", "content": "Blue."},
+                    {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+                     "arguments": json.dumps({"city": "Paris", "unit": "celsius"})},
+                    {"type": "function_call_output", "call_id": "call_1", "output": "18 C"},
+                    {"role": "user", "content": "And another?"}]
+    created = client.responses.create(model=model, input=conversation, tools=[WEATHER_TOOL],
+                                      max_output_tokens=2)
+    newest_first = client.responses.input_items.list(created.id).data
+    assert [i.type for i in newest_first] == ["message", "function_call_output", "function_call",
+                                              "message", "message"]
+    assert newest_first[0].content[0].text == "And another?"
+    assert newest_first[1].output == "18 C" and newest_first[2].name == "get_weather"
+    assert newest_first[3].role == "assistant" and newest_first[3].content[0].type == "output_text"
+    assert len({i.id for i in newest_first}) == 5
+    # Pages: the SDK's auto-pagination follows has_more and last_id through `after`.
+    pages = client.responses.input_items.list(created.id, limit=2, order="asc")
+    assert len(pages.data) == 2 and pages.has_more
+    assert [i.id for i in pages] == [i.id for i in reversed(newest_first)]
+    for query, param in (("limit=0", "limit"), ("order=sideways", "order")):
+        refused = gateway.http.get(f"/v1/responses/{created.id}/input_items?{query}")
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == param
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_items.list("resp_nope")
+    client.responses.delete(created.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_items.list(created.id)
+
+
 class City(pydantic.BaseModel):
     name: str
     country: str

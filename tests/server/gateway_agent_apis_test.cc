@@ -23,13 +23,13 @@ std::vector<v1::ChatMessage> Conversation(const std::string& text) {
 TEST(ResponseStore, KeepsAConversationUntilItsTtl) {
   ResponseStore store({.max_entries = 10, .max_bytes = 1 << 20, .ttl = std::chrono::seconds(60)});
   const Clock::time_point start = Clock::now();
-  store.Put("resp-1", Conversation("hello"), "", start);
+  store.Put("resp-1", Conversation("hello"), "", "", start);
   ASSERT_TRUE(store.Get("resp-1", start + std::chrono::seconds(59)).has_value());
   EXPECT_EQ(store.Get("resp-1", start)->at(0).content(), "hello");
   EXPECT_FALSE(store.Get("resp-1", start + std::chrono::seconds(60)).has_value());
   EXPECT_FALSE(store.Get("resp-2", start).has_value());
   // Expired entries go on the next Put.
-  store.Put("resp-2", Conversation("x"), "", start + std::chrono::seconds(61));
+  store.Put("resp-2", Conversation("x"), "", "", start + std::chrono::seconds(61));
   EXPECT_EQ(store.size(), 1u);
 }
 
@@ -38,13 +38,15 @@ TEST(ResponseStore, DropsTheOldestForRoom) {
   const size_t one = std::string("resp-0").size() + Conversation(text)[0].ByteSizeLong();
   ResponseStore store({.max_entries = 3, .max_bytes = 2 * one, .ttl = std::chrono::hours(1)});
   const Clock::time_point now = Clock::now();
-  for (int i = 0; i < 3; ++i) store.Put("resp-" + std::to_string(i), Conversation(text), "", now);
+  for (int i = 0; i < 3; ++i) {
+    store.Put("resp-" + std::to_string(i), Conversation(text), "", "", now);
+  }
   EXPECT_FALSE(store.Get("resp-0", now).has_value());  // over max_bytes
   EXPECT_TRUE(store.Get("resp-1", now).has_value());
   EXPECT_TRUE(store.Get("resp-2", now).has_value());
   EXPECT_EQ(store.bytes(), 2 * one);
   // One conversation larger than the whole store is not kept, and takes nothing out.
-  store.Put("resp-big", Conversation(std::string(3 * one, 'b')), "", now);
+  store.Put("resp-big", Conversation(std::string(3 * one, 'b')), "", "", now);
   EXPECT_FALSE(store.Get("resp-big", now).has_value());
   EXPECT_EQ(store.size(), 2u);
 }
@@ -52,10 +54,10 @@ TEST(ResponseStore, DropsTheOldestForRoom) {
 TEST(ResponseStore, CountsEntries) {
   ResponseStore store({.max_entries = 2, .max_bytes = 1 << 20, .ttl = std::chrono::hours(1)});
   const Clock::time_point now = Clock::now();
-  for (const char* id : {"a", "b", "c"}) store.Put(id, Conversation(id), "", now);
+  for (const char* id : {"a", "b", "c"}) store.Put(id, Conversation(id), "", "", now);
   EXPECT_EQ(store.size(), 2u);
   EXPECT_FALSE(store.Get("a", now).has_value());
-  store.Put("b", Conversation("again"), "", now);  // replaces, no eviction
+  store.Put("b", Conversation("again"), "", "", now);  // replaces, no eviction
   EXPECT_EQ(store.Get("b", now)->at(0).content(), "again");
   EXPECT_TRUE(store.Get("c", now).has_value());
 }
@@ -63,7 +65,7 @@ TEST(ResponseStore, CountsEntries) {
 TEST(ResponseStore, KeepsTheResponseObjectAndForgetsOnErase) {
   ResponseStore store({.max_entries = 10, .max_bytes = 1 << 20, .ttl = std::chrono::seconds(60)});
   const Clock::time_point now = Clock::now();
-  store.Put("resp-1", Conversation("hello"), R"({"id": "resp-1"})", now);
+  store.Put("resp-1", Conversation("hello"), R"({"id": "resp-1"})", "", now);
   EXPECT_EQ(store.GetResponse("resp-1", now), std::optional<std::string>(R"({"id": "resp-1"})"));
   EXPECT_FALSE(store.GetResponse("resp-1", now + std::chrono::seconds(60)).has_value());
   const std::string response = R"({"id": "resp-1"})";
@@ -74,9 +76,70 @@ TEST(ResponseStore, KeepsTheResponseObjectAndForgetsOnErase) {
   EXPECT_FALSE(store.GetResponse("resp-1", now).has_value());
   EXPECT_FALSE(store.Erase("resp-1", now));  // already gone
   EXPECT_EQ(store.bytes(), 0u);
-  store.Put("resp-2", Conversation("x"), "{}", now);
+  store.Put("resp-2", Conversation("x"), "{}", "", now);
   EXPECT_FALSE(store.Erase("resp-2", now + std::chrono::seconds(60)));  // expired: nothing live
   EXPECT_EQ(store.size(), 0u);
+  store.Put("resp-3", Conversation("x"), "{}", "[1]", now);
+  EXPECT_EQ(store.GetInputItems("resp-3", now), std::optional<std::string>("[1]"));
+  EXPECT_EQ(store.bytes(), std::string("resp-3").size() + 2 + 3 + Conversation("x")[0].ByteSizeLong());
+}
+
+TEST(ResponsesApi, InputItemsGetTypesIdsStatusesAndContentParts) {
+  int next = 0;
+  const auto new_id = [&](std::string_view prefix) {
+    return std::string(prefix) + "_" + std::to_string(next++);
+  };
+  const nlohmann::json text = InputItemsJson("hi", new_id);
+  ASSERT_EQ(text.size(), 1u);
+  EXPECT_EQ(text[0], nlohmann::json::parse(R"({"type": "message", "id": "msg_0", "role": "user",
+      "content": [{"type": "input_text", "text": "hi"}], "status": "completed"})"));
+  const nlohmann::json items = InputItemsJson(nlohmann::json::parse(R"([
+      {"role": "user", "content": "q"},
+      {"type": "message", "role": "assistant", "content": "a", "id": "msg_mine"},
+      {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+      {"type": "function_call_output", "call_id": "c1", "output": "3"},
+      {"role": "user", "content": [{"type": "input_text", "text": "parts"}]}])"), new_id);
+  ASSERT_EQ(items.size(), 5u);
+  EXPECT_EQ(items[0]["id"], "msg_1");
+  EXPECT_EQ(items[0]["type"], "message");
+  EXPECT_EQ(items[1]["id"], "msg_mine");  // the client's own
+  EXPECT_EQ(items[1]["content"][0]["type"], "output_text");
+  EXPECT_EQ(items[2]["id"], "fc_2");
+  EXPECT_EQ(items[3]["id"], "fco_3");
+  EXPECT_EQ(items[3]["output"], "3");
+  EXPECT_EQ(items[4]["content"][0]["text"], "parts");
+  for (const auto& item : items) EXPECT_EQ(item["status"], "completed");
+}
+
+TEST(ResponsesApi, InputItemsPagesNewestFirstAfterAnIdWithinTheLimit) {
+  nlohmann::json items = nlohmann::json::array();
+  for (const char* id : {"a", "b", "c", "d", "e"}) items.push_back({{"id", id}});
+  const auto ids = [](const nlohmann::json& page) {
+    std::string out;
+    for (const auto& item : page["data"]) out += item["id"].get<std::string>();
+    return out;
+  };
+  InputItemsQuery query;
+  nlohmann::json page = InputItemsPage(items, query);
+  EXPECT_EQ(ids(page), "edcba");
+  EXPECT_EQ(page["object"], "list");
+  EXPECT_EQ(page["first_id"], "e");
+  EXPECT_EQ(page["last_id"], "a");
+  EXPECT_FALSE(page["has_more"]);
+  ASSERT_FALSE(ParseInputItemsQuery("limit=2&order=asc&after=a&include%5B%5D=x", query));
+  page = InputItemsPage(items, query);
+  EXPECT_EQ(ids(page), "bc");
+  EXPECT_TRUE(page["has_more"]);
+  query.after = "zzz";  // not an item of this response: nothing after it
+  page = InputItemsPage(items, query);
+  EXPECT_EQ(ids(page), "");
+  EXPECT_TRUE(page["first_id"].is_null());
+  for (const char* bad : {"limit=0", "limit=101", "limit=x", "order=up", "page=2"}) {
+    InputItemsQuery refused;
+    const std::optional<HttpError> error = ParseInputItemsQuery(bad, refused);
+    ASSERT_TRUE(error.has_value()) << bad;
+    EXPECT_EQ(error->status, 400) << bad;
+  }
 }
 
 v1::GenerateResponse Response(const std::string& reasoning, const std::string& text) {
