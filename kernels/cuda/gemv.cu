@@ -5,6 +5,7 @@
 // is read once per pass; MmvqDot is the host emulation, bit for bit. Float weights (f32, f16,
 // bf16): one warp per row with float activations. Every (token, row) sum has the same order
 // whatever the batch.
+#include "kernels/cuda/gemv_kquant.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mmvq_math.h"
 #include "kernels/cuda/ops.h"
@@ -189,6 +190,7 @@ cudaError_t QuantizeQ8_1(const float* x, int64_t n_tokens, int64_t cols, uint8_t
 
 cudaError_t GemvQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
                      cudaStream_t stream) {
+  if (IsKQuant(w.type)) return internal::GemvKQuantQ8_1(w, x_q8, n_tokens, y, stream);
   if (!IsQuantized(w.type) || w.cols % kQuantBlock != 0) return cudaErrorInvalidValue;
   if (n_tokens == 0 || w.rows == 0) return cudaSuccess;
   if (w.type == kWQ4_0) return LaunchMmvq<kWQ4_0>(w, x_q8, n_tokens, y, stream);
@@ -198,7 +200,7 @@ cudaError_t GemvQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_token
 
 cudaError_t Gemv(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y,
                  cudaStream_t stream) {
-  if (IsQuantized(w.type)) return cudaErrorInvalidValue;  // GemvQ8_1
+  if (TakesQ8_1(w.type)) return cudaErrorInvalidValue;  // GemvQ8_1
   if (n_tokens == 0 || w.rows == 0) return cudaSuccess;
   const GemvGrid g = GemvGeometry(w.rows, n_tokens);
   if (g.blocks_y > 65535) return cudaErrorInvalidValue;

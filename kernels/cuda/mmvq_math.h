@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/kernel_math.h"
+#include "kernels/cuda/mmvq_kquant_math.h"
 
 namespace tokenmill::cuda {
 
@@ -62,6 +63,7 @@ TM_HOST_DEVICE inline float PackedElement(uint32_t type, const uint8_t* row, int
 // Element i of a device weight row (weight_upload.h): packed for the quantized types.
 TM_HOST_DEVICE inline float DeviceElement(uint32_t type, const uint8_t* row, int64_t cols,
                                           int64_t i) {
+  if (IsKQuant(type)) return KPackedElement(type, row, cols, i);
   return IsQuantized(type) ? PackedElement(type, row, cols, i) : DequantElement(type, row, i);
 }
 

@@ -1,6 +1,6 @@
 // Weight matrices copied to the device in the layout its kernels read: Q4_0 / Q4_1 / Q8_0
-// rows packed with their quants in 16-byte words (mmvq_math.h), the float types as in the
-// file. Every DeviceWeight of a quantized type the kernels take comes from here.
+// rows packed with their quants in 16-byte words (mmvq_math.h), Q4_K / Q5_K / Q6_K likewise
+// with their scales unpacked (mmvq_kquant_math.h), the float types as in the file. Every DeviceWeight of a quantized type the kernels take comes from here.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,9 @@ namespace tokenmill::cuda {
 
 // rows GGUF rows of `type` (row_bytes apart) in the device layout, on the host: packed rows
 // for the quantized types (PackedRowBytes apart), the bytes unchanged otherwise.
+// Bytes of one row of `type` in the device layout (row_bytes: the file's, for float types).
+int64_t DeviceRowBytes(uint32_t type, int64_t cols, int64_t row_bytes);
+
 std::vector<uint8_t> DeviceLayout(uint32_t type, const uint8_t* data, int64_t rows, int64_t cols,
                                   int64_t row_bytes);
 

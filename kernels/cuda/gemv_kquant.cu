@@ -1,0 +1,148 @@
+// Decode GEMV over Q4_K / Q5_K / Q6_K weights (packed: mmvq_kquant_math.h), gemv.cu's MMVQ
+// design one sub-block a word: each lane reads a sub-block's 16-byte word of low nibbles (and
+// its high bits), ORs the high bits into the bytes, and multiplies the 32 quants with the q8_1
+// activations of that 32-block by __dp4a; a warp computes rows_per_warp rows for up to 8 tokens
+// (PlanMmvq). KMmvqDot is the host emulation, bit for bit. GemvQ8_1 (gemv.cu) calls it.
+#include "kernels/cuda/gemv_kquant.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mmvq_kquant_math.h"
+#include "kernels/cuda/mmvq_math.h"
+
+namespace tokenmill::cuda::internal {
+namespace {
+
+// The integer sum of one sub-block against its activations (a[0]: elements 0..15, a[1]:
+// 16..31). Lane k of the word holds elements 4k..4k+3 (low nibbles) and 16+4k.. (high nibbles);
+// `high` the high bits laid out for it (KHighBitPosition). Q6_K: each half times its scale.
+template <uint32_t kType>
+__device__ int32_t KWordDot(const int4 w, const uint2 high, const int4* a, const int* sub) {
+  const int wv[4] = {w.x, w.y, w.z, w.w};
+  const int lo_a[4] = {a[0].x, a[0].y, a[0].z, a[0].w};
+  const int hi_a[4] = {a[1].x, a[1].y, a[1].z, a[1].w};
+  int32_t s0 = 0, s1 = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const unsigned bits = static_cast<unsigned>(wv[k]);
+    unsigned lo = bits & 0x0f0f0f0fu, hi = (bits >> 4) & 0x0f0f0f0fu;
+    if constexpr (kType == kWQ5_K) {
+      lo |= ((high.x >> k) & 0x01010101u) << 4;
+      hi |= ((high.x >> (k + 4)) & 0x01010101u) << 4;
+    } else if constexpr (kType == kWQ6_K) {
+      const unsigned h = (k < 2 ? high.x : high.y) >> (4 * (k % 2));
+      lo = __vsub4(lo | ((h & 0x03030303u) << 4), 0x20202020u);
+      hi = __vsub4(hi | ((h & 0x0c0c0c0cu) << 2), 0x20202020u);
+    }
+    s0 = __dp4a(static_cast<int>(lo), lo_a[k], s0);
+    s1 = __dp4a(static_cast<int>(hi), hi_a[k], s1);
+  }
+  return sub[0] * s0 + sub[1] * s1;
+}
+
+template <uint32_t kType>
+__device__ uint2 LoadHigh(const uint8_t* row, int64_t high_at, int64_t s) {
+  if constexpr (kType == kWQ5_K) {
+    return make_uint2(reinterpret_cast<const unsigned*>(row + high_at)[s], 0u);
+  } else if constexpr (kType == kWQ6_K) {
+    return reinterpret_cast<const uint2*>(row + high_at)[s];
+  } else {
+    return make_uint2(0u, 0u);
+  }
+}
+
+template <uint32_t kType, int kTokens, int kRows>
+__global__ void __launch_bounds__(kMmvqWarps * kWarp)
+    KMmvqKernel(DeviceWeight w, const uint8_t* x_q8, int64_t n_tokens, float* y) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r0 =
+      (static_cast<int64_t>(blockIdx.x) * kMmvqWarps + threadIdx.x / kWarp) * kRows;
+  if (r0 >= w.rows) return;  // whole warps leave together
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const int n_t = n_tokens - t0 < kTokens ? static_cast<int>(n_tokens - t0) : kTokens;
+  const int64_t subs = w.cols / kKSub;
+  const int64_t high_at = KLayoutOf(kType, w.cols).high;
+  const int64_t token_bytes = Q8_1TokenBytes(w.cols);
+  const uint8_t* x0 = x_q8 + t0 * token_bytes;
+  float acc[kRows][kTokens];
+#pragma unroll
+  for (int rr = 0; rr < kRows; ++rr) {
+#pragma unroll
+    for (int tt = 0; tt < kTokens; ++tt) acc[rr][tt] = 0.0f;
+  }
+  for (int64_t s = lane; s < subs; s += kWarp) {
+    int4 a[kTokens][2];
+    float ds[kTokens][2];
+#pragma unroll
+    for (int tt = 0; tt < kTokens; ++tt) {
+      if (tt >= n_t) break;
+      const uint8_t* token = x0 + tt * token_bytes;
+      const int4* words_a = reinterpret_cast<const int4*>(token + s * kKSub);
+      a[tt][0] = words_a[0];
+      a[tt][1] = words_a[1];
+      const float2 f = reinterpret_cast<const float2*>(token + w.cols)[s];
+      ds[tt][0] = f.x;
+      ds[tt][1] = f.y;
+    }
+#pragma unroll
+    for (int rr = 0; rr < kRows; ++rr) {
+      if (r0 + rr >= w.rows) break;
+      const uint8_t* row = w.data + (r0 + rr) * w.row_bytes;
+      const int4 q = reinterpret_cast<const int4*>(row)[s];
+      const uint2 high = LoadHigh<kType>(row, high_at, s);
+      float d_w, m_w;
+      int sub[2];
+      KWordScales(kType, row, w.cols, s, &d_w, &m_w, sub);
+#pragma unroll
+      for (int tt = 0; tt < kTokens; ++tt) {
+        if (tt >= n_t) break;
+        acc[rr][tt] = KMmvqStep(kType, acc[rr][tt], KWordDot<kType>(q, high, a[tt], sub), d_w,
+                                m_w, ds[tt]);
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < kRows; ++rr) {
+    if (r0 + rr >= w.rows) break;
+#pragma unroll
+    for (int tt = 0; tt < kTokens; ++tt) {
+      if (tt >= n_t) break;
+      const float total = WarpSum(acc[rr][tt]);
+      if (lane == 0) y[(t0 + tt) * w.rows + r0 + rr] = total;
+    }
+  }
+}
+
+template <uint32_t kType>
+cudaError_t LaunchKMmvq(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
+                        cudaStream_t stream) {
+  const MmvqPlan p = PlanMmvq(w.rows, n_tokens);
+  if (p.passes > 65535 || p.blocks_x > 0x7fffffff) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(p.blocks_x), static_cast<unsigned>(p.passes));
+  constexpr int kThreads = kMmvqWarps * kWarp;
+  switch (p.tokens_per_pass) {
+    case 1:
+      KMmvqKernel<kType, 1, 2><<<grid, kThreads, 0, stream>>>(w, x_q8, n_tokens, y);
+      break;
+    case 2:
+      KMmvqKernel<kType, 2, 2><<<grid, kThreads, 0, stream>>>(w, x_q8, n_tokens, y);
+      break;
+    case 4:
+      KMmvqKernel<kType, 4, 2><<<grid, kThreads, 0, stream>>>(w, x_q8, n_tokens, y);
+      break;
+    default:
+      KMmvqKernel<kType, 8, 1><<<grid, kThreads, 0, stream>>>(w, x_q8, n_tokens, y);
+  }
+  return LaunchStatus();
+}
+
+}  // namespace
+
+cudaError_t GemvKQuantQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
+                           cudaStream_t stream) {
+  if (!IsKQuant(w.type) || w.cols % kKBlock != 0) return cudaErrorInvalidValue;
+  if (n_tokens == 0 || w.rows == 0) return cudaSuccess;
+  if (w.type == kWQ4_K) return LaunchKMmvq<kWQ4_K>(w, x_q8, n_tokens, y, stream);
+  if (w.type == kWQ5_K) return LaunchKMmvq<kWQ5_K>(w, x_q8, n_tokens, y, stream);
+  return LaunchKMmvq<kWQ6_K>(w, x_q8, n_tokens, y, stream);
+}
+
+}  // namespace tokenmill::cuda::internal

@@ -1,0 +1,250 @@
+// The decode GEMV's arithmetic for the 256-element K-quants Q4_K, Q5_K and Q6_K (gemv_kquant.cu),
+// written once for the device and the host, in mmvq_math.h's design: a device layout with each
+// 32-element sub-block's low quant nibbles in one 16-byte word (as a Q4_0 block), the high bits
+// and the scales unpacked at upload into what the kernel reads; q8_1 activations (mmvq_math.h,
+// one 32-block per sub-block); KMmvqDot, the host emulation of one (row, token) result bit for
+// bit (tests/kernels/cuda/mmvq_kquant_math_test.cc against the CPU kernels, cuda_kernels_test
+// against the GPU kernel).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/kernel_math.h"
+
+namespace tokenmill::cuda {
+
+// Type ids as TensorType numbers them (GGUF's ggml_type).
+enum KQuantTypeId : uint32_t { kWQ4_K = 12, kWQ5_K = 13, kWQ6_K = 14 };
+
+TM_HOST_DEVICE constexpr bool IsKQuant(uint32_t type) {
+  return type == kWQ4_K || type == kWQ5_K || type == kWQ6_K;
+}
+
+// The types GemvQ8_1 multiplies (packed rows, q8_1 activations): mmvq_math.h's and these.
+TM_HOST_DEVICE constexpr bool TakesQ8_1(uint32_t type) { return IsQuantized(type) || IsKQuant(type); }
+
+constexpr int kKBlock = 256;   // elements per GGUF block (a super-block of 8 sub-blocks)
+constexpr int kKSub = 32;      // elements per sub-block: one word of quants, one q8_1 block
+constexpr int kKWordBytes = 16;
+
+// Bytes of one GGUF block.
+TM_HOST_DEVICE constexpr int KBlockBytes(uint32_t type) {
+  return type == kWQ4_K ? 144 : type == kWQ5_K ? 176 : 210;
+}
+
+// ---- the device layout ---------------------------------------------------------------------
+
+// A packed row of S = cols / 32 sub-blocks and B = cols / 256 blocks, regions back to back:
+//   quants   S x 16 bytes: sub-block s's low nibbles, byte j = element j | element 16 + j << 4
+//   high     S x 4 (Q5_K: the fifth bits) or S x 8 (Q6_K: the two high bits), in the order the
+//            kernel's 4-byte lanes take them (KHighBits)
+//   scales   Q4_K / Q5_K: S scale bytes then S minimum bytes (the 6-bit values unpacked);
+//            Q6_K: 2S int8 scales (one per 16 elements)
+//   supers   B x (f16 d, f16 dmin) (Q4_K / Q5_K) or B x f16 d (Q6_K)
+// padded to 16 bytes. Q4_K: 148 bytes a block (GGUF 144), Q5_K 180 (176), Q6_K 210 (210).
+TM_HOST_DEVICE constexpr int KHighBytes(uint32_t type) {
+  return type == kWQ4_K ? 0 : type == kWQ5_K ? 4 : 8;
+}
+TM_HOST_DEVICE constexpr int KSuperBytes(uint32_t type) { return type == kWQ6_K ? 2 : 4; }
+
+struct KRowLayout {
+  int64_t high, scales, supers, bytes;  // offsets of the regions, and the padded row size
+};
+TM_HOST_DEVICE constexpr KRowLayout KLayoutOf(uint32_t type, int64_t cols) {
+  const int64_t subs = cols / kKSub;
+  const int64_t high = subs * kKWordBytes;
+  const int64_t scales = high + subs * KHighBytes(type);
+  const int64_t supers = scales + 2 * subs;
+  const int64_t end = supers + cols / kKBlock * KSuperBytes(type);
+  return KRowLayout{high, scales, supers, CeilDiv(end, kKWordBytes) * kKWordBytes};
+}
+TM_HOST_DEVICE constexpr int64_t KPackedRowBytes(uint32_t type, int64_t cols) {
+  return KLayoutOf(type, cols).bytes;
+}
+
+// The high bits of a sub-block's 32 quants, arranged so that the kernel's lane k (< 4) of the
+// low-nibble word (elements 4k..4k+3 in its low nibbles, 16+4k..16+4k+3 in its high ones) finds
+// its bytes' high bits by one shift and mask. Q5_K (one u32): bit 8b + k is the fifth bit of
+// element 4k + b, bit 8b + 4 + k that of element 16 + 4k + b. Q6_K (two u32, k / 2 holds lane
+// k): in byte b, bits 4(k%2)..+1 are element 4k + b's two high bits, the next two element
+// 16 + 4k + b's.
+TM_HOST_DEVICE inline int KHighBitPosition(uint32_t type, int e, int* word) {
+  const int half = e / 16, k = (e % 16) / 4, b = e % 4;
+  if (type == kWQ5_K) {
+    *word = 0;
+    return 8 * b + 4 * half + k;
+  }
+  *word = k / 2;
+  return 8 * b + 4 * (k % 2) + 2 * half;
+}
+
+// The raw quants (unsigned: 4, 5 or 6 bits) of GGUF block `in`, element e into q[e], and its
+// sub-block scales: Q4_K / Q5_K scale[s] and min[s] (s < 8); Q6_K scale[i] (int8, i < 16).
+TM_HOST_DEVICE inline void KUnpackBlock(uint32_t type, const uint8_t* in, uint8_t* q,
+                                        int* scale, int* min) {
+  if (type == kWQ6_K) {
+    const uint8_t* ql = in;
+    const uint8_t* qh = in + 128;
+    for (int e = 0; e < kKBlock; ++e) {
+      const int n = e / 128, quarter = (e % 128) / 32, l = e % 32;
+      const uint8_t lo = ql[64 * n + l + 32 * (quarter & 1)];
+      const int low = quarter >= 2 ? lo >> 4 : lo & 0x0f;
+      q[e] = static_cast<uint8_t>(low | (((qh[32 * n + l] >> (2 * quarter)) & 3) << 4));
+    }
+    for (int i = 0; i < 16; ++i) scale[i] = static_cast<int8_t>(in[192 + i]);
+    return;
+  }
+  const uint8_t* packed_scales = in + 4;
+  for (int j = 0; j < 8; ++j) {  // ggml's get_scale_min_k4
+    if (j < 4) {
+      scale[j] = packed_scales[j] & 63;
+      min[j] = packed_scales[j + 4] & 63;
+    } else {
+      scale[j] = (packed_scales[j + 4] & 0x0f) | ((packed_scales[j - 4] >> 6) << 4);
+      min[j] = (packed_scales[j + 4] >> 4) | ((packed_scales[j] >> 6) << 4);
+    }
+  }
+  const uint8_t* qs = in + (type == kWQ5_K ? 48 : 16);
+  for (int e = 0; e < kKBlock; ++e) {
+    const int s = e / 32, l = e % 32;
+    const uint8_t byte = qs[32 * (s / 2) + l];
+    int v = s % 2 == 0 ? byte & 0x0f : byte >> 4;
+    if (type == kWQ5_K) v |= ((in[16 + l] >> s) & 1) << 4;
+    q[e] = static_cast<uint8_t>(v);
+  }
+}
+
+// One GGUF row (cols / 256 blocks) into its packed form (KPackedRowBytes).
+TM_HOST_DEVICE inline void KPackRow(uint32_t type, const uint8_t* gguf, int64_t cols,
+                                    uint8_t* packed) {
+  const KRowLayout L = KLayoutOf(type, cols);
+  const int64_t subs = cols / kKSub;
+  for (int64_t i = 0; i < L.bytes; ++i) packed[i] = 0;
+  for (int64_t blk = 0; blk < cols / kKBlock; ++blk) {
+    const uint8_t* in = gguf + blk * KBlockBytes(type);
+    uint8_t q[kKBlock];
+    int scale[16], min[8];
+    KUnpackBlock(type, in, q, scale, min);
+    for (int s = 0; s < 8; ++s) {
+      const int64_t sub = blk * 8 + s;
+      uint8_t* word = packed + sub * kKWordBytes;
+      const uint8_t* qs = q + 32 * s;
+      for (int j = 0; j < 16; ++j) {
+        word[j] = static_cast<uint8_t>((qs[j] & 0x0f) | ((qs[16 + j] & 0x0f) << 4));
+      }
+      uint8_t* high = packed + L.high + sub * KHighBytes(type);
+      for (int e = 0; e < kKSub && type != kWQ4_K; ++e) {
+        int u32;
+        const int bit = KHighBitPosition(type, e, &u32);
+        const int bits = type == kWQ5_K ? (qs[e] >> 4) : ((qs[e] >> 4) & 3);
+        uint8_t& byte = high[4 * u32 + bit / 8];
+        byte = static_cast<uint8_t>(byte | (bits << (bit % 8)));
+      }
+      if (type == kWQ6_K) {
+        packed[L.scales + 2 * sub] = static_cast<uint8_t>(scale[2 * s]);
+        packed[L.scales + 2 * sub + 1] = static_cast<uint8_t>(scale[2 * s + 1]);
+      } else {
+        packed[L.scales + sub] = static_cast<uint8_t>(scale[s]);
+        packed[L.scales + subs + sub] = static_cast<uint8_t>(min[s]);
+      }
+    }
+    const int d_at = type == kWQ6_K ? 208 : 0;
+    for (int i = 0; i < KSuperBytes(type); ++i) {
+      packed[L.supers + blk * KSuperBytes(type) + i] = in[d_at + i];
+    }
+  }
+}
+
+// ---- reading a packed row (the emulation and the element accessor) --------------------------
+
+// Quant k (< 32) of sub-block s, as the integer the kernel multiplies (Q6_K's minus 32).
+TM_HOST_DEVICE inline int KWordQuant(uint32_t type, const uint8_t* row, int64_t cols, int64_t s,
+                                     int k) {
+  const uint8_t* word = row + s * kKWordBytes;
+  int q = k < 16 ? (word[k] & 0x0f) : (word[k - 16] >> 4);
+  if (type == kWQ4_K) return q;
+  int u32;
+  const int bit = KHighBitPosition(type, k, &u32);
+  const uint8_t* high = row + KLayoutOf(type, cols).high + s * KHighBytes(type) + 4 * u32;
+  const int h = high[bit / 8] >> (bit % 8);
+  return type == kWQ5_K ? (q | ((h & 1) << 4)) : (q | ((h & 3) << 4)) - 32;
+}
+
+// Sub-block s's scales as the kernel applies them. Q4_K / Q5_K: the float d · scale (exact: an
+// f16 times 6 bits) and dmin · min; *sub_scale 1 for both halves. Q6_K: d, and the int8 scale of
+// each half of 16 (sub_scale[0], [1]), applied to the integer sums.
+TM_HOST_DEVICE inline void KWordScales(uint32_t type, const uint8_t* row, int64_t cols, int64_t s,
+                                       float* d_w, float* m_w, int* sub_scale) {
+  const KRowLayout L = KLayoutOf(type, cols);
+  const uint8_t* super = row + L.supers + s / 8 * KSuperBytes(type);
+  const float d = HalfBitsToFloat(LoadU16(super));
+  if (type == kWQ6_K) {
+    *d_w = d;
+    *m_w = 0.0f;
+    sub_scale[0] = static_cast<int8_t>(row[L.scales + 2 * s]);
+    sub_scale[1] = static_cast<int8_t>(row[L.scales + 2 * s + 1]);
+    return;
+  }
+  *d_w = d * static_cast<float>(row[L.scales + s]);
+  *m_w = HalfBitsToFloat(LoadU16(super + 2)) * static_cast<float>(row[L.scales + cols / kKSub + s]);
+  sub_scale[0] = sub_scale[1] = 1;
+}
+
+// Element i of a packed row, as the reference dequantization (kernels/dequantize_k_quants.cc)
+// of the GGUF row computes it: (d · scale) · q - dmin · min, or (d · scale) · (q - 32).
+TM_HOST_DEVICE inline float KPackedElement(uint32_t type, const uint8_t* row, int64_t cols,
+                                           int64_t i) {
+  const int64_t s = i / kKSub;
+  const int k = static_cast<int>(i % kKSub);
+  float d_w, m_w;
+  int sub[2];
+  KWordScales(type, row, cols, s, &d_w, &m_w, sub);
+  const float q = static_cast<float>(KWordQuant(type, row, cols, s, k));
+  if (type == kWQ6_K) return d_w * static_cast<float>(sub[k / 16]) * q;
+  return d_w * q - m_w;
+}
+
+// ---- the dot product -----------------------------------------------------------------------
+
+// As mmvq_math.h's MmvqDot, a sub-block a word: word s to lane s % 32, each lane folding its
+// words in order: sumi = Σ q_w q_a over the 32 elements (Q6_K: scale_0 · Σ over the first 16 +
+// scale_1 · Σ over the last 16; all exact integers, |sumi| < 2^24), acc = fma(d_w · d_a, sumi,
+// acc), and for Q4_K / Q5_K then acc = fma(-m_w, d_a · Σq_a, acc); WarpSum's butterfly after.
+TM_HOST_DEVICE inline float KMmvqStep(uint32_t type, float acc, int32_t sumi, float d_w,
+                                      float m_w, const float* ds) {
+  acc = MulAdd(d_w * ds[0], static_cast<float>(sumi), acc);
+  return type == kWQ6_K ? acc : MulAdd(-m_w, ds[1], acc);
+}
+
+constexpr int kKMmvqLanes = 32;
+
+// y for one packed row and one token's q8_1 activations, exactly as the GPU kernel computes it.
+inline float KMmvqDot(uint32_t type, const uint8_t* row, const uint8_t* x_q8, int64_t cols) {
+  const int64_t subs = cols / kKSub;
+  const int8_t* qa = reinterpret_cast<const int8_t*>(x_q8);
+  const float* ds = reinterpret_cast<const float*>(x_q8 + cols);
+  float lane[kKMmvqLanes];
+  for (int l = 0; l < kKMmvqLanes; ++l) {
+    float acc = 0.0f;
+    for (int64_t s = l; s < subs; s += kKMmvqLanes) {
+      float d_w, m_w;
+      int sub[2];
+      KWordScales(type, row, cols, s, &d_w, &m_w, sub);
+      int32_t half_sums[2] = {0, 0};
+      for (int k = 0; k < kKSub; ++k) {
+        half_sums[k / 16] += KWordQuant(type, row, cols, s, k) * qa[s * kKSub + k];
+      }
+      const int32_t sumi = sub[0] * half_sums[0] + sub[1] * half_sums[1];
+      acc = KMmvqStep(type, acc, sumi, d_w, m_w, ds + 2 * s);
+    }
+    lane[l] = acc;
+  }
+  for (int offset = kKMmvqLanes / 2; offset > 0; offset /= 2) {
+    float next[kKMmvqLanes];
+    for (int l = 0; l < kKMmvqLanes; ++l) next[l] = lane[l] + lane[l ^ offset];
+    for (int l = 0; l < kKMmvqLanes; ++l) lane[l] = next[l];
+  }
+  return lane[0];
+}
+
+}  // namespace tokenmill::cuda
