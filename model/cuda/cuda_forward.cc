@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/kernel_math.h"
+#include "kernels/cuda/mmvq_kquant_math.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/half.h"
 #include "kernels/kv_type.h"
@@ -200,7 +201,7 @@ StatusOr<CudaForwardPass::MatmulInput> CudaForwardPass::PrepareInput(const float
 Status CudaForwardPass::Matmul(const DeviceWeight& w, const MatmulInput& in, int64_t n_tokens,
                                float* y) {
   if (UsesCublas(n_tokens) && w.bf16 != nullptr) return gemm_.Multiply(w, in.x, n_tokens, y);
-  if (!IsQuantized(w.type)) return CudaStatus(Gemv(w, in.x, n_tokens, y, stream_), "GEMV");
+  if (!TakesQ8_1(w.type)) return CudaStatus(Gemv(w, in.x, n_tokens, y, stream_), "GEMV");
   if (in.x_q8 == nullptr) return InternalError("a quantized GEMV without q8_1 activations");
   return CudaStatus(GemvQ8_1(w, in.x_q8, n_tokens, y, stream_), "GEMV");
 }
