@@ -20,10 +20,12 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/kernel_math.h"
+#include "kernels/cuda/mmvq_kquant_math.h"
 #include "kernels/cuda/mmvq_math.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/weight_upload.h"
 #include "kernels/dequantize.h"
+#include "kernels/dequantize_k_quants.h"
 #include "kernels/half.h"
 #include "tests/kernels/cuda/cuda_test.h"
 #include "tests/kernels/cuda/rope_bound.h"
@@ -96,6 +98,11 @@ std::vector<uint8_t> RandomWeights(TensorType type, int64_t rows, int64_t cols, 
       case TensorType::kBF16:
         put(at, static_cast<uint16_t>(std::bit_cast<uint32_t>(value(rng)) >> 16));
         break;
+      case TensorType::kQ4_K:
+      case TensorType::kQ5_K:
+      case TensorType::kQ6_K:  // every quant and sub-block scale random, d (and dmin) small
+        for (const int f16 : KQuantF16Offsets(type)) put(at + f16, FloatToHalf(value(rng) * 0.02f));
+        break;
       case TensorType::kQ4_1:
         put(at + 2, FloatToHalf(value(rng)));
         [[fallthrough]];
@@ -109,15 +116,18 @@ std::vector<uint8_t> RandomWeights(TensorType type, int64_t rows, int64_t cols, 
 class GemvTest : public CudaKernelsTest, public ::testing::WithParamInterface<TensorType> {};
 
 // Quantized weights: the device's q8_1 activations equal the CPU's QuantizeActivations, and
-// every (token, row) of GemvQ8_1 equals MmvqDot (mmvq_math.h) bit for bit, for batches of 1..11
-// tokens (every pass shape of PlanMmvq, so also batch-invariant). 37 blocks a row: lanes with
-// two words and without, rows padded to 16 bytes; 67 rows: a warp's second row past the end.
+// every (token, row) of GemvQ8_1 equals MmvqDot (mmvq_math.h; KMmvqDot of mmvq_kquant_math.h
+// for Q4_K / Q5_K / Q6_K) bit for bit, for batches of 1..11 tokens (every pass shape of
+// PlanMmvq, so also batch-invariant). 37 blocks a row (K-quants: 5 blocks, 40 sub-blocks):
+// lanes with two words and without, rows padded to 16 bytes; 67 rows: a warp's second row past
+// the end.
 // Float weights: within 1e-4 of the reference, and batch-invariant.
 TEST_P(GemvTest, EqualsItsEmulationAndIsBatchInvariant) {
   const TensorType type = GetParam();
   const uint32_t id = static_cast<uint32_t>(type);
-  const bool quantized = IsQuantized(id);
-  const int64_t rows = 67, cols = quantized ? 37 * kQuantBlock : 256, n_tokens = 11;
+  const bool quantized = TakesQ8_1(id);
+  const int64_t rows = 67, n_tokens = 11;
+  const int64_t cols = IsKQuant(id) ? 5 * kKBlock : quantized ? 37 * kQuantBlock : 256;
   const std::vector<uint8_t> w_host = RandomWeights(type, rows, cols, rng_);
   const std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), rng_);
   const WeightMatrix w{type, w_host.data(), rows, cols,
@@ -144,8 +154,9 @@ TEST_P(GemvTest, EqualsItsEmulationAndIsBatchInvariant) {
         ASSERT_EQ(std::memcmp(token + cols + 8 * b, ds, 8), 0) << "scales " << t << "/" << b;
       }
       for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = packed.data() + r * view.row_bytes;
         want[static_cast<size_t>(t * rows + r)] =
-            MmvqDot(id, packed.data() + r * view.row_bytes, token, cols);
+            IsKQuant(id) ? KMmvqDot(id, row, token, cols) : MmvqDot(id, row, token, cols);
       }
     }
   } else {
@@ -218,7 +229,8 @@ TEST_P(GemvTest, EqualsItsEmulationAndIsBatchInvariant) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, GemvTest,
                          ::testing::Values(TensorType::kF32, TensorType::kF16, TensorType::kBF16,
                                            TensorType::kQ4_0, TensorType::kQ4_1,
-                                           TensorType::kQ8_0),
+                                           TensorType::kQ8_0, TensorType::kQ4_K,
+                                           TensorType::kQ5_K, TensorType::kQ6_K),
                          [](const ::testing::TestParamInfo<TensorType>& type) {
                            return std::string(NameOf(type.param));
                          });
