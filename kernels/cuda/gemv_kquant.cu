@@ -1,8 +1,8 @@
-// Decode GEMV over Q4_K / Q5_K / Q6_K weights (packed: mmvq_kquant_math.h), gemv.cu's MMVQ
-// design one sub-block a word: each lane reads a sub-block's 16-byte word of low nibbles (and
-// its high bits), ORs the high bits into the bytes, and multiplies the 32 quants with the q8_1
-// activations of that 32-block by __dp4a; a warp computes rows_per_warp rows for up to 8 tokens
-// (PlanMmvq). KMmvqDot is the host emulation, bit for bit. GemvQ8_1 (gemv.cu) calls it.
+// Decode GEMV over Q4_K / Q5_K / Q6_K / IQ4_XS weights (packed: mmvq_kquant_math.h), gemv.cu's
+// MMVQ design one sub-block a word: each lane reads a sub-block's 16-byte word of low nibbles
+// and its high bits and multiplies the 32 quants with the q8_1 activations of that 32-block by
+// __dp4a (KWordDot); a warp computes rows_per_warp rows for up to 8 tokens (PlanMmvq).
+// KMmvqDot is the host emulation, bit for bit. GemvQ8_1 (gemv.cu) calls it.
 #include "kernels/cuda/gemv_kquant.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mmvq_kquant_math.h"
@@ -10,33 +10,6 @@
 
 namespace tokenmill::cuda::internal {
 namespace {
-
-// The integer sum of one sub-block against its activations (a[0]: elements 0..15, a[1]:
-// 16..31). Lane k of the word holds elements 4k..4k+3 (low nibbles) and 16+4k.. (high nibbles);
-// `high` the high bits laid out for it (KHighBitPosition). Q6_K: each half times its scale.
-template <uint32_t kType>
-__device__ int32_t KWordDot(const int4 w, const uint2 high, const int4* a, const int* sub) {
-  const int wv[4] = {w.x, w.y, w.z, w.w};
-  const int lo_a[4] = {a[0].x, a[0].y, a[0].z, a[0].w};
-  const int hi_a[4] = {a[1].x, a[1].y, a[1].z, a[1].w};
-  int32_t s0 = 0, s1 = 0;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const unsigned bits = static_cast<unsigned>(wv[k]);
-    unsigned lo = bits & 0x0f0f0f0fu, hi = (bits >> 4) & 0x0f0f0f0fu;
-    if constexpr (kType == kWQ5_K) {
-      lo |= ((high.x >> k) & 0x01010101u) << 4;
-      hi |= ((high.x >> (k + 4)) & 0x01010101u) << 4;
-    } else if constexpr (kType == kWQ6_K) {
-      const unsigned h = (k < 2 ? high.x : high.y) >> (4 * (k % 2));
-      lo = __vsub4(lo | ((h & 0x03030303u) << 4), 0x20202020u);
-      hi = __vsub4(hi | ((h & 0x0c0c0c0cu) << 2), 0x20202020u);
-    }
-    s0 = __dp4a(static_cast<int>(lo), lo_a[k], s0);
-    s1 = __dp4a(static_cast<int>(hi), hi_a[k], s1);
-  }
-  return sub[0] * s0 + sub[1] * s1;
-}
 
 template <uint32_t kType>
 __device__ uint2 LoadHigh(const uint8_t* row, int64_t high_at, int64_t s) {
@@ -86,15 +59,20 @@ __global__ void __launch_bounds__(kMmvqWarps * kWarp)
     for (int rr = 0; rr < kRows; ++rr) {
       if (r0 + rr >= w.rows) break;
       const uint8_t* row = w.data + (r0 + rr) * w.row_bytes;
-      const int4 q = reinterpret_cast<const int4*>(row)[s];
-      const uint2 high = LoadHigh<kType>(row, high_at, s);
+      const int4 q4 = reinterpret_cast<const int4*>(row)[s];
+      const uint32_t q[4] = {static_cast<uint32_t>(q4.x), static_cast<uint32_t>(q4.y),
+                             static_cast<uint32_t>(q4.z), static_cast<uint32_t>(q4.w)};
+      const uint2 h = LoadHigh<kType>(row, high_at, s);
+      const uint32_t high[2] = {h.x, h.y};
       float d_w, m_w;
       int sub[2];
       KWordScales(kType, row, w.cols, s, &d_w, &m_w, sub);
 #pragma unroll
       for (int tt = 0; tt < kTokens; ++tt) {
         if (tt >= n_t) break;
-        acc[rr][tt] = KMmvqStep(kType, acc[rr][tt], KWordDot<kType>(q, high, a[tt], sub), d_w,
+        const int32_t act[8] = {a[tt][0].x, a[tt][0].y, a[tt][0].z, a[tt][0].w,
+                                a[tt][1].x, a[tt][1].y, a[tt][1].z, a[tt][1].w};
+        acc[rr][tt] = KMmvqStep(kType, acc[rr][tt], KWordDot(kType, q, high, act, sub), d_w,
                                 m_w, ds[tt]);
       }
     }
@@ -142,7 +120,8 @@ cudaError_t GemvKQuantQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n
   if (n_tokens == 0 || w.rows == 0) return cudaSuccess;
   if (w.type == kWQ4_K) return LaunchKMmvq<kWQ4_K>(w, x_q8, n_tokens, y, stream);
   if (w.type == kWQ5_K) return LaunchKMmvq<kWQ5_K>(w, x_q8, n_tokens, y, stream);
-  return LaunchKMmvq<kWQ6_K>(w, x_q8, n_tokens, y, stream);
+  if (w.type == kWQ6_K) return LaunchKMmvq<kWQ6_K>(w, x_q8, n_tokens, y, stream);
+  return LaunchKMmvq<kWIQ4_XS>(w, x_q8, n_tokens, y, stream);
 }
 
 }  // namespace tokenmill::cuda::internal

@@ -1,4 +1,4 @@
-// The decode GEMV's arithmetic for the 256-element K-quants Q4_K, Q5_K and Q6_K (gemv_kquant.cu),
+// The decode GEMV's arithmetic for the 256-element Q4_K, Q5_K, Q6_K and IQ4_XS (gemv_kquant.cu),
 // written once for the device and the host, in mmvq_math.h's design: a device layout with each
 // 32-element sub-block's low quant nibbles in one 16-byte word (as a Q4_0 block), the high bits
 // and the scales unpacked at upload into what the kernel reads; q8_1 activations (mmvq_math.h,
@@ -14,10 +14,20 @@
 namespace tokenmill::cuda {
 
 // Type ids as TensorType numbers them (GGUF's ggml_type).
-enum KQuantTypeId : uint32_t { kWQ4_K = 12, kWQ5_K = 13, kWQ6_K = 14 };
+enum KQuantTypeId : uint32_t { kWQ4_K = 12, kWQ5_K = 13, kWQ6_K = 14, kWIQ4_XS = 23 };
 
 TM_HOST_DEVICE constexpr bool IsKQuant(uint32_t type) {
-  return type == kWQ4_K || type == kWQ5_K || type == kWQ6_K;
+  return type == kWQ4_K || type == kWQ5_K || type == kWQ6_K || type == kWIQ4_XS;
+}
+// Q4_K and Q5_K subtract a minimum per sub-block; Q6_K and IQ4_XS only scale.
+TM_HOST_DEVICE constexpr bool KHasMin(uint32_t type) { return type == kWQ4_K || type == kWQ5_K; }
+
+// IQ4_XS's nibbles index ggml's kvalues_iq4nl (kernels/dequantize.h's kIq4NlLevels), here as
+// bytes of two constants so that device code needs no table in memory.
+TM_HOST_DEVICE constexpr int Iq4NlLevel(int i) {
+  constexpr uint64_t kLow = 0xf6eaddcfbfad9881ull;   // -127 -104 -83 -65 -49 -35 -22 -10
+  constexpr uint64_t kHigh = 0x7159453526190d01ull;  // 1 13 25 38 53 69 89 113
+  return static_cast<int8_t>(static_cast<uint8_t>((i < 8 ? kLow : kHigh) >> (8 * (i % 8))));
 }
 
 // The types GemvQ8_1 multiplies (packed rows, q8_1 activations): mmvq_math.h's and these.
@@ -29,7 +39,7 @@ constexpr int kKWordBytes = 16;
 
 // Bytes of one GGUF block.
 TM_HOST_DEVICE constexpr int KBlockBytes(uint32_t type) {
-  return type == kWQ4_K ? 144 : type == kWQ5_K ? 176 : 210;
+  return type == kWQ4_K ? 144 : type == kWQ5_K ? 176 : type == kWQ6_K ? 210 : 136;
 }
 
 // ---- the device layout ---------------------------------------------------------------------
@@ -39,13 +49,15 @@ TM_HOST_DEVICE constexpr int KBlockBytes(uint32_t type) {
 //   high     S x 4 (Q5_K: the fifth bits) or S x 8 (Q6_K: the two high bits), in the order the
 //            kernel's 4-byte lanes take them (KHighBits)
 //   scales   Q4_K / Q5_K: S scale bytes then S minimum bytes (the 6-bit values unpacked);
-//            Q6_K: 2S int8 scales (one per 16 elements)
-//   supers   B x (f16 d, f16 dmin) (Q4_K / Q5_K) or B x f16 d (Q6_K)
-// padded to 16 bytes. Q4_K: 148 bytes a block (GGUF 144), Q5_K 180 (176), Q6_K 210 (210).
+//            Q6_K: 2S int8 scales (one per 16 elements); IQ4_XS: S int8 scales (ls - 32)
+//   supers   B x (f16 d, f16 dmin) (Q4_K / Q5_K) or B x f16 d (Q6_K, IQ4_XS)
+// padded to 16 bytes. Q4_K: 148 bytes a block (GGUF 144), Q5_K 180 (176), Q6_K 210 (210),
+// IQ4_XS 138 (136). IQ4_XS's words hold level indices, which the kernel looks up.
 TM_HOST_DEVICE constexpr int KHighBytes(uint32_t type) {
-  return type == kWQ4_K ? 0 : type == kWQ5_K ? 4 : 8;
+  return type == kWQ5_K ? 4 : type == kWQ6_K ? 8 : 0;
 }
-TM_HOST_DEVICE constexpr int KSuperBytes(uint32_t type) { return type == kWQ6_K ? 2 : 4; }
+TM_HOST_DEVICE constexpr int KScaleBytes(uint32_t type) { return type == kWIQ4_XS ? 1 : 2; }
+TM_HOST_DEVICE constexpr int KSuperBytes(uint32_t type) { return KHasMin(type) ? 4 : 2; }
 
 struct KRowLayout {
   int64_t high, scales, supers, bytes;  // offsets of the regions, and the padded row size
@@ -54,7 +66,7 @@ TM_HOST_DEVICE constexpr KRowLayout KLayoutOf(uint32_t type, int64_t cols) {
   const int64_t subs = cols / kKSub;
   const int64_t high = subs * kKWordBytes;
   const int64_t scales = high + subs * KHighBytes(type);
-  const int64_t supers = scales + 2 * subs;
+  const int64_t supers = scales + KScaleBytes(type) * subs;
   const int64_t end = supers + cols / kKBlock * KSuperBytes(type);
   return KRowLayout{high, scales, supers, CeilDiv(end, kKWordBytes) * kKWordBytes};
 }
@@ -78,10 +90,24 @@ TM_HOST_DEVICE inline int KHighBitPosition(uint32_t type, int e, int* word) {
   return 8 * b + 4 * (k % 2) + 2 * half;
 }
 
-// The raw quants (unsigned: 4, 5 or 6 bits) of GGUF block `in`, element e into q[e], and its
-// sub-block scales: Q4_K / Q5_K scale[s] and min[s] (s < 8); Q6_K scale[i] (int8, i < 16).
+// The raw quants (unsigned: 4, 5 or 6 bits; IQ4_XS's level indices) of GGUF block `in`, element
+// e into q[e], and its sub-block scales: Q4_K / Q5_K scale[s] and min[s] (s < 8); Q6_K scale[i]
+// (int8, i < 16); IQ4_XS scale[s] = ls - 32.
 TM_HOST_DEVICE inline void KUnpackBlock(uint32_t type, const uint8_t* in, uint8_t* q,
                                         int* scale, int* min) {
+  if (type == kWIQ4_XS) {
+    const int scales_h = LoadU16(in + 2);
+    for (int s = 0; s < 8; ++s) {
+      const int ls = ((in[4 + s / 2] >> (4 * (s % 2))) & 0x0f) | (((scales_h >> (2 * s)) & 3) << 4);
+      scale[s] = ls - 32;
+      for (int j = 0; j < 16; ++j) {
+        const uint8_t byte = in[8 + 16 * s + j];
+        q[32 * s + j] = static_cast<uint8_t>(byte & 0x0f);
+        q[32 * s + 16 + j] = static_cast<uint8_t>(byte >> 4);
+      }
+    }
+    return;
+  }
   if (type == kWQ6_K) {
     const uint8_t* ql = in;
     const uint8_t* qh = in + 128;
@@ -133,7 +159,7 @@ TM_HOST_DEVICE inline void KPackRow(uint32_t type, const uint8_t* gguf, int64_t 
         word[j] = static_cast<uint8_t>((qs[j] & 0x0f) | ((qs[16 + j] & 0x0f) << 4));
       }
       uint8_t* high = packed + L.high + sub * KHighBytes(type);
-      for (int e = 0; e < kKSub && type != kWQ4_K; ++e) {
+      for (int e = 0; e < kKSub && KHighBytes(type) > 0; ++e) {
         int u32;
         const int bit = KHighBitPosition(type, e, &u32);
         const int bits = type == kWQ5_K ? (qs[e] >> 4) : ((qs[e] >> 4) & 3);
@@ -143,6 +169,8 @@ TM_HOST_DEVICE inline void KPackRow(uint32_t type, const uint8_t* gguf, int64_t 
       if (type == kWQ6_K) {
         packed[L.scales + 2 * sub] = static_cast<uint8_t>(scale[2 * s]);
         packed[L.scales + 2 * sub + 1] = static_cast<uint8_t>(scale[2 * s + 1]);
+      } else if (type == kWIQ4_XS) {
+        packed[L.scales + sub] = static_cast<uint8_t>(scale[s]);
       } else {
         packed[L.scales + sub] = static_cast<uint8_t>(scale[s]);
         packed[L.scales + subs + sub] = static_cast<uint8_t>(min[s]);
@@ -157,12 +185,14 @@ TM_HOST_DEVICE inline void KPackRow(uint32_t type, const uint8_t* gguf, int64_t 
 
 // ---- reading a packed row (the emulation and the element accessor) --------------------------
 
-// Quant k (< 32) of sub-block s, as the integer the kernel multiplies (Q6_K's minus 32).
+// Quant k (< 32) of sub-block s, as the integer the kernel multiplies (Q6_K's minus 32,
+// IQ4_XS's level).
 TM_HOST_DEVICE inline int KWordQuant(uint32_t type, const uint8_t* row, int64_t cols, int64_t s,
                                      int k) {
   const uint8_t* word = row + s * kKWordBytes;
   int q = k < 16 ? (word[k] & 0x0f) : (word[k - 16] >> 4);
   if (type == kWQ4_K) return q;
+  if (type == kWIQ4_XS) return Iq4NlLevel(q);
   int u32;
   const int bit = KHighBitPosition(type, k, &u32);
   const uint8_t* high = row + KLayoutOf(type, cols).high + s * KHighBytes(type) + 4 * u32;
@@ -172,7 +202,7 @@ TM_HOST_DEVICE inline int KWordQuant(uint32_t type, const uint8_t* row, int64_t 
 
 // Sub-block s's scales as the kernel applies them. Q4_K / Q5_K: the float d · scale (exact: an
 // f16 times 6 bits) and dmin · min; *sub_scale 1 for both halves. Q6_K: d, and the int8 scale of
-// each half of 16 (sub_scale[0], [1]), applied to the integer sums.
+// each half of 16 (sub_scale[0], [1]), applied to the integer sums; IQ4_XS: d, its scale twice.
 TM_HOST_DEVICE inline void KWordScales(uint32_t type, const uint8_t* row, int64_t cols, int64_t s,
                                        float* d_w, float* m_w, int* sub_scale) {
   const KRowLayout L = KLayoutOf(type, cols);
@@ -185,13 +215,20 @@ TM_HOST_DEVICE inline void KWordScales(uint32_t type, const uint8_t* row, int64_
     sub_scale[1] = static_cast<int8_t>(row[L.scales + 2 * s + 1]);
     return;
   }
+  if (type == kWIQ4_XS) {
+    *d_w = d;
+    *m_w = 0.0f;
+    sub_scale[0] = sub_scale[1] = static_cast<int8_t>(row[L.scales + s]);
+    return;
+  }
   *d_w = d * static_cast<float>(row[L.scales + s]);
   *m_w = HalfBitsToFloat(LoadU16(super + 2)) * static_cast<float>(row[L.scales + cols / kKSub + s]);
   sub_scale[0] = sub_scale[1] = 1;
 }
 
 // Element i of a packed row, as the reference dequantization (kernels/dequantize_k_quants.cc)
-// of the GGUF row computes it: (d · scale) · q - dmin · min, or (d · scale) · (q - 32).
+// of the GGUF row computes it: (d · scale) · q - dmin · min, (d · scale) · (q - 32) or
+// (d · scale) · level.
 TM_HOST_DEVICE inline float KPackedElement(uint32_t type, const uint8_t* row, int64_t cols,
                                            int64_t i) {
   const int64_t s = i / kKSub;
@@ -200,7 +237,7 @@ TM_HOST_DEVICE inline float KPackedElement(uint32_t type, const uint8_t* row, in
   int sub[2];
   KWordScales(type, row, cols, s, &d_w, &m_w, sub);
   const float q = static_cast<float>(KWordQuant(type, row, cols, s, k));
-  if (type == kWQ6_K) return d_w * static_cast<float>(sub[k / 16]) * q;
+  if (!KHasMin(type)) return d_w * static_cast<float>(sub[k / 16]) * q;
   return d_w * q - m_w;
 }
 
@@ -208,12 +245,87 @@ TM_HOST_DEVICE inline float KPackedElement(uint32_t type, const uint8_t* row, in
 
 // As mmvq_math.h's MmvqDot, a sub-block a word: word s to lane s % 32, each lane folding its
 // words in order: sumi = Σ q_w q_a over the 32 elements (Q6_K: scale_0 · Σ over the first 16 +
-// scale_1 · Σ over the last 16; all exact integers, |sumi| < 2^24), acc = fma(d_w · d_a, sumi,
-// acc), and for Q4_K / Q5_K then acc = fma(-m_w, d_a · Σq_a, acc); WarpSum's butterfly after.
+// scale_1 · Σ over the last 16, IQ4_XS: scale · Σ; all exact integers, |sumi| < 2^24), acc =
+// fma(d_w · d_a, sumi, acc), and for Q4_K / Q5_K then acc = fma(-m_w, d_a · Σq_a, acc);
+// WarpSum's butterfly after.
 TM_HOST_DEVICE inline float KMmvqStep(uint32_t type, float acc, int32_t sumi, float d_w,
                                       float m_w, const float* ds) {
   acc = MulAdd(d_w * ds[0], static_cast<float>(sumi), acc);
-  return type == kWQ6_K ? acc : MulAdd(-m_w, ds[1], acc);
+  return KHasMin(type) ? MulAdd(-m_w, ds[1], acc) : acc;
+}
+
+// The kernel's integer sum of one sub-block (KWordDot), written once: the device's intrinsics,
+// on the host plain loops that compute the same, so that the CPU tests check the bit tricks
+// against KWordQuant (KMmvqDot itself sums element by element).
+TM_HOST_DEVICE inline int32_t Dp4a(uint32_t a, uint32_t b, int32_t c) {  // Σ signed byte products
+#ifdef __CUDA_ARCH__
+  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
+#else
+  for (int i = 0; i < 4; ++i) {
+    c += static_cast<int8_t>(static_cast<uint8_t>(a >> (8 * i))) *
+         static_cast<int8_t>(static_cast<uint8_t>(b >> (8 * i)));
+  }
+  return c;
+#endif
+}
+TM_HOST_DEVICE inline uint32_t Vsub4(uint32_t a, uint32_t b) {  // bytewise a - b, mod 256
+#ifdef __CUDA_ARCH__
+  return __vsub4(a, b);
+#else
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= (((a >> (8 * i)) - (b >> (8 * i))) & 0xffu) << (8 * i);
+  return r;
+#endif
+}
+TM_HOST_DEVICE inline uint32_t BytePerm(uint32_t x, uint32_t y, uint32_t s) {
+#ifdef __CUDA_ARCH__
+  return __byte_perm(x, y, s);
+#else  // byte n of the result: byte (s >> 4n) & 7 of y:x
+  const uint64_t xy = (static_cast<uint64_t>(y) << 32) | x;
+  uint32_t r = 0;
+  for (int n = 0; n < 4; ++n) r |= static_cast<uint32_t>((xy >> (8 * ((s >> (4 * n)) & 7))) & 0xffu) << (8 * n);
+  return r;
+#endif
+}
+
+// The IQ4_XS levels of the 4 level indices in the bytes of idx (each < 16): BytePerm picks
+// bytes of the table's low or high 8 levels by each index's low 3 bits, bit 3 chooses which.
+TM_HOST_DEVICE inline uint32_t Iq4NlLevels4(uint32_t idx) {
+  constexpr uint32_t kT0 = 0xbfad9881u, kT1 = 0xf6eaddcfu, kT2 = 0x26190d01u, kT3 = 0x71594535u;
+  const uint32_t sel = (idx & 0x7u) | ((idx >> 4) & 0x70u) | ((idx >> 8) & 0x700u) |
+                       ((idx >> 12) & 0x7000u);
+  const uint32_t low = BytePerm(kT0, kT1, sel), high = BytePerm(kT2, kT3, sel);
+  const uint32_t pick = ((idx >> 3) & 0x01010101u) * 0xffu;
+  return (low & ~pick) | (high & pick);
+}
+
+// Σ over sub-block s of q_w q_a as the kernel takes it (Q6_K: each half times its scale,
+// IQ4_XS: times its scale): q the word's 4 u32 (lane k: elements 4k..4k+3 in the low nibbles,
+// 16+4k.. in the high ones), high its high bits (KHighBitPosition), act the 32 activations as 8
+// u32 (elements 0..15, then 16..31), sub from KWordScales.
+TM_HOST_DEVICE inline int32_t KWordDot(uint32_t type, const uint32_t* q, const uint32_t* high,
+                                       const int32_t* act, const int* sub) {
+  int32_t s0 = 0, s1 = 0;
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+  for (int k = 0; k < 4; ++k) {
+    uint32_t lo = q[k] & 0x0f0f0f0fu, hi = (q[k] >> 4) & 0x0f0f0f0fu;
+    if (type == kWQ5_K) {
+      lo |= ((high[0] >> k) & 0x01010101u) << 4;
+      hi |= ((high[0] >> (k + 4)) & 0x01010101u) << 4;
+    } else if (type == kWQ6_K) {
+      const uint32_t h = high[k / 2] >> (4 * (k % 2));
+      lo = Vsub4(lo | ((h & 0x03030303u) << 4), 0x20202020u);
+      hi = Vsub4(hi | ((h & 0x0c0c0c0cu) << 2), 0x20202020u);
+    } else if (type == kWIQ4_XS) {
+      lo = Iq4NlLevels4(lo);
+      hi = Iq4NlLevels4(hi);
+    }
+    s0 = Dp4a(lo, static_cast<uint32_t>(act[k]), s0);
+    s1 = Dp4a(hi, static_cast<uint32_t>(act[4 + k]), s1);
+  }
+  return sub[0] * s0 + sub[1] * s1;
 }
 
 constexpr int kKMmvqLanes = 32;

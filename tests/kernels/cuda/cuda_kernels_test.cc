@@ -100,7 +100,8 @@ std::vector<uint8_t> RandomWeights(TensorType type, int64_t rows, int64_t cols, 
         break;
       case TensorType::kQ4_K:
       case TensorType::kQ5_K:
-      case TensorType::kQ6_K:  // every quant and sub-block scale random, d (and dmin) small
+      case TensorType::kQ6_K:
+      case TensorType::kIQ4_XS:  // every quant and sub-block scale random, d (and dmin) small
         for (const int f16 : KQuantF16Offsets(type)) put(at + f16, FloatToHalf(value(rng) * 0.02f));
         break;
       case TensorType::kQ4_1:
@@ -117,8 +118,8 @@ class GemvTest : public CudaKernelsTest, public ::testing::WithParamInterface<Te
 
 // Quantized weights: the device's q8_1 activations equal the CPU's QuantizeActivations, and
 // every (token, row) of GemvQ8_1 equals MmvqDot (mmvq_math.h; KMmvqDot of mmvq_kquant_math.h
-// for Q4_K / Q5_K / Q6_K) bit for bit, for batches of 1..11 tokens (every pass shape of
-// PlanMmvq, so also batch-invariant). 37 blocks a row (K-quants: 5 blocks, 40 sub-blocks):
+// for Q4_K / Q5_K / Q6_K / IQ4_XS) bit for bit, for batches of 1..11 tokens (every pass shape of
+// PlanMmvq, so also batch-invariant). 37 blocks a row (K-quants, IQ4_XS: 5 blocks, 40 sub-blocks):
 // lanes with two words and without, rows padded to 16 bytes; 67 rows: a warp's second row past
 // the end.
 // Float weights: within 1e-4 of the reference, and batch-invariant.
@@ -230,7 +231,8 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, GemvTest,
                          ::testing::Values(TensorType::kF32, TensorType::kF16, TensorType::kBF16,
                                            TensorType::kQ4_0, TensorType::kQ4_1,
                                            TensorType::kQ8_0, TensorType::kQ4_K,
-                                           TensorType::kQ5_K, TensorType::kQ6_K),
+                                           TensorType::kQ5_K, TensorType::kQ6_K,
+                                           TensorType::kIQ4_XS),
                          [](const ::testing::TestParamInfo<TensorType>& type) {
                            return std::string(NameOf(type.param));
                          });

@@ -101,10 +101,10 @@ class KQuantMathTest : public ::testing::TestWithParam<TensorType> {
     for (const int64_t cols : {256, 1280, 4096, 14336}) {
       cases.push_back(RandomRows(GetParam(), 5, cols, rng));
     }
-    Rows real = FileRows(GetParam(), 6);
+    Rows real = FileRows(GetParam(), 6);  // the file holds Q4_K and Q6_K
     if (real.rows > 0) {
       cases.push_back(std::move(real));
-    } else if (GetParam() != TensorType::kQ5_K) {
+    } else if (GetParam() == TensorType::kQ4_K || GetParam() == TensorType::kQ6_K) {
       std::cout << "[ note ] no gemma-3-270m-q4_k_m.gguf in " << TOKENMILL_MODELS_DIR
                 << ": random blocks only\n";
     }
@@ -135,17 +135,49 @@ TEST_P(KQuantMathTest, PackedRowsHoldTheReferenceElements) {
         KWordScales(id, row, r.cols, c / kKSub, &d_w, &m_w, sub);
         const int k = static_cast<int>(c % kKSub);
         const int q = KWordQuant(id, row, r.cols, c / kKSub, k);
-        const float mine = type == TensorType::kQ6_K
-                               ? d_w * static_cast<float>(sub[k / 16]) * static_cast<float>(q)
-                               : d_w * static_cast<float>(q) - m_w;
+        const float mine = KHasMin(id)
+                               ? d_w * static_cast<float>(q) - m_w
+                               : d_w * static_cast<float>(sub[k / 16]) * static_cast<float>(q);
         ASSERT_EQ(mine, want[static_cast<size_t>(c)]) << r.what << " word " << c / kKSub;
       }
     }
   }
 }
 
-// The exact weights of a GGUF row (d · scale · q - dmin · min, or d · scale · (q - 32): exact in
-// double), from the file's bytes alone, and |d · scale · q| + |dmin · min| (the magnitudes the
+// The kernel's word dot product (its bit tricks: the high bits ORed into the bytes, Q6_K's
+// offset, IQ4_XS's level lookup, through the host stand-ins of __dp4a, __vsub4, __byte_perm)
+// equals the sum of KWordQuant's quants times the activations, on every sub-block, against
+// random activations of every magnitude.
+TEST_P(KQuantMathTest, WordDotEqualsTheElementSums) {
+  const uint32_t id = static_cast<uint32_t>(GetParam());
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> activation(-128, 127);
+  for (const Rows& r : Cases()) {
+    const std::vector<uint8_t> packed = Pack(id, r);
+    const KRowLayout L = KLayoutOf(id, r.cols);
+    for (int64_t i = 0; i < r.rows; ++i) {
+      const uint8_t* row = packed.data() + i * L.bytes;
+      for (int64_t s = 0; s < r.cols / kKSub; ++s) {
+        int8_t qa[kKSub];
+        for (int8_t& a : qa) a = static_cast<int8_t>(activation(rng));
+        uint32_t q[4], high[2] = {0, 0};
+        int32_t act[8];
+        std::memcpy(q, row + s * kKWordBytes, sizeof q);
+        std::memcpy(high, row + L.high + s * KHighBytes(id), static_cast<size_t>(KHighBytes(id)));
+        std::memcpy(act, qa, sizeof act);
+        float d_w, m_w;
+        int sub[2];
+        KWordScales(id, row, r.cols, s, &d_w, &m_w, sub);
+        int32_t want = 0;
+        for (int k = 0; k < kKSub; ++k) want += sub[k / 16] * KWordQuant(id, row, r.cols, s, k) * qa[k];
+        ASSERT_EQ(KWordDot(id, q, high, act, sub), want) << r.what << " row " << i << " word " << s;
+      }
+    }
+  }
+}
+
+// The exact weights of a GGUF row (d · scale · q - dmin · min, d · scale · (q - 32) or
+// d · scale · level: exact in double), from the file's bytes alone, and |d · scale · q| + |dmin · min| (the magnitudes the
 // CPU's two sums take their terms from).
 struct ExactWeight {
   double part, min_part;  // the weight is part - min_part
@@ -161,6 +193,8 @@ std::vector<ExactWeight> ExactWeights(uint32_t type, const uint8_t* gguf, int64_
       ExactWeight v;
       if (type == kWQ6_K) {
         v = ExactWeight{double{HalfToFloat(LoadU16(in + 208))} * scale[e / 16] * (q[e] - 32), 0.0};
+      } else if (type == kWIQ4_XS) {
+        v = ExactWeight{double{HalfToFloat(LoadU16(in))} * scale[e / 32] * kIq4NlLevels[q[e]], 0.0};
       } else {
         v = ExactWeight{double{HalfToFloat(LoadU16(in))} * scale[e / 32] * q[e],
                         double{HalfToFloat(LoadU16(in + 2))} * min[e / 32]};
@@ -258,10 +292,14 @@ TEST_P(KQuantMathTest, DotIsWithinTheRoundingBoundOfItsTermsAndOfTheCpuMatmul) {
 
 INSTANTIATE_TEST_SUITE_P(KQuants, KQuantMathTest,
                          ::testing::Values(TensorType::kQ4_K, TensorType::kQ5_K,
-                                           TensorType::kQ6_K),
+                                           TensorType::kQ6_K, TensorType::kIQ4_XS),
                          [](const ::testing::TestParamInfo<TensorType>& type) {
                            return std::string(NameOf(type.param));
                          });
+
+TEST(Iq4NlLevelTest, IsTheReferenceTable) {
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(Iq4NlLevel(i), kIq4NlLevels[i]) << i;
+}
 
 }  // namespace
 }  // namespace tokenmill::cuda
