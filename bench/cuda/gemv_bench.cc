@@ -7,8 +7,8 @@
 // timing) are not counted; the bytes are the device layout's (weight_upload.h).
 // Usage: tokenmill_cuda_gemv_bench MODEL.gguf [peak GB/s, default 4800 (H200)]
 //        tokenmill_cuda_gemv_bench --type q4_k [peak GB/s]: no model; 8 copies of random
-//        ffn_up and ffn_down matrices of that type (any GemvQ8_1 type: q4_0 q4_1 q8_0 q4_k q5_k
-//        q6_k), 270 MiB and more rotated for Q4_K.
+//        ffn_up and ffn_down matrices of that type (any GemvQ8_1 type: q4_0 q4_1 q8_0 q3_k q4_k
+//        q5_k q6_k iq4_xs), 270 MiB and more rotated for Q4_K.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -83,13 +83,16 @@ Uploaded RandomCopies(TensorType type, int64_t rows, int64_t cols, int copies) {
   if (layout.block_size == 256) f16_fields = KQuantF16Offsets(type);
   const uint16_t scale = 0x2000;  // about 0.0078
   for (int64_t b = 0; b < rows * cols / layout.block_size; ++b) {
-    for (int at : f16_fields) std::memcpy(&file[static_cast<size_t>(b * layout.type_size + at)], &scale, 2);
+    for (int at : f16_fields) {
+      std::memcpy(&file[static_cast<size_t>(b * layout.type_size + at)], &scale, 2);
+    }
   }
   const auto id = static_cast<uint32_t>(type);
   const std::vector<uint8_t> packed = DeviceLayout(id, file.data(), rows, cols, row_bytes);
   Uploaded u;
   for (int i = 0; i < copies; ++i) {
-    DeviceBuffer b = OrDie(DeviceBuffer::CopyOf(packed.data(), static_cast<int64_t>(packed.size())));
+    DeviceBuffer b =
+        OrDie(DeviceBuffer::CopyOf(packed.data(), static_cast<int64_t>(packed.size())));
     u.bytes += static_cast<double>(b.bytes());
     u.views.push_back(DeviceWeight{id, b.as<const uint8_t>(), rows, cols,
                                    DeviceRowBytes(id, cols, row_bytes), nullptr});
@@ -168,8 +171,8 @@ int main(int argc, char** argv) {
       }
     }
     if (!found) {
-      std::fprintf(stderr, "--type %s: not a type the GPU's GEMV takes (q4_0 q4_1 q8_0 q4_k q5_k "
-                   "q6_k)\n", argv[2]);
+      std::fprintf(stderr, "--type %s: not a type the GPU's GEMV takes (q4_0 q4_1 q8_0 q3_k q4_k "
+                   "q5_k q6_k iq4_xs)\n", argv[2]);
       return 2;
     }
   }

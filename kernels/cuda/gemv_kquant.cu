@@ -1,5 +1,5 @@
-// Decode GEMV over Q4_K / Q5_K / Q6_K / IQ4_XS weights (packed: mmvq_kquant_math.h), gemv.cu's
-// MMVQ design one sub-block a word: each lane reads a sub-block's 16-byte word of low nibbles
+// Decode GEMV over Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS weights (packed: mmvq_kquant_math.h),
+// gemv.cu's MMVQ design one sub-block a word: each lane reads a sub-block's 16-byte word of low nibbles
 // and its high bits and multiplies the 32 quants with the q8_1 activations of that 32-block by
 // __dp4a (KWordDot); a warp computes rows_per_warp rows for up to 8 tokens (PlanMmvq).
 // KMmvqDot is the host emulation, bit for bit. GemvQ8_1 (gemv.cu) calls it.
@@ -118,6 +118,7 @@ cudaError_t GemvKQuantQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n
                            cudaStream_t stream) {
   if (!IsKQuant(w.type) || w.cols % kKBlock != 0) return cudaErrorInvalidValue;
   if (n_tokens == 0 || w.rows == 0) return cudaSuccess;
+  if (w.type == kWQ3_K) return LaunchKMmvq<kWQ3_K>(w, x_q8, n_tokens, y, stream);
   if (w.type == kWQ4_K) return LaunchKMmvq<kWQ4_K>(w, x_q8, n_tokens, y, stream);
   if (w.type == kWQ5_K) return LaunchKMmvq<kWQ5_K>(w, x_q8, n_tokens, y, stream);
   if (w.type == kWQ6_K) return LaunchKMmvq<kWQ6_K>(w, x_q8, n_tokens, y, stream);

@@ -1,5 +1,5 @@
-// The decode GEMV's arithmetic for the 256-element Q4_K, Q5_K, Q6_K and IQ4_XS (gemv_kquant.cu),
-// written once for the device and the host, in mmvq_math.h's design: a device layout with each
+// The decode GEMV's arithmetic for the 256-element Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS
+// (gemv_kquant.cu), written once for the device and the host, in mmvq_math.h's design: a device layout with each
 // 32-element sub-block's low quant nibbles in one 16-byte word (as a Q4_0 block), the high bits
 // and the scales unpacked at upload into what the kernel reads; q8_1 activations (mmvq_math.h,
 // one 32-block per sub-block); KMmvqDot, the host emulation of one (row, token) result bit for
@@ -14,12 +14,12 @@
 namespace tokenmill::cuda {
 
 // Type ids as TensorType numbers them (GGUF's ggml_type).
-enum KQuantTypeId : uint32_t { kWQ4_K = 12, kWQ5_K = 13, kWQ6_K = 14, kWIQ4_XS = 23 };
+enum KQuantTypeId : uint32_t { kWQ3_K = 11, kWQ4_K = 12, kWQ5_K = 13, kWQ6_K = 14, kWIQ4_XS = 23 };
 
 TM_HOST_DEVICE constexpr bool IsKQuant(uint32_t type) {
-  return type == kWQ4_K || type == kWQ5_K || type == kWQ6_K || type == kWIQ4_XS;
+  return type == kWQ3_K || type == kWQ4_K || type == kWQ5_K || type == kWQ6_K || type == kWIQ4_XS;
 }
-// Q4_K and Q5_K subtract a minimum per sub-block; Q6_K and IQ4_XS only scale.
+// Q4_K and Q5_K subtract a minimum per sub-block; Q3_K, Q6_K and IQ4_XS only scale.
 TM_HOST_DEVICE constexpr bool KHasMin(uint32_t type) { return type == kWQ4_K || type == kWQ5_K; }
 
 // IQ4_XS's nibbles index ggml's kvalues_iq4nl (kernels/dequantize.h's kIq4NlLevels), here as
@@ -31,7 +31,9 @@ TM_HOST_DEVICE constexpr int Iq4NlLevel(int i) {
 }
 
 // The types GemvQ8_1 multiplies (packed rows, q8_1 activations): mmvq_math.h's and these.
-TM_HOST_DEVICE constexpr bool TakesQ8_1(uint32_t type) { return IsQuantized(type) || IsKQuant(type); }
+TM_HOST_DEVICE constexpr bool TakesQ8_1(uint32_t type) {
+  return IsQuantized(type) || IsKQuant(type);
+}
 
 constexpr int kKBlock = 256;   // elements per GGUF block (a super-block of 8 sub-blocks)
 constexpr int kKSub = 32;      // elements per sub-block: one word of quants, one q8_1 block
@@ -39,20 +41,28 @@ constexpr int kKWordBytes = 16;
 
 // Bytes of one GGUF block.
 TM_HOST_DEVICE constexpr int KBlockBytes(uint32_t type) {
-  return type == kWQ4_K ? 144 : type == kWQ5_K ? 176 : type == kWQ6_K ? 210 : 136;
+  return type == kWQ3_K   ? 110
+         : type == kWQ4_K ? 144
+         : type == kWQ5_K ? 176
+         : type == kWQ6_K ? 210
+                          : 136;  // IQ4_XS
 }
 
 // ---- the device layout ---------------------------------------------------------------------
 
 // A packed row of S = cols / 32 sub-blocks and B = cols / 256 blocks, regions back to back:
 //   quants   S x 16 bytes: sub-block s's low nibbles, byte j = element j | element 16 + j << 4
+//            (Q3_K: its 3-bit quants + 4, whole)
 //   high     S x 4 (Q5_K: the fifth bits) or S x 8 (Q6_K: the two high bits), in the order the
 //            kernel's 4-byte lanes take them (KHighBits)
 //   scales   Q4_K / Q5_K: S scale bytes then S minimum bytes (the 6-bit values unpacked);
-//            Q6_K: 2S int8 scales (one per 16 elements); IQ4_XS: S int8 scales (ls - 32)
-//   supers   B x (f16 d, f16 dmin) (Q4_K / Q5_K) or B x f16 d (Q6_K, IQ4_XS)
+//            Q6_K, Q3_K: 2S int8 scales (one per 16 elements; Q3_K's minus 32); IQ4_XS: S int8
+//            scales (ls - 32)
+//   supers   B x (f16 d, f16 dmin) (Q4_K / Q5_K) or B x f16 d (Q3_K, Q6_K, IQ4_XS)
 // padded to 16 bytes. Q4_K: 148 bytes a block (GGUF 144), Q5_K 180 (176), Q6_K 210 (210),
-// IQ4_XS 138 (136). IQ4_XS's words hold level indices, which the kernel looks up.
+// IQ4_XS 138 (136), Q3_K 146 (110: a 4-bit word for 3-bit quants streams 1.33x the file's
+// bytes, the price of one word format). IQ4_XS's words hold level indices, which the kernel
+// looks up.
 TM_HOST_DEVICE constexpr int KHighBytes(uint32_t type) {
   return type == kWQ5_K ? 4 : type == kWQ6_K ? 8 : 0;
 }
@@ -90,11 +100,30 @@ TM_HOST_DEVICE inline int KHighBitPosition(uint32_t type, int e, int* word) {
   return 8 * b + 4 * (k % 2) + 2 * half;
 }
 
-// The raw quants (unsigned: 4, 5 or 6 bits; IQ4_XS's level indices) of GGUF block `in`, element
-// e into q[e], and its sub-block scales: Q4_K / Q5_K scale[s] and min[s] (s < 8); Q6_K scale[i]
-// (int8, i < 16); IQ4_XS scale[s] = ls - 32.
+// The raw quants (unsigned: 4, 5 or 6 bits; Q3_K's + 4; IQ4_XS's level indices) of GGUF block
+// `in`, element e into q[e], and its sub-block scales: Q4_K / Q5_K scale[s] and min[s] (s < 8);
+// Q6_K scale[i] (int8, i < 16); Q3_K scale[i] = its 6-bit scale - 32 (i < 16); IQ4_XS scale[s]
+// = ls - 32.
 TM_HOST_DEVICE inline void KUnpackBlock(uint32_t type, const uint8_t* in, uint8_t* q,
                                         int* scale, int* min) {
+  if (type == kWQ3_K) {
+    const uint8_t* hmask = in;
+    const uint8_t* qs = in + 32;
+    for (int e = 0; e < kKBlock; ++e) {
+      const int n = e / 128, j = (e % 128) / 32, l = e % 32;
+      const int low = (qs[32 * n + l] >> (2 * j)) & 3;
+      q[e] = static_cast<uint8_t>(low + (((hmask[l] >> (4 * n + j)) & 1) ? 4 : 0));
+    }
+    // ggml's 12 bytes of 16 6-bit scales: the low nibbles in bytes 0..7 (scale i < 8: byte i's
+    // low nibble, i >= 8: byte i - 8's high one), the two high bits in bytes 8..11.
+    const uint8_t* packed = in + 96;
+    for (int i = 0; i < 16; ++i) {
+      const int low = i < 8 ? (packed[i] & 0x0f) : (packed[i - 8] >> 4);
+      const int high = (packed[8 + i % 4] >> (2 * (i / 4))) & 3;
+      scale[i] = (low | (high << 4)) - 32;
+    }
+    return;
+  }
   if (type == kWIQ4_XS) {
     const int scales_h = LoadU16(in + 2);
     for (int s = 0; s < 8; ++s) {
@@ -166,7 +195,7 @@ TM_HOST_DEVICE inline void KPackRow(uint32_t type, const uint8_t* gguf, int64_t 
         uint8_t& byte = high[4 * u32 + bit / 8];
         byte = static_cast<uint8_t>(byte | (bits << (bit % 8)));
       }
-      if (type == kWQ6_K) {
+      if (type == kWQ6_K || type == kWQ3_K) {
         packed[L.scales + 2 * sub] = static_cast<uint8_t>(scale[2 * s]);
         packed[L.scales + 2 * sub + 1] = static_cast<uint8_t>(scale[2 * s + 1]);
       } else if (type == kWIQ4_XS) {
@@ -176,7 +205,7 @@ TM_HOST_DEVICE inline void KPackRow(uint32_t type, const uint8_t* gguf, int64_t 
         packed[L.scales + subs + sub] = static_cast<uint8_t>(min[s]);
       }
     }
-    const int d_at = type == kWQ6_K ? 208 : 0;
+    const int d_at = type == kWQ6_K ? 208 : type == kWQ3_K ? 108 : 0;
     for (int i = 0; i < KSuperBytes(type); ++i) {
       packed[L.supers + blk * KSuperBytes(type) + i] = in[d_at + i];
     }
@@ -192,6 +221,7 @@ TM_HOST_DEVICE inline int KWordQuant(uint32_t type, const uint8_t* row, int64_t 
   const uint8_t* word = row + s * kKWordBytes;
   int q = k < 16 ? (word[k] & 0x0f) : (word[k - 16] >> 4);
   if (type == kWQ4_K) return q;
+  if (type == kWQ3_K) return q - 4;
   if (type == kWIQ4_XS) return Iq4NlLevel(q);
   int u32;
   const int bit = KHighBitPosition(type, k, &u32);
@@ -202,13 +232,14 @@ TM_HOST_DEVICE inline int KWordQuant(uint32_t type, const uint8_t* row, int64_t 
 
 // Sub-block s's scales as the kernel applies them. Q4_K / Q5_K: the float d · scale (exact: an
 // f16 times 6 bits) and dmin · min; *sub_scale 1 for both halves. Q6_K: d, and the int8 scale of
-// each half of 16 (sub_scale[0], [1]), applied to the integer sums; IQ4_XS: d, its scale twice.
+// each half of 16 (sub_scale[0], [1]), applied to the integer sums (Q3_K alike); IQ4_XS: d, its
+// scale twice.
 TM_HOST_DEVICE inline void KWordScales(uint32_t type, const uint8_t* row, int64_t cols, int64_t s,
                                        float* d_w, float* m_w, int* sub_scale) {
   const KRowLayout L = KLayoutOf(type, cols);
   const uint8_t* super = row + L.supers + s / 8 * KSuperBytes(type);
   const float d = HalfBitsToFloat(LoadU16(super));
-  if (type == kWQ6_K) {
+  if (type == kWQ6_K || type == kWQ3_K) {
     *d_w = d;
     *m_w = 0.0f;
     sub_scale[0] = static_cast<int8_t>(row[L.scales + 2 * s]);
@@ -283,7 +314,9 @@ TM_HOST_DEVICE inline uint32_t BytePerm(uint32_t x, uint32_t y, uint32_t s) {
 #else  // byte n of the result: byte (s >> 4n) & 7 of y:x
   const uint64_t xy = (static_cast<uint64_t>(y) << 32) | x;
   uint32_t r = 0;
-  for (int n = 0; n < 4; ++n) r |= static_cast<uint32_t>((xy >> (8 * ((s >> (4 * n)) & 7))) & 0xffu) << (8 * n);
+  for (int n = 0; n < 4; ++n) {
+    r |= static_cast<uint32_t>((xy >> (8 * ((s >> (4 * n)) & 7))) & 0xffu) << (8 * n);
+  }
   return r;
 #endif
 }
@@ -318,6 +351,9 @@ TM_HOST_DEVICE inline int32_t KWordDot(uint32_t type, const uint32_t* q, const u
       const uint32_t h = high[k / 2] >> (4 * (k % 2));
       lo = Vsub4(lo | ((h & 0x03030303u) << 4), 0x20202020u);
       hi = Vsub4(hi | ((h & 0x0c0c0c0cu) << 2), 0x20202020u);
+    } else if (type == kWQ3_K) {
+      lo = Vsub4(lo, 0x04040404u);
+      hi = Vsub4(hi, 0x04040404u);
     } else if (type == kWIQ4_XS) {
       lo = Iq4NlLevels4(lo);
       hi = Iq4NlLevels4(hi);

@@ -169,16 +169,18 @@ TEST_P(KQuantMathTest, WordDotEqualsTheElementSums) {
         int sub[2];
         KWordScales(id, row, r.cols, s, &d_w, &m_w, sub);
         int32_t want = 0;
-        for (int k = 0; k < kKSub; ++k) want += sub[k / 16] * KWordQuant(id, row, r.cols, s, k) * qa[k];
+        for (int k = 0; k < kKSub; ++k) {
+          want += sub[k / 16] * KWordQuant(id, row, r.cols, s, k) * qa[k];
+        }
         ASSERT_EQ(KWordDot(id, q, high, act, sub), want) << r.what << " row " << i << " word " << s;
       }
     }
   }
 }
 
-// The exact weights of a GGUF row (d · scale · q - dmin · min, d · scale · (q - 32) or
-// d · scale · level: exact in double), from the file's bytes alone, and |d · scale · q| + |dmin · min| (the magnitudes the
-// CPU's two sums take their terms from).
+// The exact weights of a GGUF row (d · scale · q - dmin · min, d · scale · (q - 32),
+// d · scale · (q - 4) or d · scale · level: exact in double), from the file's bytes alone, in
+// the two parts whose magnitudes the CPU's two sums take their terms from.
 struct ExactWeight {
   double part, min_part;  // the weight is part - min_part
 };
@@ -193,6 +195,8 @@ std::vector<ExactWeight> ExactWeights(uint32_t type, const uint8_t* gguf, int64_
       ExactWeight v;
       if (type == kWQ6_K) {
         v = ExactWeight{double{HalfToFloat(LoadU16(in + 208))} * scale[e / 16] * (q[e] - 32), 0.0};
+      } else if (type == kWQ3_K) {
+        v = ExactWeight{double{HalfToFloat(LoadU16(in + 108))} * scale[e / 16] * (q[e] - 4), 0.0};
       } else if (type == kWIQ4_XS) {
         v = ExactWeight{double{HalfToFloat(LoadU16(in))} * scale[e / 32] * kIq4NlLevels[q[e]], 0.0};
       } else {
@@ -262,7 +266,8 @@ TEST_P(KQuantMathTest, DotIsWithinTheRoundingBoundOfItsTermsAndOfTheCpuMatmul) {
             e1 += term + min_term;
             t1 += std::fabs(term) + std::fabs(min_term);
           }
-          const std::vector<ExactWeight> exact = ExactWeights(id, r.gguf.data() + i * gguf_row, cols);
+          const std::vector<ExactWeight> exact =
+              ExactWeights(id, r.gguf.data() + i * gguf_row, cols);
           // E1 again, from the file's bytes instead of the packed row (so that a packing
           // error the emulation reads consistently still shows against the CPU), and EK.
           double e1_file = 0, ek = 0, tk = 0;
@@ -291,8 +296,9 @@ TEST_P(KQuantMathTest, DotIsWithinTheRoundingBoundOfItsTermsAndOfTheCpuMatmul) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KQuants, KQuantMathTest,
-                         ::testing::Values(TensorType::kQ4_K, TensorType::kQ5_K,
-                                           TensorType::kQ6_K, TensorType::kIQ4_XS),
+                         ::testing::Values(TensorType::kQ3_K, TensorType::kQ4_K,
+                                           TensorType::kQ5_K, TensorType::kQ6_K,
+                                           TensorType::kIQ4_XS),
                          [](const ::testing::TestParamInfo<TensorType>& type) {
                            return std::string(NameOf(type.param));
                          });

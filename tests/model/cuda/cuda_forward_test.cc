@@ -241,7 +241,9 @@ class CudaGemma3Q4KMTest : public CudaTest {};
 TEST_F(CudaGemma3Q4KMTest, RunsLlamaCppsContinuationsOrRefusesNamingTheMissingType) {
   const std::string stem = "gemma-3-270m-q4_k_m";
   const std::string path = std::string(TOKENMILL_MODELS_DIR) + "/" + stem + ".gguf";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is missing: scripts/setup fetches it";
+  if (!std::filesystem::exists(path)) {
+    GTEST_SKIP() << path << " is missing: scripts/setup fetches it";
+  }
   auto model = Model::Load(path);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   auto gpu = CudaForwardPass::Create(**model);
