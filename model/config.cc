@@ -56,14 +56,20 @@ RopeParams LayerRope(const ModelConfig& c, int layer, std::span<const float> fre
                .freq_factors = freq_factors,
                .ext_factor = c.rope_ext_factor,
                .attn_factor = c.rope_attn_factor};
-  // llama.cpp's defaults: the GGUFs of these families carry no beta keys.
-  constexpr float kYarnBetaFast = 32.0f;
-  constexpr float kYarnBetaSlow = 1.0f;
-  const std::array<float, 2> corr = YarnCorrectionDims(p.n_rot, c.rope_original_context,
-                                                       p.freq_base, kYarnBetaFast, kYarnBetaSlow);
+  const std::array<float, 2> corr =
+      YarnCorrectionDims(p.n_rot, c.rope_original_context, p.freq_base, c.rope_yarn_beta_fast,
+                         c.rope_yarn_beta_slow);
   p.corr_low = corr[0];
   p.corr_high = corr[1];
   return p;
+}
+
+float AttentionTemperature(const ModelConfig& c, int32_t position) {
+  // In llama.cpp's types: the position and the length as floats, floor in float, the rest in
+  // double, stored as float.
+  const float steps =
+      std::floor(static_cast<float>(position) / static_cast<float>(c.attn_temp_length));
+  return static_cast<float>(std::log(steps + 1.0) * c.attn_temp_scale + 1.0);
 }
 
 StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& family) {

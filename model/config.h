@@ -3,6 +3,7 @@
 // by name.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -57,6 +58,11 @@ struct ModelConfig {
   // configured context (ModelOptions::context) exceeds it.
   int rope_original_context = 0;
   float rope_ext_factor = 0.0f;  // YaRN: 1 (llama.cpp's yarn_ext_factor), else 0
+  // YaRN's ramp runs from the pair that turns beta_fast times over rope_original_context to
+  // the one that turns beta_slow times: llama.cpp's defaults, unless the family reads
+  // rope.scaling.yarn_beta_fast / _slow (mistral3).
+  float rope_yarn_beta_fast = 32.0f;
+  float rope_yarn_beta_slow = 1.0f;
   // cos and sin are scaled by this (llama.cpp's yarn_attn_factor: rope.scaling.attn_factor,
   // LongRoPE's attention scaling, times YaRN's own when ext_factor is set).
   float rope_attn_factor = 1.0f;
@@ -81,6 +87,10 @@ struct ModelConfig {
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
   ExpertConfig experts;  // n_expert > 0: every layer's feed-forward is a mixture of experts
+  // Llama 4's attention temperature (mistral3's attention.temperature_scale): after RoPE, the
+  // query of the token at position p is multiplied by AttentionTemperature(p); 0: none.
+  float attn_temp_scale = 0.0f;
+  int attn_temp_length = 0;  // positions per step of the temperature (> 0 when it is set)
 
   bool IsSlidingLayer(int layer) const {
     return sliding_window > 0 && layer < static_cast<int>(sliding_layers.size()) &&
@@ -94,6 +104,11 @@ struct ModelConfig {
 // Layer `layer`'s RoPE: the model's, or the base and scale its family gave the layer, with
 // YaRN's correction range for that base; `freq_factors` as ModelWeights::rope_freqs.
 RopeParams LayerRope(const ModelConfig& c, int layer, std::span<const float> freq_factors);
+
+// The factor attn_temp_scale multiplies the query of position `position` by, as llama.cpp's
+// llm_graph_input_attn_temp: log(floor(p / attn_temp_length) + 1) * attn_temp_scale + 1,
+// the log in double as there.
+float AttentionTemperature(const ModelConfig& c, int32_t position);
 
 // The shared keys, then the family's (ModelFamily::read_config).
 StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& family);

@@ -177,6 +177,13 @@ void ForwardBlocks::Attention(float query_scale, std::span<const float> sinks) {
     if (query_scale > 0.0f) {
       for (int64_t i = b * c_.q_dim(); i < e * c_.q_dim(); ++i) q_[i] *= query_scale;
     }
+    if (c_.attn_temp_scale != 0.0f) {
+      for (int64_t t = b; t < e; ++t) {
+        const float temperature = AttentionTemperature(c_, positions[t]);
+        float* q = q_.data() + t * c_.q_dim();
+        for (int i = 0; i < c_.q_dim(); ++i) q[i] *= temperature;
+      }
+    }
     ApplyRope(rope, positions.subspan(b, e - b), c_.n_kv_heads, k_.data() + b * c_.kv_dim());
     if (fuse()) store_kv(b, e);
   });

@@ -68,7 +68,9 @@ class ForwardBlocks {
   // sliding-window layer, scores soft-capped by attn_softcap): the attention output. Shows
   // Qraw, Kraw (before RoPE), Qcur, Kcur, Vcur and kqv_out. query_scale > 0: q is multiplied
   // by it after RoPE and the attention scales q·k by 1 (as the families whose graphs
-  // ggml_scale Qcur before build_attn: Gemma's, phi3); 0: by 1 / sqrt(head_dim). `sinks`: the
+  // ggml_scale Qcur before build_attn: Gemma's, phi3); 0: by 1 / sqrt(head_dim). Then, when
+  // the config sets attn_temp_scale (mistral3), each token's q is multiplied by its
+  // AttentionTemperature (Qcur shows q after both). `sinks`: the
   // layer's attention-sink logits, one per query head (gpt-oss), or none.
   void Attention(float query_scale = 0.0f, std::span<const float> sinks = {});
   // Block output = attention output times wo, plus `bias` unless empty (gpt-oss), shown as
