@@ -119,6 +119,11 @@ TEST(CudaGraphPlanTest, OtherFamiliesAndExpertsAreRefusedByName) {
   ASSERT_EQ(moe_family.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(moe_family.status().message().find("'qwen3moe'"), std::string::npos);
   EXPECT_NE(moe_family.status().message().find("use --device cpu"), std::string::npos);
+  // mistral3's attention temperature and the file's YaRN betas are not in the CUDA pass.
+  auto mistral3 = PlanCudaGraph(Config("mistral3", 2));
+  ASSERT_EQ(mistral3.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(mistral3.status().message().find("not 'mistral3': use --device cpu"),
+            std::string::npos);
   ModelConfig mixtral = Config("llama", 2);
   mixtral.experts.n_expert = 8;
   auto experts = PlanCudaGraph(mixtral);
