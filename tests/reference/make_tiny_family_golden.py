@@ -52,8 +52,13 @@ def golden_for(name):
         path = os.path.join(tmp, name + ".gguf")
         module.write(path)
         n_ctx = getattr(module, "N_CTX", CONTEXT)
+        # YaRN's betas -1: "from the model", llama.cpp's own default (llama_context_default_params,
+        # common.h), so that a file's rope.scaling.yarn_beta_* apply (mistral3) as in llama-cli
+        # and llama-server; llama-cpp-python's own defaults (32, 1) would override them. A file
+        # without them gets llama.cpp's 32 and 1 either way.
         llm = Llama(model_path=path, n_ctx=n_ctx, n_threads=1, n_batch=1, n_ubatch=1,
-                    logits_all=True, verbose=False, seed=0)
+                    logits_all=True, verbose=False, seed=0, yarn_beta_fast=-1.0,
+                    yarn_beta_slow=-1.0)
         prompts = []
         for prompt in getattr(module, "PROMPTS", PROMPTS):
             continuation, logits = greedy_token_by_token(llm, prompt, CONTINUATION)
@@ -71,7 +76,7 @@ def golden_for(name):
             "sha256": sha256(path),
             "llama_cpp_python_version": llama_cpp.__version__,
             "llama_cpp_run": "n_threads=1, n_batch=n_ubatch=1 (every token fed alone), "
-                             f"n_ctx={n_ctx}, flash attention off, f16 KV cache",
+                             f"n_ctx={n_ctx}, flash attention off, f16 KV cache, YaRN betas from the file",
             "note": "logits[i] are the logits after token i of prompt + continuation",
             "prompts": prompts,
         }
