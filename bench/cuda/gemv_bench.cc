@@ -7,8 +7,8 @@
 // timing) are not counted; the bytes are the device layout's (weight_upload.h).
 // Usage: tokenmill_cuda_gemv_bench MODEL.gguf [peak GB/s, default 4800 (H200)]
 //        tokenmill_cuda_gemv_bench --type q4_k [peak GB/s]: no model; 8 copies of random
-//        ffn_up and ffn_down matrices of that type (any GemvQ8_1 type: q4_0 q4_1 q8_0 q3_k q4_k
-//        q5_k q6_k iq4_xs), 270 MiB and more rotated for Q4_K.
+//        ffn_up and ffn_down matrices of that type (any GemvQ8_1 type: q4_0 q4_1 q8_0 q2_k q3_k
+//        q4_k q5_k q6_k iq4_xs), 270 MiB and more rotated for Q4_K.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -171,8 +171,8 @@ int main(int argc, char** argv) {
       }
     }
     if (!found) {
-      std::fprintf(stderr, "--type %s: not a type the GPU's GEMV takes (q4_0 q4_1 q8_0 q3_k q4_k "
-                   "q5_k q6_k iq4_xs)\n", argv[2]);
+      std::fprintf(stderr, "--type %s: not a type the GPU's GEMV takes (q4_0 q4_1 q8_0 q2_k q3_k "
+                   "q4_k q5_k q6_k iq4_xs)\n", argv[2]);
       return 2;
     }
   }

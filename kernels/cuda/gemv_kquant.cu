@@ -1,7 +1,8 @@
-// Decode GEMV over Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS weights (packed: mmvq_kquant_math.h),
-// gemv.cu's MMVQ design one sub-block a word: each lane reads a sub-block's 16-byte word of low nibbles
-// and its high bits and multiplies the 32 quants with the q8_1 activations of that 32-block by
-// __dp4a (KWordDot); a warp computes rows_per_warp rows for up to 8 tokens (PlanMmvq).
+// Decode GEMV over Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS weights (packed:
+// mmvq_kquant_math.h), gemv.cu's MMVQ design one sub-block a word: each lane reads a sub-block's
+// 16-byte word of low nibbles and its high bits and multiplies the 32 quants with the q8_1
+// activations of that 32-block by __dp4a (KWordDot; Q2_K's per-16 minimums KWordMinDot); a
+// warp computes rows_per_warp rows for up to 8 tokens (PlanMmvq).
 // KMmvqDot is the host emulation, bit for bit. GemvQ8_1 (gemv.cu) calls it.
 #include "kernels/cuda/gemv_kquant.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -65,15 +66,15 @@ __global__ void __launch_bounds__(kMmvqWarps * kWarp)
       const uint2 h = LoadHigh<kType>(row, high_at, s);
       const uint32_t high[2] = {h.x, h.y};
       float d_w, m_w;
-      int sub[2];
+      int sub[4];
       KWordScales(kType, row, w.cols, s, &d_w, &m_w, sub);
 #pragma unroll
       for (int tt = 0; tt < kTokens; ++tt) {
         if (tt >= n_t) break;
         const int32_t act[8] = {a[tt][0].x, a[tt][0].y, a[tt][0].z, a[tt][0].w,
                                 a[tt][1].x, a[tt][1].y, a[tt][1].z, a[tt][1].w};
-        acc[rr][tt] = KMmvqStep(kType, acc[rr][tt], KWordDot(kType, q, high, act, sub), d_w,
-                                m_w, ds[tt]);
+        acc[rr][tt] = KMmvqStep(kType, acc[rr][tt], KWordDot(kType, q, high, act, sub),
+                                KWordMinDot(kType, act, sub), d_w, m_w, ds[tt]);
       }
     }
   }
@@ -118,6 +119,7 @@ cudaError_t GemvKQuantQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n
                            cudaStream_t stream) {
   if (!IsKQuant(w.type) || w.cols % kKBlock != 0) return cudaErrorInvalidValue;
   if (n_tokens == 0 || w.rows == 0) return cudaSuccess;
+  if (w.type == kWQ2_K) return LaunchKMmvq<kWQ2_K>(w, x_q8, n_tokens, y, stream);
   if (w.type == kWQ3_K) return LaunchKMmvq<kWQ3_K>(w, x_q8, n_tokens, y, stream);
   if (w.type == kWQ4_K) return LaunchKMmvq<kWQ4_K>(w, x_q8, n_tokens, y, stream);
   if (w.type == kWQ5_K) return LaunchKMmvq<kWQ5_K>(w, x_q8, n_tokens, y, stream);

@@ -1,10 +1,10 @@
-// The decode GEMV's arithmetic for the 256-element Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS
-// (gemv_kquant.cu), written once for the device and the host, in mmvq_math.h's design: a device layout with each
-// 32-element sub-block's low quant nibbles in one 16-byte word (as a Q4_0 block), the high bits
-// and the scales unpacked at upload into what the kernel reads; q8_1 activations (mmvq_math.h,
-// one 32-block per sub-block); KMmvqDot, the host emulation of one (row, token) result bit for
-// bit (tests/kernels/cuda/mmvq_kquant_math_test.cc against the CPU kernels, cuda_kernels_test
-// against the GPU kernel).
+// The decode GEMV's arithmetic for the 256-element Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS
+// (gemv_kquant.cu), written once for the device and the host, in mmvq_math.h's design: a device
+// layout with each 32-element sub-block's low quant nibbles in one 16-byte word (as a Q4_0
+// block), the high bits and the scales unpacked at upload into what the kernel reads; q8_1
+// activations (mmvq_math.h, one 32-block per sub-block); KMmvqDot, the host emulation of one
+// (row, token) result bit for bit (tests/kernels/cuda/mmvq_kquant_math_test.cc against the CPU
+// kernels, cuda_kernels_test against the GPU kernel).
 #pragma once
 
 #include <cstdint>
@@ -14,13 +14,19 @@
 namespace tokenmill::cuda {
 
 // Type ids as TensorType numbers them (GGUF's ggml_type).
-enum KQuantTypeId : uint32_t { kWQ3_K = 11, kWQ4_K = 12, kWQ5_K = 13, kWQ6_K = 14, kWIQ4_XS = 23 };
+enum KQuantTypeId : uint32_t {
+  kWQ2_K = 10, kWQ3_K = 11, kWQ4_K = 12, kWQ5_K = 13, kWQ6_K = 14, kWIQ4_XS = 23
+};
 
 TM_HOST_DEVICE constexpr bool IsKQuant(uint32_t type) {
-  return type == kWQ3_K || type == kWQ4_K || type == kWQ5_K || type == kWQ6_K || type == kWIQ4_XS;
+  return type == kWQ2_K || type == kWQ3_K || type == kWQ4_K || type == kWQ5_K || type == kWQ6_K ||
+         type == kWIQ4_XS;
 }
-// Q4_K and Q5_K subtract a minimum per sub-block; Q3_K, Q6_K and IQ4_XS only scale.
+// Q4_K and Q5_K subtract a minimum per 32-element sub-block (a float m_w, times the q8_1 block's
+// d · Σq); Q2_K one per 16 elements (4-bit integers, on the integer sums of the activations:
+// KWordMinDot); Q3_K, Q6_K and IQ4_XS only scale.
 TM_HOST_DEVICE constexpr bool KHasMin(uint32_t type) { return type == kWQ4_K || type == kWQ5_K; }
+TM_HOST_DEVICE constexpr bool KHasMin16(uint32_t type) { return type == kWQ2_K; }
 
 // IQ4_XS's nibbles index ggml's kvalues_iq4nl (kernels/dequantize.h's kIq4NlLevels), here as
 // bytes of two constants so that device code needs no table in memory.
@@ -41,7 +47,8 @@ constexpr int kKWordBytes = 16;
 
 // Bytes of one GGUF block.
 TM_HOST_DEVICE constexpr int KBlockBytes(uint32_t type) {
-  return type == kWQ3_K   ? 110
+  return type == kWQ2_K   ? 84
+         : type == kWQ3_K ? 110
          : type == kWQ4_K ? 144
          : type == kWQ5_K ? 176
          : type == kWQ6_K ? 210
@@ -52,22 +59,25 @@ TM_HOST_DEVICE constexpr int KBlockBytes(uint32_t type) {
 
 // A packed row of S = cols / 32 sub-blocks and B = cols / 256 blocks, regions back to back:
 //   quants   S x 16 bytes: sub-block s's low nibbles, byte j = element j | element 16 + j << 4
-//            (Q3_K: its 3-bit quants + 4, whole)
+//            (Q3_K: its 3-bit quants + 4, whole; Q2_K: its 2-bit quants)
 //   high     S x 4 (Q5_K: the fifth bits) or S x 8 (Q6_K: the two high bits), in the order the
 //            kernel's 4-byte lanes take them (KHighBits)
 //   scales   Q4_K / Q5_K: S scale bytes then S minimum bytes (the 6-bit values unpacked);
 //            Q6_K, Q3_K: 2S int8 scales (one per 16 elements; Q3_K's minus 32); IQ4_XS: S int8
-//            scales (ls - 32)
-//   supers   B x (f16 d, f16 dmin) (Q4_K / Q5_K) or B x f16 d (Q3_K, Q6_K, IQ4_XS)
+//            scales (ls - 32); Q2_K: 2S bytes, the file's (scale | min << 4 of 16 elements)
+//   supers   B x (f16 d, f16 dmin) (Q4_K / Q5_K / Q2_K) or B x f16 d (Q3_K, Q6_K, IQ4_XS)
 // padded to 16 bytes. Q4_K: 148 bytes a block (GGUF 144), Q5_K 180 (176), Q6_K 210 (210),
 // IQ4_XS 138 (136), Q3_K 146 (110: a 4-bit word for 3-bit quants streams 1.33x the file's
-// bytes, the price of one word format). IQ4_XS's words hold level indices, which the kernel
+// bytes, the price of one word format), Q2_K 148 (84: 1.76x, as many as Q4_K; a 2-bit word
+// of its own would stream the file's 84). IQ4_XS's words hold level indices, which the kernel
 // looks up.
 TM_HOST_DEVICE constexpr int KHighBytes(uint32_t type) {
   return type == kWQ5_K ? 4 : type == kWQ6_K ? 8 : 0;
 }
 TM_HOST_DEVICE constexpr int KScaleBytes(uint32_t type) { return type == kWIQ4_XS ? 1 : 2; }
-TM_HOST_DEVICE constexpr int KSuperBytes(uint32_t type) { return KHasMin(type) ? 4 : 2; }
+TM_HOST_DEVICE constexpr int KSuperBytes(uint32_t type) {
+  return KHasMin(type) || KHasMin16(type) ? 4 : 2;
+}
 
 struct KRowLayout {
   int64_t high, scales, supers, bytes;  // offsets of the regions, and the padded row size
@@ -100,12 +110,24 @@ TM_HOST_DEVICE inline int KHighBitPosition(uint32_t type, int e, int* word) {
   return 8 * b + 4 * (k % 2) + 2 * half;
 }
 
-// The raw quants (unsigned: 4, 5 or 6 bits; Q3_K's + 4; IQ4_XS's level indices) of GGUF block
-// `in`, element e into q[e], and its sub-block scales: Q4_K / Q5_K scale[s] and min[s] (s < 8);
-// Q6_K scale[i] (int8, i < 16); Q3_K scale[i] = its 6-bit scale - 32 (i < 16); IQ4_XS scale[s]
-// = ls - 32.
+// The raw quants (unsigned: 2, 4, 5 or 6 bits; Q3_K's + 4; IQ4_XS's level indices) of GGUF
+// block `in`, element e into q[e], and its sub-block scales: Q4_K / Q5_K scale[s] and min[s]
+// (s < 8); Q6_K scale[i] (int8, i < 16); Q3_K scale[i] = its 6-bit scale - 32 (i < 16); Q2_K
+// scale[i] and min[i] (4 bits, i < 16); IQ4_XS scale[s] = ls - 32.
 TM_HOST_DEVICE inline void KUnpackBlock(uint32_t type, const uint8_t* in, uint8_t* q,
                                         int* scale, int* min) {
+  if (type == kWQ2_K) {  // scales[16], qs[64]: element 128n + 32j + l at bits 2j of qs[32n + l]
+    const uint8_t* qs = in + 16;
+    for (int e = 0; e < kKBlock; ++e) {
+      const int n = e / 128, j = (e % 128) / 32, l = e % 32;
+      q[e] = static_cast<uint8_t>((qs[32 * n + l] >> (2 * j)) & 3);
+    }
+    for (int i = 0; i < 16; ++i) {
+      scale[i] = in[i] & 0x0f;
+      min[i] = in[i] >> 4;
+    }
+    return;
+  }
   if (type == kWQ3_K) {
     const uint8_t* hmask = in;
     const uint8_t* qs = in + 32;
@@ -178,7 +200,7 @@ TM_HOST_DEVICE inline void KPackRow(uint32_t type, const uint8_t* gguf, int64_t 
   for (int64_t blk = 0; blk < cols / kKBlock; ++blk) {
     const uint8_t* in = gguf + blk * KBlockBytes(type);
     uint8_t q[kKBlock];
-    int scale[16], min[8];
+    int scale[16], min[16];
     KUnpackBlock(type, in, q, scale, min);
     for (int s = 0; s < 8; ++s) {
       const int64_t sub = blk * 8 + s;
@@ -198,6 +220,11 @@ TM_HOST_DEVICE inline void KPackRow(uint32_t type, const uint8_t* gguf, int64_t 
       if (type == kWQ6_K || type == kWQ3_K) {
         packed[L.scales + 2 * sub] = static_cast<uint8_t>(scale[2 * s]);
         packed[L.scales + 2 * sub + 1] = static_cast<uint8_t>(scale[2 * s + 1]);
+      } else if (type == kWQ2_K) {
+        for (int h = 0; h < 2; ++h) {
+          packed[L.scales + 2 * sub + h] =
+              static_cast<uint8_t>(scale[2 * s + h] | (min[2 * s + h] << 4));
+        }
       } else if (type == kWIQ4_XS) {
         packed[L.scales + sub] = static_cast<uint8_t>(scale[s]);
       } else {
@@ -205,7 +232,7 @@ TM_HOST_DEVICE inline void KPackRow(uint32_t type, const uint8_t* gguf, int64_t 
         packed[L.scales + subs + sub] = static_cast<uint8_t>(min[s]);
       }
     }
-    const int d_at = type == kWQ6_K ? 208 : type == kWQ3_K ? 108 : 0;
+    const int d_at = type == kWQ6_K ? 208 : type == kWQ3_K ? 108 : type == kWQ2_K ? 80 : 0;
     for (int i = 0; i < KSuperBytes(type); ++i) {
       packed[L.supers + blk * KSuperBytes(type) + i] = in[d_at + i];
     }
@@ -220,7 +247,7 @@ TM_HOST_DEVICE inline int KWordQuant(uint32_t type, const uint8_t* row, int64_t 
                                      int k) {
   const uint8_t* word = row + s * kKWordBytes;
   int q = k < 16 ? (word[k] & 0x0f) : (word[k - 16] >> 4);
-  if (type == kWQ4_K) return q;
+  if (type == kWQ4_K || type == kWQ2_K) return q;
   if (type == kWQ3_K) return q - 4;
   if (type == kWIQ4_XS) return Iq4NlLevel(q);
   int u32;
@@ -230,15 +257,27 @@ TM_HOST_DEVICE inline int KWordQuant(uint32_t type, const uint8_t* row, int64_t 
   return type == kWQ5_K ? (q | ((h & 1) << 4)) : (q | ((h & 3) << 4)) - 32;
 }
 
-// Sub-block s's scales as the kernel applies them. Q4_K / Q5_K: the float d · scale (exact: an
-// f16 times 6 bits) and dmin · min; *sub_scale 1 for both halves. Q6_K: d, and the int8 scale of
-// each half of 16 (sub_scale[0], [1]), applied to the integer sums (Q3_K alike); IQ4_XS: d, its
-// scale twice.
+// Sub-block s's scales as the kernel applies them (sub_scale holds 4 ints). Q4_K / Q5_K: the
+// float d · scale (exact: an f16 times 6 bits) and dmin · min; sub_scale[0], [1] 1 for both
+// halves. Q6_K: d, and the int8 scale of each half of 16 (sub_scale[0], [1]), applied to the
+// integer sums (Q3_K alike); IQ4_XS: d, its scale twice. Q2_K: d and dmin, the 4-bit scales of
+// the halves in sub_scale[0], [1] and their minimums in sub_scale[2], [3]. sub_scale[2], [3]
+// are 0 for the other types.
 TM_HOST_DEVICE inline void KWordScales(uint32_t type, const uint8_t* row, int64_t cols, int64_t s,
                                        float* d_w, float* m_w, int* sub_scale) {
   const KRowLayout L = KLayoutOf(type, cols);
   const uint8_t* super = row + L.supers + s / 8 * KSuperBytes(type);
   const float d = HalfBitsToFloat(LoadU16(super));
+  sub_scale[2] = sub_scale[3] = 0;
+  if (type == kWQ2_K) {
+    *d_w = d;
+    *m_w = HalfBitsToFloat(LoadU16(super + 2));
+    for (int h = 0; h < 2; ++h) {
+      sub_scale[h] = row[L.scales + 2 * s + h] & 0x0f;
+      sub_scale[2 + h] = row[L.scales + 2 * s + h] >> 4;
+    }
+    return;
+  }
   if (type == kWQ6_K || type == kWQ3_K) {
     *d_w = d;
     *m_w = 0.0f;
@@ -259,15 +298,18 @@ TM_HOST_DEVICE inline void KWordScales(uint32_t type, const uint8_t* row, int64_
 
 // Element i of a packed row, as the reference dequantization (kernels/dequantize_k_quants.cc)
 // of the GGUF row computes it: (d · scale) · q - dmin · min, (d · scale) · (q - 32) or
-// (d · scale) · level.
+// (d · scale) · level (Q2_K: (d · scale) · q - (dmin · min), each product exact).
 TM_HOST_DEVICE inline float KPackedElement(uint32_t type, const uint8_t* row, int64_t cols,
                                            int64_t i) {
   const int64_t s = i / kKSub;
   const int k = static_cast<int>(i % kKSub);
   float d_w, m_w;
-  int sub[2];
+  int sub[4];
   KWordScales(type, row, cols, s, &d_w, &m_w, sub);
   const float q = static_cast<float>(KWordQuant(type, row, cols, s, k));
+  if (KHasMin16(type)) {
+    return d_w * static_cast<float>(sub[k / 16]) * q - m_w * static_cast<float>(sub[2 + k / 16]);
+  }
   if (!KHasMin(type)) return d_w * static_cast<float>(sub[k / 16]) * q;
   return d_w * q - m_w;
 }
@@ -275,13 +317,16 @@ TM_HOST_DEVICE inline float KPackedElement(uint32_t type, const uint8_t* row, in
 // ---- the dot product -----------------------------------------------------------------------
 
 // As mmvq_math.h's MmvqDot, a sub-block a word: word s to lane s % 32, each lane folding its
-// words in order: sumi = Σ q_w q_a over the 32 elements (Q6_K: scale_0 · Σ over the first 16 +
-// scale_1 · Σ over the last 16, IQ4_XS: scale · Σ; all exact integers, |sumi| < 2^24), acc =
-// fma(d_w · d_a, sumi, acc), and for Q4_K / Q5_K then acc = fma(-m_w, d_a · Σq_a, acc);
+// words in order: sumi = Σ q_w q_a over the 32 elements (Q6_K, Q3_K, Q2_K: scale_0 · Σ over the
+// first 16 + scale_1 · Σ over the last 16, IQ4_XS: scale · Σ; all exact integers, |sumi| <
+// 2^24), acc = fma(d_w · d_a, sumi, acc), and for Q4_K / Q5_K then acc = fma(-m_w, d_a · Σq_a,
+// acc); for Q2_K then acc = fma(-(dmin · d_a), summ, acc), summ = min_0 · Σ q_a over the first
+// 16 + min_1 · Σ over the last 16 (KWordMinDot; d_w · d_a and dmin · d_a are exact: two f16s).
 // WarpSum's butterfly after.
-TM_HOST_DEVICE inline float KMmvqStep(uint32_t type, float acc, int32_t sumi, float d_w,
-                                      float m_w, const float* ds) {
+TM_HOST_DEVICE inline float KMmvqStep(uint32_t type, float acc, int32_t sumi, int32_t summ,
+                                      float d_w, float m_w, const float* ds) {
   acc = MulAdd(d_w * ds[0], static_cast<float>(sumi), acc);
+  if (KHasMin16(type)) return MulAdd(-(m_w * ds[0]), static_cast<float>(summ), acc);
   return KHasMin(type) ? MulAdd(-m_w, ds[1], acc) : acc;
 }
 
@@ -364,6 +409,21 @@ TM_HOST_DEVICE inline int32_t KWordDot(uint32_t type, const uint32_t* q, const u
   return sub[0] * s0 + sub[1] * s1;
 }
 
+// Q2_K's minimum sum of sub-block s as the kernel takes it: min_0 · Σ q_a over elements 0..15 +
+// min_1 · Σ over 16..31 (sub[2], sub[3] from KWordScales); 0 for the other types.
+TM_HOST_DEVICE inline int32_t KWordMinDot(uint32_t type, const int32_t* act, const int* sub) {
+  if (!KHasMin16(type)) return 0;
+  int32_t s0 = 0, s1 = 0;
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+  for (int k = 0; k < 4; ++k) {
+    s0 = Dp4a(0x01010101u, static_cast<uint32_t>(act[k]), s0);
+    s1 = Dp4a(0x01010101u, static_cast<uint32_t>(act[4 + k]), s1);
+  }
+  return sub[2] * s0 + sub[3] * s1;
+}
+
 constexpr int kKMmvqLanes = 32;
 
 // y for one packed row and one token's q8_1 activations, exactly as the GPU kernel computes it.
@@ -376,14 +436,16 @@ inline float KMmvqDot(uint32_t type, const uint8_t* row, const uint8_t* x_q8, in
     float acc = 0.0f;
     for (int64_t s = l; s < subs; s += kKMmvqLanes) {
       float d_w, m_w;
-      int sub[2];
+      int sub[4];
       KWordScales(type, row, cols, s, &d_w, &m_w, sub);
-      int32_t half_sums[2] = {0, 0};
+      int32_t half_sums[2] = {0, 0}, half_acts[2] = {0, 0};
       for (int k = 0; k < kKSub; ++k) {
         half_sums[k / 16] += KWordQuant(type, row, cols, s, k) * qa[s * kKSub + k];
+        half_acts[k / 16] += qa[s * kKSub + k];
       }
       const int32_t sumi = sub[0] * half_sums[0] + sub[1] * half_sums[1];
-      acc = KMmvqStep(type, acc, sumi, d_w, m_w, ds + 2 * s);
+      const int32_t summ = sub[2] * half_acts[0] + sub[3] * half_acts[1];
+      acc = KMmvqStep(type, acc, sumi, summ, d_w, m_w, ds + 2 * s);
     }
     lane[l] = acc;
   }

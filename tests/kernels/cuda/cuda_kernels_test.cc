@@ -98,6 +98,7 @@ std::vector<uint8_t> RandomWeights(TensorType type, int64_t rows, int64_t cols, 
       case TensorType::kBF16:
         put(at, static_cast<uint16_t>(std::bit_cast<uint32_t>(value(rng)) >> 16));
         break;
+      case TensorType::kQ2_K:
       case TensorType::kQ3_K:
       case TensorType::kQ4_K:
       case TensorType::kQ5_K:
@@ -119,10 +120,10 @@ class GemvTest : public CudaKernelsTest, public ::testing::WithParamInterface<Te
 
 // Quantized weights: the device's q8_1 activations equal the CPU's QuantizeActivations, and
 // every (token, row) of GemvQ8_1 equals MmvqDot (mmvq_math.h; KMmvqDot of mmvq_kquant_math.h
-// for Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS) bit for bit, for batches of 1..11 tokens (every pass
-// shape of PlanMmvq, so also batch-invariant). 37 blocks a row (the 256-blocks: 5, so 40
-// sub-blocks): lanes with two words and without, rows padded to 16 bytes; 67 rows: a warp's
-// second row past the end.
+// for Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS) bit for bit, for batches of 1..11 tokens
+// (every pass shape of PlanMmvq, so also batch-invariant). 37 blocks a row (the 256-blocks: 5,
+// so 40 sub-blocks): lanes with two words and without, rows padded to 16 bytes; 67 rows: a
+// warp's second row past the end.
 // Float weights: within 1e-4 of the reference, and batch-invariant.
 TEST_P(GemvTest, EqualsItsEmulationAndIsBatchInvariant) {
   const TensorType type = GetParam();
@@ -231,7 +232,8 @@ TEST_P(GemvTest, EqualsItsEmulationAndIsBatchInvariant) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, GemvTest,
                          ::testing::Values(TensorType::kF32, TensorType::kF16, TensorType::kBF16,
                                            TensorType::kQ4_0, TensorType::kQ4_1,
-                                           TensorType::kQ8_0, TensorType::kQ3_K, TensorType::kQ4_K,
+                                           TensorType::kQ8_0, TensorType::kQ2_K,
+                                           TensorType::kQ3_K, TensorType::kQ4_K,
                                            TensorType::kQ5_K, TensorType::kQ6_K,
                                            TensorType::kIQ4_XS),
                          [](const ::testing::TestParamInfo<TensorType>& type) {

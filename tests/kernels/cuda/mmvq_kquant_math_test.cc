@@ -2,8 +2,9 @@
 // packed layout against the reference dequantization, and KMmvqDot (the emulation of the GPU
 // kernel) against the exact value of its own terms and against the CPU's Matmul (Q8_K
 // activations) within a derived bound. Random blocks, and llama.cpp's own blocks: the rows of
-// the Gemma 3 270M Q4_K_M file's Q4_K and Q6_K tensors (skipped when models/ lacks it). No GPU
-// needed (cuda_kernels_test checks KMmvqDot against the kernel).
+// the Gemma 3 270M Q4_K_M file's Q4_K and Q6_K tensors and of the requantized SmolLM2 Q2_K
+// file's Q2_K ffn_down (skipped when models/ lacks them). No GPU needed (cuda_kernels_test
+// checks KMmvqDot against the kernel).
 #include "kernels/cuda/mmvq_kquant_math.h"
 
 #include <gtest/gtest.h>
@@ -52,10 +53,10 @@ Rows RandomRows(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) 
   return r;
 }
 
-// Up to `rows` rows of the first tensor of `type` in the Gemma 3 270M Q4_K_M file: blocks as
+// Up to `rows` rows of the first tensor of `type` in `stem`.gguf under models/: blocks as
 // llama.cpp's quantizer shapes them. Empty when the file is not there.
-Rows FileRows(TensorType type, int64_t rows) {
-  const std::string path = std::string(TOKENMILL_MODELS_DIR) + "/gemma-3-270m-q4_k_m.gguf";
+Rows FileRows(const std::string& stem, TensorType type, int64_t rows) {
+  const std::string path = std::string(TOKENMILL_MODELS_DIR) + "/" + stem + ".gguf";
   StatusOr<GgufFile> file = GgufFile::Open(path);
   if (!file.ok()) return {};
   for (const GgufTensor& t : file->tensors()) {
@@ -64,7 +65,7 @@ Rows FileRows(TensorType type, int64_t rows) {
     const int64_t n = std::min(rows, t.num_elements / cols);
     const int64_t bytes = n * cols / kKBlock * KBlockBytes(static_cast<uint32_t>(type));
     return Rows{std::vector<uint8_t>(t.data, t.data + bytes), n, cols,
-                "gemma-3-270m-q4_k_m " + std::string(t.name)};
+                stem + " " + std::string(t.name)};
   }
   return {};
 }
@@ -101,12 +102,17 @@ class KQuantMathTest : public ::testing::TestWithParam<TensorType> {
     for (const int64_t cols : {256, 1280, 4096, 14336}) {
       cases.push_back(RandomRows(GetParam(), 5, cols, rng));
     }
-    Rows real = FileRows(GetParam(), 6);  // the file holds Q4_K and Q6_K
+    // Gemma's file holds Q4_K and Q6_K; the requantized SmolLM2 Q2_K file's ffn_down (1536
+    // columns) is Q2_K (its 576-column tensors fell back to Q4_0).
+    const bool q2_k = GetParam() == TensorType::kQ2_K;
+    const std::string stem = q2_k ? "requantized/SmolLM2-135M-Instruct.Q2_K"
+                                  : "gemma-3-270m-q4_k_m";
+    Rows real = FileRows(stem, GetParam(), 6);
     if (real.rows > 0) {
       cases.push_back(std::move(real));
-    } else if (GetParam() == TensorType::kQ4_K || GetParam() == TensorType::kQ6_K) {
-      std::cout << "[ note ] no gemma-3-270m-q4_k_m.gguf in " << TOKENMILL_MODELS_DIR
-                << ": random blocks only\n";
+    } else if (q2_k || GetParam() == TensorType::kQ4_K || GetParam() == TensorType::kQ6_K) {
+      std::cout << "[ note ] no " << stem << ".gguf in " << TOKENMILL_MODELS_DIR
+                << " (scripts/setup makes it): random blocks only\n";
     }
     return cases;
   }
@@ -131,13 +137,13 @@ TEST_P(KQuantMathTest, PackedRowsHoldTheReferenceElements) {
             << r.what << " row " << i << " col " << c;
         ASSERT_EQ(DeviceElement(id, row, r.cols, c), want[static_cast<size_t>(c)]);
         float d_w, m_w;
-        int sub[2];
+        int sub[4];
         KWordScales(id, row, r.cols, c / kKSub, &d_w, &m_w, sub);
         const int k = static_cast<int>(c % kKSub);
         const int q = KWordQuant(id, row, r.cols, c / kKSub, k);
-        const float mine = KHasMin(id)
-                               ? d_w * static_cast<float>(q) - m_w
-                               : d_w * static_cast<float>(sub[k / 16]) * static_cast<float>(q);
+        float mine = KHasMin(id) ? d_w * static_cast<float>(q) - m_w
+                                 : d_w * static_cast<float>(sub[k / 16]) * static_cast<float>(q);
+        if (KHasMin16(id)) mine -= m_w * static_cast<float>(sub[2 + k / 16]);
         ASSERT_EQ(mine, want[static_cast<size_t>(c)]) << r.what << " word " << c / kKSub;
       }
     }
@@ -146,8 +152,9 @@ TEST_P(KQuantMathTest, PackedRowsHoldTheReferenceElements) {
 
 // The kernel's word dot product (its bit tricks: the high bits ORed into the bytes, Q6_K's
 // offset, IQ4_XS's level lookup, through the host stand-ins of __dp4a, __vsub4, __byte_perm)
-// equals the sum of KWordQuant's quants times the activations, on every sub-block, against
-// random activations of every magnitude.
+// equals the sum of KWordQuant's quants times the activations, and KWordMinDot Q2_K's
+// minimums times the activations (0 for the others), on every sub-block, against random
+// activations of every magnitude.
 TEST_P(KQuantMathTest, WordDotEqualsTheElementSums) {
   const uint32_t id = static_cast<uint32_t>(GetParam());
   std::mt19937 rng(3);
@@ -166,21 +173,24 @@ TEST_P(KQuantMathTest, WordDotEqualsTheElementSums) {
         std::memcpy(high, row + L.high + s * KHighBytes(id), static_cast<size_t>(KHighBytes(id)));
         std::memcpy(act, qa, sizeof act);
         float d_w, m_w;
-        int sub[2];
+        int sub[4];
         KWordScales(id, row, r.cols, s, &d_w, &m_w, sub);
-        int32_t want = 0;
+        int32_t want = 0, want_min = 0;
         for (int k = 0; k < kKSub; ++k) {
           want += sub[k / 16] * KWordQuant(id, row, r.cols, s, k) * qa[k];
+          want_min += sub[2 + k / 16] * qa[k];
         }
         ASSERT_EQ(KWordDot(id, q, high, act, sub), want) << r.what << " row " << i << " word " << s;
+        ASSERT_EQ(KWordMinDot(id, act, sub), want_min) << r.what << " row " << i << " word " << s;
       }
     }
   }
 }
 
-// The exact weights of a GGUF row (d · scale · q - dmin · min, d · scale · (q - 32),
-// d · scale · (q - 4) or d · scale · level: exact in double), from the file's bytes alone, in
-// the two parts whose magnitudes the CPU's two sums take their terms from.
+// The exact weights of a GGUF row (d · scale · q - dmin · min, per 32 or (Q2_K) 16 elements,
+// d · scale · (q - 32), d · scale · (q - 4) or d · scale · level: exact in double), from the
+// file's bytes alone, in the two parts whose magnitudes the CPU's two sums take their terms
+// from.
 struct ExactWeight {
   double part, min_part;  // the weight is part - min_part
 };
@@ -189,11 +199,14 @@ std::vector<ExactWeight> ExactWeights(uint32_t type, const uint8_t* gguf, int64_
   for (int64_t blk = 0; blk < cols / kKBlock; ++blk) {
     const uint8_t* in = gguf + blk * KBlockBytes(type);
     uint8_t q[kKBlock];
-    int scale[16], min[8];
+    int scale[16], min[16];
     KUnpackBlock(type, in, q, scale, min);
     for (int e = 0; e < kKBlock; ++e) {
       ExactWeight v;
-      if (type == kWQ6_K) {
+      if (type == kWQ2_K) {
+        v = ExactWeight{double{HalfToFloat(LoadU16(in + 80))} * scale[e / 16] * q[e],
+                        double{HalfToFloat(LoadU16(in + 82))} * min[e / 16]};
+      } else if (type == kWQ6_K) {
         v = ExactWeight{double{HalfToFloat(LoadU16(in + 208))} * scale[e / 16] * (q[e] - 32), 0.0};
       } else if (type == kWQ3_K) {
         v = ExactWeight{double{HalfToFloat(LoadU16(in + 108))} * scale[e / 16] * (q[e] - 4), 0.0};
@@ -212,7 +225,8 @@ std::vector<ExactWeight> ExactWeights(uint32_t type, const uint8_t* gguf, int64_
 double Gamma(double n) { return n * 0x1p-24 / (1.0 - n * 0x1p-24); }
 
 // What KMmvqDot adds: per word the exact term d_w · d_a · sumi (the product of an f16, 6 bits,
-// an f16-rounded d_a and an integer under 2^24: exact in double) and -m_w · (d_a Σq_a)_f16.
+// an f16-rounded d_a and an integer under 2^24: exact in double) and -m_w · (d_a Σq_a)_f16
+// (Q2_K: -dmin · d_a · summ, exact likewise).
 // E1 = their exact sum, T1 = Σ of their |values|. A lane's chain has 1 rounding of d_w · d_a,
 // 2 fmas a word and 5 butterfly adds: n1 = 2 ceil(S / 32) + 6 for S sub-blocks, so
 // |KMmvqDot - E1| <= gamma(n1) T1.
@@ -220,7 +234,8 @@ double Gamma(double n) { return n * 0x1p-24 / (1.0 - n * 0x1p-24); }
 // The CPU adds, per 256-block and lane, (d_a · d)_f32 · Σ sc q q_a and (-d_a · dmin)_f32 ·
 // Σ min Σq_a over its Q8_K activations (one scale a 256-block): exact sum EK = Σ_e w_e ·
 // d_a · q_a (w_e exact); its chains: a rounded product, one fma a block, then 3 lane adds and
-// 3 for the minimum lanes and the total: nK = B + 8 for B blocks; its terms' |values| are at
+// 3 for the minimum lanes and the total: nK = B + 8 for B blocks (Q2_K: the minimum and the
+// scale fmas into the same 8 lanes, 2 a block: nK = 2B + 8); its terms' |values| are at
 // most TK = Σ_e |d · sc · q · d_a q_a| + Σ_sub |dmin · min · d_a Σq_a|.
 // So |KMmvqDot - CPU| <= gamma(n1) T1 + gamma(nK) TK + |E1 - EK|, the last the one difference
 // that is not rounding: the two quantizations of the activations (computed exactly, in double,
@@ -244,7 +259,7 @@ TEST_P(KQuantMathTest, DotIsWithinTheRoundingBoundOfItsTermsAndOfTheCpuMatmul) {
       Matmul(CpuContext{&KernelTable(isa)}, w, x.data(), n_tokens, cpu.data());
       std::vector<Q8KActivationBlock> xk(static_cast<size_t>(cols / kKBlock));
       const double n1 = 2.0 * static_cast<double>(CeilDiv(subs, 32)) + 6.0;
-      const double nk = static_cast<double>(cols / kKBlock) + 8.0;
+      const double nk = static_cast<double>((KHasMin16(id) ? 2 : 1) * (cols / kKBlock)) + 8.0;
       for (int64_t t = 0; t < n_tokens; ++t) {
         QuantizeActivationsQ8K(x.data() + t * cols, cols, xk.data());
         const uint8_t* token = x_q8.data() + t * Q8_1TokenBytes(cols);
@@ -255,14 +270,17 @@ TEST_P(KQuantMathTest, DotIsWithinTheRoundingBoundOfItsTermsAndOfTheCpuMatmul) {
           double e1 = 0, t1 = 0;
           for (int64_t s = 0; s < subs; ++s) {
             float d_w, m_w;
-            int sub[2];
+            int sub[4];
             KWordScales(id, row, cols, s, &d_w, &m_w, sub);
-            int64_t sumi = 0;
+            int64_t sumi = 0, summ = 0;
             for (int k = 0; k < kKSub; ++k) {
               sumi += int64_t{sub[k / 16]} * KWordQuant(id, row, cols, s, k) * qa[s * kKSub + k];
+              summ += int64_t{sub[2 + k / 16]} * qa[s * kKSub + k];
             }
             const double term = double{d_w} * ds[2 * s] * static_cast<double>(sumi);
-            const double min_term = -double{m_w} * ds[2 * s + 1];
+            const double min_term = KHasMin16(id)
+                                        ? -double{m_w} * ds[2 * s] * static_cast<double>(summ)
+                                        : -double{m_w} * ds[2 * s + 1];
             e1 += term + min_term;
             t1 += std::fabs(term) + std::fabs(min_term);
           }
@@ -278,7 +296,11 @@ TEST_P(KQuantMathTest, DotIsWithinTheRoundingBoundOfItsTermsAndOfTheCpuMatmul) {
             ek += (we.part - we.min_part) * a;
             tk += (std::fabs(we.part) + std::fabs(we.min_part)) * std::fabs(a);
             e1_file += we.part * ds[2 * (c / kKSub)] * qa[c];
-            if (c % kKSub == 0) e1_file -= we.min_part * ds[2 * (c / kKSub) + 1];
+            if (KHasMin16(id)) {
+              e1_file -= we.min_part * ds[2 * (c / kKSub)] * qa[c];
+            } else if (c % kKSub == 0) {
+              e1_file -= we.min_part * ds[2 * (c / kKSub) + 1];
+            }
           }
           const float got = KMmvqDot(id, row, token, cols);
           const double slack = 0x1p-50 * (t1 + tk);
@@ -296,9 +318,9 @@ TEST_P(KQuantMathTest, DotIsWithinTheRoundingBoundOfItsTermsAndOfTheCpuMatmul) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KQuants, KQuantMathTest,
-                         ::testing::Values(TensorType::kQ3_K, TensorType::kQ4_K,
-                                           TensorType::kQ5_K, TensorType::kQ6_K,
-                                           TensorType::kIQ4_XS),
+                         ::testing::Values(TensorType::kQ2_K, TensorType::kQ3_K,
+                                           TensorType::kQ4_K, TensorType::kQ5_K,
+                                           TensorType::kQ6_K, TensorType::kIQ4_XS),
                          [](const ::testing::TestParamInfo<TensorType>& type) {
                            return std::string(NameOf(type.param));
                          });
