@@ -1,7 +1,8 @@
 // Matrix-vector products for decode (Matmul of kernels/cpu/matmul.h). Quantized weights
-// (Q4_0 / Q4_1 / Q8_0, packed: mmvq_math.h) in llama.cpp's MMVQ style: activations quantized to
-// q8_1 as the CPU quantizes them, each lane reading 16-byte words of weights and multiplying
-// them by __dp4a, a warp computing rows_per_warp rows for up to 8 tokens (PlanMmvq), so a word
+// (Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL, packed: mmvq_math.h) in llama.cpp's MMVQ style:
+// activations quantized to q8_1 as the CPU quantizes them, each lane reading 16-byte words of
+// weights, turning them into int8 quants with a few bit operations and multiplying them by
+// __dp4a, a warp computing rows_per_warp rows for up to 8 tokens (PlanMmvq), so a word
 // is read once per pass; MmvqDot is the host emulation, bit for bit. Float weights (f32, f16,
 // bf16): one warp per row with float activations. Every (token, row) sum has the same order
 // whatever the batch.
@@ -29,10 +30,12 @@ __global__ void QuantizeQ8_1Kernel(const float* x, int64_t n_tokens, int64_t col
   }
 }
 
-// Σ q_w q_a over one 16-byte word of weights and its activations (a: 2 words for a Q4 block, 1
-// for half a Q8_0 block); Q4_0's nibbles minus 8 per byte, so the sums stay exact integers.
+// Σ q_w q_a over one 16-byte word of weights and its activations (a: 2 words for a 4- or 5-bit
+// block, 1 for half a Q8_0 block), with each int of the word turned into int8 quants: Q4_0's
+// nibbles minus 8 per byte, Q5_x's with their fifth bits (FiveBitQuants), IQ4_NL's levels
+// (Iq4NlQuants); the sums stay exact integers.
 template <uint32_t kType>
-__device__ int32_t WordDot(const int4 w, const int4* a) {
+__device__ int32_t WordDot(const int4 w, uint32_t fifth, const int4* a) {
   const int wv[4] = {w.x, w.y, w.z, w.w};
   if constexpr (kType == kWQ8_0) {
     const int av[4] = {a[0].x, a[0].y, a[0].z, a[0].w};
@@ -43,13 +46,23 @@ __device__ int32_t WordDot(const int4 w, const int4* a) {
   } else {
     const int lo[4] = {a[0].x, a[0].y, a[0].z, a[0].w};
     const int hi[4] = {a[1].x, a[1].y, a[1].z, a[1].w};
-    const unsigned offset = kType == kWQ4_0 ? 0x08080808u : 0u;
     int32_t sum = 0;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const unsigned bits = static_cast<unsigned>(wv[k]);
-      sum = __dp4a(static_cast<int>(__vsub4(bits & 0x0f0f0f0fu, offset)), lo[k], sum);
-      sum = __dp4a(static_cast<int>(__vsub4((bits >> 4) & 0x0f0f0f0fu, offset)), hi[k], sum);
+      unsigned q_lo, q_hi;
+      if constexpr (HasFifthBits(kType)) {
+        q_lo = FiveBitQuants(kType, bits, fifth, k, false);
+        q_hi = FiveBitQuants(kType, bits, fifth, k, true);
+      } else if constexpr (kType == kWIQ4_NL) {
+        Iq4NlQuants(bits, &q_lo, &q_hi);
+      } else {
+        const unsigned offset = kType == kWQ4_0 ? 0x08080808u : 0u;
+        q_lo = __vsub4(bits & 0x0f0f0f0fu, offset);
+        q_hi = __vsub4((bits >> 4) & 0x0f0f0f0fu, offset);
+      }
+      sum = __dp4a(static_cast<int>(q_lo), lo[k], sum);
+      sum = __dp4a(static_cast<int>(q_hi), hi[k], sum);
     }
     return sum;
   }
@@ -94,12 +107,13 @@ __global__ void __launch_bounds__(kMmvqWarps * kWarp)
       if (r0 + rr >= w.rows) break;
       const uint8_t* row = w.data + (r0 + rr) * w.row_bytes;
       const int4 q = reinterpret_cast<const int4*>(row)[wd];
+      const uint32_t fifth = HasFifthBits(kType) ? PackedFifthBits(kType, row, w.cols, wd) : 0u;
       float d, m;
       WordScales(kType, row, w.cols, wd, &d, &m);
 #pragma unroll
       for (int tt = 0; tt < kTokens; ++tt) {
         if (tt >= n_t) break;
-        acc[rr][tt] = MmvqStep(kType, acc[rr][tt], WordDot<kType>(q, a[tt]), d, m, ds[tt]);
+        acc[rr][tt] = MmvqStep(kType, acc[rr][tt], WordDot<kType>(q, fifth, a[tt]), d, m, ds[tt]);
       }
     }
   }
@@ -195,6 +209,9 @@ cudaError_t GemvQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_token
   if (n_tokens == 0 || w.rows == 0) return cudaSuccess;
   if (w.type == kWQ4_0) return LaunchMmvq<kWQ4_0>(w, x_q8, n_tokens, y, stream);
   if (w.type == kWQ4_1) return LaunchMmvq<kWQ4_1>(w, x_q8, n_tokens, y, stream);
+  if (w.type == kWQ5_0) return LaunchMmvq<kWQ5_0>(w, x_q8, n_tokens, y, stream);
+  if (w.type == kWQ5_1) return LaunchMmvq<kWQ5_1>(w, x_q8, n_tokens, y, stream);
+  if (w.type == kWIQ4_NL) return LaunchMmvq<kWIQ4_NL>(w, x_q8, n_tokens, y, stream);
   return LaunchMmvq<kWQ8_0>(w, x_q8, n_tokens, y, stream);
 }
 

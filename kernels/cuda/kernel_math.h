@@ -61,46 +61,110 @@ TM_HOST_DEVICE inline uint16_t LoadU16(const uint8_t* p) {
 
 // Type ids as TensorType numbers them (GGUF's ggml_type); kept as ints so device code needs
 // no host headers.
-enum WeightTypeId : uint32_t { kWF32 = 0, kWF16 = 1, kWQ4_0 = 2, kWQ4_1 = 3, kWQ8_0 = 8, kWBF16 = 30 };
+enum WeightTypeId : uint32_t {
+  kWF32 = 0,
+  kWF16 = 1,
+  kWQ4_0 = 2,
+  kWQ4_1 = 3,
+  kWQ5_0 = 6,
+  kWQ5_1 = 7,
+  kWQ8_0 = 8,
+  kWIQ4_NL = 20,
+  kWBF16 = 30
+};
 
-constexpr int kQuantBlock = 32;  // elements per Q4_0 / Q4_1 / Q8_0 block
+constexpr int kQuantBlock = 32;  // elements per block of the quantized types below
 
 TM_HOST_DEVICE constexpr bool IsQuantized(uint32_t type) {
-  return type == kWQ4_0 || type == kWQ4_1 || type == kWQ8_0;
+  return type == kWQ4_0 || type == kWQ4_1 || type == kWQ8_0 || type == kWQ5_0 ||
+         type == kWQ5_1 || type == kWIQ4_NL;
+}
+// Q4_1 and Q5_1 carry a minimum (x = d q + m); Q5_0 and Q5_1 a fifth bit per quant.
+TM_HOST_DEVICE constexpr bool HasMin(uint32_t type) { return type == kWQ4_1 || type == kWQ5_1; }
+TM_HOST_DEVICE constexpr bool HasFifthBits(uint32_t type) {
+  return type == kWQ5_0 || type == kWQ5_1;
 }
 
 // Bytes of one Q block, or of one element for the float types.
 TM_HOST_DEVICE constexpr int UnitBytes(uint32_t type) {
-  return type == kWQ4_0 ? 18 : type == kWQ4_1 ? 20 : type == kWQ8_0 ? 34 : type == kWF32 ? 4 : 2;
+  switch (type) {
+    case kWQ4_0: case kWIQ4_NL: return 18;
+    case kWQ4_1: return 20;
+    case kWQ5_0: return 22;
+    case kWQ5_1: return 24;
+    case kWQ8_0: return 34;
+    case kWF32: return 4;
+    default: return 2;
+  }
 }
 
-// Element j (< 32) of a Q4_0 / Q4_1 / Q8_0 block: low nibbles are elements 0..15, high
-// nibbles 16..31. d and m already as float (decoded once per block).
+// IQ4_NL's 16 non-linear levels (kIq4NlLevels of kernels/dequantize.h), four int8 to a word:
+// scalar constants, so device code holds them in registers (the GEMV's byte permutes).
+TM_HOST_DEVICE constexpr uint32_t PackLevels(int a, int b, int c, int d) {
+  return static_cast<uint32_t>(static_cast<uint8_t>(a)) |
+         static_cast<uint32_t>(static_cast<uint8_t>(b)) << 8 |
+         static_cast<uint32_t>(static_cast<uint8_t>(c)) << 16 |
+         static_cast<uint32_t>(static_cast<uint8_t>(d)) << 24;
+}
+constexpr uint32_t kIq4NlLevels0 = PackLevels(-127, -104, -83, -65);
+constexpr uint32_t kIq4NlLevels1 = PackLevels(-49, -35, -22, -10);
+constexpr uint32_t kIq4NlLevels2 = PackLevels(1, 13, 25, 38);
+constexpr uint32_t kIq4NlLevels3 = PackLevels(53, 69, 89, 113);
+TM_HOST_DEVICE constexpr int Iq4NlLevel(int nibble) {
+  const uint32_t word = nibble < 4    ? kIq4NlLevels0
+                        : nibble < 8  ? kIq4NlLevels1
+                        : nibble < 12 ? kIq4NlLevels2
+                                      : kIq4NlLevels3;
+  return static_cast<int8_t>(static_cast<uint8_t>(word >> (8 * (nibble & 3))));
+}
+
+// Element j (< 32) of a block: low nibbles are elements 0..15, high nibbles 16..31 (the
+// fifth bit of Q5_x element j is bit j of its qh). d and m already as float (decoded once per
+// block). d q is exact (an f16 times at most 8 bits), so d q + m rounds once however it is
+// contracted.
+TM_HOST_DEVICE inline int Nibble(const uint8_t* qs, int j) {
+  return j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
+}
 TM_HOST_DEVICE inline float DequantQ4_0(const uint8_t* qs, int j, float d) {
-  const int q = j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
-  return d * static_cast<float>(q - 8);
+  return d * static_cast<float>(Nibble(qs, j) - 8);
 }
 TM_HOST_DEVICE inline float DequantQ4_1(const uint8_t* qs, int j, float d, float m) {
-  const int q = j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
-  return d * static_cast<float>(q) + m;
+  return d * static_cast<float>(Nibble(qs, j)) + m;
 }
 TM_HOST_DEVICE inline float DequantQ8_0(const uint8_t* qs, int j, float d) {
   return d * static_cast<float>(static_cast<int8_t>(qs[j]));
 }
+TM_HOST_DEVICE inline float DequantIq4Nl(const uint8_t* qs, int j, float d) {
+  return d * static_cast<float>(Iq4NlLevel(Nibble(qs, j)));
+}
+// Q5_0 (signed: q - 16) or Q5_1 (q + m); q = nibble | fifth << 4.
+TM_HOST_DEVICE inline float DequantQ5(uint32_t type, const uint8_t* qs, int fifth, int j, float d,
+                                      float m) {
+  const int q = Nibble(qs, j) | fifth << 4;
+  return type == kWQ5_0 ? d * static_cast<float>(q - 16) : d * static_cast<float>(q) + m;
+}
 
-// The 32 elements of quantized block `block` of a row (type Q4_0, Q4_1 or Q8_0).
+// Element j of the GGUF block at b (of a quantized type): d, then m (HasMin), then qh
+// (HasFifthBits), then the quants.
+TM_HOST_DEVICE inline float DequantBlockElement(uint32_t type, const uint8_t* b, int j) {
+  const float d = HalfBitsToFloat(LoadU16(b));
+  switch (type) {
+    case kWQ4_0: return DequantQ4_0(b + 2, j, d);
+    case kWQ4_1: return DequantQ4_1(b + 4, j, d, HalfBitsToFloat(LoadU16(b + 2)));
+    case kWIQ4_NL: return DequantIq4Nl(b + 2, j, d);
+    case kWQ5_0: return DequantQ5(type, b + 6, (b[2 + j / 8] >> (j % 8)) & 1, j, d, 0.0f);
+    case kWQ5_1:
+      return DequantQ5(type, b + 8, (b[4 + j / 8] >> (j % 8)) & 1, j, d,
+                       HalfBitsToFloat(LoadU16(b + 2)));
+    default: return DequantQ8_0(b + 2, j, d);
+  }
+}
+
+// The 32 elements of quantized block `block` of a row.
 TM_HOST_DEVICE inline void DequantBlock(uint32_t type, const uint8_t* row, int64_t block,
                                         float* out) {
   const uint8_t* b = row + block * UnitBytes(type);
-  const float d = HalfBitsToFloat(LoadU16(b));
-  if (type == kWQ4_0) {
-    for (int j = 0; j < kQuantBlock; ++j) out[j] = DequantQ4_0(b + 2, j, d);
-  } else if (type == kWQ4_1) {
-    const float m = HalfBitsToFloat(LoadU16(b + 2));
-    for (int j = 0; j < kQuantBlock; ++j) out[j] = DequantQ4_1(b + 4, j, d, m);
-  } else {
-    for (int j = 0; j < kQuantBlock; ++j) out[j] = DequantQ8_0(b + 2, j, d);
-  }
+  for (int j = 0; j < kQuantBlock; ++j) out[j] = DequantBlockElement(type, b, j);
 }
 
 // Element i of a row of any supported type (slow for Q types: decodes the block's scale).
@@ -115,14 +179,9 @@ TM_HOST_DEVICE inline float DequantElement(uint32_t type, const uint8_t* row, in
       return HalfBitsToFloat(LoadU16(row + 2 * i));
     case kWBF16:
       return Bf16BitsToFloat(LoadU16(row + 2 * i));
-    default: {
-      const uint8_t* b = row + (i / kQuantBlock) * UnitBytes(type);
-      const int j = static_cast<int>(i % kQuantBlock);
-      const float d = HalfBitsToFloat(LoadU16(b));
-      if (type == kWQ4_0) return DequantQ4_0(b + 2, j, d);
-      if (type == kWQ4_1) return DequantQ4_1(b + 4, j, d, HalfBitsToFloat(LoadU16(b + 2)));
-      return DequantQ8_0(b + 2, j, d);
-    }
+    default:
+      return DequantBlockElement(type, row + (i / kQuantBlock) * UnitBytes(type),
+                                 static_cast<int>(i % kQuantBlock));
   }
 }
 

@@ -28,13 +28,7 @@ TM_HOST_DEVICE constexpr bool IsKQuant(uint32_t type) {
 TM_HOST_DEVICE constexpr bool KHasMin(uint32_t type) { return type == kWQ4_K || type == kWQ5_K; }
 TM_HOST_DEVICE constexpr bool KHasMin16(uint32_t type) { return type == kWQ2_K; }
 
-// IQ4_XS's nibbles index ggml's kvalues_iq4nl (kernels/dequantize.h's kIq4NlLevels), here as
-// bytes of two constants so that device code needs no table in memory.
-TM_HOST_DEVICE constexpr int Iq4NlLevel(int i) {
-  constexpr uint64_t kLow = 0xf6eaddcfbfad9881ull;   // -127 -104 -83 -65 -49 -35 -22 -10
-  constexpr uint64_t kHigh = 0x7159453526190d01ull;  // 1 13 25 38 53 69 89 113
-  return static_cast<int8_t>(static_cast<uint8_t>((i < 8 ? kLow : kHigh) >> (8 * (i % 8))));
-}
+// IQ4_XS's nibbles index ggml's kvalues_iq4nl: Iq4NlLevel (kernel_math.h).
 
 // The types GemvQ8_1 multiplies (packed rows, q8_1 activations): mmvq_math.h's and these.
 TM_HOST_DEVICE constexpr bool TakesQ8_1(uint32_t type) {

@@ -15,8 +15,8 @@ namespace tokenmill::cuda {
 
 // A weight matrix in device memory: `rows` rows of `cols` elements in the GGUF type
 // `type` (TensorType's numbering), row_bytes apart, in the device layout of weight_upload.h
-// (Q4_0 / Q4_1 / Q8_0 and Q4_K / Q5_K / Q6_K rows packed); bf16 is its dequantized copy (rows x
-// cols bfloat16, row-major) for cuBLAS, or null.
+// (the block-32 quantized types' rows packed, and the K-quants' with their scales unpacked); bf16
+// is its dequantized copy (rows x cols bfloat16, row-major) for cuBLAS, or null.
 struct DeviceWeight {
   uint32_t type = 0;
   const uint8_t* data = nullptr;
@@ -149,10 +149,11 @@ int64_t Q8_1Bytes(int64_t n_tokens, int64_t cols);
 cudaError_t QuantizeQ8_1(const float* x, int64_t n_tokens, int64_t cols, uint8_t* out,
                          cudaStream_t stream);
 
-// y[t * w.rows + r] = sum_c x[t * w.cols + c] * W[r][c] for Q4_0 / Q4_1 / Q8_0 weights, and
-// Q4_K / Q5_K / Q6_K (gemv_kquant.cu), over x's q8_1 activations (QuantizeQ8_1, 16-byte
-// aligned): integer dot products, each (t, r) equal to MmvqDot (KMmvqDot for the K-quants,
-// mmvq_kquant_math.h) bit for bit whatever the batch.
+// y[t * w.rows + r] = sum_c x[t * w.cols + c] * W[r][c] for the block-32 quantized weights
+// (Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL: IsQuantized) and the K-quants (gemv_kquant.cu)
+// over x's q8_1 activations (QuantizeQ8_1, 16-byte aligned): integer dot products, each (t, r)
+// equal to MmvqDot (KMmvqDot for the K-quants, mmvq_kquant_math.h) bit for bit whatever the
+// batch.
 cudaError_t GemvQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
                      cudaStream_t stream);
 

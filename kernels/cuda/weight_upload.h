@@ -1,6 +1,8 @@
-// Weight matrices copied to the device in the layout its kernels read: Q4_0 / Q4_1 / Q8_0
-// rows packed with their quants in 16-byte words (mmvq_math.h), Q4_K / Q5_K / Q6_K likewise
-// with their scales unpacked (mmvq_kquant_math.h), the float types as in the file. Every DeviceWeight of a quantized type the kernels take comes from here.
+// Weight matrices copied to the device in the layout its kernels read: the block-32 quantized
+// types' rows (Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL) packed with their quants in 16-byte
+// words (mmvq_math.h), the K-quants likewise with their scales unpacked (mmvq_kquant_math.h),
+// the float types as in the file. Every DeviceWeight of a quantized type the kernels take comes
+// from here.
 #pragma once
 
 #include <cstdint>

@@ -107,6 +107,7 @@ std::vector<uint8_t> RandomWeights(TensorType type, int64_t rows, int64_t cols, 
         for (const int f16 : KQuantF16Offsets(type)) put(at + f16, FloatToHalf(value(rng) * 0.02f));
         break;
       case TensorType::kQ4_1:
+      case TensorType::kQ5_1:
         put(at + 2, FloatToHalf(value(rng)));
         [[fallthrough]];
       default:
@@ -232,7 +233,8 @@ TEST_P(GemvTest, EqualsItsEmulationAndIsBatchInvariant) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, GemvTest,
                          ::testing::Values(TensorType::kF32, TensorType::kF16, TensorType::kBF16,
                                            TensorType::kQ4_0, TensorType::kQ4_1,
-                                           TensorType::kQ8_0, TensorType::kQ2_K,
+                                           TensorType::kQ5_0, TensorType::kQ5_1,
+                                           TensorType::kQ8_0, TensorType::kIQ4_NL, TensorType::kQ2_K,
                                            TensorType::kQ3_K, TensorType::kQ4_K,
                                            TensorType::kQ5_K, TensorType::kQ6_K,
                                            TensorType::kIQ4_XS),
@@ -242,18 +244,24 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, GemvTest,
 
 TEST_F(CudaKernelsTest, EmbeddingDequantizesTheRowsOfTheIds) {
   const int64_t vocab = 40, cols = 64;
-  const std::vector<uint8_t> table = RandomWeights(TensorType::kQ8_0, vocab, cols, rng_);
   const std::vector<int32_t> ids = {3, 0, 39, 3};
   DeviceBuffer dids = ToDevice(ids), out = Scratch(4 * cols * 4);
-  const int64_t row_bytes = static_cast<int64_t>(table.size()) / vocab;
-  StatusOr<UploadedWeight> dt = UploadWeight(kWQ8_0, table.data(), vocab, cols, row_bytes);
-  ASSERT_TRUE(dt.ok()) << dt.status().ToString();
-  ASSERT_EQ(Embedding(dt->view, dids.as<int32_t>(), 4, out.as<float>(), nullptr), cudaSuccess);
-  const std::vector<float> got = ToHost<float>(out, 4 * cols);
-  std::vector<float> want(static_cast<size_t>(cols));
-  for (size_t t = 0; t < ids.size(); ++t) {
-    DequantizeReference(TensorType::kQ8_0, table.data() + ids[t] * row_bytes, want);
-    EXPECT_EQ(std::memcmp(got.data() + t * cols, want.data(), cols * 4), 0) << t;
+  // Packed rows (Q5_x: spread fifth bits) read back as the reference dequantizes the file's.
+  for (const TensorType type : {TensorType::kQ8_0, TensorType::kQ5_0, TensorType::kQ5_1,
+                                TensorType::kIQ4_NL}) {
+    const std::vector<uint8_t> table = RandomWeights(type, vocab, cols, rng_);
+    const int64_t row_bytes = static_cast<int64_t>(table.size()) / vocab;
+    StatusOr<UploadedWeight> dt =
+        UploadWeight(static_cast<uint32_t>(type), table.data(), vocab, cols, row_bytes);
+    ASSERT_TRUE(dt.ok()) << dt.status().ToString();
+    ASSERT_EQ(Embedding(dt->view, dids.as<int32_t>(), 4, out.as<float>(), nullptr), cudaSuccess);
+    const std::vector<float> got = ToHost<float>(out, 4 * cols);
+    std::vector<float> want(static_cast<size_t>(cols));
+    for (size_t t = 0; t < ids.size(); ++t) {
+      DequantizeReference(type, table.data() + ids[t] * row_bytes, want);
+      EXPECT_EQ(std::memcmp(got.data() + t * cols, want.data(), cols * 4), 0)
+          << NameOf(type) << " id " << t;
+    }
   }
 }
 

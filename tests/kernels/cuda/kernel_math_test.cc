@@ -43,7 +43,7 @@ std::vector<uint8_t> RandomRow(TensorType type, int64_t n, std::mt19937& rng) {
   } else if (type != TensorType::kBF16) {
     for (size_t b = 0; b < row.size(); b += static_cast<size_t>(layout.type_size)) {
       put_half(b);
-      if (type == TensorType::kQ4_1) put_half(b + 2);
+      if (HasMin(static_cast<uint32_t>(type))) put_half(b + 2);
     }
   }
   return row;
@@ -80,7 +80,8 @@ TEST_P(DequantTest, EveryElementEqualsTheReference) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, DequantTest,
                          ::testing::Values(TensorType::kF32, TensorType::kF16, TensorType::kBF16,
                                            TensorType::kQ4_0, TensorType::kQ4_1,
-                                           TensorType::kQ8_0),
+                                           TensorType::kQ5_0, TensorType::kQ5_1,
+                                           TensorType::kQ8_0, TensorType::kIQ4_NL),
                          [](const ::testing::TestParamInfo<TensorType>& type) {
                            return std::string(NameOf(type.param));
                          });

@@ -22,7 +22,8 @@
 namespace tokenmill::cuda {
 namespace {
 
-// rows x cols of `type` in GGUF layout: random quants, scales (and Q4_1 minimums) normal halves.
+// rows x cols of `type` in GGUF layout: random quants (and fifth bits), scales (and Q4_1 / Q5_1
+// minimums) normal halves.
 std::vector<uint8_t> RandomMatrix(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
   const int unit = UnitBytes(static_cast<uint32_t>(type));
   std::vector<uint8_t> bytes(static_cast<size_t>(rows * cols / kQuantBlock * unit));
@@ -30,7 +31,7 @@ std::vector<uint8_t> RandomMatrix(TensorType type, int64_t rows, int64_t cols, s
   std::uniform_real_distribution<float> value(-0.05f, 0.05f);
   for (uint8_t& b : bytes) b = static_cast<uint8_t>(byte(rng));
   for (size_t at = 0; at < bytes.size(); at += static_cast<size_t>(unit)) {
-    for (int h = 0; h < (type == TensorType::kQ4_1 ? 2 : 1); ++h) {
+    for (int h = 0; h < (HasMin(static_cast<uint32_t>(type)) ? 2 : 1); ++h) {
       const uint16_t half = FloatToHalf(value(rng));
       std::memcpy(bytes.data() + at + 2 * h, &half, 2);
     }
@@ -76,6 +77,9 @@ TEST_P(MmvqMathTest, PackedRowsHoldTheReferenceElementsInAlignedWords) {
     const std::vector<uint8_t> packed = Pack(type, gguf, rows, cols);
     ASSERT_EQ(PackedRowBytes(id, cols) % kWordBytes, 0);
     ASSERT_EQ(PackedWords(id, cols) * WordElements(id), cols);
+    // No bigger than the GGUF row but for the padding to a whole word.
+    const int64_t gguf_row = cols / kQuantBlock * UnitBytes(id);
+    ASSERT_EQ(PackedRowBytes(id, cols), CeilDiv(gguf_row, kWordBytes) * kWordBytes);
     std::vector<float> want(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
       DequantizeReference(type, gguf.data() + r * cols / kQuantBlock * UnitBytes(id), want);
@@ -86,8 +90,45 @@ TEST_P(MmvqMathTest, PackedRowsHoldTheReferenceElementsInAlignedWords) {
         const int64_t w = i / WordElements(id);
         WordScales(id, row, cols, w, &d, &m);
         const int k = static_cast<int>(i % WordElements(id));
-        const float mine = d * static_cast<float>(WordQuant(id, row, w, k)) + m;
+        const float mine = d * static_cast<float>(WordQuant(id, row, cols, w, k)) + m;
         ASSERT_EQ(mine, want[static_cast<size_t>(i)]) << "word " << w << " quant " << k;
+      }
+    }
+  }
+}
+
+// The kernel's bit operations (FiveBitQuants, Iq4NlQuants: what WordDot feeds __dp4a) give the
+// int8 quants WordQuant reads element by element, for every int of every word.
+TEST(MmvqLaneTest, BitOperationsGiveTheWordsQuants) {
+  std::mt19937 rng(17);
+  for (const TensorType type : {TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kIQ4_NL}) {
+    const uint32_t id = static_cast<uint32_t>(type);
+    const int64_t rows = 4, cols = 64 * kQuantBlock;
+    const std::vector<uint8_t> gguf = RandomMatrix(type, rows, cols, rng);
+    const std::vector<uint8_t> packed = Pack(type, gguf, rows, cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* row = packed.data() + r * PackedRowBytes(id, cols);
+      for (int64_t w = 0; w < PackedWords(id, cols); ++w) {
+        for (int i = 0; i < 4; ++i) {
+          uint32_t qs;
+          std::memcpy(&qs, row + w * kWordBytes + 4 * i, 4);
+          uint32_t quants[2];  // elements 4i.., 16+4i..
+          if (HasFifthBits(id)) {
+            const uint32_t fifth = PackedFifthBits(id, row, cols, w);
+            quants[0] = FiveBitQuants(id, qs, fifth, i, false);
+            quants[1] = FiveBitQuants(id, qs, fifth, i, true);
+          } else {
+            Iq4NlQuants(qs, &quants[0], &quants[1]);
+          }
+          for (int half = 0; half < 2; ++half) {
+            for (int b = 0; b < 4; ++b) {
+              const int k = 16 * half + 4 * i + b;
+              const int8_t got = static_cast<int8_t>(quants[half] >> (8 * b));
+              ASSERT_EQ(got, WordQuant(id, row, cols, w, k))
+                  << NameOf(type) << " row " << r << " word " << w << " element " << k;
+            }
+          }
+        }
       }
     }
   }
@@ -105,10 +146,10 @@ double AbsTerms(uint32_t type, const uint8_t* row, const uint8_t* x_q8, int64_t 
     const int64_t first = w * WordElements(type);
     const float* block_ds = ds + 2 * (first / kQuantBlock);
     for (int k = 0; k < WordElements(type); ++k) {
-      sum += std::fabs(static_cast<double>(d) * block_ds[0] * WordQuant(type, row, w, k) *
+      sum += std::fabs(static_cast<double>(d) * block_ds[0] * WordQuant(type, row, cols, w, k) *
                        qa[first + k]);
     }
-    if (type == kWQ4_1 && first % kQuantBlock == 0) sum += std::fabs(double{m} * block_ds[1]);
+    if (HasMin(type) && first % kQuantBlock == 0) sum += std::fabs(double{m} * block_ds[1]);
   }
   return sum;
 }
@@ -116,7 +157,8 @@ double AbsTerms(uint32_t type, const uint8_t* row, const uint8_t* x_q8, int64_t 
 // Both sides add the same exact terms (integer block sums times f16 x f16 scales, which are
 // exact in float) in different orders: each result is within gamma_n of Σ|terms| of the
 // exact sum, n bounding the roundings along any of its chains (the CPU: a lane's blocks, 3
-// adds, the minimum term; the GPU: a lane's words with 2 fmas each for Q4_1, 5 butterfly adds),
+// adds, the minimum term, and for IQ4_NL's two accumulators 1 more add and the last odd block;
+// the GPU: a lane's words with 2 fmas each for Q4_1 / Q5_1, 5 butterfly adds),
 // here n = 2 blocks + 8 for both. So |GPU - CPU| <= 2 gamma_n Σ|terms|, gamma_n = nu / (1 - nu).
 TEST_P(MmvqMathTest, DotIsWithinTheRoundingBoundOfTheCpuMatmul) {
   const TensorType type = GetParam();
@@ -159,10 +201,22 @@ TEST_P(MmvqMathTest, DotIsWithinTheRoundingBoundOfTheCpuMatmul) {
 
 INSTANTIATE_TEST_SUITE_P(QuantTypes, MmvqMathTest,
                          ::testing::Values(TensorType::kQ4_0, TensorType::kQ4_1,
-                                           TensorType::kQ8_0),
+                                           TensorType::kQ5_0, TensorType::kQ5_1,
+                                           TensorType::kQ8_0, TensorType::kIQ4_NL),
                          [](const ::testing::TestParamInfo<TensorType>& type) {
                            return std::string(NameOf(type.param));
                          });
+
+// The levels the kernel holds as four words are IQ4_NL's (kernels/dequantize.h), and
+// BytePerm's host half is __byte_perm as CUDA documents it.
+TEST(Iq4NlLevelsTest, AreTheReferenceLevels) {
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(Iq4NlLevel(i), kIq4NlLevels[i]) << i;
+  EXPECT_EQ(BytePerm(0x33221100u, 0x77665544u, 0x7531u), 0x77553311u);
+  EXPECT_EQ(BytePerm(0x33221100u, 0x77665544u, 0x6420u), 0x66442200u);
+  // A selector's bit 3 of each nibble and its upper 16 bits are not read.
+  EXPECT_EQ(BytePerm(0x33221100u, 0x77665544u, 0x89abu), 0x00112233u);
+  EXPECT_EQ(BytePerm(0x33221100u, 0x77665544u, 0xfedc0004u), 0x00000044u);
+}
 
 TEST(Q8_1ActivationsTest, EqualTheCpuQuantizationBitForBit) {
   std::mt19937 rng(3);
