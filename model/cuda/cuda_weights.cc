@@ -22,14 +22,16 @@ StatusOr<DeviceVector> UploadVector(std::span<const float> host, int64_t& bytes)
 }
 
 StatusOr<DeviceMatrix> UploadMatrix(const WeightMatrix& w, bool with_bf16, int64_t& bytes) {
-  // The device kernels know the float types, Q4_0/Q4_1/Q8_0 (kernel_math.h) and
-  // Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS (mmvq_kquant_math.h); the CPU runs more (CpuComputesWith), so a
+  // The device kernels know the float types, the block-32 quantized ones (IsQuantized of
+  // kernel_math.h: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL) and Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS
+  // (mmvq_kquant_math.h); the CPU runs more (CpuComputesWith), so a
   // model the CPU loads may still be one the GPU cannot run.
   const auto type = static_cast<uint32_t>(w.type);
   if (!TakesQ8_1(type) && type != kWF32 && type != kWF16 && type != kWBF16) {
     return UnimplementedError("the CUDA forward pass does not run " + std::string(NameOf(w.type)) +
-                              " weights yet (it runs f32, f16, bf16, q4_0, q4_1, q8_0, q2_k, "
-                              "q3_k, q4_k, q5_k, q6_k, iq4_xs): serve this model on the CPU");
+                              " weights yet (it runs f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, "
+                              "iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs): serve this model on "
+                              "the CPU");
   }
   if (w.layout != WeightLayout::kRows) {
     return InternalError("the CUDA forward pass reads weights in the file's row layout");
