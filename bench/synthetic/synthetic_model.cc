@@ -1,5 +1,6 @@
 #include "bench/synthetic/synthetic_model.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -13,7 +14,7 @@ namespace {
 
 constexpr uint32_t kAlignment = 32;  // GGUF's default general.alignment
 constexpr float kWeightStd = 0.02f;  // a trained Llama's matrices, roughly
-constexpr int kBlock = 32;           // elements per Q4_0 / Q8_0 block
+constexpr int kBlock = 32;           // elements per block of every type written here
 
 // splitmix64: fast, and one seed per tensor makes each tensor's bytes independent of the others.
 struct SplitMix {
@@ -54,35 +55,62 @@ class HeaderWriter {
 
 uint64_t AlignUp(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
-// One row of random blocks. Q4_0: f16 scale, 16 bytes of nibbles (values -8..7, std ~4.6);
-// Q8_0: f16 scale, 32 int8 in -127..127 (std ~73). The scale is jittered by +-50% per block,
-// so the per-block scales the kernels read are not all equal.
+// The block types written here: bytes a block, bytes of f16 scales leading it (d, or d and the
+// minimum m), and the std of the values the random quants decode to before the scale: Q4_0's
+// nibbles -8..7 (~4.6), Q5_0's q - 16 and Q5_1's q in 0..31 (~9.2; Q5_1's m = -15.5 d centres
+// it), IQ4_NL's levels (rms ~67), Q8_0's int8 in -127..127 (~73).
+struct BlockKind {
+  TensorType type;
+  size_t bytes;
+  size_t scale_bytes;
+  float value_std;
+};
+constexpr BlockKind kBlockKinds[] = {
+    {TensorType::kQ4_0, 18, 2, 4.61f},   {TensorType::kQ5_0, 22, 2, 9.23f},
+    {TensorType::kQ5_1, 24, 4, 9.23f},   {TensorType::kIQ4_NL, 18, 2, 67.4f},
+    {TensorType::kQ8_0, 34, 2, 73.3f},
+};
+const BlockKind* FindBlockKind(TensorType type) {
+  for (const BlockKind& k : kBlockKinds) {
+    if (k.type == type) return &k;
+  }
+  return nullptr;
+}
+
+// One row of random blocks: random quants after the scales. The scale is jittered by +-50% per
+// block, so the per-block scales the kernels read are not all equal.
 void FillRow(TensorType type, SplitMix& rng, std::vector<uint8_t>& row) {
-  const bool q4 = type == TensorType::kQ4_0;
-  const float value_std = q4 ? 4.61f : 73.3f;
-  const size_t block_bytes = q4 ? 18 : 34;
+  const BlockKind& kind = *FindBlockKind(type);
+  const bool q8 = type == TensorType::kQ8_0;
+  const size_t block_bytes = kind.bytes;
   for (size_t b = 0; b + block_bytes <= row.size(); b += block_bytes) {
     uint8_t* block = row.data() + b;
     const float jitter = 0.5f + static_cast<float>(rng.Next() >> 40) / static_cast<float>(1 << 24);
-    const uint16_t d = FloatToHalf(kWeightStd / value_std * jitter);
+    const float scale = kWeightStd / kind.value_std * jitter;
+    const uint16_t d = FloatToHalf(scale);
     std::memcpy(block, &d, 2);
-    for (size_t i = 2; i < block_bytes; i += 8) {
+    if (type == TensorType::kQ5_1) {
+      const uint16_t m = FloatToHalf(-15.5f * scale);
+      std::memcpy(block + 2, &m, 2);
+    }
+    for (size_t i = kind.scale_bytes; i < block_bytes; i += 8) {
       uint64_t r = rng.Next();
-      if (!q4) {
+      if (q8) {
         // int8 -128 is outside llama.cpp's quantizer's range: map it to -127.
         for (int k = 0; k < 8; ++k) {
           if (static_cast<uint8_t>(r >> (8 * k)) == 0x80) r ^= uint64_t{1} << (8 * k);
         }
       }
-      std::memcpy(block + i, &r, 8);
+      std::memcpy(block + i, &r, std::min<size_t>(8, block_bytes - i));
     }
   }
 }
 
 Status CheckSpec(const SyntheticModelSpec& spec) {
   const SyntheticShape& s = spec.shape;
-  if (spec.matrix_type != TensorType::kQ4_0 && spec.matrix_type != TensorType::kQ8_0) {
-    return InvalidArgumentError("synthetic model: --type must be q4_0 or q8_0");
+  if (FindBlockKind(spec.matrix_type) == nullptr) {
+    return InvalidArgumentError("synthetic model: --type must be q4_0, q5_0, q5_1, iq4_nl or "
+                                "q8_0");
   }
   if (s.n_layers <= 0 || s.n_embd <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_ff <= 0 ||
       s.n_vocab <= 0 || s.context_length <= 0) {

@@ -26,7 +26,8 @@ struct SyntheticShape {
 struct SyntheticModelSpec {
   SyntheticShape shape;  // Llama-3-8B's
   // The layer matrices and token_embd; output.weight is Q8_0, as llama.cpp keeps the output
-  // at higher precision. Q4_0 or Q8_0: the types the CUDA forward pass runs (not Q4_K yet).
+  // at higher precision. Q4_0, Q5_0, Q5_1, IQ4_NL or Q8_0: block-32 types the CUDA forward pass
+  // runs (not Q4_K yet).
   TensorType matrix_type = TensorType::kQ4_0;
   uint64_t seed = 1;
 };

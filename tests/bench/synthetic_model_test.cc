@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <numeric>
+#include <string>
 
 #include "bench/synthetic/synthetic_model.h"
 #include "kernels/cpu/thread_pool.h"
@@ -128,12 +129,15 @@ TEST(SyntheticModelTest, TheSeedDecidesTheBytes) {
   EXPECT_NE(a, c);
 }
 
-TEST(SyntheticModelTest, Q8_0MatricesToo) {
-  StatusOr<std::unique_ptr<Model>> model =
-      Model::Load(Write(Small(1, TensorType::kQ8_0), "synthetic_q8.gguf"));
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
-  EXPECT_EQ((*model)->weights().layers[0].q.type, TensorType::kQ8_0);
-  EXPECT_EQ((*model)->weights().token_embd.type, TensorType::kQ8_0);
+TEST(SyntheticModelTest, OtherBlockTypesToo) {
+  for (const TensorType type : {TensorType::kQ8_0, TensorType::kQ5_0, TensorType::kQ5_1,
+                                TensorType::kIQ4_NL}) {
+    StatusOr<std::unique_ptr<Model>> model = Model::Load(
+        Write(Small(1, type), "synthetic_" + std::string(NameOf(type)) + ".gguf"));
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ((*model)->weights().layers[0].q.type, type);
+    EXPECT_EQ((*model)->weights().token_embd.type, type);
+  }
 }
 
 TEST(SyntheticModelTest, RefusesShapesAndTypesItCannotWrite) {
@@ -144,9 +148,9 @@ TEST(SyntheticModelTest, RefusesShapesAndTypesItCannotWrite) {
   spec.shape.n_kv_heads = 3;
   EXPECT_THAT(SyntheticTensors(spec).status().message(), HasSubstr("--kv-heads"));
   spec = Small();
-  spec.matrix_type = TensorType::kQ4_K;
+  spec.matrix_type = TensorType::kMXFP4;
   EXPECT_THAT(WriteSyntheticModel(spec, ::testing::TempDir() + "/never.gguf").message(),
-              HasSubstr("q4_0 or q8_0"));
+              HasSubstr("--type must be q4_0,"));
   EXPECT_THAT(WriteSyntheticModel(Small(), "/nonexistent-dir/x.gguf").message(),
               HasSubstr("cannot create /nonexistent-dir/x.gguf"));
 }
