@@ -70,8 +70,16 @@ StatusOr<Vocab> Vocab::FromGguf(const GgufFile& file) {
     }
     std::transform(types.begin(), types.end(), vocab.types_.begin(), ToTokenType);
   }
-  if (file.Has("tokenizer.ggml.scores")) {
-    TM_ASSIGN_OR_RETURN(vocab.scores_, file.GetF32Array("tokenizer.ggml.scores"));
+  if (const GgufValue* scores = file.Find("tokenizer.ggml.scores")) {
+    // llama.cpp reads float32 or int32 scores; gguf-py's MistralVocab (Tekken) writes int32.
+    if (scores->type() == GgufValueType::kArray &&
+        scores->element_type() == GgufValueType::kI32) {
+      TM_ASSIGN_OR_RETURN(const std::vector<int32_t> ints,
+                          file.GetI32Array("tokenizer.ggml.scores"));
+      vocab.scores_.assign(ints.begin(), ints.end());
+    } else {
+      TM_ASSIGN_OR_RETURN(vocab.scores_, file.GetF32Array("tokenizer.ggml.scores"));
+    }
     if (vocab.scores_.size() != n) {
       return InvalidArgumentError("tokenizer.ggml.scores has " +
                                   std::to_string(vocab.scores_.size()) + " entries for " +

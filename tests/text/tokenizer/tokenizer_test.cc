@@ -249,6 +249,52 @@ TEST(TokenizerTest, HarmonyMarkersRenderAndEndIsNoEndOfGeneration) {
   EXPECT_EQ(t->Decode(std::vector<TokenId>{4, 7}), "<|constrain|>");
 }
 
+// A GGUF array of 4-byte numbers: element type 5 (int32) or 6 (float32).
+template <typename T>
+std::vector<uint8_t> NumberArray(uint32_t element_type, const std::vector<T>& items) {
+  std::vector<uint8_t> value;
+  testing::GgufBuilder::Put<uint32_t>(value, element_type);
+  testing::GgufBuilder::Put<uint64_t>(value, items.size());
+  for (const T v : items) testing::GgufBuilder::Put<T>(value, v);
+  return value;
+}
+
+// llama.cpp (llama_vocab::impl::load) reads tokenizer.ggml.scores as float32 or int32; gguf-py's
+// MistralVocab writes Tekken's as int32. The scores decide which pair SentencePiece merges first.
+TEST(TokenizerTest, SentencePieceScoresReadAsInt32OrFloat32) {
+  auto build = [](const std::vector<uint8_t>& scores) {
+    testing::GgufBuilder b;
+    b.KeyString("tokenizer.ggml.model", "llama")
+        .KeyStrings("tokenizer.ggml.tokens", {"<unk>", "a", "b", "c", "ab", "bc"})
+        .KeyRaw("tokenizer.ggml.scores", 9, scores)
+        .KeyBool("tokenizer.ggml.add_bos_token", false)
+        .KeyBool("tokenizer.ggml.add_space_prefix", false);
+    return b.Build();
+  };
+  const std::vector<uint8_t> int_bytes = build(NumberArray<int32_t>(5, {0, -1, -1, -1, -5, -2}));
+  StatusOr<GgufFile> int_file = GgufFile::Parse(int_bytes);
+  ASSERT_TRUE(int_file.ok());
+  StatusOr<Tokenizer> by_int = Tokenizer::FromGguf(*int_file);
+  ASSERT_TRUE(by_int.ok()) << by_int.status().ToString();
+  EXPECT_EQ(by_int->vocab().score(4), -5.0f);
+  EXPECT_THAT(Encode(*by_int, "abc"), ElementsAre(1, 5));  // "bc" scores higher than "ab"
+
+  const std::vector<uint8_t> float_bytes =
+      build(NumberArray<float>(6, {0.f, -1.f, -1.f, -1.f, -2.f, -5.5f}));
+  StatusOr<GgufFile> float_file = GgufFile::Parse(float_bytes);
+  ASSERT_TRUE(float_file.ok());
+  StatusOr<Tokenizer> by_float = Tokenizer::FromGguf(*float_file);
+  ASSERT_TRUE(by_float.ok()) << by_float.status().ToString();
+  EXPECT_EQ(by_float->vocab().score(5), -5.5f);
+  EXPECT_THAT(Encode(*by_float, "abc"), ElementsAre(4, 3));  // now "ab" does
+
+  testing::GgufBuilder strings;
+  strings.KeyString("tokenizer.ggml.model", "llama")
+      .KeyStrings("tokenizer.ggml.tokens", {"a"})
+      .KeyStrings("tokenizer.ggml.scores", {"0"});
+  EXPECT_THAT(LoadError(strings), HasSubstr("tokenizer.ggml.scores"));
+}
+
 TEST(TokenizerTest, SmallSyntheticBpeVocabulary) {
   testing::GgufBuilder b;
   b.KeyString("tokenizer.ggml.model", "gpt2")
