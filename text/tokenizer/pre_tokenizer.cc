@@ -84,6 +84,25 @@ std::string Pcre2ErrorMessage(int code) {
 struct MatchDataDeleter {
   void operator()(pcre2_match_data* data) const { pcre2_match_data_free(data); }
 };
+struct MatchContextDeleter {
+  void operator()(pcre2_match_context* context) const { pcre2_match_context_free(context); }
+};
+struct JitStackDeleter {
+  void operator()(pcre2_jit_stack* stack) const { pcre2_jit_stack_free(stack); }
+};
+
+// PCRE2's default JIT stack (32 KiB) runs out on a run of about 1000 letters under tekken's
+// repeated groups; this one grows as needed to 16 MiB (reserved, not committed), and past
+// that the interpreter, whose frames live on the heap, takes over.
+constexpr size_t kJitStackStart = 32 * 1024;
+constexpr size_t kJitStackMax = 16 * 1024 * 1024;
+
+// What one Split needs to run matches: made per call, so a PreTokenizer is shared read-only.
+struct MatchState {
+  std::unique_ptr<pcre2_match_data, MatchDataDeleter> data;
+  std::unique_ptr<pcre2_match_context, MatchContextDeleter> context;
+  std::unique_ptr<pcre2_jit_stack, JitStackDeleter> jit_stack;
+};
 
 }  // namespace
 
@@ -105,14 +124,20 @@ class PreTokenizer::Regex {
   ~Regex() { pcre2_code_free(code_); }
 
   // Appends the pieces of `text`: each match, and each run of text between matches.
-  Status SplitInto(std::string_view text, pcre2_match_data* match,
+  Status SplitInto(std::string_view text, const MatchState& state,
                    std::vector<std::string_view>& out) const {
+    pcre2_match_data* match = state.data.get();
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t start = 0;    // where the next search begins
     size_t emitted = 0;  // end of the last piece appended
     while (start < text.size()) {
-      const int rc = pcre2_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK, match,
-                                 nullptr);
+      int rc = pcre2_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK, match,
+                           state.context.get());
+      if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+        // Same expression, same matches, without the JIT's stack.
+        rc = pcre2_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
+                         match, state.context.get());
+      }
       if (rc == PCRE2_ERROR_NOMATCH) break;
       if (rc < 0) return ResourceExhaustedError("pre-tokenizer: " + Pcre2ErrorMessage(rc));
       const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
@@ -168,14 +193,23 @@ Status PreTokenizer::Split(std::string_view text, std::vector<std::string_view>&
   pieces.clear();
   if (text.empty()) return OkStatus();
   pieces.push_back(text);
-  const std::unique_ptr<pcre2_match_data, MatchDataDeleter> match(
-      pcre2_match_data_create(1, nullptr));
-  if (match == nullptr) return ResourceExhaustedError("pre-tokenizer: out of memory");
+  MatchState state;
+  state.data.reset(pcre2_match_data_create(1, nullptr));
+  state.context.reset(pcre2_match_context_create(nullptr));
+  if (state.data == nullptr || state.context == nullptr) {
+    return ResourceExhaustedError("pre-tokenizer: out of memory");
+  }
+  // Without JIT support (or the memory for a stack) matches run on PCRE2's default stack and,
+  // past it, in the interpreter.
+  state.jit_stack.reset(pcre2_jit_stack_create(kJitStackStart, kJitStackMax, nullptr));
+  if (state.jit_stack != nullptr) {
+    pcre2_jit_stack_assign(state.context.get(), nullptr, state.jit_stack.get());
+  }
   std::vector<std::string_view> next;
   for (const std::unique_ptr<Regex>& regex : regexes_) {
     next.clear();
     for (const std::string_view piece : pieces) {
-      TM_RETURN_IF_ERROR(regex->SplitInto(piece, match.get(), next));
+      TM_RETURN_IF_ERROR(regex->SplitInto(piece, state, next));
     }
     pieces.swap(next);
   }

@@ -74,5 +74,45 @@ TEST(PreTokenizerTest, LongRunsSplitIntoFewPieces) {
   EXPECT_EQ(pieces[1].size(), 100002u);
 }
 
+// Any text must split, however long its runs: tekken's repeated letter groups once ran out of
+// PCRE2's JIT stack at about 1000 letters. Single-class runs are one piece under every split.
+TEST(PreTokenizerTest, HundredThousandCharacterRunsSplitUnderEveryPreTokenizer) {
+  const std::vector<std::string> names = {"default", "gpt-2",  "smollm", "starcoder",
+                                          "llama-bpe", "llama3", "llama-v3", "qwen2",
+                                          "tekken", "gpt-4o", "deepseek-r1-qwen"};
+  auto repeat = [](std::string_view unit, size_t chars) {
+    std::string s;
+    for (size_t i = 0; i < chars; ++i) s += unit;
+    return s;
+  };
+  constexpr size_t kChars = 100000;
+  struct Run {
+    std::string text;
+    bool one_piece;
+  };
+  const std::vector<Run> runs = {
+      {repeat("a", kChars), true},      {repeat("A", kChars), true},
+      {repeat("東", kChars), true},     {repeat(" ", kChars), true},
+      {repeat("!", kChars), true},      {repeat("7", kChars), false},
+      {repeat("aB", kChars / 2), false}, {repeat("é", kChars), true},
+  };
+  std::vector<std::string_view> pieces;
+  for (const std::string& name : names) {
+    StatusOr<PreTokenizer> pre = PreTokenizer::ForName(name);
+    ASSERT_TRUE(pre.ok()) << pre.status().ToString();
+    for (const Run& run : runs) {
+      const std::string what = name + " on 100000 x '" + run.text.substr(0, 2) + "'";
+      const Status status = pre->Split(run.text, pieces);
+      ASSERT_TRUE(status.ok()) << what << ": " << status.ToString();
+      std::string joined;
+      for (const std::string_view p : pieces) joined += p;
+      EXPECT_EQ(joined, run.text) << what;
+      if (run.one_piece) {
+        EXPECT_EQ(pieces.size(), 1u) << what;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tokenmill::tokenizer
