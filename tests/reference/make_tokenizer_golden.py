@@ -345,7 +345,9 @@ def write_pre_variant(corpus, golden, vocabulary, pres):
 # ---------------------------------------------------------------------------------------------
 # The vocabularies of the model families tokenmill runs, from llama.cpp's own vocabulary-only
 # GGUFs (its models/ggml-vocab-*.gguf, as the llama-cpp-python sdist vendors them; scripts/setup
-# extracts them into models/): llama.cpp's ids only, with no Hugging Face comparison.
+# extracts them into models/), and Tekken's, which llama.cpp has none of, written by
+# make_tekken_vocab.py through gguf-py's MistralVocab: llama.cpp's ids only, with no Hugging Face
+# comparison.
 
 VOCABULARIES = {
     "ggml-vocab-llama-bpe.gguf": "Llama 3.x (byte-level BPE, pre llama-bpe)",
@@ -353,6 +355,7 @@ VOCABULARIES = {
     "ggml-vocab-phi-3.gguf": "Phi-3 (SentencePiece, pre default)",
     "ggml-vocab-llama-spm.gguf": "Llama 2 and Mistral 7B v0.1 (SentencePiece)",
     "ggml-vocab-gpt-2.gguf": "GPT-2 (byte-level BPE, pre gpt-2)",
+    "tekken-240911-vocab.gguf": "Tekken: Mistral Nemo, Ministral 3 (byte-level BPE, pre tekken)",
 }
 
 

@@ -192,12 +192,14 @@ TEST_P(GoldenTest, HuggingFaceDisagreementsAreSettledForLlamaCpp) {
 // The two test models, then llama.cpp's vocabulary-only GGUFs of the families' tokenizers
 // (scripts/setup extracts them from the llama-cpp-python sdist): Llama 3's llama-bpe, Qwen2's
 // qwen2, GPT-2's gpt-2, and the SentencePiece vocabularies of Phi-3 and Llama 2 / Mistral;
-// Gemma 3's 262k SentencePiece vocabulary from the Gemma 3 270M file.
+// Gemma 3's 262k SentencePiece vocabulary from the Gemma 3 270M file; Mistral's 131k Tekken
+// (scripts/setup writes it from mistral-common's tekken_240911.json with gguf-py's MistralVocab).
 INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
                          ::testing::Values("SmolLM2-135M-Instruct.Q4_1", "stories260K",
                                            "ggml-vocab-llama-bpe", "ggml-vocab-qwen2",
                                            "ggml-vocab-gpt-2", "ggml-vocab-phi-3",
-                                           "ggml-vocab-llama-spm", "gemma-3-270m-q4_k_m"),
+                                           "ggml-vocab-llama-spm", "gemma-3-270m-q4_k_m",
+                                           "tekken-240911-vocab"),
                          [](const auto& param_info) {
                            std::string name;
                            for (const char ch : std::string(param_info.param)) {
