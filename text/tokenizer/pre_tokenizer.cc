@@ -4,6 +4,8 @@
 #include <pcre2.h>
 
 #include <array>
+#include <cstdint>
+#include <string>
 #include <utility>
 
 namespace tokenmill::tokenizer {
@@ -92,10 +94,12 @@ struct JitStackDeleter {
 };
 
 // PCRE2's default JIT stack (32 KiB) runs out on a run of about 1000 letters under tekken's
-// repeated groups; this one grows as needed to 16 MiB (reserved, not committed), and past
-// that the interpreter, whose frames live on the heap, takes over.
+// repeated groups (~40 bytes a letter); this one grows as needed to 64 MiB (reserved, touched
+// only as used: runs of ~1.5M letters), and past that the interpreter, whose frames live on
+// the heap, takes over, within kHeapLimitKib (it needs ~1.3 KiB a letter under tekken).
 constexpr size_t kJitStackStart = 32 * 1024;
-constexpr size_t kJitStackMax = 16 * 1024 * 1024;
+constexpr size_t kJitStackMax = 64 * 1024 * 1024;
+constexpr uint32_t kHeapLimitKib = 256 * 1024;
 
 // What one Split needs to run matches: made per call, so a PreTokenizer is shared read-only.
 struct MatchState {
@@ -139,7 +143,11 @@ class PreTokenizer::Regex {
                          match, state.context.get());
       }
       if (rc == PCRE2_ERROR_NOMATCH) break;
-      if (rc < 0) return ResourceExhaustedError("pre-tokenizer: " + Pcre2ErrorMessage(rc));
+      if (rc < 0) {
+        return ResourceExhaustedError(
+            "pre-tokenizer: " + Pcre2ErrorMessage(rc) + " in a piece of " +
+            std::to_string(text.size()) + " bytes (a run of millions of letters?); split the text");
+      }
       const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
       const size_t begin = ovector[0], end = ovector[1];
       if (begin > emitted) out.push_back(text.substr(emitted, begin - emitted));
@@ -201,6 +209,7 @@ Status PreTokenizer::Split(std::string_view text, std::vector<std::string_view>&
   }
   // Without JIT support (or the memory for a stack) matches run on PCRE2's default stack and,
   // past it, in the interpreter.
+  pcre2_set_heap_limit(state.context.get(), kHeapLimitKib);
   state.jit_stack.reset(pcre2_jit_stack_create(kJitStackStart, kJitStackMax, nullptr));
   if (state.jit_stack != nullptr) {
     pcre2_jit_stack_assign(state.context.get(), nullptr, state.jit_stack.get());

@@ -114,5 +114,20 @@ TEST(PreTokenizerTest, HundredThousandCharacterRunsSplitUnderEveryPreTokenizer) 
   }
 }
 
+// Tekken's letter groups past 100k: a million letters fit the JIT's 64 MiB stack; two million
+// spill into the interpreter, whose heap is capped, and are refused by size rather than
+// costing gigabytes.
+TEST(PreTokenizerTest, TekkenMillionLetterRunSplitsAndTwoMillionAreRefusedBySize) {
+  StatusOr<PreTokenizer> pre = PreTokenizer::ForName("tekken");
+  ASSERT_TRUE(pre.ok());
+  std::vector<std::string_view> pieces;
+  ASSERT_TRUE(pre->Split(std::string(1000000, 'a'), pieces).ok());
+  EXPECT_EQ(pieces.size(), 1u);
+  const Status status = pre->Split(std::string(2000000, 'a'), pieces);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("in a piece of 2000000 bytes"));
+}
+
 }  // namespace
 }  // namespace tokenmill::tokenizer
