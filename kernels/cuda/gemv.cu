@@ -8,6 +8,7 @@
 // whatever the batch.
 #include "kernels/cuda/gemv_kquant.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mmvq_launch.cuh"
 #include "kernels/cuda/mmvq_math.h"
 #include "kernels/cuda/ops.h"
 
@@ -15,7 +16,11 @@ namespace tokenmill::cuda {
 namespace {
 
 using internal::kWarp;
+using internal::LaunchMmvqPlan;
 using internal::WarpSum;
+using internal::MmvqTile;
+using internal::MmvqTileOf;
+using internal::StoreWarpSums;
 
 __global__ void QuantizeQ8_1Kernel(const float* x, int64_t n_tokens, int64_t cols, uint8_t* out) {
   const int64_t blocks = cols / kQuantBlock;
@@ -72,12 +77,11 @@ template <uint32_t kType, int kTokens, int kRows>
 __global__ void __launch_bounds__(kMmvqWarps * kWarp)
     MmvqKernel(DeviceWeight w, const uint8_t* x_q8, int64_t n_tokens, float* y) {
   constexpr int kActWords = kType == kWQ8_0 ? 1 : 2;
-  const int lane = threadIdx.x % kWarp;
-  const int64_t r0 =
-      (static_cast<int64_t>(blockIdx.x) * kMmvqWarps + threadIdx.x / kWarp) * kRows;
-  if (r0 >= w.rows) return;  // whole warps leave together
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
-  const int n_t = n_tokens - t0 < kTokens ? static_cast<int>(n_tokens - t0) : kTokens;
+  const MmvqTile tile = MmvqTileOf<kTokens, kRows>(n_tokens);
+  if (tile.r0 >= w.rows) return;  // whole warps leave together
+  const int lane = tile.lane;
+  const int64_t r0 = tile.r0, t0 = tile.t0;
+  const int n_t = tile.n_t;
   const int64_t words = PackedWords(kType, w.cols);
   const int64_t token_bytes = Q8_1TokenBytes(w.cols);
   const uint8_t* x0 = x_q8 + t0 * token_bytes;
@@ -117,39 +121,16 @@ __global__ void __launch_bounds__(kMmvqWarps * kWarp)
       }
     }
   }
-#pragma unroll
-  for (int rr = 0; rr < kRows; ++rr) {
-    if (r0 + rr >= w.rows) break;
-#pragma unroll
-    for (int tt = 0; tt < kTokens; ++tt) {
-      if (tt >= n_t) break;
-      const float total = WarpSum(acc[rr][tt]);
-      if (lane == 0) y[(t0 + tt) * w.rows + r0 + rr] = total;
-    }
-  }
+  StoreWarpSums(acc, tile, w.rows, y);
 }
 
 template <uint32_t kType>
 cudaError_t LaunchMmvq(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
                        cudaStream_t stream) {
-  const MmvqPlan p = PlanMmvq(w.rows, n_tokens);
-  if (p.passes > 65535 || p.blocks_x > 0x7fffffff) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(p.blocks_x), static_cast<unsigned>(p.passes));
-  constexpr int kThreads = kMmvqWarps * kWarp;
-  switch (p.tokens_per_pass) {
-    case 1:
-      MmvqKernel<kType, 1, 2><<<grid, kThreads, 0, stream>>>(w, x_q8, n_tokens, y);
-      break;
-    case 2:
-      MmvqKernel<kType, 2, 2><<<grid, kThreads, 0, stream>>>(w, x_q8, n_tokens, y);
-      break;
-    case 4:
-      MmvqKernel<kType, 4, 2><<<grid, kThreads, 0, stream>>>(w, x_q8, n_tokens, y);
-      break;
-    default:
-      MmvqKernel<kType, 8, 1><<<grid, kThreads, 0, stream>>>(w, x_q8, n_tokens, y);
-  }
-  return internal::LaunchStatus();
+  return LaunchMmvqPlan(w.rows, n_tokens, [&](dim3 grid, int threads, auto tokens, auto rows) {
+    MmvqKernel<kType, decltype(tokens)::value, decltype(rows)::value>
+        <<<grid, threads, 0, stream>>>(w, x_q8, n_tokens, y);
+  });
 }
 
 __global__ void __launch_bounds__(kGemvWarps * kWarp)
