@@ -8,6 +8,7 @@
 
 #include "engine/request_validation.h"
 #include "server/grpc/tool_call_grammar.h"
+#include "text/chat/harmony_parser.h"
 
 namespace tokenmill::server {
 namespace {
@@ -59,9 +60,11 @@ StatusOr<nlohmann::ordered_json> TemplateMessage(const v1::ChatMessage& message,
 // the call it answers, by its tool_call_id or else the earliest one unanswered (Hermes'
 // template requires a name; clients such as openai-agents send none). A template that knows
 // nothing of tools (a plain chat template) gets an assistant's calls as its content, in the
-// plain-JSON form, so that the model still sees what it called.
+// plain-JSON form, so that the model still sees what it called. Harmony templates get the
+// fields they read (below).
 StatusOr<nlohmann::ordered_json> TemplateMessages(const v1::Chat& chat, std::string_view source) {
   const bool knows_tools = source.find("tool") != std::string_view::npos;
+  const bool harmony = TemplateUsesHarmony(source);
   std::deque<const v1::ToolCall*> unanswered;
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (int i = 0; i < chat.messages_size(); ++i) {
@@ -77,6 +80,12 @@ StatusOr<nlohmann::ordered_json> TemplateMessages(const v1::Chat& chat, std::str
         if (m.name().empty()) message["name"] = (*answered)->name();
         unanswered.erase(answered);
       }
+    }
+    // gpt-oss's template reads an assistant's reasoning as `thinking`, and tests `in
+    // message.content` wherever the key exists, which a null content would fail.
+    if (harmony && m.role() == "assistant") {
+      if (!m.reasoning().empty()) message["thinking"] = m.reasoning();
+      if (message["content"].is_null()) message.erase("content");
     }
     if (!knows_tools && message.contains("tool_calls")) {
       std::string text = m.content();
@@ -459,8 +468,9 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
       TM_ASSIGN_OR_RETURN(out.grammar, CompileForcedToolCall(request.chat(), context));
     }
     // Reasoning is free and the constraint starts after it: the reasoning the prompt opened,
-    // or one the model opens itself (Qwen3's templates leave <think> to the model).
-    if (chat_parsing && chat_parsing->reasoning) {
+    // or one the model opens itself (Qwen3's templates leave <think> to the model). Harmony
+    // has no <think>: a forced call is the turn's first message.
+    if (chat_parsing && chat_parsing->reasoning && !chat_parsing->harmony) {
       TM_ASSIGN_OR_RETURN(out.grammar_starts_after,
                           context.tokenizer->Encode(kThinkClose, kChatEncodeOptions));
       if (!chat_parsing->starts_in_reasoning) {

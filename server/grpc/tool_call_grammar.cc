@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cctype>
+#include <utility>
 #include <vector>
 
 #include "grammar/json_schema.h"
@@ -29,8 +30,10 @@ std::string CallsRule(ToolCallFormat format, bool parallel) {
              " \"]\"";
     case ToolCallFormat::kMistralV11:  // each call has its own marker (NamedCallsGbnf)
       return parallel ? "tool-call+" : "tool-call";
-    case ToolCallFormat::kJson:
-    case ToolCallFormat::kHarmony: break;  // harmony: refused by ForcedToolCallGbnf
+    // One call: <|call|> ends a harmony turn (an end-of-generation token), so a model calls
+    // one function per turn and sees its result before the next.
+    case ToolCallFormat::kHarmony: return "tool-call";
+    case ToolCallFormat::kJson: break;
   }
   return parallel ? "\"[\" tool-call (\", \" tool-call)* \"]\"" : "tool-call";
 }
@@ -66,10 +69,22 @@ std::string PrefixRuleNames(std::string_view gbnf, const std::string& prefix) {
   return out;
 }
 
-// Mistral v11: [TOOL_CALLS]name[ARGS]{arguments}, the name outside the JSON, so each tool's
-// parameters are a grammar of their own, their rules prefixed apart.
-StatusOr<std::string> NamedCallsGbnf(const std::vector<Tool>& tools, bool parallel,
-                                     const grammar::GrammarLimits& limits) {
+// The markup before and after a call's arguments where the function's name stands outside
+// the JSON: Mistral v11's [TOOL_CALLS]name[ARGS]{...} and harmony's
+// <|channel|>commentary to=functions.name <|constrain|>json<|message|>{...}<|call|>.
+std::pair<std::string, std::string> NamedCallMarkup(ToolCallFormat format,
+                                                    const std::string& name) {
+  if (format == ToolCallFormat::kHarmony) {
+    return {"<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>",
+            "<|call|>"};
+  }
+  return {"[TOOL_CALLS]" + name + "[ARGS]", ""};
+}
+
+// Calls whose name is outside the JSON (NamedCallMarkup): each tool's parameters are a
+// grammar of their own, their rules prefixed apart.
+StatusOr<std::string> NamedCallsGbnf(ToolCallFormat format, const std::vector<Tool>& tools,
+                                     bool parallel, const grammar::GrammarLimits& limits) {
   std::string call = std::string(kCallRule);
   std::string rules;
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -81,15 +96,16 @@ StatusOr<std::string> NamedCallsGbnf(const std::vector<Tool>& tools, bool parall
     std::string prefix = "t";
     prefix += std::to_string(i);
     prefix += '-';
+    const auto [before, after] = NamedCallMarkup(format, tools[i].name);
     if (i > 0) call += " | ";
-    call += Json("[TOOL_CALLS]" + tools[i].name + "[ARGS]").dump();
+    call += Json(before).dump();
     call += ' ';
     call += prefix;
     call += "root";
+    if (!after.empty()) call += ' ' + Json(after).dump();
     rules += PrefixRuleNames(*gbnf, prefix);
   }
-  return std::string(kRootRule) + CallsRule(ToolCallFormat::kMistralV11, parallel) + "\n" +
-         call + "\n" + rules;
+  return std::string(kRootRule) + CallsRule(format, parallel) + "\n" + call + "\n" + rules;
 }
 
 // Moves a tool's $defs / definitions to the document's root, where its "#/$defs/..." refs
@@ -120,10 +136,6 @@ Status HoistDefinitions(Json& parameters, const std::string& tool, Json& root) {
 StatusOr<std::string> ForcedToolCallGbnf(ToolCallFormat format, std::string_view tools_json,
                                          std::string_view function_name, bool parallel,
                                          const grammar::GrammarLimits& limits) {
-  if (format == ToolCallFormat::kHarmony) {
-    return UnimplementedError("chat.tool_choice: forced tool calls are not written in gpt-oss's "
-                              "harmony markup yet: use tool_choice auto");
-  }
   const Json tools = Json::parse(tools_json, nullptr, /*allow_exceptions=*/false);
   if (!tools.is_array() || tools.empty()) {
     return InvalidArgumentError("chat.tool_choice forces a call: give chat.tools_json, a JSON "
@@ -151,7 +163,9 @@ StatusOr<std::string> ForcedToolCallGbnf(ToolCallFormat format, std::string_view
     return InvalidArgumentError("chat.tool_choice names the function '" +
                                 std::string(function_name) + "', which is not in chat.tools_json");
   }
-  if (format == ToolCallFormat::kMistralV11) return NamedCallsGbnf(offered, parallel, limits);
+  if (format == ToolCallFormat::kMistralV11 || format == ToolCallFormat::kHarmony) {
+    return NamedCallsGbnf(format, offered, parallel, limits);
+  }
   const char* arguments_key = format == ToolCallFormat::kLlama3Json ? "parameters" : "arguments";
   Json document = Json::object();
   Json calls = Json::array();

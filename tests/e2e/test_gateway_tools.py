@@ -57,6 +57,10 @@ FAMILIES = {
     "llama3.1": ("llama3.1_tools.jinja", None, "\"parameters\": {", r"call_[A-Za-z0-9]{24}"),
     "mistral": ("mistral_tools.jinja", None, "[TOOL_CALLS][{\"name\": ", r"[A-Za-z0-9]{9}"),
     "json": (None, "json", "{\"name\": ", r"call_[A-Za-z0-9]{24}"),
+    # gpt-oss's template on SmolLM2's vocabulary, which spells harmony's markers in text tokens
+    # (so the parser meets them split); the harmony parsers come from the template.
+    "gpt-oss": ("gpt_oss.jinja", None, "<|channel|>commentary to=functions.get_weather "
+                "<|constrain|>json<|message|>{", r"call_[A-Za-z0-9]{24}"),
 }
 
 

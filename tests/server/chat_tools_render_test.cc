@@ -124,6 +124,43 @@ TEST(ChatToolsRender, ToolResultGetsItsCallsNameAndPlainTemplatesSeeTheCalls) {
       << *plain;
 }
 
+// gpt-oss's template reads an assistant's reasoning as `thinking` and fails on a null
+// content (`"..." in message.content`): a turn of calls alone, as clients send it, renders
+// with its reasoning as the analysis message before the call.
+TEST(ChatToolsRender, HarmonyTemplateGetsThinkingAndNoNullContent) {
+  v1::Chat chat;
+  v1::ChatMessage& user = *chat.add_messages();
+  user.set_role("user");
+  user.set_content("Weather in Paris?");
+  v1::ChatMessage& assistant = *chat.add_messages();
+  assistant.set_role("assistant");
+  assistant.set_reasoning("The user wants the weather.");
+  v1::ToolCall& call = *assistant.add_tool_calls();
+  call.set_id("call_1");
+  call.set_name("get_weather");
+  call.set_arguments(R"({"city": "Paris"})");
+  v1::ChatMessage& result = *chat.add_messages();
+  result.set_role("tool");
+  result.set_tool_call_id("call_1");
+  result.set_content("sunny");
+  chat.set_tools_json(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "The weather now.",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  StatusOr<ChatTemplate> gpt_oss = ChatTemplate::FromFile(kDataDir + "gpt_oss.jinja", {});
+  ASSERT_TRUE(gpt_oss.ok());
+  const StatusOr<std::string> rendered = RenderChat(chat, &*gpt_oss);
+  ASSERT_TRUE(rendered.ok()) << rendered.status().ToString();
+  EXPECT_NE(rendered->find("<|start|>assistant<|channel|>analysis<|message|>The user wants the "
+                           "weather.<|end|><|start|>assistant to=functions.get_weather"
+                           "<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>"),
+            std::string::npos)
+      << *rendered;
+  EXPECT_NE(rendered->find("<|start|>functions.get_weather to=assistant<|channel|>commentary"
+                           "<|message|>\"sunny\"<|end|>"),
+            std::string::npos)
+      << *rendered;
+}
+
 INSTANTIATE_TEST_SUITE_P(ToolTemplates, ChatToolsRenderTest,
                          ::testing::Values("hermes_tools", "qwen2.5", "llama3.1_tools",
                                            "mistral_tools", "phi4_mini", "glm46", "kimi_k2",

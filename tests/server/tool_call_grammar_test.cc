@@ -176,11 +176,44 @@ TEST(ForcedToolCallGbnf, RefusesWhatCannotBeForced) {
       ForcedToolCallGbnf(ToolCallFormat::kHermes, bad_schema, "", false, limits).status();
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("frobnicate"));
-  // gpt-oss's calls are parsed but not forced yet: said by name, not a wrong grammar.
-  const Status harmony =
-      ForcedToolCallGbnf(ToolCallFormat::kHarmony, kTools, "", false, limits).status();
-  EXPECT_EQ(harmony.code(), StatusCode::kUnimplemented);
-  EXPECT_THAT(harmony.message(), HasSubstr("harmony"));
+}
+
+// gpt-oss: one call a turn, as a commentary message to functions.NAME constrained to JSON,
+// ended by <|call|>; what the grammar accepts, HarmonyParser reads back as that call.
+TEST(ForcedToolCallGbnf, HarmonyForcesOneCommentaryMessageToTheFunction) {
+  const auto call = [](std::string_view name, std::string_view arguments) {
+    return "<|channel|>commentary to=functions." + std::string(name) +
+           " <|constrain|>json<|message|>" + std::string(arguments) + "<|call|>";
+  };
+  const std::string weather = call("get_weather", R"({"city": "Paris", "unit": "celsius"})");
+  const std::string time = call("get_time", R"({"zone": "Europe/Paris"})");
+  for (const bool parallel : {false, true}) {
+    EXPECT_TRUE(Accepts(ToolCallFormat::kHarmony, "", parallel, weather));
+    EXPECT_TRUE(Accepts(ToolCallFormat::kHarmony, "", parallel, time));
+    EXPECT_FALSE(Accepts(ToolCallFormat::kHarmony, "", parallel,
+                         weather + "<|start|>assistant" + time));  // <|call|> ends the turn
+  }
+  EXPECT_TRUE(Accepts(ToolCallFormat::kHarmony, "get_weather", false, weather));
+  EXPECT_FALSE(Accepts(ToolCallFormat::kHarmony, "get_time", false, weather));
+  EXPECT_FALSE(Accepts(ToolCallFormat::kHarmony, "", false,
+                       call("get_weather", R"({"city": "Paris", "unit": "kelvin"})")));
+  EXPECT_FALSE(Accepts(ToolCallFormat::kHarmony, "", false,  // no analysis before the call
+                       "<|channel|>analysis<|message|>Let me look.<|end|><|start|>assistant" +
+                           weather));
+  EXPECT_FALSE(Accepts(ToolCallFormat::kHarmony, "", false,
+                       weather.substr(0, weather.size() - 8)));  // unfinished: no <|call|>
+
+  OutputParser parser({.tool_calls = ToolCallFormat::kHarmony, .reasoning = true,
+                       .starts_in_reasoning = false, .harmony = true, .parallel = true,
+                       .seed = 1});
+  ParsedOutput out = parser.Feed(weather);
+  out.Append(parser.Finish());
+  EXPECT_EQ(out.content, "");
+  EXPECT_EQ(out.reasoning, "");
+  ASSERT_EQ(out.tool_calls.size(), 2u);  // id and name, then the arguments
+  EXPECT_EQ(out.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(out.tool_calls[1].arguments),
+            Json::parse(R"({"city": "Paris", "unit": "celsius"})"));
 }
 
 v1::GenerateRequest ChatRequest(bool forced) {
