@@ -1,8 +1,8 @@
 // Per-element math of the CUDA kernels, written once for the device and the host so the CPU
 // unit tests (tests/kernels/cuda/kernel_math_test.cc) check it against the CPU kernels:
 // weight dequantization, KV quantization (int8 and FP8 E4M3), RoPE angles, the online-softmax
-// merge of flash-decoding, the split-K partition of attention and launch geometry. Plain C++
-// when not compiled by nvcc.
+// merge of flash-decoding, the split-K partition of attention, its shared-memory tiles and
+// launch geometry. Plain C++ when not compiled by nvcc.
 #pragma once
 
 #include <cstdint>
@@ -438,6 +438,55 @@ struct GemvGrid {
 };
 TM_HOST_DEVICE constexpr GemvGrid GemvGeometry(int64_t rows, int64_t n_tokens) {
   return GemvGrid{CeilDiv(rows, kGemvWarps), CeilDiv(n_tokens, kGemvTokens)};
+}
+
+// ---- attention's K/V tiles in shared memory ------------------------------------------------
+
+// The split kernel (paged_attention.cu) stages K/V tiles of up to kAttentionTile positions in
+// dynamic shared memory, kAttentionStages of them: tile i + 1 is copied in while tile i is
+// computed. How many positions a tile holds never changes a pair's arithmetic (each pair
+// walks its positions in order whatever the tiling).
+constexpr int kAttentionTile = 16;
+constexpr int kAttentionStages = 2;
+constexpr int kCopyBytes = 16;  // one vector load / cp.async of a row piece
+// What a block may take without cudaFuncSetAttribute's opt-in.
+constexpr int64_t kDefaultSharedBytes = 48 * 1024;
+
+TM_HOST_DEVICE constexpr int64_t RoundUp(int64_t x, int64_t m) { return CeilDiv(x, m) * m; }
+
+// One stage is [K rows][V rows][K scales][V scales], each part a kCopyBytes multiple so every
+// part of every stage starts 16-byte aligned; the stages follow one another.
+struct AttentionTilePlan {
+  int positions;         // per tile
+  int row_bytes;         // one (slot, KV head) row of K or of V: head_dim elements
+  bool vector_rows;      // rows copied in kCopyBytes pieces (else element by element)
+  int64_t kv_bytes;      // K (or V) rows of one stage
+  int64_t stage_bytes;   // one stage, its scales included
+  int64_t shared_bytes;  // all stages: the launch's dynamic shared memory
+};
+
+// Rows of head_dim elements of elem_bytes; aligned_bases: the pool's K and V start 16-byte
+// aligned. 16-byte pieces need rows of whole pieces at aligned addresses (row r starts at
+// r · row_bytes); other rows (head_dim 13 in f16, 40 in int8, an offset pool) go element by
+// element. The tile halves until the stages fit kDefaultSharedBytes: only f32 rows of 192
+// elements or more need it (16 positions of 1 KiB rows are 64 KiB double-buffered). Staying
+// under the default spares cudaFuncSetAttribute's opt-in, a per-kernel setting that would
+// have to be made (and remembered) before the first launch, graph captures included, and
+// leaves room for more blocks per SM; 8 positions of 1 KiB K and V rows still put 16 KiB in
+// flight per stage. The shared memory is sized by the real head_dim, not kMaxHeadDim.
+TM_HOST_DEVICE constexpr AttentionTilePlan PlanAttentionTiles(int head_dim, int elem_bytes,
+                                                              bool aligned_bases) {
+  AttentionTilePlan plan{};
+  plan.row_bytes = head_dim * elem_bytes;
+  plan.vector_rows = aligned_bases && plan.row_bytes % kCopyBytes == 0;
+  for (plan.positions = kAttentionTile;; plan.positions /= 2) {
+    plan.kv_bytes = RoundUp(int64_t{plan.positions} * plan.row_bytes, kCopyBytes);
+    plan.stage_bytes =
+        2 * plan.kv_bytes + RoundUp(2 * int64_t{plan.positions} * 4, kCopyBytes);
+    plan.shared_bytes = kAttentionStages * plan.stage_bytes;
+    if (plan.shared_bytes <= kDefaultSharedBytes || plan.positions == 1) break;
+  }
+  return plan;
 }
 
 }  // namespace tokenmill::cuda

@@ -5,10 +5,13 @@
 // split partition depends only on a token's own length (kernel_math.h), so prefill chunks,
 // decode steps and batch neighbours never change a token's result. int8/fp8 tiles stay
 // codes in shared memory, beside their rows' scales; each use is dequantized in registers.
+// K/V rows come in 16-byte cp.async pieces where their size and the pool's alignment allow
+// (else element by element), double-buffered: tile i + 1 is in flight while tile i is used.
 // A sliding window (DeviceAttentionVariant) only moves where each pair starts: splits stay
 // those of the token's length, and a split wholly before the window leaves an empty partial.
 #include <cuda_fp16.h>
 
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/kv_types.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
@@ -16,12 +19,15 @@
 namespace tokenmill::cuda {
 namespace {
 
+using internal::CommitCopies;
+using internal::CopyAsync16;
+using internal::CopyAsync4;
 using internal::E4M3Code;
 using internal::KvElement;
 using internal::kWarp;
+using internal::WaitCopies;
 using internal::WarpSum;
 
-constexpr int kTile = 16;  // positions per shared-memory K/V tile
 constexpr int kThreads = kAttentionWarps * kWarp;
 constexpr int kPairsPerWarp = kMaxTilePairs / kAttentionWarps;
 constexpr int kDimsPerLane = kMaxHeadDim / kWarp;
@@ -29,15 +35,81 @@ constexpr int kDimsPerLane = kMaxHeadDim / kWarp;
 // Floats per (token, head, split) partial: the unnormalized output, then m and l.
 __host__ __device__ constexpr int64_t PartialFloats(int head_dim) { return head_dim + 2; }
 
+// One stage of the dynamic shared memory (PlanAttentionTiles' layout).
+template <typename T>
+struct TileStage {
+  T* k;  // positions x head_dim, row after row
+  T* v;
+  float* k_scale;  // int8/fp8: each position's row scale
+  float* v_scale;
+};
+
+template <typename T>
+__device__ TileStage<T> StageAt(unsigned char* shared, const AttentionTilePlan& plan,
+                                int stage) {
+  unsigned char* base = shared + stage * plan.stage_bytes;
+  float* scales = reinterpret_cast<float*>(base + 2 * plan.kv_bytes);
+  return TileStage<T>{reinterpret_cast<T*>(base), reinterpret_cast<T*>(base + plan.kv_bytes),
+                      scales, scales + plan.positions};
+}
+
+// Issues this thread's share of the copies of positions [tile, tile + n_pos) of KV head
+// kv_head into a stage; the caller commits, waits and synchronizes. Vector rows: the stage's
+// rows lie back to back as whole 16-byte pieces, so piece c of the tile (piece c % pieces of
+// its row c / pieces) goes to byte c * 16.
+template <typename T, bool kVectorRows>
+__device__ void LoadTile(const KvCacheView& kv, const int32_t* blocks, int kv_head,
+                         int32_t tile, int n_pos, const AttentionTilePlan& plan,
+                         TileStage<T> dst) {
+  // The (slot, KV head) row of the tile's position p.
+  auto row_of = [&](int p) {
+    const int32_t pos = tile + p;
+    const int64_t slot = static_cast<int64_t>(blocks[pos / kv.block_size]) * kv.block_size +
+                         pos % kv.block_size;
+    return slot * kv.n_kv_heads + kv_head;
+  };
+  if constexpr (kVectorRows) {
+    const int pieces = plan.row_bytes / kCopyBytes;
+    const auto* k_src = static_cast<const unsigned char*>(kv.k);
+    const auto* v_src = static_cast<const unsigned char*>(kv.v);
+    auto* k_dst = reinterpret_cast<unsigned char*>(dst.k);
+    auto* v_dst = reinterpret_cast<unsigned char*>(dst.v);
+    for (int c = threadIdx.x; c < n_pos * pieces; c += kThreads) {
+      const int64_t at = row_of(c / pieces) * plan.row_bytes + (c % pieces) * kCopyBytes;
+      CopyAsync16(k_dst + c * kCopyBytes, k_src + at);
+      CopyAsync16(v_dst + c * kCopyBytes, v_src + at);
+    }
+  } else {
+    const int d_head = kv.head_dim;
+    const T* k_cache = static_cast<const T*>(kv.k);
+    const T* v_cache = static_cast<const T*>(kv.v);
+    for (int e = threadIdx.x; e < n_pos * d_head; e += kThreads) {
+      const int64_t offset = row_of(e / d_head) * d_head + e % d_head;
+      dst.k[e] = k_cache[offset];
+      dst.v[e] = v_cache[offset];
+    }
+  }
+  if constexpr (KvElement<T>::kScaled) {
+    // At most one trip (n_pos <= kAttentionTile < kThreads): unrolled, it only took registers
+    // (a spill on sm_90).
+#pragma unroll 1
+    for (int p = threadIdx.x; p < n_pos; p += kThreads) {
+      const int64_t row = row_of(p);
+      CopyAsync4(dst.k_scale + p, kv.k_scale + row);
+      CopyAsync4(dst.v_scale + p, kv.v_scale + row);
+    }
+  }
+}
+
 // One block per (query tile, KV head, split): the tile's tokens x the group's query heads are
 // (token, head) pairs, up to kPairsPerWarp per warp. Every pair walks the positions of its own
 // split range in order with the same operations (explicitly rounded, no contraction left to
 // the compiler), so a token's result does not depend on the tile it lands in.
-template <typename T>
+template <typename T, bool kVectorRows>
 __global__ void __launch_bounds__(kThreads)
     SplitKernel(KvCacheView kv, DeviceBatch b, DeviceBlockTable table, const float* q,
                 int n_heads, float scale, int max_splits, DeviceAttentionVariant variant,
-                float* workspace) {
+                AttentionTilePlan plan, float* workspace) {
   const int32_t first = b.tiles[2 * blockIdx.x];
   const int count = b.tiles[2 * blockIdx.x + 1];
   const int kv_head = blockIdx.y;
@@ -56,12 +128,7 @@ __global__ void __launch_bounds__(kThreads)
   const int group = n_heads / kv.n_kv_heads;
   const int32_t* blocks = table.kv_indices + table.kv_indptr[b.seq_of_token[first]];
 
-  __shared__ alignas(16) unsigned char k_raw[kTile * kMaxHeadDim * sizeof(T)];
-  __shared__ alignas(16) unsigned char v_raw[kTile * kMaxHeadDim * sizeof(T)];
-  __shared__ float k_scale_s[kTile];  // int8/fp8: the scale of each position's K row
-  __shared__ float v_scale_s[kTile];
-  T* k_s = reinterpret_cast<T*>(k_raw);
-  T* v_s = reinterpret_cast<T*>(v_raw);
+  extern __shared__ __align__(16) unsigned char shared[];  // plan.shared_bytes
 
   const int warp = threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
@@ -92,33 +159,46 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  const T* k_cache = static_cast<const T*>(kv.k);
-  const T* v_cache = static_cast<const T*>(kv.v);
   const int32_t end = SplitEnd(split, max_len);
   const float inv_softcap = variant.softcap > 0.0f ? 1.0f / variant.softcap : 0.0f;
   const int32_t split_begin = SplitBegin(split, max_len);
-  for (int32_t tile = split_begin > min_visible ? split_begin : min_visible; tile < end;
-       tile += kTile) {
-    const int n_pos = end - tile < kTile ? end - tile : kTile;
-    __syncthreads();  // the previous tile is consumed
-    for (int e = threadIdx.x; e < n_pos * d_head; e += kThreads) {
-      const int32_t pos = tile + e / d_head;
-      const int64_t slot = static_cast<int64_t>(blocks[pos / kv.block_size]) * kv.block_size +
-                           pos % kv.block_size;
-      const int64_t offset = (slot * kv.n_kv_heads + kv_head) * d_head + e % d_head;
-      k_s[e] = k_cache[offset];
-      v_s[e] = v_cache[offset];
+  const int32_t first_tile = split_begin > min_visible ? split_begin : min_visible;
+  const int tile_positions = plan.positions;
+  // Double buffering. first_tile, end and so every trip of the loop are the block's, not a
+  // thread's: every thread reaches every barrier. Tile j lives in stage j % 2; iteration j
+  //   1. issues tile j + 1's copies into stage (j + 1) % 2 and commits them as one group;
+  //   2. waits for this thread's group of tile j (all but the newest), then barrier A: after
+  //      it every thread's copies of tile j are complete and visible to the whole block;
+  //   3. computes on stage j % 2 (reads only);
+  //   4. barrier B: no thread still reads stage j % 2 when iteration j + 1 refills it.
+  // So a stage is written (by cp.async, or by the element path's plain stores) only after
+  // barrier B of the iteration that last read it, and read only after barrier A following
+  // the wait for the copies that filled it: no write to a stage overlaps a read of it. The
+  // prologue fills stage 0 before any read. The last iteration commits an empty group and
+  // waits for all but it, so no copy is in flight at exit.
+  if (first_tile < end) {
+    const int n_first = end - first_tile < tile_positions ? end - first_tile : tile_positions;
+    LoadTile<T, kVectorRows>(kv, blocks, kv_head, first_tile, n_first, plan,
+                             StageAt<T>(shared, plan, 0));
+  }
+  CommitCopies();
+  int stage = 0;
+  for (int32_t tile = first_tile; tile < end; tile += tile_positions, stage ^= 1) {
+    const int n_pos = end - tile < tile_positions ? end - tile : tile_positions;
+    const int32_t next = tile + tile_positions;
+    if (next < end) {
+      const int n_next = end - next < tile_positions ? end - next : tile_positions;
+      LoadTile<T, kVectorRows>(kv, blocks, kv_head, next, n_next, plan,
+                               StageAt<T>(shared, plan, stage ^ 1));
     }
-    if constexpr (KvElement<T>::kScaled) {
-      for (int p = threadIdx.x; p < n_pos; p += kThreads) {
-        const int32_t pos = tile + p;
-        const int64_t slot = static_cast<int64_t>(blocks[pos / kv.block_size]) * kv.block_size +
-                             pos % kv.block_size;
-        k_scale_s[p] = kv.k_scale[slot * kv.n_kv_heads + kv_head];
-        v_scale_s[p] = kv.v_scale[slot * kv.n_kv_heads + kv_head];
-      }
-    }
-    __syncthreads();
+    CommitCopies();
+    WaitCopies<1>();
+    __syncthreads();  // A: tile `tile` is complete in stage `stage`
+    const TileStage<T> cur = StageAt<T>(shared, plan, stage);
+    const T* k_s = cur.k;
+    const T* v_s = cur.v;
+    const float* k_scale_s = cur.k_scale;
+    const float* v_scale_s = cur.v_scale;
 #pragma unroll
     for (int pi = 0; pi < kPairsPerWarp; ++pi) {
       // Causal: this pair's positions stop at its own token (the same for the whole warp).
@@ -154,6 +234,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
+    __syncthreads();  // B: every warp is done with stage `stage`
   }
 
 #pragma unroll
@@ -202,8 +283,15 @@ cudaError_t Launch(const KvCacheView& kv, const DeviceBatch& b, const DeviceBloc
   const int max_splits = b.max_splits;
   const dim3 grid(static_cast<unsigned>(b.n_tiles), static_cast<unsigned>(kv.n_kv_heads),
                   static_cast<unsigned>(max_splits));
-  SplitKernel<T><<<grid, kThreads, 0, stream>>>(kv, b, table, q, n_heads, scale, max_splits,
-                                                 variant, workspace);
+  const bool aligned = reinterpret_cast<uintptr_t>(kv.k) % kCopyBytes == 0 &&
+                       reinterpret_cast<uintptr_t>(kv.v) % kCopyBytes == 0;
+  const AttentionTilePlan plan =
+      PlanAttentionTiles(kv.head_dim, static_cast<int>(sizeof(T)), aligned);
+  if (plan.shared_bytes > kDefaultSharedBytes) return cudaErrorInvalidValue;
+  // Each row path a kernel of its own: the other's code would only add registers.
+  auto* kernel = plan.vector_rows ? SplitKernel<T, true> : SplitKernel<T, false>;
+  kernel<<<grid, kThreads, static_cast<size_t>(plan.shared_bytes), stream>>>(
+      kv, b, table, q, n_heads, scale, max_splits, variant, plan, workspace);
   const cudaError_t err = internal::LaunchStatus();
   if (err != cudaSuccess) return err;
   const dim3 merge_grid(static_cast<unsigned>(b.n_tokens), static_cast<unsigned>(n_heads));

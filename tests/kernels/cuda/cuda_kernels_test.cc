@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -439,7 +440,19 @@ struct AttentionCase {
   int n_kv_heads;
   // The Gemmas' variants: Q pre-scaled (then q.k scaled by 1), soft-capped scores, a window.
   DeviceAttentionVariant variant = {};
+  // Elements by which the K and V pools start past a 16-byte boundary: > 0 keeps rows that
+  // are whole 16-byte pieces off the cp.async path (PlanAttentionTiles).
+  int pool_offset = 0;
+  int32_t decode_length = 1030;  // the long decode's KV length
 };
+
+// n bytes of a KV pool that may start anywhere in its buffer.
+std::vector<uint8_t> PoolBytes(const uint8_t* pool, size_t n) {
+  std::vector<uint8_t> host(n);
+  TM_CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  TM_CHECK(cudaMemcpy(host.data(), pool, n, cudaMemcpyDeviceToHost) == cudaSuccess);
+  return host;
+}
 
 class PagedAttentionTest : public CudaKernelsTest,
                            public ::testing::WithParamInterface<AttentionCase> {};
@@ -447,8 +460,8 @@ class PagedAttentionTest : public CudaKernelsTest,
 TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   const AttentionCase c = GetParam();
   const int block_size = 16;
-  const std::vector<int32_t> lengths = {1030, 340, 9};   // KV length after this step
-  const std::vector<int32_t> new_tokens = {1, 40, 9};    // tokens of this step
+  const std::vector<int32_t> lengths = {c.decode_length, 340, 9};  // KV length after this step
+  const std::vector<int32_t> new_tokens = {1, 40, 9};              // tokens of this step
   std::vector<int32_t> kv_indptr = {0}, kv_indices, last_len, positions, cu_seqlens = {0};
   std::vector<int64_t> slots;
   int64_t num_blocks = 0;
@@ -523,14 +536,25 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
                           cpu_variant);
 
   // GPU: store through the device kernel (must give the same bytes), then attend.
-  DeviceBuffer dk_cache = Scratch(static_cast<int64_t>(k_cache.size()));
-  DeviceBuffer dv_cache = Scratch(static_cast<int64_t>(v_cache.size()));
+  const int64_t pool_offset = c.pool_offset * elem;
+  DeviceBuffer dk_cache = Scratch(static_cast<int64_t>(k_cache.size()) + pool_offset);
+  DeviceBuffer dv_cache = Scratch(static_cast<int64_t>(v_cache.size()) + pool_offset);
   DeviceBuffer dk_scales = Scratch(std::max<int64_t>(1, n_rows) * 4);
   DeviceBuffer dv_scales = Scratch(std::max<int64_t>(1, n_rows) * 4);
   ASSERT_TRUE(dk_cache.Zero().ok() && dv_cache.Zero().ok());
+  uint8_t* const k_pool = static_cast<uint8_t*>(dk_cache.data()) + pool_offset;
+  uint8_t* const v_pool = static_cast<uint8_t*>(dv_cache.data()) + pool_offset;
+  const bool aligned_pools = reinterpret_cast<uintptr_t>(k_pool) % kCopyBytes == 0 &&
+                            reinterpret_cast<uintptr_t>(v_pool) % kCopyBytes == 0;
+  ASSERT_EQ(aligned_pools, pool_offset % kCopyBytes == 0);  // cudaMalloc's are aligned
+  const AttentionTilePlan plan =
+      PlanAttentionTiles(c.head_dim, static_cast<int>(elem), aligned_pools);
+  std::printf("K/V rows of %d bytes %s, tiles of %d positions, splits of up to %d\n",
+              plan.row_bytes, plan.vector_rows ? "in 16-byte pieces" : "element by element",
+              plan.positions, SplitPositions(c.decode_length));
   const KvCacheView gpu_kv{c.kv_type,
-                           dk_cache.data(),
-                           dv_cache.data(),
+                           k_pool,
+                           v_pool,
                            num_blocks,
                            block_size,
                            c.n_kv_heads,
@@ -541,8 +565,8 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   ASSERT_EQ(StoreKv(gpu_kv, dall_slots.as<int64_t>(), static_cast<int64_t>(all_slots.size()),
                     dk.as<float>(), dv.as<float>(), nullptr),
             cudaSuccess);
-  EXPECT_EQ(ToHost<uint8_t>(dk_cache, k_cache.size()), k_cache);
-  EXPECT_EQ(ToHost<uint8_t>(dv_cache, v_cache.size()), v_cache);
+  EXPECT_EQ(PoolBytes(k_pool, k_cache.size()), k_cache);
+  EXPECT_EQ(PoolBytes(v_pool, v_cache.size()), v_cache);
   if (quantized) {
     // Every slot is written, so the whole scale arrays compare (bit for bit).
     const std::vector<float> got_k = ToHost<float>(dk_scales, k_scales.size());
@@ -580,10 +604,10 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
                                          lengths[seq] - new_tokens[seq]);
       for (int32_t b = 0; b < first / block_size; ++b) {
         const int64_t at = int64_t{kv_indices[kv_indptr[seq] + b]} * block_size * row * elem;
-        ASSERT_EQ(cudaMemcpy(static_cast<uint8_t*>(dk_cache.data()) + at, nan_block.data(),
+        ASSERT_EQ(cudaMemcpy(k_pool + at, nan_block.data(),
                              nan_block.size(), cudaMemcpyHostToDevice),
                   cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(static_cast<uint8_t*>(dv_cache.data()) + at, nan_block.data(),
+        ASSERT_EQ(cudaMemcpy(v_pool + at, nan_block.data(),
                              nan_block.size(), cudaMemcpyHostToDevice),
                   cudaSuccess);
       }
@@ -596,8 +620,10 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   // f16 KV: the CPU rounds the probabilities to f16, the online softmax cannot.
   ExpectNear(got, want, c.kv_type == KvType::kF16 ? 3e-3f : 1e-4f, "attention");
   if (quantized) {
-    // Quantized vs unquantized K/V: within what kv_quant_math_test measures on the CPU
-    // (0.0019 int8, 0.0095 fp8 over 512 positions), with room for these larger shapes.
+    // Quantized vs unquantized K/V: the GPU's error is the CPU's (its reference over the
+    // same codes and scales) up to the comparison above. The fixed bounds this replaces
+    // (0.01 int8, 0.04 fp8) were below the CPU's own error on these shapes (0.013-0.032 and
+    // 0.09-0.12, measured here): the short prefill's first tokens average a few rows only.
     std::vector<float> k_exact(k_cache.size() / elem), v_exact(v_cache.size() / elem);
     for (size_t t = 0; t < all_slots.size(); ++t) {
       std::copy_n(k.data() + t * row, row, k_exact.data() + all_slots[t] * row);
@@ -608,13 +634,15 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
     std::vector<float> exact(q.size());
     PagedAttentionReference(exact_kv, batch, table, q_scaled.data(), c.n_heads, scale,
                             exact.data(), cpu_variant);
-    float max_error = 0.0f;
+    float max_error = 0.0f, cpu_error = 0.0f, bound = 0.0f;
     for (size_t i = 0; i < exact.size(); ++i) {
       max_error = std::max(max_error, std::fabs(got[i] - exact[i]));
+      cpu_error = std::max(cpu_error, std::fabs(want[i] - exact[i]));
+      bound = std::max(bound, std::fabs(want[i] - exact[i]) + 1e-4f * (1.0f + std::fabs(want[i])));
     }
-    std::printf("GPU max |error| of %s attention vs exact: %.4f\n",
-                std::string(KvTypeName(c.kv_type)).c_str(), max_error);
-    EXPECT_LT(max_error, c.kv_type == KvType::kInt8 ? 0.01f : 0.04f);
+    std::printf("max |error| of %s attention vs exact: GPU %.4f, CPU %.4f\n",
+                std::string(KvTypeName(c.kv_type)).c_str(), max_error, cpu_error);
+    EXPECT_LE(max_error, bound);
   }
 
   // A token alone (a one-token batch over the same blocks, a tile of one) gives the same bits
@@ -657,7 +685,26 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
                                            AttentionCase{KvType::kF16, 256, 8, 4,
                                                          {0.0625f, 0.0f, 300}},
                                            AttentionCase{KvType::kInt8, 128, 16, 8,
-                                                         {1.0f, 0.0f, 64}}));
+                                                         {1.0f, 0.0f, 64}},
+                                           // Rows element by element: no whole 16-byte
+                                           // pieces (26, 52, 40 and 24 bytes), or pools 2
+                                           // and 4 bytes off a 16-byte boundary.
+                                           AttentionCase{KvType::kF16, 13, 6, 2},
+                                           AttentionCase{KvType::kF32, 13, 4, 4},
+                                           AttentionCase{KvType::kInt8, 40, 8, 2},
+                                           AttentionCase{KvType::kFp8, 24, 8, 2,
+                                                         {1.0f, 0.0f, 50}},
+                                           AttentionCase{KvType::kF16, 64, 8, 2, {}, 1},
+                                           AttentionCase{KvType::kInt8, 64, 9, 3, {}, 4},
+                                           // Many tiles a split, so the two stages take
+                                           // turns many times (4500: splits of 128, 8 tiles;
+                                           // f32 at 256: 16 of 8), a last split of 20, and
+                                           // a window that starts mid-tile (at 3500).
+                                           AttentionCase{KvType::kF32, 256, 16, 1, {}, 0, 4500},
+                                           AttentionCase{KvType::kInt8, 64, 16, 2, {}, 0, 4500},
+                                           AttentionCase{KvType::kFp8, 128, 8, 2,
+                                                         {1.0f, 0.0f, 1000}, 0, 4500},
+                                           AttentionCase{KvType::kF16, 13, 6, 2, {}, 0, 4500}));
 
 }  // namespace
 }  // namespace tokenmill::cuda

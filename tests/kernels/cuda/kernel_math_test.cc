@@ -323,6 +323,42 @@ TEST(AttentionTilesTest, EveryTokenOnceInTilesOfOneSequenceAndOneSplitSize) {
   EXPECT_EQ(BuildAttentionTiles(positions, cu_seqlens, 16).size() / 2, positions.size());
 }
 
+// The split kernel's shared-memory stages: within the default 48 KiB for every head size and
+// KV element size, every part 16-byte aligned, 16 positions a tile but for f32 rows of 192
+// elements or more (8), and 16-byte pieces exactly for whole-piece rows of an aligned pool.
+TEST(AttentionTilePlanTest, StagesFitTheDefaultSharedMemoryAndStayAligned) {
+  for (const int elem_bytes : {1, 2, 4}) {
+    for (int head_dim = 1; head_dim <= kMaxHeadDim; ++head_dim) {
+      for (const bool aligned : {false, true}) {
+        const AttentionTilePlan plan = PlanAttentionTiles(head_dim, elem_bytes, aligned);
+        const int row_bytes = head_dim * elem_bytes;
+        ASSERT_EQ(plan.row_bytes, row_bytes);
+        ASSERT_EQ(plan.vector_rows, aligned && row_bytes % 16 == 0) << row_bytes;
+        ASSERT_EQ(plan.positions, elem_bytes == 4 && head_dim >= 192 ? 8 : 16)
+            << elem_bytes << " x " << head_dim;
+        ASSERT_EQ(plan.kv_bytes % kCopyBytes, 0);
+        ASSERT_GE(plan.kv_bytes, int64_t{plan.positions} * row_bytes);
+        ASSERT_LT(plan.kv_bytes, int64_t{plan.positions} * row_bytes + kCopyBytes);
+        ASSERT_EQ(plan.stage_bytes % kCopyBytes, 0);
+        ASSERT_GE(plan.stage_bytes, 2 * plan.kv_bytes + 2 * plan.positions * 4);  // + scales
+        ASSERT_EQ(plan.shared_bytes, kAttentionStages * plan.stage_bytes);
+        ASSERT_LE(plan.shared_bytes, kDefaultSharedBytes);
+      }
+    }
+  }
+  const AttentionTilePlan f16 = PlanAttentionTiles(128, 2, true);  // Llama's f16 rows
+  EXPECT_TRUE(f16.vector_rows);
+  EXPECT_EQ(f16.kv_bytes, 4096);
+  EXPECT_EQ(f16.shared_bytes, 2 * (2 * 4096 + 128));
+  const AttentionTilePlan f32 = PlanAttentionTiles(256, 4, true);  // 16 x 1 KiB: 64 KiB
+  EXPECT_EQ(f32.positions, 8);
+  EXPECT_EQ(f32.shared_bytes, 2 * (2 * 8192 + 64));
+  EXPECT_FALSE(PlanAttentionTiles(13, 2, true).vector_rows);   // 26-byte rows
+  EXPECT_FALSE(PlanAttentionTiles(40, 1, true).vector_rows);   // 40-byte rows
+  EXPECT_TRUE(PlanAttentionTiles(48, 1, true).vector_rows);    // 3 pieces
+  EXPECT_FALSE(PlanAttentionTiles(128, 2, false).vector_rows); // an offset pool
+}
+
 TEST(LaunchGeometryTest, GemvGridCoversRowsAndTokens) {
   for (int64_t rows : {1, 3, 4, 5, 576, 49152}) {
     for (int64_t tokens : {1, 7, 8, 9, 2048}) {

@@ -213,8 +213,10 @@ float AttentionError(bool fp8) {
 
 TEST(KvQuantAttentionTest, ErrorStaysWithinTheGpuTestsTolerance) {
   const float int8 = AttentionError(false), fp8 = AttentionError(true);
-  // Measured 0.0019 and 0.0095. The GPU test (cuda_kernels_test) allows 0.01 and 0.04
-  // against exact attention over its larger shapes (more outputs, longer contexts).
+  // Measured 0.0019 and 0.0095 over 512 positions. The GPU test (cuda_kernels_test) holds
+  // the GPU to the CPU reference's own error over the same codes instead of a fixed bound:
+  // its short prefills (a token over 1 to 9 positions, little averaging) reach 0.013-0.032
+  // (int8) and 0.09-0.12 (fp8).
   EXPECT_LT(int8, 0.005f);
   EXPECT_LT(fp8, 0.025f);
   EXPECT_GT(fp8, int8);  // 3 mantissa bits vs ~7 bits: the test can tell them apart
