@@ -20,10 +20,12 @@ namespace tokenmill::cuda {
 namespace {
 
 // RouteTokens takes ExpertGating by number.
-static_assert(static_cast<int>(ExpertGating::kSoftmax) == static_cast<int>(RoutingGating::kSoftmax) &&
-              static_cast<int>(ExpertGating::kSigmoid) == static_cast<int>(RoutingGating::kSigmoid) &&
-              static_cast<int>(ExpertGating::kSoftmaxSelected) ==
-                  static_cast<int>(RoutingGating::kSoftmaxSelected));
+constexpr bool SameGating(ExpertGating a, RoutingGating b) {
+  return static_cast<int>(a) == static_cast<int>(b);
+}
+static_assert(SameGating(ExpertGating::kSoftmax, RoutingGating::kSoftmax) &&
+              SameGating(ExpertGating::kSigmoid, RoutingGating::kSigmoid) &&
+              SameGating(ExpertGating::kSoftmaxSelected, RoutingGating::kSoftmaxSelected));
 
 // Appends `values` to `staging` at an 8-byte boundary; returns their offset.
 template <typename T>

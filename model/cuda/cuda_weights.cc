@@ -3,8 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/kernel_math.h"

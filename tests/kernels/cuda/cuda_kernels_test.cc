@@ -292,7 +292,7 @@ class GroupedGemvTest : public CudaKernelsTest, public ::testing::WithParamInter
 
 // The grouped expert GEMV over stacked experts (UploadExperts): each slot's rows equal, bit for
 // bit, the dense GEMV of its expert alone over its activation row alone (GemvQ8_1 / Gemv with
-// one token: MmvqDot's and KMmvqDot's arithmetic, which GemvTest holds the dense kernels to),
+// one token) and, for quantized experts, MmvqDot / KMmvqDot of that expert's packed rows,
 // for the gate/up form (activations per token) and the down form (per slot), for steps of 1..11
 // tokens (every PlanMmvq shape): a token's result does not depend on who shares its expert.
 TEST_P(GroupedGemvTest, EachSlotEqualsItsExpertsGemvAlone) {
@@ -313,6 +313,8 @@ TEST_P(GroupedGemvTest, EachSlotEqualsItsExpertsGemvAlone) {
   ASSERT_TRUE(experts.ok()) << experts.status().ToString();
   const DeviceWeight& w = experts->view;
   ASSERT_EQ(w.n_experts, n_expert);
+  std::vector<std::vector<uint8_t>> packed;  // each expert's device layout, for the emulation
+  for (const auto& e : host) packed.push_back(DeviceLayout(id, e.data(), rows, cols, row_bytes));
   for (const int64_t n : {1, 2, 3, 5, 8, 11}) {
     const std::vector<int32_t> choices = RandomChoices(n, n_used, n_expert, rng_);
     const DeviceGroups g = GroupOnDevice(choices, n, n_used, n_expert);
@@ -333,6 +335,8 @@ TEST_P(GroupedGemvTest, EachSlotEqualsItsExpertsGemvAlone) {
                                         nullptr),
                 cudaSuccess);
       const std::vector<float> got = ToHost<float>(dy, static_cast<size_t>(n * n_used * rows));
+      std::vector<uint8_t> q8;
+      if (quantized) q8 = ToHost<uint8_t>(dq8, static_cast<size_t>(dq8.bytes()));
       DeviceBuffer alone = Scratch(rows * 4);
       for (int64_t slot = 0; slot < n * n_used; ++slot) {
         const int32_t pair = g.host_order[static_cast<size_t>(slot)];
@@ -349,6 +353,14 @@ TEST_P(GroupedGemvTest, EachSlotEqualsItsExpertsGemvAlone) {
         const std::vector<float> want = ToHost<float>(alone, static_cast<size_t>(rows));
         ASSERT_EQ(std::memcmp(got.data() + slot * rows, want.data(), rows * 4), 0)
             << n << " tokens, slot " << slot << " (expert " << e << "), per_token " << per_token;
+        for (int64_t r = 0; quantized && r < rows; ++r) {  // and MmvqDot / KMmvqDot's bits
+          const uint8_t* row = packed[static_cast<size_t>(e)].data() + r * w.row_bytes;
+          const uint8_t* token = q8.data() + x_row * Q8_1TokenBytes(cols);
+          const float emulated =
+              IsKQuant(id) ? KMmvqDot(id, row, token, cols) : MmvqDot(id, row, token, cols);
+          ASSERT_EQ(std::memcmp(&got[static_cast<size_t>(slot * rows + r)], &emulated, 4), 0)
+              << n << " tokens, slot " << slot << " row " << r;
+        }
       }
     }
   }
@@ -367,10 +379,11 @@ INSTANTIATE_TEST_SUITE_P(Types, GroupedGemvTest,
 // 8-float vectors (60 experts) and tied logits.
 TEST_F(CudaKernelsTest, RoutingAndTheWeightedSumEqualTheirEmulations) {
   const int64_t n_tokens = 37;
-  for (const DeviceRouting r : {DeviceRouting{60, 4, RoutingGating::kSoftmax, false, 0.0f},
-                                DeviceRouting{16, 3, RoutingGating::kSoftmax, true, 0.0f},
-                                DeviceRouting{12, 8, RoutingGating::kSigmoid, true, 2.5f},
-                                DeviceRouting{32, 4, RoutingGating::kSoftmaxSelected, false, 0.0f}}) {
+  const DeviceRouting routings[] = {{60, 4, RoutingGating::kSoftmax, false, 0.0f},
+                                    {16, 3, RoutingGating::kSoftmax, true, 0.0f},
+                                    {12, 8, RoutingGating::kSigmoid, true, 2.5f},
+                                    {32, 4, RoutingGating::kSoftmaxSelected, false, 0.0f}};
+  for (const DeviceRouting& r : routings) {
     std::vector<float> logits = Random(static_cast<size_t>(n_tokens * r.n_expert), rng_, 3.0f);
     for (int64_t i = 0; i + 1 < n_tokens * r.n_expert; i += 5) logits[i + 1] = logits[i];  // ties
     DeviceBuffer d_logits = ToDevice(logits);
