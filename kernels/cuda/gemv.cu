@@ -20,6 +20,8 @@ using internal::LaunchMmvqPlan;
 using internal::WarpSum;
 using internal::MmvqTile;
 using internal::MmvqTileOf;
+using internal::MmvqInputRow;
+using internal::MmvqRows;
 using internal::StoreWarpSums;
 
 __global__ void QuantizeQ8_1Kernel(const float* x, int64_t n_tokens, int64_t cols, uint8_t* out) {
@@ -75,16 +77,20 @@ __device__ int32_t WordDot(const int4 w, uint32_t fifth, const int4* a) {
 
 template <uint32_t kType, int kTokens, int kRows>
 __global__ void __launch_bounds__(kMmvqWarps * kWarp)
-    MmvqKernel(DeviceWeight w, const uint8_t* x_q8, int64_t n_tokens, float* y) {
+    MmvqKernel(DeviceWeight w, const uint8_t* x_q8, int64_t n_tokens, float* y, MmvqRows g) {
   constexpr int kActWords = kType == kWQ8_0 ? 1 : 2;
-  const MmvqTile tile = MmvqTileOf<kTokens, kRows>(n_tokens);
-  if (tile.r0 >= w.rows) return;  // whole warps leave together
+  const MmvqTile tile = MmvqTileOf<kTokens, kRows>(n_tokens, w.data, g);
+  if (tile.r0 >= w.rows || tile.n_t <= 0) return;  // whole warps leave together
   const int lane = tile.lane;
   const int64_t r0 = tile.r0, t0 = tile.t0;
   const int n_t = tile.n_t;
   const int64_t words = PackedWords(kType, w.cols);
   const int64_t token_bytes = Q8_1TokenBytes(w.cols);
-  const uint8_t* x0 = x_q8 + t0 * token_bytes;
+  const uint8_t* xs[kTokens];
+#pragma unroll
+  for (int tt = 0; tt < kTokens; ++tt) {
+    xs[tt] = tt < n_t ? x_q8 + MmvqInputRow(g, t0 + tt) * token_bytes : x_q8;
+  }
   float acc[kRows][kTokens];
 #pragma unroll
   for (int rr = 0; rr < kRows; ++rr) {
@@ -98,7 +104,7 @@ __global__ void __launch_bounds__(kMmvqWarps * kWarp)
 #pragma unroll
     for (int tt = 0; tt < kTokens; ++tt) {
       if (tt >= n_t) break;
-      const uint8_t* token = x0 + tt * token_bytes;
+      const uint8_t* token = xs[tt];
       const int4* words_a = reinterpret_cast<const int4*>(token + first);
 #pragma unroll
       for (int i = 0; i < kActWords; ++i) a[tt][i] = words_a[i];
@@ -109,7 +115,7 @@ __global__ void __launch_bounds__(kMmvqWarps * kWarp)
 #pragma unroll
     for (int rr = 0; rr < kRows; ++rr) {
       if (r0 + rr >= w.rows) break;
-      const uint8_t* row = w.data + (r0 + rr) * w.row_bytes;
+      const uint8_t* row = tile.data + (r0 + rr) * w.row_bytes;
       const int4 q = reinterpret_cast<const int4*>(row)[wd];
       const uint32_t fifth = HasFifthBits(kType) ? PackedFifthBits(kType, row, w.cols, wd) : 0u;
       float d, m;
@@ -126,21 +132,33 @@ __global__ void __launch_bounds__(kMmvqWarps * kWarp)
 
 template <uint32_t kType>
 cudaError_t LaunchMmvq(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
-                       cudaStream_t stream) {
-  return LaunchMmvqPlan(w.rows, n_tokens, [&](dim3 grid, int threads, auto tokens, auto rows) {
-    MmvqKernel<kType, decltype(tokens)::value, decltype(rows)::value>
-        <<<grid, threads, 0, stream>>>(w, x_q8, n_tokens, y);
-  });
+                       const MmvqRows& g, int64_t grid_z, cudaStream_t stream) {
+  return LaunchMmvqPlan(
+      w.rows, n_tokens,
+      [&](dim3 grid, int threads, auto tokens, auto rows) {
+        MmvqKernel<kType, decltype(tokens)::value, decltype(rows)::value>
+            <<<grid, threads, 0, stream>>>(w, x_q8, n_tokens, y, g);
+      },
+      grid_z);
 }
 
+// One warp a row (kRows = 1 of MmvqTileOf's tile, kGemvWarps warps a block as kMmvqWarps).
+static_assert(kGemvWarps == kMmvqWarps, "the float GEMV shares the MMVQ tile");
+
 __global__ void __launch_bounds__(kGemvWarps * kWarp)
-    FloatGemvKernel(DeviceWeight w, const float* x, int64_t n_tokens, float* y) {
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / kWarp;
-  const int lane = threadIdx.x % kWarp;
-  if (r >= w.rows) return;  // whole warps leave together
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kGemvTokens;
-  const int n_t = n_tokens - t0 < kGemvTokens ? static_cast<int>(n_tokens - t0) : kGemvTokens;
-  const uint8_t* row = w.data + r * w.row_bytes;
+    FloatGemvKernel(DeviceWeight w, const float* x, int64_t n_tokens, float* y, MmvqRows g) {
+  const MmvqTile tile = MmvqTileOf<kGemvTokens, 1>(n_tokens, w.data, g);
+  const int64_t r = tile.r0;
+  const int lane = tile.lane;
+  if (r >= w.rows || tile.n_t <= 0) return;  // whole warps leave together
+  const int64_t t0 = tile.t0;
+  const int n_t = tile.n_t;
+  const uint8_t* row = tile.data + r * w.row_bytes;
+  const float* xs[kGemvTokens];
+#pragma unroll
+  for (int tt = 0; tt < kGemvTokens; ++tt) {
+    xs[tt] = tt < n_t ? x + MmvqInputRow(g, t0 + tt) * w.cols : x;
+  }
   float sum[kGemvTokens];
 #pragma unroll
   for (int tt = 0; tt < kGemvTokens; ++tt) sum[tt] = 0.0f;
@@ -149,7 +167,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
 #pragma unroll
     for (int tt = 0; tt < kGemvTokens; ++tt) {
       if (tt >= n_t) break;
-      sum[tt] += wv * x[(t0 + tt) * w.cols + c];
+      sum[tt] += wv * xs[tt][c];
     }
   }
 #pragma unroll
@@ -183,28 +201,79 @@ cudaError_t QuantizeQ8_1(const float* x, int64_t n_tokens, int64_t cols, uint8_t
   return internal::LaunchStatus();
 }
 
-cudaError_t GemvQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
-                     cudaStream_t stream) {
-  if (IsKQuant(w.type)) return internal::GemvKQuantQ8_1(w, x_q8, n_tokens, y, stream);
+namespace {
+
+// GemvQ8_1 and Gemv over the activation rows and experts of `g` (mmvq_launch.cuh); grid_z: the
+// experts of a grouped launch, else 1.
+cudaError_t GemvQ8_1Rows(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
+                         const MmvqRows& g, int64_t grid_z, cudaStream_t stream) {
+  if (IsKQuant(w.type)) {
+    return internal::GemvKQuantQ8_1(w, x_q8, n_tokens, y, g, grid_z, stream);
+  }
   if (!IsQuantized(w.type) || w.cols % kQuantBlock != 0) return cudaErrorInvalidValue;
   if (n_tokens == 0 || w.rows == 0) return cudaSuccess;
-  if (w.type == kWQ4_0) return LaunchMmvq<kWQ4_0>(w, x_q8, n_tokens, y, stream);
-  if (w.type == kWQ4_1) return LaunchMmvq<kWQ4_1>(w, x_q8, n_tokens, y, stream);
-  if (w.type == kWQ5_0) return LaunchMmvq<kWQ5_0>(w, x_q8, n_tokens, y, stream);
-  if (w.type == kWQ5_1) return LaunchMmvq<kWQ5_1>(w, x_q8, n_tokens, y, stream);
-  if (w.type == kWIQ4_NL) return LaunchMmvq<kWIQ4_NL>(w, x_q8, n_tokens, y, stream);
-  return LaunchMmvq<kWQ8_0>(w, x_q8, n_tokens, y, stream);
+  if (w.type == kWQ4_0) return LaunchMmvq<kWQ4_0>(w, x_q8, n_tokens, y, g, grid_z, stream);
+  if (w.type == kWQ4_1) return LaunchMmvq<kWQ4_1>(w, x_q8, n_tokens, y, g, grid_z, stream);
+  if (w.type == kWQ5_0) return LaunchMmvq<kWQ5_0>(w, x_q8, n_tokens, y, g, grid_z, stream);
+  if (w.type == kWQ5_1) return LaunchMmvq<kWQ5_1>(w, x_q8, n_tokens, y, g, grid_z, stream);
+  if (w.type == kWIQ4_NL) return LaunchMmvq<kWIQ4_NL>(w, x_q8, n_tokens, y, g, grid_z, stream);
+  return LaunchMmvq<kWQ8_0>(w, x_q8, n_tokens, y, g, grid_z, stream);
+}
+
+cudaError_t GemvRows(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y,
+                     const MmvqRows& g, int64_t grid_z, cudaStream_t stream) {
+  if (TakesQ8_1(w.type)) return cudaErrorInvalidValue;  // GemvQ8_1
+  if (n_tokens == 0 || w.rows == 0) return cudaSuccess;
+  const GemvGrid geometry = GemvGeometry(w.rows, n_tokens);
+  if (geometry.blocks_y > 65535 || grid_z < 1 || grid_z > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(geometry.blocks_x),
+                  static_cast<unsigned>(geometry.blocks_y), static_cast<unsigned>(grid_z));
+  FloatGemvKernel<<<grid, kGemvWarps * kWarp, 0, stream>>>(w, x, n_tokens, y, g);
+  return internal::LaunchStatus();
+}
+
+}  // namespace
+
+cudaError_t GemvQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
+                     cudaStream_t stream) {
+  return GemvQ8_1Rows(w, x_q8, n_tokens, y, MmvqRows{}, 1, stream);
 }
 
 cudaError_t Gemv(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y,
                  cudaStream_t stream) {
-  if (TakesQ8_1(w.type)) return cudaErrorInvalidValue;  // GemvQ8_1
-  if (n_tokens == 0 || w.rows == 0) return cudaSuccess;
-  const GemvGrid g = GemvGeometry(w.rows, n_tokens);
-  if (g.blocks_y > 65535) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(g.blocks_x), static_cast<unsigned>(g.blocks_y));
-  FloatGemvKernel<<<grid, kGemvWarps * kWarp, 0, stream>>>(w, x, n_tokens, y);
-  return internal::LaunchStatus();
+  return GemvRows(w, x, n_tokens, y, MmvqRows{}, 1, stream);
+}
+
+namespace {
+
+// MmvqRows of a grouped launch, after checking that the experts and the groups agree.
+bool GroupedRows(const DeviceWeight& w, bool per_token, const DeviceExpertGroups& g,
+                 MmvqRows* rows) {
+  if (w.n_experts != g.n_expert || g.n_expert < 1 || g.n_used < 1 || g.begin == nullptr ||
+      (per_token && g.order == nullptr)) {
+    return false;
+  }
+  rows->begin = g.begin;
+  rows->order = per_token ? g.order : nullptr;
+  rows->n_used = g.n_used;
+  rows->expert_bytes = w.expert_bytes;
+  return true;
+}
+
+}  // namespace
+
+cudaError_t GroupedGemvQ8_1(const DeviceWeight& w, const uint8_t* x_q8, bool per_token,
+                            const DeviceExpertGroups& g, float* y, cudaStream_t stream) {
+  MmvqRows rows;
+  if (!GroupedRows(w, per_token, g, &rows)) return cudaErrorInvalidValue;
+  return GemvQ8_1Rows(w, x_q8, g.n_tokens, y, rows, g.n_expert, stream);
+}
+
+cudaError_t GroupedGemv(const DeviceWeight& w, const float* x, bool per_token,
+                        const DeviceExpertGroups& g, float* y, cudaStream_t stream) {
+  MmvqRows rows;
+  if (!GroupedRows(w, per_token, g, &rows)) return cudaErrorInvalidValue;
+  return GemvRows(w, x, g.n_tokens, y, rows, g.n_expert, stream);
 }
 
 cudaError_t DequantizeToBf16(const DeviceWeight& w, uint16_t* out, cudaStream_t stream) {

@@ -26,16 +26,20 @@ __device__ uint2 LoadHigh(const uint8_t* row, int64_t high_at, int64_t s) {
 
 template <uint32_t kType, int kTokens, int kRows>
 __global__ void __launch_bounds__(kMmvqWarps * kWarp)
-    KMmvqKernel(DeviceWeight w, const uint8_t* x_q8, int64_t n_tokens, float* y) {
-  const MmvqTile tile = MmvqTileOf<kTokens, kRows>(n_tokens);
-  if (tile.r0 >= w.rows) return;  // whole warps leave together
+    KMmvqKernel(DeviceWeight w, const uint8_t* x_q8, int64_t n_tokens, float* y, MmvqRows g) {
+  const MmvqTile tile = MmvqTileOf<kTokens, kRows>(n_tokens, w.data, g);
+  if (tile.r0 >= w.rows || tile.n_t <= 0) return;  // whole warps leave together
   const int lane = tile.lane;
   const int64_t r0 = tile.r0, t0 = tile.t0;
   const int n_t = tile.n_t;
   const int64_t subs = w.cols / kKSub;
   const int64_t high_at = KLayoutOf(kType, w.cols).high;
   const int64_t token_bytes = Q8_1TokenBytes(w.cols);
-  const uint8_t* x0 = x_q8 + t0 * token_bytes;
+  const uint8_t* xs[kTokens];
+#pragma unroll
+  for (int tt = 0; tt < kTokens; ++tt) {
+    xs[tt] = tt < n_t ? x_q8 + MmvqInputRow(g, t0 + tt) * token_bytes : x_q8;
+  }
   float acc[kRows][kTokens];
 #pragma unroll
   for (int rr = 0; rr < kRows; ++rr) {
@@ -48,7 +52,7 @@ __global__ void __launch_bounds__(kMmvqWarps * kWarp)
 #pragma unroll
     for (int tt = 0; tt < kTokens; ++tt) {
       if (tt >= n_t) break;
-      const uint8_t* token = x0 + tt * token_bytes;
+      const uint8_t* token = xs[tt];
       const int4* words_a = reinterpret_cast<const int4*>(token + s * kKSub);
       a[tt][0] = words_a[0];
       a[tt][1] = words_a[1];
@@ -59,7 +63,7 @@ __global__ void __launch_bounds__(kMmvqWarps * kWarp)
 #pragma unroll
     for (int rr = 0; rr < kRows; ++rr) {
       if (r0 + rr >= w.rows) break;
-      const uint8_t* row = w.data + (r0 + rr) * w.row_bytes;
+      const uint8_t* row = tile.data + (r0 + rr) * w.row_bytes;
       const int4 q4 = reinterpret_cast<const int4*>(row)[s];
       const uint32_t q[4] = {static_cast<uint32_t>(q4.x), static_cast<uint32_t>(q4.y),
                              static_cast<uint32_t>(q4.z), static_cast<uint32_t>(q4.w)};
@@ -83,25 +87,28 @@ __global__ void __launch_bounds__(kMmvqWarps * kWarp)
 
 template <uint32_t kType>
 cudaError_t LaunchKMmvq(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
-                        cudaStream_t stream) {
-  return LaunchMmvqPlan(w.rows, n_tokens, [&](dim3 grid, int threads, auto tokens, auto rows) {
-    KMmvqKernel<kType, decltype(tokens)::value, decltype(rows)::value>
-        <<<grid, threads, 0, stream>>>(w, x_q8, n_tokens, y);
-  });
+                        const MmvqRows& g, int64_t grid_z, cudaStream_t stream) {
+  return LaunchMmvqPlan(
+      w.rows, n_tokens,
+      [&](dim3 grid, int threads, auto tokens, auto rows) {
+        KMmvqKernel<kType, decltype(tokens)::value, decltype(rows)::value>
+            <<<grid, threads, 0, stream>>>(w, x_q8, n_tokens, y, g);
+      },
+      grid_z);
 }
 
 }  // namespace
 
 cudaError_t GemvKQuantQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
-                           cudaStream_t stream) {
+                           const MmvqRows& g, int64_t grid_z, cudaStream_t stream) {
   if (!IsKQuant(w.type) || w.cols % kKBlock != 0) return cudaErrorInvalidValue;
   if (n_tokens == 0 || w.rows == 0) return cudaSuccess;
-  if (w.type == kWQ2_K) return LaunchKMmvq<kWQ2_K>(w, x_q8, n_tokens, y, stream);
-  if (w.type == kWQ3_K) return LaunchKMmvq<kWQ3_K>(w, x_q8, n_tokens, y, stream);
-  if (w.type == kWQ4_K) return LaunchKMmvq<kWQ4_K>(w, x_q8, n_tokens, y, stream);
-  if (w.type == kWQ5_K) return LaunchKMmvq<kWQ5_K>(w, x_q8, n_tokens, y, stream);
-  if (w.type == kWQ6_K) return LaunchKMmvq<kWQ6_K>(w, x_q8, n_tokens, y, stream);
-  return LaunchKMmvq<kWIQ4_XS>(w, x_q8, n_tokens, y, stream);
+  if (w.type == kWQ2_K) return LaunchKMmvq<kWQ2_K>(w, x_q8, n_tokens, y, g, grid_z, stream);
+  if (w.type == kWQ3_K) return LaunchKMmvq<kWQ3_K>(w, x_q8, n_tokens, y, g, grid_z, stream);
+  if (w.type == kWQ4_K) return LaunchKMmvq<kWQ4_K>(w, x_q8, n_tokens, y, g, grid_z, stream);
+  if (w.type == kWQ5_K) return LaunchKMmvq<kWQ5_K>(w, x_q8, n_tokens, y, g, grid_z, stream);
+  if (w.type == kWQ6_K) return LaunchKMmvq<kWQ6_K>(w, x_q8, n_tokens, y, g, grid_z, stream);
+  return LaunchKMmvq<kWIQ4_XS>(w, x_q8, n_tokens, y, g, grid_z, stream);
 }
 
 }  // namespace tokenmill::cuda::internal

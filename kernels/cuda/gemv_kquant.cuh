@@ -6,13 +6,14 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/mmvq_launch.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace tokenmill::cuda::internal {
 
 // GemvQ8_1 for a packed K-quant weight (mmvq_kquant_math.h, cols a multiple of 256): each
-// (t, r) equal to KMmvqDot bit for bit whatever the batch.
+// (t, r) equal to KMmvqDot bit for bit whatever the batch; `g` and grid_z as GemvQ8_1Rows.
 cudaError_t GemvKQuantQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_tokens, float* y,
-                           cudaStream_t stream);
+                           const MmvqRows& g, int64_t grid_z, cudaStream_t stream);
 
 }  // namespace tokenmill::cuda::internal

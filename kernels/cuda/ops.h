@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/moe_math.h"
 #include "kernels/kv_cache_view.h"
 
 namespace tokenmill::cuda {
@@ -17,6 +18,8 @@ namespace tokenmill::cuda {
 // `type` (TensorType's numbering), row_bytes apart, in the device layout of weight_upload.h
 // (the block-32 quantized types' rows packed, and the K-quants' with their scales unpacked); bf16
 // is its dequantized copy (rows x cols bfloat16, row-major) for cuBLAS, or null.
+// A mixture's experts (GGUF's 3-D ffn_*_exps) are one DeviceWeight of n_experts such matrices,
+// expert e's rows at data + e * expert_bytes (no bf16 copy).
 struct DeviceWeight {
   uint32_t type = 0;
   const uint8_t* data = nullptr;
@@ -24,6 +27,8 @@ struct DeviceWeight {
   int64_t cols = 0;
   int64_t row_bytes = 0;
   const uint16_t* bf16 = nullptr;
+  int32_t n_experts = 1;
+  int64_t expert_bytes = 0;
 };
 
 // The step's ragged batch on the device (RaggedBatch of kernels/paged_kv.h), plus each
@@ -160,6 +165,50 @@ cudaError_t GemvQ8_1(const DeviceWeight& w, const uint8_t* x_q8, int64_t n_token
 // The same for f32 / f16 / bf16 weights over float x: one warp per row, fixed order per (t, r).
 cudaError_t Gemv(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y,
                  cudaStream_t stream);
+
+// ---- mixtures of experts (moe.cu, moe_math.h) ------------------------------------------------
+
+// Each token's experts and weights from its router logits (n_tokens rows of r.n_expert,
+// overwritten by the probs): RouteTokenOnDevice, one thread a token. experts, weights: n_tokens
+// rows of r.n_used.
+cudaError_t RouteTokens(const DeviceRouting& r, float* logits, int64_t n_tokens, int32_t* experts,
+                        float* weights, cudaStream_t stream);
+
+// A step's (token, choice) pairs grouped by expert on the device, as ExpertGroups::Build
+// (moe_math.h's CountExpertPairs, ScanExpertCounts, PlaceExpertPairs): begin (n_expert + 1),
+// order and slot_of_pair (n_pairs each). One block; no host sync.
+struct DeviceExpertGroups {
+  int32_t* begin = nullptr;
+  int32_t* order = nullptr;
+  int32_t* slot_of_pair = nullptr;
+  int32_t n_expert = 0;
+  int32_t n_used = 0;
+  int64_t n_tokens = 0;  // pairs: n_tokens * n_used; no group is larger than n_tokens
+};
+cudaError_t GroupExpertPairs(const int32_t* experts, const DeviceExpertGroups& g,
+                             cudaStream_t stream);
+
+// The grouped expert GEMV: for each slot s of expert e (g.begin), y[s * w.rows + r] = row r of
+// expert e's matrix (w: w.n_experts == g.n_expert stacked matrices) times activation row
+// order[s] / n_used of x (per_token: x has one row per token, the gate and up projections) or
+// row s (the down projection over the slots' activations). Each expert's rows multiply its
+// tokens together, up to PlanMmvq(w.rows, g.n_tokens)'s tokens a pass, and only experts with
+// slots are read; each (slot, row) equals GemvQ8_1's (MmvqDot / KMmvqDot) of that expert and
+// activation row bit for bit, whatever else is grouped with it. The grid is the worst case
+// (every token on one expert): one CUDA graph per step shape.
+cudaError_t GroupedGemvQ8_1(const DeviceWeight& w, const uint8_t* x_q8, bool per_token,
+                            const DeviceExpertGroups& g, float* y, cudaStream_t stream);
+// The same for f32 / f16 / bf16 experts over float x (Gemv's arithmetic).
+cudaError_t GroupedGemv(const DeviceWeight& w, const float* x, bool per_token,
+                        const DeviceExpertGroups& g, float* y, cudaStream_t stream);
+
+// out[t * d + j] = CombineExperts (each token's choices in order) over expert_out (one row of d
+// per slot) and weights (n_tokens rows of n_used); with a shared expert (shared_out: n_tokens
+// rows of d, shared_gate: one logit a token; else null), plus shared_out * SharedExpertGate.
+cudaError_t CombineExpertOutputs(const float* expert_out, const float* weights,
+                                 const int32_t* slot_of_pair, int64_t n_tokens, int n_used,
+                                 int64_t d, const float* shared_out, const float* shared_gate,
+                                 float* out, cudaStream_t stream);
 
 // Dequantizes all of w into bfloat16 (rows x cols, row-major; FloatToBf16Bits).
 cudaError_t DequantizeToBf16(const DeviceWeight& w, uint16_t* out, cudaStream_t stream);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
@@ -28,5 +29,12 @@ struct UploadedWeight {
 };
 StatusOr<UploadedWeight> UploadWeight(uint32_t type, const uint8_t* data, int64_t rows,
                                       int64_t cols, int64_t row_bytes);
+
+// A mixture's experts (GGUF's 3-D ffn_*_exps: experts.size() matrices of one shape, expert e's
+// rows at experts[e]) stacked in one buffer, each in the device layout above: view.n_experts
+// matrices expert_bytes = rows * DeviceRowBytes apart (a multiple of 16 for the packed types).
+// Copied one expert at a time, so the host holds one packed expert, not all.
+StatusOr<UploadedWeight> UploadExperts(uint32_t type, std::span<const uint8_t* const> experts,
+                                       int64_t rows, int64_t cols, int64_t row_bytes);
 
 }  // namespace tokenmill::cuda

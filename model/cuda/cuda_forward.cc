@@ -19,6 +19,14 @@
 namespace tokenmill::cuda {
 namespace {
 
+// RouteTokens takes ExpertGating by number.
+constexpr bool SameGating(ExpertGating a, RoutingGating b) {
+  return static_cast<int>(a) == static_cast<int>(b);
+}
+static_assert(SameGating(ExpertGating::kSoftmax, RoutingGating::kSoftmax) &&
+              SameGating(ExpertGating::kSigmoid, RoutingGating::kSigmoid) &&
+              SameGating(ExpertGating::kSoftmaxSelected, RoutingGating::kSoftmaxSelected));
+
 // Appends `values` to `staging` at an 8-byte boundary; returns their offset.
 template <typename T>
 size_t Stage(std::vector<uint8_t>& staging, std::span<const T> values) {
@@ -113,6 +121,7 @@ Status CudaForwardPass::Init() {
     if (options_.cublas_min_tokens > 0) {
       TM_RETURN_IF_ERROR(gemm_.ReserveActivations(options_.max_step_tokens *
                                                   std::max({c.n_embd, c.n_ff,
+                                                            c.experts.n_ff_shexp,
                                                             c.n_heads * c.head_dim})));
     }
   }
@@ -292,16 +301,11 @@ Status CudaForwardPass::EnqueueLayers(const KvCacheView& kv, int64_t n, int64_t 
         AddRmsNorm(x, proj, l.ffn_norm.data(), n, static_cast<int>(d), c.rms_eps, h, s),
         "residual add + RMSNorm");
     TM_ASSIGN_OR_RETURN(const MatmulInput ffn_in, PrepareInput(h, n, d));
-    TM_RETURN_IF_ERROR(Matmul(l.gate.view, ffn_in, n, gate));
-    TM_RETURN_IF_ERROR(Matmul(l.up.view, ffn_in, n, up));
-    if (plan_.gelu) {
-      TM_CUDA_RETURN_IF_ERROR(
-          GeluTanhGlu(gate, up, n * c.n_ff, gelu_table_.as<const float>(), gate, s), "GEGLU");
+    if (plan_.experts) {
+      TM_RETURN_IF_ERROR(MoeFeedForward(l.moe, h, ffn_in, n, proj));
     } else {
-      TM_CUDA_RETURN_IF_ERROR(SwiGlu(gate, up, n * c.n_ff, gate, s), "SwiGLU");
+      TM_RETURN_IF_ERROR(DenseFeedForward(l, ffn_in, n, gate, up, proj));
     }
-    TM_ASSIGN_OR_RETURN(const MatmulInput gated, PrepareInput(gate, n, c.n_ff));
-    TM_RETURN_IF_ERROR(Matmul(l.down.view, gated, n, proj));
     if (plan_.post_norms) {
       TM_CUDA_RETURN_IF_ERROR(RmsNorm(proj, l.ffn_post_norm.data(), nullptr, n,
                                       static_cast<int>(d), c.rms_eps, proj, s),
@@ -328,6 +332,94 @@ Status CudaForwardPass::EnqueueLayers(const KvCacheView& kv, int64_t n, int64_t 
                     "final logit soft-capping");
 }
 
+Status CudaForwardPass::DenseFeedForward(const DeviceLayerWeights& l, const MatmulInput& in,
+                                         int64_t n, float* gate, float* up, float* proj) {
+  const ModelConfig& c = model_.config();
+  TM_RETURN_IF_ERROR(Matmul(l.gate.view, in, n, gate));
+  TM_RETURN_IF_ERROR(Matmul(l.up.view, in, n, up));
+  if (plan_.gelu) {
+    TM_CUDA_RETURN_IF_ERROR(
+        GeluTanhGlu(gate, up, n * c.n_ff, gelu_table_.as<const float>(), gate, stream_), "GEGLU");
+  } else {
+    TM_CUDA_RETURN_IF_ERROR(SwiGlu(gate, up, n * c.n_ff, gate, stream_), "SwiGLU");
+  }
+  TM_ASSIGN_OR_RETURN(const MatmulInput gated, PrepareInput(gate, n, c.n_ff));
+  return Matmul(l.down.view, gated, n, proj);
+}
+
+Status CudaForwardPass::GroupedMatmul(const DeviceWeight& w, const float* x, const uint8_t* x_q8,
+                                      bool per_token, const DeviceExpertGroups& groups,
+                                      float* y) {
+  if (!TakesQ8_1(w.type)) {
+    return CudaStatus(GroupedGemv(w, x, per_token, groups, y, stream_), "grouped expert GEMV");
+  }
+  return CudaStatus(GroupedGemvQ8_1(w, x_q8, per_token, groups, y, stream_),
+                    "grouped expert GEMV");
+}
+
+Status CudaForwardPass::MoeFeedForward(const DeviceMoeWeights& w, const float* h,
+                                       const MatmulInput& in, int64_t n, float* proj) {
+  const ModelConfig& c = model_.config();
+  const ExpertConfig& e = c.experts;
+  const int64_t d = c.n_embd, k = e.n_used, ff = e.n_ff_exp;
+  cudaStream_t s = stream_;
+  // The router's logits, then each token's experts and weights (RouteToken's arithmetic).
+  float* logits = moe_logits_.as<float>();
+  TM_RETURN_IF_ERROR(Matmul(w.router.view, in, n, logits));
+  const DeviceRouting routing{e.n_expert, e.n_used, static_cast<RoutingGating>(e.gating),
+                              e.normalize, e.scale};
+  TM_CUDA_RETURN_IF_ERROR(RouteTokens(routing, logits, n, moe_experts_.as<int32_t>(),
+                                      moe_weights_.as<float>(), s),
+                          "routing");
+  const DeviceExpertGroups groups{moe_begin_.as<int32_t>(), moe_order_.as<int32_t>(),
+                                  moe_slot_.as<int32_t>(), e.n_expert, e.n_used, n};
+  TM_CUDA_RETURN_IF_ERROR(GroupExpertPairs(moe_experts_.as<int32_t>(), groups, s),
+                          "grouping by expert");
+  // Gate and up of the routed experts over each token's h: the q8_1 copy PrepareInput made,
+  // or one of its own when cuBLAS took the step's dense matmuls.
+  const uint8_t* h_q8 = in.x_q8;
+  if (h_q8 == nullptr && TakesQ8_1(w.gate.view.type)) {
+    TM_CUDA_RETURN_IF_ERROR(QuantizeQ8_1(h, n, d, q8_.as<uint8_t>(), s), "quantizing to q8_1");
+    h_q8 = q8_.as<const uint8_t>();
+  }
+  float* gate = moe_gate_.as<float>();
+  float* up = moe_up_.as<float>();
+  TM_RETURN_IF_ERROR(GroupedMatmul(w.gate.view, h, h_q8, true, groups, gate));
+  TM_RETURN_IF_ERROR(GroupedMatmul(w.up.view, h, h_q8, true, groups, up));
+  const bool shared = w.has_shared();
+  float* shared_gate = gate_.as<float>();
+  float* shared_up = up_.as<float>();
+  if (shared) {  // before q8_ holds anything but h
+    const MatmulInput shared_in{h, h_q8};
+    TM_RETURN_IF_ERROR(Matmul(w.shared_gate.view, shared_in, n, shared_gate));
+    TM_RETURN_IF_ERROR(Matmul(w.shared_up.view, shared_in, n, shared_up));
+    TM_RETURN_IF_ERROR(Matmul(w.shared_gate_inp.view, shared_in, n, shared_logit_.as<float>()));
+  }
+  TM_CUDA_RETURN_IF_ERROR(SwiGlu(gate, up, n * k * ff, gate, s), "SwiGLU");
+  // Down over the slots' own rows.
+  const uint8_t* gate_q8 = nullptr;
+  if (TakesQ8_1(w.down.view.type)) {
+    TM_CUDA_RETURN_IF_ERROR(QuantizeQ8_1(gate, n * k, ff, q8_.as<uint8_t>(), s),
+                            "quantizing to q8_1");
+    gate_q8 = q8_.as<const uint8_t>();
+  }
+  float* down = moe_down_.as<float>();
+  TM_RETURN_IF_ERROR(GroupedMatmul(w.down.view, gate, gate_q8, false, groups, down));
+  if (shared) {
+    const int64_t shared_ff = e.n_ff_shexp;
+    TM_CUDA_RETURN_IF_ERROR(SwiGlu(shared_gate, shared_up, n * shared_ff, shared_gate, s),
+                            "SwiGLU");
+    // After the experts' down GEMV in stream order, so q8_ is free again.
+    TM_ASSIGN_OR_RETURN(const MatmulInput gated, PrepareInput(shared_gate, n, shared_ff));
+    TM_RETURN_IF_ERROR(Matmul(w.shared_down.view, gated, n, shared_out_.as<float>()));
+  }
+  return CudaStatus(
+      CombineExpertOutputs(down, moe_weights_.as<const float>(), moe_slot_.as<const int32_t>(), n,
+                           e.n_used, d, shared ? shared_out_.as<const float>() : nullptr,
+                           shared ? shared_logit_.as<const float>() : nullptr, proj, s),
+      "the experts' weighted sum");
+}
+
 Status CudaForwardPass::GrowScratch(int64_t n, int64_t n_logits, int max_splits) {
   const ModelConfig& c = model_.config();
   const int64_t d = c.n_embd;
@@ -339,12 +431,31 @@ Status CudaForwardPass::GrowScratch(int64_t n, int64_t n_logits, int max_splits)
   TM_RETURN_IF_ERROR(Grow(v_, n * c.kv_dim() * kF));
   TM_RETURN_IF_ERROR(Grow(attn_, n * c.q_dim() * kF));
   TM_RETURN_IF_ERROR(Grow(proj_, n * d * kF));
-  TM_RETURN_IF_ERROR(Grow(gate_, n * c.n_ff * kF));
-  TM_RETURN_IF_ERROR(Grow(up_, n * c.n_ff * kF));
+  const ExpertConfig& e = c.experts;
+  // gate_ and up_: the dense feed-forward's, or qwen2moe's shared expert's.
+  const int64_t ff = std::max(c.n_ff, e.n_ff_shexp);
+  TM_RETURN_IF_ERROR(Grow(gate_, n * ff * kF));
+  TM_RETURN_IF_ERROR(Grow(up_, n * ff * kF));
   TM_RETURN_IF_ERROR(Grow(final_, std::max<int64_t>(1, n_logits) * d * kF));
   TM_RETURN_IF_ERROR(Grow(logits_, std::max<int64_t>(1, n_logits) * c.n_vocab * kF));
-  TM_RETURN_IF_ERROR(Grow(q8_, Q8_1Bytes(std::max(n, n_logits),
-                                         std::max({d, int64_t{c.n_ff}, int64_t{c.q_dim()}}))));
+  const int64_t pairs = n * e.n_used;  // 0 without experts
+  TM_RETURN_IF_ERROR(Grow(q8_, std::max(Q8_1Bytes(std::max(n, n_logits),
+                                                  std::max({d, ff, int64_t{c.q_dim()}})),
+                                        Q8_1Bytes(pairs, e.n_ff_exp))));
+  if (e.n_expert > 0) {
+    constexpr int64_t kI = sizeof(int32_t);
+    TM_RETURN_IF_ERROR(Grow(moe_logits_, n * e.n_expert * kF));
+    TM_RETURN_IF_ERROR(Grow(moe_experts_, pairs * kI));
+    TM_RETURN_IF_ERROR(Grow(moe_weights_, pairs * kF));
+    TM_RETURN_IF_ERROR(Grow(moe_begin_, (e.n_expert + 1) * kI));
+    TM_RETURN_IF_ERROR(Grow(moe_order_, pairs * kI));
+    TM_RETURN_IF_ERROR(Grow(moe_slot_, pairs * kI));
+    TM_RETURN_IF_ERROR(Grow(moe_gate_, pairs * e.n_ff_exp * kF));
+    TM_RETURN_IF_ERROR(Grow(moe_up_, pairs * e.n_ff_exp * kF));
+    TM_RETURN_IF_ERROR(Grow(moe_down_, pairs * d * kF));
+    TM_RETURN_IF_ERROR(Grow(shared_logit_, n * kF));
+    TM_RETURN_IF_ERROR(Grow(shared_out_, n * d * kF));
+  }
   return Grow(workspace_, AttentionWorkspaceFloats(n, c.n_heads, c.head_dim, max_splits) * kF);
 }
 

@@ -1,5 +1,6 @@
-// The forward pass of the dense families on an NVIDIA GPU (llama, qwen2, phi3, qwen3, gemma,
-// gemma2, gemma3: the blocks of CudaGraphPlan): the contract of ForwardPass (model/forward.h)
+// The forward pass on an NVIDIA GPU of the dense families (llama, qwen2, phi3, qwen3, gemma,
+// gemma2, gemma3) and the mixtures of experts (Mixtral, qwen3moe, qwen2moe): the blocks of
+// CudaGraphPlan, with the contract of ForwardPass (model/forward.h)
 // -- the same ForwardInput (model/forward_input.h) and logits -- over a KV cache in device
 // memory (CudaKvCache).
 // Kernels are those of kernels/cuda/ops.h; weights live on the device (cuda_weights.h).
@@ -85,6 +86,17 @@ class CudaForwardPass {
   // x (n_tokens rows of cols) as the input of the matmuls that read it, quantized once for all.
   StatusOr<MatmulInput> PrepareInput(const float* x, int64_t n_tokens, int64_t cols);
   Status Matmul(const DeviceWeight& w, const MatmulInput& in, int64_t n_tokens, float* y);
+  // The dense feed-forward of the normed h (`in`) into proj, through gate and up.
+  Status DenseFeedForward(const DeviceLayerWeights& l, const MatmulInput& in, int64_t n,
+                          float* gate, float* up, float* proj);
+  // A mixture-of-experts feed-forward of the normed h (n tokens, `in` its matmul input) into
+  // proj: routing, grouping, the grouped expert GEMVs and the weighted sum, all on the device
+  // (moe.cu), plus qwen2moe's shared expert.
+  Status MoeFeedForward(const DeviceMoeWeights& w, const float* h, const MatmulInput& in,
+                        int64_t n, float* proj);
+  // Each expert's GEMV over its grouped slots (quantized experts over q8_1 activations).
+  Status GroupedMatmul(const DeviceWeight& w, const float* x, const uint8_t* x_q8, bool per_token,
+                       const DeviceExpertGroups& groups, float* y);
   bool UsesCublas(int64_t n_tokens) const {
     return options_.cublas_min_tokens > 0 && n_tokens >= options_.cublas_min_tokens;
   }
@@ -107,6 +119,11 @@ class CudaForwardPass {
   std::vector<DeviceBlockTable> d_tables_;  // per KV group
   DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, final_, logits_, workspace_, argmax_;
   DeviceBuffer q8_;  // PrepareInput's q8_1 activations
+  // A mixture's step: router logits (then probs), each token's experts and weights, the
+  // grouping (DeviceExpertGroups), the slots' gate/up/down rows, the shared expert's gate logit
+  // and output.
+  DeviceBuffer moe_logits_, moe_experts_, moe_weights_, moe_begin_, moe_order_, moe_slot_;
+  DeviceBuffer moe_gate_, moe_up_, moe_down_, shared_logit_, shared_out_;
   bool decode_only_ = false;
   struct DecodeGraph {
     cudaGraphExec_t exec = nullptr;

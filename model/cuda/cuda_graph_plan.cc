@@ -11,19 +11,27 @@ namespace tokenmill::cuda {
 StatusOr<CudaGraphPlan> PlanCudaGraph(const ModelConfig& c) {
   const std::string& arch = c.arch_name;
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
-  if (arch != "llama" && arch != "qwen2" && arch != "phi3" && arch != "qwen3" && !gemma) {
-    return UnimplementedError("the CUDA forward pass runs 'llama', 'qwen2', 'phi3', 'qwen3', "
-                              "'gemma', 'gemma2' and 'gemma3' models, not '" + arch +
+  const bool moe_family = arch == "qwen3moe" || arch == "qwen2moe";
+  if (arch != "llama" && arch != "qwen2" && arch != "phi3" && arch != "qwen3" && !gemma &&
+      !moe_family) {
+    return UnimplementedError("the CUDA forward pass runs 'llama' (Mixtral's experts included), "
+                              "'qwen2', 'phi3', 'qwen3', 'gemma', 'gemma2', 'gemma3', "
+                              "'qwen3moe' and 'qwen2moe' models, not '" + arch +
                               "': use --device cpu");
   }
-  if (c.experts.n_expert > 0) {
-    return UnimplementedError("the CUDA forward pass has no mixture-of-experts feed-forward; "
-                              "this '" + arch + "' model has " +
-                              std::to_string(c.experts.n_expert) + " experts: use --device cpu");
+  // Of the dense families only llama's graph takes experts (Mixtral), as on the CPU.
+  if (c.experts.n_expert > 0 && arch != "llama" && !moe_family) {
+    return UnimplementedError("the CUDA forward pass has no mixture-of-experts feed-forward for "
+                              "'" + arch + "': use --device cpu");
+  }
+  if (moe_family && c.experts.n_expert == 0) {
+    return InvalidArgumentError("a '" + arch + "' model without experts");
   }
   CudaGraphPlan plan;
-  // As the families' graphs: gemma.cc, gemma2.cc, gemma3.cc and qwen3.cc.
-  plan.head_norms = arch == "qwen3" || arch == "gemma3";
+  // As the families' graphs: gemma.cc, gemma2.cc, gemma3.cc, qwen3.cc and qwen3moe.cc
+  // (qwen2moe's attention is qwen2's, its biases the config's qkv_bias).
+  plan.head_norms = arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3";
+  plan.experts = c.experts.n_expert > 0;
   plan.post_norms = arch == "gemma2" || arch == "gemma3";
   plan.gelu = gemma;
   if (gemma) {

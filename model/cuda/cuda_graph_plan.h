@@ -26,6 +26,9 @@ struct CudaGraphPlan {
   bool head_norms = false;   // RMS norm of each head of Q and K before RoPE (qwen3, gemma3)
   bool post_norms = false;   // RMS norms of the attention's and the FFN's outputs (gemma2, 3)
   bool gelu = false;         // GELU-tanh gated feed-forward (the Gemmas), else SwiGLU
+  // Every layer's feed-forward is a mixture of experts (Mixtral, qwen3moe, qwen2moe: routed by
+  // ModelConfig::experts on the device, the grouped expert GEMVs, qwen2moe's shared expert).
+  bool experts = false;
   // > 0: Q times this after RoPE and q.k scaled by 1, as the Gemmas' graphs; 0: q.k scaled
   // by 1 / sqrt(head_dim) in the attention (llama's, and phi3's equivalent).
   float query_scale = 0.0f;
@@ -37,9 +40,10 @@ struct CudaGraphPlan {
   std::vector<CudaLayerPlan> layers;
 };
 
-// The plan of a dense llama, qwen2, phi3, qwen3, gemma, gemma2 or gemma3 model; Unimplemented,
-// naming the family and saying to use --device cpu, for any other family or a mixture of
-// experts.
+// The plan of a llama (dense or Mixtral's mixture of experts), qwen2, phi3, qwen3, gemma,
+// gemma2, gemma3, qwen3moe or qwen2moe model; Unimplemented, naming the family and saying to
+// use --device cpu, for any other family (gpt-oss among them: MXFP4, attention sinks, biases
+// and its clamped SwiGLU have no CUDA kernels).
 StatusOr<CudaGraphPlan> PlanCudaGraph(const ModelConfig& config);
 
 }  // namespace tokenmill::cuda

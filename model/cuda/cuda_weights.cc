@@ -4,6 +4,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/kernel_math.h"
@@ -51,6 +52,54 @@ StatusOr<DeviceMatrix> UploadMatrix(const WeightMatrix& w, bool with_bf16, int64
   return m;
 }
 
+// n_expert matrices of one shape (experts[e]) stacked on the device.
+StatusOr<DeviceMatrix> UploadExpertMatrices(const std::vector<WeightMatrix>& experts,
+                                            int64_t& bytes) {
+  if (experts.empty()) return InternalError("a mixture-of-experts layer without experts");
+  const WeightMatrix& first = experts.front();
+  const auto type = static_cast<uint32_t>(first.type);
+  if (!TakesQ8_1(type) && type != kWF32 && type != kWF16 && type != kWBF16) {
+    return UnimplementedError("the CUDA forward pass does not run " +
+                              std::string(NameOf(first.type)) + " experts yet: serve this "
+                              "model on the CPU");
+  }
+  std::vector<const uint8_t*> data;
+  for (const WeightMatrix& e : experts) {
+    if (e.type != first.type || e.rows != first.rows || e.cols != first.cols ||
+        e.row_bytes != first.row_bytes || e.layout != WeightLayout::kRows) {
+      return InternalError("a mixture's experts differ in type, shape or layout");
+    }
+    data.push_back(e.data);
+  }
+  TM_ASSIGN_OR_RETURN(UploadedWeight u, UploadExperts(type, data, first.rows, first.cols,
+                                                      first.row_bytes));
+  DeviceMatrix m;
+  m.raw = std::move(u.buffer);
+  m.view = u.view;
+  bytes += m.raw.bytes();
+  return m;
+}
+
+StatusOr<DeviceMoeWeights> UploadMoe(const MoeWeights& w, bool with_bf16, int64_t& bytes) {
+  if (!w.router_bias.empty() || !w.gate_bias.empty() || !w.up_bias.empty() ||
+      !w.down_bias.empty()) {
+    return UnimplementedError("the CUDA forward pass has no expert or router biases: serve this "
+                              "model on the CPU");
+  }
+  DeviceMoeWeights d;
+  TM_ASSIGN_OR_RETURN(d.router, UploadMatrix(w.router, with_bf16, bytes));
+  TM_ASSIGN_OR_RETURN(d.gate, UploadExpertMatrices(w.gate, bytes));
+  TM_ASSIGN_OR_RETURN(d.up, UploadExpertMatrices(w.up, bytes));
+  TM_ASSIGN_OR_RETURN(d.down, UploadExpertMatrices(w.down, bytes));
+  if (w.shared_gate.rows > 0) {
+    TM_ASSIGN_OR_RETURN(d.shared_gate, UploadMatrix(w.shared_gate, with_bf16, bytes));
+    TM_ASSIGN_OR_RETURN(d.shared_up, UploadMatrix(w.shared_up, with_bf16, bytes));
+    TM_ASSIGN_OR_RETURN(d.shared_down, UploadMatrix(w.shared_down, with_bf16, bytes));
+    TM_ASSIGN_OR_RETURN(d.shared_gate_inp, UploadMatrix(w.shared_gate_inp, with_bf16, bytes));
+  }
+  return d;
+}
+
 }  // namespace
 
 StatusOr<DeviceModelWeights> UploadWeights(const Model& model, bool with_bf16) {
@@ -80,9 +129,13 @@ StatusOr<DeviceModelWeights> UploadWeights(const Model& model, bool with_bf16) {
     TM_ASSIGN_OR_RETURN(dl.k, UploadMatrix(l.k, with_bf16, bytes));
     TM_ASSIGN_OR_RETURN(dl.v, UploadMatrix(l.v, with_bf16, bytes));
     TM_ASSIGN_OR_RETURN(dl.o, UploadMatrix(l.o, with_bf16, bytes));
-    TM_ASSIGN_OR_RETURN(dl.gate, UploadMatrix(l.gate, with_bf16, bytes));
-    TM_ASSIGN_OR_RETURN(dl.up, UploadMatrix(l.up, with_bf16, bytes));
-    TM_ASSIGN_OR_RETURN(dl.down, UploadMatrix(l.down, with_bf16, bytes));
+    if (model.config().experts.n_expert > 0) {
+      TM_ASSIGN_OR_RETURN(dl.moe, UploadMoe(l.moe, with_bf16, bytes));
+    } else {
+      TM_ASSIGN_OR_RETURN(dl.gate, UploadMatrix(l.gate, with_bf16, bytes));
+      TM_ASSIGN_OR_RETURN(dl.up, UploadMatrix(l.up, with_bf16, bytes));
+      TM_ASSIGN_OR_RETURN(dl.down, UploadMatrix(l.down, with_bf16, bytes));
+    }
     d.layers.push_back(std::move(dl));
   }
   TM_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "uploading the weights");

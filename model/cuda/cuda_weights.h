@@ -23,11 +23,21 @@ struct DeviceVector {
   bool empty() const { return buffer.bytes() == 0; }
 };
 
+// A mixture-of-experts feed-forward (MoeWeights): the router, each of gate, up and down as one
+// DeviceWeight of n_expert stacked matrices (UploadExperts: view.n_experts, expert_bytes), and
+// qwen2moe's shared expert with its one-row gate (empty buffers when none).
+struct DeviceMoeWeights {
+  DeviceMatrix router, gate, up, down;
+  DeviceMatrix shared_gate, shared_up, shared_down, shared_gate_inp;
+  bool has_shared() const { return shared_gate.view.rows > 0; }
+};
+
 struct DeviceLayerWeights {
   DeviceVector attn_norm, ffn_norm, q_bias, k_bias, v_bias;
   // Per-head norms of Q and K (qwen3, gemma3) and Gemma's post-norms, or empty.
   DeviceVector q_norm, k_norm, attn_post_norm, ffn_post_norm;
-  DeviceMatrix q, k, v, o, gate, up, down;
+  DeviceMatrix q, k, v, o, gate, up, down;  // gate, up, down: dense feed-forwards only
+  DeviceMoeWeights moe;                     // ModelConfig::experts.n_expert > 0
 };
 
 struct DeviceModelWeights {
@@ -39,7 +49,8 @@ struct DeviceModelWeights {
   int64_t bytes = 0;  // device memory held
 };
 
-// Uploads `model`'s weights; with_bf16 also dequantizes each matrix to bf16 on the device.
+// Uploads `model`'s weights; with_bf16 also dequantizes each matrix to bf16 on the device (not
+// the experts: they only run in the grouped GEMV).
 StatusOr<DeviceModelWeights> UploadWeights(const Model& model, bool with_bf16);
 
 }  // namespace tokenmill::cuda

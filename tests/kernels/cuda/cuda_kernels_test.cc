@@ -21,6 +21,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/kernel_math.h"
+#include "kernels/cuda/moe_math.h"
 #include "kernels/cuda/mmvq_kquant_math.h"
 #include "kernels/cuda/mmvq_math.h"
 #include "kernels/cuda/ops.h"
@@ -242,6 +243,198 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, GemvTest,
                          [](const ::testing::TestParamInfo<TensorType>& type) {
                            return std::string(NameOf(type.param));
                          });
+
+// ---- mixtures of experts ---------------------------------------------------------------------
+
+// Each token's n_used distinct experts, at random.
+std::vector<int32_t> RandomChoices(int64_t n_tokens, int n_used, int n_expert, std::mt19937& rng) {
+  std::vector<int32_t> all(static_cast<size_t>(n_expert)), choices;
+  for (int e = 0; e < n_expert; ++e) all[static_cast<size_t>(e)] = e;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    std::shuffle(all.begin(), all.end(), rng);
+    choices.insert(choices.end(), all.begin(), all.begin() + n_used);
+  }
+  return choices;
+}
+
+// The device grouping of `choices` (and its buffers), checked against moe_math.h's steps.
+struct DeviceGroups {
+  DeviceBuffer begin, order, slot_of_pair;
+  DeviceExpertGroups view;
+  std::vector<int32_t> host_order, host_slot_of_pair;
+};
+DeviceGroups GroupOnDevice(const std::vector<int32_t>& choices, int64_t n_tokens, int n_used,
+                           int n_expert) {
+  const int64_t n_pairs = n_tokens * n_used;
+  DeviceGroups g{Scratch((n_expert + 1) * 4), Scratch(n_pairs * 4), Scratch(n_pairs * 4), {}, {},
+                 {}};
+  g.view = DeviceExpertGroups{g.begin.as<int32_t>(), g.order.as<int32_t>(),
+                              g.slot_of_pair.as<int32_t>(), n_expert, n_used, n_tokens};
+  DeviceBuffer d_choices = ToDevice(choices);
+  EXPECT_EQ(GroupExpertPairs(d_choices.as<int32_t>(), g.view, nullptr), cudaSuccess);
+  std::vector<int32_t> begin(static_cast<size_t>(n_expert) + 1);
+  g.host_order.assign(static_cast<size_t>(n_pairs), 0);
+  g.host_slot_of_pair.assign(static_cast<size_t>(n_pairs), 0);
+  for (int e = 0; e < n_expert; ++e) {
+    begin[static_cast<size_t>(e) + 1] = CountExpertPairs(choices.data(), n_pairs, e);
+  }
+  ScanExpertCounts(begin.data(), n_expert);
+  for (int e = 0; e < n_expert; ++e) {
+    PlaceExpertPairs(choices.data(), n_pairs, e, begin[static_cast<size_t>(e)],
+                     g.host_order.data(), g.host_slot_of_pair.data());
+  }
+  EXPECT_EQ(ToHost<int32_t>(g.begin, begin.size()), begin);
+  EXPECT_EQ(ToHost<int32_t>(g.order, g.host_order.size()), g.host_order);
+  EXPECT_EQ(ToHost<int32_t>(g.slot_of_pair, g.host_slot_of_pair.size()), g.host_slot_of_pair);
+  return g;
+}
+
+class GroupedGemvTest : public CudaKernelsTest, public ::testing::WithParamInterface<TensorType> {};
+
+// The grouped expert GEMV over stacked experts (UploadExperts): each slot's rows equal, bit for
+// bit, the dense GEMV of its expert alone over its activation row alone (GemvQ8_1 / Gemv with
+// one token) and, for quantized experts, MmvqDot / KMmvqDot of that expert's packed rows,
+// for the gate/up form (activations per token) and the down form (per slot), for steps of 1..11
+// tokens (every PlanMmvq shape): a token's result does not depend on who shares its expert.
+TEST_P(GroupedGemvTest, EachSlotEqualsItsExpertsGemvAlone) {
+  const TensorType type = GetParam();
+  const uint32_t id = static_cast<uint32_t>(type);
+  const bool quantized = TakesQ8_1(id);
+  const int n_expert = 6, n_used = 2;
+  const int64_t rows = 67;
+  const int64_t cols = IsKQuant(id) ? 2 * kKBlock : quantized ? 9 * kQuantBlock : 96;
+  std::vector<std::vector<uint8_t>> host(n_expert);
+  std::vector<const uint8_t*> pointers;
+  for (auto& e : host) {
+    e = RandomWeights(type, rows, cols, rng_);
+    pointers.push_back(e.data());
+  }
+  const int64_t row_bytes = static_cast<int64_t>(host[0].size()) / rows;
+  StatusOr<UploadedWeight> experts = UploadExperts(id, pointers, rows, cols, row_bytes);
+  ASSERT_TRUE(experts.ok()) << experts.status().ToString();
+  const DeviceWeight& w = experts->view;
+  ASSERT_EQ(w.n_experts, n_expert);
+  std::vector<std::vector<uint8_t>> packed;  // each expert's device layout, for the emulation
+  for (const auto& e : host) packed.push_back(DeviceLayout(id, e.data(), rows, cols, row_bytes));
+  for (const int64_t n : {1, 2, 3, 5, 8, 11}) {
+    const std::vector<int32_t> choices = RandomChoices(n, n_used, n_expert, rng_);
+    const DeviceGroups g = GroupOnDevice(choices, n, n_used, n_expert);
+    for (const bool per_token : {true, false}) {
+      const int64_t x_rows = per_token ? n : n * n_used;
+      const std::vector<float> x = Random(static_cast<size_t>(x_rows * cols), rng_);
+      DeviceBuffer dx = ToDevice(x);
+      DeviceBuffer dq8 = Scratch(Q8_1Bytes(x_rows, cols));
+      if (quantized) {
+        ASSERT_EQ(QuantizeQ8_1(dx.as<float>(), x_rows, cols, dq8.as<uint8_t>(), nullptr),
+                  cudaSuccess);
+      }
+      DeviceBuffer dy = Scratch(n * n_used * rows * 4);
+      ASSERT_EQ(cudaMemset(dy.data(), 0xff, static_cast<size_t>(dy.bytes())), cudaSuccess);
+      ASSERT_EQ(quantized ? GroupedGemvQ8_1(w, dq8.as<uint8_t>(), per_token, g.view,
+                                            dy.as<float>(), nullptr)
+                          : GroupedGemv(w, dx.as<float>(), per_token, g.view, dy.as<float>(),
+                                        nullptr),
+                cudaSuccess);
+      const std::vector<float> got = ToHost<float>(dy, static_cast<size_t>(n * n_used * rows));
+      std::vector<uint8_t> q8;
+      if (quantized) q8 = ToHost<uint8_t>(dq8, static_cast<size_t>(dq8.bytes()));
+      DeviceBuffer alone = Scratch(rows * 4);
+      for (int64_t slot = 0; slot < n * n_used; ++slot) {
+        const int32_t pair = g.host_order[static_cast<size_t>(slot)];
+        const int32_t e = choices[static_cast<size_t>(pair)];
+        const int64_t x_row = per_token ? pair / n_used : slot;
+        DeviceWeight one = w;
+        one.data = w.data + e * w.expert_bytes;
+        one.n_experts = 1;
+        ASSERT_EQ(quantized ? GemvQ8_1(one, dq8.as<uint8_t>() + x_row * Q8_1TokenBytes(cols), 1,
+                                       alone.as<float>(), nullptr)
+                            : Gemv(one, dx.as<float>() + x_row * cols, 1, alone.as<float>(),
+                                   nullptr),
+                  cudaSuccess);
+        const std::vector<float> want = ToHost<float>(alone, static_cast<size_t>(rows));
+        ASSERT_EQ(std::memcmp(got.data() + slot * rows, want.data(), rows * 4), 0)
+            << n << " tokens, slot " << slot << " (expert " << e << "), per_token " << per_token;
+        for (int64_t r = 0; quantized && r < rows; ++r) {  // and MmvqDot / KMmvqDot's bits
+          const uint8_t* row = packed[static_cast<size_t>(e)].data() + r * w.row_bytes;
+          const uint8_t* token = q8.data() + x_row * Q8_1TokenBytes(cols);
+          const float emulated =
+              IsKQuant(id) ? KMmvqDot(id, row, token, cols) : MmvqDot(id, row, token, cols);
+          ASSERT_EQ(std::memcmp(&got[static_cast<size_t>(slot * rows + r)], &emulated, 4), 0)
+              << n << " tokens, slot " << slot << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, GroupedGemvTest,
+                         ::testing::Values(TensorType::kF32, TensorType::kF16, TensorType::kQ4_0,
+                                           TensorType::kQ5_1, TensorType::kQ8_0,
+                                           TensorType::kQ4_K, TensorType::kQ6_K),
+                         [](const ::testing::TestParamInfo<TensorType>& type) {
+                           return std::string(NameOf(type.param));
+                         });
+
+// Routing and the weighted sum on the device equal their host emulations (moe_math.h, which
+// moe_routing_test holds to RouteToken) bit for bit: every gating, a tail past the full
+// 8-float vectors (60 experts) and tied logits.
+TEST_F(CudaKernelsTest, RoutingAndTheWeightedSumEqualTheirEmulations) {
+  const int64_t n_tokens = 37;
+  const DeviceRouting routings[] = {{60, 4, RoutingGating::kSoftmax, false, 0.0f},
+                                    {16, 3, RoutingGating::kSoftmax, true, 0.0f},
+                                    {12, 8, RoutingGating::kSigmoid, true, 2.5f},
+                                    {32, 4, RoutingGating::kSoftmaxSelected, false, 0.0f}};
+  for (const DeviceRouting& r : routings) {
+    std::vector<float> logits = Random(static_cast<size_t>(n_tokens * r.n_expert), rng_, 3.0f);
+    for (int64_t i = 0; i + 1 < n_tokens * r.n_expert; i += 5) logits[i + 1] = logits[i];  // ties
+    DeviceBuffer d_logits = ToDevice(logits);
+    DeviceBuffer d_experts = Scratch(n_tokens * r.n_used * 4);
+    DeviceBuffer d_weights = Scratch(n_tokens * r.n_used * 4);
+    ASSERT_EQ(RouteTokens(r, d_logits.as<float>(), n_tokens, d_experts.as<int32_t>(),
+                          d_weights.as<float>(), nullptr),
+              cudaSuccess);
+    std::vector<int32_t> experts(static_cast<size_t>(n_tokens * r.n_used));
+    std::vector<float> weights(experts.size());
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      RouteTokenOnDevice(r, logits.data() + t * r.n_expert, experts.data() + t * r.n_used,
+                         weights.data() + t * r.n_used);
+    }
+    ASSERT_EQ(ToHost<int32_t>(d_experts, experts.size()), experts);
+    const std::vector<float> got_weights = ToHost<float>(d_weights, weights.size());
+    ASSERT_EQ(std::memcmp(got_weights.data(), weights.data(), weights.size() * 4), 0);
+    const std::vector<float> got_probs = ToHost<float>(d_logits, logits.size());
+    ASSERT_EQ(std::memcmp(got_probs.data(), logits.data(), logits.size() * 4), 0);
+
+    // The weighted sum over these choices, with and without a shared expert.
+    const int64_t d = 72;
+    const DeviceGroups g = GroupOnDevice(experts, n_tokens, r.n_used, r.n_expert);
+    const std::vector<float> expert_out =
+        Random(static_cast<size_t>(n_tokens * r.n_used * d), rng_);
+    const std::vector<float> shared = Random(static_cast<size_t>(n_tokens * d), rng_);
+    const std::vector<float> gate = Random(static_cast<size_t>(n_tokens), rng_, 2.0f);
+    DeviceBuffer d_expert_out = ToDevice(expert_out), d_shared = ToDevice(shared);
+    DeviceBuffer d_gate = ToDevice(gate), d_out = Scratch(n_tokens * d * 4);
+    for (const bool with_shared : {false, true}) {
+      ASSERT_EQ(CombineExpertOutputs(d_expert_out.as<float>(), d_weights.as<float>(),
+                                     g.view.slot_of_pair, n_tokens, r.n_used, d,
+                                     with_shared ? d_shared.as<float>() : nullptr,
+                                     with_shared ? d_gate.as<float>() : nullptr,
+                                     d_out.as<float>(), nullptr),
+                cudaSuccess);
+      const std::vector<float> got = ToHost<float>(d_out, static_cast<size_t>(n_tokens * d));
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t j = 0; j < d; ++j) {
+          float want = CombineExperts(expert_out.data(), weights.data(),
+                                      g.host_slot_of_pair.data(), t, r.n_used, d, j);
+          if (with_shared) {
+            want = want + MulRounded(shared[t * d + j], SharedExpertGate(gate[t]));
+          }
+          ASSERT_EQ(std::memcmp(&got[t * d + j], &want, 4), 0) << "token " << t << " at " << j;
+        }
+      }
+    }
+  }
+}
 
 TEST_F(CudaKernelsTest, EmbeddingDequantizesTheRowsOfTheIds) {
   const int64_t vocab = 40, cols = 64;

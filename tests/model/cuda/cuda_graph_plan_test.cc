@@ -114,22 +114,55 @@ TEST(CudaGraphPlanTest, Gemma3GivesEachBaseATableAndScalesOnlyTheGlobalLayers) {
   }
 }
 
+ModelConfig WithExperts(ModelConfig c, int n_expert, int n_used) {
+  c.experts.n_expert = n_expert;
+  c.experts.n_used = n_used;
+  c.experts.n_ff_exp = 32;
+  return c;
+}
+
+TEST(CudaGraphPlanTest, MixturesOfExpertsRunTheirFamiliesAttention) {
+  // Mixtral: llama's graph with experts.
+  auto mixtral = PlanCudaGraph(WithExperts(Config("llama", 2), 8, 2));
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status().ToString();
+  EXPECT_TRUE(mixtral->experts);
+  EXPECT_FALSE(mixtral->head_norms);
+  EXPECT_FALSE(mixtral->gelu);
+  // qwen3moe: qwen3's head norms.
+  auto qwen3moe = PlanCudaGraph(WithExperts(Config("qwen3moe", 2), 16, 3));
+  ASSERT_TRUE(qwen3moe.ok()) << qwen3moe.status().ToString();
+  EXPECT_TRUE(qwen3moe->experts);
+  EXPECT_TRUE(qwen3moe->head_norms);
+  EXPECT_EQ(qwen3moe->layers.size(), 2u);
+  // qwen2moe: qwen2's attention (its biases come from the config's qkv_bias).
+  ModelConfig qwen2moe = WithExperts(Config("qwen2moe", 2), 12, 4);
+  qwen2moe.experts.n_ff_shexp = 96;
+  auto plan = PlanCudaGraph(qwen2moe);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_TRUE(plan->experts);
+  EXPECT_FALSE(plan->head_norms);
+  // A dense llama is not one.
+  EXPECT_FALSE(PlanCudaGraph(Config("llama", 2))->experts);
+}
+
 TEST(CudaGraphPlanTest, OtherFamiliesAndExpertsAreRefusedByName) {
-  auto moe_family = PlanCudaGraph(Config("qwen3moe", 2));
-  ASSERT_EQ(moe_family.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(moe_family.status().message().find("'qwen3moe'"), std::string::npos);
-  EXPECT_NE(moe_family.status().message().find("use --device cpu"), std::string::npos);
+  // gpt-oss: MXFP4 experts, attention sinks, biases and its clamped SwiGLU are not on CUDA.
+  auto gpt_oss = PlanCudaGraph(WithExperts(Config("gpt-oss", 2), 32, 4));
+  ASSERT_EQ(gpt_oss.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(gpt_oss.status().message().find("not 'gpt-oss': use --device cpu"),
+            std::string::npos);
   // mistral3's attention temperature and the file's YaRN betas are not in the CUDA pass.
   auto mistral3 = PlanCudaGraph(Config("mistral3", 2));
   ASSERT_EQ(mistral3.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(mistral3.status().message().find("not 'mistral3': use --device cpu"),
             std::string::npos);
-  ModelConfig mixtral = Config("llama", 2);
-  mixtral.experts.n_expert = 8;
-  auto experts = PlanCudaGraph(mixtral);
-  ASSERT_EQ(experts.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(experts.status().message().find("8 experts"), std::string::npos);
-  EXPECT_NE(experts.status().message().find("use --device cpu"), std::string::npos);
+  // Experts in a dense family's graph other than llama's.
+  auto qwen3 = PlanCudaGraph(WithExperts(Config("qwen3", 2), 8, 2));
+  ASSERT_EQ(qwen3.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(qwen3.status().message().find("'qwen3'"), std::string::npos);
+  EXPECT_NE(qwen3.status().message().find("use --device cpu"), std::string::npos);
+  // A MoE family without experts is a malformed config.
+  EXPECT_EQ(PlanCudaGraph(Config("qwen3moe", 2)).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -4,12 +4,15 @@
 // prompt + greedy continuation, long enough to cross the sliding windows) is run as one
 // prefill and one token per step (decode steps replay CUDA graphs). Both must lie within a
 // bound derived on the CPU of the CPU's fast kernels, and within that plus the CPU's own bound
-// (test_tiny_families.py's LOGIT_BOUND) of llama.cpp's logits.
+// (test_tiny_families.py's LOGIT_BOUND) of llama.cpp's logits. The mixtures of experts (Mixtral,
+// qwen3moe, qwen2moe; routing, grouping and the grouped expert GEMVs on the device) also run 16
+// sequences of a batch, which must give the bits of each sequence run alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -34,18 +37,25 @@ constexpr int kBlockSize = 16;
 constexpr float kCpuBound = 1e-3f;
 
 // Writes tiny family `name`'s GGUF to `path` with its module; returns the context it is served
-// with (the module's N_CTX, else 0: the file's), or -1 when Python failed.
-int WriteTinyFamily(const std::string& name, const std::string& path) {
+// with (the module's N_CTX, else 0: the file's) and its bound on our CPU's logits against
+// llama.cpp's (the module's LOGIT_BOUND, else kCpuBound), or a context of -1 when Python failed.
+struct TinyFamilyFile {
+  int context = -1;
+  float cpu_bound = kCpuBound;
+};
+TinyFamilyFile WriteTinyFamily(const std::string& name, const std::string& path) {
   const std::string script =
       "import sys; sys.path.insert(0, '" TOKENMILL_SOURCE_DIR "/tests/reference'); "
       "import tiny_families; m = tiny_families.family('" + name + "'); m.write('" + path +
-      "'); print(getattr(m, 'N_CTX', 0))";
+      "'); print(getattr(m, 'N_CTX', 0), getattr(m, 'LOGIT_BOUND', " +
+      std::to_string(kCpuBound) + "))";
   const std::string command = std::string(TOKENMILL_PYTHON) + " -c \"" + script + "\"";
   FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  int context = -1;
-  if (std::fscanf(pipe, "%d", &context) != 1) context = -1;
-  return pclose(pipe) == 0 ? context : -1;
+  TinyFamilyFile file;
+  if (pipe == nullptr) return file;
+  if (std::fscanf(pipe, "%d %f", &file.context, &file.cpu_bound) != 2) file.context = -1;
+  if (pclose(pipe) != 0) file.context = -1;
+  return file;
 }
 
 // One step runner: (input, cache view, logits) -> status.
@@ -87,10 +97,11 @@ class CudaTinyFamilyTest : public CudaTest, public ::testing::WithParamInterface
     ASSERT_TRUE(file) << "no golden for " << name;
     golden_ = nlohmann::json::parse(file);
     const std::string path = ::testing::TempDir() + "cuda_tiny_" + name + ".gguf";
-    const int context = WriteTinyFamily(name, path);
-    ASSERT_GE(context, 0) << "tests/reference/tiny_families/" << name << ".py did not write "
-                          << path << " (is the .venv set up?)";
-    auto model = Model::Load(path, {.context = context});
+    const TinyFamilyFile written = WriteTinyFamily(name, path);
+    ASSERT_GE(written.context, 0) << "tests/reference/tiny_families/" << name
+                                  << ".py did not write " << path << " (is the .venv set up?)";
+    cpu_bound_ = written.cpu_bound;
+    auto model = Model::Load(path, {.context = written.context});
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     model_ = std::move(*model);
     auto gpu = CudaForwardPass::Create(*model_);
@@ -121,6 +132,7 @@ class CudaTinyFamilyTest : public CudaTest, public ::testing::WithParamInterface
   }
 
   nlohmann::json golden_;
+  float cpu_bound_ = kCpuBound;
   std::unique_ptr<Model> model_;
   std::unique_ptr<CudaForwardPass> gpu_;
   ThreadPool pool_{2};
@@ -128,7 +140,10 @@ class CudaTinyFamilyTest : public CudaTest, public ::testing::WithParamInterface
 
 // As cuda_model_test.h's GpuToleranceOverCpu: the GPU keeps attention probabilities in float
 // where the CPU rounds them to f16 with f16 KV, so the tolerance is twice what that rounding
-// does to the CPU's logits (f16 KV against f32 KV), plus 1e-3 for summation orders.
+// does to the CPU's logits (f16 KV against f32 KV), plus 1e-3 for summation orders -- or, for a
+// family whose CPU logits are only held to a looser LOGIT_BOUND of llama.cpp's (qwen3moe_q8_0:
+// the regrouped Q8_0 kernels' sums round a later layer's int8 activations otherwise, as MMVQ's
+// may), that bound.
 TEST_P(CudaTinyFamilyTest, PrefillAndDecodeMatchTheCpuAndLlamaCpp) {
   const int64_t vocab = model_->config().n_vocab;
   for (size_t i = 0; i < golden_["prompts"].size(); ++i) {
@@ -141,7 +156,8 @@ TEST_P(CudaTinyFamilyTest, PrefillAndDecodeMatchTheCpuAndLlamaCpp) {
     }
     ASSERT_EQ(llama_cpp.size(), tokens.size() * vocab);
     const std::vector<float> cpu = CpuLogits(tokens, KvType::kF16);
-    const float tolerance = 2.0f * MaxAbsDiff(cpu, CpuLogits(tokens, KvType::kF32)) + 1e-3f;
+    const float tolerance =
+        2.0f * MaxAbsDiff(cpu, CpuLogits(tokens, KvType::kF32)) + std::max(1e-3f, cpu_bound_);
     for (size_t chunk : {tokens.size(), size_t{1}}) {
       const std::vector<float> gpu = GpuLogits(tokens, chunk);
       const float worst_cpu = MaxAbsDiff(gpu, cpu);
@@ -149,20 +165,88 @@ TEST_P(CudaTinyFamilyTest, PrefillAndDecodeMatchTheCpuAndLlamaCpp) {
       std::cout << GetParam() << " prompt " << i << (chunk == 1 ? " decode" : " prefill")
                 << ": GPU max |logit - CPU fast kernels| = " << worst_cpu << " (tolerance "
                 << tolerance << "), max |logit - llama.cpp| = " << worst_llama << " (tolerance "
-                << tolerance + kCpuBound << ")\n";
+                << tolerance + cpu_bound_ << ")\n";
       EXPECT_LE(worst_cpu, tolerance) << "prompt " << i << " chunk " << chunk;
-      EXPECT_LE(worst_llama, tolerance + kCpuBound) << "prompt " << i << " chunk " << chunk;
+      EXPECT_LE(worst_llama, tolerance + cpu_bound_) << "prompt " << i << " chunk " << chunk;
     }
   }
 }
 
-// Every dense tiny family and variant (the mixtures of experts stay refused on the GPU:
-// test_tiny_families_cuda.py).
+// 16 sequences (the golden's tokens from different starts) prefilled in one step and decoded
+// together, their decode steps replayed from CUDA graphs, against each run alone: the same
+// logits bit for bit at every step (for a mixture: whoever shares a token's experts).
+TEST_P(CudaTinyFamilyTest, SixteenSequencesEqualTheirLoneRuns) {
+  const ModelConfig& c = model_->config();
+  constexpr int kSeqs = 16;
+  constexpr size_t kDecode = 6;
+  const size_t n_prompts = golden_["prompts"].size();
+  std::vector<std::vector<int32_t>> seqs;
+  size_t longest = 0;
+  for (size_t i = 0; i < kSeqs; ++i) {
+    const nlohmann::json& p = golden_["prompts"][i % n_prompts];
+    std::vector<int32_t> tokens = p["prompt_tokens"].get<std::vector<int32_t>>();
+    for (int32_t t : p["continuation"].get<std::vector<int32_t>>()) tokens.push_back(t);
+    const size_t skip = std::min(3 * (i / n_prompts), tokens.size() - kDecode - 1);
+    seqs.emplace_back(tokens.begin() + static_cast<std::ptrdiff_t>(skip), tokens.end());
+    longest = std::max(longest, seqs.back().size());
+  }
+  // Each member's last-token logits after its prefill and after each decode step.
+  auto run = [&](const std::vector<size_t>& members) {
+    const int64_t blocks = static_cast<int64_t>(members.size() * (longest / kBlockSize + 2));
+    auto kv = CudaKvCache::Create(c, KvType::kF16, blocks, kBlockSize);
+    EXPECT_TRUE(kv.ok()) << kv.status().ToString();
+    BatchBuilder builder(kBlockSize, blocks, NumKvGroups(c));
+    std::vector<std::vector<float>> out(members.size());
+    for (size_t step = 0; step <= kDecode; ++step) {
+      for (size_t m = 0; m < members.size(); ++m) {
+        const std::vector<int32_t>& tokens = seqs[members[m]];
+        const size_t prefill = tokens.size() - kDecode;
+        if (step == 0) {
+          EXPECT_EQ(builder.AddSequence(), static_cast<int>(m));
+          EXPECT_TRUE(builder.Append(static_cast<int>(m), std::span(tokens.data(), prefill),
+                                     BatchBuilder::Logits::kLast).ok());
+        } else {
+          EXPECT_TRUE(builder.Append(static_cast<int>(m),
+                                     std::span(tokens.data() + prefill + step - 1, 1),
+                                     BatchBuilder::Logits::kLast).ok());
+        }
+      }
+      std::vector<float> logits(members.size() * c.n_vocab);
+      const Status s =
+          gpu_->Run({builder.token_ids(), builder.batch(), builder.logit_rows()}, kv->view(),
+                    logits);
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      builder.Clear();
+      for (size_t m = 0; m < members.size(); ++m) {
+        out[m].insert(out[m].end(), logits.begin() + m * c.n_vocab,
+                      logits.begin() + (m + 1) * c.n_vocab);
+      }
+    }
+    return out;
+  };
+  std::vector<size_t> all(kSeqs);
+  for (size_t i = 0; i < kSeqs; ++i) all[i] = i;
+  const std::vector<std::vector<float>> together = run(all);
+  for (size_t i = 0; i < kSeqs; ++i) {
+    const std::vector<float> alone = run({i})[0];
+    ASSERT_EQ(alone.size(), together[i].size());
+    for (size_t step = 0; step <= kDecode; ++step) {
+      ASSERT_EQ(std::memcmp(alone.data() + step * c.n_vocab,
+                            together[i].data() + step * c.n_vocab, c.n_vocab * sizeof(float)),
+                0)
+          << "sequence " << i << " step " << step;
+    }
+  }
+}
+
+// Every tiny family and variant the CUDA pass runs: the dense ones and the mixtures of experts
+// but gpt-oss and mistral3 (refused by name: test_tiny_families_cuda.py, cuda_graph_plan_test).
 INSTANTIATE_TEST_SUITE_P(Families, CudaTinyFamilyTest,
                          ::testing::Values("llama", "llama_rope_freqs", "llama_yarn", "qwen2",
                                            "qwen3", "phi3", "phi3_configured", "phi3_short",
                                            "gemma", "gemma2", "gemma3",
-                                           "gemma3_layer_pattern"),
+                                           "gemma3_layer_pattern", "mixtral", "qwen3moe",
+                                           "qwen3moe_q8_0", "qwen2moe"),
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                            return param_info.param;
                          });
