@@ -1,6 +1,7 @@
 // The tiny random models of tests/reference/tiny_families/ that the CUDA pass runs, on the GPU
 // (label gpu: skipped without a CUDA device). Each GGUF is written by its family's module (the
-// .venv's Python) and every token of llama.cpp's golden (tests/data/logits/tiny/<name>.json:
+// .venv's Python), or read where scripts/gpu-bundle wrote it beforehand (data/tiny_families/:
+// a bare GPU machine has no gguf package), and every token of llama.cpp's golden (tests/data/logits/tiny/<name>.json:
 // prompt + greedy continuation, long enough to cross the sliding windows) is run as one
 // prefill and one token per step (decode steps replay CUDA graphs). Both must lie within a
 // bound derived on the CPU of the CPU's fast kernels, and within that plus the CPU's own bound
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -43,6 +45,22 @@ struct TinyFamilyFile {
   int context = -1;
   float cpu_bound = kCpuBound;
 };
+// scripts/gpu-bundle's copy: <data>/tiny_families/<name>.gguf beside <name>.txt, which holds
+// the module's N_CTX and, where it has one, its LOGIT_BOUND; path empty where there is none.
+struct PrewrittenFamily {
+  std::string path;
+  TinyFamilyFile file;
+};
+PrewrittenFamily FindPrewrittenFamily(const std::string& name) {
+  const std::string base = std::string(TOKENMILL_TEST_DATA_DIR) + "/tiny_families/" + name;
+  std::ifstream info(base + ".txt");
+  PrewrittenFamily found;
+  if (!info || !(info >> found.file.context)) return found;
+  if (!(info >> found.file.cpu_bound)) found.file.cpu_bound = kCpuBound;
+  found.path = base + ".gguf";
+  return found;
+}
+
 TinyFamilyFile WriteTinyFamily(const std::string& name, const std::string& path) {
   const std::string script =
       "import sys; sys.path.insert(0, '" TOKENMILL_SOURCE_DIR "/tests/reference'); "
@@ -96,8 +114,16 @@ class CudaTinyFamilyTest : public CudaTest, public ::testing::WithParamInterface
     std::ifstream file(std::string(TOKENMILL_TEST_DATA_DIR) + "/logits/tiny/" + name + ".json");
     ASSERT_TRUE(file) << "no golden for " << name;
     golden_ = nlohmann::json::parse(file);
-    const std::string path = ::testing::TempDir() + "cuda_tiny_" + name + ".gguf";
-    const TinyFamilyFile written = WriteTinyFamily(name, path);
+    PrewrittenFamily prewritten = FindPrewrittenFamily(name);
+    if (prewritten.path.empty() && !std::filesystem::exists(TOKENMILL_PYTHON)) {
+      GTEST_SKIP() << name << ": not in data/tiny_families/ (scripts/gpu-bundle brings some) and "
+                   << "no " << TOKENMILL_PYTHON << " to write it";
+    }
+    const std::string path = prewritten.path.empty()
+                                 ? ::testing::TempDir() + "cuda_tiny_" + name + ".gguf"
+                                 : prewritten.path;
+    const TinyFamilyFile written =
+        prewritten.path.empty() ? WriteTinyFamily(name, path) : prewritten.file;
     ASSERT_GE(written.context, 0) << "tests/reference/tiny_families/" << name
                                   << ".py did not write " << path << " (is the .venv set up?)";
     cpu_bound_ = written.cpu_bound;
