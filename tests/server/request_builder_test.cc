@@ -376,6 +376,83 @@ TEST(BuildGenerateRequest, ToolCallMarkersThatAreControlTokensReachTheParser) {
   EXPECT_TRUE(built->rendered_control_tokens.empty());
 }
 
+TEST(BuildGenerateRequest, LlamaPythonTagIsAControlTokenThatReachesTheParser) {
+  // Llama 3.1's vocabulary (scripts/setup writes it from Meta's tokenizer.model): <|python_tag|>
+  // is the control token 128010, which the model emits before a tool call and the detokenizer
+  // drops.
+  const std::string file_name = "llama31-vocab.gguf";
+  const LoadedVocab llama(file_name);
+  // As the server loads --chat-template FILE: bos_token and eos_token from the GGUF.
+  StatusOr<GgufFile> file = GgufFile::Open(std::string(TOKENMILL_MODELS_DIR) + "/" + file_name);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  StatusOr<ChatSpecialTokens> special_tokens = ChatSpecialTokensFromGguf(*file);
+  ASSERT_TRUE(special_tokens.ok()) << special_tokens.status().ToString();
+  StatusOr<ChatTemplate> chat_template = ChatTemplate::FromFile(
+      std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/llama3.1_tools.jinja",
+      *std::move(special_tokens));
+  ASSERT_TRUE(chat_template.ok()) << chat_template.status().ToString();
+  RequestContext context = llama.Context(4096);
+  context.chat_template = &*chat_template;
+  context.tool_call_format = DetectToolCallFormat(chat_template->source());
+  ASSERT_EQ(context.tool_call_format, ToolCallFormat::kLlama3Json);
+  v1::GenerateRequest request;
+  v1::ChatMessage* message = request.mutable_chat()->add_messages();
+  message->set_role("user");
+  message->set_content("Weather in Paris?");
+  request.mutable_chat()->set_tools_json(R"([{"type": "function", "function": {"name":
+      "get_weather", "parameters": {"type": "object", "properties": {"city": {}}}}}])");
+  std::optional<OutputParserOptions> parsing;
+  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, context, &parsing);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_THAT(built->rendered_control_tokens, ElementsAre(128010));
+  ASSERT_TRUE(parsing.has_value());
+  EXPECT_THAT(parsing->hidden_markers, ElementsAre("<|python_tag|>"));
+  // The template's own control tokens are tokenized as such: the prompt opens with
+  // <|begin_of_text|><|start_header_id|>.
+  ASSERT_GE(built->prompt_token_ids.size(), 3u);
+  EXPECT_THAT(std::vector<TokenId>(built->prompt_token_ids.begin(),
+                                   built->prompt_token_ids.begin() + 3),
+              ElementsAre(128000, 128006, 9125));  // 9125: "system"
+
+  const StatusOr<std::vector<TokenId>> call = llama.tokenizer->Encode(
+      R"(<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}})",
+      {.add_special = false, .parse_special = true});
+  ASSERT_TRUE(call.ok());
+  ASSERT_EQ(call->front(), 128010);
+  const ParsedOutput parsed =
+      DecodeAndParse(*llama.tokenizer, *call, built->rendered_control_tokens, *parsing);
+  EXPECT_EQ(parsed.content, "");
+  ASSERT_EQ(parsed.tool_calls.size(), 2u);
+  EXPECT_EQ(parsed.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(parsed.tool_calls[1].arguments, R"({"city": "Paris"})");
+  // Unlike Mistral's, a Llama 3 call is also a call without its marker (the bare JSON form that
+  // custom tools get): unrendered, the same call parses.
+  const ParsedOutput unrendered = DecodeAndParse(*llama.tokenizer, *call, {}, *parsing);
+  EXPECT_EQ(unrendered.content, "");
+  ASSERT_EQ(unrendered.tool_calls.size(), 2u);
+  EXPECT_EQ(unrendered.tool_calls[0].name, "get_weather");
+  // A marker not followed by a JSON call (a built-in tool's Python) stays content,
+  // without the marker: the text of the tokens after it.
+  const StatusOr<std::vector<TokenId>> builtin = llama.tokenizer->Encode(
+      R"(<|python_tag|>brave_search.call(query="weather in Paris"))",
+      {.add_special = false, .parse_special = true});
+  ASSERT_TRUE(builtin.ok());
+  ASSERT_EQ(builtin->front(), 128010);
+  const std::vector<TokenId> after(builtin->begin() + 1, builtin->end());
+  const ParsedOutput python =
+      DecodeAndParse(*llama.tokenizer, *builtin, {128010}, *parsing);
+  EXPECT_TRUE(python.tool_calls.empty());
+  EXPECT_EQ(python.content, R"(brave_search.call(query="weather in Paris"))");
+  EXPECT_EQ(python.content, llama.tokenizer->Decode(after, {.render_special = false,
+                                                            .strip_space_prefix = false}));
+
+  // tool_choice none parses nothing: control tokens stay unrendered.
+  request.mutable_chat()->mutable_tool_choice()->set_mode(v1::TOOL_CHOICE_MODE_NONE);
+  built = BuildGenerateRequest(request, context, &parsing);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_TRUE(built->rendered_control_tokens.empty());
+}
+
 TEST(BuildGenerateRequest, TextMarkersAreNotRendered) {
   // SmolLM2 has no <tool_call> token: Hermes markup is plain text there.
   RequestContext context = SmolLm2().Context(2048);

@@ -170,6 +170,21 @@ TEST(SpecialTokensTest, EndOfGenerationIds) {
   EXPECT_THAT(stories.end_of_generation_ids(), ElementsAre(2));
 }
 
+TEST(SpecialTokensTest, Llama31EndsAtEndOfTextEomAndEot) {
+  // Llama 3.1's vocabulary (scripts/setup's llama31-vocab.gguf) names no EOT or EOM token and
+  // has <|eot_id|> as its EOS: as llama.cpp (make_llama31_vocab.py checks its list) generation
+  // ends at <|end_of_text|>, <|eom_id|> (after a built-in tool call) and <|eot_id|>, not at
+  // <|python_tag|>; <|eot_id|> is the EOT token.
+  const Tokenizer llama = Load("llama31-vocab.gguf");
+  EXPECT_THAT(llama.end_of_generation_ids(), ElementsAre(128001, 128008, 128009));
+  EXPECT_EQ(Id(llama, "<|eom_id|>"), 128008);
+  EXPECT_EQ(llama.vocab().eos(), 128009);
+  EXPECT_EQ(llama.vocab().eot(), 128009);
+  EXPECT_FALSE(llama.IsEndOfGeneration(Id(llama, "<|python_tag|>")));
+  EXPECT_THAT(Encode(llama, "<|python_tag|>{", {.add_special = false, .parse_special = true}),
+              ElementsAre(128010, 90));
+}
+
 TEST(TokenizerTest, InvalidUtf8IsTokenizedNotRejected) {
   // Byte-level BPE reads broken bytes as U+FFFD, as llama.cpp does; SentencePiece keeps them as
   // byte tokens, so they come back unchanged.
