@@ -319,6 +319,17 @@ ParsedOutput DecodeAndParse(const Tokenizer& tokenizer, const std::vector<TokenI
   return out;
 }
 
+// "Weather in Paris?" with a get_weather tool offered.
+v1::GenerateRequest WeatherToolRequest() {
+  v1::GenerateRequest request;
+  v1::ChatMessage* message = request.mutable_chat()->add_messages();
+  message->set_role("user");
+  message->set_content("Weather in Paris?");
+  request.mutable_chat()->set_tools_json(R"([{"type": "function", "function": {"name":
+      "get_weather", "parameters": {"type": "object", "properties": {"city": {}}}}}])");
+  return request;
+}
+
 TEST(BuildGenerateRequest, ToolCallMarkersThatAreControlTokensReachTheParser) {
   // Mistral 7B v0.3's vocabulary (scripts/setup writes it from mistral-common's tokenizer):
   // [TOOL_CALLS] is the control token 5, which the model emits and the detokenizer drops.
@@ -330,12 +341,7 @@ TEST(BuildGenerateRequest, ToolCallMarkersThatAreControlTokensReachTheParser) {
   context.chat_template = &*chat_template;
   context.tool_call_format = DetectToolCallFormat(chat_template->source());
   ASSERT_EQ(context.tool_call_format, ToolCallFormat::kMistral);
-  v1::GenerateRequest request;
-  v1::ChatMessage* message = request.mutable_chat()->add_messages();
-  message->set_role("user");
-  message->set_content("Weather in Paris?");
-  request.mutable_chat()->set_tools_json(R"([{"type": "function", "function": {"name":
-      "get_weather", "parameters": {"type": "object", "properties": {"city": {}}}}}])");
+  v1::GenerateRequest request = WeatherToolRequest();
   std::optional<OutputParserOptions> parsing;
   StatusOr<GenerateRequest> built = BuildGenerateRequest(request, context, &parsing);
   ASSERT_TRUE(built.ok()) << built.status().ToString();
@@ -395,12 +401,7 @@ TEST(BuildGenerateRequest, LlamaPythonTagIsAControlTokenThatReachesTheParser) {
   context.chat_template = &*chat_template;
   context.tool_call_format = DetectToolCallFormat(chat_template->source());
   ASSERT_EQ(context.tool_call_format, ToolCallFormat::kLlama3Json);
-  v1::GenerateRequest request;
-  v1::ChatMessage* message = request.mutable_chat()->add_messages();
-  message->set_role("user");
-  message->set_content("Weather in Paris?");
-  request.mutable_chat()->set_tools_json(R"([{"type": "function", "function": {"name":
-      "get_weather", "parameters": {"type": "object", "properties": {"city": {}}}}}])");
+  v1::GenerateRequest request = WeatherToolRequest();
   std::optional<OutputParserOptions> parsing;
   StatusOr<GenerateRequest> built = BuildGenerateRequest(request, context, &parsing);
   ASSERT_TRUE(built.ok()) << built.status().ToString();
