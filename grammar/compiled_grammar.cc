@@ -1,6 +1,7 @@
 #include "grammar/compiled_grammar.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "grammar/compiler.h"
@@ -33,8 +34,14 @@ std::vector<uint16_t> CommonPrefixes(const VocabularyIndex& vocab,
 // stack [pos] over an unknown caller.
 class PositionClassifier {
  public:
-  PositionClassifier(const Automaton& automaton, const VocabularyIndex& vocab)
-      : automaton_(automaton), vocab_(vocab), stepper_(automaton, pool_) {}
+  PositionClassifier(const Automaton& automaton, const VocabularyIndex& vocab,
+                     std::chrono::steady_clock::time_point deadline)
+      : automaton_(automaton), vocab_(vocab), stepper_(automaton, pool_) {
+    stepper_.set_deadline(deadline);
+  }
+
+  // The deadline passed inside a Classify, whose tables are then incomplete.
+  bool timed_out() const { return stepper_.timed_out(); }
 
   // repeat: the repeat whose unit holds pos, or -1.
   PositionTokens Classify(int32_t pos, int32_t repeat) {
@@ -57,6 +64,7 @@ class PositionClassifier {
       }
       StateSet& here = sets_[d];
       stepper_.Advance(sets_[d - 1], vocab_.trie_byte(i), here);
+      if (stepper_.timed_out()) break;  // Build reports it
       left_[d] = left_[d - 1] || here.left_scope;
       const bool alive = !here.stacks.empty();
       const int32_t token = vocab_.token_at(i);
@@ -147,7 +155,7 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Build(
   std::shared_ptr<CompiledGrammar> grammar(
       new CompiledGrammar(std::move(automaton), std::move(vocab)));
   const Automaton& a = grammar->automaton_;
-  PositionClassifier classifier(a, *grammar->vocab_);
+  PositionClassifier classifier(a, *grammar->vocab_, deadline);
   grammar->table_of_pos_.assign(a.elements.size(), -1);
   std::vector<int32_t> repeat_of_pos(a.elements.size(), -1);
   for (const Automaton::Rule& rule : a.rules) {
@@ -158,16 +166,18 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Build(
       }
     }
   }
+  const auto past_deadline = [] {
+    return ResourceExhaustedError(
+        "compiling the grammar ran past its time limit" +
+        CapHint("simplify the grammar or schema", "--grammar-max-compile-ms"));
+  };
   int64_t table_bytes = 0;
   for (int32_t pos = 0; pos < static_cast<int32_t>(a.elements.size()); ++pos) {
     if (!a.IsBytePosition(pos)) continue;
-    if (std::chrono::steady_clock::now() > deadline) {
-      return ResourceExhaustedError(
-          "compiling the grammar ran past its time limit" +
-          CapHint("simplify the grammar or schema", "--grammar-max-compile-ms"));
-    }
+    if (std::chrono::steady_clock::now() > deadline) return past_deadline();
     grammar->table_of_pos_[pos] = static_cast<int32_t>(grammar->tables_.size());
     grammar->tables_.push_back(classifier.Classify(pos, repeat_of_pos[pos]));
+    if (classifier.timed_out()) return past_deadline();
     const PositionTokens& t = grammar->tables_.back();
     table_bytes += static_cast<int64_t>(
         4 * (t.list.size() + t.dependent.size() + t.accepted_mask.size() +

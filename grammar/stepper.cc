@@ -3,6 +3,11 @@
 #include <algorithm>
 
 namespace tokenmill::grammar {
+namespace {
+
+constexpr uint32_t kStepsPerClockRead = 4096;  // a clock read per ~4096 cheap steps
+
+}  // namespace
 
 void Stepper::Start(StateSet& out) {
   out.stacks.clear();
@@ -65,6 +70,11 @@ void Stepper::Expand(int32_t pos, int32_t parent, StateSet& out) {
   work_.clear();
   work_.emplace_back(pos, parent);
   while (!work_.empty()) {
+    if (++steps_ % kStepsPerClockRead == 0 && std::chrono::steady_clock::now() > deadline_) {
+      timed_out_ = true;
+      work_.clear();
+      break;
+    }
     const auto [p, below] = work_.back();
     work_.pop_back();
     const Element& e = automaton_.elements[p];

@@ -4,6 +4,7 @@
 // ForgetExpansions when the pool drops nodes.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -21,6 +22,12 @@ class Stepper {
   // out = the stacks after `byte` from any stack of in (sorted, unique).
   void Advance(const StateSet& in, uint8_t byte, StateSet& out);
   void ForgetExpansions();
+
+  // A compilation's time limit: an expansion past it stops (nested repeats of patterns that
+  // match the empty string, "a+++...", can take exponentially many stacks in one expansion),
+  // and timed_out() says the results since are incomplete. No deadline by default.
+  void set_deadline(std::chrono::steady_clock::time_point deadline) { deadline_ = deadline; }
+  bool timed_out() const { return timed_out_; }
 
  private:
   struct Expansion {
@@ -48,6 +55,9 @@ class Stepper {
   std::vector<Expansion> expansions_;
   std::vector<int32_t> expansion_stacks_;
   StateSet scratch_;
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+  bool timed_out_ = false;
+  uint32_t steps_ = 0;  // expansion steps, the clock read every kStepsPerClockRead
 };
 
 }  // namespace tokenmill::grammar

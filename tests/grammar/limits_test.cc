@@ -108,6 +108,20 @@ TEST(GrammarLimitsTest, CompileTimeIsCapped) {
   EXPECT_THAT(status.message(), HasSubstr("--grammar-max-compile-ms"));
 }
 
+// Found by json_schema_fuzzer (its input, a regex): repeats nested 80 deep around "^", which
+// matches the empty string, take exponentially many stacks in one expansion of one position;
+// the time limit must hold inside it (it was checked between positions only: this compiled
+// for over 20 minutes).
+TEST(GrammarLimitsTest, CompileTimeIsCappedInsideOneExpansion) {
+  GrammarLimits limits;
+  limits.max_compile_time = std::chrono::milliseconds(200);
+  const std::string regex = std::string("\x01\0\0\n\0\0\n^^", 9) + std::string(11, '+') + "*" +
+                            std::string(69, '+');
+  const Status status = CompileStatus(GrammarSpec::Kind::kRegex, regex, limits);
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("time limit"));
+}
+
 TEST(GrammarCacheTest, CompilesOnceAndEvictsTheLeastRecent) {
   GrammarCache cache(testing::SmallVocabulary(), GrammarLimits(), /*capacity=*/2);
   GrammarSpec a{GrammarSpec::Kind::kGbnf, "root ::= \"a\"\n", {}};
