@@ -208,6 +208,7 @@ class Parser {
       if ((cont >> 6) != 0x2) return Error("invalid UTF-8 in the grammar");
       cp = (cp << 6) | (cont & 0x3F);
     }
+    if (cp > kMaxCodePoint) return Error("invalid UTF-8 in the grammar");  // lead bytes F5-F7
     pos_ += length;
     return cp;
   }

@@ -189,6 +189,7 @@ class RegexConverter {
       if ((cont >> 6) != 0x2) return Error("invalid UTF-8");
       cp = (cp << 6) | (cont & 0x3F);
     }
+    if (cp > 0x10FFFF) return Error("invalid UTF-8");  // lead bytes F5-F7
     pos_ += length;
     return cp;
   }

@@ -2,6 +2,7 @@
 // an error or a grammar, never a crash. The GBNF the converters emit must always parse.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -22,7 +23,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Bytes of the input that are not UTF-8 make the converters' output unparsable; anything
   // else failing to parse is a converter bug.
   const auto parsed = ParseGbnf(*gbnf);
-  if (!parsed.ok() && parsed.status().message().find("UTF-8") == std::string::npos) abort();
+  if (!parsed.ok() && parsed.status().message().find("UTF-8") == std::string::npos) {
+    std::fprintf(stderr, "converter output does not parse: %s\n%s\n",
+                 parsed.status().ToString().c_str(), gbnf->c_str());
+    abort();
+  }
   (void)CompileGrammar(spec, vocab, fuzz::FuzzLimits());
   return 0;
 }

@@ -45,6 +45,8 @@ TEST(RegexTest, RefusesWhatItCannotMatchWithTheOffset) {
            Case{R"([abc)", "offset 4: unterminated character class"},
            Case{R"(*a)", "offset 0: nothing to repeat"},
            Case{R"(a$b)", "'$' before the end"},
+           // Found by json_schema_fuzzer: a lead byte F5-F7 decodes past U+10FFFF.
+           Case{"a\xf6\xbc\xbc\xbc", "offset 1: invalid UTF-8"},
        }) {
     const auto gbnf = RegexToGbnf(c.regex, GrammarLimits());
     ASSERT_FALSE(gbnf.ok()) << c.regex;
