@@ -8,7 +8,7 @@
 
 #include "cache/kv_events.h"
 #include "common/status.h"
-#include "engine/spec/spec_config.h"
+#include "engine/speculative/spec_config.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/paged_attention.h"
 #include "scheduler/scheduler_config.h"

@@ -21,7 +21,7 @@
 #include "engine/request_validation.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sequence_fan_out.h"
-#include "engine/spec/speculator.h"
+#include "engine/speculative/speculator.h"
 #include "scheduler/scheduler.h"
 #include "text/tokenizer/tokenizer.h"
 

@@ -7,8 +7,8 @@
 
 #include "cache/kv_cache_sizing.h"
 #include "engine/forward_backend.h"
-#include "engine/spec/draft_model_proposer.h"
-#include "engine/spec/ngram_proposer.h"
+#include "engine/speculative/draft_model_proposer.h"
+#include "engine/speculative/ngram_proposer.h"
 #include "model/forward_input.h"
 
 namespace tokenmill {

@@ -23,7 +23,7 @@
 
 namespace tokenmill {
 
-// Per request, the q rows of its pending drafts (Proposal::probs in engine/spec/proposer.h),
+// Per request, the q rows of its pending drafts (Proposal::probs in engine/speculative/proposer.h),
 // for the next step's verification.
 using DraftProbs = std::unordered_map<RequestId, std::vector<float>>;
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/spec/draft_model_proposer.h"
+#include "engine/speculative/draft_model_proposer.h"
 #include "tests/engine/engine_test_util.h"
 
 namespace tokenmill::testing {

@@ -4,9 +4,9 @@
 
 #include <vector>
 
-#include "engine/spec/adaptive_k.h"
-#include "engine/spec/ngram_proposer.h"
-#include "engine/spec/spec_config.h"
+#include "engine/speculative/adaptive_k.h"
+#include "engine/speculative/ngram_proposer.h"
+#include "engine/speculative/spec_config.h"
 
 namespace tokenmill {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/spec/speculator.h"
+#include "engine/speculative/speculator.h"
 
 #include <algorithm>
 #include <utility>

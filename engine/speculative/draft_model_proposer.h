@@ -13,7 +13,7 @@
 
 #include "engine/forward_backend.h"
 #include "engine/sampling/sampler.h"
-#include "engine/spec/proposer.h"
+#include "engine/speculative/proposer.h"
 #include "model/model.h"
 
 namespace tokenmill {

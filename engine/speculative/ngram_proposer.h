@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cache/types.h"
-#include "engine/spec/proposer.h"
+#include "engine/speculative/proposer.h"
 
 namespace tokenmill {
 

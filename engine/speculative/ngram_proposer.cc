@@ -1,4 +1,4 @@
-#include "engine/spec/ngram_proposer.h"
+#include "engine/speculative/ngram_proposer.h"
 
 #include <algorithm>
 #include <cstddef>

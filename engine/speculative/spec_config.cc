@@ -1,4 +1,4 @@
-#include "engine/spec/spec_config.h"
+#include "engine/speculative/spec_config.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "engine/spec/draft_model_proposer.h"
+#include "engine/speculative/draft_model_proposer.h"
 
 #include <algorithm>
 #include <string>

@@ -10,9 +10,9 @@
 
 #include "common/status.h"
 #include "engine/sampling/rejection_sampler.h"
-#include "engine/spec/adaptive_k.h"
-#include "engine/spec/proposer.h"
-#include "engine/spec/spec_config.h"
+#include "engine/speculative/adaptive_k.h"
+#include "engine/speculative/proposer.h"
+#include "engine/speculative/spec_config.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_output.h"
 

@@ -1,4 +1,4 @@
-#include "engine/spec/adaptive_k.h"
+#include "engine/speculative/adaptive_k.h"
 
 #include <algorithm>
 
