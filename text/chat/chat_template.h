@@ -8,7 +8,7 @@
 
 #include "common/status.h"
 #include "gguf/gguf.h"
-#include "text/chat/jinja/template.h"
+#include "text/jinja/template.h"
 
 namespace tokenmill {
 

@@ -10,7 +10,7 @@
 
 #include "gguf/gguf.h"
 #include "text/chat/chat_template.h"
-#include "text/chat/jinja/template.h"
+#include "text/jinja/template.h"
 
 namespace tokenmill {
 namespace {

@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "text/chat/jinja/builtins.h"
-#include "text/chat/jinja/python_ops.h"
+#include "text/jinja/builtins.h"
+#include "text/jinja/python_ops.h"
 
 namespace tokenmill::jinja {
 

@@ -1,4 +1,4 @@
-#include "text/chat/jinja/value.h"
+#include "text/jinja/value.h"
 
 #include <utility>
 #include <vector>

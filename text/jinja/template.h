@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "common/status.h"
-#include "text/chat/jinja/value.h"
+#include "text/jinja/value.h"
 
 namespace tokenmill::jinja {
 

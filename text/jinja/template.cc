@@ -1,13 +1,13 @@
 // The renderer signals failures with TemplateError internally: expression evaluation is deeply
 // recursive and nearly every step can fail, so one exception type keeps each step readable.
 // Nothing escapes this file: every entry point converts them to a Status.
-#include "text/chat/jinja/template.h"
+#include "text/jinja/template.h"
 
-#include "text/chat/jinja/ast.h"
-#include "text/chat/jinja/builtins.h"
-#include "text/chat/jinja/lexer.h"
-#include "text/chat/jinja/parser.h"
-#include "text/chat/jinja/renderer.h"
+#include "text/jinja/ast.h"
+#include "text/jinja/builtins.h"
+#include "text/jinja/lexer.h"
+#include "text/jinja/parser.h"
+#include "text/jinja/renderer.h"
 
 namespace tokenmill::jinja {
 namespace {

@@ -4,9 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "text/chat/jinja/lexer.h"
-#include "text/chat/jinja/python_ops.h"
-#include "text/chat/jinja/template.h"
+#include "text/jinja/lexer.h"
+#include "text/jinja/python_ops.h"
+#include "text/jinja/template.h"
 
 namespace tokenmill::jinja {
 namespace {

@@ -1,6 +1,6 @@
-#include "text/chat/jinja/builtin_support.h"
+#include "text/jinja/builtin_support.h"
 
-#include "text/chat/jinja/operators.h"
+#include "text/jinja/operators.h"
 
 namespace tokenmill::jinja {
 

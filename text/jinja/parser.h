@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "text/chat/jinja/ast.h"
-#include "text/chat/jinja/lexer.h"
+#include "text/jinja/ast.h"
+#include "text/jinja/lexer.h"
 
 namespace tokenmill::jinja {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "text/chat/jinja/value.h"
+#include "text/jinja/value.h"
 
 namespace tokenmill::jinja {
 

@@ -1,9 +1,9 @@
-#include "text/chat/jinja/string_ops.h"
+#include "text/jinja/string_ops.h"
 
 #include <algorithm>
 #include <cctype>
 
-#include "text/chat/jinja/python_ops.h"
+#include "text/jinja/python_ops.h"
 
 namespace tokenmill::jinja {
 namespace {

@@ -1,4 +1,4 @@
-#include "text/chat/jinja/python_ops.h"
+#include "text/jinja/python_ops.h"
 
 #include <algorithm>
 #include <charconv>

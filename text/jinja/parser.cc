@@ -1,10 +1,10 @@
-#include "text/chat/jinja/parser.h"
+#include "text/jinja/parser.h"
 
 #include <algorithm>
 #include <initializer_list>
 
-#include "text/chat/jinja/builtins.h"
-#include "text/chat/jinja/python_ops.h"
+#include "text/jinja/builtins.h"
+#include "text/jinja/python_ops.h"
 
 namespace tokenmill::jinja {
 namespace {

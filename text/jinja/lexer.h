@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "text/chat/jinja/value.h"
+#include "text/jinja/value.h"
 
 namespace tokenmill::jinja {
 

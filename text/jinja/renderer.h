@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "text/chat/jinja/ast.h"
-#include "text/chat/jinja/value.h"
+#include "text/jinja/ast.h"
+#include "text/jinja/value.h"
 
 namespace tokenmill::jinja {
 

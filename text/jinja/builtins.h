@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "text/chat/jinja/value.h"
+#include "text/jinja/value.h"
 
 namespace tokenmill::jinja {
 

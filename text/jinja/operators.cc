@@ -1,8 +1,8 @@
-#include "text/chat/jinja/operators.h"
+#include "text/jinja/operators.h"
 
 #include <cmath>
 
-#include "text/chat/jinja/python_ops.h"
+#include "text/jinja/python_ops.h"
 
 namespace tokenmill::jinja {
 namespace {

@@ -1,4 +1,4 @@
-#include "text/chat/jinja/lexer.h"
+#include "text/jinja/lexer.h"
 
 #include <algorithm>
 #include <cctype>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <optional>
 
-#include "text/chat/jinja/python_ops.h"
+#include "text/jinja/python_ops.h"
 
 namespace tokenmill::jinja {
 namespace {

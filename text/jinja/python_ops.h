@@ -9,7 +9,7 @@
 #include <string_view>
 #include <utility>
 
-#include "text/chat/jinja/value.h"
+#include "text/jinja/value.h"
 
 namespace tokenmill::jinja {
 

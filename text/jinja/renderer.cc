@@ -1,12 +1,12 @@
-#include "text/chat/jinja/renderer.h"
+#include "text/jinja/renderer.h"
 
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "text/chat/jinja/builtins.h"
-#include "text/chat/jinja/operators.h"
-#include "text/chat/jinja/python_ops.h"
+#include "text/jinja/builtins.h"
+#include "text/jinja/operators.h"
+#include "text/jinja/python_ops.h"
 
 namespace tokenmill::jinja {
 namespace {

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <ctime>
 
-#include "text/chat/jinja/builtin_support.h"
-#include "text/chat/jinja/builtins.h"
-#include "text/chat/jinja/operators.h"
-#include "text/chat/jinja/python_ops.h"
-#include "text/chat/jinja/string_ops.h"
+#include "text/jinja/builtin_support.h"
+#include "text/jinja/builtins.h"
+#include "text/jinja/operators.h"
+#include "text/jinja/python_ops.h"
+#include "text/jinja/string_ops.h"
 
 namespace tokenmill::jinja {
 namespace {
