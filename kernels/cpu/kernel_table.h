@@ -1,7 +1,9 @@
 // The CPU kernels of one ISA as a table of functions, and the arguments they take. Everything
 // that computes with vectors is reached through this table, which the per-ISA files fill
 // (table_scalar.cc, table_avx2.cc, table_avx512.cc: only the last two are compiled with their
-// target flags, and KernelTable (kernel_table.cc) hands them out after CpuSupports).
+// target flags, and KernelTable (kernel_table.cc) hands them out after CpuSupports). The weight
+// types are listed once for all three: their formats in weight_formats.inc, their entries in
+// table_entries.inc; the two SIMD tables share their body, simd_table.inc.
 //
 // The route of a Q4_1 matmul of a decode step (one token), from the forward pass to the tile:
 //  1. model/arch/blocks.cc: ForwardBlocks::MatmulOps (Q/K/V, gate/up) calls MatmulMany, and
@@ -14,7 +16,8 @@
 //     `quantize` (SimdQuantizeActivations, activations_simd256.inc) and lays them out as
 //     Q8TokenGroupBlock (GroupActivations); ParallelFor splits the rows of all the matrices into
 //     units of 16, and each thread calls the table's q4_1 entry with a MatmulRange.
-//  3. That entry, in table_avx512.cc, is QuantRange<Q4_1Format> (matmul_simd_ranges.inc);
+//  3. That entry, in table_avx512.cc, is QuantRange<Q4_1Format> (matmul_simd_ranges.inc, via
+//     table_entries.inc);
 //     Q4_1Format (quant_q4_1.inc) is the block layout and how its quants enter the dot products.
 //  4. QuantRange hands a kRowGroups16 matrix to RowGroupsSimdRange<BlockQ4_1x16>
 //     (matmul_row_groups.inc), which runs RowGroupTile<BlockQ4_1x16, 1>: 16 rows, one per
