@@ -12,7 +12,9 @@
 #
 # Environment: IMAGE (default localhost/tokenmill:cpu), DEBIAN_MIRROR (default
 # http://deb.debian.org/debian), MODEL (a file in models/, default the SmolLM2 GGUF),
-# SMOKE_ONLY=1 (skip the build), DOCKER_BUILD_ARGS (more `podman build` arguments).
+# SMOKE_ONLY=1 (skip the build), DOCKER_BUILD_ARGS (more `podman build` arguments), PREBUILT
+# (a folder of executables built on this host, e.g. build/bin: the image takes them instead of
+# compiling its own, docker/Dockerfile's BINARIES=prebuilt; CI does so, having just built them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,11 +79,33 @@ EOF
   log "base image $BASE: $($sudo podman image inspect --format '{{.Size}}' "$BASE") bytes"
 }
 
+# PREBUILT's executables, stripped, and the Debian packages holding the libraries they link
+# (this host is of the base image's release, so the names are the image's) in folder $1.
+stage_prebuilt() {
+  local exe lib
+  mkdir -p "$1/bin"
+  for exe in tokenmill-server tokenmill-gateway tokenmill-health; do
+    [ -x "$PREBUILT/$exe" ] || { log "$PREBUILT/$exe is missing: build it first"; exit 1; }
+    strip -o "$1/bin/$exe" "$PREBUILT/$exe"
+  done
+  for lib in $(ldd "$1"/bin/* | awk '/=> \//{print $3}' | sort -u); do
+    dpkg -S "*/$(basename "$lib")" | head -n 1 | cut -d: -f1
+  done | sort -u > "$1/runtime-packages"
+}
+
 build_image() {
+  local args=(--build-arg BASE_IMAGE="$BASE") prebuilt=""
+  if [ -n "${PREBUILT:-}" ]; then
+    prebuilt=$(mktemp -d)
+    stage_prebuilt "$prebuilt"
+    args+=(--build-arg BINARIES=prebuilt --build-context prebuilt="$prebuilt")
+    log "image from the executables in $PREBUILT"
+  fi
   # --format docker: the OCI format has no HEALTHCHECK. --pull=never: no registry here.
   # shellcheck disable=SC2086
   $sudo podman build --isolation=chroot --pull=never --format docker \
-    --build-arg BASE_IMAGE="$BASE" -f docker/Dockerfile -t "$IMAGE" ${DOCKER_BUILD_ARGS:-} .
+    "${args[@]}" -f docker/Dockerfile -t "$IMAGE" ${DOCKER_BUILD_ARGS:-} .
+  [ -z "$prebuilt" ] || rm -rf "$prebuilt"
   log "image $IMAGE: $($sudo podman image inspect --format '{{.Size}}' "$IMAGE") bytes"
 }
 
