@@ -4,9 +4,9 @@
 // target flags, and KernelTable (kernel_table.cc) hands them out after CpuSupports).
 //
 // The route of a Q4_1 matmul of a decode step (one token), from the forward pass to the tile:
-//  1. model/arch/blocks.cc: ForwardBlocks::MatmulOps (Q/K/V, gate/up) calls MatmulMany, and
-//     ForwardBlocks::MatmulOp (O, down, the output) calls Matmul, with the ForwardPass's
-//     CpuContext {&KernelTable(isa), pool} that its owner built (CpuBackend,
+//  1. model/arch/cpu_blocks.cc: CpuForwardBlocks::MatmulOps (Q/K/V, gate/up) calls
+//     MatmulMany, and CpuForwardBlocks::MatmulOp (O, down, the output) calls Matmul, with the
+//     ForwardPass's CpuContext {&KernelTable(isa), pool} that its owner built (CpuBackend,
 //     engine/forward_backend.cc). When the model loaded, Model::FromFile (model/model.cc) had
 //     regrouped the Q4_1 matrices of 16n rows into the kRowGroups16 layout (RegroupRows,
 //     row_groups.cc).
