@@ -1,7 +1,7 @@
 // The forward pass on the CPU, over a ragged batch of several sequences and a paged KV cache
 // (docs/design.md, "Batch inputs"): the model's family composes the graph from the shared
-// blocks (model/arch/), which write the new tokens' K/V into their slots and return logits
-// only for the rows asked for.
+// blocks (model/arch/forward_blocks.h), here the CPU's (CpuForwardBlocks), which write the new
+// tokens' K/V into their slots and return logits only for the rows asked for.
 #pragma once
 
 #include <span>
@@ -9,7 +9,7 @@
 
 #include "common/status.h"
 #include "kernels/cpu/matmul.h"
-#include "model/arch/blocks.h"
+#include "model/arch/cpu_blocks.h"
 #include "model/forward_input.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -19,7 +19,7 @@ namespace tokenmill {
 // Holds scratch activations: one Run at a time (the engine thread owns it).
 class ForwardPass {
  public:
-  // mode: which kernels compute (KernelMode, model/arch/blocks.h).
+  // mode: which kernels compute (KernelMode, model/arch/cpu_blocks.h).
   ForwardPass(const Model& model, CpuContext ctx, KernelMode mode = KernelMode::kFast);
 
   // logits receives logit_rows.size() rows of n_vocab floats.
@@ -35,7 +35,7 @@ class ForwardPass {
  private:
   const Model& model_;
   KernelMode mode_;
-  ForwardBlocks blocks_;
+  CpuForwardBlocks blocks_;
 };
 
 }  // namespace tokenmill

@@ -6,9 +6,9 @@
 // table_entries.inc; the two SIMD tables share their body, simd_table.inc.
 //
 // The route of a Q4_1 matmul of a decode step (one token), from the forward pass to the tile:
-//  1. model/arch/blocks.cc: ForwardBlocks::MatmulOps (Q/K/V, gate/up) calls MatmulMany, and
-//     ForwardBlocks::MatmulOp (O, down, the output) calls Matmul, with the ForwardPass's
-//     CpuContext {&KernelTable(isa), pool} that its owner built (CpuBackend,
+//  1. model/arch/cpu_blocks.cc: CpuForwardBlocks::MatmulOps (Q/K/V, gate/up) calls
+//     MatmulMany, and CpuForwardBlocks::MatmulOp (O, down, the output) calls Matmul, with the
+//     ForwardPass's CpuContext {&KernelTable(isa), pool} that its owner built (CpuBackend,
 //     engine/forward_backend.cc). When the model loaded, Model::FromFile (model/model.cc) had
 //     regrouped the Q4_1 matrices of 16n rows into the kRowGroups16 layout (RegroupRows,
 //     row_groups.cc).

@@ -1,7 +1,8 @@
 // A model family: the models one general.architecture names, and how such a model reads its
-// hyper-parameters, loads each layer's tensors and composes its forward graph from the shared
-// blocks (model/arch/blocks.h). Each family is a file of its own in this folder (llama.cc,
-// qwen2.cc, ...), as in llama.cpp's src/models/; FindModelFamily lists them. What a family
+// hyper-parameters, loads each layer's tensors and composes its one forward graph from the
+// shared blocks (model/arch/forward_blocks.h), whichever device runs them. Each family is a
+// file of its own in this folder (llama.cc, qwen2.cc, ...), as in llama.cpp's src/models/;
+// FindModelFamily lists them. What a family
 // takes from llama.cpp's code rather than from the file's metadata (layer patterns, scales,
 // defaults) its file sets, saying so.
 #pragma once
@@ -12,7 +13,7 @@
 
 #include "common/status.h"
 #include "gguf/gguf.h"
-#include "model/arch/blocks.h"
+#include "model/arch/forward_blocks.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -83,11 +84,6 @@ std::span<const float> NextAttnNorm(const ModelWeights& weights, int layer);
 // A layer's per-head RMS norms of Q and K (attn_q_norm, attn_k_norm: head_dim each).
 Status LoadHeadNorms(const GgufFile& file, const ModelConfig& config, int layer,
                      F32Copies& f32_copies, LayerWeights& weights);
-
-// The factor gemma2's and gemma3's graphs multiply Q by before attention (their files say
-// why; ForwardBlocks::Attention's query_scale), for the CUDA pass that runs their graphs too.
-float Gemma2QueryScale(const ModelConfig& config);
-float Gemma3QueryScale(const ModelConfig& config);
 
 // Which layers slide, as llama.cpp's load_swa_pattern reads them: the key
 // <arch>.attention.sliding_window_pattern as one bool per layer, or as a period n (layer i

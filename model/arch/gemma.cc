@@ -24,7 +24,7 @@ void GemmaForward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& b)
     b.BeginLayer(layer);
     b.Norm(l.attn_norm, "attn_norm");
     b.ProjectQkv(l.q, l.k, l.v);
-    b.Attention(query_scale);
+    b.Attention({.factor = query_scale});
     b.AttentionOutput(l.o);
     b.AddResidual("sa_out", l.ffn_norm);
     b.Norm(l.ffn_norm, "ffn_norm");

@@ -45,6 +45,11 @@ StatusOr<LayerWeights> LoadGemma2Layer(const GgufFile& file, const ModelConfig& 
   return l;
 }
 
+float Gemma2QueryScale(const ModelConfig& c) {
+  const int dim = c.n_layers == 46 ? c.n_embd / c.n_heads : c.head_dim;
+  return 1.0f / std::sqrt(static_cast<float>(dim));
+}
+
 void Gemma2Forward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& b) {
   const float query_scale = Gemma2QueryScale(c);
   b.Embed(w.token_embd, std::sqrt(static_cast<float>(c.n_embd)));
@@ -53,7 +58,7 @@ void Gemma2Forward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& b
     b.BeginLayer(layer);
     b.Norm(l.attn_norm, "attn_norm");
     b.ProjectQkv(l.q, l.k, l.v);
-    b.Attention(query_scale);
+    b.Attention({.factor = query_scale});
     b.AttentionOutput(l.o);
     b.PostNorm(l.attn_post_norm, "attn_post_norm");
     b.AddResidual("sa_out", l.ffn_norm);
@@ -66,11 +71,6 @@ void Gemma2Forward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& b
 }
 
 }  // namespace
-
-float Gemma2QueryScale(const ModelConfig& c) {
-  const int dim = c.n_layers == 46 ? c.n_embd / c.n_heads : c.head_dim;
-  return 1.0f / std::sqrt(static_cast<float>(dim));
-}
 
 const ModelFamily kGemma2Family{"gemma2", ReadGemma2Config, LoadGemma2Layer, Gemma2Forward};
 

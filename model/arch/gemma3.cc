@@ -46,6 +46,11 @@ StatusOr<LayerWeights> LoadGemma3Layer(const GgufFile& file, const ModelConfig& 
   return l;
 }
 
+float Gemma3QueryScale(const ModelConfig& c) {
+  const int dim = c.n_layers == 62 ? c.n_embd / c.n_heads : c.head_dim;
+  return 1.0f / std::sqrt(static_cast<float>(dim));
+}
+
 void Gemma3Forward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& b) {
   const float query_scale = Gemma3QueryScale(c);
   b.Embed(w.token_embd, std::sqrt(static_cast<float>(c.n_embd)));
@@ -55,7 +60,7 @@ void Gemma3Forward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& b
     b.Norm(l.attn_norm, "attn_norm");
     b.ProjectQkv(l.q, l.k, l.v);
     b.HeadNorms(l.q_norm, l.k_norm);
-    b.Attention(query_scale);
+    b.Attention({.factor = query_scale});
     b.AttentionOutput(l.o);
     b.PostNorm(l.attn_post_norm, "attn_post_norm");
     b.AddResidual("sa_out", l.ffn_norm);
@@ -68,11 +73,6 @@ void Gemma3Forward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& b
 }
 
 }  // namespace
-
-float Gemma3QueryScale(const ModelConfig& c) {
-  const int dim = c.n_layers == 62 ? c.n_embd / c.n_heads : c.head_dim;
-  return 1.0f / std::sqrt(static_cast<float>(dim));
-}
 
 const ModelFamily kGemma3Family{"gemma3", ReadGemma3Config, LoadGemma3Layer, Gemma3Forward};
 

@@ -100,7 +100,7 @@ void GptOssForward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& b
     b.Norm(l.attn_norm, "attn_norm");
     b.ProjectQkv(l.q, l.k, l.v);
     b.AddQkvBias(l.q_bias, l.k_bias, l.v_bias);
-    b.Attention(0.0f, l.attn_sinks);
+    b.Attention({}, l.attn_sinks);
     b.AttentionOutput(l.o, l.o_bias);
     b.AddResidual("ffn_inp", l.ffn_norm);
     b.Norm(l.ffn_norm, "attn_post_norm");

@@ -55,7 +55,8 @@ void Phi3Forward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& b) 
     b.Norm(l.attn_norm, "attn_norm");
     b.ProjectQkv(l.q, l.k, l.v);
     // As llama.cpp's phi3 graph: Qcur scaled by 1 / sqrt(head_dim) before the attention.
-    b.Attention(1.0f / std::sqrt(static_cast<float>(c.head_dim)));
+    b.Attention({.factor = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                 .may_scale_scores = true});
     b.AttentionOutput(l.o);
     b.AddResidual("ffn_inp", l.ffn_norm);
     b.Norm(l.ffn_norm, "ffn_norm");

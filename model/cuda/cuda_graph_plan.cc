@@ -2,46 +2,104 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
-
-#include "model/arch/family.h"
+#include <span>
 
 namespace tokenmill::cuda {
+namespace {
 
-StatusOr<CudaGraphPlan> PlanCudaGraph(const ModelConfig& c) {
-  const std::string& arch = c.arch_name;
-  const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
-  const bool moe_family = arch == "qwen3moe" || arch == "qwen2moe";
-  if (arch != "llama" && arch != "qwen2" && arch != "phi3" && arch != "qwen3" && !gemma &&
-      !moe_family) {
-    return UnimplementedError("the CUDA forward pass runs 'llama' (Mixtral's experts included), "
-                              "'qwen2', 'phi3', 'qwen3', 'gemma', 'gemma2', 'gemma3', "
-                              "'qwen3moe' and 'qwen2moe' models, not '" + arch +
-                              "': use --device cpu");
+// Records each block the graph calls into the plan, and what of it has no CUDA kernel.
+class PlanningBlocks final : public ForwardBlocks {
+ public:
+  PlanningBlocks(const ModelConfig& config, CudaGraphPlan& plan) : c_(config), plan_(plan) {}
+
+  // Each block the CUDA kernels lack, "Block (what)", once, in the order first called.
+  const std::vector<std::string>& missing() const { return missing_; }
+  bool moe_without_experts() const { return moe_without_experts_; }
+
+  void BeginLayer(int layer) override { layer_ = layer; }
+  void Embed(const WeightMatrix&, float) override { Call("Embed", -1); }
+  void Norm(std::span<const float>, const char*) override { Call("Norm"); }
+  void ProjectQkv(const WeightMatrix&, const WeightMatrix&, const WeightMatrix&) override {
+    Call("ProjectQkv");
   }
-  // Of the dense families only llama's graph takes experts (Mixtral), as on the CPU.
-  if (c.experts.n_expert > 0 && arch != "llama" && !moe_family) {
-    return UnimplementedError("the CUDA forward pass has no mixture-of-experts feed-forward for "
-                              "'" + arch + "': use --device cpu");
+  void AddQkvBias(std::span<const float>, std::span<const float>,
+                  std::span<const float>) override {
+    Call("AddQkvBias");
   }
-  if (moe_family && c.experts.n_expert == 0) {
-    return InvalidArgumentError("a '" + arch + "' model without experts");
+  void HeadNorms(std::span<const float>, std::span<const float>) override { Call("HeadNorms"); }
+  void Attention(QueryScale scale, std::span<const float> sinks) override {
+    Call("Attention");
+    if (!sinks.empty()) Lacks("Attention (attention sinks)");
+    if (c_.attn_temp_scale != 0.0f) Lacks("Attention (attention temperature)");
+    if (layer_ >= 0 && layer_ < static_cast<int>(plan_.layers.size())) {
+      plan_.layers[static_cast<size_t>(layer_)].attention = AttentionScalesOnCuda(c_, scale);
+    }
   }
+  void AttentionOutput(const WeightMatrix&, std::span<const float> bias) override {
+    Call("AttentionOutput");
+    if (!bias.empty()) Lacks("AttentionOutput (output bias)");
+  }
+  void PostNorm(std::span<const float>, const char*) override { Call("PostNorm"); }
+  void SwiGluFeedForward(const WeightMatrix&, const WeightMatrix&,
+                         const WeightMatrix&) override {
+    Call("SwiGluFeedForward");
+  }
+  void GeluFeedForward(const WeightMatrix&, const WeightMatrix&, const WeightMatrix&) override {
+    Call("GeluFeedForward");
+    plan_.gelu = true;
+  }
+  void MoeFeedForward(const MoeWeights& w) override {
+    Call("MoeFeedForward");
+    if (c_.experts.n_expert == 0) moe_without_experts_ = true;
+    if (!w.router_bias.empty() || !w.gate_bias.empty() || !w.up_bias.empty() ||
+        !w.down_bias.empty()) {
+      Lacks("MoeFeedForward (expert or router biases)");
+    }
+  }
+  void OaiMoeFeedForward(const MoeWeights&) override {
+    Call("OaiMoeFeedForward");
+    Lacks("OaiMoeFeedForward (clamped SwiGLU with biases)");
+  }
+  void AddResidual(const char*, std::span<const float>) override { Call("AddResidual"); }
+  void Logits(std::span<const float>, const WeightMatrix&) override { Call("Logits", -1); }
+
+ private:
+  void Call(const char* block) { Call(block, layer_); }
+  void Call(const char* block, int layer) { plan_.blocks.push_back({block, layer}); }
+  void Lacks(const std::string& what) {
+    if (std::find(missing_.begin(), missing_.end(), what) == missing_.end()) {
+      missing_.push_back(what);
+    }
+  }
+
+  const ModelConfig& c_;
+  CudaGraphPlan& plan_;
+  int layer_ = -1;
+  std::vector<std::string> missing_;
+  bool moe_without_experts_ = false;
+};
+
+// "a", "a and b", "a, b and c".
+std::string Listed(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += i + 1 < items.size() ? ", " : " and ";
+    out += items[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+CudaAttentionScales AttentionScalesOnCuda(const ModelConfig& c, QueryScale scale) {
+  const float inverse_sqrt = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (scale.factor > 0.0f && !scale.may_scale_scores) return {scale.factor, 1.0f};
+  return {1.0f, inverse_sqrt};
+}
+
+StatusOr<CudaGraphPlan> PlanCudaGraph(const ModelFamily& family, const ModelConfig& c,
+                                      const ModelWeights& weights) {
   CudaGraphPlan plan;
-  // As the families' graphs: gemma.cc, gemma2.cc, gemma3.cc, qwen3.cc and qwen3moe.cc
-  // (qwen2moe's attention is qwen2's, its biases the config's qkv_bias).
-  plan.head_norms = arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3";
-  plan.experts = c.experts.n_expert > 0;
-  plan.post_norms = arch == "gemma2" || arch == "gemma3";
-  plan.gelu = gemma;
-  if (gemma) {
-    plan.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
-    plan.query_scale = arch == "gemma2"   ? Gemma2QueryScale(c)
-                       : arch == "gemma3" ? Gemma3QueryScale(c)
-                                          : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  }
-  plan.attn_softcap = c.attn_softcap;
-  plan.final_softcap = c.final_softcap;
   for (int layer = 0; layer < c.n_layers; ++layer) {
     CudaLayerPlan l;
     l.rope = LayerRope(c, layer, {});
@@ -49,7 +107,20 @@ StatusOr<CudaGraphPlan> PlanCudaGraph(const ModelConfig& c) {
     l.rope_table = static_cast<int>(base - plan.rope_bases.begin());
     if (base == plan.rope_bases.end()) plan.rope_bases.push_back(l.rope.freq_base);
     l.sliding_window = c.IsSlidingLayer(layer) ? c.sliding_window : 0;
+    l.attention = AttentionScalesOnCuda(c, {});
     plan.layers.push_back(l);
+  }
+  PlanningBlocks blocks(c, plan);
+  family.forward(c, weights, blocks);
+  if (!blocks.missing().empty()) {
+    const bool one = blocks.missing().size() == 1;
+    return UnimplementedError(std::string("CUDA has no kernel for block") + (one ? " " : "s ") +
+                              Listed(blocks.missing()) + " used by this '" + c.arch_name +
+                              "' model: use --device cpu");
+  }
+  if (blocks.moe_without_experts()) {
+    return InvalidArgumentError("the '" + c.arch_name +
+                                "' graph has a mixture of experts but the model no experts");
   }
   return plan;
 }

@@ -142,4 +142,36 @@ StatusOr<DeviceModelWeights> UploadWeights(const Model& model, bool with_bf16) {
   return d;
 }
 
+DeviceWeightIndex IndexWeights(const ModelWeights& host, const DeviceModelWeights& device) {
+  DeviceWeightIndex index;
+  auto matrix = [&](const WeightMatrix& h, const DeviceMatrix& d) {
+    if (h.rows > 0) index.matrices[&h] = &d.view;
+  };
+  auto vector = [&](std::span<const float> h, const DeviceVector& d) {
+    if (!h.empty()) index.vectors[h.data()] = d.data();
+  };
+  matrix(host.token_embd, device.token_embd);
+  matrix(host.output, device.output);
+  vector(host.output_norm, device.output_norm);
+  for (size_t i = 0; i < host.layers.size() && i < device.layers.size(); ++i) {
+    const LayerWeights& h = host.layers[i];
+    const DeviceLayerWeights& d = device.layers[i];
+    for (auto [hv, dv] : {std::pair{h.attn_norm, &d.attn_norm}, std::pair{h.ffn_norm, &d.ffn_norm},
+                          std::pair{h.q_bias, &d.q_bias}, std::pair{h.k_bias, &d.k_bias},
+                          std::pair{h.v_bias, &d.v_bias}, std::pair{h.q_norm, &d.q_norm},
+                          std::pair{h.k_norm, &d.k_norm},
+                          std::pair{h.attn_post_norm, &d.attn_post_norm},
+                          std::pair{h.ffn_post_norm, &d.ffn_post_norm}}) {
+      vector(hv, *dv);
+    }
+    for (auto [hm, dm] : {std::pair{&h.q, &d.q}, std::pair{&h.k, &d.k}, std::pair{&h.v, &d.v},
+                          std::pair{&h.o, &d.o}, std::pair{&h.gate, &d.gate},
+                          std::pair{&h.up, &d.up}, std::pair{&h.down, &d.down}}) {
+      if (dm->view.rows > 0) matrix(*hm, *dm);
+    }
+    if (d.moe.router.view.rows > 0) index.mixtures[&h.moe] = &d.moe;
+  }
+  return index;
+}
+
 }  // namespace tokenmill::cuda

@@ -2,6 +2,7 @@
 // the quantized/float GEMV kernels, plus, when asked, a dequantized bf16 copy for cuBLAS.
 #pragma once
 
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -48,6 +49,17 @@ struct DeviceModelWeights {
   std::vector<DeviceLayerWeights> layers;
   int64_t bytes = 0;  // device memory held
 };
+
+// Where the device copy of each host matrix, vector and mixture of ModelWeights lies, keyed
+// by the host object (a vector by its data): what a family's graph passes to the blocks
+// finds its device twin (CudaForwardBlocks).
+struct DeviceWeightIndex {
+  std::unordered_map<const WeightMatrix*, const DeviceWeight*> matrices;
+  std::unordered_map<const float*, const float*> vectors;
+  std::unordered_map<const MoeWeights*, const DeviceMoeWeights*> mixtures;
+};
+// The index of `host` (what UploadWeights read) into `device` (which must stay where it is).
+DeviceWeightIndex IndexWeights(const ModelWeights& host, const DeviceModelWeights& device);
 
 // Uploads `model`'s weights; with_bf16 also dequantizes each matrix to bf16 on the device (not
 // the experts: they only run in the grouped GEMV).

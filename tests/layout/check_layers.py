@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Checks the folders' one-way dependencies (docs/design.md, "Layout") over #include lines.
+"""Checks the folders' one-way dependencies (docs/design.md, "Layout") over #include lines, and
+that the CUDA pass names no model family.
 
-Two rules, each a list of violations on failure:
+Three rules, each a list of violations on failure:
 1. An include from one folder into another follows the allowed order
    common <- kernels <- gguf <- {text, model} <- engine <- server, common <- cache <- scheduler
    <- engine, common <- grammar <- engine, proto <- server; kernels/cuda and model/cuda sit on
@@ -10,6 +11,10 @@ Two rules, each a list of violations on failure:
 2. Every such include outside tests/ is a declared link: each CMake target compiling the file
    (or, for a header, its folder's library) names the included folder's library in its own
    target_link_libraries, so CMake says what the code does. (A test links what it tests.)
+3. No source of the CUDA pass (model/cuda/, kernels/cuda/) has a model family's name (the
+   names model/arch's families register: `const ModelFamily kX{"name", ...}`) as a string
+   literal: a family's graph drives the CUDA blocks as it drives the CPU's
+   (model/arch/forward_blocks.h), and CUDA refuses a block, never a family by name.
 
   check_layers.py [REPO]     (default: the checkout this file is in)
 """
@@ -49,6 +54,11 @@ LIBRARY = {
 GENERATED = {"tokenmill/v1/": "proto"}
 SOURCE_SUFFIXES = {".h", ".cc", ".cu", ".cuh", ".inc"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# Rule 3: a family's registration, and the folders that may not name one.
+FAMILY = re.compile(r'\bModelFamily\s+\w+\s*\{\s*"([^"]+)"')
+NO_FAMILY_NAMES = ("model/cuda", "kernels/cuda")
+# C++ string literals and comments (a literal's quotes inside a comment are prose).
+LITERAL_OR_COMMENT = re.compile(r'"(?:\\.|[^"\\\n])*"|//[^\n]*|/\*.*?\*/', re.S)
 
 
 def source_files(repo, names=None):
@@ -120,9 +130,36 @@ def targets(repo):
     return source_target, links
 
 
+def family_names(repo):
+    """The names model/arch's families register."""
+    arch = repo / "model" / "arch"
+    names = set()
+    for path in sorted(arch.glob("*.cc")) if arch.is_dir() else []:
+        names.update(FAMILY.findall(path.read_text(errors="replace")))
+    return names
+
+
+def check_family_names(repo):
+    """Rule 3: each string literal in the CUDA pass's sources that is a family's name."""
+    names = family_names(repo)
+    errors = []
+    for path in sorted(source_files(repo)):
+        rel = path.as_posix()
+        if folder_of(rel) not in NO_FAMILY_NAMES:
+            continue
+        text = (repo / path).read_text(errors="replace")
+        for m in LITERAL_OR_COMMENT.finditer(text):
+            token = m.group(0)
+            if token.startswith('"') and token[1:-1] in names:
+                line = text.count("\n", 0, m.start()) + 1
+                errors.append(f"{rel}:{line}: names the model family {token}: the CUDA pass runs "
+                              "a family's graph through its blocks and refuses a block by name")
+    return errors
+
+
 def check(repo):
     source_target, links = targets(repo)
-    errors = []
+    errors = check_family_names(repo)
     for path in sorted(source_files(repo)):
         rel = path.as_posix()
         folder = folder_of(rel)
@@ -159,7 +196,7 @@ def main():
     errors = check(repo.resolve())
     for e in errors:
         print(e)
-    print(f"{len(errors)} include(s) break the layering" if errors else "layering holds")
+    print(f"{len(errors)} violation(s) of the layering" if errors else "layering holds")
     return 1 if errors else 0
 
 

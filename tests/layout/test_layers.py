@@ -46,3 +46,27 @@ def test_an_include_without_its_link_fails(tmp_path):
 def test_an_allowed_and_linked_include_passes(tmp_path):
     small_tree(tmp_path, '#include "gguf/gguf.h"\n')
     assert check_layers.check(tmp_path) == []
+
+
+def family_tree(root, cuda_source):
+    write_tree(root, {
+        "model/arch/llama.cc": 'const ModelFamily kLlamaFamily{"llama", ReadConfig, LoadLayer,\n'
+                               '                                Forward};\n',
+        "model/arch/gpt_oss.cc": 'const ModelFamily kGptOssFamily{"gpt-oss", A, B, C};\n',
+        "model/cuda/plan.cc": cuda_source,
+    })
+
+
+def test_a_family_name_in_the_cuda_pass_fails(tmp_path):
+    family_tree(tmp_path, 'bool Runs(const std::string& arch) {\n'
+                          '  return arch == "llama" || arch == "gpt-oss";\n}\n')
+    errors = check_layers.check(tmp_path)
+    assert [e.split(": names")[0] for e in errors] == ["model/cuda/plan.cc:2"] * 2
+    assert 'names the model family "llama"' in errors[0]
+    assert 'names the model family "gpt-oss"' in errors[1]
+
+
+def test_family_names_in_comments_or_longer_literals_pass(tmp_path):
+    family_tree(tmp_path, '// Runs what "llama" runs.\n/* not "gpt-oss" */\n'
+                          'const char* kWhat = "llama weights";\n')
+    assert check_layers.check(tmp_path) == []

@@ -1,11 +1,13 @@
-// PlanCudaGraph on the CPU (label unit): what the CUDA pass runs of each family's graph,
-// stated here from the family files (model/arch/*.cc), and the refusals by name.
+// PlanCudaGraph on the CPU (label unit): each family's own graph (model/arch/*.cc) traced into
+// the blocks the CUDA pass runs, the attention's scales and RoPE tables, and the refusals by
+// the block CUDA has no kernel for.
 #include "model/cuda/cuda_graph_plan.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 namespace tokenmill::cuda {
 namespace {
@@ -23,54 +25,99 @@ ModelConfig Config(const std::string& arch, int n_layers) {
   return c;
 }
 
+// Weights the planner only looks at, not into: n_layers layers of empty tensors, and a
+// vector for the spans a test sets.
+struct Weights {
+  explicit Weights(const ModelConfig& c) { w.layers.resize(static_cast<size_t>(c.n_layers)); }
+  std::vector<float> values = std::vector<float>(64, 1.0f);
+  std::span<const float> some() const { return values; }
+  ModelWeights w;
+};
+
+StatusOr<CudaGraphPlan> Plan(const ModelFamily& family, const ModelConfig& c) {
+  return PlanCudaGraph(family, c, Weights(c).w);
+}
+
+// The blocks of `layer`, in the order the graph calls them.
+std::vector<std::string> LayerBlocks(const CudaGraphPlan& plan, int layer) {
+  std::vector<std::string> blocks;
+  for (const CudaBlockCall& call : plan.blocks) {
+    if (call.layer == layer) blocks.push_back(call.block);
+  }
+  return blocks;
+}
+
+using Blocks = std::vector<std::string>;
+const Blocks kLlamaLayer = {"Norm",        "ProjectQkv", "Attention",         "AttentionOutput",
+                            "AddResidual", "Norm",       "SwiGluFeedForward", "AddResidual"};
+
 TEST(CudaGraphPlanTest, LlamaIsTheBaseGraph) {
-  auto plan = PlanCudaGraph(Config("llama", 3));
+  auto plan = Plan(kLlamaFamily, Config("llama", 3));
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->embed_scale, 1.0f);
-  EXPECT_FALSE(plan->head_norms);
-  EXPECT_FALSE(plan->post_norms);
+  EXPECT_EQ(LayerBlocks(*plan, -1), (Blocks{"Embed", "Logits"}));
+  for (int layer = 0; layer < 3; ++layer) EXPECT_EQ(LayerBlocks(*plan, layer), kLlamaLayer);
+  EXPECT_EQ(plan->blocks.front().block, "Embed");
+  EXPECT_EQ(plan->blocks.back().block, "Logits");
   EXPECT_FALSE(plan->gelu);
-  EXPECT_EQ(plan->query_scale, 0.0f);
   ASSERT_EQ(plan->rope_bases.size(), 1u);
   ASSERT_EQ(plan->layers.size(), 3u);
   for (const CudaLayerPlan& l : plan->layers) {
     EXPECT_EQ(l.rope_table, 0);
     EXPECT_EQ(l.sliding_window, 0);
+    EXPECT_EQ(l.attention.query_scale, 1.0f);
+    EXPECT_EQ(l.attention.score_scale, 1.0f / std::sqrt(32.0f));
   }
 }
 
-TEST(CudaGraphPlanTest, Qwen3NormsTheHeads) {
-  auto plan = PlanCudaGraph(Config("qwen3", 2));
-  ASSERT_TRUE(plan.ok());
-  EXPECT_TRUE(plan->head_norms);
-  EXPECT_FALSE(plan->gelu);
-  EXPECT_EQ(plan->query_scale, 0.0f);
+TEST(CudaGraphPlanTest, Qwen2AddsBiasesAndQwen3NormsTheHeads) {
+  auto qwen2 = Plan(kQwen2Family, Config("qwen2", 2));
+  ASSERT_TRUE(qwen2.ok()) << qwen2.status().ToString();
+  EXPECT_EQ(LayerBlocks(*qwen2, 1),
+            (Blocks{"Norm", "ProjectQkv", "AddQkvBias", "Attention", "AttentionOutput",
+                    "AddResidual", "Norm", "SwiGluFeedForward", "AddResidual"}));
+  auto qwen3 = Plan(kQwen3Family, Config("qwen3", 2));
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status().ToString();
+  EXPECT_EQ(LayerBlocks(*qwen3, 0),
+            (Blocks{"Norm", "ProjectQkv", "HeadNorms", "Attention", "AttentionOutput",
+                    "AddResidual", "Norm", "SwiGluFeedForward", "AddResidual"}));
+  EXPECT_FALSE(qwen3->gelu);
+  EXPECT_EQ(qwen3->layers[0].attention.query_scale, 1.0f);
+}
+
+TEST(CudaGraphPlanTest, Phi3ScalesTheScoresAsTheDefault) {
+  // phi3's graph scales Q by 1 / sqrt(head_dim); the CUDA attention scales q.k by it instead,
+  // as the CUDA pass always has.
+  auto plan = Plan(kPhi3Family, Config("phi3", 2));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(LayerBlocks(*plan, 0), kLlamaLayer);
+  EXPECT_EQ(plan->layers[1].attention.query_scale, 1.0f);
+  EXPECT_EQ(plan->layers[1].attention.score_scale, 1.0f / std::sqrt(32.0f));
 }
 
 TEST(CudaGraphPlanTest, GemmaScalesEmbeddingsAndQueriesAndGatesWithGelu) {
-  auto plan = PlanCudaGraph(Config("gemma", 2));
-  ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->embed_scale, std::sqrt(64.0f));
+  auto plan = Plan(kGemmaFamily, Config("gemma", 2));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_TRUE(plan->gelu);
-  EXPECT_FALSE(plan->head_norms);
-  EXPECT_FALSE(plan->post_norms);
-  EXPECT_EQ(plan->query_scale, 1.0f / std::sqrt(32.0f));
+  EXPECT_EQ(LayerBlocks(*plan, 0),
+            (Blocks{"Norm", "ProjectQkv", "Attention", "AttentionOutput", "AddResidual", "Norm",
+                    "GeluFeedForward", "AddResidual"}));
+  EXPECT_EQ(plan->layers[0].attention.query_scale, 1.0f / std::sqrt(32.0f));
+  EXPECT_EQ(plan->layers[0].attention.score_scale, 1.0f);
 }
 
-TEST(CudaGraphPlanTest, Gemma2SlidesEvenLayersAndCapsScores) {
+TEST(CudaGraphPlanTest, Gemma2SlidesEvenLayersAndPostNorms) {
   ModelConfig c = Config("gemma2", 4);
   c.sliding_window = 6;
   c.sliding_layers = {true, false, true, false};
   c.attn_softcap = 2.0f;
   c.final_softcap = 5.0f;
   for (int i = 0; i < 4; ++i) c.rope_layers.push_back({10000.0f, 1.0f});
-  auto plan = PlanCudaGraph(c);
-  ASSERT_TRUE(plan.ok());
-  EXPECT_TRUE(plan->post_norms);
-  EXPECT_FALSE(plan->head_norms);
-  EXPECT_EQ(plan->attn_softcap, 2.0f);
-  EXPECT_EQ(plan->final_softcap, 5.0f);
-  EXPECT_EQ(plan->query_scale, 1.0f / std::sqrt(32.0f));
+  auto plan = Plan(kGemma2Family, c);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(LayerBlocks(*plan, 3),
+            (Blocks{"Norm", "ProjectQkv", "Attention", "AttentionOutput", "PostNorm",
+                    "AddResidual", "Norm", "GeluFeedForward", "PostNorm", "AddResidual"}));
+  EXPECT_EQ(plan->layers[0].attention.query_scale, 1.0f / std::sqrt(32.0f));
   EXPECT_EQ(plan->rope_bases.size(), 1u);  // the same base twice is one table
   const int want[] = {6, 0, 6, 0};
   for (int i = 0; i < 4; ++i) EXPECT_EQ(plan->layers[i].sliding_window, want[i]) << i;
@@ -79,9 +126,9 @@ TEST(CudaGraphPlanTest, Gemma2SlidesEvenLayersAndCapsScores) {
   c.n_embd = 4608;
   c.n_heads = 32;
   c.head_dim = 128;
-  plan = PlanCudaGraph(c);
-  ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->query_scale, 1.0f / std::sqrt(144.0f));
+  plan = Plan(kGemma2Family, c);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->layers[45].attention.query_scale, 1.0f / std::sqrt(144.0f));
 }
 
 TEST(CudaGraphPlanTest, Gemma3GivesEachBaseATableAndScalesOnlyTheGlobalLayers) {
@@ -94,12 +141,13 @@ TEST(CudaGraphPlanTest, Gemma3GivesEachBaseATableAndScalesOnlyTheGlobalLayers) {
     c.rope_layers.push_back(c.sliding_layers[i] ? ModelConfig::LayerRope{10000.0f, 1.0f}
                                                 : ModelConfig::LayerRope{1e6f, 0.5f});
   }
-  auto plan = PlanCudaGraph(c);
-  ASSERT_TRUE(plan.ok());
-  EXPECT_TRUE(plan->head_norms);
-  EXPECT_TRUE(plan->post_norms);
+  auto plan = Plan(kGemma3Family, c);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_TRUE(plan->gelu);
-  EXPECT_EQ(plan->attn_softcap, 0.0f);
+  EXPECT_EQ(LayerBlocks(*plan, 5),
+            (Blocks{"Norm", "ProjectQkv", "HeadNorms", "Attention", "AttentionOutput",
+                    "PostNorm", "AddResidual", "Norm", "GeluFeedForward", "PostNorm",
+                    "AddResidual"}));
   ASSERT_EQ(plan->rope_bases.size(), 2u);
   EXPECT_EQ(plan->rope_bases[0], 10000.0f);
   EXPECT_EQ(plan->rope_bases[1], 1e6f);
@@ -123,46 +171,85 @@ ModelConfig WithExperts(ModelConfig c, int n_expert, int n_used) {
 
 TEST(CudaGraphPlanTest, MixturesOfExpertsRunTheirFamiliesAttention) {
   // Mixtral: llama's graph with experts.
-  auto mixtral = PlanCudaGraph(WithExperts(Config("llama", 2), 8, 2));
+  auto mixtral = Plan(kLlamaFamily, WithExperts(Config("llama", 2), 8, 2));
   ASSERT_TRUE(mixtral.ok()) << mixtral.status().ToString();
-  EXPECT_TRUE(mixtral->experts);
-  EXPECT_FALSE(mixtral->head_norms);
-  EXPECT_FALSE(mixtral->gelu);
+  Blocks moe_layer = kLlamaLayer;
+  moe_layer[6] = "MoeFeedForward";
+  EXPECT_EQ(LayerBlocks(*mixtral, 1), moe_layer);
   // qwen3moe: qwen3's head norms.
-  auto qwen3moe = PlanCudaGraph(WithExperts(Config("qwen3moe", 2), 16, 3));
+  auto qwen3moe = Plan(kQwen3MoeFamily, WithExperts(Config("qwen3moe", 2), 16, 3));
   ASSERT_TRUE(qwen3moe.ok()) << qwen3moe.status().ToString();
-  EXPECT_TRUE(qwen3moe->experts);
-  EXPECT_TRUE(qwen3moe->head_norms);
+  EXPECT_EQ(LayerBlocks(*qwen3moe, 0),
+            (Blocks{"Norm", "ProjectQkv", "HeadNorms", "Attention", "AttentionOutput",
+                    "AddResidual", "Norm", "MoeFeedForward", "AddResidual"}));
   EXPECT_EQ(qwen3moe->layers.size(), 2u);
-  // qwen2moe: qwen2's attention (its biases come from the config's qkv_bias).
+  // qwen2moe: qwen2's attention with its biases.
   ModelConfig qwen2moe = WithExperts(Config("qwen2moe", 2), 12, 4);
   qwen2moe.experts.n_ff_shexp = 96;
-  auto plan = PlanCudaGraph(qwen2moe);
+  auto plan = Plan(kQwen2MoeFamily, qwen2moe);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_TRUE(plan->experts);
-  EXPECT_FALSE(plan->head_norms);
-  // A dense llama is not one.
-  EXPECT_FALSE(PlanCudaGraph(Config("llama", 2))->experts);
+  EXPECT_EQ(LayerBlocks(*plan, 0),
+            (Blocks{"Norm", "ProjectQkv", "AddQkvBias", "Attention", "AttentionOutput",
+                    "AddResidual", "Norm", "MoeFeedForward", "AddResidual"}));
+  // A dense llama has none.
+  EXPECT_EQ(LayerBlocks(*Plan(kLlamaFamily, Config("llama", 2)), 0), kLlamaLayer);
 }
 
-TEST(CudaGraphPlanTest, OtherFamiliesAndExpertsAreRefusedByName) {
-  // gpt-oss: MXFP4 experts, attention sinks, biases and its clamped SwiGLU are not on CUDA.
-  auto gpt_oss = PlanCudaGraph(WithExperts(Config("gpt-oss", 2), 32, 4));
-  ASSERT_EQ(gpt_oss.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(gpt_oss.status().message().find("not 'gpt-oss': use --device cpu"),
-            std::string::npos);
-  // mistral3's attention temperature and the file's YaRN betas are not in the CUDA pass.
-  auto mistral3 = PlanCudaGraph(Config("mistral3", 2));
-  ASSERT_EQ(mistral3.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(mistral3.status().message().find("not 'mistral3': use --device cpu"),
-            std::string::npos);
-  // Experts in a dense family's graph other than llama's.
-  auto qwen3 = PlanCudaGraph(WithExperts(Config("qwen3", 2), 8, 2));
-  ASSERT_EQ(qwen3.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(qwen3.status().message().find("'qwen3'"), std::string::npos);
-  EXPECT_NE(qwen3.status().message().find("use --device cpu"), std::string::npos);
-  // A MoE family without experts is a malformed config.
-  EXPECT_EQ(PlanCudaGraph(Config("qwen3moe", 2)).status().code(), StatusCode::kInvalidArgument);
+// The message of a refusal, after checking its code and that it names the model's
+// architecture and the way out.
+std::string Refusal(const StatusOr<CudaGraphPlan>& plan, const std::string& arch) {
+  EXPECT_EQ(plan.status().code(), StatusCode::kUnimplemented) << plan.status().ToString();
+  const std::string message(plan.status().message());
+  EXPECT_NE(message.find("used by this '" + arch + "' model: use --device cpu"),
+            std::string::npos)
+      << message;
+  return message;
+}
+
+TEST(CudaGraphPlanTest, GptOssIsRefusedByItsBlocks) {
+  // gpt-oss: attention sinks, the attention output's bias and its experts' clamped SwiGLU
+  // with biases have no CUDA kernels.
+  const ModelConfig c = WithExperts(Config("gpt-oss", 2), 32, 4);
+  Weights weights(c);
+  for (LayerWeights& l : weights.w.layers) {
+    l.attn_sinks = weights.some();
+    l.o_bias = weights.some();
+  }
+  const std::string message = Refusal(PlanCudaGraph(kGptOssFamily, c, weights.w), "gpt-oss");
+  EXPECT_NE(message.find("CUDA has no kernel for blocks Attention (attention sinks), "
+                         "AttentionOutput (output bias) and OaiMoeFeedForward (clamped SwiGLU "
+                         "with biases)"),
+            std::string::npos)
+      << message;
+}
+
+TEST(CudaGraphPlanTest, Mistral3IsRefusedByItsTemperatureAndOutputBias) {
+  ModelConfig c = Config("mistral3", 2);
+  c.attn_temp_scale = 0.5f;
+  c.attn_temp_length = 16;
+  std::string message = Refusal(Plan(kMistral3Family, c), "mistral3");
+  EXPECT_NE(message.find("CUDA has no kernel for block Attention (attention temperature)"),
+            std::string::npos)
+      << message;
+  c.attn_temp_scale = 0.0f;
+  Weights weights(c);
+  weights.w.layers[1].o_bias = weights.some();
+  message = Refusal(PlanCudaGraph(kMistral3Family, c, weights.w), "mistral3");
+  EXPECT_NE(message.find("block AttentionOutput (output bias)"), std::string::npos) << message;
+}
+
+TEST(CudaGraphPlanTest, ExpertOrRouterBiasesAreRefusedByTheirBlock) {
+  const ModelConfig c = WithExperts(Config("llama", 2), 8, 2);
+  Weights weights(c);
+  weights.w.layers[0].moe.router_bias = weights.some();
+  const std::string message = Refusal(PlanCudaGraph(kLlamaFamily, c, weights.w), "llama");
+  EXPECT_NE(message.find("block MoeFeedForward (expert or router biases)"), std::string::npos)
+      << message;
+}
+
+TEST(CudaGraphPlanTest, AMixtureGraphWithoutExpertsIsMalformed) {
+  EXPECT_EQ(Plan(kQwen3MoeFamily, Config("qwen3moe", 2)).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ Status Dump(const Model& model, const CpuContext& ctx, KernelMode mode, KvType k
   const ModelConfig& c = model.config();
   const int64_t blocks = 32;
   KvCacheStorage storage(c, kv_type, blocks, kBlockSize);
-  BatchBuilder builder(kBlockSize, blocks);
+  BatchBuilder builder(kBlockSize, blocks, NumKvGroups(c));
   ForwardPass forward(model, ctx, mode);
   std::ofstream out(path, std::ios::binary);
   std::vector<float> logits;

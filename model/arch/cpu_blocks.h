@@ -1,8 +1,4 @@
-// The shared building blocks a model family composes its forward graph from (as llama.cpp's
-// models compose build_norm, build_attn and build_ffn): the embedding lookup, norms, the
-// Q/K/V projections, attention over the paged KV cache, feed-forward networks, residual adds
-// and the logits, as ops over one step's activations on the CPU. A family's file
-// (model/arch/*.cc) says which blocks a layer has and in what order; the blocks own the
+// The blocks of forward_blocks.h on the CPU, as ops over one step's activations: they own the
 // kernel calls, the scratch, the fusion of parallel regions and the tap.
 #pragma once
 
@@ -16,6 +12,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/kv_cache_view.h"
+#include "model/arch/forward_blocks.h"
 #include "model/arch/moe.h"
 #include "model/config.h"
 #include "model/forward_input.h"
@@ -34,13 +31,11 @@ using ActivationTap = std::function<void(const char* name, int layer, float* dat
                                          int64_t n_rows, int64_t row_size)>;
 
 // The blocks over the activations of one step at a time; its scratch grows to the largest
-// step seen. Activations: the residual stream x, a norm's output h (the input of the next
-// projections), q/k/v, the attention output, a block's output before its residual add, and
-// the feed-forward's gate and up.
-class ForwardBlocks {
+// step seen.
+class CpuForwardBlocks final : public ForwardBlocks {
  public:
-  ForwardBlocks(const ModelConfig& config, std::span<const float> rope_freqs, CpuContext ctx,
-                KernelMode mode);
+  CpuForwardBlocks(const ModelConfig& config, std::span<const float> rope_freqs,
+                   CpuContext ctx, KernelMode mode);
 
   void set_tap(ActivationTap tap) { tap_ = std::move(tap); }
 
@@ -48,43 +43,42 @@ class ForwardBlocks {
   // BeginStep: its tokens, the KV cache and where its logits go (logit_rows.size() rows of
   // n_vocab). All three must outlive the step.
   void BeginStep(const ForwardInput& input, const KvCacheView& kv, std::span<float> logits);
-  // The layer the next blocks belong to: the taps name it, Attention reads its KV.
-  void BeginLayer(int layer) { layer_ = layer; }
+  void BeginLayer(int layer) override { layer_ = layer; }
 
   // x = the rows of token_embd for the step's tokens, times `scale` (Gemma's √n_embd) unless
   // 1, shown as inp_scaled.
-  void Embed(const WeightMatrix& token_embd, float scale = 1.0f);
+  void Embed(const WeightMatrix& token_embd, float scale) override;
   // h = RmsNorm(x) with `weight`, shown as `name`.
-  void Norm(std::span<const float> weight, const char* name);
+  void Norm(std::span<const float> weight, const char* name) override;
   // q, k, v = h times each matrix (one parallel pass on the fast path).
-  void ProjectQkv(const WeightMatrix& wq, const WeightMatrix& wk, const WeightMatrix& wv);
+  void ProjectQkv(const WeightMatrix& wq, const WeightMatrix& wk,
+                  const WeightMatrix& wv) override;
   void AddQkvBias(std::span<const float> q_bias, std::span<const float> k_bias,
-                  std::span<const float> v_bias);
+                  std::span<const float> v_bias) override;
   // Each head of q and of k RMS-normed with its weight (head_dim), before RoPE: Qcur_normed,
   // Kcur_normed.
-  void HeadNorms(std::span<const float> q_norm, std::span<const float> k_norm);
+  void HeadNorms(std::span<const float> q_norm, std::span<const float> k_norm) override;
   // RoPE on q and k (the layer's own, ModelConfig::rope_layers), k and v stored in this
   // layer's KV slots, then attention of each token over its sequence's KV (its window in a
   // sliding-window layer, scores soft-capped by attn_softcap): the attention output. Shows
-  // Qraw, Kraw (before RoPE), Qcur, Kcur, Vcur and kqv_out. query_scale > 0: q is multiplied
-  // by it after RoPE and the attention scales q·k by 1 (as the families whose graphs
-  // ggml_scale Qcur before build_attn: Gemma's, phi3); 0: by 1 / sqrt(head_dim). Then, when
-  // the config sets attn_temp_scale (mistral3), each token's q is multiplied by its
-  // AttentionTemperature (Qcur shows q after both). `sinks`: the
-  // layer's attention-sink logits, one per query head (gpt-oss), or none.
-  void Attention(float query_scale = 0.0f, std::span<const float> sinks = {});
+  // Qraw, Kraw (before RoPE), Qcur, Kcur, Vcur and kqv_out. scale.factor > 0: q is
+  // multiplied by it after RoPE and the attention scales q·k by 1 (may_scale_scores does not
+  // matter here); 0: by 1 / sqrt(head_dim). Then, when the config sets attn_temp_scale
+  // (mistral3), each token's q is multiplied by its AttentionTemperature (Qcur shows q after
+  // both). `sinks`: the layer's attention-sink logits, one per query head (gpt-oss), or none.
+  void Attention(QueryScale scale, std::span<const float> sinks) override;
   // Block output = attention output times wo, plus `bias` unless empty (gpt-oss), shown as
   // attn_out.
-  void AttentionOutput(const WeightMatrix& wo, std::span<const float> bias = {});
+  void AttentionOutput(const WeightMatrix& wo, std::span<const float> bias) override;
   // Block output = RmsNorm(block output) with `weight` (Gemma's post-norms), shown as `name`.
-  void PostNorm(std::span<const float> weight, const char* name);
+  void PostNorm(std::span<const float> weight, const char* name) override;
   // Block output = down(SiLU(gate(h)) * up(h)), showing ffn_gate, ffn_up, ffn_swiglu, ffn_out.
   void SwiGluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
-                         const WeightMatrix& down);
+                         const WeightMatrix& down) override;
   // Block output = down(GELU-tanh(gate(h)) * up(h)) as llama.cpp computes it (GeluTanhGlu),
   // showing ffn_gate, ffn_up, ffn_geglu, ffn_out.
   void GeluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
-                       const WeightMatrix& down);
+                       const WeightMatrix& down) override;
   // Block output = the mixture of experts of h (ModelConfig::experts, model/arch/moe.h): the
   // router's logits (ffn_moe_logits) routed per token (RouteToken; ffn_moe_weights), the
   // step's tokens grouped by expert and every routed expert's SwiGLU run over its tokens
@@ -93,18 +87,18 @@ class ForwardBlocks {
   // choices (ffn_moe_out): the same sum whatever else the step routes. With a shared expert,
   // its SwiGLU times the sigmoid of shared_gate_inp · h (as silu(g) / g, llama.cpp's) is
   // added, shown as ffn_out.
-  void MoeFeedForward(const MoeWeights& w);
+  void MoeFeedForward(const MoeWeights& w) override;
   // The same mixture with gpt-oss's clamped SwiGLU between each expert's projections
   // (ggml_swiglu_oai with llama.cpp's alpha 1.702 and limit 7; ffn_moe_swiglu_oai) and the
   // experts' biases of MoeWeights added where llama.cpp's ggml_add_id adds them.
-  void OaiMoeFeedForward(const MoeWeights& w);
+  void OaiMoeFeedForward(const MoeWeights& w) override;
   // x += block output, shown as `name`. `next_norm`: the weight of the Norm the graph takes
   // next (empty if none); when no tap watches, it is computed in the same parallel region
   // and that Norm finds it done.
-  void AddResidual(const char* name, std::span<const float> next_norm);
+  void AddResidual(const char* name, std::span<const float> next_norm) override;
   // The final norm of x's logit rows (result_norm), then the logits: those rows times output,
   // soft-capped by final_softcap if set.
-  void Logits(std::span<const float> output_norm, const WeightMatrix& output);
+  void Logits(std::span<const float> output_norm, const WeightMatrix& output) override;
 
  private:
   // fn(begin, end) over token ranges covering [0, n_tokens): spread over the pool when the

@@ -1,4 +1,4 @@
-#include "model/arch/blocks.h"
+#include "model/arch/cpu_blocks.h"
 
 #include <cmath>
 
@@ -23,16 +23,17 @@ std::vector<RopeParams> LayerRopes(const ModelConfig& c, std::span<const float> 
 
 }  // namespace
 
-ForwardBlocks::ForwardBlocks(const ModelConfig& config, std::span<const float> rope_freqs,
-                             CpuContext ctx, KernelMode mode)
+CpuForwardBlocks::CpuForwardBlocks(const ModelConfig& config,
+                                   std::span<const float> rope_freqs, CpuContext ctx,
+                                   KernelMode mode)
     : c_(config),
       layer_rope_(LayerRopes(config, rope_freqs)),
       attention_scale_(1.0f / std::sqrt(static_cast<float>(config.head_dim))),
       ctx_(ctx),
       mode_(mode) {}
 
-void ForwardBlocks::BeginStep(const ForwardInput& input, const KvCacheView& kv,
-                              std::span<float> logits) {
+void CpuForwardBlocks::BeginStep(const ForwardInput& input, const KvCacheView& kv,
+                                 std::span<float> logits) {
   in_ = &input;
   kv_ = &kv;
   logits_ = logits;
@@ -70,7 +71,7 @@ void ForwardBlocks::BeginStep(const ForwardInput& input, const KvCacheView& kv,
   }
 }
 
-void ForwardBlocks::ForTokens(const std::function<void(int64_t, int64_t)>& fn) {
+void CpuForwardBlocks::ForTokens(const std::function<void(int64_t, int64_t)>& fn) {
   // Below this a barrier costs more than the row ops it would share (a one-token decode
   // step's RmsNorm is 576 floats).
   constexpr int64_t kTokensPerChunk = 4;
@@ -81,7 +82,7 @@ void ForwardBlocks::ForTokens(const std::function<void(int64_t, int64_t)>& fn) {
   }
 }
 
-void ForwardBlocks::MatmulOp(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
+void CpuForwardBlocks::MatmulOp(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
   if (mode_ == KernelMode::kReference) {
     MatmulReference(w, x, n_tokens, y);
   } else {
@@ -89,7 +90,7 @@ void ForwardBlocks::MatmulOp(const WeightMatrix& w, const float* x, int64_t n_to
   }
 }
 
-void ForwardBlocks::MatmulOps(
+void CpuForwardBlocks::MatmulOps(
     std::initializer_list<std::pair<const WeightMatrix*, float*>> outputs, const float* x,
     int64_t n_tokens) {
   if (mode_ == KernelMode::kReference) {
@@ -105,12 +106,12 @@ void ForwardBlocks::MatmulOps(
   MatmulMany(ctx_, ws, x, n_tokens, ys);
 }
 
-void ForwardBlocks::Tap(const char* name, int layer, std::vector<float>& data, int64_t rows,
+void CpuForwardBlocks::Tap(const char* name, int layer, std::vector<float>& data, int64_t rows,
                         int64_t row_size) {
   if (tap_) tap_(name, layer, data.data(), rows, row_size);
 }
 
-void ForwardBlocks::Embed(const WeightMatrix& token_embd, float scale) {
+void CpuForwardBlocks::Embed(const WeightMatrix& token_embd, float scale) {
   const int64_t d = c_.n_embd;
   for (int64_t t = 0; t < n_; ++t) {
     const uint8_t* row = token_embd.data + in_->token_ids[t] * token_embd.row_bytes;
@@ -122,7 +123,7 @@ void ForwardBlocks::Embed(const WeightMatrix& token_embd, float scale) {
   Tap("inp_scaled", -1, x_, n_, d);
 }
 
-void ForwardBlocks::Norm(std::span<const float> weight, const char* name) {
+void CpuForwardBlocks::Norm(std::span<const float> weight, const char* name) {
   const int64_t d = c_.n_embd;
   if (h_norm_ != weight.data()) {
     ForTokens([&](int64_t b, int64_t e) {
@@ -133,19 +134,19 @@ void ForwardBlocks::Norm(std::span<const float> weight, const char* name) {
   Tap(name, layer_, h_, n_, d);
 }
 
-void ForwardBlocks::ProjectQkv(const WeightMatrix& wq, const WeightMatrix& wk,
+void CpuForwardBlocks::ProjectQkv(const WeightMatrix& wq, const WeightMatrix& wk,
                                const WeightMatrix& wv) {
   MatmulOps({{&wq, q_.data()}, {&wk, k_.data()}, {&wv, v_.data()}}, h_.data(), n_);
 }
 
-void ForwardBlocks::AddQkvBias(std::span<const float> q_bias, std::span<const float> k_bias,
+void CpuForwardBlocks::AddQkvBias(std::span<const float> q_bias, std::span<const float> k_bias,
                                std::span<const float> v_bias) {
   AddBias(q_.data(), q_bias, n_);
   AddBias(k_.data(), k_bias, n_);
   AddBias(v_.data(), v_bias, n_);
 }
 
-void ForwardBlocks::HeadNorms(std::span<const float> q_norm, std::span<const float> k_norm) {
+void CpuForwardBlocks::HeadNorms(std::span<const float> q_norm, std::span<const float> k_norm) {
   ForTokens([&](int64_t b, int64_t e) {
     RmsNorm(q_.data() + b * c_.q_dim(), q_norm, c_.rms_eps, (e - b) * c_.n_heads,
             q_.data() + b * c_.q_dim());
@@ -156,7 +157,8 @@ void ForwardBlocks::HeadNorms(std::span<const float> q_norm, std::span<const flo
   Tap("Kcur_normed", layer_, k_, n_, c_.kv_dim());
 }
 
-void ForwardBlocks::Attention(float query_scale, std::span<const float> sinks) {
+void CpuForwardBlocks::Attention(QueryScale scale, std::span<const float> sinks) {
+  const float query_scale = scale.factor;
   Tap("Qraw", layer_, q_, n_, c_.q_dim());
   Tap("Kraw", layer_, k_, n_, c_.kv_dim());
   const RopeParams& rope = layer_rope_[static_cast<size_t>(layer_)];
@@ -191,24 +193,24 @@ void ForwardBlocks::Attention(float query_scale, std::span<const float> sinks) {
   Tap("Kcur", layer_, k_, n_, c_.kv_dim());
   Tap("Vcur", layer_, v_, n_, c_.kv_dim());
   if (!fuse()) ForTokens(store_kv);
-  const float scale = query_scale > 0.0f ? 1.0f : attention_scale_;
+  const float score_scale = query_scale > 0.0f ? 1.0f : attention_scale_;
   if (mode_ == KernelMode::kReference) {
-    PagedAttentionReference(kv_layer, in_->batch, blocks, q_.data(), c_.n_heads, scale,
+    PagedAttentionReference(kv_layer, in_->batch, blocks, q_.data(), c_.n_heads, score_scale,
                             attn_.data(), variant);
   } else {
-    PagedAttention(ctx_, kv_layer, in_->batch, blocks, q_.data(), c_.n_heads, scale,
+    PagedAttention(ctx_, kv_layer, in_->batch, blocks, q_.data(), c_.n_heads, score_scale,
                    attn_.data(), variant);
   }
   Tap("kqv_out", layer_, attn_, n_, c_.q_dim());
 }
 
-void ForwardBlocks::AttentionOutput(const WeightMatrix& wo, std::span<const float> bias) {
+void CpuForwardBlocks::AttentionOutput(const WeightMatrix& wo, std::span<const float> bias) {
   MatmulOp(wo, attn_.data(), n_, proj_.data());
   if (!bias.empty()) AddBias(proj_.data(), bias, n_);
   Tap("attn_out", layer_, proj_, n_, c_.n_embd);
 }
 
-void ForwardBlocks::PostNorm(std::span<const float> weight, const char* name) {
+void CpuForwardBlocks::PostNorm(std::span<const float> weight, const char* name) {
   const int64_t d = c_.n_embd;
   ForTokens([&](int64_t b, int64_t e) {
     RmsNorm(proj_.data() + b * d, weight, c_.rms_eps, e - b, proj_.data() + b * d);
@@ -216,7 +218,7 @@ void ForwardBlocks::PostNorm(std::span<const float> weight, const char* name) {
   Tap(name, layer_, proj_, n_, d);
 }
 
-void ForwardBlocks::GatedFeedForward(
+void CpuForwardBlocks::GatedFeedForward(
     const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
     const char* activation_name,
     const std::function<void(const float*, const float*, int64_t, int64_t, float*)>&
@@ -230,7 +232,7 @@ void ForwardBlocks::GatedFeedForward(
   Tap("ffn_out", layer_, proj_, n_, c_.n_embd);
 }
 
-void ForwardBlocks::SwiGluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
+void CpuForwardBlocks::SwiGluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
                                       const WeightMatrix& down) {
   GatedFeedForward(gate, up, down, "ffn_swiglu",
                    [&](const float* g, const float* u, int64_t rows, int64_t size, float* out) {
@@ -238,7 +240,7 @@ void ForwardBlocks::SwiGluFeedForward(const WeightMatrix& gate, const WeightMatr
                    });
 }
 
-void ForwardBlocks::GeluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
+void CpuForwardBlocks::GeluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
                                     const WeightMatrix& down) {
   // The rows are the step's tokens, which ForTokens spreads.
   GatedFeedForward(gate, up, down, "ffn_geglu",
@@ -249,7 +251,7 @@ void ForwardBlocks::GeluFeedForward(const WeightMatrix& gate, const WeightMatrix
                    });
 }
 
-void ForwardBlocks::AddResidual(const char* name, std::span<const float> next_norm) {
+void CpuForwardBlocks::AddResidual(const char* name, std::span<const float> next_norm) {
   const int64_t d = c_.n_embd;
   const bool norm_next = fuse() && !next_norm.empty();
   ForTokens([&](int64_t b, int64_t e) {
@@ -260,7 +262,7 @@ void ForwardBlocks::AddResidual(const char* name, std::span<const float> next_no
   Tap(name, layer_, x_, n_, d);
 }
 
-void ForwardBlocks::Logits(std::span<const float> output_norm, const WeightMatrix& output) {
+void CpuForwardBlocks::Logits(std::span<const float> output_norm, const WeightMatrix& output) {
   const int64_t d = c_.n_embd;
   const int64_t n_logits = static_cast<int64_t>(in_->logit_rows.size());
   for (int64_t i = 0; i < n_logits; ++i) {

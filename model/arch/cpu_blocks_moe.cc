@@ -1,9 +1,9 @@
-// ForwardBlocks' mixture-of-experts feed-forward (blocks.h), apart from the dense blocks.
+// CpuForwardBlocks' mixture-of-experts feed-forward (cpu_blocks.h), apart from the dense blocks.
 #include <array>
 #include <cmath>
 #include <cstring>
 
-#include "model/arch/blocks.h"
+#include "model/arch/cpu_blocks.h"
 
 namespace tokenmill {
 namespace {
@@ -21,7 +21,7 @@ void AddExpertBias(float* rows, std::span<const float> biases, int64_t row_size,
 
 }  // namespace
 
-void ForwardBlocks::MatmulGroupsOp(std::span<const MatmulGroup> groups) {
+void CpuForwardBlocks::MatmulGroupsOp(std::span<const MatmulGroup> groups) {
   if (mode_ != KernelMode::kReference) {
     MatmulGroups(ctx_, groups);
     return;
@@ -31,14 +31,14 @@ void ForwardBlocks::MatmulGroupsOp(std::span<const MatmulGroup> groups) {
   }
 }
 
-void ForwardBlocks::MoeFeedForward(const MoeWeights& w) {
+void CpuForwardBlocks::MoeFeedForward(const MoeWeights& w) {
   ExpertsFeedForward(w, "ffn_moe_swiglu",
                      [&](const float* g, const float* u, int64_t rows, int64_t size, float* out) {
                        SwiGlu(ctx_, g, u, rows, size, out);
                      });
 }
 
-void ForwardBlocks::OaiMoeFeedForward(const MoeWeights& w) {
+void CpuForwardBlocks::OaiMoeFeedForward(const MoeWeights& w) {
   // llama.cpp's constants for LLM_FFN_SWIGLU_OAI_MOE (build_moe_ffn), not read from the file.
   constexpr float kAlpha = 1.702f;
   constexpr float kLimit = 7.0f;
@@ -48,7 +48,7 @@ void ForwardBlocks::OaiMoeFeedForward(const MoeWeights& w) {
                      });
 }
 
-void ForwardBlocks::ExpertsFeedForward(const MoeWeights& w, const char* activation_name,
+void CpuForwardBlocks::ExpertsFeedForward(const MoeWeights& w, const char* activation_name,
                                        const Activation& activation) {
   const ExpertConfig& e = c_.experts;
   const int64_t d = c_.n_embd, k = e.n_used, ff = e.n_ff_exp, pairs = n_ * k;

@@ -1,0 +1,84 @@
+// The building blocks a model family composes its one forward graph from (as llama.cpp's
+// models compose build_norm, build_attn and build_ffn), whatever device runs them: the
+// embedding lookup, norms, the Q/K/V projections, attention over the paged KV cache,
+// feed-forward networks, residual adds and the logits. A family's file (model/arch/*.cc) says
+// which blocks a layer has and in what order; an implementation owns the kernels, the scratch
+// and the fusions: CpuForwardBlocks (cpu_blocks.h) on the CPU, CudaForwardBlocks
+// (model/cuda/cuda_blocks.h) on a GPU, which refuses by name a block it has no kernel for.
+// One virtual call per block per layer; the per-token loops are each implementation's own.
+//
+// Activations: the residual stream x, a norm's output h (the input of the next projections),
+// q/k/v, the attention output, a block's output before its residual add, the feed-forward's
+// gate and up. `name` arguments are the activation's name in llama.cpp's graph (for taps).
+#pragma once
+
+#include <span>
+
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace tokenmill {
+
+// How attention scales q·k (ForwardBlocks::Attention).
+struct QueryScale {
+  // 0: q·k times 1 / sqrt(head_dim). > 0: q times `factor` after RoPE (one rounding) and q·k
+  // times 1, as the graphs that ggml_scale Qcur before build_attn (Gemma's, phi3's).
+  float factor = 0.0f;
+  // `factor` is 1 / sqrt(head_dim), so a device may scale q·k by it instead (one rounding
+  // less: the CUDA blocks do for phi3, as the CUDA pass always has). The CPU rounds q.
+  bool may_scale_scores = false;
+};
+
+class ForwardBlocks {
+ public:
+  virtual ~ForwardBlocks() = default;
+
+  // The layer the next blocks belong to: the taps name it, Attention reads its KV.
+  virtual void BeginLayer(int layer) = 0;
+  // x = the rows of token_embd for the step's tokens, times `scale` (Gemma's √n_embd) unless 1.
+  virtual void Embed(const WeightMatrix& token_embd, float scale = 1.0f) = 0;
+  // h = RmsNorm(x) with `weight`.
+  virtual void Norm(std::span<const float> weight, const char* name) = 0;
+  // q, k, v = h times each matrix.
+  virtual void ProjectQkv(const WeightMatrix& wq, const WeightMatrix& wk,
+                          const WeightMatrix& wv) = 0;
+  // Each of q, k and v plus its bias, where that bias is not empty.
+  virtual void AddQkvBias(std::span<const float> q_bias, std::span<const float> k_bias,
+                          std::span<const float> v_bias) = 0;
+  // Each head of q and of k RMS-normed with its weight (head_dim), before RoPE.
+  virtual void HeadNorms(std::span<const float> q_norm, std::span<const float> k_norm) = 0;
+  // RoPE on q and k (the layer's own, ModelConfig::rope_layers), k and v stored in this
+  // layer's KV slots, then attention of each token over its sequence's KV (its window in a
+  // sliding-window layer, scores soft-capped by attn_softcap): the attention output. q·k is
+  // scaled as `scale` says; then, when the config sets attn_temp_scale (mistral3), each
+  // token's q is multiplied by its AttentionTemperature. `sinks`: the layer's attention-sink
+  // logits, one per query head (gpt-oss), or none.
+  virtual void Attention(QueryScale scale = {}, std::span<const float> sinks = {}) = 0;
+  // Block output = attention output times wo, plus `bias` unless empty (gpt-oss).
+  virtual void AttentionOutput(const WeightMatrix& wo, std::span<const float> bias = {}) = 0;
+  // Block output = RmsNorm(block output) with `weight` (Gemma's post-norms).
+  virtual void PostNorm(std::span<const float> weight, const char* name) = 0;
+  // Block output = down(SiLU(gate(h)) * up(h)).
+  virtual void SwiGluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
+                                 const WeightMatrix& down) = 0;
+  // Block output = down(GELU-tanh(gate(h)) * up(h)) as llama.cpp computes it (GeluTanhGlu).
+  virtual void GeluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
+                               const WeightMatrix& down) = 0;
+  // Block output = the mixture of experts of h (ModelConfig::experts, model/arch/moe.h): the
+  // router's logits routed per token (RouteToken), each routed expert's SwiGLU over its
+  // tokens, each token's expert outputs times their weights summed in the order of its
+  // choices; with a shared expert, its SwiGLU times the sigmoid of shared_gate_inp · h added.
+  virtual void MoeFeedForward(const MoeWeights& w) = 0;
+  // The same mixture with gpt-oss's clamped SwiGLU between each expert's projections
+  // (ggml_swiglu_oai, alpha 1.702 and limit 7) and MoeWeights' biases where llama.cpp's
+  // ggml_add_id adds them.
+  virtual void OaiMoeFeedForward(const MoeWeights& w) = 0;
+  // x += block output. `next_norm`: the weight of the Norm the graph takes next (empty if
+  // none), which an implementation may compute here, fused, so that Norm finds it done.
+  virtual void AddResidual(const char* name, std::span<const float> next_norm) = 0;
+  // The final norm of x's logit rows, then the logits: those rows times output, soft-capped
+  // by final_softcap if set.
+  virtual void Logits(std::span<const float> output_norm, const WeightMatrix& output) = 0;
+};
+
+}  // namespace tokenmill
