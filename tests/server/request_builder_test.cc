@@ -267,6 +267,32 @@ TEST(BuildGenerateRequest, PromptMustLeaveRoomToGenerate) {
   EXPECT_TRUE(BuildGenerateRequest(request, vocab.Context(11)).ok());
 }
 
+TEST(BuildGenerateRequest, RestOfContextIsCountedAfterTheTemplate) {
+  const LoadedVocab& vocab = SmolLm2();
+  v1::GenerateRequest request;
+  v1::ChatMessage* message = request.mutable_chat()->add_messages();
+  message->set_role("user");
+  message->set_content("Hi");
+  request.set_max_tokens_rest_of_context(true);
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, vocab.Context(256));
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  const int prompt = static_cast<int>(built->get().prompt_token_ids.size());
+  EXPECT_GT(prompt, 3) << "the template's markup counts";
+  EXPECT_EQ(built->get().sampling.max_tokens, 256 - prompt);
+  // A max_tokens given wins; without either, 16.
+  request.set_max_tokens(7);
+  EXPECT_EQ(BuildGenerateRequest(request, vocab.Context(256))->get().sampling.max_tokens, 7);
+  request.clear_max_tokens();
+  request.set_max_tokens_rest_of_context(false);
+  EXPECT_EQ(BuildGenerateRequest(request, vocab.Context(256))->get().sampling.max_tokens,
+            static_cast<int>(kDefaultMaxTokens));
+  // A prompt that fills the context is refused for its length, as with any max_tokens.
+  request.set_max_tokens_rest_of_context(true);
+  StatusOr<ValidatedRequest> full = BuildGenerateRequest(request, vocab.Context(prompt));
+  ASSERT_FALSE(full.ok());
+  EXPECT_THAT(full.status().message(), HasSubstr("shorten the prompt"));
+}
+
 TEST(BuildGenerateRequest, ChatWithoutTemplateIsAFailedPrecondition) {
   v1::GenerateRequest request;
   v1::ChatMessage* message = request.mutable_chat()->add_messages();
