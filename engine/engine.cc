@@ -35,6 +35,11 @@ Engine::~Engine() { Shutdown(std::chrono::milliseconds(0)); }
 StatusOr<RequestId> Engine::Submit(GenerateRequest request) {
   TM_ASSIGN_OR_RETURN(ValidatedRequest valid,
                       ValidatedRequest::Validate(std::move(request), limits_));
+  return Submit(std::move(valid));
+}
+
+StatusOr<RequestId> Engine::Submit(ValidatedRequest valid) {
+  TM_RETURN_IF_ERROR(RequireSink(valid.get()));
   // Its n sequences take the ids id..id+n-1 in the core.
   const RequestId id = next_id_.fetch_add(static_cast<RequestId>(valid.get().n));
   {

@@ -54,12 +54,16 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Queues a request and returns its id. Any thread. InvalidArgument for a bad request
-  // (empty prompt, token id outside the vocabulary, prompt leaving no room to generate in
-  // max_model_len, max_tokens < 1, a sampling parameter out of range, n outside [1, 16],
-  // empty stop string, no sink, kv_window with --spec), ResourceExhausted when the queue is
-  // full, Unavailable after Shutdown began. On error the sink is never called. Validated
-  // here only: the engine thread trusts what it takes from the inbox.
+  // (ValidateGenerateRequest: empty prompt, token id outside the vocabulary, prompt leaving
+  // no room to generate in max_model_len, max_tokens < 1, a sampling parameter out of range,
+  // n outside [1, 16], empty stop string, kv_window with --spec, ...) or one without a sink,
+  // ResourceExhausted when the queue is full, Unavailable after Shutdown began. On error the
+  // sink is never called. Validated here only: the engine thread trusts what it takes from
+  // the inbox.
   StatusOr<RequestId> Submit(GenerateRequest request);
+  // A request an edge validated against limits() (ValidatedRequest::Validate) while mapping
+  // its wire, so that its refusal could name the wire's field: not checked again.
+  StatusOr<RequestId> Submit(ValidatedRequest request);
 
   // Ends the request with an abort event within one step, freeing its KV blocks. Any
   // thread; a no-op for unknown or already finished ids.
@@ -82,6 +86,8 @@ class Engine {
   // limit and the KV pool, whichever is least).
   int max_model_len() const { return limits_.max_model_len; }
   int vocab_size() const { return limits_.vocab_size; }
+  // What Submit validates against. Any thread.
+  const RequestLimits& limits() const { return limits_; }
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -28,6 +28,7 @@ EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManage
       fan_out_(prefix_caching) {}
 
 Status EngineCore::Add(RequestId id, GenerateRequest request, Clock::time_point submit_time) {
+  TM_RETURN_IF_ERROR(RequireSink(request));
   TM_ASSIGN_OR_RETURN(ValidatedRequest valid,
                       ValidatedRequest::Validate(std::move(request), limits_));
   return Add(id, std::move(valid), submit_time);
@@ -37,6 +38,7 @@ Status EngineCore::Add(RequestId id, ValidatedRequest valid, Clock::time_point s
   GenerateRequest request = std::move(valid).Take();
   // Validated where it was submitted, against these limits (Engine copies the core's).
   TM_DCHECK(ValidateGenerateRequest(request, limits_).ok());
+  TM_DCHECK(RequireSink(request).ok());
   const int n = request.n;
   for (int i = 0; i < n; ++i) {
     if (outputs_.contains(id + static_cast<RequestId>(i)) || fan_out_.GroupSize(id) > 0) {
@@ -49,9 +51,12 @@ Status EngineCore::Add(RequestId id, ValidatedRequest valid, Clock::time_point s
   std::vector<NewRequest> sequences = SplitIntoSequences(id, request, submit_time);
   TM_RETURN_IF_ERROR(scheduler_->Add(std::move(sequences[0])));
   for (int i = 0; i < n; ++i) {
+    std::optional<OutputParserOptions> parsing = request.output_parsing;
+    if (parsing) parsing->seed += static_cast<uint64_t>(i);  // each its own tool-call ids
     outputs_.emplace(id + static_cast<RequestId>(i),
                      RequestOutput(id, i, tokenizer_, request.stop_strings, request.sink,
-                                   num_prompt, submit_time, request.rendered_control_tokens));
+                                   num_prompt, submit_time, request.rendered_control_tokens,
+                                   parsing));
     if (request.grammar) {
       grammars_.Add(id + static_cast<RequestId>(i), request.grammar,
                     request.grammar_starts_after, request.grammar_reasoning_opens);
@@ -179,7 +184,8 @@ void EngineCore::Emit(const std::vector<RequestEvent>& events) {
                              event.num_cached_prompt_tokens, now)) {
       continue;
     }
-    // A stop string finished it while the scheduler still runs it.
+    // A stop string, or a turn over after its tool call, finished it while the scheduler
+    // still runs it: the normal finish, which frees its blocks.
     if (!event.finish_reason) {
       const Status status = scheduler_->FinishRequest(event.id, FinishReason::kStop);
       TM_CHECK(status.ok()) << status.ToString();

@@ -46,7 +46,8 @@ class EngineCore {
   // without a seed gets a random one here. Sequences 1..n-1 wait until sequence 0 has
   // computed the prompt, so the prefix cache serves them its full blocks.
   Status Add(RequestId id, ValidatedRequest request, Clock::time_point submit_time = Clock::now());
-  // Validates `request` against limits() first: for callers that drive the core themselves.
+  // Validates `request` against limits() (and requires its sink) first: for callers that
+  // drive the core themselves.
   Status Add(RequestId id, GenerateRequest request, Clock::time_point submit_time = Clock::now());
 
   // Frees the request's blocks now and emits its abort event (for each of its sequences

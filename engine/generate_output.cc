@@ -8,6 +8,7 @@ std::string_view CompletionReasonName(CompletionReason reason) {
     case CompletionReason::kLength: return "length";
     case CompletionReason::kAbort: return "abort";
     case CompletionReason::kError: return "error";
+    case CompletionReason::kToolCalls: return "tool_calls";
   }
   return "unknown";
 }

@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "engine/sampling/token_logprobs.h"
 #include "scheduler/request.h"
+#include "text/chat/tool_call_parser.h"
 
 namespace tokenmill {
 
@@ -19,6 +20,9 @@ enum class CompletionReason {
   kLength,  // max_tokens or the context length
   kAbort,   // Abort(), or Shutdown past its drain time
   kError,   // the engine could not run it; GenerateOutput::error says why
+  // Parsed output (GenerateRequest::output_parsing) that ended with tool calls: at an
+  // end-of-generation token, a stop, or where the turn was over after its one call.
+  kToolCalls,
 };
 std::string_view CompletionReasonName(CompletionReason reason);
 
@@ -48,6 +52,11 @@ struct GenerateOutput {
   // UTF-8 text since the previous event. Text that may begin a stop string, or an
   // unfinished character, is held back until it is known not to (or at the end).
   std::string text;
+  // With GenerateRequest::output_parsing: `text` is the answer's content only; the reasoning
+  // and the tool-call deltas (a call's first with its index, id and name, then fragments of
+  // its arguments) since the previous event.
+  std::string reasoning;
+  std::vector<ToolCallDelta> tool_calls;
   bool finished = false;
   // Set on the final event only.
   std::optional<CompletionReason> finish_reason;

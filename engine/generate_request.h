@@ -11,6 +11,7 @@
 #include "engine/generate_output.h"
 #include "grammar/compiler.h"
 #include "scheduler/request.h"
+#include "text/chat/output_parser.h"
 
 namespace tokenmill {
 
@@ -47,6 +48,13 @@ struct GenerateRequest {
   // to grammar_starts_after) or with what the grammar allows (constrained from the first
   // token). Empty: the output starts inside the reasoning.
   std::vector<TokenId> grammar_reasoning_opens;
+  // Set: each sequence's output is parsed as it streams (chat output: reasoning, content,
+  // tool calls; text/chat/output_parser.h); sequence i's tool-call ids draw from seed + i.
+  // Its events then carry the content as text, beside the reasoning and the tool-call
+  // deltas. A sequence whose turn is over (its one call complete, without parallel calls)
+  // finishes there like at a stop string, and an output that ends with calls finishes as
+  // kToolCalls rather than kStop.
+  std::optional<OutputParserOptions> output_parsing;
   // Control tokens whose text the output carries (a tool-call parser's markers, such as
   // <|python_tag|> or [TOOL_CALLS]); other control tokens produce no text.
   std::vector<TokenId> rendered_control_tokens;

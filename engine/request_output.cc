@@ -21,7 +21,8 @@ CompletionReason FromFinishReason(FinishReason reason) {
 RequestOutput::RequestOutput(RequestId id, int sequence_index, const Tokenizer& tokenizer,
                              std::vector<std::string> stop_strings, OutputSink sink,
                              int num_prompt_tokens, Clock::time_point submit_time,
-                             std::vector<TokenId> rendered_controls)
+                             std::vector<TokenId> rendered_controls,
+                             const std::optional<OutputParserOptions>& parsing)
     : id_(id),
       sequence_index_(sequence_index),
       // The stream continues a prompt: keep a leading space.
@@ -32,6 +33,7 @@ RequestOutput::RequestOutput(RequestId id, int sequence_index, const Tokenizer& 
       sink_(std::move(sink)),
       submit_time_(submit_time) {
   usage_.prompt_tokens = num_prompt_tokens;
+  if (parsing) parser_.emplace(*parsing);
 }
 
 void RequestOutput::MarkScheduled(Clock::time_point now) {
@@ -48,6 +50,7 @@ bool RequestOutput::OnTokens(std::span<const TokenId> tokens,
   usage_.cached_prompt_tokens = num_cached_prompt_tokens;
   GenerateOutput out;
   std::optional<size_t> matched;
+  bool turn_over = false;
   for (const TokenId token : tokens) {
     const Clock::time_point previous = last_token_time_.value_or(submit_time_);
     if (!last_token_time_) timings_.time_to_first_token = Seconds(now - submit_time_);
@@ -57,22 +60,29 @@ bool RequestOutput::OnTokens(std::span<const TokenId> tokens,
     out.token_ids.push_back(token);
     ++usage_.completion_tokens;
     StopStringMatcher::Result text = stop_matcher_.Add(decoder_.Add(token));
-    out.text += text.text;
+    AddText(text.text, out);
     if (text.matched) {
       matched = text.matched;
       break;
     }
+    // Its one call is complete: nothing after it is wanted.
+    if (parser_ && parser_->turn_over()) {
+      turn_over = true;
+      break;
+    }
   }
-  if (!matched && finish) {
+  if (!matched && !turn_over && finish) {
     // The end of the stream: an unfinished character, then what the matcher held back.
     StopStringMatcher::Result text = stop_matcher_.Add(decoder_.Finish());
-    out.text += text.text;
+    AddText(text.text, out);
     matched = text.matched;
-    if (!matched) out.text += stop_matcher_.Flush();
+    if (!matched) AddText(stop_matcher_.Flush(), out);
   }
   if (matched) {
     out.stop_string = stop_strings_[*matched];
     FillFinal(out, CompletionReason::kStop, now);
+  } else if (turn_over) {
+    FillFinal(out, CompletionReason::kToolCalls, now);
   } else if (finish) {
     FillFinal(out, FromFinishReason(*finish), now);
   }
@@ -90,8 +100,37 @@ void RequestOutput::Finish(CompletionReason reason, Status error, Clock::time_po
   Emit(std::move(out));
 }
 
+void RequestOutput::AddText(std::string_view text, GenerateOutput& out) {
+  if (!parser_) {
+    out.text += text;
+    return;
+  }
+  if (text.empty()) return;
+  Append(parser_->Feed(text), out);
+}
+
+void RequestOutput::Append(ParsedOutput&& parsed, GenerateOutput& out) {
+  out.text += parsed.content;
+  out.reasoning += parsed.reasoning;
+  for (ToolCallDelta& delta : parsed.tool_calls) {
+    // A fragment joins the call's previous fragment in this event.
+    if (!out.tool_calls.empty() && out.tool_calls.back().index == delta.index &&
+        delta.id.empty() && out.tool_calls.back().id.empty()) {
+      out.tool_calls.back().arguments += delta.arguments;
+      continue;
+    }
+    out.tool_calls.push_back(std::move(delta));
+  }
+}
+
 void RequestOutput::FillFinal(GenerateOutput& out, CompletionReason reason,
                               Clock::time_point now) {
+  if (parser_) {
+    Append(parser_->Finish(), out);
+    if (reason == CompletionReason::kStop && parser_->called_tools()) {
+      reason = CompletionReason::kToolCalls;
+    }
+  }
   out.finished = true;
   out.finish_reason = reason;
   timings_.total_seconds = Seconds(now - submit_time_);

@@ -1,6 +1,8 @@
 // One request's side of the output stream: turns the scheduler's token events into
 // GenerateOutputs (text deltas through the incremental decoder and the stop-string
-// hold-back, usage, timings) and hands them to the request's sink. Engine thread only.
+// hold-back, then the output parser when the request has one; usage, timings) and hands
+// them to the request's sink. It decides where the text ends the sequence: a stop string,
+// or a parsed turn that is over after its one tool call. Engine thread only.
 #pragma once
 
 #include <chrono>
@@ -13,6 +15,7 @@
 #include "engine/generate_output.h"
 #include "engine/stop_string_matcher.h"
 #include "scheduler/request.h"
+#include "text/chat/output_parser.h"
 #include "text/tokenizer/incremental_decoder.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -25,9 +28,12 @@ class RequestOutput {
   // `tokenizer` must outlive this.
   // `id` and `sequence_index` are what the events carry; the text shows the control tokens
   // of `rendered_controls` (GenerateRequest::rendered_control_tokens).
+  // `parsing` (GenerateRequest::output_parsing, its seed already this sequence's) parses
+  // the text.
   RequestOutput(RequestId id, int sequence_index, const Tokenizer& tokenizer,
                 std::vector<std::string> stop_strings, OutputSink sink, int num_prompt_tokens,
-                Clock::time_point submit_time, std::vector<TokenId> rendered_controls = {});
+                Clock::time_point submit_time, std::vector<TokenId> rendered_controls = {},
+                const std::optional<OutputParserOptions>& parsing = std::nullopt);
 
   int sequence_index() const { return sequence_index_; }
 
@@ -36,8 +42,9 @@ class RequestOutput {
 
   // Emits the tokens the scheduler appended this step. `finish` is the scheduler's reason
   // when it finished the request. Returns true when the event was final: the scheduler
-  // finished it, or a stop string matched (the caller must then finish it in the scheduler;
-  // tokens after the match are dropped). `logprobs` is empty or has one entry per token.
+  // finished it, or a stop string matched or the parsed turn is over (the caller must then
+  // finish it in the scheduler; tokens after the match or the call are dropped). `logprobs`
+  // is empty or has one entry per token.
   bool OnTokens(std::span<const TokenId> tokens, std::span<const TokenLogprobs> logprobs,
                 std::optional<FinishReason> finish, int num_cached_prompt_tokens,
                 Clock::time_point now);
@@ -50,12 +57,18 @@ class RequestOutput {
 
  private:
   void Emit(GenerateOutput&& output);
+  // `text` into the event: as it is, or through the parser.
+  void AddText(std::string_view text, GenerateOutput& output);
+  void Append(ParsedOutput&& parsed, GenerateOutput& output);
+  // The final event's reason and timings; the parser's held text. A stop of parsed output
+  // that called tools is kToolCalls.
   void FillFinal(GenerateOutput& output, CompletionReason reason, Clock::time_point now);
 
   RequestId id_;
   int sequence_index_;
   IncrementalDecoder decoder_;
   StopStringMatcher stop_matcher_;
+  std::optional<OutputParser> parser_;
   std::vector<std::string> stop_strings_;
   OutputSink sink_;
   RequestUsage usage_;

@@ -22,9 +22,78 @@ Status CheckFinite(std::string_view field, double value) {
                               Num(value));
 }
 
-}  // namespace
+// `field`[i] = id for the first id outside the vocabulary.
+Status CheckTokenIds(std::string_view field, const std::vector<TokenId>& ids, int vocab_size) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      return InvalidArgumentError(std::string(field) + "[" + std::to_string(i) + "] = " +
+                                  std::to_string(ids[i]) + " is outside the vocabulary (0.." +
+                                  std::to_string(vocab_size - 1) + ")");
+    }
+  }
+  return OkStatus();
+}
 
-Status ValidateSamplingParams(const SamplingParams& s, int vocab_size) {
+Status CheckPrompt(const GenerateRequest& request, const RequestLimits& limits) {
+  const size_t num_prompt = request.prompt_token_ids.size();
+  if (num_prompt == 0) return InvalidArgumentError("the prompt is empty: give at least one token");
+  TM_RETURN_IF_ERROR(CheckTokenIds("prompt_token_ids", request.prompt_token_ids,
+                                   limits.vocab_size));
+  if (num_prompt >= static_cast<size_t>(limits.max_model_len)) {
+    return InvalidArgumentError("the prompt is " + std::to_string(num_prompt) +
+                                " tokens; this server's limit is " +
+                                std::to_string(limits.max_model_len) +
+                                " tokens for prompt and output together: shorten the prompt");
+  }
+  return OkStatus();
+}
+
+// The request's own fields (beside the sampler's parameters): counts, sizes and stops.
+Status CheckCountsAndStops(const GenerateRequest& request, const RequestLimits& limits) {
+  const SamplingParams& s = request.sampling;
+  if (s.top_logprobs < 0) {
+    return InvalidArgumentError("top_logprobs = " + std::to_string(s.top_logprobs) +
+                                " must not be negative");
+  }
+  if (s.top_logprobs > kMaxTopLogprobs) {
+    return InvalidArgumentError("top_logprobs = " + std::to_string(s.top_logprobs) +
+                                " must be at most " + std::to_string(kMaxTopLogprobs));
+  }
+  if (request.n < 1 || request.n > kMaxSequencesPerRequest) {
+    return InvalidArgumentError("n = " + std::to_string(request.n) + " must be in [1, " +
+                                std::to_string(kMaxSequencesPerRequest) + "]");
+  }
+  if (s.max_tokens < 1) return InvalidArgumentError("max_tokens must be at least 1");
+  if (request.kv_window) {
+    const KvWindow& window = *request.kv_window;
+    if (window.sink_tokens < 0 || window.window_tokens < 0 ||
+        window.sink_tokens > limits.max_model_len ||
+        window.window_tokens > limits.max_model_len) {
+      return InvalidArgumentError("kv_window.sink_tokens and window_tokens must be at most the "
+                                  "context length, " + std::to_string(limits.max_model_len));
+    }
+  }
+  if (s.min_tokens < 0) {
+    return InvalidArgumentError("sampling.min_tokens = " + std::to_string(s.min_tokens) +
+                                " must not be negative");
+  }
+  if (s.min_tokens > s.max_tokens) {
+    return InvalidArgumentError("sampling.min_tokens = " + std::to_string(s.min_tokens) +
+                                " exceeds max_tokens = " + std::to_string(s.max_tokens) +
+                                ": lower it or raise max_tokens");
+  }
+  TM_RETURN_IF_ERROR(CheckTokenIds("stop_token_ids", s.stop_token_ids, limits.vocab_size));
+  for (size_t i = 0; i < request.stop_strings.size(); ++i) {
+    if (request.stop_strings[i].empty()) {
+      return InvalidArgumentError("stop_strings[" + std::to_string(i) +
+                                  "] is empty: remove it (stop strings must not be empty)");
+    }
+  }
+  return OkStatus();
+}
+
+// The sampler's parameters, each named with its allowed range.
+Status CheckSampling(const SamplingParams& s, int vocab_size) {
   TM_RETURN_IF_ERROR(CheckFinite("temperature", s.temperature));
   if (s.temperature < 0) {
     return InvalidArgumentError("sampling.temperature must be >= 0 (0 is greedy), got " +
@@ -70,20 +139,26 @@ Status ValidateSamplingParams(const SamplingParams& s, int vocab_size) {
                                   Num(bias) + " must be in [-100, 100]");
     }
   }
-  if (s.min_tokens < 0 || s.min_tokens > s.max_tokens) {
-    return InvalidArgumentError("sampling.min_tokens = " + std::to_string(s.min_tokens) +
-                                " must be in [0, max_tokens = " + std::to_string(s.max_tokens) +
-                                "]");
-  }
-  if (s.top_logprobs < 0 || s.top_logprobs > kMaxTopLogprobs) {
-    return InvalidArgumentError("top_logprobs = " + std::to_string(s.top_logprobs) +
-                                " must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
-  }
   if (s.sequence_index < 0) {
     return InvalidArgumentError("sampling.sequence_index must not be negative");
   }
   return OkStatus();
 }
+
+Status CheckGrammar(const grammar::CompiledGrammar* grammar, const SamplingParams& sampling,
+                    const RequestLimits& limits) {
+  if (grammar == nullptr) return OkStatus();
+  TM_RETURN_IF_ERROR(ValidateConstrainedSampling(sampling));
+  const size_t grammar_vocab = grammar->vocab().size();
+  if (grammar_vocab != static_cast<size_t>(limits.vocab_size)) {
+    return InvalidArgumentError("the grammar was compiled for another vocabulary (" +
+                                std::to_string(grammar_vocab) + " tokens, not " +
+                                std::to_string(limits.vocab_size) + ")");
+  }
+  return OkStatus();
+}
+
+}  // namespace
 
 Status ValidateConstrainedSampling(const SamplingParams& sampling) {
   if (sampling.min_tokens > 0) {
@@ -95,48 +170,10 @@ Status ValidateConstrainedSampling(const SamplingParams& sampling) {
 }
 
 Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimits& limits) {
-  const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
-  if (num_prompt == 0) return InvalidArgumentError("the prompt is empty: give at least one token");
-  for (const TokenId id : request.prompt_token_ids) {
-    if (id < 0 || id >= limits.vocab_size) {
-      return InvalidArgumentError("prompt token id " + std::to_string(id) +
-                                  " is outside the vocabulary [0, " +
-                                  std::to_string(limits.vocab_size) + ")");
-    }
-  }
-  if (num_prompt >= limits.max_model_len) {
-    return InvalidArgumentError("the prompt has " + std::to_string(num_prompt) +
-                                " tokens; the context holds " +
-                                std::to_string(limits.max_model_len) +
-                                " with at least one generated: shorten the prompt");
-  }
-  if (request.sampling.max_tokens < 1) {
-    return InvalidArgumentError("max_tokens must be at least 1, got " +
-                                std::to_string(request.sampling.max_tokens));
-  }
-  TM_RETURN_IF_ERROR(ValidateSamplingParams(request.sampling, limits.vocab_size));
-  if (request.n < 1 || request.n > kMaxSequencesPerRequest) {
-    return InvalidArgumentError("n = " + std::to_string(request.n) + " must be in [1, " +
-                                std::to_string(kMaxSequencesPerRequest) + "]");
-  }
-  for (const TokenId id : request.sampling.stop_token_ids) {
-    if (id < 0) {
-      return InvalidArgumentError("stop token id " + std::to_string(id) + " is negative");
-    }
-  }
-  for (const std::string& stop : request.stop_strings) {
-    if (stop.empty()) return InvalidArgumentError("stop strings must not be empty");
-  }
-  if (request.grammar != nullptr) {
-    TM_RETURN_IF_ERROR(ValidateConstrainedSampling(request.sampling));
-    const size_t grammar_vocab = request.grammar->vocab().size();
-    if (grammar_vocab != static_cast<size_t>(limits.vocab_size)) {
-      return InvalidArgumentError("the grammar was compiled for another vocabulary (" +
-                                  std::to_string(grammar_vocab) + " tokens, not " +
-                                  std::to_string(limits.vocab_size) + ")");
-    }
-  }
-  if (!request.sink) return InvalidArgumentError("the request has no output sink");
+  TM_RETURN_IF_ERROR(CheckPrompt(request, limits));
+  TM_RETURN_IF_ERROR(CheckCountsAndStops(request, limits));
+  TM_RETURN_IF_ERROR(CheckSampling(request.sampling, limits.vocab_size));
+  TM_RETURN_IF_ERROR(CheckGrammar(request.grammar.get(), request.sampling, limits));
   if (request.kv_window.has_value() && limits.speculative_decoding) {
     return InvalidArgumentError(
         "kv_window does not work with speculative decoding yet: drop kv_window or run the "
@@ -145,10 +182,26 @@ Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimi
   return OkStatus();
 }
 
+Status RequireSink(const GenerateRequest& request) {
+  if (!request.sink) return InvalidArgumentError("the request has no output sink");
+  return OkStatus();
+}
+
 StatusOr<ValidatedRequest> ValidatedRequest::Validate(GenerateRequest request,
                                                       const RequestLimits& limits) {
   TM_RETURN_IF_ERROR(ValidateGenerateRequest(request, limits));
   return ValidatedRequest(std::move(request));
+}
+
+Status ValidatedRequest::Constrain(std::shared_ptr<const grammar::CompiledGrammar> grammar,
+                                   std::vector<TokenId> starts_after,
+                                   std::vector<TokenId> reasoning_opens,
+                                   const RequestLimits& limits) {
+  TM_RETURN_IF_ERROR(CheckGrammar(grammar.get(), request_.sampling, limits));
+  request_.grammar = std::move(grammar);
+  request_.grammar_starts_after = std::move(starts_after);
+  request_.grammar_reasoning_opens = std::move(reasoning_opens);
+  return OkStatus();
 }
 
 }  // namespace tokenmill

@@ -2,9 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
+#include <span>
 
 #include "server/grpc/status_conversion.h"
+#include "server/grpc/wire_text.h"
 
 namespace tokenmill::server {
 namespace {
@@ -14,6 +15,7 @@ v1::FinishReason ToProto(CompletionReason reason) {
     case CompletionReason::kStop: return v1::FINISH_REASON_STOP;
     case CompletionReason::kLength: return v1::FINISH_REASON_LENGTH;
     case CompletionReason::kAbort: return v1::FINISH_REASON_ABORT;
+    case CompletionReason::kToolCalls: return v1::FINISH_REASON_TOOL_CALLS;
     case CompletionReason::kError: break;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
@@ -21,24 +23,25 @@ v1::FinishReason ToProto(CompletionReason reason) {
 
 }  // namespace
 
-GenerateReactor::GenerateReactor(Engine& engine, RequestMetrics& metrics, StreamCounter& streams,
+GenerateReactor::GenerateReactor(Engine& engine, const Tokenizer& tokenizer,
+                                 RequestMetrics& metrics, StreamCounter& streams,
                                  std::string request_id)
-    : engine_(engine), metrics_(metrics), streams_(streams), request_id_(std::move(request_id)) {
+    : engine_(engine),
+      tokenizer_(tokenizer),
+      metrics_(metrics),
+      streams_(streams),
+      request_id_(std::move(request_id)) {
   streams_.Opened();
 }
 
-void GenerateReactor::Start(GenerateRequest request, std::optional<OutputParserOptions> parsing) {
-  request.sink = [this](GenerateOutput&& output) { OnOutput(std::move(output)); };
+void GenerateReactor::Start(ValidatedRequest request) {
+  request.set_sink([this](GenerateOutput&& output) { OnOutput(std::move(output)); });
   {
     // Held by the engine (until its final event) and by this call: the engine may finish
     // the request, and gRPC end the call, before Submit returns.
     std::lock_guard lock(mutex_);
     holders_ += 2;
-    num_sequences_ = request.n;
-    for (int i = 0; parsing && i < request.n; ++i) {
-      parsers_.emplace_back(*parsing);
-      ++parsing->seed;  // each sequence its own tool-call ids
-    }
+    num_sequences_ = request.get().n;
   }
   StatusOr<RequestId> id = engine_.Submit(std::move(request));
   if (!id.ok()) {
@@ -54,17 +57,13 @@ void GenerateReactor::Start(GenerateRequest request, std::optional<OutputParserO
     return;
   }
   bool abort_now = false;
-  std::vector<int> ended_turns;
   {
     std::lock_guard lock(mutex_);
     engine_id_ = *id;
     abort_now = cancelled_ && !engine_finished_;
-    ended_turns = ended_turns_;
   }
   spdlog::debug("request {} submitted as engine request {}", request_id_, *id);
   if (abort_now) engine_.Abort(*id);
-  // Turns that ended before the id was known.
-  for (const int index : ended_turns) engine_.Abort(*id + static_cast<RequestId>(index));
   Release();
 }
 
@@ -73,10 +72,9 @@ void GenerateReactor::Hold() {
   ++holders_;
 }
 
-void GenerateReactor::StartBuilt(StatusOr<GenerateRequest> built,
-                                 std::optional<OutputParserOptions> parsing) {
+void GenerateReactor::StartBuilt(StatusOr<ValidatedRequest> built) {
   if (built.ok()) {
-    Start(std::move(*built), std::move(parsing));
+    Start(std::move(built).value());
   } else {
     spdlog::debug("request {} refused: {}", request_id_, built.status().ToString());
     bool finish = false;
@@ -102,17 +100,10 @@ v1::GenerateResponse& GenerateReactor::PendingFor(int index) {
   return pending_.back();
 }
 
-void GenerateReactor::AddText(const GenerateOutput& output, v1::GenerateResponse& response) {
-  if (parsers_.empty()) {
-    response.mutable_text()->append(output.text);
-    return;
-  }
-  OutputParser& parser = parsers_[output.index];
-  ParsedOutput parsed = parser.Feed(output.text);
-  if (output.finished) parsed.Append(parser.Finish());
-  response.mutable_text()->append(parsed.content);
-  response.mutable_reasoning_text()->append(parsed.reasoning);
-  for (ToolCallDelta& delta : parsed.tool_calls) {
+void GenerateReactor::AddText(GenerateOutput& output, v1::GenerateResponse& response) {
+  response.mutable_text()->append(output.text);
+  response.mutable_reasoning_text()->append(output.reasoning);
+  for (ToolCallDelta& delta : output.tool_calls) {
     const int n = response.tool_calls_size();
     // A fragment joins the call's previous fragment in this response.
     if (n > 0 && response.tool_calls(n - 1).index() == static_cast<uint32_t>(delta.index) &&
@@ -128,21 +119,26 @@ void GenerateReactor::AddText(const GenerateOutput& output, v1::GenerateResponse
   }
 }
 
-std::optional<RequestId> GenerateReactor::EndTurnIfOver(int index) {
-  // Aborting sequence 0 of several would abort them all: it runs on, its parser drops the
-  // rest.
-  if (parsers_.empty() || !parsers_[index].turn_over() || (index == 0 && num_sequences_ > 1) ||
-      std::find(ended_turns_.begin(), ended_turns_.end(), index) != ended_turns_.end()) {
-    return std::nullopt;
+void GenerateReactor::AddLogprobs(const GenerateOutput& output,
+                                  v1::GenerateResponse& response) const {
+  // Each token's text as Detokenize gives it with render_special (a chosen <|im_end|> shows
+  // as itself), so a client needs no Detokenize call per token.
+  const auto set = [this](v1::TokenLogprob& wire, const TokenLogprob& logprob) {
+    wire.set_token_id(logprob.token_id);
+    wire.set_logprob(logprob.logprob);
+    const TokenId id = logprob.token_id;
+    wire.set_text(WireText(tokenizer_, std::span<const TokenId>(&id, 1),
+                           /*render_special=*/true));
+  };
+  for (const TokenLogprobs& l : output.logprobs) {
+    v1::TokenLogprobs* wire = response.add_logprobs();
+    set(*wire->mutable_chosen(), l.chosen);
+    for (const TokenLogprob& t : l.top) set(*wire->add_top(), t);
   }
-  ended_turns_.push_back(index);
-  if (!engine_id_) return std::nullopt;
-  return *engine_id_ + static_cast<RequestId>(index);
 }
 
 void GenerateReactor::OnOutput(GenerateOutput&& output) {
   bool all_finished = false;
-  std::optional<RequestId> abort_id;
   {
     std::lock_guard lock(mutex_);
     const bool error = output.finished && output.finish_reason == CompletionReason::kError;
@@ -154,17 +150,7 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
       usage->set_cached_prompt_tokens(static_cast<uint32_t>(output.usage.cached_prompt_tokens));
       response.mutable_token_ids()->Add(output.token_ids.begin(), output.token_ids.end());
       AddText(output, response);
-      if (!output.finished) abort_id = EndTurnIfOver(output.index);
-      for (const TokenLogprobs& l : output.logprobs) {
-        v1::TokenLogprobs* wire = response.add_logprobs();
-        wire->mutable_chosen()->set_token_id(l.chosen.token_id);
-        wire->mutable_chosen()->set_logprob(l.chosen.logprob);
-        for (const TokenLogprob& t : l.top) {
-          v1::TokenLogprob* top = wire->add_top();
-          top->set_token_id(t.token_id);
-          top->set_logprob(t.logprob);
-        }
-      }
+      AddLogprobs(output, response);
     }
     if (output.finished) {
       const CompletionReason reason = output.finish_reason.value_or(CompletionReason::kError);
@@ -180,13 +166,7 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
         }
       } else {
         v1::GenerateResponse& response = pending_.back();
-        const OutputParser* parser = parsers_.empty() ? nullptr : &parsers_[output.index];
-        const bool called_tools = parser != nullptr && parser->called_tools();
-        const bool tools_ended_it =
-            (reason == CompletionReason::kStop && called_tools) ||
-            (reason == CompletionReason::kAbort && parser != nullptr && parser->turn_over());
-        response.set_finish_reason(tools_ended_it ? v1::FINISH_REASON_TOOL_CALLS
-                                                  : ToProto(reason));
+        response.set_finish_reason(ToProto(reason));
         response.set_stop_string(output.stop_string);
         v1::Usage* usage = response.mutable_usage();
         usage->set_prompt_tokens(static_cast<uint32_t>(output.usage.prompt_tokens));
@@ -201,7 +181,6 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
       }
     }
   }
-  if (abort_id) engine_.Abort(*abort_id);
   Pump();
   if (all_finished) Release();
 }

@@ -1,9 +1,9 @@
 // One Generate call: a gRPC ServerWriteReactor fed by the engine's output events (of each
 // of the request's n sequences; every response carries its sequence's index). A chat
-// request's output may be parsed (an OutputParser per sequence): responses then carry the
-// content as text, the reasoning and the tool-call deltas. A sequence whose turn is over
-// (its one call without parallel_tool_calls is complete) is aborted in the engine, and
-// finishes with FINISH_REASON_TOOL_CALLS.
+// request's output may be parsed (by the engine: GenerateRequest::output_parsing):
+// responses then carry the content as text, the reasoning and the tool-call deltas, and a
+// sequence that ended with tool calls (or whose turn the engine ended after its one call)
+// finishes with FINISH_REASON_TOOL_CALLS. Logprobs carry each token's text.
 //
 // The engine calls the sink on its own thread; the sink only merges the event into the
 // pending response and starts a write when none is in flight (one write in flight, no
@@ -23,24 +23,23 @@
 #include "engine/engine.h"
 #include "server/grpc/stream_counter.h"
 #include "server/metrics/request_metrics.h"
-#include "text/chat/output_parser.h"
 #include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::server {
 
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(Engine& engine, RequestMetrics& metrics, StreamCounter& streams,
-                  std::string request_id);
+  // `tokenizer` (the engine's, outliving the reactor) gives the logprobs' token texts.
+  GenerateReactor(Engine& engine, const Tokenizer& tokenizer, RequestMetrics& metrics,
+                  StreamCounter& streams, std::string request_id);
 
   // Submits `request` (its sink is set here); a refusal finishes the call with its status.
-  // With `parsing`, each sequence's output is parsed (BuildGenerateRequest says how).
-  void Start(GenerateRequest request, std::optional<OutputParserOptions> parsing = {});
+  void Start(ValidatedRequest request);
   // For a request built on another thread (BuildQueue): Hold keeps the reactor alive while it
   // is built, even if gRPC ends the call meanwhile; StartBuilt starts it, or finishes the call
   // with the build's error, and drops that hold.
   void Hold();
-  void StartBuilt(StatusOr<GenerateRequest> built, std::optional<OutputParserOptions> parsing);
+  void StartBuilt(StatusOr<ValidatedRequest> built);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -53,17 +52,17 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   void OnOutput(GenerateOutput&& output);
   // The unwritten response to merge sequence `index`'s event into. mutex_ held.
   v1::GenerateResponse& PendingFor(int index);
-  // The event's text into `response`: as it is, or parsed by the sequence's parser.
-  void AddText(const GenerateOutput& output, v1::GenerateResponse& response);
-  // The engine id to abort when sequence `index`'s turn just ended with its call; none when
-  // it did not, or when it is not known yet (Start aborts it then). mutex_ held.
-  std::optional<RequestId> EndTurnIfOver(int index);
+  // The event's text, reasoning and tool-call deltas into `response`.
+  static void AddText(GenerateOutput& output, v1::GenerateResponse& response);
+  // The event's logprobs into `response`, each token with its text.
+  void AddLogprobs(const GenerateOutput& output, v1::GenerateResponse& response) const;
   // Starts the next write, or finishes the call, when the state allows it. Any thread.
   void Pump();
   // Drops one of the two holders (gRPC, engine); the last deletes the reactor.
   void Release();
 
   Engine& engine_;
+  const Tokenizer& tokenizer_;
   RequestMetrics& metrics_;
   StreamCounter& streams_;
   const std::string request_id_;
@@ -78,8 +77,6 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   // Events not yet written, merged per sequence while consecutive; a sequence's final
   // response carries its finish reason and usage.
   std::deque<v1::GenerateResponse> pending_;
-  std::vector<OutputParser> parsers_;    // one per sequence; empty: the output is not parsed
-  std::vector<int> ended_turns_;         // sequences aborted (or to abort) as turn_over
   std::optional<grpc::Status> error_status_;   // the first sequence that failed
   std::optional<grpc::Status> finish_status_;  // how to finish once everything is written
   bool cancelled_ = false;               // by the client, a deadline or a failed write

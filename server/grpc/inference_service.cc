@@ -7,6 +7,7 @@
 #include "server/grpc/generate_reactor.h"
 #include "server/grpc/request_builder.h"
 #include "server/grpc/status_conversion.h"
+#include "server/grpc/wire_text.h"
 #include "text/tokenizer/utf8.h"
 
 namespace tokenmill::server {
@@ -34,7 +35,8 @@ RequestContext ContextOf(const ServingModel& model) {
       .grammars = model.grammars.get(),
       .tool_call_format = model.tool_call_format,
       .reasoning = model.reasoning,
-      .harmony = model.harmony};
+      .harmony = model.harmony,
+      .speculative_decoding = model.engine->limits().speculative_decoding};
 }
 
 v1::SpecialToken SpecialTokenOf(const Tokenizer& tokenizer, TokenId id) {
@@ -83,22 +85,20 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
   if (CompilesGrammar(*request)) {
     // Its grammar may take long to compile: on the build queue, with a copy of the request
     // (gRPC frees its own when the call ends, which a cancel may do first).
-    auto* reactor = new GenerateReactor(*model->engine, metrics_, streams_, std::move(request_id));
+    auto* reactor = new GenerateReactor(*model->engine, model->tokenizer, metrics_, streams_,
+                                        std::move(request_id));
     reactor->Hold();
     model->build_queue->Post(
         [reactor, model, copy = std::make_shared<const v1::GenerateRequest>(*request)] {
-          std::optional<OutputParserOptions> parsing;
-          StatusOr<GenerateRequest> built =
-              BuildGenerateRequest(*copy, ContextOf(*model), &parsing);
-          reactor->StartBuilt(std::move(built), std::move(parsing));
+          reactor->StartBuilt(BuildGenerateRequest(*copy, ContextOf(*model)));
         });
     return reactor;
   }
-  std::optional<OutputParserOptions> parsing;
-  StatusOr<GenerateRequest> built = BuildGenerateRequest(*request, ContextOf(*model), &parsing);
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(*request, ContextOf(*model));
   if (!built.ok()) return new RefusedStream(ToGrpcStatus(built.status()));
-  auto* reactor = new GenerateReactor(*model->engine, metrics_, streams_, std::move(request_id));
-  reactor->Start(std::move(*built), std::move(parsing));
+  auto* reactor = new GenerateReactor(*model->engine, model->tokenizer, metrics_, streams_,
+                                      std::move(request_id));
+  reactor->Start(std::move(built).value());
   return reactor;
 }
 
@@ -133,10 +133,7 @@ grpc::ServerUnaryReactor* InferenceService::Detokenize(grpc::CallbackServerConte
     }
   }
   const std::vector<TokenId> ids(request->token_ids().begin(), request->token_ids().end());
-  const std::string text =
-      model->tokenizer.Decode(ids, DecodeOptions{.render_special = request->render_special()});
-  // Protobuf strings must be UTF-8; a cut-off character becomes U+FFFD.
-  response->set_text(tokenizer::SanitizeUtf8(text));
+  response->set_text(WireText(model->tokenizer, ids, request->render_special()));
   return FinishUnary(context, grpc::Status::OK);
 }
 

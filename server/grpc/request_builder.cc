@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <random>
 
@@ -13,16 +14,23 @@
 namespace tokenmill::server {
 namespace {
 
-Status CheckTokenIds(std::string_view field, const google::protobuf::RepeatedField<int32_t>& ids,
-                     int32_t vocab_size) {
-  for (int i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= vocab_size) {
-      return InvalidArgumentError(std::string(field) + "[" + std::to_string(i) + "] = " +
-                                  std::to_string(ids[i]) + " is outside the vocabulary (0.." +
-                                  std::to_string(vocab_size - 1) + ")");
+// A wire count as the engine's int; past INT_MAX it stays out of range rather than wrapping.
+int Saturated(int64_t value) {
+  return static_cast<int>(std::min<int64_t>(value, std::numeric_limits<int>::max()));
+}
+
+// The engine's refusal with its field named as the wire names it: the engine begins a
+// refusal with the field's name (engine/request_validation.h); two of them differ here.
+Status InWireTerms(const Status& status) {
+  constexpr std::pair<std::string_view, std::string_view> kWireNames[] = {
+      {"prompt_token_ids", "token_ids.ids"}, {"stop_strings", "stop"}};
+  const std::string& message = status.message();
+  for (const auto& [engine_name, wire_name] : kWireNames) {
+    if (message.starts_with(engine_name)) {
+      return Status(status.code(), std::string(wire_name) + message.substr(engine_name.size()));
     }
   }
-  return OkStatus();
+  return status;
 }
 
 // The chat prompt carries its own markup ("<|im_start|>"): parse it, add nothing more.
@@ -110,7 +118,7 @@ StatusOr<std::vector<TokenId>> EncodeChat(const v1::Chat& chat, const RequestCon
 }
 
 // The wire's sampling fields into `out`; unset ones keep the engine's neutral defaults. The
-// ranges are checked by the engine's ValidateSamplingParams, which names each field.
+// ranges are checked by the engine's ValidateGenerateRequest, which names each field.
 void CopySampling(const v1::SamplingParams& s, SamplingParams& out) {
   if (s.has_temperature()) out.temperature = s.temperature();
   if (s.has_top_p()) out.top_p = s.top_p();
@@ -120,6 +128,7 @@ void CopySampling(const v1::SamplingParams& s, SamplingParams& out) {
   if (s.has_presence_penalty()) out.presence_penalty = s.presence_penalty();
   if (s.has_frequency_penalty()) out.frequency_penalty = s.frequency_penalty();
   if (s.has_seed()) out.seed = s.seed();
+  out.min_tokens = Saturated(s.min_tokens());
   for (const auto& [id, bias] : s.logit_bias()) out.logit_bias.emplace_back(id, bias);
   // Map order is unspecified: sort, so the same request always builds the same params.
   std::sort(out.logit_bias.begin(), out.logit_bias.end());
@@ -350,16 +359,14 @@ bool CompilesGrammar(const v1::GenerateRequest& request) {
          (request.has_chat() && ForcesToolCall(request.chat().tool_choice()));
 }
 
-StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
-                                               const RequestContext& context,
-                                               std::optional<OutputParserOptions>* parsing) {
+StatusOr<ValidatedRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
+                                                const RequestContext& context) {
   if (request.request_id().size() > kMaxRequestIdBytes) {
     return InvalidArgumentError("request_id is longer than " +
                                 std::to_string(kMaxRequestIdBytes) + " bytes");
   }
   GenerateRequest out;
   std::optional<OutputParserOptions> chat_parsing;
-  const int32_t vocab_size = context.tokenizer->vocab_size();
   switch (request.input_case()) {
     case v1::GenerateRequest::kText: {
       if (request.text().empty()) {
@@ -372,7 +379,6 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
       if (request.token_ids().ids().empty()) {
         return InvalidArgumentError("token_ids.ids is empty: give the prompt's token ids");
       }
-      TM_RETURN_IF_ERROR(CheckTokenIds("token_ids.ids", request.token_ids().ids(), vocab_size));
       out.prompt_token_ids.assign(request.token_ids().ids().begin(),
                                   request.token_ids().ids().end());
       break;
@@ -393,42 +399,42 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
     return InvalidArgumentError("the prompt has no tokens: give a longer text");
   }
 
-  if (request.top_logprobs() > static_cast<uint32_t>(kMaxTopLogprobs)) {
-    return InvalidArgumentError("top_logprobs = " + std::to_string(request.top_logprobs()) +
-                                " must be at most " + std::to_string(kMaxTopLogprobs));
-  }
-  out.sampling.logprobs = request.logprobs();
-  out.sampling.top_logprobs = static_cast<int>(request.top_logprobs());
-  if (request.has_n() &&
-      (request.n() < 1 || request.n() > static_cast<uint32_t>(kMaxSequencesPerRequest))) {
-    return InvalidArgumentError("n = " + std::to_string(request.n()) + " must be in [1, " +
-                                std::to_string(kMaxSequencesPerRequest) + "]");
-  }
-  out.n = request.has_n() ? static_cast<int>(request.n()) : 1;
-  CopySampling(request.sampling(), out.sampling);
-
-  const uint32_t max_tokens = request.has_max_tokens() ? request.max_tokens() : kDefaultMaxTokens;
-  if (max_tokens < 1) return InvalidArgumentError("max_tokens must be at least 1");
+  // The fields as the wire gives them; the engine's validation below checks their ranges.
   const int64_t prompt_tokens = static_cast<int64_t>(out.prompt_token_ids.size());
-  if (prompt_tokens >= context.max_model_len) {
-    return InvalidArgumentError("the prompt is " + std::to_string(prompt_tokens) +
-                                " tokens; this server's limit is " +
-                                std::to_string(context.max_model_len) +
-                                " tokens for prompt and output together: shorten the prompt");
+  int64_t max_tokens = kDefaultMaxTokens;
+  if (request.has_max_tokens()) {
+    max_tokens = request.max_tokens();
+  } else if (request.max_tokens_rest_of_context()) {
+    // Counted after templating and tokenizing; a prompt that fills the context is refused
+    // below for its length.
+    max_tokens = std::max<int64_t>(1, context.max_model_len - prompt_tokens);
   }
+  out.sampling.max_tokens = Saturated(max_tokens);
+  out.sampling.logprobs = request.logprobs();
+  out.sampling.top_logprobs = Saturated(request.top_logprobs());
+  out.n = request.has_n() ? Saturated(request.n()) : 1;
+  CopySampling(request.sampling(), out.sampling);
+  out.sampling.stop_token_ids.assign(request.stop_token_ids().begin(),
+                                     request.stop_token_ids().end());
+  out.sampling.ignore_eos = request.ignore_eos();
+  out.stop_strings.assign(request.stop().begin(), request.stop().end());
   if (request.has_kv_window()) {
     const v1::KvWindow& window = request.kv_window();
-    if (window.sink_tokens() > static_cast<uint32_t>(context.max_model_len) ||
-        window.window_tokens() > static_cast<uint32_t>(context.max_model_len)) {
-      return InvalidArgumentError("kv_window.sink_tokens and window_tokens must be at most the "
-                                  "context length, " + std::to_string(context.max_model_len));
-    }
     out.kv_window = KvWindow{};
-    if (window.has_sink_tokens()) {
-      out.kv_window->sink_tokens = static_cast<int>(window.sink_tokens());
-    }
-    out.kv_window->window_tokens = static_cast<int>(window.window_tokens());
-  } else if (prompt_tokens + max_tokens > context.max_model_len) {
+    if (window.has_sink_tokens()) out.kv_window->sink_tokens = Saturated(window.sink_tokens());
+    out.kv_window->window_tokens = Saturated(window.window_tokens());
+  }
+  out.priority = request.priority();
+  out.cache_salt = request.cache_salt();
+  out.output_parsing = chat_parsing;
+
+  const RequestLimits limits = context.limits();
+  StatusOr<ValidatedRequest> validated = ValidatedRequest::Validate(std::move(out), limits);
+  if (!validated.ok()) return InWireTerms(validated.status());
+  ValidatedRequest valid = std::move(validated).value();
+  // The wire's own promise (the engine would stop at the context instead): without a
+  // kv_window the whole of max_tokens fits.
+  if (!valid.get().kv_window && prompt_tokens + max_tokens > context.max_model_len) {
     return InvalidArgumentError(
         "the prompt (" + std::to_string(prompt_tokens) + " tokens) plus max_tokens (" +
         std::to_string(max_tokens) + ") exceeds this server's limit of " +
@@ -436,51 +442,32 @@ StatusOr<GenerateRequest> BuildGenerateRequest(const v1::GenerateRequest& reques
         std::to_string(context.max_model_len - prompt_tokens) +
         ", shorten the prompt or set kv_window to generate past the context");
   }
-  out.sampling.max_tokens = static_cast<int>(max_tokens);
-  if (request.sampling().min_tokens() > max_tokens) {
-    return InvalidArgumentError("sampling.min_tokens = " +
-                                std::to_string(request.sampling().min_tokens()) +
-                                " exceeds max_tokens = " + std::to_string(max_tokens) +
-                                ": lower it or raise max_tokens");
-  }
-  out.sampling.min_tokens = static_cast<int>(request.sampling().min_tokens());
+  if (!CompilesGrammar(request)) return valid;
 
-  TM_RETURN_IF_ERROR(CheckTokenIds("stop_token_ids", request.stop_token_ids(), vocab_size));
-  out.sampling.stop_token_ids.assign(request.stop_token_ids().begin(),
-                                     request.stop_token_ids().end());
-  out.sampling.ignore_eos = request.ignore_eos();
-  for (int i = 0; i < request.stop().size(); ++i) {
-    if (request.stop(i).empty()) {
-      return InvalidArgumentError("stop[" + std::to_string(i) + "] is empty: remove it");
-    }
-    out.stop_strings.push_back(request.stop(i));
+  // Refused before anything is compiled; Constrain checks the compiled grammar.
+  TM_RETURN_IF_ERROR(ValidateConstrainedSampling(valid.get().sampling));
+  std::shared_ptr<const grammar::CompiledGrammar> compiled;
+  if (request.sampling().structured_output_case() !=
+      v1::SamplingParams::STRUCTURED_OUTPUT_NOT_SET) {
+    TM_ASSIGN_OR_RETURN(compiled, CompileStructuredOutput(request.sampling(), context.grammars));
+  } else {
+    TM_ASSIGN_OR_RETURN(compiled, CompileForcedToolCall(request.chat(), context));
   }
-  out.priority = request.priority();
-  out.cache_salt = request.cache_salt();
-  TM_RETURN_IF_ERROR(ValidateSamplingParams(out.sampling, vocab_size));
-  if (CompilesGrammar(request)) {
-    TM_RETURN_IF_ERROR(ValidateConstrainedSampling(out.sampling));
-    if (request.sampling().structured_output_case() !=
-        v1::SamplingParams::STRUCTURED_OUTPUT_NOT_SET) {
-      TM_ASSIGN_OR_RETURN(out.grammar,
-                          CompileStructuredOutput(request.sampling(), context.grammars));
-    } else {
-      TM_ASSIGN_OR_RETURN(out.grammar, CompileForcedToolCall(request.chat(), context));
-    }
-    // Reasoning is free and the constraint starts after it: the reasoning the prompt opened,
-    // or one the model opens itself (Qwen3's templates leave <think> to the model). Harmony
-    // has no <think>: a forced call is the turn's first message.
-    if (chat_parsing && chat_parsing->reasoning && !chat_parsing->harmony) {
-      TM_ASSIGN_OR_RETURN(out.grammar_starts_after,
-                          context.tokenizer->Encode(kThinkClose, kChatEncodeOptions));
-      if (!chat_parsing->starts_in_reasoning) {
-        TM_ASSIGN_OR_RETURN(out.grammar_reasoning_opens,
-                            context.tokenizer->Encode(kThinkOpen, kChatEncodeOptions));
-      }
+  // Reasoning is free and the constraint starts after it: the reasoning the prompt opened,
+  // or one the model opens itself (Qwen3's templates leave <think> to the model). Harmony
+  // has no <think>: a forced call is the turn's first message.
+  std::vector<TokenId> starts_after;
+  std::vector<TokenId> reasoning_opens;
+  if (chat_parsing && chat_parsing->reasoning && !chat_parsing->harmony) {
+    TM_ASSIGN_OR_RETURN(starts_after, context.tokenizer->Encode(kThinkClose, kChatEncodeOptions));
+    if (!chat_parsing->starts_in_reasoning) {
+      TM_ASSIGN_OR_RETURN(reasoning_opens,
+                          context.tokenizer->Encode(kThinkOpen, kChatEncodeOptions));
     }
   }
-  if (parsing != nullptr) *parsing = std::move(chat_parsing);
-  return out;
+  TM_RETURN_IF_ERROR(valid.Constrain(std::move(compiled), std::move(starts_after),
+                                     std::move(reasoning_opens), limits));
+  return valid;
 }
 
 }  // namespace tokenmill::server

@@ -1,6 +1,8 @@
-// From the wire to the engine: validates a v1 request and turns its input into token ids.
-// Every refusal is INVALID_ARGUMENT (FAILED_PRECONDITION for a chat without a template) with
-// a message naming the field and saying what to change. Pure: no engine, no gRPC.
+// From the wire to the engine: turns a v1 request's input into token ids and its fields
+// into the engine's request, which the engine's validation (engine/request_validation.h, the
+// one range check) then accepts or refuses; a refusal names the wire's field. Every refusal
+// is INVALID_ARGUMENT (FAILED_PRECONDITION for a chat without a template) with a message
+// naming the field and saying what to change. Pure: no engine, no gRPC.
 #pragma once
 
 #include <string>
@@ -8,6 +10,7 @@
 
 #include "common/status.h"
 #include "engine/generate_request.h"
+#include "engine/request_validation.h"
 #include "grammar/grammar_cache.h"
 #include "text/chat/chat_template.h"
 #include "text/chat/output_parser.h"
@@ -31,6 +34,14 @@ struct RequestContext {
   std::optional<ToolCallFormat> tool_call_format;
   bool reasoning = false;
   bool harmony = false;
+  bool speculative_decoding = false;  // the engine's: it refuses kv_window
+
+  // What the engine validates requests against (Engine::limits()).
+  RequestLimits limits() const {
+    return {.max_model_len = max_model_len,
+            .vocab_size = tokenizer->vocab_size(),
+            .speculative_decoding = speculative_decoding};
+  }
 };
 
 inline constexpr uint32_t kDefaultMaxTokens = 16;
@@ -63,13 +74,14 @@ StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileStructuredOutpu
 // which may take long: it is built off gRPC's threads.
 bool CompilesGrammar(const v1::GenerateRequest& request);
 
-// The engine request for `request` (all but its sink); its grammar compiled last, once
-// everything else passed. For chat input, `parsing` (when given) gets how the output is to
-// be parsed (none: it is passed on as it is). A forced tool call (tool_choice REQUIRED or a
-// function) is a grammar; after a prompt that opens <think>, a grammar starts after the
-// model's </think>.
-StatusOr<GenerateRequest> BuildGenerateRequest(
-    const v1::GenerateRequest& request, const RequestContext& context,
-    std::optional<OutputParserOptions>* parsing = nullptr);
+// The engine request for `request` (all but its sink), validated by the engine's checks
+// against context.limits(): Engine::Submit takes it as it is. Without max_tokens it gets
+// 16, or with max_tokens_rest_of_context the context length minus the prompt's tokens. Its
+// grammar is compiled last, once everything else passed. A chat request's output is parsed
+// (GenerateRequest::output_parsing) when tools are offered or the model reasons. A forced
+// tool call (tool_choice REQUIRED or a function) is a grammar; after a prompt that opens
+// <think>, a grammar starts after the model's </think>.
+StatusOr<ValidatedRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
+                                                const RequestContext& context);
 
 }  // namespace tokenmill::server

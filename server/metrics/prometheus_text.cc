@@ -180,8 +180,9 @@ std::string RenderMetrics(const ServedModelInfo& model,
             "Idle self-checks that failed (logged at error level): a bug to report.",
             static_cast<double>(s.idle_check_failures));
   std::vector<std::pair<std::string, double>> finished;
-  for (const CompletionReason reason : {CompletionReason::kStop, CompletionReason::kLength,
-                                        CompletionReason::kAbort, CompletionReason::kError}) {
+  for (const CompletionReason reason :
+       {CompletionReason::kStop, CompletionReason::kLength, CompletionReason::kAbort,
+        CompletionReason::kError, CompletionReason::kToolCalls}) {
     finished.emplace_back(std::string(CompletionReasonName(reason)),
                           static_cast<double>(requests.finished(reason)));
   }

@@ -31,7 +31,7 @@ class RequestMetrics {
   Histogram time_per_output_token_;
   Histogram e2e_request_latency_;
   Histogram request_queue_time_;
-  std::array<std::atomic<uint64_t>, 4> finished_{};  // indexed by CompletionReason
+  std::array<std::atomic<uint64_t>, 5> finished_{};  // indexed by CompletionReason
 };
 
 }  // namespace tokenmill::server

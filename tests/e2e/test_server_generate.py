@@ -208,3 +208,46 @@ def test_vllm_compat_metrics_mirror_tokenmills():
         assert m[f"vllm:cache_config_info{{block_size=8,engine=0,num_gpu_blocks={blocks}}}"] == 1
     with Server() as s:  # off by default
         assert not [name for name in s.metrics() if name.startswith("vllm:")]
+
+
+def chat_request(content, **kwargs):
+    return pb2.GenerateRequest(
+        chat=pb2.Chat(messages=[pb2.ChatMessage(role="user", content=content)]), **kwargs)
+
+
+def test_max_tokens_rest_of_context_counts_the_templated_prompt():
+    # The server counts the prompt after the chat template: no Tokenize call first.
+    context = 96
+    with Server("--max-model-len", context, metrics=False) as small:
+        question = "Count from one to one hundred."
+        request = chat_request(question, ignore_eos=True, max_tokens_rest_of_context=True)
+        prompt_ids = small.stub.Tokenize(pb2.TokenizeRequest(chat=request.chat),
+                                         timeout=RPC_TIMEOUT_S).token_ids
+        assert 0 < len(prompt_ids) < context
+        ids, _, responses = generate(small.stub, request)
+        last = responses[-1]
+        assert last.usage.prompt_tokens == len(prompt_ids)
+        assert len(ids) == last.usage.completion_tokens == context - len(prompt_ids)
+        assert last.finish_reason == pb2.FINISH_REASON_LENGTH
+        # Without the flag the default stays 16; a max_tokens given wins over the flag.
+        assert len(generate(small.stub, chat_request(question, ignore_eos=True))[0]) == 16
+        assert len(generate(small.stub, chat_request(
+            question, ignore_eos=True, max_tokens=5, max_tokens_rest_of_context=True))[0]) == 5
+
+
+def test_logprobs_carry_each_tokens_text_as_detokenize_gives_it(server):
+    # A chat answer ends with <|im_end|>, a control token: its text is itself.
+    for request in (text_request(PROMPTS[0], 8, logprobs=True, top_logprobs=5),
+                    chat_request("Say hi.", max_tokens=48, logprobs=True, top_logprobs=3)):
+        ids, _, responses = generate(server.stub, request)
+        logprobs = [l for r in responses for l in r.logprobs]
+        assert [l.chosen.token_id for l in logprobs] == ids
+        entries = [l.chosen for l in logprobs] + [t for l in logprobs for t in l.top]
+        for entry in entries:
+            detokenized = server.stub.Detokenize(
+                pb2.DetokenizeRequest(token_ids=[entry.token_id], render_special=True),
+                timeout=RPC_TIMEOUT_S).text
+            assert entry.text == detokenized, entry.token_id
+        assert any(entry.text for entry in entries)
+        if responses[-1].finish_reason == pb2.FINISH_REASON_STOP and request.HasField("chat"):
+            assert logprobs[-1].chosen.text == "<|im_end|>"

@@ -380,6 +380,41 @@ TEST(EngineGrammarTest, ConstraintStartsWhereAModelOpenedReasoningEnds) {
   EXPECT_TRUE(FinishedByGrammar(direct));
 }
 
+// The engine's output side ends a parsed turn after its one tool call, as it ends a stop
+// string: finish reason kToolCalls, nothing generated after the call, and its KV blocks freed
+// by the normal finish (no abort). The grammar forces the call and goes on after it, so only
+// the turn's end stops the sequence early.
+TEST(EngineGrammarTest, AParsedTurnEndsAfterItsOneToolCall) {
+  auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, SmallConfig(), nullptr);
+  ASSERT_TRUE(core.ok());
+  // The call is complete once its arguments are (what follows adds nothing to it).
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}";
+  const std::string after = "}\n</tool_call> and then a long text that nobody wants to read";
+  const auto grammar = Compile({.kind = GrammarSpec::Kind::kGbnf,
+                                .text = R"(root ::= "<tool_call>\n{\"name\": \"get_weather\", )"
+                                        R"(\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>)"
+                                        R"( and then a long text that nobody wants to read")",
+                                .choices = {}});
+  Collector collector;
+  GenerateRequest request = Greedy(Encode("Weather in Paris?"), 96, collector.Sink(1));
+  request.grammar = grammar;
+  request.output_parsing = OutputParserOptions{
+      .tool_calls = ToolCallFormat::kHermes, .parallel = false, .seed = 1};
+  ASSERT_TRUE((*core)->Add(1, std::move(request)).ok());
+  ASSERT_TRUE(RunToCompletion(**core));
+  const Collected& c = collector[1];
+  EXPECT_EQ(c.final_event.finish_reason, CompletionReason::kToolCalls);
+  EXPECT_EQ(c.text, "") << "the call is no content";
+  const std::string generated = SmolLm2().tokenizer->Decode(
+      c.token_ids, DecodeOptions{.render_special = false, .strip_space_prefix = false});
+  EXPECT_TRUE(generated.starts_with(call)) << generated;
+  EXPECT_LT(generated.size(), (call + after).size()) << "it ran on after the call";
+  EXPECT_EQ(c.final_event.usage.completion_tokens, static_cast<int>(c.token_ids.size()));
+  EXPECT_EQ((*core)->Stats().num_finished, 1);
+  EXPECT_TRUE((*core)->CheckIdle().ok());
+}
+
 TEST(EngineGrammarTest, MinTokensWithAGrammarIsRefused) {
   auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, SmallConfig(), nullptr);
   ASSERT_TRUE(core.ok());

@@ -78,12 +78,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (generate.ParseFromArray(data, static_cast<int>(size))) {
     auto built = tokenmill::server::BuildGenerateRequest(generate, context);
     if (built.ok()) {
-      if (built->prompt_token_ids.empty()) __builtin_trap();
-      // The server adds the sink; everything else must already be valid for the engine.
-      built->sink = [](tokenmill::GenerateOutput&&) {};
-      const tokenmill::Status valid = tokenmill::ValidateGenerateRequest(
-          *built, {.max_model_len = context.max_model_len,
-                   .vocab_size = served.tokenizer.vocab_size()});
+      if (built->get().prompt_token_ids.empty()) __builtin_trap();
+      // Built as validated: the engine's own checks must agree (the server adds the sink).
+      const tokenmill::Status valid =
+          tokenmill::ValidateGenerateRequest(built->get(), context.limits());
       if (!valid.ok()) {
         std::fprintf(stderr, "built request fails the engine: %s\n", valid.ToString().c_str());
         std::abort();

@@ -58,14 +58,14 @@ v1::GenerateRequest TextRequest(const std::string& text) {
 TEST(BuildGenerateRequest, TextIsTokenizedWithTheModelsSpecialTokens) {
   // stories260K adds BOS (SentencePiece default); special-token text stays plain text.
   const LoadedVocab& vocab = Stories();
-  StatusOr<GenerateRequest> built = BuildGenerateRequest(TextRequest("Once upon </s>"),
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(TextRequest("Once upon </s>"),
                                                          vocab.Context(128));
   ASSERT_TRUE(built.ok()) << built.status().ToString();
-  ASSERT_FALSE(built->prompt_token_ids.empty());
-  EXPECT_EQ(built->prompt_token_ids.front(), vocab.tokenizer->bos());
-  EXPECT_EQ(std::count(built->prompt_token_ids.begin(), built->prompt_token_ids.end(),
+  ASSERT_FALSE(built->get().prompt_token_ids.empty());
+  EXPECT_EQ(built->get().prompt_token_ids.front(), vocab.tokenizer->bos());
+  EXPECT_EQ(std::count(built->get().prompt_token_ids.begin(), built->get().prompt_token_ids.end(),
                        vocab.tokenizer->eos()), 0);
-  EXPECT_EQ(built->sampling.max_tokens, static_cast<int>(kDefaultMaxTokens));
+  EXPECT_EQ(built->get().sampling.max_tokens, static_cast<int>(kDefaultMaxTokens));
 }
 
 TEST(BuildGenerateRequest, CarriesTokenIdsAndStopConditionsAsGiven) {
@@ -80,18 +80,18 @@ TEST(BuildGenerateRequest, CarriesTokenIdsAndStopConditionsAsGiven) {
   request.set_cache_salt("tenant-a");
   request.mutable_sampling()->set_temperature(0.0f);  // greedy, spelled out
   request.mutable_sampling()->set_seed(42);
-  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, SmolLm2().Context(8192));
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, SmolLm2().Context(8192));
   ASSERT_TRUE(built.ok()) << built.status().ToString();
-  EXPECT_THAT(built->prompt_token_ids, ElementsAre(5, 7));
-  EXPECT_EQ(built->sampling.max_tokens, 3);
-  EXPECT_THAT(built->sampling.stop_token_ids, ElementsAre(9));
-  EXPECT_TRUE(built->sampling.ignore_eos);
-  EXPECT_THAT(built->stop_strings, ElementsAre("\n\n"));
-  EXPECT_EQ(built->priority, -2);
-  EXPECT_EQ(built->cache_salt, "tenant-a");
-  EXPECT_EQ(built->sampling.seed, 42u);
-  EXPECT_EQ(built->n, 1);
-  EXPECT_FALSE(built->sampling.wants_logprobs());
+  EXPECT_THAT(built->get().prompt_token_ids, ElementsAre(5, 7));
+  EXPECT_EQ(built->get().sampling.max_tokens, 3);
+  EXPECT_THAT(built->get().sampling.stop_token_ids, ElementsAre(9));
+  EXPECT_TRUE(built->get().sampling.ignore_eos);
+  EXPECT_THAT(built->get().stop_strings, ElementsAre("\n\n"));
+  EXPECT_EQ(built->get().priority, -2);
+  EXPECT_EQ(built->get().cache_salt, "tenant-a");
+  EXPECT_EQ(built->get().sampling.seed, 42u);
+  EXPECT_EQ(built->get().n, 1);
+  EXPECT_FALSE(built->get().sampling.wants_logprobs());
 }
 
 TEST(BuildGenerateRequest, CarriesEverySamplingField) {
@@ -111,9 +111,9 @@ TEST(BuildGenerateRequest, CarriesEverySamplingField) {
   request.set_logprobs(true);
   request.set_top_logprobs(20);
   request.set_n(16);
-  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, SmolLm2().Context(8192));
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, SmolLm2().Context(8192));
   ASSERT_TRUE(built.ok()) << built.status().ToString();
-  const SamplingParams& p = built->sampling;
+  const SamplingParams& p = built->get().sampling;
   EXPECT_EQ(p.temperature, 0.7f);
   EXPECT_EQ(p.top_p, 0.9f);
   EXPECT_EQ(p.top_k, 40);
@@ -127,7 +127,7 @@ TEST(BuildGenerateRequest, CarriesEverySamplingField) {
   EXPECT_FALSE(p.seed.has_value()) << "the engine draws one";
   EXPECT_TRUE(p.logprobs);
   EXPECT_EQ(p.top_logprobs, 20);
-  EXPECT_EQ(built->n, 16);
+  EXPECT_EQ(built->get().n, 16);
 }
 
 TEST(BuildGenerateRequest, ChatMarkupBecomesSpecialTokens) {
@@ -137,12 +137,12 @@ TEST(BuildGenerateRequest, ChatMarkupBecomesSpecialTokens) {
   v1::ChatMessage* message = request.mutable_chat()->add_messages();
   message->set_role("user");
   message->set_content("Hi");
-  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, vocab.Context(8192));
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, vocab.Context(8192));
   ASSERT_TRUE(built.ok()) << built.status().ToString();
   const TokenId im_start = vocab.tokenizer->vocab().Find("<|im_start|>");
   ASSERT_GE(im_start, 0);
   // The template opens the user's and the assistant's turns (and maybe a system turn).
-  EXPECT_GE(std::count(built->prompt_token_ids.begin(), built->prompt_token_ids.end(), im_start),
+  EXPECT_GE(std::count(built->get().prompt_token_ids.begin(), built->get().prompt_token_ids.end(), im_start),
             2);
 }
 
@@ -242,7 +242,7 @@ TEST(BuildGenerateRequest, RefusesBadInputSayingWhatToChange) {
     SCOPED_TRACE(c.name);
     v1::GenerateRequest request = TextRequest("Hello");
     c.edit(request);
-    StatusOr<GenerateRequest> built = BuildGenerateRequest(request, SmolLm2().Context(8192));
+    StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, SmolLm2().Context(8192));
     ASSERT_FALSE(built.ok());
     EXPECT_EQ(built.status().code(), c.code) << built.status().ToString();
     EXPECT_THAT(built.status().message(), HasSubstr(c.message));
@@ -253,13 +253,13 @@ TEST(BuildGenerateRequest, PromptMustLeaveRoomToGenerate) {
   const LoadedVocab& vocab = Stories();
   v1::GenerateRequest request;
   for (int i = 0; i < 10; ++i) request.mutable_token_ids()->add_ids(100);
-  StatusOr<GenerateRequest> full = BuildGenerateRequest(request, vocab.Context(10));
+  StatusOr<ValidatedRequest> full = BuildGenerateRequest(request, vocab.Context(10));
   ASSERT_FALSE(full.ok());
   EXPECT_THAT(full.status().message(), HasSubstr("the prompt is 10 tokens"));
   EXPECT_THAT(full.status().message(), HasSubstr("shorten the prompt"));
 
   request.set_max_tokens(2);
-  StatusOr<GenerateRequest> over = BuildGenerateRequest(request, vocab.Context(11));
+  StatusOr<ValidatedRequest> over = BuildGenerateRequest(request, vocab.Context(11));
   ASSERT_FALSE(over.ok());
   EXPECT_THAT(over.status().message(), HasSubstr("lower max_tokens to at most 1"));
 
@@ -267,12 +267,38 @@ TEST(BuildGenerateRequest, PromptMustLeaveRoomToGenerate) {
   EXPECT_TRUE(BuildGenerateRequest(request, vocab.Context(11)).ok());
 }
 
+TEST(BuildGenerateRequest, RestOfContextIsCountedAfterTheTemplate) {
+  const LoadedVocab& vocab = SmolLm2();
+  v1::GenerateRequest request;
+  v1::ChatMessage* message = request.mutable_chat()->add_messages();
+  message->set_role("user");
+  message->set_content("Hi");
+  request.set_max_tokens_rest_of_context(true);
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, vocab.Context(256));
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  const int prompt = static_cast<int>(built->get().prompt_token_ids.size());
+  EXPECT_GT(prompt, 3) << "the template's markup counts";
+  EXPECT_EQ(built->get().sampling.max_tokens, 256 - prompt);
+  // A max_tokens given wins; without either, 16.
+  request.set_max_tokens(7);
+  EXPECT_EQ(BuildGenerateRequest(request, vocab.Context(256))->get().sampling.max_tokens, 7);
+  request.clear_max_tokens();
+  request.set_max_tokens_rest_of_context(false);
+  EXPECT_EQ(BuildGenerateRequest(request, vocab.Context(256))->get().sampling.max_tokens,
+            static_cast<int>(kDefaultMaxTokens));
+  // A prompt that fills the context is refused for its length, as with any max_tokens.
+  request.set_max_tokens_rest_of_context(true);
+  StatusOr<ValidatedRequest> full = BuildGenerateRequest(request, vocab.Context(prompt));
+  ASSERT_FALSE(full.ok());
+  EXPECT_THAT(full.status().message(), HasSubstr("shorten the prompt"));
+}
+
 TEST(BuildGenerateRequest, ChatWithoutTemplateIsAFailedPrecondition) {
   v1::GenerateRequest request;
   v1::ChatMessage* message = request.mutable_chat()->add_messages();
   message->set_role("user");
   message->set_content("Hi");
-  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, Stories().Context(128));
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, Stories().Context(128));
   ASSERT_FALSE(built.ok());
   EXPECT_EQ(built.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(built.status().message(), HasSubstr("--chat-template"));
@@ -343,9 +369,10 @@ TEST(BuildGenerateRequest, ToolCallMarkersThatAreControlTokensReachTheParser) {
   ASSERT_EQ(context.tool_call_format, ToolCallFormat::kMistral);
   v1::GenerateRequest request = WeatherToolRequest();
   std::optional<OutputParserOptions> parsing;
-  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, context, &parsing);
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, context);
+  if (built.ok()) parsing = built->get().output_parsing;
   ASSERT_TRUE(built.ok()) << built.status().ToString();
-  EXPECT_THAT(built->rendered_control_tokens, ElementsAre(5));
+  EXPECT_THAT(built->get().rendered_control_tokens, ElementsAre(5));
   ASSERT_TRUE(parsing.has_value());
   EXPECT_THAT(parsing->hidden_markers, ElementsAre("[TOOL_CALLS]"));
 
@@ -356,7 +383,7 @@ TEST(BuildGenerateRequest, ToolCallMarkersThatAreControlTokensReachTheParser) {
   ASSERT_TRUE(call.ok());
   ASSERT_EQ(call->front(), 5);
   const ParsedOutput parsed =
-      DecodeAndParse(*mistral.tokenizer, *call, built->rendered_control_tokens, *parsing);
+      DecodeAndParse(*mistral.tokenizer, *call, built->get().rendered_control_tokens, *parsing);
   EXPECT_EQ(parsed.content, "");
   ASSERT_EQ(parsed.tool_calls.size(), 2u);
   EXPECT_EQ(parsed.tool_calls[0].name, "get_weather");
@@ -377,9 +404,10 @@ TEST(BuildGenerateRequest, ToolCallMarkersThatAreControlTokensReachTheParser) {
 
   // tool_choice none parses nothing: control tokens stay unrendered.
   request.mutable_chat()->mutable_tool_choice()->set_mode(v1::TOOL_CHOICE_MODE_NONE);
-  built = BuildGenerateRequest(request, context, &parsing);
+  built = BuildGenerateRequest(request, context);
+  if (built.ok()) parsing = built->get().output_parsing;
   ASSERT_TRUE(built.ok()) << built.status().ToString();
-  EXPECT_TRUE(built->rendered_control_tokens.empty());
+  EXPECT_TRUE(built->get().rendered_control_tokens.empty());
 }
 
 TEST(BuildGenerateRequest, LlamaPythonTagIsAControlTokenThatReachesTheParser) {
@@ -403,16 +431,17 @@ TEST(BuildGenerateRequest, LlamaPythonTagIsAControlTokenThatReachesTheParser) {
   ASSERT_EQ(context.tool_call_format, ToolCallFormat::kLlama3Json);
   v1::GenerateRequest request = WeatherToolRequest();
   std::optional<OutputParserOptions> parsing;
-  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, context, &parsing);
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, context);
+  if (built.ok()) parsing = built->get().output_parsing;
   ASSERT_TRUE(built.ok()) << built.status().ToString();
-  EXPECT_THAT(built->rendered_control_tokens, ElementsAre(128010));
+  EXPECT_THAT(built->get().rendered_control_tokens, ElementsAre(128010));
   ASSERT_TRUE(parsing.has_value());
   EXPECT_THAT(parsing->hidden_markers, ElementsAre("<|python_tag|>"));
   // The template's own control tokens are tokenized as such: the prompt opens with
   // <|begin_of_text|><|start_header_id|>.
-  ASSERT_GE(built->prompt_token_ids.size(), 3u);
-  EXPECT_THAT(std::vector<TokenId>(built->prompt_token_ids.begin(),
-                                   built->prompt_token_ids.begin() + 3),
+  ASSERT_GE(built->get().prompt_token_ids.size(), 3u);
+  EXPECT_THAT(std::vector<TokenId>(built->get().prompt_token_ids.begin(),
+                                   built->get().prompt_token_ids.begin() + 3),
               ElementsAre(128000, 128006, 9125));  // 9125: "system"
 
   const StatusOr<std::vector<TokenId>> call = llama.tokenizer->Encode(
@@ -421,7 +450,7 @@ TEST(BuildGenerateRequest, LlamaPythonTagIsAControlTokenThatReachesTheParser) {
   ASSERT_TRUE(call.ok());
   ASSERT_EQ(call->front(), 128010);
   const ParsedOutput parsed =
-      DecodeAndParse(*llama.tokenizer, *call, built->rendered_control_tokens, *parsing);
+      DecodeAndParse(*llama.tokenizer, *call, built->get().rendered_control_tokens, *parsing);
   EXPECT_EQ(parsed.content, "");
   ASSERT_EQ(parsed.tool_calls.size(), 2u);
   EXPECT_EQ(parsed.tool_calls[0].name, "get_weather");
@@ -449,9 +478,10 @@ TEST(BuildGenerateRequest, LlamaPythonTagIsAControlTokenThatReachesTheParser) {
 
   // tool_choice none parses nothing: control tokens stay unrendered.
   request.mutable_chat()->mutable_tool_choice()->set_mode(v1::TOOL_CHOICE_MODE_NONE);
-  built = BuildGenerateRequest(request, context, &parsing);
+  built = BuildGenerateRequest(request, context);
+  if (built.ok()) parsing = built->get().output_parsing;
   ASSERT_TRUE(built.ok()) << built.status().ToString();
-  EXPECT_TRUE(built->rendered_control_tokens.empty());
+  EXPECT_TRUE(built->get().rendered_control_tokens.empty());
 }
 
 TEST(BuildGenerateRequest, TextMarkersAreNotRendered) {
@@ -464,9 +494,10 @@ TEST(BuildGenerateRequest, TextMarkersAreNotRendered) {
   message->set_content("Weather in Paris?");
   request.mutable_chat()->set_tools_json(R"([{"type": "function", "function": {"name": "f"}}])");
   std::optional<OutputParserOptions> parsing;
-  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, context, &parsing);
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, context);
+  if (built.ok()) parsing = built->get().output_parsing;
   ASSERT_TRUE(built.ok()) << built.status().ToString();
-  EXPECT_TRUE(built->rendered_control_tokens.empty());
+  EXPECT_TRUE(built->get().rendered_control_tokens.empty());
   ASSERT_TRUE(parsing.has_value());
   EXPECT_TRUE(parsing->hidden_markers.empty());
 }
@@ -556,32 +587,32 @@ TEST(BuildGenerateRequest, StructuredOutputIsCompiledOnceThroughTheCache) {
   v1::GenerateRequest request = TextRequest("Answer: ");
   request.mutable_sampling()->set_json_schema(R"({"type": "object", "properties":
                                                  {"a": {"type": "integer"}}})");
-  StatusOr<GenerateRequest> first = BuildGenerateRequest(request, GrammarContext());
+  StatusOr<ValidatedRequest> first = BuildGenerateRequest(request, GrammarContext());
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  ASSERT_NE(first->grammar, nullptr);
-  StatusOr<GenerateRequest> second = BuildGenerateRequest(request, GrammarContext());
+  ASSERT_NE(first->get().grammar, nullptr);
+  StatusOr<ValidatedRequest> second = BuildGenerateRequest(request, GrammarContext());
   ASSERT_TRUE(second.ok());
-  EXPECT_EQ(second->grammar, first->grammar);  // the cached compilation, shared
+  EXPECT_EQ(second->get().grammar, first->get().grammar);  // the cached compilation, shared
 
   // Each kind of the oneof compiles; none set is no grammar.
   v1::GenerateRequest other = TextRequest("Answer: ");
   other.mutable_sampling()->mutable_choice()->add_choices("yes");
   other.mutable_sampling()->mutable_choice()->add_choices("no");
-  EXPECT_NE(BuildGenerateRequest(other, GrammarContext())->grammar, nullptr);
+  EXPECT_NE(BuildGenerateRequest(other, GrammarContext())->get().grammar, nullptr);
   other.mutable_sampling()->set_regex("[0-9]+");
-  EXPECT_NE(BuildGenerateRequest(other, GrammarContext())->grammar, nullptr);
+  EXPECT_NE(BuildGenerateRequest(other, GrammarContext())->get().grammar, nullptr);
   other.mutable_sampling()->set_grammar("root ::= \"a\" | \"b\"");
-  EXPECT_NE(BuildGenerateRequest(other, GrammarContext())->grammar, nullptr);
+  EXPECT_NE(BuildGenerateRequest(other, GrammarContext())->get().grammar, nullptr);
   other.mutable_sampling()->mutable_json_object();
-  EXPECT_NE(BuildGenerateRequest(other, GrammarContext())->grammar, nullptr);
-  EXPECT_EQ(BuildGenerateRequest(TextRequest("x"), GrammarContext())->grammar, nullptr);
+  EXPECT_NE(BuildGenerateRequest(other, GrammarContext())->get().grammar, nullptr);
+  EXPECT_EQ(BuildGenerateRequest(TextRequest("x"), GrammarContext())->get().grammar, nullptr);
 }
 
 TEST(BuildGenerateRequest, BadStructuredOutputIsInvalidArgumentNamingItsKind) {
   const auto refused = [](const std::function<void(v1::SamplingParams&)>& set) {
     v1::GenerateRequest request = TextRequest("Answer: ");
     set(*request.mutable_sampling());
-    StatusOr<GenerateRequest> built = BuildGenerateRequest(request, GrammarContext());
+    StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, GrammarContext());
     EXPECT_FALSE(built.ok());
     return built.status();
   };
@@ -613,7 +644,7 @@ TEST(BuildGenerateRequest, BadStructuredOutputIsInvalidArgumentNamingItsKind) {
   // A server without a grammar cache refuses it rather than ignoring it.
   v1::GenerateRequest request = TextRequest("Answer: ");
   request.mutable_sampling()->set_regex("[0-9]+");
-  StatusOr<GenerateRequest> built = BuildGenerateRequest(request, SmolLm2().Context(2048));
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, SmolLm2().Context(2048));
   EXPECT_EQ(built.status().code(), StatusCode::kFailedPrecondition);
 }
 

@@ -232,10 +232,11 @@ v1::GenerateRequest ChatRequest(bool forced) {
 TEST(BuildGenerateRequest, ForcedCallsAndParsingOptions) {
   std::optional<OutputParserOptions> parsing;
   // auto: parsed, not constrained.
-  StatusOr<GenerateRequest> built = BuildGenerateRequest(
-      ChatRequest(false), Smol().Context(ToolCallFormat::kHermes, false), &parsing);
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(
+      ChatRequest(false), Smol().Context(ToolCallFormat::kHermes, false));
+  if (built.ok()) parsing = built->get().output_parsing;
   ASSERT_TRUE(built.ok()) << built.status().ToString();
-  EXPECT_EQ(built->grammar, nullptr);
+  EXPECT_EQ(built->get().grammar, nullptr);
   ASSERT_TRUE(parsing.has_value());
   EXPECT_EQ(parsing->tool_calls, ToolCallFormat::kHermes);
   EXPECT_FALSE(parsing->reasoning);
@@ -243,35 +244,37 @@ TEST(BuildGenerateRequest, ForcedCallsAndParsingOptions) {
 
   // required: a grammar, built off the gRPC threads.
   EXPECT_TRUE(CompilesGrammar(ChatRequest(true)));
-  built = BuildGenerateRequest(ChatRequest(true), Smol().Context(ToolCallFormat::kHermes, false),
-                               &parsing);
+  built = BuildGenerateRequest(ChatRequest(true), Smol().Context(ToolCallFormat::kHermes, false));
+  if (built.ok()) parsing = built->get().output_parsing;
   ASSERT_TRUE(built.ok()) << built.status().ToString();
-  EXPECT_NE(built->grammar, nullptr);
-  EXPECT_TRUE(built->grammar_starts_after.empty());
+  EXPECT_NE(built->get().grammar, nullptr);
+  EXPECT_TRUE(built->get().grammar_starts_after.empty());
 
   // The R1 template opens <think> in the prompt: reasoning first, the grammar after </think>.
-  built = BuildGenerateRequest(ChatRequest(true), Smol().Context(ToolCallFormat::kHermes, true),
-                               &parsing);
+  built = BuildGenerateRequest(ChatRequest(true), Smol().Context(ToolCallFormat::kHermes, true));
+  if (built.ok()) parsing = built->get().output_parsing;
   ASSERT_TRUE(built.ok()) << built.status().ToString();
   ASSERT_TRUE(parsing.has_value());
   EXPECT_TRUE(parsing->starts_in_reasoning);
-  EXPECT_EQ(Smol().tokenizer->Decode(built->grammar_starts_after), "</think>");
-  EXPECT_TRUE(built->grammar_reasoning_opens.empty());
+  EXPECT_EQ(Smol().tokenizer->Decode(built->get().grammar_starts_after), "</think>");
+  EXPECT_TRUE(built->get().grammar_reasoning_opens.empty());
 
   // A reasoning model whose template leaves <think> to it (Qwen3): the output may open it.
   RequestContext opens_itself = Smol().Context(ToolCallFormat::kHermes, false);
   opens_itself.reasoning = true;
-  built = BuildGenerateRequest(ChatRequest(true), opens_itself, &parsing);
+  built = BuildGenerateRequest(ChatRequest(true), opens_itself);
+  if (built.ok()) parsing = built->get().output_parsing;
   ASSERT_TRUE(built.ok()) << built.status().ToString();
   ASSERT_TRUE(parsing.has_value());
   EXPECT_FALSE(parsing->starts_in_reasoning);
-  EXPECT_EQ(Smol().tokenizer->Decode(built->grammar_starts_after), "</think>");
-  EXPECT_EQ(Smol().tokenizer->Decode(built->grammar_reasoning_opens), "<think>");
+  EXPECT_EQ(Smol().tokenizer->Decode(built->get().grammar_starts_after), "</think>");
+  EXPECT_EQ(Smol().tokenizer->Decode(built->get().grammar_reasoning_opens), "<think>");
 
   // tool_choice none: no tools in the prompt, nothing parsed.
   v1::GenerateRequest none = ChatRequest(false);
   none.mutable_chat()->mutable_tool_choice()->set_mode(v1::TOOL_CHOICE_MODE_NONE);
-  built = BuildGenerateRequest(none, Smol().Context(ToolCallFormat::kHermes, false), &parsing);
+  built = BuildGenerateRequest(none, Smol().Context(ToolCallFormat::kHermes, false));
+  if (built.ok()) parsing = built->get().output_parsing;
   ASSERT_TRUE(built.ok());
   EXPECT_FALSE(parsing.has_value());
 }
@@ -280,7 +283,7 @@ TEST(BuildGenerateRequest, RefusesForcedCallsThatCannotWork) {
   const auto refused = [](v1::GenerateRequest request, std::optional<ToolCallFormat> format) {
     RequestContext context = Smol().Context(ToolCallFormat::kHermes, false);
     context.tool_call_format = format;
-    StatusOr<GenerateRequest> built = BuildGenerateRequest(request, context);
+    StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, context);
     EXPECT_EQ(built.status().code(), StatusCode::kInvalidArgument);
     return built.status().message();
   };
