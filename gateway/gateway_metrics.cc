@@ -1,4 +1,4 @@
-#include "server/openai/gateway_metrics.h"
+#include "gateway/gateway_metrics.h"
 
 #include <array>
 #include <sstream>

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/openai/backend_pool.h"
+#include "gateway/backends/backend_pool.h"
 
 namespace tokenmill::gateway {
 

@@ -1,4 +1,4 @@
-#include "server/openai/gateway_options.h"
+#include "gateway/gateway_options.h"
 
 #include "common/byte_size.h"
 #include "common/env_name.h"

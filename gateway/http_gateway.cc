@@ -1,4 +1,4 @@
-#include "server/openai/http_gateway.h"
+#include "gateway/http_gateway.h"
 
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
 #include <utility>
@@ -16,9 +16,9 @@
 #include <random>
 #include <thread>
 
-#include "server/openai/client_stream.h"
-#include "server/openai/completion_handler.h"
-#include "server/openai/connection.h"
+#include "gateway/api/openai/completion_handler.h"
+#include "gateway/http/client_stream.h"
+#include "gateway/http/connection.h"
 
 namespace tokenmill::gateway {
 

@@ -8,9 +8,9 @@
 #include <string>
 
 #include "common/status.h"
-#include "server/openai/backend_pool.h"
-#include "server/openai/gateway_metrics.h"
-#include "server/openai/gateway_options.h"
+#include "gateway/backends/backend_pool.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/gateway_options.h"
 
 namespace tokenmill::gateway {
 

@@ -9,11 +9,11 @@
 #include <memory>
 
 #include "common/logging.h"
-#include "server/openai/backend_channel.h"
-#include "server/openai/backend_pool.h"
-#include "server/openai/gateway_metrics.h"
-#include "server/openai/gateway_options.h"
-#include "server/openai/http_gateway.h"
+#include "gateway/backends/backend_channel.h"
+#include "gateway/backends/backend_pool.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/gateway_options.h"
+#include "gateway/http_gateway.h"
 
 namespace tokenmill::gateway {
 namespace {

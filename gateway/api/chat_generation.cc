@@ -1,9 +1,9 @@
-#include "server/openai/chat_generation.h"
+#include "gateway/api/chat_generation.h"
 
 #include <spdlog/spdlog.h>
 
-#include "server/openai/backend_request.h"
-#include "server/openai/structured_output.h"
+#include "gateway/api/openai/structured_output.h"
+#include "gateway/backends/backend_request.h"
 
 namespace tokenmill::gateway {
 

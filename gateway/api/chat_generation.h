@@ -13,9 +13,9 @@
 #include <string>
 #include <variant>
 
-#include "server/openai/connection.h"
-#include "server/openai/http_error.h"
-#include "server/openai/upstream_call.h"
+#include "gateway/backends/upstream_call.h"
+#include "gateway/http/connection.h"
+#include "gateway/http/http_error.h"
 #include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::gateway {

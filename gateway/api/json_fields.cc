@@ -1,4 +1,4 @@
-#include "server/openai/json_fields.h"
+#include "gateway/api/json_fields.h"
 
 #include <cmath>
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "server/openai/http_error.h"
+#include "gateway/http/http_error.h"
 
 namespace tokenmill::gateway {
 

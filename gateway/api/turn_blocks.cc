@@ -1,4 +1,4 @@
-#include "server/openai/turn_blocks.h"
+#include "gateway/api/turn_blocks.h"
 
 #include <algorithm>
 #include <cctype>

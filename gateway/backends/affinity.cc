@@ -1,4 +1,4 @@
-#include "server/openai/affinity.h"
+#include "gateway/backends/affinity.h"
 
 #include "common/hash.h"
 

@@ -1,4 +1,4 @@
-#include "server/openai/backend_channel.h"
+#include "gateway/backends/backend_channel.h"
 
 #include <grpcpp/support/client_interceptor.h>
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "server/openai/gateway_options.h"
+#include "gateway/gateway_options.h"
 
 namespace tokenmill::gateway {
 

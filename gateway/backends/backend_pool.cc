@@ -1,8 +1,8 @@
-#include "server/openai/backend_pool.h"
+#include "gateway/backends/backend_pool.h"
 
 #include <spdlog/spdlog.h>
 
-#include "server/openai/affinity.h"
+#include "gateway/backends/affinity.h"
 
 namespace tokenmill::gateway {
 

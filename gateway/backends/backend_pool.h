@@ -17,8 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gateway/backends/backend_channel.h"
 #include "health.grpc.pb.h"
-#include "server/openai/backend_channel.h"
 #include "tokenmill/v1/inference.grpc.pb.h"
 
 namespace tokenmill::gateway {

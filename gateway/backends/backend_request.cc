@@ -1,10 +1,10 @@
-#include "server/openai/backend_request.h"
+#include "gateway/backends/backend_request.h"
 
 #include <grpc/grpc.h>
 
 #include <chrono>
 
-#include "server/openai/upstream_call.h"
+#include "gateway/backends/upstream_call.h"
 
 namespace tokenmill::gateway {
 

@@ -16,8 +16,8 @@
 #include <string_view>
 #include <variant>
 
-#include "server/openai/connection.h"
-#include "server/openai/http_error.h"
+#include "gateway/http/connection.h"
+#include "gateway/http/http_error.h"
 #include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::gateway {

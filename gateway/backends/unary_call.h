@@ -14,10 +14,10 @@
 #include <string>
 #include <variant>
 
-#include "server/openai/backend_request.h"
-#include "server/openai/connection.h"
-#include "server/openai/http_error.h"
-#include "server/openai/request_body.h"
+#include "gateway/backends/backend_request.h"
+#include "gateway/http/connection.h"
+#include "gateway/http/http_error.h"
+#include "gateway/http/request_body.h"
 
 namespace tokenmill::gateway {
 

@@ -1,4 +1,4 @@
-#include "server/openai/upstream_call.h"
+#include "gateway/backends/upstream_call.h"
 
 #include <functional>
 

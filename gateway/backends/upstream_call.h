@@ -21,8 +21,8 @@
 #include <mutex>
 #include <vector>
 
-#include "server/openai/backend_pool.h"
-#include "server/openai/gateway_metrics.h"
+#include "gateway/backends/backend_pool.h"
+#include "gateway/gateway_metrics.h"
 #include "tokenmill/v1/inference.grpc.pb.h"
 
 namespace tokenmill::gateway {

@@ -1,4 +1,4 @@
-#include "server/openai/client_stream.h"
+#include "gateway/http/client_stream.h"
 
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>

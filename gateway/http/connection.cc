@@ -1,4 +1,4 @@
-#include "server/openai/connection.h"
+#include "gateway/http/connection.h"
 
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
@@ -10,13 +10,13 @@
 #include <string>
 
 #include "common/bearer_token.h"
-#include "server/openai/anthropic_handler.h"
-#include "server/openai/anthropic_messages.h"
-#include "server/openai/completion_handler.h"
-#include "server/openai/http_gateway.h"
-#include "server/openai/response_format.h"
-#include "server/openai/responses_handler.h"
-#include "server/openai/url.h"
+#include "gateway/api/anthropic/anthropic_handler.h"
+#include "gateway/api/anthropic/anthropic_messages.h"
+#include "gateway/api/openai/completion_handler.h"
+#include "gateway/api/openai/response_format.h"
+#include "gateway/api/responses/responses_handler.h"
+#include "gateway/http/url.h"
+#include "gateway/http_gateway.h"
 
 namespace tokenmill::gateway {
 

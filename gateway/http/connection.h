@@ -17,13 +17,13 @@
 #include <memory>
 #include <string>
 
-#include "server/openai/backend_pool.h"
-#include "server/openai/client_stream.h"
-#include "server/openai/gateway_metrics.h"
-#include "server/openai/gateway_options.h"
-#include "server/openai/http_error.h"
-#include "server/openai/response_store.h"
-#include "server/openai/upstream_call.h"
+#include "gateway/api/responses/response_store.h"
+#include "gateway/backends/backend_pool.h"
+#include "gateway/backends/upstream_call.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/gateway_options.h"
+#include "gateway/http/client_stream.h"
+#include "gateway/http/http_error.h"
 
 namespace tokenmill::gateway {
 

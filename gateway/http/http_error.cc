@@ -1,4 +1,4 @@
-#include "server/openai/http_error.h"
+#include "gateway/http/http_error.h"
 
 #include <array>
 #include <string_view>

@@ -1,4 +1,4 @@
-#include "server/openai/request_body.h"
+#include "gateway/http/request_body.h"
 
 #include <string>
 

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string_view>
 
-#include "server/openai/http_error.h"
+#include "gateway/http/http_error.h"
 
 namespace tokenmill::gateway {
 

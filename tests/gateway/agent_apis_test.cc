@@ -2,10 +2,10 @@
 // response store's bounds and TTL, the order of a turn's blocks, the request mappings.
 #include <gtest/gtest.h>
 
-#include "server/openai/anthropic_messages.h"
-#include "server/openai/response_store.h"
-#include "server/openai/responses_api.h"
-#include "server/openai/turn_blocks.h"
+#include "gateway/api/anthropic/anthropic_messages.h"
+#include "gateway/api/responses/response_store.h"
+#include "gateway/api/responses/responses_api.h"
+#include "gateway/api/turn_blocks.h"
 
 namespace tokenmill::gateway {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "server/openai/request_body.h"
+#include "gateway/http/request_body.h"
 
 namespace tokenmill::gateway {
 namespace {

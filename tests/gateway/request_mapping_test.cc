@@ -1,7 +1,7 @@
 // OpenAI JSON -> tokenmill.v1 requests: every parameter mapped or refused with its name.
 #include <gtest/gtest.h>
 
-#include "server/openai/request_mapping.h"
+#include "gateway/api/openai/request_mapping.h"
 
 namespace tokenmill::gateway {
 namespace {

@@ -2,9 +2,9 @@
 // and each malformed one refused with a 400 naming its field.
 #include <gtest/gtest.h>
 
-#include "server/openai/request_body.h"
-#include "server/openai/request_mapping.h"
-#include "server/openai/structured_output.h"
+#include "gateway/api/openai/request_mapping.h"
+#include "gateway/api/openai/structured_output.h"
+#include "gateway/http/request_body.h"
 
 namespace tokenmill::gateway {
 namespace {

@@ -8,12 +8,12 @@
 #include <map>
 #include <string>
 
-#include "server/openai/affinity.h"
-#include "server/openai/gateway_options.h"
-#include "server/openai/http_error.h"
-#include "server/openai/http_gateway.h"
-#include "server/openai/response_format.h"
-#include "server/openai/upstream_call.h"
+#include "gateway/api/openai/response_format.h"
+#include "gateway/backends/affinity.h"
+#include "gateway/backends/upstream_call.h"
+#include "gateway/gateway_options.h"
+#include "gateway/http/http_error.h"
+#include "gateway/http_gateway.h"
 
 namespace tokenmill::gateway {
 namespace {

@@ -46,3 +46,18 @@ def test_an_include_without_its_link_fails(tmp_path):
 def test_an_allowed_and_linked_include_passes(tmp_path):
     small_tree(tmp_path, '#include "gguf/gguf.h"\n')
     assert check_layers.check(tmp_path) == []
+
+
+def test_the_gateway_and_its_subfolders_stand_on_proto_and_common_only(tmp_path):
+    write_tree(tmp_path, {
+        "engine/engine.h": "#pragma once\n",
+        "common/status.h": "#pragma once\n",
+        "gateway/CMakeLists.txt": "add_library(tm_gateway http/connection.cc)\n"
+                                  "target_link_libraries(tm_gateway PUBLIC tm_common)\n",
+        "gateway/http/connection.cc": '#include "common/status.h"\n#include "engine/engine.h"\n',
+        "server/server.cc": '#include "gateway/http/connection.h"\n',
+    })
+    assert check_layers.check(tmp_path) == [
+        "gateway/http/connection.cc:2: includes engine/engine.h: gateway/ may not depend on engine/",
+        "server/server.cc:1: includes gateway/http/connection.h: server/ may not depend on gateway/",
+    ]

@@ -1,18 +1,18 @@
-#include "server/openai/anthropic_handler.h"
+#include "gateway/api/anthropic/anthropic_handler.h"
 
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
-#include "server/openai/anthropic_messages.h"
-#include "server/openai/backend_request.h"
-#include "server/openai/chat_generation.h"
-#include "server/openai/request_body.h"
-#include "server/openai/response_format.h"
-#include "server/openai/structured_output.h"
-#include "server/openai/turn_blocks.h"
-#include "server/openai/unary_call.h"
+#include "gateway/api/anthropic/anthropic_messages.h"
+#include "gateway/api/chat_generation.h"
+#include "gateway/api/openai/response_format.h"
+#include "gateway/api/openai/structured_output.h"
+#include "gateway/api/turn_blocks.h"
+#include "gateway/backends/backend_request.h"
+#include "gateway/backends/unary_call.h"
+#include "gateway/http/request_body.h"
 
 namespace tokenmill::gateway {
 

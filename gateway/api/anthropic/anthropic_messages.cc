@@ -1,13 +1,13 @@
-#include "server/openai/anthropic_messages.h"
+#include "gateway/api/anthropic/anthropic_messages.h"
 
 #include <limits>
 #include <map>
 #include <set>
 #include <string_view>
 
-#include "server/openai/json_fields.h"
-#include "server/openai/request_body.h"
-#include "server/openai/tool_calls.h"
+#include "gateway/api/json_fields.h"
+#include "gateway/api/openai/tool_calls.h"
+#include "gateway/http/request_body.h"
 
 namespace tokenmill::gateway {
 

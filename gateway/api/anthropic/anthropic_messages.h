@@ -11,8 +11,8 @@
 #include <string>
 #include <string_view>
 
-#include "server/openai/http_error.h"
-#include "server/openai/request_mapping.h"
+#include "gateway/api/openai/request_mapping.h"
+#include "gateway/http/http_error.h"
 #include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::gateway {

@@ -1,4 +1,4 @@
-#include "server/openai/completion_handler.h"
+#include "gateway/api/openai/completion_handler.h"
 
 #include <spdlog/spdlog.h>
 
@@ -6,12 +6,12 @@
 #include <set>
 #include <variant>
 
-#include "server/openai/backend_request.h"
-#include "server/openai/request_body.h"
-#include "server/openai/response_format.h"
-#include "server/openai/structured_output.h"
-#include "server/openai/tool_calls.h"
-#include "server/openai/unary_call.h"
+#include "gateway/api/openai/response_format.h"
+#include "gateway/api/openai/structured_output.h"
+#include "gateway/api/openai/tool_calls.h"
+#include "gateway/backends/backend_request.h"
+#include "gateway/backends/unary_call.h"
+#include "gateway/http/request_body.h"
 
 namespace tokenmill::gateway {
 

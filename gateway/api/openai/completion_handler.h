@@ -9,8 +9,8 @@
 
 #include <string>
 
-#include "server/openai/connection.h"
-#include "server/openai/request_mapping.h"
+#include "gateway/api/openai/request_mapping.h"
+#include "gateway/http/connection.h"
 
 namespace tokenmill::gateway {
 

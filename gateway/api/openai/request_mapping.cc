@@ -1,13 +1,13 @@
-#include "server/openai/request_mapping.h"
+#include "gateway/api/openai/request_mapping.h"
 
 #include <cmath>
 #include <limits>
 #include <set>
 #include <string_view>
 
-#include "server/openai/json_fields.h"
-#include "server/openai/structured_output.h"
-#include "server/openai/tool_calls.h"
+#include "gateway/api/json_fields.h"
+#include "gateway/api/openai/structured_output.h"
+#include "gateway/api/openai/tool_calls.h"
 
 namespace tokenmill::gateway {
 

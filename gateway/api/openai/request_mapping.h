@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "server/openai/http_error.h"
+#include "gateway/http/http_error.h"
 #include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::gateway {

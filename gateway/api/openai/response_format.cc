@@ -1,6 +1,6 @@
-#include "server/openai/response_format.h"
+#include "gateway/api/openai/response_format.h"
 
-#include "server/openai/tool_calls.h"
+#include "gateway/api/openai/tool_calls.h"
 
 namespace tokenmill::gateway {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "server/openai/request_mapping.h"
+#include "gateway/api/openai/request_mapping.h"
 #include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::gateway {

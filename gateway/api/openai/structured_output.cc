@@ -1,8 +1,8 @@
-#include "server/openai/structured_output.h"
+#include "gateway/api/openai/structured_output.h"
 
 #include <vector>
 
-#include "server/openai/request_body.h"
+#include "gateway/http/request_body.h"
 
 namespace tokenmill::gateway {
 

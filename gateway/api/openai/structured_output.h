@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "server/openai/http_error.h"
+#include "gateway/http/http_error.h"
 #include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::gateway {

@@ -1,4 +1,4 @@
-#include "server/openai/tool_calls.h"
+#include "gateway/api/openai/tool_calls.h"
 
 #include <algorithm>
 

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "server/openai/http_error.h"
+#include "gateway/http/http_error.h"
 #include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::gateway {

@@ -1,4 +1,4 @@
-#include "server/openai/response_store.h"
+#include "gateway/api/responses/response_store.h"
 
 namespace tokenmill::gateway {
 

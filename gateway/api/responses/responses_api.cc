@@ -1,4 +1,4 @@
-#include "server/openai/responses_api.h"
+#include "gateway/api/responses/responses_api.h"
 
 #include <algorithm>
 #include <charconv>
@@ -6,10 +6,10 @@
 #include <set>
 #include <string_view>
 
-#include "server/openai/json_fields.h"
-#include "server/openai/request_body.h"
-#include "server/openai/tool_calls.h"
-#include "server/openai/url.h"
+#include "gateway/api/json_fields.h"
+#include "gateway/api/openai/tool_calls.h"
+#include "gateway/http/request_body.h"
+#include "gateway/http/url.h"
 
 namespace tokenmill::gateway {
 

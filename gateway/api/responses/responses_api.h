@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "server/openai/http_error.h"
-#include "server/openai/turn_blocks.h"
+#include "gateway/api/turn_blocks.h"
+#include "gateway/http/http_error.h"
 #include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::gateway {

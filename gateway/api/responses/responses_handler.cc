@@ -1,20 +1,20 @@
-#include "server/openai/responses_handler.h"
+#include "gateway/api/responses/responses_handler.h"
 
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
-#include "server/openai/backend_request.h"
-#include "server/openai/chat_generation.h"
-#include "server/openai/json_fields.h"
-#include "server/openai/request_body.h"
-#include "server/openai/request_mapping.h"
-#include "server/openai/response_format.h"
-#include "server/openai/responses_api.h"
-#include "server/openai/structured_output.h"
-#include "server/openai/tool_calls.h"
-#include "server/openai/turn_blocks.h"
+#include "gateway/api/chat_generation.h"
+#include "gateway/api/json_fields.h"
+#include "gateway/api/openai/request_mapping.h"
+#include "gateway/api/openai/response_format.h"
+#include "gateway/api/openai/structured_output.h"
+#include "gateway/api/openai/tool_calls.h"
+#include "gateway/api/responses/responses_api.h"
+#include "gateway/api/turn_blocks.h"
+#include "gateway/backends/backend_request.h"
+#include "gateway/http/request_body.h"
 
 namespace tokenmill::gateway {
 

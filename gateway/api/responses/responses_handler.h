@@ -8,7 +8,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
-#include "server/openai/connection.h"
+#include "gateway/http/connection.h"
 
 namespace tokenmill::gateway {
 
