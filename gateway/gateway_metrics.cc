@@ -32,17 +32,6 @@ std::string Number(double value) {
 
 }  // namespace
 
-std::string GatewayMetrics::RouteLabel(std::string_view path) {
-  static constexpr std::array<std::string_view, 8> kRoutes = {
-      "/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
-      "/metrics",        "/tokenize",            "/detokenize", "/v1/models/"};
-  for (const std::string_view route : kRoutes) {
-    if (path == route) return std::string(route);
-  }
-  if (path.substr(0, 11) == "/v1/models/") return "/v1/models/{model}";
-  return "other";
-}
-
 void GatewayMetrics::RequestFinished(const std::string& route, int status, double seconds) {
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard lock(mutex_);

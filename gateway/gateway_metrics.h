@@ -16,10 +16,8 @@ namespace tokenmill::gateway {
 
 class GatewayMetrics {
  public:
-  // Routes outside this list are counted as "other" (the label set stays bounded).
-  static std::string RouteLabel(std::string_view path);
-
   void RequestStarted() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
+  // `route`: the route's label (routes.h).
   void RequestFinished(const std::string& route, int status, double seconds);
   // Backend responses read and not yet written to their clients (all requests), the most
   // one request held, and how often a Generate stream paused because its client was slow.

@@ -16,7 +16,7 @@
 #include <random>
 #include <thread>
 
-#include "gateway/api/openai/completion_handler.h"
+#include "gateway/gateway_context.h"
 #include "gateway/http/client_stream.h"
 #include "gateway/http/connection.h"
 

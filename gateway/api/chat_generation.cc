@@ -4,20 +4,22 @@
 
 #include "gateway/api/openai/structured_output.h"
 #include "gateway/backends/backend_request.h"
+#include "gateway/gateway_context.h"
 
 namespace tokenmill::gateway {
 
 namespace asio = boost::asio;
 
 asio::awaitable<std::variant<std::unique_ptr<ChatGeneration>, HttpError>> ChatGeneration::Start(
-    Connection& connection, Params params) {
-  GatewayContext& context = connection.context();
-  std::variant<Backend*, HttpError> routed = Route(context, params.model, params.affinity_key);
+    HttpExchange& exchange, Params params) {
+  GatewayContext& context = exchange.context();
+  std::variant<Backend*, HttpError> routed =
+      PickBackend(context.pool, params.model, params.affinity_key);
   if (auto* refused = std::get_if<HttpError>(&routed)) co_return std::move(*refused);
   Backend& backend = *std::get<Backend*>(routed);
   const std::optional<v1::ModelInfo> info = backend.model_info();
   std::unique_ptr<ChatGeneration> generation(new ChatGeneration(
-      connection, info ? context.pool.ModelNameOf(*info) : params.model,
+      exchange, info ? context.pool.ModelNameOf(*info) : params.model,
       std::move(params.structured_output_param)));
   if (!params.generate.has_max_tokens()) {
     co_await DefaultChatMaxTokens(backend, params.generate);
@@ -27,7 +29,7 @@ asio::awaitable<std::variant<std::unique_ptr<ChatGeneration>, HttpError>> ChatGe
   generation->events_ = std::make_shared<EventQueue>(executor, context.metrics);
   generation->call_ = GenerateCall::Start(backend, std::move(params.generate),
                                           generation->events_, 0, context.calls);
-  connection.WatchForClose(generation->events_);
+  exchange.WatchForClose(generation->events_);
   co_return std::move(generation);
 }
 
@@ -60,8 +62,8 @@ asio::awaitable<std::optional<v1::GenerateResponse>> ChatGeneration::Next() {
         co_return std::move(event.response);
     }
   }
-  co_await connection_.StopWatching();
-  if (client_gone_) connection_.CloseAfterResponse();
+  co_await exchange_.StopWatching();
+  if (client_gone_) exchange_.CloseAfterResponse();
   co_return std::nullopt;
 }
 

@@ -14,7 +14,7 @@
 #include <variant>
 
 #include "gateway/backends/upstream_call.h"
-#include "gateway/http/connection.h"
+#include "gateway/http/http_exchange.h"
 #include "gateway/http/http_error.h"
 #include "tokenmill/v1/inference.pb.h"
 
@@ -34,7 +34,7 @@ class ChatGeneration {
   // Routes the request (503 no backend, 404 unknown model), gives a chat without max_tokens
   // the rest of the context and starts the call, watching the client's socket.
   static boost::asio::awaitable<std::variant<std::unique_ptr<ChatGeneration>, HttpError>> Start(
-      Connection& connection, Params params);
+      HttpExchange& exchange, Params params);
 
   // The backend's name for the model that answers.
   const std::string& model() const { return model_; }
@@ -50,12 +50,12 @@ class ChatGeneration {
   const std::optional<HttpError>& failure() const { return failure_; }
 
  private:
-  ChatGeneration(Connection& connection, std::string model, std::string structured_output_param)
-      : connection_(connection),
+  ChatGeneration(HttpExchange& exchange, std::string model, std::string structured_output_param)
+      : exchange_(exchange),
         model_(std::move(model)),
         structured_output_param_(std::move(structured_output_param)) {}
 
-  Connection& connection_;
+  HttpExchange& exchange_;
   std::string model_;
   std::string structured_output_param_;
   std::shared_ptr<EventQueue> events_;

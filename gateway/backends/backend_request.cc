@@ -33,9 +33,9 @@ HttpError ModelNotFound(const std::string& model) {
   return error;
 }
 
-std::variant<Backend*, HttpError> Route(GatewayContext& context, const std::string& model,
-                                        std::string_view affinity_key) {
-  const BackendChoice choice = context.pool.Choose(model, affinity_key);
+std::variant<Backend*, HttpError> PickBackend(BackendPool& pool, const std::string& model,
+                                              std::string_view affinity_key) {
+  const BackendChoice choice = pool.Choose(model, affinity_key);
   if (choice.backend != nullptr) return choice.backend;
   if (!choice.any_healthy) return NoBackend();
   return ModelNotFound(model);

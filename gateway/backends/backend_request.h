@@ -16,7 +16,7 @@
 #include <string_view>
 #include <variant>
 
-#include "gateway/http/connection.h"
+#include "gateway/backends/backend_pool.h"
 #include "gateway/http/http_error.h"
 #include "tokenmill/v1/inference.pb.h"
 
@@ -36,8 +36,8 @@ std::optional<HttpError> TooLargeForBackend(const google::protobuf::MessageLite&
 HttpError ModelNotFound(const std::string& model);
 
 // The backend for a request, or the error to answer (503 none ready, 404 unknown model).
-std::variant<Backend*, HttpError> Route(GatewayContext& context, const std::string& model,
-                                        std::string_view affinity_key);
+std::variant<Backend*, HttpError> PickBackend(BackendPool& pool, const std::string& model,
+                                              std::string_view affinity_key);
 
 // Chat requests without max_tokens may use the rest of the context, as OpenAI's do: the
 // prompt's length comes from the backend's tokenizer.

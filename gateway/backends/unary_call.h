@@ -15,8 +15,9 @@
 #include <variant>
 
 #include "gateway/backends/backend_request.h"
-#include "gateway/http/connection.h"
+#include "gateway/gateway_context.h"
 #include "gateway/http/http_error.h"
+#include "gateway/http/http_exchange.h"
 #include "gateway/http/request_body.h"
 
 namespace tokenmill::gateway {
@@ -35,7 +36,7 @@ struct UnaryCall {
 };
 
 template <typename Call, typename Response>
-boost::asio::awaitable<void> HandleUnaryCall(Connection& connection, const HttpRequest& request,
+boost::asio::awaitable<void> HandleUnaryCall(HttpExchange& exchange, const HttpRequest& request,
                                              UnaryCall<Call, Response> route) {
   Call call;
   {
@@ -44,13 +45,14 @@ boost::asio::awaitable<void> HandleUnaryCall(Connection& connection, const HttpR
     if (!error) error = route.parse(body, call);
     if (!error) error = TooLargeForBackend(call.request);
     if (error) {
-      co_await connection.WriteError(request, *error);
+      co_await exchange.WriteError(request, *error);
       co_return;
     }
   }
-  std::variant<Backend*, HttpError> routed = Route(connection.context(), call.model, "");
+  std::variant<Backend*, HttpError> routed =
+      PickBackend(exchange.context().pool, call.model, "");
   if (auto* refused = std::get_if<HttpError>(&routed)) {
-    co_await connection.WriteError(request, *refused);
+    co_await exchange.WriteError(request, *refused);
     co_return;
   }
   Backend& backend = *std::get<Backend*>(routed);
@@ -61,11 +63,11 @@ boost::asio::awaitable<void> HandleUnaryCall(Connection& connection, const HttpR
     if (refused.status == 400 && *route.refused_param != '\0') {
       refused.param = route.refused_param;
     }
-    co_await connection.WriteError(request, refused);
+    co_await exchange.WriteError(request, refused);
     co_return;
   }
   const nlohmann::json answer = route.answer(backend, response);
-  co_await connection.WriteJson(request, 200, answer);
+  co_await exchange.WriteJson(request, 200, answer);
 }
 
 }  // namespace tokenmill::gateway

@@ -3,20 +3,12 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
-#include <cctype>
 #include <chrono>
-#include <cstdio>
 #include <exception>
 #include <string>
 
 #include "common/bearer_token.h"
-#include "gateway/api/anthropic/anthropic_handler.h"
-#include "gateway/api/anthropic/anthropic_messages.h"
-#include "gateway/api/openai/completion_handler.h"
 #include "gateway/api/openai/response_format.h"
-#include "gateway/api/responses/responses_handler.h"
-#include "gateway/http/url.h"
-#include "gateway/http_gateway.h"
 
 namespace tokenmill::gateway {
 
@@ -42,9 +34,8 @@ std::string_view Path(const HttpRequest& request) {
   return target.substr(0, target.find('?'));
 }
 
-// Anthropic's clients parse errors in Anthropic's shape.
-ErrorFormat ErrorFormatOf(std::string_view path) {
-  return path.starts_with("/v1/messages") ? ErrorFormat::kAnthropic : ErrorFormat::kOpenAI;
+ErrorDialect DialectOf(const RouteMatch& match) {
+  return match.route != nullptr ? match.route->errors : ErrorDialect::kOpenAI;
 }
 
 }  // namespace
@@ -62,14 +53,6 @@ asio::awaitable<void> ServeConnection(std::shared_ptr<Connection> connection) {
   } catch (const std::exception& e) {
     spdlog::error("closing a connection after an unexpected error: {}", e.what());
   }
-}
-
-std::string Connection::NewId(std::string_view prefix) {
-  char counter[32];
-  std::snprintf(counter, sizeof(counter), "%012llx",
-                static_cast<unsigned long long>(
-                    context_.next_id.fetch_add(1, std::memory_order_relaxed)));
-  return std::string(prefix) + "-" + context_.id_prefix + counter;
 }
 
 asio::awaitable<void> Connection::Run() {
@@ -106,10 +89,11 @@ asio::awaitable<bool> Connection::HandleOne() {
     context_.metrics.RequestStarted();
     keep_alive_ = false;
     HttpRequest head = parser.release();
-    error_format_ = ErrorFormatOf(Path(head));
+    const RouteMatch match = FindRoute(Path(head));
+    error_dialect_ = DialectOf(match);
     co_await WriteError(head, PayloadTooLarge(context_.max_body_bytes));
     co_await DiscardInput();
-    context_.metrics.RequestFinished(GatewayMetrics::RouteLabel(Path(head)), 413,
+    context_.metrics.RequestFinished(std::string(MetricsLabel(match.route)), 413,
                                      std::chrono::duration<double>(
                                          std::chrono::steady_clock::now() - started)
                                          .count());
@@ -133,12 +117,13 @@ asio::awaitable<bool> Connection::HandleOne() {
   keep_alive_ = request.keep_alive();
   context_.metrics.RequestStarted();
   last_status_ = 0;
-  error_format_ = ErrorFormatOf(Path(request));
+  const RouteMatch match = FindRoute(Path(request));
+  error_dialect_ = DialectOf(match);
   // A handler's bug must not drop the connection without a word: answer 500 (when nothing
   // was sent yet), log it and close.
   std::string failure;
   try {
-    co_await Dispatch(request);
+    co_await Dispatch(request, match);
   } catch (const std::exception& e) {
     failure = e.what();
   }
@@ -153,7 +138,7 @@ asio::awaitable<bool> Connection::HandleOne() {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  context_.metrics.RequestFinished(GatewayMetrics::RouteLabel(Path(request)), last_status_,
+  context_.metrics.RequestFinished(std::string(MetricsLabel(match.route)), last_status_,
                                    seconds);
   spdlog::debug("{} {} -> {} in {:.3f} s", std::string(request.method_string()),
                 std::string(Path(request)), last_status_, seconds);
@@ -174,120 +159,26 @@ bool Connection::Authorized(const HttpRequest& request) const {
                             key);
 }
 
-asio::awaitable<void> Connection::Dispatch(const HttpRequest& request) {
+asio::awaitable<void> Connection::Dispatch(const HttpRequest& request, const RouteMatch& match) {
   const std::string_view path = Path(request);
-  const http::verb method = request.method();
-  const auto allow = [&](http::verb wanted) { return method == wanted; };
-  const auto method_not_allowed = [&]() -> HttpError {
-    return MakeError(405,
-                     "method " + std::string(request.method_string()) + " is not allowed on " +
-                         std::string(path),
-                     "invalid_request_error", "", "method_not_allowed");
-  };
-
-  if (path == "/health") {
-    if (!allow(http::verb::get)) {
-      co_await WriteError(request, method_not_allowed());
-    } else {
-      // (GCC 12 miscompiles braced JSON literals inside a co_await expression.)
-      const bool ready = context_.pool.AnyHealthy();
-      const json status = {{"status", ready ? "ok" : "no backend is ready"}};
-      co_await WriteJson(request, ready ? 200 : 503, status, ready ? 0 : 1);
-    }
-    co_return;
-  }
-  if (path == "/metrics") {
-    if (!allow(http::verb::get)) {
-      co_await WriteError(request, method_not_allowed());
-    } else {
-      co_await WriteText(request, 200, context_.metrics.Render(context_.pool),
-                         "text/plain; version=0.0.4; charset=utf-8");
-    }
-    co_return;
-  }
-
-  enum class Route {
-    kNone, kCompletions, kChat, kModels, kModel, kTokenize, kDetokenize, kMessages,
-    kCountTokens, kResponses, kStoredResponse, kInputItems
-  };
-  Route route = Route::kNone;
-  http::verb wanted = http::verb::post;
-  if (path == "/v1/completions") route = Route::kCompletions;
-  if (path == "/v1/chat/completions") route = Route::kChat;
-  if (path == "/tokenize") route = Route::kTokenize;
-  if (path == "/detokenize") route = Route::kDetokenize;
-  if (path == "/v1/messages") route = Route::kMessages;
-  if (path == "/v1/messages/count_tokens") route = Route::kCountTokens;
-  if (path == "/v1/responses") route = Route::kResponses;
-  if (path == "/v1/models") route = Route::kModels, wanted = http::verb::get;
-  if (path.size() > 11 && path.substr(0, 11) == "/v1/models/") {
-    route = Route::kModel, wanted = http::verb::get;
-  }
-  constexpr std::string_view kStoredResponses = "/v1/responses/";
-  constexpr std::string_view kInputItemsSuffix = "/input_items";
-  std::string_view response_id = path.substr(std::min(path.size(), kStoredResponses.size()));
-  if (path.starts_with(kStoredResponses) && response_id.ends_with(kInputItemsSuffix)) {
-    response_id.remove_suffix(kInputItemsSuffix.size());
-    if (!response_id.empty() && response_id.find('/') == std::string_view::npos) {
-      route = Route::kInputItems, wanted = http::verb::get;
-    }
-  } else if (path.starts_with(kStoredResponses) && !response_id.empty() &&
-             response_id.find('/') == std::string_view::npos) {
-    // GET or DELETE.
-    route = Route::kStoredResponse;
-    wanted = method == http::verb::delete_ ? http::verb::delete_ : http::verb::get;
-  }
-  if (route == Route::kNone) {
+  if (match.route == nullptr) {
     co_await WriteError(request, NotFound("Unknown route: " + std::string(request.method_string()) +
                                               " " + std::string(path),
                                           "unknown_route"));
     co_return;
   }
-  if (!allow(wanted)) {
-    co_await WriteError(request, method_not_allowed());
+  if (!Allows(*match.route, request.method())) {
+    co_await WriteError(request, MakeError(405,
+                                           "method " + std::string(request.method_string()) +
+                                               " is not allowed on " + std::string(path),
+                                           "invalid_request_error", "", "method_not_allowed"));
     co_return;
   }
-  if (!Authorized(request)) {
+  if (match.route->needs_key && !Authorized(request)) {
     co_await WriteError(request, Unauthorized());
     co_return;
   }
-  switch (route) {
-    case Route::kCompletions:
-      co_await HandleCompletion(*this, request, Endpoint::kCompletions);
-      break;
-    case Route::kChat:
-      co_await HandleCompletion(*this, request, Endpoint::kChatCompletions);
-      break;
-    case Route::kModels:
-      co_await HandleModels(*this, request, "");
-      break;
-    case Route::kModel:
-      co_await HandleModels(*this, request, PercentDecode(path.substr(11)));
-      break;
-    case Route::kTokenize:
-      co_await HandleTokenize(*this, request);
-      break;
-    case Route::kDetokenize:
-      co_await HandleDetokenize(*this, request);
-      break;
-    case Route::kMessages:
-      co_await HandleMessages(*this, request);
-      break;
-    case Route::kCountTokens:
-      co_await HandleCountTokens(*this, request);
-      break;
-    case Route::kResponses:
-      co_await HandleResponses(*this, request);
-      break;
-    case Route::kStoredResponse:
-      co_await HandleStoredResponse(*this, request, PercentDecode(response_id));
-      break;
-    case Route::kInputItems:
-      co_await HandleInputItems(*this, request, PercentDecode(response_id));
-      break;
-    case Route::kNone:
-      break;
-  }
+  co_await match.route->handler(*this, request, match.value);
 }
 
 asio::awaitable<bool> Connection::Write(http::response<http::string_body>& response) {
@@ -324,12 +215,8 @@ asio::awaitable<bool> Connection::WriteError(const HttpRequest& request, const H
     spdlog::warn("{} {}: {} {}", std::string(request.method_string()),
                  std::string(Path(request)), error.status, error.message);
   }
-  if (error_format_ == ErrorFormat::kAnthropic) {
-    const AnthropicError anthropic = ToAnthropicError(error);
-    co_return co_await WriteJson(request, anthropic.status, anthropic.body,
-                                 error.retry_after_seconds);
-  }
-  co_return co_await WriteJson(request, error.status, error.ToJson(), error.retry_after_seconds);
+  const ErrorResponse response = RenderError(error_dialect_, error);
+  co_return co_await WriteJson(request, response.status, response.body, error.retry_after_seconds);
 }
 
 asio::awaitable<bool> Connection::StartEventStream(const HttpRequest& request) {

@@ -12,6 +12,7 @@
 #include "gateway/api/turn_blocks.h"
 #include "gateway/backends/backend_request.h"
 #include "gateway/backends/unary_call.h"
+#include "gateway/gateway_context.h"
 #include "gateway/http/request_body.h"
 
 namespace tokenmill::gateway {
@@ -66,28 +67,28 @@ json ContentJson(const TurnBlocks& turn) {
 // and message_stop. Each returns false when the client is gone.
 class MessageStream {
  public:
-  MessageStream(Connection& connection, const HttpRequest& request, const std::string& id,
+  MessageStream(HttpExchange& exchange, const HttpRequest& request, const std::string& id,
                 const std::string& model, const TurnBlocks& turn)
-      : connection_(connection), request_(request), id_(id), model_(model), turn_(turn) {}
+      : exchange_(exchange), request_(request), id_(id), model_(model), turn_(turn) {}
 
   bool started() const { return started_; }
 
   // `usage`: the prompt's counts, as the first response brought them.
   asio::awaitable<bool> Start(const TokenUsage& usage) {
     started_ = true;
-    if (!co_await connection_.StartEventStream(request_)) co_return false;
+    if (!co_await exchange_.StartEventStream(request_)) co_return false;
     const json start = {
         {"type", "message_start"},
         {"message", MessageJson(id_, model_, json::array(), std::nullopt, usage)}};
     const json ping = {{"type", "ping"}};
-    co_return co_await connection_.WriteEventChunk(SseNamedEvent(start) + SseNamedEvent(ping));
+    co_return co_await exchange_.WriteEventChunk(SseNamedEvent(start) + SseNamedEvent(ping));
   }
 
   asio::awaitable<bool> Blocks(const std::vector<TurnBlocks::Event>& events) {
     std::string chunk;
     for (const TurnBlocks::Event& event : events) chunk += EventText(event);
     if (chunk.empty()) co_return true;
-    co_return co_await connection_.WriteEventChunk(chunk);
+    co_return co_await exchange_.WriteEventChunk(chunk);
   }
 
   asio::awaitable<bool> Finish(const StopReason& stop, const TokenUsage& usage) {
@@ -105,14 +106,14 @@ class MessageStream {
         {"type", "message_delta"}, {"delta", delta}, {"usage", AnthropicUsage(usage)}};
     const json message_stop = {{"type", "message_stop"}};
     chunk += SseNamedEvent(message_delta) + SseNamedEvent(message_stop);
-    if (!co_await connection_.WriteEventChunk(chunk)) co_return false;
-    co_return co_await connection_.EndEventStream();
+    if (!co_await exchange_.WriteEventChunk(chunk)) co_return false;
+    co_return co_await exchange_.EndEventStream();
   }
 
   // A failure after the stream began: Anthropic's error event ends it.
   asio::awaitable<void> Fail(const HttpError& error) {
-    if (co_await connection_.WriteEventChunk(SseNamedEvent(ToAnthropicError(error).body))) {
-      co_await connection_.EndEventStream();
+    if (co_await exchange_.WriteEventChunk(SseNamedEvent(ToAnthropicError(error).body))) {
+      co_await exchange_.EndEventStream();
     }
   }
 
@@ -139,7 +140,7 @@ class MessageStream {
     return SseNamedEvent(data);
   }
 
-  Connection& connection_;
+  HttpExchange& exchange_;
   const HttpRequest& request_;
   const std::string& id_;
   const std::string& model_;
@@ -150,7 +151,7 @@ class MessageStream {
 
 }  // namespace
 
-asio::awaitable<void> HandleMessages(Connection& connection, const HttpRequest& request) {
+asio::awaitable<void> HandleMessages(HttpExchange& exchange, const HttpRequest& request) {
   MessagesRequest parsed;
   {
     json body;
@@ -163,11 +164,11 @@ asio::awaitable<void> HandleMessages(Connection& connection, const HttpRequest& 
       error = TooLargeForBackend(parsed.generate, kRequestIdBytes);
     }
     if (error) {
-      co_await connection.WriteError(request, *error);
+      co_await exchange.WriteError(request, *error);
       co_return;
     }
   }
-  const std::string id = connection.NewId("msg");
+  const std::string id = exchange.context().NewId("msg");
   const bool stream = parsed.stream;
   ChatGeneration::Params params;
   params.generate = std::move(parsed.generate);
@@ -175,15 +176,15 @@ asio::awaitable<void> HandleMessages(Connection& connection, const HttpRequest& 
   params.affinity_key = parsed.affinity_key;
   params.request_id = id;
   params.structured_output_param = parsed.structured_output_param;
-  auto started = co_await ChatGeneration::Start(connection, std::move(params));
+  auto started = co_await ChatGeneration::Start(exchange, std::move(params));
   if (auto* refused = std::get_if<HttpError>(&started)) {
-    co_await connection.WriteError(request, *refused);
+    co_await exchange.WriteError(request, *refused);
     co_return;
   }
   ChatGeneration& generation = *std::get<std::unique_ptr<ChatGeneration>>(started);
 
   TurnBlocks turn;
-  MessageStream events(connection, request, id, generation.model(), turn);
+  MessageStream events(exchange, request, id, generation.model(), turn);
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   std::string stop_string;
   TokenUsage usage;
@@ -219,7 +220,7 @@ asio::awaitable<void> HandleMessages(Connection& connection, const HttpRequest& 
     co_return;
   }
   if (failure) {
-    co_await connection.WriteError(request, *failure);
+    co_await exchange.WriteError(request, *failure);
     co_return;
   }
   const StopReason stop = AnthropicStopReason(finish, stop_string);
@@ -229,14 +230,14 @@ asio::awaitable<void> HandleMessages(Connection& connection, const HttpRequest& 
     if (co_await events.Start(usage)) co_await events.Finish(stop, usage);
     co_return;
   }
-  co_await connection.WriteJson(request, 200,
+  co_await exchange.WriteJson(request, 200,
                                 MessageJson(id, generation.model(), ContentJson(turn), stop,
                                             usage));
 }
 
-asio::awaitable<void> HandleCountTokens(Connection& connection, const HttpRequest& request) {
+asio::awaitable<void> HandleCountTokens(HttpExchange& exchange, const HttpRequest& request) {
   co_await HandleUnaryCall(
-      connection, request,
+      exchange, request,
       UnaryCall<TokenizeCall, v1::TokenizeResponse>{
           .parse = ParseCountTokensRequest,
           .send = AwaitTokenize,

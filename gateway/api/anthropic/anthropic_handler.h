@@ -7,12 +7,12 @@
 
 #include <boost/asio/awaitable.hpp>
 
-#include "gateway/http/connection.h"
+#include "gateway/http/http_exchange.h"
 
 namespace tokenmill::gateway {
 
-boost::asio::awaitable<void> HandleMessages(Connection& connection, const HttpRequest& request);
-boost::asio::awaitable<void> HandleCountTokens(Connection& connection,
+boost::asio::awaitable<void> HandleMessages(HttpExchange& exchange, const HttpRequest& request);
+boost::asio::awaitable<void> HandleCountTokens(HttpExchange& exchange,
                                                const HttpRequest& request);
 
 }  // namespace tokenmill::gateway

@@ -11,6 +11,7 @@
 #include "gateway/api/openai/tool_calls.h"
 #include "gateway/backends/backend_request.h"
 #include "gateway/backends/unary_call.h"
+#include "gateway/gateway_context.h"
 #include "gateway/http/request_body.h"
 
 namespace tokenmill::gateway {
@@ -110,17 +111,18 @@ struct PromptUsage {
 
 }  // namespace
 
-asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest& request,
+asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest& request,
                                        Endpoint endpoint) {
-  GatewayContext& context = connection.context();
+  GatewayContext& context = exchange.context();
   CompletionRequest parsed;
   if (const std::optional<HttpError> error = MapCompletionBody(request, endpoint, parsed)) {
-    co_await connection.WriteError(request, *error);
+    co_await exchange.WriteError(request, *error);
     co_return;
   }
-  std::variant<Backend*, HttpError> routed = Route(context, parsed.model, parsed.affinity_key);
+  std::variant<Backend*, HttpError> routed =
+      PickBackend(context.pool, parsed.model, parsed.affinity_key);
   if (auto* refused = std::get_if<HttpError>(&routed)) {
-    co_await connection.WriteError(request, *refused);
+    co_await exchange.WriteError(request, *refused);
     co_return;
   }
   Backend& backend = *std::get<Backend*>(routed);
@@ -128,7 +130,7 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
   const bool chat = endpoint == Endpoint::kChatCompletions;
   ResponseHeader header;
   header.endpoint = endpoint;
-  header.id = connection.NewId(chat ? "chatcmpl" : "cmpl");
+  header.id = exchange.context().NewId(chat ? "chatcmpl" : "cmpl");
   header.created = UnixSeconds();
   {
     const std::optional<v1::ModelInfo> info = backend.model_info();
@@ -148,7 +150,7 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
     calls.push_back(GenerateCall::Start(backend, std::move(parsed.generates[i]), events, i,
                                         context.calls));
   }
-  connection.WatchForClose(events);
+  exchange.WatchForClose(events);
   const auto cancel_all = [&calls] {
     for (const std::shared_ptr<GenerateCall>& call : calls) call->Cancel();
   };
@@ -217,7 +219,7 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
     if (!has_content && started[choice_index]) continue;
     if (!stream_started) {
       stream_started = true;
-      if (!co_await connection.StartEventStream(request)) {
+      if (!co_await exchange.StartEventStream(request)) {
         client_gone = true;
         cancel_all();
         continue;
@@ -229,15 +231,15 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
                            logprobs_json, choice.finish_reason, !started[choice_index]);
     if (chat) AddParsedDelta(response, chunk);
     started[choice_index] = true;
-    if (!co_await connection.WriteEventChunk(SseEvent(chunk))) {
+    if (!co_await exchange.WriteEventChunk(SseEvent(chunk))) {
       client_gone = true;
       cancel_all();
     }
   }
-  co_await connection.StopWatching();
+  co_await exchange.StopWatching();
 
   if (client_gone) {
-    connection.CloseAfterResponse();
+    exchange.CloseAfterResponse();
     co_return;
   }
   uint64_t prompt_tokens = 0;
@@ -252,34 +254,34 @@ asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest
 
   if (!parsed.stream || !stream_started) {
     if (failure) {
-      co_await connection.WriteError(request, *failure);
+      co_await exchange.WriteError(request, *failure);
     } else if (!parsed.stream) {
-      co_await connection.WriteJson(request, 200,
+      co_await exchange.WriteJson(request, 200,
                                     CompletionJson(header, choices, parsed.logprobs, usage));
     } else {
       // Every sequence ended without a response (cannot happen with a sane server): still
       // a well-formed stream.
-      if (co_await connection.StartEventStream(request)) {
-        co_await connection.WriteEventChunk(SseDone());
-        co_await connection.EndEventStream();
+      if (co_await exchange.StartEventStream(request)) {
+        co_await exchange.WriteEventChunk(SseDone());
+        co_await exchange.EndEventStream();
       }
     }
     co_return;
   }
   // The stream has begun: a late failure can only be an event.
   if (failure) {
-    co_await connection.WriteEventChunk(SseEvent(failure->ToJson()));
+    co_await exchange.WriteEventChunk(SseEvent(failure->ToJson()));
   } else if (parsed.include_usage) {
-    co_await connection.WriteEventChunk(SseEvent(UsageChunkJson(header, usage)));
+    co_await exchange.WriteEventChunk(SseEvent(UsageChunkJson(header, usage)));
   }
-  if (co_await connection.WriteEventChunk(SseDone())) co_await connection.EndEventStream();
+  if (co_await exchange.WriteEventChunk(SseDone())) co_await exchange.EndEventStream();
 }
 
-asio::awaitable<void> HandleModels(Connection& connection, const HttpRequest& request,
+asio::awaitable<void> HandleModels(HttpExchange& exchange, const HttpRequest& request,
                                    std::string model_id) {
-  GatewayContext& context = connection.context();
+  GatewayContext& context = exchange.context();
   if (!context.pool.AnyHealthy()) {
-    co_await connection.WriteError(request, NoBackend());
+    co_await exchange.WriteError(request, NoBackend());
     co_return;
   }
   json data = json::array();
@@ -296,18 +298,18 @@ asio::awaitable<void> HandleModels(Connection& connection, const HttpRequest& re
                   {"owned_by", "tokenmill"},
                   {"max_model_len", info->max_model_len()}};
     if (!model_id.empty() && model_id == name) {
-      co_await connection.WriteJson(request, 200, model);
+      co_await exchange.WriteJson(request, 200, model);
       co_return;
     }
     data.push_back(std::move(model));
   }
   if (!model_id.empty()) {
-    co_await connection.WriteError(request, ModelNotFound(model_id));
+    co_await exchange.WriteError(request, ModelNotFound(model_id));
     co_return;
   }
   // (GCC 12 miscompiles braced JSON literals inside a co_await expression: build them first.)
   const json list = {{"object", "list"}, {"data", data}};
-  co_await connection.WriteJson(request, 200, list);
+  co_await exchange.WriteJson(request, 200, list);
 }
 
 namespace {
@@ -329,8 +331,8 @@ json DetokenizeAnswer(Backend&, const v1::DetokenizeResponse& response) {
 
 }  // namespace
 
-asio::awaitable<void> HandleTokenize(Connection& connection, const HttpRequest& request) {
-  co_await HandleUnaryCall(connection, request,
+asio::awaitable<void> HandleTokenize(HttpExchange& exchange, const HttpRequest& request) {
+  co_await HandleUnaryCall(exchange, request,
                            UnaryCall<TokenizeCall, v1::TokenizeResponse>{
                                .parse = ParseTokenizeRequest,
                                .send = AwaitTokenize,
@@ -338,9 +340,9 @@ asio::awaitable<void> HandleTokenize(Connection& connection, const HttpRequest& 
                                .refused_param = ""});
 }
 
-asio::awaitable<void> HandleDetokenize(Connection& connection, const HttpRequest& request) {
+asio::awaitable<void> HandleDetokenize(HttpExchange& exchange, const HttpRequest& request) {
   // The server names its own field (token_ids); here the ids came as `tokens`.
-  co_await HandleUnaryCall(connection, request,
+  co_await HandleUnaryCall(exchange, request,
                            UnaryCall<DetokenizeCall, v1::DetokenizeResponse>{
                                .parse = ParseDetokenizeRequest,
                                .send = AwaitDetokenize,

@@ -10,17 +10,17 @@
 #include <string>
 
 #include "gateway/api/openai/request_mapping.h"
-#include "gateway/http/connection.h"
+#include "gateway/http/http_exchange.h"
 
 namespace tokenmill::gateway {
 
-boost::asio::awaitable<void> HandleCompletion(Connection& connection, const HttpRequest& request,
+boost::asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest& request,
                                               Endpoint endpoint);
 // `model_id` empty: the list; otherwise that model or 404.
-boost::asio::awaitable<void> HandleModels(Connection& connection, const HttpRequest& request,
+boost::asio::awaitable<void> HandleModels(HttpExchange& exchange, const HttpRequest& request,
                                           std::string model_id);
-boost::asio::awaitable<void> HandleTokenize(Connection& connection, const HttpRequest& request);
-boost::asio::awaitable<void> HandleDetokenize(Connection& connection,
+boost::asio::awaitable<void> HandleTokenize(HttpExchange& exchange, const HttpRequest& request);
+boost::asio::awaitable<void> HandleDetokenize(HttpExchange& exchange,
                                               const HttpRequest& request);
 
 }  // namespace tokenmill::gateway

@@ -14,6 +14,7 @@
 #include "gateway/api/responses/responses_api.h"
 #include "gateway/api/turn_blocks.h"
 #include "gateway/backends/backend_request.h"
+#include "gateway/gateway_context.h"
 #include "gateway/http/request_body.h"
 
 namespace tokenmill::gateway {
@@ -57,19 +58,19 @@ std::optional<HttpError> MapResponsesBody(const HttpRequest& request, GatewayCon
 // when the client is gone.
 class ResponseStream {
  public:
-  ResponseStream(Connection& connection, const HttpRequest& request,
+  ResponseStream(HttpExchange& exchange, const HttpRequest& request,
                  const ResponsesRequest& parsed, ResponseState& state, const TurnBlocks& turn)
-      : connection_(connection), request_(request), parsed_(parsed), state_(state), turn_(turn) {}
+      : exchange_(exchange), request_(request), parsed_(parsed), state_(state), turn_(turn) {}
 
   bool started() const { return started_; }
 
   asio::awaitable<bool> Start() {
     started_ = true;
-    if (!co_await connection_.StartEventStream(request_)) co_return false;
+    if (!co_await exchange_.StartEventStream(request_)) co_return false;
     const json response = ResponseJson(parsed_, state_);
     std::string chunk = Event({{"type", "response.created"}, {"response", response}});
     chunk += Event({{"type", "response.in_progress"}, {"response", response}});
-    co_return co_await connection_.WriteEventChunk(chunk);
+    co_return co_await exchange_.WriteEventChunk(chunk);
   }
 
   // `cut`: the output ended at max_output_tokens (the block stopped last is incomplete).
@@ -77,7 +78,7 @@ class ResponseStream {
     std::string chunk;
     for (const TurnBlocks::Event& event : events) chunk += EventText(event, cut);
     if (chunk.empty()) co_return true;
-    co_return co_await connection_.WriteEventChunk(chunk);
+    co_return co_await exchange_.WriteEventChunk(chunk);
   }
 
   // The output items of every block, as output_item.done gave them.
@@ -88,15 +89,15 @@ class ResponseStream {
     const json event = {{"type", state_.status == "completed" ? "response.completed"
                                                               : "response.incomplete"},
                         {"response", ResponseJson(parsed_, state_)}};
-    if (!co_await connection_.WriteEventChunk(Event(event))) co_return false;
-    co_return co_await connection_.EndEventStream();
+    if (!co_await exchange_.WriteEventChunk(Event(event))) co_return false;
+    co_return co_await exchange_.EndEventStream();
   }
 
   // state_ holds the failed response.
   asio::awaitable<void> Fail() {
     const json event = {{"type", "response.failed"}, {"response", ResponseJson(parsed_, state_)}};
-    if (co_await connection_.WriteEventChunk(Event(event))) {
-      co_await connection_.EndEventStream();
+    if (co_await exchange_.WriteEventChunk(Event(event))) {
+      co_await exchange_.EndEventStream();
     }
   }
 
@@ -113,7 +114,7 @@ class ResponseStream {
     std::string chunk;
     switch (event.type) {
       case TurnBlocks::Event::Type::kStart: {
-        ids_.push_back(connection_.NewId(ItemIdPrefix(block)));
+        ids_.push_back(exchange_.context().NewId(ItemIdPrefix(block)));
         chunk += Event({{"type", "response.output_item.added"},
                         {"output_index", index},
                         {"item", OutputItemJson(block, ids_[index], "in_progress", true)}});
@@ -180,7 +181,7 @@ class ResponseStream {
     return "";
   }
 
-  Connection& connection_;
+  HttpExchange& exchange_;
   const HttpRequest& request_;
   const ResponsesRequest& parsed_;
   ResponseState& state_;
@@ -193,16 +194,16 @@ class ResponseStream {
 
 }  // namespace
 
-asio::awaitable<void> HandleResponses(Connection& connection, const HttpRequest& request) {
-  GatewayContext& context = connection.context();
+asio::awaitable<void> HandleResponses(HttpExchange& exchange, const HttpRequest& request) {
+  GatewayContext& context = exchange.context();
   ResponsesRequest parsed;
   std::vector<v1::ChatMessage> conversation;  // continued, then this input and output
   if (std::optional<HttpError> error = MapResponsesBody(request, context, parsed, conversation)) {
-    co_await connection.WriteError(request, *error);
+    co_await exchange.WriteError(request, *error);
     co_return;
   }
   ResponseState state;
-  state.id = connection.NewId("resp");
+  state.id = exchange.context().NewId("resp");
   state.created_at = UnixSeconds();
 
   ChatGeneration::Params params;
@@ -211,9 +212,9 @@ asio::awaitable<void> HandleResponses(Connection& connection, const HttpRequest&
   params.affinity_key = parsed.affinity_key;
   params.request_id = state.id;
   params.structured_output_param = parsed.structured_output_param;
-  auto started = co_await ChatGeneration::Start(connection, std::move(params));
+  auto started = co_await ChatGeneration::Start(exchange, std::move(params));
   if (auto* refused = std::get_if<HttpError>(&started)) {
-    co_await connection.WriteError(request, *refused);
+    co_await exchange.WriteError(request, *refused);
     co_return;
   }
   ChatGeneration& generation = *std::get<std::unique_ptr<ChatGeneration>>(started);
@@ -221,7 +222,7 @@ asio::awaitable<void> HandleResponses(Connection& connection, const HttpRequest&
 
   TurnBlocks turn;
   AssistantTurn message;  // as the next turn's chat carries it
-  ResponseStream events(connection, request, parsed, state, turn);
+  ResponseStream events(exchange, request, parsed, state, turn);
   bool cut = false;
   while (std::optional<v1::GenerateResponse> response = co_await generation.Next()) {
     std::vector<TurnBlocks::Event> blocks = turn.Add(*response);
@@ -243,7 +244,7 @@ asio::awaitable<void> HandleResponses(Connection& connection, const HttpRequest&
 
   if (const std::optional<HttpError>& failure = generation.failure()) {
     if (!events.started()) {
-      co_await connection.WriteError(request, *failure);
+      co_await exchange.WriteError(request, *failure);
     } else {
       state.status = "failed";
       state.error = failure;
@@ -260,7 +261,7 @@ asio::awaitable<void> HandleResponses(Connection& connection, const HttpRequest&
     const std::vector<TurnBlock>& blocks = turn.blocks();
     for (size_t i = 0; i < blocks.size(); ++i) {
       const bool last = i + 1 == blocks.size();
-      state.output.push_back(OutputItemJson(blocks[i], connection.NewId(ItemIdPrefix(blocks[i])),
+      state.output.push_back(OutputItemJson(blocks[i], exchange.context().NewId(ItemIdPrefix(blocks[i])),
                                             cut && last ? "incomplete" : "completed", false));
     }
   }
@@ -274,12 +275,12 @@ asio::awaitable<void> HandleResponses(Connection& connection, const HttpRequest&
     answer.set_reasoning(message.reasoning);
     for (v1::ToolCall& call : message.tool_calls) *answer.add_tool_calls() = std::move(call);
     const json input_items = InputItemsJson(
-        parsed.raw_input, [&](std::string_view prefix) { return connection.NewId(prefix); });
+        parsed.raw_input, [&](std::string_view prefix) { return exchange.context().NewId(prefix); });
     context.responses.Put(state.id, std::move(conversation), ResponseJson(parsed, state).dump(),
                           input_items.dump(), ResponseStore::Clock::now());
   }
   if (!parsed.stream) {
-    co_await connection.WriteJson(request, 200, ResponseJson(parsed, state));
+    co_await exchange.WriteJson(request, 200, ResponseJson(parsed, state));
     co_return;
   }
   // No response came before the end (cannot happen with a sane server): still every event.
@@ -299,45 +300,45 @@ HttpError StoredResponseNotFound(const std::string& id, const ResponseStore& sto
 
 }  // namespace
 
-asio::awaitable<void> HandleStoredResponse(Connection& connection, const HttpRequest& request,
+asio::awaitable<void> HandleStoredResponse(HttpExchange& exchange, const HttpRequest& request,
                                            const std::string& id) {
-  ResponseStore& store = connection.context().responses;
+  ResponseStore& store = exchange.context().responses;
   const ResponseStore::Clock::time_point now = ResponseStore::Clock::now();
   if (request.method() == boost::beast::http::verb::delete_) {
     if (!store.Erase(id, now)) {
-      co_await connection.WriteError(request, StoredResponseNotFound(id, store));
+      co_await exchange.WriteError(request, StoredResponseNotFound(id, store));
       co_return;
     }
     const json deleted = {{"id", id}, {"object", "response.deleted"}, {"deleted", true}};
-    co_await connection.WriteJson(request, 200, deleted);
+    co_await exchange.WriteJson(request, 200, deleted);
     co_return;
   }
   std::optional<std::string> response = store.GetResponse(id, now);
   if (!response) {
-    co_await connection.WriteError(request, StoredResponseNotFound(id, store));
+    co_await exchange.WriteError(request, StoredResponseNotFound(id, store));
     co_return;
   }
-  co_await connection.WriteText(request, 200, std::move(*response), "application/json");
+  co_await exchange.WriteText(request, 200, std::move(*response), "application/json");
 }
 
-asio::awaitable<void> HandleInputItems(Connection& connection, const HttpRequest& request,
+asio::awaitable<void> HandleInputItems(HttpExchange& exchange, const HttpRequest& request,
                                        const std::string& id) {
   const std::string_view target(request.target().data(), request.target().size());
   const size_t question = target.find('?');
   InputItemsQuery query;
   if (question != std::string_view::npos) {
     if (std::optional<HttpError> error = ParseInputItemsQuery(target.substr(question + 1), query)) {
-      co_await connection.WriteError(request, *error);
+      co_await exchange.WriteError(request, *error);
       co_return;
     }
   }
-  const ResponseStore& store = connection.context().responses;
+  const ResponseStore& store = exchange.context().responses;
   std::optional<std::string> items = store.GetInputItems(id, ResponseStore::Clock::now());
   if (!items) {
-    co_await connection.WriteError(request, StoredResponseNotFound(id, store));
+    co_await exchange.WriteError(request, StoredResponseNotFound(id, store));
     co_return;
   }
-  co_await connection.WriteJson(request, 200, InputItemsPage(json::parse(*items), query));
+  co_await exchange.WriteJson(request, 200, InputItemsPage(json::parse(*items), query));
 }
 
 }  // namespace tokenmill::gateway

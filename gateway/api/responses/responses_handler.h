@@ -8,19 +8,19 @@
 
 #include <boost/asio/awaitable.hpp>
 
-#include "gateway/http/connection.h"
+#include "gateway/http/http_exchange.h"
 
 namespace tokenmill::gateway {
 
-boost::asio::awaitable<void> HandleResponses(Connection& connection, const HttpRequest& request);
+boost::asio::awaitable<void> HandleResponses(HttpExchange& exchange, const HttpRequest& request);
 // GET: the stored response object as it was sent; DELETE: forgets it. A 404 in OpenAI's shape
 // for an id the store does not hold (never stored, expired, dropped for room or deleted).
-boost::asio::awaitable<void> HandleStoredResponse(Connection& connection,
+boost::asio::awaitable<void> HandleStoredResponse(HttpExchange& exchange,
                                                   const HttpRequest& request,
                                                   const std::string& id);
 // GET: one page of the stored response's input items (the query's after, limit, order), the 404
 // of HandleStoredResponse for an id the store does not hold.
-boost::asio::awaitable<void> HandleInputItems(Connection& connection, const HttpRequest& request,
+boost::asio::awaitable<void> HandleInputItems(HttpExchange& exchange, const HttpRequest& request,
                                               const std::string& id);
 
 }  // namespace tokenmill::gateway
