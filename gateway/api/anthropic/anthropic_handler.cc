@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gateway/api/anthropic/anthropic_messages.h"
-#include "gateway/api/chat_generation.h"
+#include "gateway/api/generation.h"
 #include "gateway/api/openai/response_format.h"
 #include "gateway/api/openai/structured_output.h"
 #include "gateway/api/turn_blocks.h"
@@ -112,9 +112,10 @@ class MessageStream {
 
   // A failure after the stream began: Anthropic's error event ends it.
   asio::awaitable<void> Fail(const HttpError& error) {
-    if (co_await exchange_.WriteEventChunk(SseNamedEvent(ToAnthropicError(error).body))) {
-      co_await exchange_.EndEventStream();
-    }
+    // Built before the co_await: GCC 12 miscompiles a temporary inside a co_await expression
+    // (this one crashed the gateway when a stream failed after its first event).
+    const std::string event = SseNamedEvent(ToAnthropicError(error).body);
+    if (co_await exchange_.WriteEventChunk(event)) co_await exchange_.EndEventStream();
   }
 
  private:
@@ -170,25 +171,26 @@ asio::awaitable<void> HandleMessages(HttpExchange& exchange, const HttpRequest& 
   }
   const std::string id = exchange.context().NewId("msg");
   const bool stream = parsed.stream;
-  ChatGeneration::Params params;
-  params.generate = std::move(parsed.generate);
+  Generation::Params params;
+  params.generates.push_back(std::move(parsed.generate));
   params.model = parsed.model;
   params.affinity_key = parsed.affinity_key;
   params.request_id = id;
   params.structured_output_param = parsed.structured_output_param;
-  auto started = co_await ChatGeneration::Start(exchange, std::move(params));
+  auto started = co_await Generation::Start(exchange, std::move(params));
   if (auto* refused = std::get_if<HttpError>(&started)) {
     co_await exchange.WriteError(request, *refused);
     co_return;
   }
-  ChatGeneration& generation = *std::get<std::unique_ptr<ChatGeneration>>(started);
+  Generation& generation = *std::get<std::unique_ptr<Generation>>(started);
 
   TurnBlocks turn;
   MessageStream events(exchange, request, id, generation.model(), turn);
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   std::string stop_string;
   TokenUsage usage;
-  while (std::optional<v1::GenerateResponse> response = co_await generation.Next()) {
+  while (std::optional<Generation::Output> output = co_await generation.Next()) {
+    const v1::GenerateResponse* response = &output->response;
     std::vector<TurnBlocks::Event> blocks = turn.Add(*response);
     if (response->finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       finish = response->finish_reason();
@@ -231,8 +233,8 @@ asio::awaitable<void> HandleMessages(HttpExchange& exchange, const HttpRequest& 
     co_return;
   }
   co_await exchange.WriteJson(request, 200,
-                                MessageJson(id, generation.model(), ContentJson(turn), stop,
-                                            usage));
+                              MessageJson(id, generation.model(), ContentJson(turn), stop,
+                                          usage));
 }
 
 asio::awaitable<void> HandleCountTokens(HttpExchange& exchange, const HttpRequest& request) {

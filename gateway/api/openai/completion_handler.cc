@@ -6,6 +6,7 @@
 #include <set>
 #include <variant>
 
+#include "gateway/api/generation.h"
 #include "gateway/api/openai/response_format.h"
 #include "gateway/api/openai/structured_output.h"
 #include "gateway/api/openai/tool_calls.h"
@@ -119,81 +120,42 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
     co_await exchange.WriteError(request, *error);
     co_return;
   }
-  std::variant<Backend*, HttpError> routed =
-      PickBackend(context.pool, parsed.model, parsed.affinity_key);
-  if (auto* refused = std::get_if<HttpError>(&routed)) {
-    co_await exchange.WriteError(request, *refused);
-    co_return;
-  }
-  Backend& backend = *std::get<Backend*>(routed);
-
   const bool chat = endpoint == Endpoint::kChatCompletions;
   ResponseHeader header;
   header.endpoint = endpoint;
-  header.id = exchange.context().NewId(chat ? "chatcmpl" : "cmpl");
+  header.id = context.NewId(chat ? "chatcmpl" : "cmpl");
   header.created = UnixSeconds();
-  {
-    const std::optional<v1::ModelInfo> info = backend.model_info();
-    header.model = info ? context.pool.ModelNameOf(*info) : parsed.model;
-  }
-  if (chat && !parsed.generates[0].has_max_tokens()) {
-    co_await DefaultChatMaxTokens(backend, parsed.generates[0]);
-  }
-
-  const auto executor = co_await asio::this_coro::executor;
-  auto events = std::make_shared<EventQueue>(executor, context.metrics);
-  std::vector<std::shared_ptr<GenerateCall>> calls;
-  for (size_t i = 0; i < parsed.generates.size(); ++i) {
-    parsed.generates[i].set_request_id(parsed.generates.size() == 1
-                                           ? header.id
-                                           : header.id + "-" + std::to_string(i));
-    calls.push_back(GenerateCall::Start(backend, std::move(parsed.generates[i]), events, i,
-                                        context.calls));
-  }
-  exchange.WatchForClose(events);
-  const auto cancel_all = [&calls] {
-    for (const std::shared_ptr<GenerateCall>& call : calls) call->Cancel();
-  };
-
   const uint32_t n = parsed.n;
-  std::vector<ChoiceResult> choices(calls.size() * n);
-  std::vector<bool> started(choices.size(), false);
-  std::vector<PromptUsage> prompt_usage(calls.size());
+  const size_t prompts = parsed.generates.size();
+  Generation::Params params;
+  params.generates = std::move(parsed.generates);
+  params.model = parsed.model;
+  params.affinity_key = parsed.affinity_key;
+  params.request_id = header.id;
+  params.structured_output_param = parsed.structured_output_param;
+  auto started = co_await Generation::Start(exchange, std::move(params));
+  if (auto* refused = std::get_if<HttpError>(&started)) {
+    co_await exchange.WriteError(request, *refused);
+    co_return;
+  }
+  Generation& generation = *std::get<std::unique_ptr<Generation>>(started);
+  header.model = generation.model();
+
+  std::vector<ChoiceResult> choices(prompts * n);
+  std::vector<bool> choice_started(choices.size(), false);
+  std::vector<PromptUsage> prompt_usage(prompts);
   uint64_t completion_tokens = 0;
   uint64_t evicted_tokens = 0;
-  size_t open_calls = calls.size();
-  bool client_gone = false;
   bool stream_started = false;
-  std::optional<HttpError> failure;
 
-  while (open_calls > 0) {
-    UpstreamEvent event = co_await events->Next();
-    if (event.kind == UpstreamEvent::Kind::kClientGone) {
-      if (!client_gone) spdlog::debug("{}: client went away; cancelling", header.id);
-      client_gone = true;
-      cancel_all();
-      continue;
-    }
-    if (event.kind == UpstreamEvent::Kind::kDone) {
-      --open_calls;
-      if (!event.status.ok() && !failure && !client_gone) {
-        failure = FromGrpcStatus(event.status);
-        // The server names the constraint's kind; the client knows the field it used.
-        if (failure->status == 400 && failure->message.starts_with(kStructuredOutputError)) {
-          failure->param = parsed.structured_output_param;
-        }
-        cancel_all();
-      }
-      continue;
-    }
-    if (client_gone || failure) continue;
-    const v1::GenerateResponse& response = event.response;
+  while (std::optional<Generation::Output> output = co_await generation.Next()) {
+    const v1::GenerateResponse& response = output->response;
     if (response.index() >= n) continue;  // not ours to show; the server keeps to n
-    const size_t choice_index = event.call_index * n + response.index();
+    const size_t choice_index = output->call_index * n + response.index();
     ChoiceResult& choice = choices[choice_index];
     std::vector<TokenLogprobText> logprobs;
     if (parsed.logprobs && response.logprobs_size() > 0) {
-      logprobs = co_await LogprobTexts(backend, response);
+      logprobs = co_await LogprobTexts(generation.backend(), response);
     }
     const size_t text_offset = choice.text.size();
     choice.text += response.text();
@@ -204,7 +166,7 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
       choice.stop_string = response.stop_string();
       completion_tokens += response.usage().completion_tokens();
       evicted_tokens += response.usage().evicted_tokens();
-      PromptUsage& usage = prompt_usage[event.call_index];
+      PromptUsage& usage = prompt_usage[output->call_index];
       usage.prompt_tokens = std::max<uint64_t>(usage.prompt_tokens, response.usage().prompt_tokens());
       usage.cached_tokens =
           std::max<uint64_t>(usage.cached_tokens, response.usage().cached_prompt_tokens());
@@ -216,32 +178,24 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
     const bool has_content = !response.text().empty() || choice.finish_reason.has_value() ||
                              !logprobs.empty() || !response.reasoning_text().empty() ||
                              !response.tool_calls().empty();
-    if (!has_content && started[choice_index]) continue;
+    if (!has_content && choice_started[choice_index]) continue;
     if (!stream_started) {
       stream_started = true;
       if (!co_await exchange.StartEventStream(request)) {
-        client_gone = true;
-        cancel_all();
+        generation.ClientGone();
         continue;
       }
     }
     std::optional<json> logprobs_json;
     if (parsed.logprobs) logprobs_json = LogprobsJson(endpoint, logprobs, text_offset);
     json chunk = ChunkJson(header, static_cast<uint32_t>(choice_index), response.text(),
-                           logprobs_json, choice.finish_reason, !started[choice_index]);
+                           logprobs_json, choice.finish_reason, !choice_started[choice_index]);
     if (chat) AddParsedDelta(response, chunk);
-    started[choice_index] = true;
-    if (!co_await exchange.WriteEventChunk(SseEvent(chunk))) {
-      client_gone = true;
-      cancel_all();
-    }
+    choice_started[choice_index] = true;
+    if (!co_await exchange.WriteEventChunk(SseEvent(chunk))) generation.ClientGone();
   }
-  co_await exchange.StopWatching();
-
-  if (client_gone) {
-    exchange.CloseAfterResponse();
-    co_return;
-  }
+  if (generation.client_gone()) co_return;
+  const std::optional<HttpError>& failure = generation.failure();
   uint64_t prompt_tokens = 0;
   uint64_t cached_tokens = 0;
   for (const PromptUsage& usage : prompt_usage) {
@@ -257,7 +211,7 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
       co_await exchange.WriteError(request, *failure);
     } else if (!parsed.stream) {
       co_await exchange.WriteJson(request, 200,
-                                    CompletionJson(header, choices, parsed.logprobs, usage));
+                                  CompletionJson(header, choices, parsed.logprobs, usage));
     } else {
       // Every sequence ended without a response (cannot happen with a sane server): still
       // a well-formed stream.
@@ -269,10 +223,13 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
     co_return;
   }
   // The stream has begun: a late failure can only be an event.
+  // (Each event is built before its co_await: GCC 12 miscompiles temporaries inside one.)
   if (failure) {
-    co_await exchange.WriteEventChunk(SseEvent(failure->ToJson()));
+    const std::string event = SseEvent(failure->ToJson());
+    co_await exchange.WriteEventChunk(event);
   } else if (parsed.include_usage) {
-    co_await exchange.WriteEventChunk(SseEvent(UsageChunkJson(header, usage)));
+    const std::string event = SseEvent(UsageChunkJson(header, usage));
+    co_await exchange.WriteEventChunk(event);
   }
   if (co_await exchange.WriteEventChunk(SseDone())) co_await exchange.EndEventStream();
 }

@@ -5,7 +5,7 @@
 #include <variant>
 #include <vector>
 
-#include "gateway/api/chat_generation.h"
+#include "gateway/api/generation.h"
 #include "gateway/api/json_fields.h"
 #include "gateway/api/openai/request_mapping.h"
 #include "gateway/api/openai/response_format.h"
@@ -95,10 +95,10 @@ class ResponseStream {
 
   // state_ holds the failed response.
   asio::awaitable<void> Fail() {
-    const json event = {{"type", "response.failed"}, {"response", ResponseJson(parsed_, state_)}};
-    if (co_await exchange_.WriteEventChunk(Event(event))) {
-      co_await exchange_.EndEventStream();
-    }
+    // (Built before the co_await: GCC 12 miscompiles temporaries inside one.)
+    const std::string event =
+        Event({{"type", "response.failed"}, {"response", ResponseJson(parsed_, state_)}});
+    if (co_await exchange_.WriteEventChunk(event)) co_await exchange_.EndEventStream();
   }
 
  private:
@@ -206,25 +206,26 @@ asio::awaitable<void> HandleResponses(HttpExchange& exchange, const HttpRequest&
   state.id = exchange.context().NewId("resp");
   state.created_at = UnixSeconds();
 
-  ChatGeneration::Params params;
-  params.generate = parsed.generate;
+  Generation::Params params;
+  params.generates.push_back(parsed.generate);
   params.model = parsed.model;
   params.affinity_key = parsed.affinity_key;
   params.request_id = state.id;
   params.structured_output_param = parsed.structured_output_param;
-  auto started = co_await ChatGeneration::Start(exchange, std::move(params));
+  auto started = co_await Generation::Start(exchange, std::move(params));
   if (auto* refused = std::get_if<HttpError>(&started)) {
     co_await exchange.WriteError(request, *refused);
     co_return;
   }
-  ChatGeneration& generation = *std::get<std::unique_ptr<ChatGeneration>>(started);
+  Generation& generation = *std::get<std::unique_ptr<Generation>>(started);
   state.model = generation.model();
 
   TurnBlocks turn;
   AssistantTurn message;  // as the next turn's chat carries it
   ResponseStream events(exchange, request, parsed, state, turn);
   bool cut = false;
-  while (std::optional<v1::GenerateResponse> response = co_await generation.Next()) {
+  while (std::optional<Generation::Output> output = co_await generation.Next()) {
+    const v1::GenerateResponse* response = &output->response;
     std::vector<TurnBlocks::Event> blocks = turn.Add(*response);
     message.Add(*response);
     if (response->finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
