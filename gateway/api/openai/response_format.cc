@@ -32,8 +32,6 @@ std::string FinishReasonName(v1::FinishReason reason) {
       return "stop";
     case v1::FINISH_REASON_LENGTH:
       return "length";
-    case v1::FINISH_REASON_ABORT:
-      return "abort";
     case v1::FINISH_REASON_TOOL_CALLS:
       return "tool_calls";
     default:

@@ -22,8 +22,8 @@ struct ResponseHeader {
   std::string model;
 };
 
-// "stop", "length", "tool_calls"; an abort (the server was shutting down) is "abort", as vLLM
-// says it.
+// "stop", "length", "tool_calls". (An abort never gets here: the generation driver answers it
+// as a 503 error, generation.h.)
 std::string FinishReasonName(v1::FinishReason reason);
 
 // One token's logprob entry, its texts already looked up.
