@@ -58,6 +58,8 @@ def test_the_gateway_and_its_subfolders_stand_on_proto_and_common_only(tmp_path)
         "server/server.cc": '#include "gateway/http/connection.h"\n',
     })
     assert check_layers.check(tmp_path) == [
-        "gateway/http/connection.cc:2: includes engine/engine.h: gateway/ may not depend on engine/",
-        "server/server.cc:1: includes gateway/http/connection.h: server/ may not depend on gateway/",
+        "gateway/http/connection.cc:2: includes engine/engine.h: "
+        "gateway/ may not depend on engine/",
+        "server/server.cc:1: includes gateway/http/connection.h: "
+        "server/ may not depend on gateway/",
     ]

@@ -203,7 +203,7 @@ asio::awaitable<void> HandleResponses(HttpExchange& exchange, const HttpRequest&
     co_return;
   }
   ResponseState state;
-  state.id = exchange.context().NewId("resp");
+  state.id = context.NewId("resp");
   state.created_at = UnixSeconds();
 
   Generation::Params params;
@@ -262,7 +262,8 @@ asio::awaitable<void> HandleResponses(HttpExchange& exchange, const HttpRequest&
     const std::vector<TurnBlock>& blocks = turn.blocks();
     for (size_t i = 0; i < blocks.size(); ++i) {
       const bool last = i + 1 == blocks.size();
-      state.output.push_back(OutputItemJson(blocks[i], exchange.context().NewId(ItemIdPrefix(blocks[i])),
+      const std::string item_id = context.NewId(ItemIdPrefix(blocks[i]));
+      state.output.push_back(OutputItemJson(blocks[i], item_id,
                                             cut && last ? "incomplete" : "completed", false));
     }
   }
@@ -276,7 +277,7 @@ asio::awaitable<void> HandleResponses(HttpExchange& exchange, const HttpRequest&
     answer.set_reasoning(message.reasoning);
     for (v1::ToolCall& call : message.tool_calls) *answer.add_tool_calls() = std::move(call);
     const json input_items = InputItemsJson(
-        parsed.raw_input, [&](std::string_view prefix) { return exchange.context().NewId(prefix); });
+        parsed.raw_input, [&](std::string_view prefix) { return context.NewId(prefix); });
     context.responses.Put(state.id, std::move(conversation), ResponseJson(parsed, state).dump(),
                           input_items.dump(), ResponseStore::Clock::now());
   }
