@@ -14,7 +14,7 @@ import pytest
 from gateway_harness import Gateway, backend_address, model_name
 from server_harness import TINY_MODEL, Server
 
-MAX_BUFFERED = 32  # kMaxBufferedResponses in server/openai/upstream_call.h
+MAX_BUFFERED = 32  # kMaxBufferedResponses in gateway/backends/upstream_call.h
 
 
 @pytest.fixture(scope="module")

@@ -255,6 +255,29 @@ def test_gateway_metrics_count_requests(gateway, client, model):
                  f"{gateway.args[gateway.args.index('--backend') + 1]}}}"] == 1
 
 
+def test_gateway_metrics_count_each_api_under_its_own_route(gateway, model):
+    # The route table labels every route: the Responses and Messages APIs are not "other".
+    requests = {
+        "/v1/responses": {"model": model, "input": "Hi", "max_output_tokens": 1},
+        "/v1/messages": {"model": model, "max_tokens": 1,
+                         "messages": [{"role": "user", "content": "Hi"}]},
+        "/v1/messages/count_tokens": {"model": model,
+                                      "messages": [{"role": "user", "content": "Hi"}]},
+    }
+    counted = {route: f"tokenmill_gateway:requests_total{{route={route},status=200}}"
+               for route in requests}
+    before = gateway.metrics()
+    for route, body in requests.items():
+        assert gateway.http.post(route, json=body).status_code == 200, route
+    after = gateway.wait_for_metrics(
+        lambda m: all(m.get(c, 0) >= before.get(c, 0) + 1 for c in counted.values()), timeout=5)
+    for route, name in counted.items():
+        assert after[name] == before.get(name, 0) + 1, route
+        assert after[f"tokenmill_gateway:request_duration_seconds_count{{route={route}}}"] >= 1
+    other = "tokenmill_gateway:requests_total{route=other,status=200}"
+    assert after.get(other, 0) == before.get(other, 0)
+
+
 def test_keep_alive_serves_many_requests_on_one_connection(gateway, model):
     # httpx keeps one connection open; the server log would show one accept per request
     # otherwise. Here: ten answers in a row on the same client.

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/openai/request_body.h"
-#include "server/openai/request_mapping.h"
+#include "gateway/api/openai/request_mapping.h"
+#include "gateway/http/request_body.h"
 
 namespace gw = tokenmill::gateway;
 

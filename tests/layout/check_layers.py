@@ -6,8 +6,8 @@ Three rules, each a list of violations on failure:
 1. An include from one folder into another follows the allowed order
    common <- kernels <- gguf <- {text, model} <- engine <- server, common <- cache <- scheduler
    <- engine, common <- grammar <- engine, proto <- server; kernels/cuda and model/cuda sit on
-   top of kernels and model (never the other way round); the gateway (server/openai) stands on
-   proto and common only; cli/, bench/ and tests/ are on top.
+   top of kernels and model (never the other way round); the gateway (gateway/, all its
+   subfolders) stands on proto and common only; cli/, bench/ and tests/ are on top.
 2. Every such include outside tests/ is a declared link: each CMake target compiling the file
    (or, for a header, its folder's library) names the included folder's library in its own
    target_link_libraries, so CMake says what the code does. (A test links what it tests.)
@@ -38,17 +38,17 @@ ALLOWED = {
     "engine": ["model", "model/cuda", "text", "scheduler", "grammar"],
     "proto": [],
     "server": ["engine", "proto"],
-    "server/openai": ["proto", "common"],
+    "gateway": ["proto", "common"],
     "cli": ["engine", "model/cuda"],
     "bench": ["engine", "model/cuda", "bench"],
-    "tests": ["server", "server/openai", "cli", "bench"],
+    "tests": ["server", "gateway", "cli", "bench"],
 }
 LIBRARY = {
     "common": "tm_common", "kernels": "tm_kernels", "kernels/cuda": "tm_kernels_cuda",
     "gguf": "tm_gguf", "text": "tm_text", "model": "tm_model", "model/cuda": "tm_model_cuda",
     "cache": "tm_cache", "scheduler": "tm_scheduler", "grammar": "tm_grammar",
     "engine": "tm_engine", "proto": "tm_proto", "server": "tm_server",
-    "server/openai": "tm_gateway",
+    "gateway": "tm_gateway",
 }
 # Generated headers and the folder that owns them.
 GENERATED = {"tokenmill/v1/": "proto"}
@@ -123,7 +123,7 @@ def targets(repo):
                         path = arg.replace("${PROJECT_SOURCE_DIR}/", "")
                         if not arg.startswith("${PROJECT_SOURCE_DIR}"):
                             path = (base / arg).as_posix()
-                        path = path.replace("${gateway_dir}/", "server/openai/")
+                        path = path.replace("${gateway_dir}/", "gateway/")
                         source_target.setdefault(path, set()).add(name)
             elif command == "target_link_libraries":
                 links.setdefault(name, set()).update(rest)

@@ -70,3 +70,20 @@ def test_family_names_in_comments_or_longer_literals_pass(tmp_path):
     family_tree(tmp_path, '// Runs what "llama" runs.\n/* not "gpt-oss" */\n'
                           'const char* kWhat = "llama weights";\n')
     assert check_layers.check(tmp_path) == []
+
+
+def test_the_gateway_and_its_subfolders_stand_on_proto_and_common_only(tmp_path):
+    write_tree(tmp_path, {
+        "engine/engine.h": "#pragma once\n",
+        "common/status.h": "#pragma once\n",
+        "gateway/CMakeLists.txt": "add_library(tm_gateway http/connection.cc)\n"
+                                  "target_link_libraries(tm_gateway PUBLIC tm_common)\n",
+        "gateway/http/connection.cc": '#include "common/status.h"\n#include "engine/engine.h"\n',
+        "server/server.cc": '#include "gateway/http/connection.h"\n',
+    })
+    assert check_layers.check(tmp_path) == [
+        "gateway/http/connection.cc:2: includes engine/engine.h: "
+        "gateway/ may not depend on engine/",
+        "server/server.cc:1: includes gateway/http/connection.h: "
+        "server/ may not depend on gateway/",
+    ]

@@ -1,0 +1,93 @@
+#include "gateway/api/generation.h"
+
+#include <spdlog/spdlog.h>
+
+#include "gateway/api/openai/structured_output.h"
+#include "gateway/backends/backend_request.h"
+#include "gateway/gateway_context.h"
+
+namespace tokenmill::gateway {
+
+namespace asio = boost::asio;
+
+asio::awaitable<std::variant<std::unique_ptr<Generation>, HttpError>> Generation::Start(
+    HttpExchange& exchange, Params params) {
+  GatewayContext& context = exchange.context();
+  std::variant<Backend*, HttpError> routed =
+      PickBackend(context.pool, params.model, params.affinity_key);
+  if (auto* refused = std::get_if<HttpError>(&routed)) co_return std::move(*refused);
+  Backend& backend = *std::get<Backend*>(routed);
+  const std::optional<v1::ModelInfo> info = backend.model_info();
+  std::unique_ptr<Generation> generation(
+      new Generation(exchange, backend, info ? context.pool.ModelNameOf(*info) : params.model,
+                     std::move(params.structured_output_param)));
+  for (v1::GenerateRequest& generate : params.generates) {
+    if (generate.has_chat() && !generate.has_max_tokens()) {
+      co_await DefaultChatMaxTokens(backend, generate);
+    }
+  }
+  const auto executor = co_await asio::this_coro::executor;
+  generation->events_ = std::make_shared<EventQueue>(executor, context.metrics);
+  const size_t count = params.generates.size();
+  for (size_t i = 0; i < count; ++i) {
+    params.generates[i].set_request_id(
+        count == 1 ? params.request_id : params.request_id + "-" + std::to_string(i));
+    generation->calls_.push_back(GenerateCall::Start(backend, std::move(params.generates[i]),
+                                                     generation->events_, i, context.calls));
+  }
+  generation->open_calls_ = count;
+  exchange.WatchForClose(generation->events_);
+  co_return std::move(generation);
+}
+
+asio::awaitable<std::optional<Generation::Output>> Generation::Next() {
+  while (open_calls_ > 0) {
+    UpstreamEvent event = co_await events_->Next();
+    switch (event.kind) {
+      case UpstreamEvent::Kind::kClientGone:
+        ClientGone();
+        break;
+      case UpstreamEvent::Kind::kDone:
+        --open_calls_;
+        if (!event.status.ok() && !client_gone_) {
+          HttpError error = FromGrpcStatus(event.status);
+          // The server names the constraint's kind; the client knows the field it used.
+          if (error.status == 400 && error.message.starts_with(kStructuredOutputError)) {
+            error.param = structured_output_param_;
+          }
+          Fail(std::move(error));
+        }
+        break;
+      case UpstreamEvent::Kind::kResponse:
+        if (client_gone_ || failure_) break;
+        // No API has a finish reason that tells the client to retry: an error that does.
+        if (event.response.finish_reason() == v1::FINISH_REASON_ABORT) {
+          Fail(MakeError(503, "the server aborted the request (it is shutting down); retry",
+                         "server_error", "", "aborted"));
+          break;
+        }
+        co_return Output{event.call_index, std::move(event.response)};
+    }
+  }
+  co_await exchange_.StopWatching();
+  if (client_gone_) exchange_.CloseAfterResponse();
+  co_return std::nullopt;
+}
+
+void Generation::Fail(HttpError error) {
+  if (failure_) return;  // the first failure is the one the client sees
+  failure_ = std::move(error);
+  CancelAll();
+}
+
+void Generation::ClientGone() {
+  if (!client_gone_) spdlog::debug("client went away; cancelling");
+  client_gone_ = true;
+  CancelAll();
+}
+
+void Generation::CancelAll() {
+  for (const std::shared_ptr<GenerateCall>& call : calls_) call->Cancel();
+}
+
+}  // namespace tokenmill::gateway

@@ -1,0 +1,92 @@
+// The generation driver every generating route shares (chat and text completions, Responses,
+// Messages): one request's Generate calls (one per prompt of a completions request, else one)
+// routed to one backend, a chat without max_tokens given the rest of its context, the calls
+// started over one event queue on the connection's strand, the client's socket watched, and
+// every way the calls end mapped to one error. The APIs differ only in how they render the
+// responses (their handlers); what comes out of here is the same for all of them.
+//
+// Errors, the same in every dialect: the first call to fail cancels the others and its gRPC
+// status becomes the HTTP error (FromGrpcStatus); a sequence the server aborted (it shut down
+// before finishing) is a 503 `aborted` that says to retry, and cancels the others too.
+#pragma once
+
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+#include <utility>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "gateway/backends/backend_pool.h"
+#include "gateway/backends/upstream_call.h"
+#include "gateway/http/http_error.h"
+#include "gateway/http/http_exchange.h"
+#include "tokenmill/v1/inference.pb.h"
+
+namespace tokenmill::gateway {
+
+class Generation {
+ public:
+  struct Params {
+    // One per prompt; their request_ids are set here (request_id, or request_id-i for each of
+    // several).
+    std::vector<v1::GenerateRequest> generates;
+    std::string model;  // empty: any backend
+    std::string affinity_key;
+    std::string request_id;
+    // The body field that set a structured-output constraint: named in the server's refusal.
+    std::string structured_output_param;
+  };
+
+  // Routes the request (503 no backend, 404 unknown model), gives each chat without max_tokens
+  // the rest of the context and starts the calls, watching the client's socket.
+  static boost::asio::awaitable<std::variant<std::unique_ptr<Generation>, HttpError>> Start(
+      HttpExchange& exchange, Params params);
+
+  // The backend's name for the model that answers.
+  const std::string& model() const { return model_; }
+  Backend& backend() const { return backend_; }
+
+  // A response and the call (prompt) it belongs to.
+  struct Output {
+    size_t call_index = 0;
+    v1::GenerateResponse response;
+  };
+  // The next response of any call; none once every call has ended (failure() and
+  // client_gone() say how).
+  boost::asio::awaitable<std::optional<Output>> Next();
+
+  // A write to the client failed: the calls are cancelled (Next() still runs to their end).
+  void ClientGone();
+  bool client_gone() const { return client_gone_; }
+  // The error the client should see, once a call failed or was aborted.
+  const std::optional<HttpError>& failure() const { return failure_; }
+
+ private:
+  Generation(HttpExchange& exchange, Backend& backend, std::string model,
+             std::string structured_output_param)
+      : exchange_(exchange),
+        backend_(backend),
+        model_(std::move(model)),
+        structured_output_param_(std::move(structured_output_param)) {}
+
+  void Fail(HttpError error);
+  void CancelAll();
+
+  HttpExchange& exchange_;
+  Backend& backend_;
+  std::string model_;
+  std::string structured_output_param_;
+  std::shared_ptr<EventQueue> events_;
+  std::vector<std::shared_ptr<GenerateCall>> calls_;
+  size_t open_calls_ = 0;
+  bool client_gone_ = false;
+  std::optional<HttpError> failure_;
+};
+
+}  // namespace tokenmill::gateway

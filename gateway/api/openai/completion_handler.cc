@@ -1,0 +1,310 @@
+#include "gateway/api/openai/completion_handler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <set>
+#include <variant>
+
+#include "gateway/api/generation.h"
+#include "gateway/api/openai/response_format.h"
+#include "gateway/api/openai/structured_output.h"
+#include "gateway/api/openai/tool_calls.h"
+#include "gateway/backends/backend_request.h"
+#include "gateway/backends/unary_call.h"
+#include "gateway/gateway_context.h"
+#include "gateway/http/request_body.h"
+
+namespace tokenmill::gateway {
+
+namespace asio = boost::asio;
+using nlohmann::json;
+
+namespace {
+
+bool HasTools(const CompletionRequest& parsed) {
+  return parsed.endpoint == Endpoint::kChatCompletions &&
+         !parsed.generates.front().chat().tools_json().empty();
+}
+
+// The JSON Schema and tools as the client wrote them: the body parsed again, in order
+// (nlohmann::json sorts object keys).
+void KeepClientOrder(const HttpRequest& request, CompletionRequest& parsed) {
+  nlohmann::ordered_json ordered;
+  if (ParseRequestBody(request.body(), ordered)) return;  // parsed once already: cannot fail
+  if (HasTools(parsed)) KeepToolsOrder(ordered, *parsed.generates.front().mutable_chat());
+  const std::optional<std::string> text =
+      OrderedSchemaText(ordered, parsed.structured_output_param);
+  if (!text) return;
+  for (v1::GenerateRequest& generate : parsed.generates) {
+    generate.mutable_sampling()->set_json_schema(*text);
+  }
+}
+
+// The body of a completions or chat request mapped to its Generate requests. The JSON is
+// freed on return: a request holds only its messages while it generates, not its DOM too.
+std::optional<HttpError> MapCompletionBody(const HttpRequest& request, Endpoint endpoint,
+                                           CompletionRequest& parsed) {
+  json body;
+  std::optional<HttpError> error = ParseRequestBody(request.body(), body);
+  if (!error) error = ParseCompletionRequest(body, endpoint, parsed);
+  if (!error && (!parsed.structured_output_param.empty() || HasTools(parsed))) {
+    KeepClientOrder(request, parsed);
+  }
+  for (size_t i = 0; !error && i < parsed.generates.size(); ++i) {
+    error = TooLargeForBackend(parsed.generates[i], kRequestIdBytes);
+  }
+  if (!error) {
+    if (const auto user = body.find("user"); user != body.end() && user->is_string()) {
+      spdlog::debug("request for user {}", user->get<std::string>());
+    }
+  }
+  return error;
+}
+
+// The text of each token id (render_special: a chosen <|im_end|> shows as itself), looked up
+// once per backend.
+asio::awaitable<std::map<int32_t, std::string>> TokenTexts(Backend& backend,
+                                                         const std::set<int32_t>& ids) {
+  std::map<int32_t, std::string> texts;
+  for (const int32_t id : ids) {
+    if (std::optional<std::string> cached = backend.CachedTokenText(id)) {
+      texts[id] = std::move(*cached);
+      continue;
+    }
+    v1::DetokenizeRequest request;
+    request.add_token_ids(id);
+    request.set_render_special(true);
+    v1::DetokenizeResponse response;
+    const grpc::Status status = co_await AwaitDetokenize(backend, request, response);
+    texts[id] = status.ok() ? response.text() : "";
+    if (status.ok()) backend.CacheTokenText(id, response.text());
+  }
+  co_return texts;
+}
+
+asio::awaitable<std::vector<TokenLogprobText>> LogprobTexts(Backend& backend,
+                                                            const v1::GenerateResponse& response) {
+  std::set<int32_t> ids;
+  for (const v1::TokenLogprobs& lp : response.logprobs()) {
+    ids.insert(lp.chosen().token_id());
+    for (const v1::TokenLogprob& top : lp.top()) ids.insert(top.token_id());
+  }
+  const std::map<int32_t, std::string> texts = co_await TokenTexts(backend, ids);
+  std::vector<TokenLogprobText> out;
+  for (const v1::TokenLogprobs& lp : response.logprobs()) {
+    TokenLogprobText entry;
+    entry.token = texts.at(lp.chosen().token_id());
+    entry.logprob = lp.chosen().logprob();
+    for (const v1::TokenLogprob& top : lp.top()) {
+      entry.top.emplace_back(texts.at(top.token_id()), top.logprob());
+    }
+    out.push_back(std::move(entry));
+  }
+  co_return out;
+}
+
+// Per-prompt usage, taken from each sequence's final response.
+struct PromptUsage {
+  uint64_t prompt_tokens = 0;
+  uint64_t cached_tokens = 0;
+};
+
+}  // namespace
+
+asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest& request,
+                                       Endpoint endpoint) {
+  GatewayContext& context = exchange.context();
+  CompletionRequest parsed;
+  if (const std::optional<HttpError> error = MapCompletionBody(request, endpoint, parsed)) {
+    co_await exchange.WriteError(request, *error);
+    co_return;
+  }
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  ResponseHeader header;
+  header.endpoint = endpoint;
+  header.id = context.NewId(chat ? "chatcmpl" : "cmpl");
+  header.created = UnixSeconds();
+  const uint32_t n = parsed.n;
+  const size_t prompts = parsed.generates.size();
+  Generation::Params params;
+  params.generates = std::move(parsed.generates);
+  params.model = parsed.model;
+  params.affinity_key = parsed.affinity_key;
+  params.request_id = header.id;
+  params.structured_output_param = parsed.structured_output_param;
+  auto started = co_await Generation::Start(exchange, std::move(params));
+  if (auto* refused = std::get_if<HttpError>(&started)) {
+    co_await exchange.WriteError(request, *refused);
+    co_return;
+  }
+  Generation& generation = *std::get<std::unique_ptr<Generation>>(started);
+  header.model = generation.model();
+
+  std::vector<ChoiceResult> choices(prompts * n);
+  std::vector<bool> choice_started(choices.size(), false);
+  std::vector<PromptUsage> prompt_usage(prompts);
+  uint64_t completion_tokens = 0;
+  uint64_t evicted_tokens = 0;
+  bool stream_started = false;
+
+  while (std::optional<Generation::Output> output = co_await generation.Next()) {
+    const v1::GenerateResponse& response = output->response;
+    if (response.index() >= n) continue;  // not ours to show; the server keeps to n
+    const size_t choice_index = output->call_index * n + response.index();
+    ChoiceResult& choice = choices[choice_index];
+    std::vector<TokenLogprobText> logprobs;
+    if (parsed.logprobs && response.logprobs_size() > 0) {
+      logprobs = co_await LogprobTexts(generation.backend(), response);
+    }
+    const size_t text_offset = choice.text.size();
+    choice.text += response.text();
+    choice.reasoning += response.reasoning_text();
+    AppendToolCallDeltas(response, choice.tool_calls);
+    if (response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      choice.finish_reason = response.finish_reason();
+      choice.stop_string = response.stop_string();
+      completion_tokens += response.usage().completion_tokens();
+      evicted_tokens += response.usage().evicted_tokens();
+      PromptUsage& usage = prompt_usage[output->call_index];
+      usage.prompt_tokens = std::max<uint64_t>(usage.prompt_tokens, response.usage().prompt_tokens());
+      usage.cached_tokens =
+          std::max<uint64_t>(usage.cached_tokens, response.usage().cached_prompt_tokens());
+    }
+    if (!parsed.stream) {
+      for (TokenLogprobText& lp : logprobs) choice.logprobs.push_back(std::move(lp));
+      continue;
+    }
+    const bool has_content = !response.text().empty() || choice.finish_reason.has_value() ||
+                             !logprobs.empty() || !response.reasoning_text().empty() ||
+                             !response.tool_calls().empty();
+    if (!has_content && choice_started[choice_index]) continue;
+    if (!stream_started) {
+      stream_started = true;
+      if (!co_await exchange.StartEventStream(request)) {
+        generation.ClientGone();
+        continue;
+      }
+    }
+    std::optional<json> logprobs_json;
+    if (parsed.logprobs) logprobs_json = LogprobsJson(endpoint, logprobs, text_offset);
+    json chunk = ChunkJson(header, static_cast<uint32_t>(choice_index), response.text(),
+                           logprobs_json, choice.finish_reason, !choice_started[choice_index]);
+    if (chat) AddParsedDelta(response, chunk);
+    choice_started[choice_index] = true;
+    if (!co_await exchange.WriteEventChunk(SseEvent(chunk))) generation.ClientGone();
+  }
+  if (generation.client_gone()) co_return;
+  const std::optional<HttpError>& failure = generation.failure();
+  uint64_t prompt_tokens = 0;
+  uint64_t cached_tokens = 0;
+  for (const PromptUsage& usage : prompt_usage) {
+    prompt_tokens += usage.prompt_tokens;
+    cached_tokens += usage.cached_tokens;
+  }
+  json usage = UsageJson(prompt_tokens, completion_tokens, cached_tokens);
+  // Tokens a kv_window request dropped from its KV cache (tokenmill's extension field).
+  if (evicted_tokens > 0) usage["evicted_tokens"] = evicted_tokens;
+
+  if (!parsed.stream || !stream_started) {
+    if (failure) {
+      co_await exchange.WriteError(request, *failure);
+    } else if (!parsed.stream) {
+      co_await exchange.WriteJson(request, 200,
+                                  CompletionJson(header, choices, parsed.logprobs, usage));
+    } else {
+      // Every sequence ended without a response (cannot happen with a sane server): still
+      // a well-formed stream.
+      if (co_await exchange.StartEventStream(request)) {
+        co_await exchange.WriteEventChunk(SseDone());
+        co_await exchange.EndEventStream();
+      }
+    }
+    co_return;
+  }
+  // The stream has begun: a late failure can only be an event.
+  // (Each event is built before its co_await: GCC 12 miscompiles temporaries inside one.)
+  if (failure) {
+    const std::string event = SseEvent(failure->ToJson());
+    co_await exchange.WriteEventChunk(event);
+  } else if (parsed.include_usage) {
+    const std::string event = SseEvent(UsageChunkJson(header, usage));
+    co_await exchange.WriteEventChunk(event);
+  }
+  if (co_await exchange.WriteEventChunk(SseDone())) co_await exchange.EndEventStream();
+}
+
+asio::awaitable<void> HandleModels(HttpExchange& exchange, const HttpRequest& request,
+                                   std::string model_id) {
+  GatewayContext& context = exchange.context();
+  if (!context.pool.AnyHealthy()) {
+    co_await exchange.WriteError(request, NoBackend());
+    co_return;
+  }
+  json data = json::array();
+  std::set<std::string> seen;
+  for (const auto& backend : context.pool.backends()) {
+    if (!backend->healthy()) continue;
+    const std::optional<v1::ModelInfo> info = backend->model_info();
+    if (!info) continue;
+    const std::string name = context.pool.ModelNameOf(*info);
+    if (!seen.insert(name).second) continue;
+    json model = {{"id", name},
+                  {"object", "model"},
+                  {"created", 0},
+                  {"owned_by", "tokenmill"},
+                  {"max_model_len", info->max_model_len()}};
+    if (!model_id.empty() && model_id == name) {
+      co_await exchange.WriteJson(request, 200, model);
+      co_return;
+    }
+    data.push_back(std::move(model));
+  }
+  if (!model_id.empty()) {
+    co_await exchange.WriteError(request, ModelNotFound(model_id));
+    co_return;
+  }
+  // (GCC 12 miscompiles braced JSON literals inside a co_await expression: build them first.)
+  const json list = {{"object", "list"}, {"data", data}};
+  co_await exchange.WriteJson(request, 200, list);
+}
+
+namespace {
+
+json TokenizeAnswer(Backend& backend, const v1::TokenizeResponse& response) {
+  const std::optional<v1::ModelInfo> info = backend.model_info();
+  return {{"tokens", json(std::vector<int32_t>(response.token_ids().begin(),
+                                               response.token_ids().end()))},
+          {"count", response.token_ids_size()},
+          {"max_model_len", info ? info->max_model_len() : 0},
+          {"prompt", response.prompt()}};
+}
+
+// vLLM's /detokenize answers {"prompt"}, llama-server's {"content"}: both, so that clients of
+// either read the text.
+json DetokenizeAnswer(Backend&, const v1::DetokenizeResponse& response) {
+  return {{"prompt", response.text()}, {"content", response.text()}};
+}
+
+}  // namespace
+
+asio::awaitable<void> HandleTokenize(HttpExchange& exchange, const HttpRequest& request) {
+  co_await HandleUnaryCall(exchange, request,
+                           UnaryCall<TokenizeCall, v1::TokenizeResponse>{
+                               .parse = ParseTokenizeRequest,
+                               .send = AwaitTokenize,
+                               .answer = TokenizeAnswer,
+                               .refused_param = ""});
+}
+
+asio::awaitable<void> HandleDetokenize(HttpExchange& exchange, const HttpRequest& request) {
+  // The server names its own field (token_ids); here the ids came as `tokens`.
+  co_await HandleUnaryCall(exchange, request,
+                           UnaryCall<DetokenizeCall, v1::DetokenizeResponse>{
+                               .parse = ParseDetokenizeRequest,
+                               .send = AwaitDetokenize,
+                               .answer = DetokenizeAnswer,
+                               .refused_param = "tokens"});
+}
+
+}  // namespace tokenmill::gateway

@@ -1,0 +1,470 @@
+#include "gateway/api/openai/request_mapping.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string_view>
+
+#include "gateway/api/json_fields.h"
+#include "gateway/api/openai/structured_output.h"
+#include "gateway/api/openai/tool_calls.h"
+
+namespace tokenmill::gateway {
+
+using nlohmann::json;
+
+namespace {
+
+// Parameters both endpoints share, in the order OpenAI documents them.
+const std::set<std::string_view>& CommonParams() {
+  static const std::set<std::string_view> kParams = {
+      "model",          "max_tokens",         "temperature",       "top_p",
+      "top_k",          "min_p",              "n",                 "stream",
+      "stream_options", "stop",               "seed",              "presence_penalty",
+      "frequency_penalty", "repetition_penalty", "logit_bias",     "logprobs",
+      "user",           "ignore_eos",         "min_tokens",        "stop_token_ids",
+      "cache_salt",     "priority",           "kv_window"};
+  return kParams;
+}
+
+std::optional<HttpError> ParseSampling(const json& body, v1::SamplingParams& s) {
+  std::optional<double> d;
+  GW_RETURN_IF_ERROR(Number(body, "temperature", d));
+  if (d) s.set_temperature(static_cast<float>(*d));
+  d.reset();
+  GW_RETURN_IF_ERROR(Number(body, "top_p", d));
+  if (d) s.set_top_p(static_cast<float>(*d));
+  d.reset();
+  GW_RETURN_IF_ERROR(Number(body, "min_p", d));
+  if (d) s.set_min_p(static_cast<float>(*d));
+  d.reset();
+  GW_RETURN_IF_ERROR(Number(body, "presence_penalty", d));
+  if (d) {
+    if (*d < -2 || *d > 2) return BadRequest("presence_penalty must be in [-2, 2]", "presence_penalty");
+    s.set_presence_penalty(static_cast<float>(*d));
+  }
+  d.reset();
+  GW_RETURN_IF_ERROR(Number(body, "frequency_penalty", d));
+  if (d) {
+    if (*d < -2 || *d > 2) {
+      return BadRequest("frequency_penalty must be in [-2, 2]", "frequency_penalty");
+    }
+    s.set_frequency_penalty(static_cast<float>(*d));
+  }
+  d.reset();
+  GW_RETURN_IF_ERROR(Number(body, "repetition_penalty", d));
+  if (d) s.set_repetition_penalty(static_cast<float>(*d));
+
+  std::optional<int64_t> i;
+  GW_RETURN_IF_ERROR(Integer(body, "top_k", -1, std::numeric_limits<int32_t>::max(), i));
+  if (i) s.set_top_k(static_cast<int32_t>(*i));
+  i.reset();
+  GW_RETURN_IF_ERROR(Integer(body, "seed", std::numeric_limits<int64_t>::min(),
+                             std::numeric_limits<int64_t>::max(), i));
+  if (i) s.set_seed(static_cast<uint64_t>(*i));
+  i.reset();
+  GW_RETURN_IF_ERROR(Integer(body, "min_tokens", 0, std::numeric_limits<uint32_t>::max(), i));
+  if (i) s.set_min_tokens(static_cast<uint32_t>(*i));
+
+  if (const json* bias = Field(body, "logit_bias")) {
+    if (!bias->is_object()) {
+      return BadRequest("logit_bias must map token ids (as strings) to numbers", "logit_bias");
+    }
+    for (const auto& [key, value] : bias->items()) {
+      size_t used = 0;
+      long long id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != key.size() || id < 0 || id > std::numeric_limits<int32_t>::max()) {
+        return BadRequest("logit_bias key '" + key + "' is not a token id", "logit_bias");
+      }
+      if (!value.is_number() || !std::isfinite(value.get<double>()) ||
+          value.get<double>() < -100 || value.get<double>() > 100) {
+        return BadRequest("logit_bias values must be numbers in [-100, 100]", "logit_bias");
+      }
+      (*s.mutable_logit_bias())[static_cast<int32_t>(id)] = value.get<float>();
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<HttpError> ParseStop(const json& body, v1::GenerateRequest& g) {
+  if (const json* stop = Field(body, "stop")) {
+    if (stop->is_string()) {
+      g.add_stop(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const json& s : *stop) {
+        if (!s.is_string()) return BadRequest("stop must be a string or a list of strings", "stop");
+        g.add_stop(s.get<std::string>());
+      }
+    } else {
+      return BadRequest("stop must be a string or a list of strings", "stop");
+    }
+  }
+  if (const json* ids = Field(body, "stop_token_ids")) {
+    if (!ids->is_array()) return BadRequest("stop_token_ids must be a list of token ids", "stop_token_ids");
+    for (const json& id : *ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        return BadRequest("stop_token_ids must be a list of token ids", "stop_token_ids");
+      }
+      g.add_stop_token_ids(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
+  return std::nullopt;
+}
+
+// Everything but the input and logprobs: one template the prompts are copied from.
+std::optional<HttpError> ParseGenerateCommon(const json& body, Endpoint endpoint,
+                                             CompletionRequest& out, v1::GenerateRequest& g) {
+  GW_RETURN_IF_ERROR(ParseSampling(body, *g.mutable_sampling()));
+  GW_RETURN_IF_ERROR(
+      ParseStructuredOutput(body, *g.mutable_sampling(), out.structured_output_param));
+  GW_RETURN_IF_ERROR(ParseStop(body, g));
+
+  std::optional<int64_t> max_tokens;
+  GW_RETURN_IF_ERROR(Integer(body, "max_tokens", 1, std::numeric_limits<uint32_t>::max(),
+                             max_tokens));
+  if (endpoint == Endpoint::kChatCompletions) {
+    std::optional<int64_t> max_completion;
+    GW_RETURN_IF_ERROR(Integer(body, "max_completion_tokens", 1,
+                               std::numeric_limits<uint32_t>::max(), max_completion));
+    if (max_completion) {
+      if (max_tokens && *max_tokens != *max_completion) {
+        return BadRequest("give max_tokens or max_completion_tokens, not both",
+                          "max_completion_tokens");
+      }
+      max_tokens = max_completion;
+    }
+  }
+  if (max_tokens) g.set_max_tokens(static_cast<uint32_t>(*max_tokens));
+
+  std::optional<int64_t> n;
+  GW_RETURN_IF_ERROR(Integer(body, "n", 1, 128, n));
+  if (n) {
+    out.n = static_cast<uint32_t>(*n);
+    if (*n > 1) g.set_n(static_cast<uint32_t>(*n));
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    std::optional<int64_t> best_of;
+    GW_RETURN_IF_ERROR(Integer(body, "best_of", 1, 128, best_of));
+    if (best_of && *best_of != out.n) {
+      return BadRequest("best_of other than n is not supported: leave it unset", "best_of");
+    }
+  }
+
+  std::optional<bool> flag;
+  GW_RETURN_IF_ERROR(Bool(body, "ignore_eos", flag));
+  if (flag) g.set_ignore_eos(*flag);
+  flag.reset();
+  GW_RETURN_IF_ERROR(Bool(body, "stream", flag));
+  out.stream = flag.value_or(false);
+  if (const json* options = Field(body, "stream_options")) {
+    if (!out.stream) return BadRequest("stream_options is only allowed with stream: true", "stream_options");
+    if (!options->is_object()) return BadRequest("stream_options must be an object", "stream_options");
+    for (const auto& [key, value] : options->items()) {
+      if (key == "include_usage") {
+        if (!value.is_boolean()) {
+          return BadRequest("stream_options.include_usage must be true or false", "stream_options");
+        }
+        out.include_usage = value.get<bool>();
+      } else if (key != "continuous_usage_stats" || value != false) {
+        return BadRequest("stream_options." + key + " is not supported", "stream_options");
+      }
+    }
+  }
+
+  // tokenmill's bounded-memory generation (attention sinks): {"sink_tokens", "window_tokens"}.
+  if (const json* window = Field(body, "kv_window")) {
+    if (!window->is_object()) {
+      return BadRequest("kv_window must be an object {\"sink_tokens\", \"window_tokens\"}",
+                        "kv_window");
+    }
+    for (const auto& [key, value] : window->items()) {
+      if (key != "sink_tokens" && key != "window_tokens") {
+        return BadRequest("kv_window." + key + " is not a kv_window field", "kv_window");
+      }
+    }
+    std::optional<int64_t> tokens;
+    GW_RETURN_IF_ERROR(Integer(*window, "sink_tokens", 0, std::numeric_limits<uint32_t>::max(),
+                               tokens));
+    v1::KvWindow& kv_window = *g.mutable_kv_window();
+    if (tokens) kv_window.set_sink_tokens(static_cast<uint32_t>(*tokens));
+    tokens.reset();
+    GW_RETURN_IF_ERROR(Integer(*window, "window_tokens", 0,
+                               std::numeric_limits<uint32_t>::max(), tokens));
+    if (tokens) kv_window.set_window_tokens(static_cast<uint32_t>(*tokens));
+  }
+
+  std::optional<int64_t> priority;
+  GW_RETURN_IF_ERROR(Integer(body, "priority", std::numeric_limits<int32_t>::min(),
+                             std::numeric_limits<int32_t>::max(), priority));
+  if (priority) g.set_priority(static_cast<int32_t>(*priority));
+  std::optional<std::string> text;
+  GW_RETURN_IF_ERROR(String(body, "cache_salt", text));
+  if (text) g.set_cache_salt(*text);
+  text.reset();
+  // `user` identifies the end user for abuse monitoring; the gateway logs it at debug level.
+  GW_RETURN_IF_ERROR(String(body, "user", text));
+  text.reset();
+  GW_RETURN_IF_ERROR(String(body, "model", text));
+  out.model = text.value_or("");
+  return std::nullopt;
+}
+
+std::string Prefix(std::string_view s) { return std::string(s.substr(0, kAffinityPrefixChars)); }
+
+std::string TokenIdsKey(const v1::TokenIds& ids) {
+  std::string key = "ids:";
+  for (int i = 0; i < ids.ids_size() && i < 64; ++i) key += std::to_string(ids.ids(i)) + ",";
+  return key;
+}
+
+std::optional<HttpError> ParseTokenIds(const json& list, v1::TokenIds& ids) {
+  for (const json& id : list) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return BadRequest("prompt token ids must be non-negative integers", "prompt");
+    }
+    ids.add_ids(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return std::nullopt;
+}
+
+// prompt: "text", ["text", ...], [id, ...] or [[id, ...], ...].
+std::optional<HttpError> ParsePrompts(const json& body, const v1::GenerateRequest& common,
+                                      CompletionRequest& out) {
+  const json* prompt = Field(body, "prompt");
+  if (prompt == nullptr) return BadRequest("prompt is required", "prompt");
+  const auto add = [&]() -> v1::GenerateRequest& { return out.generates.emplace_back(common); };
+  const auto bad = [] {
+    return BadRequest("prompt must be a string, a list of strings, a list of token ids or a "
+                      "list of lists of token ids",
+                      "prompt");
+  };
+  if (prompt->is_string()) {
+    add().set_text(prompt->get<std::string>());
+  } else if (prompt->is_array()) {
+    if (prompt->empty()) return BadRequest("prompt is empty", "prompt");
+    const json& first = prompt->front();
+    if (first.is_number()) {
+      GW_RETURN_IF_ERROR(ParseTokenIds(*prompt, *add().mutable_token_ids()));
+    } else {
+      for (const json& item : *prompt) {
+        if (item.is_string()) {
+          add().set_text(item.get<std::string>());
+        } else if (item.is_array()) {
+          GW_RETURN_IF_ERROR(ParseTokenIds(item, *add().mutable_token_ids()));
+        } else {
+          return bad();
+        }
+      }
+    }
+  } else {
+    return bad();
+  }
+  if (out.generates.size() > 64) {
+    return BadRequest("at most 64 prompts per request", "prompt");
+  }
+  const v1::GenerateRequest& first = out.generates.front();
+  out.affinity_key = first.has_token_ids() ? TokenIdsKey(first.token_ids()) : Prefix(first.text());
+  return std::nullopt;
+}
+
+std::optional<HttpError> ParseContent(const json& content, size_t index, std::string& text) {
+  const std::string param = "messages[" + std::to_string(index) + "].content";
+  if (content.is_string()) {
+    text = content.get<std::string>();
+    return std::nullopt;
+  }
+  if (!content.is_array()) {
+    return BadRequest(param + " must be a string or a list of text parts", "messages");
+  }
+  for (const json& part : content) {
+    if (!HasType(part, "text") || !part.contains("text") || !part["text"].is_string()) {
+      return BadRequest(param + ": only parts {\"type\": \"text\", \"text\": ...} are supported",
+                        "messages");
+    }
+    text += part["text"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+std::optional<HttpError> ParseChatInput(const json& body, CompletionRequest& out,
+                                        v1::GenerateRequest& g) {
+  const json* messages = Field(body, "messages");
+  if (messages == nullptr) return BadRequest("messages is required", "messages");
+  v1::Chat& chat = *g.mutable_chat();
+  GW_RETURN_IF_ERROR(ParseMessages(*messages, chat));
+  GW_RETURN_IF_ERROR(ParseToolParams(body, chat));
+  GW_RETURN_IF_ERROR(RefuseTwoConstraints(chat, out.structured_output_param));
+  std::optional<bool> add_generation_prompt;
+  GW_RETURN_IF_ERROR(Bool(body, "add_generation_prompt", add_generation_prompt));
+  if (add_generation_prompt) chat.set_add_generation_prompt(*add_generation_prompt);
+  out.affinity_key = ChatAffinityKey(chat);
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string ChatAffinityKey(const v1::Chat& chat) {
+  // Same system messages, same backend; otherwise the start of the first message.
+  std::string key;
+  for (const v1::ChatMessage& m : chat.messages()) {
+    if (m.role() != "system") break;
+    key += m.content();
+    key += '\0';
+  }
+  std::string affinity = key.empty() ? "chat:" + Prefix(chat.messages(0).content())
+                                     : "system:" + Prefix(key);
+  affinity += chat.tools_json().empty() ? "" : Prefix(chat.tools_json());
+  return affinity;
+}
+
+std::optional<HttpError> ParseMessages(const json& messages, v1::Chat& chat) {
+  if (!messages.is_array() || messages.empty()) {
+    return BadRequest("messages must be a non-empty list of {role, content}", "messages");
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& m = messages[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return BadRequest(where + " must be an object", "messages");
+    for (const auto& [key, value] : m.items()) {
+      if (key != "role" && key != "content" && !IsToolMessageKey(key) && !value.is_null()) {
+        return BadRequest(where + "." + key +
+                              " is not supported: send role, content, name, tool_calls, "
+                              "tool_call_id and reasoning_content only",
+                          "messages");
+      }
+    }
+    if (!m.contains("role") || !m["role"].is_string()) {
+      return BadRequest(where + ".role must be a string", "messages");
+    }
+    std::string role = m["role"].get<std::string>();
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return BadRequest(where + ".role '" + role +
+                            "' is not one of system, developer, user, assistant, tool",
+                        "messages");
+    }
+    v1::ChatMessage& out = *chat.add_messages();
+    out.set_role(role);
+    GW_RETURN_IF_ERROR(ParseMessageToolFields(m, i, role, out));
+    const auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      if (role != "assistant") return BadRequest(where + ".content is required", "messages");
+      continue;
+    }
+    GW_RETURN_IF_ERROR(ParseContent(*content, i, *out.mutable_content()));
+  }
+  return std::nullopt;
+}
+
+std::optional<HttpError> ParseCompletionRequest(const json& body, Endpoint endpoint,
+                                                CompletionRequest& out) {
+  if (!body.is_object()) return BadRequest("the request body must be a JSON object");
+  std::set<std::string_view> known = CommonParams();
+  known.insert(StructuredOutputParams().begin(), StructuredOutputParams().end());
+  if (endpoint == Endpoint::kCompletions) {
+    known.insert({"prompt", "best_of", "echo", "suffix"});
+  } else {
+    known.insert({"messages", "max_completion_tokens", "top_logprobs", "add_generation_prompt"});
+    known.insert(ToolParams().begin(), ToolParams().end());
+  }
+  GW_RETURN_IF_ERROR(RefuseUnknown(body, known));
+  out.endpoint = endpoint;
+
+  v1::GenerateRequest common;
+  GW_RETURN_IF_ERROR(ParseGenerateCommon(body, endpoint, out, common));
+
+  if (endpoint == Endpoint::kCompletions) {
+    std::optional<bool> echo;
+    GW_RETURN_IF_ERROR(Bool(body, "echo", echo));
+    if (echo.value_or(false)) return BadRequest("echo is not supported: leave it unset", "echo");
+    if (const json* suffix = Field(body, "suffix"); suffix != nullptr && *suffix != "") {
+      return BadRequest("suffix is not supported: leave it unset", "suffix");
+    }
+    std::optional<int64_t> logprobs;
+    GW_RETURN_IF_ERROR(Integer(body, "logprobs", 0, 20, logprobs));
+    if (logprobs) {
+      out.logprobs = true;
+      out.top_logprobs = static_cast<uint32_t>(*logprobs);
+    }
+  } else {
+    std::optional<bool> logprobs;
+    GW_RETURN_IF_ERROR(Bool(body, "logprobs", logprobs));
+    out.logprobs = logprobs.value_or(false);
+    std::optional<int64_t> top;
+    GW_RETURN_IF_ERROR(Integer(body, "top_logprobs", 0, 20, top));
+    if (top && *top > 0 && !out.logprobs) {
+      return BadRequest("top_logprobs needs logprobs: true", "top_logprobs");
+    }
+    out.top_logprobs = static_cast<uint32_t>(top.value_or(0));
+  }
+  if (out.logprobs) {
+    common.set_logprobs(true);
+    common.set_top_logprobs(out.top_logprobs);
+  }
+
+  if (endpoint == Endpoint::kCompletions) return ParsePrompts(body, common, out);
+  GW_RETURN_IF_ERROR(ParseChatInput(body, out, common));
+  out.generates.push_back(std::move(common));
+  return std::nullopt;
+}
+
+std::optional<HttpError> ParseTokenizeRequest(const json& body, TokenizeCall& out) {
+  if (!body.is_object()) return BadRequest("the request body must be a JSON object");
+  GW_RETURN_IF_ERROR(RefuseUnknown(
+      body, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"}));
+  std::optional<std::string> model;
+  GW_RETURN_IF_ERROR(String(body, "model", model));
+  out.model = model.value_or("");
+  std::optional<bool> add_special;
+  GW_RETURN_IF_ERROR(Bool(body, "add_special_tokens", add_special));
+  if (add_special) out.request.set_add_special_tokens(*add_special);
+  const json* prompt = Field(body, "prompt");
+  const json* messages = Field(body, "messages");
+  if ((prompt == nullptr) == (messages == nullptr)) {
+    return BadRequest("give either prompt or messages", prompt ? "messages" : "prompt");
+  }
+  if (prompt != nullptr) {
+    if (!prompt->is_string()) return BadRequest("prompt must be a string", "prompt");
+    out.request.set_text(prompt->get<std::string>());
+    return std::nullopt;
+  }
+  GW_RETURN_IF_ERROR(ParseMessages(*messages, *out.request.mutable_chat()));
+  std::optional<bool> add_generation_prompt;
+  GW_RETURN_IF_ERROR(Bool(body, "add_generation_prompt", add_generation_prompt));
+  if (add_generation_prompt) {
+    out.request.mutable_chat()->set_add_generation_prompt(*add_generation_prompt);
+  }
+  return std::nullopt;
+}
+
+std::optional<HttpError> ParseDetokenizeRequest(const json& body, DetokenizeCall& out) {
+  if (!body.is_object()) return BadRequest("the request body must be a JSON object");
+  GW_RETURN_IF_ERROR(RefuseUnknown(body, {"model", "tokens", "render_special"}));
+  std::optional<std::string> model;
+  GW_RETURN_IF_ERROR(String(body, "model", model));
+  out.model = model.value_or("");
+  const json* tokens = Field(body, "tokens");
+  if (tokens == nullptr || !tokens->is_array()) {
+    return BadRequest("tokens must be a list of token ids", "tokens");
+  }
+  for (const json& id : *tokens) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return BadRequest("tokens must be a list of non-negative token ids", "tokens");
+    }
+    out.request.add_token_ids(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  std::optional<bool> render_special;
+  GW_RETURN_IF_ERROR(Bool(body, "render_special", render_special));
+  out.request.set_render_special(render_special.value_or(false));
+  return std::nullopt;
+}
+
+}  // namespace tokenmill::gateway

@@ -1,0 +1,65 @@
+// OpenAI request bodies (/v1/completions, /v1/chat/completions, /tokenize, /detokenize) ->
+// tokenmill.v1 requests. Every parameter is either mapped or refused with a 400 naming it;
+// none is silently ignored. Values the server checks better (ranges, prompt length) are
+// passed on and its INVALID_ARGUMENT comes back as a 400.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gateway/http/http_error.h"
+#include "tokenmill/v1/inference.pb.h"
+
+namespace tokenmill::gateway {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;  // empty: whichever model the backends serve
+  // One Generate per prompt (a completions request may carry several); chat has one.
+  std::vector<v1::GenerateRequest> generates;
+  uint32_t n = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;
+  uint32_t top_logprobs = 0;
+  // The field that set sampling.structured_output (response_format, grammar, ...), named in
+  // the 400 when the server refuses what it holds; empty without one.
+  std::string structured_output_param;
+  // Requests with equal keys go to the same backend (its prefix cache holds their prefix).
+  std::string affinity_key;
+};
+
+// How many characters of the prompt (or of the system messages) the affinity key keeps:
+// about the first KV blocks, where requests that share a system prompt agree.
+inline constexpr size_t kAffinityPrefixChars = 256;
+
+// The affinity key of a chat: its system messages (or the start of its first message) and
+// its tools. `chat` has at least one message.
+std::string ChatAffinityKey(const v1::Chat& chat);
+
+std::optional<HttpError> ParseCompletionRequest(const nlohmann::json& body, Endpoint endpoint,
+                                                CompletionRequest& out);
+
+struct TokenizeCall {
+  std::string model;
+  v1::TokenizeRequest request;
+};
+std::optional<HttpError> ParseTokenizeRequest(const nlohmann::json& body, TokenizeCall& out);
+
+struct DetokenizeCall {
+  std::string model;
+  v1::DetokenizeRequest request;
+};
+std::optional<HttpError> ParseDetokenizeRequest(const nlohmann::json& body, DetokenizeCall& out);
+
+// The chat messages of an OpenAI "messages" array (content as a string or a list of text
+// parts; "developer" is the system role under its newer name).
+std::optional<HttpError> ParseMessages(const nlohmann::json& messages, v1::Chat& chat);
+
+}  // namespace tokenmill::gateway

@@ -1,0 +1,140 @@
+#include "gateway/backends/backend_pool.h"
+
+#include <spdlog/spdlog.h>
+
+#include "gateway/backends/affinity.h"
+
+namespace tokenmill::gateway {
+
+Backend::Backend(std::string address, const BackendSecurity& security)
+    : address_(std::move(address)),
+      channel_(MakeBackendChannel(address_, security)),
+      stub_(v1::Inference::NewStub(channel_)),
+      health_stub_(grpc::health::v1::Health::NewStub(channel_)) {}
+
+std::optional<v1::ModelInfo> Backend::model_info() const {
+  std::lock_guard lock(mutex_);
+  return model_info_;
+}
+
+std::optional<std::string> Backend::CachedTokenText(int32_t id) const {
+  std::lock_guard lock(mutex_);
+  const auto it = token_texts_.find(id);
+  if (it == token_texts_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Backend::CacheTokenText(int32_t id, std::string text) {
+  std::lock_guard lock(mutex_);
+  token_texts_.emplace(id, std::move(text));
+}
+
+void Backend::Check(std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("tokenmill.v1.Inference");
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status = health_stub_->Check(&context, request, &response);
+  bool serving = status.ok() &&
+                 response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  const bool was_healthy = healthy();
+  if (serving && !was_healthy) {
+    // On the way up: learn (again) which model it serves; a restarted server may hold
+    // another model, so the token texts go too.
+    grpc::ClientContext info_context;
+    info_context.set_deadline(std::chrono::system_clock::now() + timeout);
+    v1::ModelInfo info;
+    const grpc::Status info_status =
+        stub_->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info);
+    if (info_status.ok()) {
+      std::lock_guard lock(mutex_);
+      model_info_ = info;
+      token_texts_.clear();
+    } else {
+      serving = false;
+    }
+  }
+  if (serving != was_healthy) {
+    healthy_.store(serving, std::memory_order_release);
+    if (serving) {
+      spdlog::info("backend {} is ready", address_);
+    } else {
+      spdlog::warn("backend {} is not ready: {}", address_,
+                   status.ok() ? "health NOT_SERVING" : status.error_message());
+    }
+  }
+}
+
+BackendLease::BackendLease(Backend& backend) : backend_(backend) {
+  backend_.in_flight_.fetch_add(1, std::memory_order_relaxed);
+  backend_.requests_.fetch_add(1, std::memory_order_relaxed);
+}
+
+BackendLease::~BackendLease() { backend_.in_flight_.fetch_sub(1, std::memory_order_relaxed); }
+
+BackendPool::BackendPool(const std::vector<std::string>& addresses,
+                         const BackendSecurity& security, std::chrono::milliseconds interval,
+                         int affinity_max_imbalance, std::string served_model_name)
+    : interval_(interval),
+      affinity_max_imbalance_(affinity_max_imbalance),
+      served_model_name_(std::move(served_model_name)) {
+  for (const std::string& address : addresses) {
+    backends_.push_back(std::make_unique<Backend>(address, security));
+  }
+  thread_ = std::thread([this] { HealthLoop(); });
+}
+
+BackendPool::~BackendPool() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  thread_.join();
+}
+
+void BackendPool::HealthLoop() {
+  const auto timeout = std::max(std::chrono::milliseconds(200),
+                                std::min(interval_, std::chrono::milliseconds(2000)));
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    lock.unlock();
+    for (const std::unique_ptr<Backend>& backend : backends_) backend->Check(timeout);
+    lock.lock();
+    stop_cv_.wait_for(lock, interval_, [this] { return stopping_; });
+  }
+}
+
+std::string BackendPool::ModelNameOf(const v1::ModelInfo& info) const {
+  return served_model_name_.empty() ? info.name() : served_model_name_;
+}
+
+bool BackendPool::AnyHealthy() const {
+  for (const std::unique_ptr<Backend>& backend : backends_) {
+    if (backend->healthy()) return true;
+  }
+  return false;
+}
+
+BackendChoice BackendPool::Choose(const std::string& model, std::string_view affinity_key) {
+  BackendChoice choice;
+  std::vector<BackendCandidate> candidates;
+  candidates.reserve(backends_.size());
+  for (const std::unique_ptr<Backend>& backend : backends_) {
+    BackendCandidate candidate;
+    candidate.address = backend->address();
+    candidate.in_flight = backend->in_flight();
+    if (backend->healthy()) {
+      choice.any_healthy = true;
+      const std::optional<v1::ModelInfo> info = backend->model_info();
+      candidate.eligible = info && (model.empty() || ModelNameOf(*info) == model);
+    }
+    candidates.push_back(candidate);
+  }
+  const int index = ChooseBackend(candidates, affinity_key, affinity_max_imbalance_);
+  if (index >= 0) choice.backend = backends_[index].get();
+  return choice;
+}
+
+}  // namespace tokenmill::gateway

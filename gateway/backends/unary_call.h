@@ -1,0 +1,73 @@
+// The routes that make one unary call to a backend (/tokenize, /detokenize, Anthropic's
+// count_tokens): the body parsed and mapped to its call, checked for size, routed by model,
+// sent, and the reply turned into the route's JSON; every refusal in the route's error shape.
+#pragma once
+
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+#include <utility>
+
+#include <boost/asio/awaitable.hpp>
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "gateway/backends/backend_request.h"
+#include "gateway/gateway_context.h"
+#include "gateway/http/http_error.h"
+#include "gateway/http/http_exchange.h"
+#include "gateway/http/request_body.h"
+
+namespace tokenmill::gateway {
+
+// What a route does around its call. `Call` has the body's `model` and the gRPC `request`.
+template <typename Call, typename Response>
+struct UnaryCall {
+  using Request = decltype(Call::request);
+  std::optional<HttpError> (*parse)(const nlohmann::json& body, Call& call);
+  boost::asio::awaitable<grpc::Status> (*send)(Backend& backend, const Request& request,
+                                               Response& response);
+  nlohmann::json (*answer)(Backend& backend, const Response& response);
+  // The body's field a server's 400 is about, where the body names it otherwise than the
+  // server does ("tokens" for its token_ids); empty: as the server says.
+  const char* refused_param = "";
+};
+
+template <typename Call, typename Response>
+boost::asio::awaitable<void> HandleUnaryCall(HttpExchange& exchange, const HttpRequest& request,
+                                             UnaryCall<Call, Response> route) {
+  Call call;
+  {
+    nlohmann::json body;
+    std::optional<HttpError> error = ParseRequestBody(request.body(), body);
+    if (!error) error = route.parse(body, call);
+    if (!error) error = TooLargeForBackend(call.request);
+    if (error) {
+      co_await exchange.WriteError(request, *error);
+      co_return;
+    }
+  }
+  std::variant<Backend*, HttpError> routed =
+      PickBackend(exchange.context().pool, call.model, "");
+  if (auto* refused = std::get_if<HttpError>(&routed)) {
+    co_await exchange.WriteError(request, *refused);
+    co_return;
+  }
+  Backend& backend = *std::get<Backend*>(routed);
+  Response response;
+  const grpc::Status status = co_await route.send(backend, call.request, response);
+  if (!status.ok()) {
+    HttpError refused = FromGrpcStatus(status);
+    if (refused.status == 400 && *route.refused_param != '\0') {
+      refused.param = route.refused_param;
+    }
+    co_await exchange.WriteError(request, refused);
+    co_return;
+  }
+  const nlohmann::json answer = route.answer(backend, response);
+  co_await exchange.WriteJson(request, 200, answer);
+}
+
+}  // namespace tokenmill::gateway

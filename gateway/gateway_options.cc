@@ -1,0 +1,96 @@
+#include "gateway/gateway_options.h"
+
+#include "common/byte_size.h"
+#include "common/env_name.h"
+
+namespace tokenmill::gateway {
+
+std::string GatewayEnvName(std::string_view flag) {
+  return EnvNameOfFlag("TOKENMILL_GATEWAY_", flag);
+}
+
+namespace {
+
+template <typename T>
+CLI::Option* AddOption(CLI::App& app, const std::string& flag, T& value, const std::string& help) {
+  return app.add_option(flag, value, help)->envname(GatewayEnvName(flag))->capture_default_str();
+}
+
+}  // namespace
+
+void AddGatewayOptions(CLI::App& app, GatewayOptions& o) {
+  AddOption(app, "--host", o.host, "address to listen on");
+  AddOption(app, "--port", o.port, "HTTP port (0: any free port)")->check(CLI::Range(0, 65535));
+  AddOption(app, "--backend", o.backends,
+            "tokenmill-server gRPC address host:port (repeatable; the variable takes a "
+            "comma-separated list)")
+      ->required()
+      ->delimiter(',');
+  // No capture_default_str: the key must never show in --help.
+  app.add_option("--api-key", o.api_key,
+                 "clients must send 'Authorization: Bearer <key>' (empty: no key)")
+      ->envname(GatewayEnvName("--api-key"));
+  AddOption(app, "--tls-cert", o.tls_cert,
+            "PEM certificate chain: serve HTTPS (with --tls-key)")
+      ->check(CLI::ExistingFile);
+  AddOption(app, "--tls-key", o.tls_key, "PEM private key of --tls-cert")
+      ->check(CLI::ExistingFile);
+  AddOption(app, "--tls-client-ca", o.tls_client_ca,
+            "PEM CA certificates: clients must present a certificate signed by one (mutual TLS)")
+      ->check(CLI::ExistingFile);
+  AddOption(app, "--backend-tls-ca", o.backend_tls_ca,
+            "PEM CA certificates: the backends speak TLS, their certificates signed by one")
+      ->check(CLI::ExistingFile);
+  AddOption(app, "--backend-tls-cert", o.backend_tls_cert,
+            "PEM client certificate for backends with mutual TLS (with --backend-tls-key)")
+      ->check(CLI::ExistingFile);
+  AddOption(app, "--backend-tls-key", o.backend_tls_key, "PEM private key of --backend-tls-cert")
+      ->check(CLI::ExistingFile);
+  AddOption(app, "--backend-tls-server-name", o.backend_tls_server_name,
+            "the name the backends' certificates carry (default: each address's host)");
+  app.add_option("--backend-api-key", o.backend_api_key,
+                 "the backends' --api-key, sent on every call (empty: none)")
+      ->envname(GatewayEnvName("--backend-api-key"));
+  AddOption(app, "--max-body-size", o.max_body_size,
+            "largest request body (\"8MiB\"); larger ones get 413");
+  AddOption(app, "--io-threads", o.io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64));
+  AddOption(app, "--health-interval", o.health_interval_seconds,
+            "seconds between health checks of each backend")
+      ->check(CLI::Range(0.05, 3600.0));
+  AddOption(app, "--affinity-max-imbalance", o.affinity_max_imbalance,
+            "in-flight requests by which the affinity backend may exceed the least-loaded one")
+      ->check(CLI::NonNegativeNumber);
+  AddOption(app, "--served-model-name", o.served_model_name,
+            "the model name clients use (default: the backends' model name)");
+  AddOption(app, "--response-store-size", o.response_store_size,
+            "memory for the conversations of stored Responses (previous_response_id; \"0\": "
+            "none kept)");
+  AddOption(app, "--response-store-ttl", o.response_store_ttl_seconds,
+            "seconds a stored Response can be continued")
+      ->check(CLI::PositiveNumber);
+  AddOption(app, "--log-level", o.log_level, "trace, debug, info, warn, error or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+}
+
+StatusOr<GatewayLimits> ResolveGatewayLimits(const GatewayOptions& options) {
+  StatusOr<int64_t> body = ParseByteSize(options.max_body_size);
+  if (!body.ok()) return InvalidArgumentError("--max-body-size: " + body.status().message());
+  if (*body <= 0) return InvalidArgumentError("--max-body-size must be positive");
+  StatusOr<int64_t> store = ParseByteSize(options.response_store_size);
+  if (!store.ok()) {
+    return InvalidArgumentError("--response-store-size: " + store.status().message());
+  }
+  if (*store < 0) return InvalidArgumentError("--response-store-size must not be negative");
+  for (const std::string& backend : options.backends) {
+    const size_t colon = backend.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == backend.size()) {
+      return InvalidArgumentError("--backend '" + backend + "' is not host:port");
+    }
+  }
+  GatewayLimits limits;
+  limits.max_body_bytes = *body;
+  limits.response_store_bytes = *store;
+  return limits;
+}
+
+}  // namespace tokenmill::gateway

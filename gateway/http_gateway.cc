@@ -1,0 +1,129 @@
+#include "gateway/http_gateway.h"
+
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+#include <utility>
+
+#include <boost/asio.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "gateway/gateway_context.h"
+#include "gateway/http/client_stream.h"
+#include "gateway/http/connection.h"
+
+namespace tokenmill::gateway {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+asio::awaitable<void> Listen(tcp::acceptor& acceptor, GatewayContext& context) {
+  for (;;) {
+    auto strand = asio::make_strand(acceptor.get_executor());
+    beast::error_code error;
+    tcp::socket socket =
+        co_await acceptor.async_accept(strand, asio::redirect_error(asio::use_awaitable, error));
+    if (error == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+    if (error) continue;
+    socket.set_option(tcp::no_delay(true), error);
+    auto connection = std::make_shared<Connection>(std::move(socket), context);
+    asio::co_spawn(strand, ServeConnection(connection), asio::detached);
+  }
+}
+
+std::string RandomHex(int digits) {
+  std::random_device device;
+  std::mt19937_64 random(device());
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < digits; ++i) out += kHex[random() % 16];
+  return out;
+}
+
+}  // namespace
+
+struct HttpGateway::Impl {
+  Impl(const GatewayOptions& options, const GatewayLimits& limits, BackendPool& pool,
+       GatewayMetrics& metrics)
+      : io(options.io_threads),
+        acceptor(io),
+        context(options, limits.max_body_bytes, pool, metrics, RandomHex(8),
+                {.max_bytes = static_cast<size_t>(limits.response_store_bytes),
+                 .ttl = std::chrono::seconds(options.response_store_ttl_seconds)}) {}
+
+  asio::io_context io;
+  tcp::acceptor acceptor;
+  std::unique_ptr<asio::ssl::context> tls;  // HTTPS, or null
+  GatewayContext context;
+  int bound_port = 0;
+  std::vector<std::thread> threads;
+};
+
+StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(const GatewayOptions& options,
+                                                          const GatewayLimits& limits,
+                                                          BackendPool& pool,
+                                                          GatewayMetrics& metrics) {
+  auto impl = std::make_unique<Impl>(options, limits, pool, metrics);
+  if (!options.tls_cert.empty() || !options.tls_key.empty() || !options.tls_client_ca.empty()) {
+    if (options.tls_cert.empty() || options.tls_key.empty()) {
+      return InvalidArgumentError(
+          "HTTPS needs both --tls-cert and --tls-key (--tls-client-ca adds client certificates)");
+    }
+    TM_ASSIGN_OR_RETURN(impl->tls, MakeServerTlsContext(options.tls_cert, options.tls_key,
+                                                        options.tls_client_ca));
+    impl->context.tls = impl->tls.get();
+  }
+  beast::error_code error;
+  const asio::ip::address address = asio::ip::make_address(options.host, error);
+  if (error) return InvalidArgumentError("--host '" + options.host + "' is not an IP address");
+  const tcp::endpoint endpoint(address, static_cast<unsigned short>(options.port));
+  impl->acceptor.open(endpoint.protocol(), error);
+  if (!error) impl->acceptor.set_option(asio::socket_base::reuse_address(true), error);
+  if (!error) impl->acceptor.bind(endpoint, error);
+  if (!error) impl->acceptor.listen(asio::socket_base::max_listen_connections, error);
+  if (error) {
+    return UnavailableError("cannot listen on " + options.host + ":" +
+                            std::to_string(options.port) + ": " + error.message() +
+                            " (choose another --port)");
+  }
+  impl->bound_port = impl->acceptor.local_endpoint(error).port();
+  Impl* raw = impl.get();
+  asio::co_spawn(raw->io, Listen(raw->acceptor, raw->context), asio::detached);
+  for (int i = 0; i < options.io_threads; ++i) {
+    raw->threads.emplace_back([raw] { raw->io.run(); });
+  }
+  return std::unique_ptr<HttpGateway>(new HttpGateway(std::move(impl)));
+}
+
+HttpGateway::HttpGateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpGateway::~HttpGateway() {
+  asio::post(impl_->io, [this] {
+    beast::error_code ignored;
+    impl_->acceptor.close(ignored);
+  });
+  // Backend calls report to connection strands: cancel them and let them finish before the
+  // I/O threads stop.
+  impl_->context.calls.CancelAll();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (impl_->context.calls.open() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  impl_->io.stop();
+  for (std::thread& thread : impl_->threads) thread.join();
+}
+
+int HttpGateway::port() const { return impl_->bound_port; }
+
+}  // namespace tokenmill::gateway

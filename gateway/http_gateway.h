@@ -1,0 +1,35 @@
+// tokenmill-gateway's HTTP/1.1 front: OpenAI's /v1/completions, /v1/chat/completions and
+// /v1/models, plus /tokenize, /detokenize, /health and /metrics. Boost.Beast on a small fixed
+// pool of I/O threads; each connection is one coroutine on its own strand (keep-alive, no
+// thread per connection), and its backend calls report back to that strand.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "gateway/backends/backend_pool.h"
+#include "gateway/gateway_metrics.h"
+#include "gateway/gateway_options.h"
+
+namespace tokenmill::gateway {
+
+class HttpGateway {
+ public:
+  // Binds --host:--port and starts the I/O threads. Unavailable when the port cannot be
+  // bound. `pool` and `metrics` must outlive the gateway.
+  static StatusOr<std::unique_ptr<HttpGateway>> Start(const GatewayOptions& options,
+                                                      const GatewayLimits& limits,
+                                                      BackendPool& pool, GatewayMetrics& metrics);
+  // Stops accepting, cancels the backend calls of open requests and joins the I/O threads.
+  ~HttpGateway();
+
+  int port() const;
+
+ private:
+  struct Impl;
+  explicit HttpGateway(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tokenmill::gateway
