@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "engine/sampling/token_logprobs.h"
@@ -63,7 +64,13 @@ Status CheckCountsAndStops(const GenerateRequest& request, const RequestLimits& 
     return InvalidArgumentError("n = " + std::to_string(request.n) + " must be in [1, " +
                                 std::to_string(kMaxSequencesPerRequest) + "]");
   }
-  if (s.max_tokens < 1) return InvalidArgumentError("max_tokens must be at least 1");
+  if (s.max_tokens < 1) {
+    // The one check of max_tokens' range: every API's clients see this message.
+    return InvalidArgumentError("max_tokens must be at least 1, got " +
+                                std::to_string(s.max_tokens) +
+                                " (max_tokens must be an integer in [1, " +
+                                std::to_string(std::numeric_limits<int>::max()) + "])");
+  }
   if (request.kv_window) {
     const KvWindow& window = *request.kv_window;
     if (window.sink_tokens < 0 || window.window_tokens < 0 ||
@@ -136,7 +143,8 @@ Status CheckSampling(const SamplingParams& s, int vocab_size) {
     }
     if (!std::isfinite(bias) || bias < -100 || bias > 100) {
       return InvalidArgumentError("sampling.logit_bias[" + std::to_string(id) + "] = " +
-                                  Num(bias) + " must be in [-100, 100]");
+                                  Num(bias) + " must be in [-100, 100] (logit_bias values "
+                                  "must be numbers in [-100, 100])");
     }
   }
   if (s.sequence_index < 0) {

@@ -21,9 +21,11 @@ asio::awaitable<std::variant<std::unique_ptr<Generation>, HttpError>> Generation
   std::unique_ptr<Generation> generation(
       new Generation(exchange, backend, info ? context.pool.ModelNameOf(*info) : params.model,
                      std::move(params.structured_output_param)));
+  // A chat without max_tokens may use the rest of its context, as OpenAI's do: the server
+  // counts the templated prompt's tokens.
   for (v1::GenerateRequest& generate : params.generates) {
     if (generate.has_chat() && !generate.has_max_tokens()) {
-      co_await DefaultChatMaxTokens(backend, generate);
+      generate.set_max_tokens_rest_of_context(true);
     }
   }
   const auto executor = co_await asio::this_coro::executor;

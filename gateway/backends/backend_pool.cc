@@ -17,18 +17,6 @@ std::optional<v1::ModelInfo> Backend::model_info() const {
   return model_info_;
 }
 
-std::optional<std::string> Backend::CachedTokenText(int32_t id) const {
-  std::lock_guard lock(mutex_);
-  const auto it = token_texts_.find(id);
-  if (it == token_texts_.end()) return std::nullopt;
-  return it->second;
-}
-
-void Backend::CacheTokenText(int32_t id, std::string text) {
-  std::lock_guard lock(mutex_);
-  token_texts_.emplace(id, std::move(text));
-}
-
 void Backend::Check(std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);
@@ -41,7 +29,7 @@ void Backend::Check(std::chrono::milliseconds timeout) {
   const bool was_healthy = healthy();
   if (serving && !was_healthy) {
     // On the way up: learn (again) which model it serves; a restarted server may hold
-    // another model, so the token texts go too.
+    // another model.
     grpc::ClientContext info_context;
     info_context.set_deadline(std::chrono::system_clock::now() + timeout);
     v1::ModelInfo info;
@@ -50,7 +38,6 @@ void Backend::Check(std::chrono::milliseconds timeout) {
     if (info_status.ok()) {
       std::lock_guard lock(mutex_);
       model_info_ = info;
-      token_texts_.clear();
     } else {
       serving = false;
     }

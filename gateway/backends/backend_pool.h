@@ -14,7 +14,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "gateway/backends/backend_channel.h"
@@ -35,11 +34,6 @@ class Backend {
   // The model it serves; empty before its first healthy check.
   std::optional<v1::ModelInfo> model_info() const;
 
-  // The text of single tokens (for logprobs), cached: the vocabulary does not change while
-  // the backend stays healthy.
-  std::optional<std::string> CachedTokenText(int32_t id) const;
-  void CacheTokenText(int32_t id, std::string text);
-
  private:
   friend class BackendPool;
   friend class BackendLease;
@@ -56,7 +50,6 @@ class Backend {
   std::atomic<uint64_t> requests_{0};
   mutable std::mutex mutex_;
   std::optional<v1::ModelInfo> model_info_;
-  std::unordered_map<int32_t, std::string> token_texts_;
 };
 
 // Counts one request in flight on a backend for as long as it lives.

@@ -4,8 +4,6 @@
 
 #include <chrono>
 
-#include "gateway/backends/upstream_call.h"
-
 namespace tokenmill::gateway {
 
 namespace {
@@ -39,21 +37,6 @@ std::variant<Backend*, HttpError> PickBackend(BackendPool& pool, const std::stri
   if (choice.backend != nullptr) return choice.backend;
   if (!choice.any_healthy) return NoBackend();
   return ModelNotFound(model);
-}
-
-boost::asio::awaitable<void> DefaultChatMaxTokens(Backend& backend,
-                                                  v1::GenerateRequest& generate) {
-  const std::optional<v1::ModelInfo> info = backend.model_info();
-  if (!info) co_return;
-  v1::TokenizeRequest request;
-  *request.mutable_chat() = generate.chat();
-  v1::TokenizeResponse response;
-  const grpc::Status status = co_await AwaitTokenize(backend, request, response);
-  // On failure Generate reports the problem with the input itself.
-  if (!status.ok()) co_return;
-  const int64_t left =
-      static_cast<int64_t>(info->max_model_len()) - response.token_ids_size();
-  if (left > 0) generate.set_max_tokens(static_cast<uint32_t>(left));
 }
 
 int64_t UnixSeconds() {

@@ -1,12 +1,7 @@
 // What every route that calls a backend does with its request before the call: chooses the
-// backend, checks the request's size against the backend's gRPC limit and, for chats without
-// max_tokens, gives them the rest of the context.
+// backend and checks the request's size against the backend's gRPC limit.
 #pragma once
 
-// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
-#include <utility>
-
-#include <boost/asio/awaitable.hpp>
 #include <google/protobuf/message_lite.h>
 
 #include <cstddef>
@@ -18,12 +13,12 @@
 
 #include "gateway/backends/backend_pool.h"
 #include "gateway/http/http_error.h"
-#include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::gateway {
 
 // A Generate request gets its request_id once routed ("chatcmpl-", 16 + 12 hex digits, "-63":
-// under 64 bytes with its tag and length): room is kept for it. Without it a prompt just under
+// under 64 bytes with its tag and length), and a chat without max_tokens its
+// max_tokens_rest_of_context (2 bytes): room is kept for them. Without it a prompt just under
 // the limit came back from the server as RESOURCE_EXHAUSTED, a 429 that no retry helps.
 inline constexpr size_t kRequestIdBytes = 64;
 
@@ -38,11 +33,6 @@ HttpError ModelNotFound(const std::string& model);
 // The backend for a request, or the error to answer (503 none ready, 404 unknown model).
 std::variant<Backend*, HttpError> PickBackend(BackendPool& pool, const std::string& model,
                                               std::string_view affinity_key);
-
-// Chat requests without max_tokens may use the rest of the context, as OpenAI's do: the
-// prompt's length comes from the backend's tokenizer.
-boost::asio::awaitable<void> DefaultChatMaxTokens(Backend& backend,
-                                                  v1::GenerateRequest& generate);
 
 // Now, for the `created` fields of responses.
 int64_t UnixSeconds();

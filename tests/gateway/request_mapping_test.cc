@@ -160,7 +160,6 @@ TEST(GatewayRequestMapping, RefusalsNameTheParameter) {
   const json completion_base = {{"prompt", "x"}};
   const std::vector<Case> cases = {
       {Endpoint::kCompletions, {{"foo", 1}}, "foo"},
-      {Endpoint::kCompletions, {{"max_tokens", 0}}, "max_tokens"},
       {Endpoint::kCompletions, {{"max_tokens", 1.5}}, "max_tokens"},
       {Endpoint::kCompletions, {{"n", 500}}, "n"},
       {Endpoint::kCompletions, {{"temperature", "x"}}, "temperature"},

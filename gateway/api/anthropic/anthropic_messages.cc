@@ -375,9 +375,10 @@ std::optional<HttpError> ParseSampling(const json& body, MessagesRequest& out) {
   std::optional<int64_t> top_k;
   GW_RETURN_IF_ERROR(Integer(body, "top_k", 0, std::numeric_limits<int32_t>::max(), top_k));
   if (top_k) sampling.set_top_k(static_cast<int32_t>(*top_k));
+  // Required here; its range (at least 1) is the server's to check.
   std::optional<int64_t> max_tokens;
   GW_RETURN_IF_ERROR(
-      Integer(body, "max_tokens", 1, std::numeric_limits<uint32_t>::max(), max_tokens));
+      Integer(body, "max_tokens", 0, std::numeric_limits<uint32_t>::max(), max_tokens));
   if (!max_tokens) return BadRequest("max_tokens: Field required", "max_tokens");
   out.generate.set_max_tokens(static_cast<uint32_t>(*max_tokens));
   if (const json* stop = Field(body, "stop_sequences")) {

@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <map>
 #include <set>
 #include <variant>
 
@@ -62,46 +61,18 @@ std::optional<HttpError> MapCompletionBody(const HttpRequest& request, Endpoint 
   return error;
 }
 
-// The text of each token id (render_special: a chosen <|im_end|> shows as itself), looked up
-// once per backend.
-asio::awaitable<std::map<int32_t, std::string>> TokenTexts(Backend& backend,
-                                                         const std::set<int32_t>& ids) {
-  std::map<int32_t, std::string> texts;
-  for (const int32_t id : ids) {
-    if (std::optional<std::string> cached = backend.CachedTokenText(id)) {
-      texts[id] = std::move(*cached);
-      continue;
-    }
-    v1::DetokenizeRequest request;
-    request.add_token_ids(id);
-    request.set_render_special(true);
-    v1::DetokenizeResponse response;
-    const grpc::Status status = co_await AwaitDetokenize(backend, request, response);
-    texts[id] = status.ok() ? response.text() : "";
-    if (status.ok()) backend.CacheTokenText(id, response.text());
-  }
-  co_return texts;
-}
-
-asio::awaitable<std::vector<TokenLogprobText>> LogprobTexts(Backend& backend,
-                                                            const v1::GenerateResponse& response) {
-  std::set<int32_t> ids;
-  for (const v1::TokenLogprobs& lp : response.logprobs()) {
-    ids.insert(lp.chosen().token_id());
-    for (const v1::TokenLogprob& top : lp.top()) ids.insert(top.token_id());
-  }
-  const std::map<int32_t, std::string> texts = co_await TokenTexts(backend, ids);
+// Each sampled and top token's text as the server sent it (render_special: a chosen
+// <|im_end|> shows as itself).
+std::vector<TokenLogprobText> LogprobTexts(const v1::GenerateResponse& response) {
   std::vector<TokenLogprobText> out;
   for (const v1::TokenLogprobs& lp : response.logprobs()) {
     TokenLogprobText entry;
-    entry.token = texts.at(lp.chosen().token_id());
+    entry.token = lp.chosen().text();
     entry.logprob = lp.chosen().logprob();
-    for (const v1::TokenLogprob& top : lp.top()) {
-      entry.top.emplace_back(texts.at(top.token_id()), top.logprob());
-    }
+    for (const v1::TokenLogprob& top : lp.top()) entry.top.emplace_back(top.text(), top.logprob());
     out.push_back(std::move(entry));
   }
-  co_return out;
+  return out;
 }
 
 // Per-prompt usage, taken from each sequence's final response.
@@ -155,7 +126,7 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
     ChoiceResult& choice = choices[choice_index];
     std::vector<TokenLogprobText> logprobs;
     if (parsed.logprobs && response.logprobs_size() > 0) {
-      logprobs = co_await LogprobTexts(generation.backend(), response);
+      logprobs = LogprobTexts(response);
     }
     const size_t text_offset = choice.text.size();
     choice.text += response.text();

@@ -1,6 +1,5 @@
 #include "gateway/api/openai/request_mapping.h"
 
-#include <cmath>
 #include <limits>
 #include <set>
 #include <string_view>
@@ -27,6 +26,8 @@ const std::set<std::string_view>& CommonParams() {
   return kParams;
 }
 
+// Types only (a number, an integer that fits the wire's field): the ranges are the server's to
+// check, once, and its refusal names the field.
 std::optional<HttpError> ParseSampling(const json& body, v1::SamplingParams& s) {
   std::optional<double> d;
   GW_RETURN_IF_ERROR(Number(body, "temperature", d));
@@ -39,24 +40,17 @@ std::optional<HttpError> ParseSampling(const json& body, v1::SamplingParams& s) 
   if (d) s.set_min_p(static_cast<float>(*d));
   d.reset();
   GW_RETURN_IF_ERROR(Number(body, "presence_penalty", d));
-  if (d) {
-    if (*d < -2 || *d > 2) return BadRequest("presence_penalty must be in [-2, 2]", "presence_penalty");
-    s.set_presence_penalty(static_cast<float>(*d));
-  }
+  if (d) s.set_presence_penalty(static_cast<float>(*d));
   d.reset();
   GW_RETURN_IF_ERROR(Number(body, "frequency_penalty", d));
-  if (d) {
-    if (*d < -2 || *d > 2) {
-      return BadRequest("frequency_penalty must be in [-2, 2]", "frequency_penalty");
-    }
-    s.set_frequency_penalty(static_cast<float>(*d));
-  }
+  if (d) s.set_frequency_penalty(static_cast<float>(*d));
   d.reset();
   GW_RETURN_IF_ERROR(Number(body, "repetition_penalty", d));
   if (d) s.set_repetition_penalty(static_cast<float>(*d));
 
   std::optional<int64_t> i;
-  GW_RETURN_IF_ERROR(Integer(body, "top_k", -1, std::numeric_limits<int32_t>::max(), i));
+  GW_RETURN_IF_ERROR(Integer(body, "top_k", std::numeric_limits<int32_t>::min(),
+                             std::numeric_limits<int32_t>::max(), i));
   if (i) s.set_top_k(static_cast<int32_t>(*i));
   i.reset();
   GW_RETURN_IF_ERROR(Integer(body, "seed", std::numeric_limits<int64_t>::min(),
@@ -81,10 +75,7 @@ std::optional<HttpError> ParseSampling(const json& body, v1::SamplingParams& s) 
       if (used != key.size() || id < 0 || id > std::numeric_limits<int32_t>::max()) {
         return BadRequest("logit_bias key '" + key + "' is not a token id", "logit_bias");
       }
-      if (!value.is_number() || !std::isfinite(value.get<double>()) ||
-          value.get<double>() < -100 || value.get<double>() > 100) {
-        return BadRequest("logit_bias values must be numbers in [-100, 100]", "logit_bias");
-      }
+      if (!value.is_number()) return BadRequest("logit_bias values must be numbers", "logit_bias");
       (*s.mutable_logit_bias())[static_cast<int32_t>(id)] = value.get<float>();
     }
   }
@@ -126,11 +117,11 @@ std::optional<HttpError> ParseGenerateCommon(const json& body, Endpoint endpoint
   GW_RETURN_IF_ERROR(ParseStop(body, g));
 
   std::optional<int64_t> max_tokens;
-  GW_RETURN_IF_ERROR(Integer(body, "max_tokens", 1, std::numeric_limits<uint32_t>::max(),
+  GW_RETURN_IF_ERROR(Integer(body, "max_tokens", 0, std::numeric_limits<uint32_t>::max(),
                              max_tokens));
   if (endpoint == Endpoint::kChatCompletions) {
     std::optional<int64_t> max_completion;
-    GW_RETURN_IF_ERROR(Integer(body, "max_completion_tokens", 1,
+    GW_RETURN_IF_ERROR(Integer(body, "max_completion_tokens", 0,
                                std::numeric_limits<uint32_t>::max(), max_completion));
     if (max_completion) {
       if (max_tokens && *max_tokens != *max_completion) {
@@ -398,7 +389,8 @@ std::optional<HttpError> ParseCompletionRequest(const json& body, Endpoint endpo
     GW_RETURN_IF_ERROR(Bool(body, "logprobs", logprobs));
     out.logprobs = logprobs.value_or(false);
     std::optional<int64_t> top;
-    GW_RETURN_IF_ERROR(Integer(body, "top_logprobs", 0, 20, top));
+    GW_RETURN_IF_ERROR(
+        Integer(body, "top_logprobs", 0, std::numeric_limits<uint32_t>::max(), top));
     if (top && *top > 0 && !out.logprobs) {
       return BadRequest("top_logprobs needs logprobs: true", "top_logprobs");
     }
