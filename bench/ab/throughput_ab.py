@@ -28,7 +28,7 @@ def run(bin_dir, args):
            args.concurrency, "--repeats", "1", "--prompt-tokens", str(args.prompt_tokens),
            "--max-tokens", str(args.max_tokens), "--threads", str(args.threads)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return {r["concurrency"]: r for r in map(json.loads, out.splitlines()) if r.strip()}
+    return {r["concurrency"]: r for r in map(json.loads, filter(str.strip, out.splitlines()))}
 
 
 def interval(ratios):
