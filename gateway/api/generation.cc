@@ -10,12 +10,16 @@ namespace tokenmill::gateway {
 
 namespace asio = boost::asio;
 
-asio::awaitable<std::variant<std::unique_ptr<Generation>, HttpError>> Generation::Start(
-    HttpExchange& exchange, Params params) {
+asio::awaitable<std::unique_ptr<Generation>> Generation::Start(HttpExchange& exchange,
+                                                               const HttpRequest& request,
+                                                               Params params) {
   GatewayContext& context = exchange.context();
   std::variant<Backend*, HttpError> routed =
       PickBackend(context.pool, params.model, params.affinity_key);
-  if (auto* refused = std::get_if<HttpError>(&routed)) co_return std::move(*refused);
+  if (auto* refused = std::get_if<HttpError>(&routed)) {
+    co_await exchange.WriteError(request, *refused);
+    co_return nullptr;
+  }
   Backend& backend = *std::get<Backend*>(routed);
   const std::optional<v1::ModelInfo> info = backend.model_info();
   std::unique_ptr<Generation> generation(

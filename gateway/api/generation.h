@@ -43,10 +43,12 @@ class Generation {
     std::string structured_output_param;
   };
 
-  // Routes the request (503 no backend, 404 unknown model), gives each chat without max_tokens
-  // the rest of the context and starts the calls, watching the client's socket.
-  static boost::asio::awaitable<std::variant<std::unique_ptr<Generation>, HttpError>> Start(
-      HttpExchange& exchange, Params params);
+  // Routes the request, gives each chat without max_tokens the rest of the context and starts
+  // the calls, watching the client's socket. A refusal (503 no backend, 404 unknown model) is
+  // written to the client in `request`'s dialect, and the result is null.
+  static boost::asio::awaitable<std::unique_ptr<Generation>> Start(HttpExchange& exchange,
+                                                                   const HttpRequest& request,
+                                                                   Params params);
 
   // The backend's name for the model that answers.
   const std::string& model() const { return model_; }

@@ -104,12 +104,10 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
   params.affinity_key = parsed.affinity_key;
   params.request_id = header.id;
   params.structured_output_param = parsed.structured_output_param;
-  auto started = co_await Generation::Start(exchange, std::move(params));
-  if (auto* refused = std::get_if<HttpError>(&started)) {
-    co_await exchange.WriteError(request, *refused);
-    co_return;
-  }
-  Generation& generation = *std::get<std::unique_ptr<Generation>>(started);
+  const std::unique_ptr<Generation> owner =
+      co_await Generation::Start(exchange, request, std::move(params));
+  if (!owner) co_return;
+  Generation& generation = *owner;
   header.model = generation.model();
 
   std::vector<ChoiceResult> choices(prompts * n);

@@ -212,12 +212,10 @@ asio::awaitable<void> HandleResponses(HttpExchange& exchange, const HttpRequest&
   params.affinity_key = parsed.affinity_key;
   params.request_id = state.id;
   params.structured_output_param = parsed.structured_output_param;
-  auto started = co_await Generation::Start(exchange, std::move(params));
-  if (auto* refused = std::get_if<HttpError>(&started)) {
-    co_await exchange.WriteError(request, *refused);
-    co_return;
-  }
-  Generation& generation = *std::get<std::unique_ptr<Generation>>(started);
+  const std::unique_ptr<Generation> owner =
+      co_await Generation::Start(exchange, request, std::move(params));
+  if (!owner) co_return;
+  Generation& generation = *owner;
   state.model = generation.model();
 
   TurnBlocks turn;
