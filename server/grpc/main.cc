@@ -155,6 +155,9 @@ int Run(const ServerOptions& options) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second server on a taken port would then start and
+  // silently take a share of the first one's calls. Binding fails instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
   builder.AddListeningPort(HostPort(options.host, options.port), *credentials, &port);
   builder.RegisterService(&service);

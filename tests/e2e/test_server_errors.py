@@ -1,9 +1,11 @@
 """Every bad input gets its gRPC status and a message saying what to change; a full queue
 gets RESOURCE_EXHAUSTED."""
+import subprocess
+
 import grpc
 import pytest
 
-from server_harness import RPC_TIMEOUT_S, TINY_MODEL, Server, generate, pb2
+from server_harness import RPC_TIMEOUT_S, SERVER_BIN, TINY_MODEL, Server, generate, pb2
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +108,14 @@ def test_beyond_max_queue_is_resource_exhausted():
         # Room again: a new request is served.
         ids, _, _ = generate(s.stub, pb2.GenerateRequest(text="Hi", max_tokens=2))
         assert len(ids) == 2
+
+
+def test_a_port_in_use_stops_the_second_server():
+    """gRPC's default SO_REUSEPORT let a second server bind the same port and silently answer
+    a share of the first one's calls; now the second stops, saying the port is taken."""
+    with Server(model=TINY_MODEL, wait_ready=False, metrics=False) as first:
+        second = subprocess.run(
+            [str(SERVER_BIN), "--model", str(TINY_MODEL), "--port", str(first.port),
+             "--metrics-port", "-1"], capture_output=True, text=True, timeout=RPC_TIMEOUT_S)
+        assert second.returncode != 0, second.stderr
+        assert f"cannot listen on 127.0.0.1:{first.port}: is the port taken?" in second.stderr
