@@ -294,6 +294,12 @@ StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileStructuredOutpu
 
 StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_template) {
   if (chat.messages().empty()) return InvalidArgumentError("chat.messages is empty");
+  // proto3 enums are open: a number no version of the API defines arrives as it was sent.
+  if (!v1::ToolChoiceMode_IsValid(chat.tool_choice().mode())) {
+    return InvalidArgumentError("chat.tool_choice.mode " +
+                                std::to_string(chat.tool_choice().mode()) +
+                                " is not a ToolChoiceMode: send AUTO (0), NONE (1) or REQUIRED (2)");
+  }
   if (chat_template == nullptr) {
     return FailedPreconditionError(
         "this model has no chat template: send text or token_ids, or start the server with "

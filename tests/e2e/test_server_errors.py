@@ -48,6 +48,11 @@ BAD_GENERATE = [
      "stop_token_ids[0] = -1 is outside the vocabulary"),
     ("empty chat", pb2.GenerateRequest(chat=pb2.Chat()), INVALID, "chat.messages is empty"),
     ("unknown chat role", pb2.GenerateRequest(chat=chat(("wizard", "hi"))), INVALID, "wizard"),
+    # proto3 enums are open: a number no version of the API defines reaches the server as is.
+    ("tool_choice mode out of range",
+     pb2.GenerateRequest(chat=pb2.Chat(messages=[pb2.ChatMessage(role="user", content="hi")],
+                                       tool_choice=pb2.ToolChoice(mode=7))), INVALID,
+     "chat.tool_choice.mode 7 is not a ToolChoiceMode"),
     ("long request id", pb2.GenerateRequest(text="Hi", request_id="x" * 300), INVALID,
      "request_id is longer than 256 bytes"),
 ]
