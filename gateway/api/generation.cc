@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <variant>
+
 #include "gateway/api/openai/structured_output.h"
 #include "gateway/backends/backend_request.h"
 #include "gateway/gateway_context.h"

@@ -19,7 +19,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "gateway/backends/backend_pool.h"
