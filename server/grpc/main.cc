@@ -108,6 +108,7 @@ int Run(const ServerOptions& options) {
     StatusOr<std::unique_ptr<KvEventPublisher>> publisher = KvEventPublisher::Create(
         {.endpoint = options.kv_events_endpoint,
          .replay_endpoint = options.kv_events_replay_endpoint,
+         .wildcard_host = options.kv_events_host,
          .block_size = engine_config->block_size,
          .buffer_batches = options.kv_events_buffer_steps});
     if (!publisher.ok()) return Fail(publisher.status());
@@ -140,13 +141,22 @@ int Run(const ServerOptions& options) {
                                 request_metrics, compat);
          }}};
     if (kv_events != nullptr) {
-      pages.push_back({"/kv_events/state", "application/json", [&serving_model] {
-                         return RenderCachedPrefixes(
-                             serving_model.load(std::memory_order_acquire));
-                       }});
+      // Every cached prompt's token ids: with --api-key, only for whoever holds the key.
+      pages.push_back({.path = "/kv_events/state",
+                       .content_type = "application/json",
+                       .render =
+                           [&serving_model] {
+                             return RenderCachedPrefixes(
+                                 serving_model.load(std::memory_order_acquire));
+                           },
+                       .needs_api_key = true});
     }
-    StatusOr<std::unique_ptr<MetricsHttpServer>> started =
-        MetricsHttpServer::Start(metrics_host, options.metrics_port, std::move(pages));
+    StatusOr<std::unique_ptr<MetricsHttpServer>> started = MetricsHttpServer::Start(
+        metrics_host, options.metrics_port, std::move(pages),
+        {.api_key = options.api_key,
+         .max_connections = static_cast<size_t>(options.metrics_max_connections),
+         .request_timeout = std::chrono::milliseconds(
+             static_cast<int64_t>(options.metrics_request_timeout_seconds * 1000.0))});
     if (!started.ok()) return Fail(started.status());
     metrics = std::move(*started);
     spdlog::info("metrics on http://{}/metrics", HostPort(metrics_host, metrics->port()));

@@ -55,6 +55,13 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "none, or vllm: /metrics also serves vLLM's names (vllm:num_requests_waiting, "
             "vllm:kv_cache_usage_perc, ...), which inference gateways' endpoint pickers read")
       ->check(CLI::IsMember({"none", "vllm"}));
+  AddOption(app, "--metrics-max-connections", o.metrics_max_connections,
+            "connections open at once on the metrics port; more are closed as they arrive "
+            "(idle clients cannot use up the descriptors gRPC needs)")
+      ->check(CLI::Range(1, 100000));
+  AddOption(app, "--metrics-request-timeout", o.metrics_request_timeout_seconds,
+            "seconds a metrics connection has to send its request and read the answer")
+      ->check(CLI::Range(0.001, 3600.0));
   AddOption(app, "--threads", o.threads, "CPU threads of the forward pass (0: all cores)")
       ->check(CLI::NonNegativeNumber);
   AddOption(app, "--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -109,9 +116,14 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
       ->envname(EnvNameOfFlag("--api-key"));
   AddOption(app, "--kv-events-endpoint", o.kv_events_endpoint,
             "publish KV cache events (vLLM's format, ZeroMQ PUB) here, e.g. tcp://*:5557 "
-            "(empty: none)");
+            "(bound on --kv-events-host; empty: none)");
   AddOption(app, "--kv-events-replay-endpoint", o.kv_events_replay_endpoint,
-            "serve replays of recent KV event batches here (ZeroMQ ROUTER), e.g. tcp://*:5558");
+            "serve replays of recent KV event batches here (ZeroMQ ROUTER), e.g. tcp://*:5558 "
+            "(bound on --kv-events-host)");
+  AddOption(app, "--kv-events-host", o.kv_events_host,
+            "the interface a wildcard KV event or replay endpoint (tcp://*:PORT) binds. The "
+            "events carry every cached prompt's token ids: whoever reaches these ports reads "
+            "them, so loopback unless you name another (0.0.0.0: every interface)");
   AddOption(app, "--kv-events-topic", o.kv_events_topic,
             "the KV events' topic (empty: kv@<POD_NAME or host name>@<model>, as llm-d reads)");
   AddOption(app, "--kv-events-buffer-steps", o.kv_events_buffer_steps,

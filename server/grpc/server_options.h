@@ -23,6 +23,8 @@ struct ServerOptions {
   int metrics_port = 8002;   // 0: any free port (logged); -1: no metrics endpoint
   std::string metrics_host;  // empty: --host
   std::string metrics_compat = "none";  // vllm: also vLLM's names, for inference gateways
+  int metrics_max_connections = 64;      // open at once on the metrics port
+  double metrics_request_timeout_seconds = 10.0;  // to read a request and write its answer
   int threads = 0;           // 0: all cores
   std::string device = "cpu";
   int cublas_min_tokens = 0;  // --device cuda: steps of >= this many tokens use cuBLAS; 0 never
@@ -49,6 +51,7 @@ struct ServerOptions {
   // the batches kept for replay.
   std::string kv_events_endpoint;
   std::string kv_events_replay_endpoint;
+  std::string kv_events_host = "127.0.0.1";  // what a wildcard (tcp://*:PORT) endpoint binds
   std::string kv_events_topic;
   int kv_events_buffer_steps = 10000;
   // Caps on a request's grammar, JSON Schema or regex (over one: INVALID_ARGUMENT naming what
