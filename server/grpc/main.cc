@@ -56,6 +56,13 @@ int64_t AvailableMemoryBytes() {
   return 0;
 }
 
+// The machine's RAM: what the grammar cache's default budget is a fraction of.
+int64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? int64_t{pages} * page_size : 0;
+}
+
 std::string HostPort(const std::string& host, int port) {
   // IPv6 literals need brackets in a gRPC address.
   const bool ipv6 = host.find(':') != std::string::npos;
@@ -100,6 +107,9 @@ void SetHealth(grpc::Server& server, bool serving) {
 int Run(const ServerOptions& options) {
   StatusOr<EngineConfig> engine_config = MakeEngineConfig(options, AvailableMemoryBytes());
   if (!engine_config.ok()) return Fail(engine_config.status());
+  const StatusOr<int64_t> grammar_cache_bytes =
+      GrammarCacheBudgetOf(options, PhysicalMemoryBytes());
+  if (!grammar_cache_bytes.ok()) return Fail(grammar_cache_bytes.status());
 
   ShutdownSignals signals;  // before any other thread starts (gRPC's credentials start some)
   // Before the engine, which hands it each step's events, and destroyed after it.
@@ -138,7 +148,7 @@ int Run(const ServerOptions& options) {
            const ServingModel* model = serving_model.load(std::memory_order_acquire);
            if (model == nullptr) return RenderMetrics({}, std::nullopt, request_metrics, compat);
            return RenderMetrics({model->name, model->block_size}, model->engine->Stats(),
-                                request_metrics, compat);
+                                request_metrics, compat, model->grammars->stats());
          }}};
     if (kv_events != nullptr) {
       // Every cached prompt's token ids: with --api-key, only for whoever holds the key.
@@ -186,7 +196,7 @@ int Run(const ServerOptions& options) {
                tls ? (options.tls_client_ca_path.empty() ? " over TLS" : " over mutual TLS") : "",
                options.api_key.empty() ? "" : ", API key required");
 
-  StatusOr<std::unique_ptr<ServingModel>> loaded = LoadServingModel(options, *engine_config);
+  StatusOr<std::unique_ptr<ServingModel>> loaded = LoadServingModel(options, *engine_config, *grammar_cache_bytes);
   if (!loaded.ok()) {
     server->Shutdown();
     return Fail(loaded.status());

@@ -2,10 +2,12 @@
 
 #include <chrono>
 #include <limits>
+#include <string>
 
 #include "common/byte_size.h"
 #include "common/env_name.h"
 #include "engine/forward_backend.h"
+#include "grammar/grammar_cache.h"
 
 namespace tokenmill::server {
 
@@ -147,6 +149,11 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
   AddOption(app, "--grammar-max-table-mib", o.grammar_max_table_mib,
             "structured output: MiB of one compiled grammar's token tables")
       ->check(CLI::PositiveNumber);
+  AddOption(app, "--grammar-cache-mib", o.grammar_cache_mib,
+            "structured output: MiB the cache of compiled grammars may hold (least recently "
+            "used dropped past it); 0: a sixteenth of physical memory, at least "
+            "--grammar-max-table-mib, at most 4096")
+      ->check(CLI::NonNegativeNumber);
   AddOption(app, "--grammar-max-compile-ms", o.grammar_max_compile_ms,
             "structured output: milliseconds one grammar may take to compile (off the engine "
             "thread)")
@@ -164,6 +171,20 @@ grammar::GrammarLimits GrammarLimitsOf(const ServerOptions& o) {
   limits.max_table_bytes = o.grammar_max_table_mib << 20;
   limits.max_compile_time = std::chrono::milliseconds(o.grammar_max_compile_ms);
   return limits;
+}
+
+StatusOr<int64_t> GrammarCacheBudgetOf(const ServerOptions& o, int64_t physical_memory_bytes) {
+  const int64_t max_grammar_bytes = GrammarLimitsOf(o).max_table_bytes;
+  if (o.grammar_cache_mib == 0) {
+    return grammar::DefaultGrammarCacheBudget(physical_memory_bytes, max_grammar_bytes);
+  }
+  if (o.grammar_cache_mib < o.grammar_max_table_mib) {
+    return InvalidArgumentError("--grammar-cache-mib " + std::to_string(o.grammar_cache_mib) +
+                                " cannot hold one grammar of --grammar-max-table-mib " +
+                                std::to_string(o.grammar_max_table_mib) +
+                                ": raise the first or lower the second");
+  }
+  return o.grammar_cache_mib << 20;
 }
 
 StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t available_memory_bytes) {

@@ -59,6 +59,9 @@ struct ServerOptions {
   grammar::GrammarLimits grammar_limits;
   int64_t grammar_max_table_mib = grammar::GrammarLimits{}.max_table_bytes >> 20;
   int64_t grammar_max_compile_ms = grammar::GrammarLimits{}.max_compile_time.count();
+  // What the cache of compiled grammars may hold, in MiB; 0: a sixteenth of physical memory
+  // (at least one grammar at --grammar-max-table-mib, at most 4 GiB).
+  int64_t grammar_cache_mib = 0;
   double drain_timeout_seconds = 30.0;
   std::string log_level = "info";
   bool log_json = false;
@@ -69,6 +72,12 @@ void AddServerOptions(CLI::App& app, ServerOptions& options);
 
 // The grammar caps the --grammar-max-* flags set.
 grammar::GrammarLimits GrammarLimitsOf(const ServerOptions& options);
+
+// The compiled-grammar cache's budget in bytes: --grammar-cache-mib, or with 0 the default for
+// a machine of `physical_memory_bytes`. InvalidArgument when it cannot hold one grammar at
+// --grammar-max-table-mib.
+StatusOr<int64_t> GrammarCacheBudgetOf(const ServerOptions& options,
+                                       int64_t physical_memory_bytes);
 
 // The environment variable of a flag: "--max-queue" -> "TOKENMILL_MAX_QUEUE".
 std::string EnvNameOfFlag(std::string_view flag);

@@ -153,3 +153,38 @@ def test_idle_metrics_connections_leave_grpc_accepting():
         assert len(ids) == 2 and time.monotonic() - start < 5
         assert httpx.get(metrics_url(server, "/metrics"), timeout=10).status_code == 200
         assert not re.search(r"Failed accept4", server.log_text())
+
+
+def wide_optionals_gbnf(rules, tag=""):
+    """Optional printable characters around a literal, rule after rule: where each optional may
+    end, nearly every token of the vocabulary runs past it and is kept as context-dependent, so
+    each position's table holds most of the vocabulary. 68 rules (2.6 KB) compile to ~225 MiB
+    for SmolLM2's 49152 tokens; six distinct bodies used to stay cached, ~1.3 GiB."""
+    lines = ["root ::= " + " ".join(f"r{i}" for i in range(rules))]
+    lines += [f'r{i} ::= [ -~]{{0,8}} "{i}{tag}" [ -~]{{0,8}}' for i in range(rules)]
+    return "\n".join(lines)
+
+
+def constrained(server, gbnf):
+    return generate(server.stub, pb2.GenerateRequest(
+        text="Hi", max_tokens=1, sampling=pb2.SamplingParams(grammar=gbnf)))
+
+
+def test_a_grammar_over_the_per_grammar_cap_fails_alone_and_the_cache_keeps_its_budget():
+    with Server("--grammar-max-table-mib", "64", "--grammar-cache-mib", "128") as server:
+        big = wide_optionals_gbnf(68)
+        assert 2500 <= len(big) <= 2700
+        with pytest.raises(grpc.RpcError) as refused:
+            constrained(server, big)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "--grammar-max-table-mib" in refused.value.details()
+        for tag in "abcde":  # ~35 MiB each: the cache holds three
+            constrained(server, wide_optionals_gbnf(10, tag))
+        samples = server.metrics()
+        assert 0 < samples["tokenmill:grammar_cache_bytes"] <= 128 << 20
+        assert samples["tokenmill:grammar_cache_budget_bytes"] == 128 << 20
+        assert 0 < samples["tokenmill:grammar_cache_entries"] < 5
+        assert samples["tokenmill:grammar_cache_evictions_total"] >= 1
+        constrained(server, wide_optionals_gbnf(10, "e"))  # the latest is still cached
+        assert server.metrics()["tokenmill:grammar_cache_evictions_total"] == \
+            samples["tokenmill:grammar_cache_evictions_total"]
