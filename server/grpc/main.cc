@@ -21,6 +21,7 @@
 #include <string>
 
 #include "common/logging.h"
+#include "server/grpc/grpc_listener.h"
 #include "server/grpc/inference_service.h"
 #include "server/grpc/json_log_formatter.h"
 #include "server/grpc/kv_event_publisher.h"
@@ -174,20 +175,27 @@ int Run(const ServerOptions& options) {
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // The port is ours, not gRPC's: gRPC 1.51's accept loop stops for good when the process
+  // runs out of descriptors once; ours retries (server/grpc/grpc_listener.h). Bound without
+  // SO_REUSEPORT, so a second server on a taken port fails instead of sharing its calls.
+  StatusOr<std::unique_ptr<GrpcListener>> listener =
+      GrpcListener::Bind(options.host, options.port);
+  if (!listener.ok()) return Fail(listener.status());
+  const int port = (*listener)->port();
   grpc::ServerBuilder builder;
-  // gRPC sets SO_REUSEPORT by default: a second server on a taken port would then start and
-  // silently take a share of the first one's calls. Binding fails instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  int port = 0;
-  builder.AddListeningPort(HostPort(options.host, options.port), *credentials, &port);
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+          *credentials);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
+  if (server == nullptr) {
     return Fail(UnavailableError(
-        "cannot listen on " + HostPort(options.host, options.port) +
-        ": is the port taken? choose another --port" +
-        (tls ? "; or --tls-key is not the key of --tls-cert" : "")));
+        "cannot serve gRPC on " + HostPort(options.host, port) +
+        (tls ? ": --tls-key is not the key of --tls-cert?" : "")));
   }
+  (*listener)->Start(std::move(acceptor));
   // The default health service starts out SERVING: say otherwise before the log line that
   // tells clients where to connect.
   SetHealth(*server, false);
@@ -231,6 +239,7 @@ int Run(const ServerOptions& options) {
                                            kFinalWritesTimeout)) {
     spdlog::warn("{} streams still writing; cancelling them", service.streams().open());
   }
+  listener->reset();  // no new connections while the last calls end
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server->Wait();
   metrics.reset();

@@ -188,3 +188,18 @@ def test_a_grammar_over_the_per_grammar_cap_fails_alone_and_the_cache_keeps_its_
         constrained(server, wide_optionals_gbnf(10, "e"))  # the latest is still cached
         assert server.metrics()["tokenmill:grammar_cache_evictions_total"] == \
             samples["tokenmill:grammar_cache_evictions_total"]
+
+
+def test_grpc_accepts_again_once_descriptors_free_up():
+    """Idle connections to the gRPC port itself, past RLIMIT_NOFILE: accept fails with EMFILE.
+    gRPC 1.51's own listener then never accepted again (its on_read returns without re-arming);
+    the server's accept loop retries, so a client gets in within seconds once they close."""
+    with Server(preexec_fn=low_descriptor_limit(128)) as server:
+        idle = open_idle_connections(server.port, 300)
+        time.sleep(1)  # the server has accepted all it could, and failed on the rest
+        for s in idle:
+            s.close()
+        start = time.monotonic()
+        ids, _, _ = generate_on_a_new_channel(server, timeout=5)
+        assert len(ids) == 2 and time.monotonic() - start < 5
+        assert "Failed accept4" not in server.log_text()
