@@ -183,7 +183,6 @@ int Run(const ServerOptions& options) {
   if (!listener.ok()) return Fail(listener.status());
   const int port = (*listener)->port();
   grpc::ServerBuilder builder;
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
       builder.experimental().AddExternalConnectionAcceptor(
           grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
