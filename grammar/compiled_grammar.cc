@@ -147,11 +147,42 @@ class PositionClassifier {
   mutable int64_t empty_count_ = -1;
 };
 
+template <typename T>
+int64_t HeapBytes(const std::vector<T>& v) {
+  return static_cast<int64_t>(v.capacity() * sizeof(T));
+}
+
+// What one position's table holds on the heap.
+int64_t HeapBytes(const PositionTokens& t) {
+  return HeapBytes(t.accepted_mask) + HeapBytes(t.list) + HeapBytes(t.dependent) +
+         HeapBytes(t.dependent_lcp) + HeapBytes(t.accepted_in_order) + HeapBytes(t.accepted_lcp);
+}
+
+int64_t AutomatonBytes(const Automaton& a) {
+  int64_t bytes = HeapBytes(a.elements) + HeapBytes(a.byte_sets) + HeapBytes(a.rules) +
+                  HeapBytes(a.repeats);
+  for (const Automaton::Rule& rule : a.rules) {
+    bytes += static_cast<int64_t>(rule.name.capacity()) + HeapBytes(rule.alternatives);
+  }
+  return bytes;
+}
+
+// A table's lists grow by doubling while classified; keeping the slack would cost up to half
+// again of what the grammar needs.
+void ShrinkToFit(PositionTokens& t) {
+  t.accepted_mask.shrink_to_fit();
+  t.list.shrink_to_fit();
+  t.dependent.shrink_to_fit();
+  t.dependent_lcp.shrink_to_fit();
+  t.accepted_in_order.shrink_to_fit();
+  t.accepted_lcp.shrink_to_fit();
+}
+
 }  // namespace
 
 StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Build(
     Automaton automaton, std::shared_ptr<const VocabularyIndex> vocab,
-    std::chrono::steady_clock::time_point deadline, int64_t max_table_bytes) {
+    std::chrono::steady_clock::time_point deadline, int64_t max_bytes) {
   std::shared_ptr<CompiledGrammar> grammar(
       new CompiledGrammar(std::move(automaton), std::move(vocab)));
   const Automaton& a = grammar->automaton_;
@@ -171,24 +202,28 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Build(
         "compiling the grammar ran past its time limit" +
         CapHint("simplify the grammar or schema", "--grammar-max-compile-ms"));
   };
-  int64_t table_bytes = 0;
+  // Counted as the tables grow, so a grammar over the cap stops there instead of first
+  // taking all it would need.
+  int64_t bytes = static_cast<int64_t>(sizeof(CompiledGrammar)) + AutomatonBytes(a) +
+                  HeapBytes(grammar->table_of_pos_);
+  const auto over_cap = [max_bytes] {
+    return ResourceExhaustedError(
+        "the compiled grammar (its token tables) needs more than " +
+        std::to_string(max_bytes >> 20) + " MiB" +
+        CapHint("simplify the grammar or schema", "--grammar-max-table-mib"));
+  };
   for (int32_t pos = 0; pos < static_cast<int32_t>(a.elements.size()); ++pos) {
     if (!a.IsBytePosition(pos)) continue;
     if (std::chrono::steady_clock::now() > deadline) return past_deadline();
     grammar->table_of_pos_[pos] = static_cast<int32_t>(grammar->tables_.size());
     grammar->tables_.push_back(classifier.Classify(pos, repeat_of_pos[pos]));
     if (classifier.timed_out()) return past_deadline();
-    const PositionTokens& t = grammar->tables_.back();
-    table_bytes += static_cast<int64_t>(
-        4 * (t.list.size() + t.dependent.size() + t.accepted_mask.size() +
-             t.accepted_in_order.size()) +
-        2 * (t.dependent_lcp.size() + t.accepted_lcp.size()));
-    if (table_bytes > max_table_bytes) {
-      return ResourceExhaustedError(
-          "the grammar's token tables need more than " + std::to_string(max_table_bytes >> 20) +
-          " MiB" + CapHint("simplify the grammar or schema", "--grammar-max-table-mib"));
-    }
+    ShrinkToFit(grammar->tables_.back());
+    bytes += static_cast<int64_t>(sizeof(PositionTokens)) + HeapBytes(grammar->tables_.back());
+    if (bytes > max_bytes) return over_cap();
   }
+  grammar->tables_.shrink_to_fit();
+  grammar->memory_bytes_ = bytes;
   return std::shared_ptr<const CompiledGrammar>(std::move(grammar));
 }
 

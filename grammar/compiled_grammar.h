@@ -42,15 +42,18 @@ struct PositionTokens {
 class CompiledGrammar {
  public:
   // Classifies the vocabulary at every byte position of automaton. RESOURCE_EXHAUSTED when
-  // that runs past the deadline or the tables past max_table_bytes.
+  // that runs past the deadline or the grammar's memory (memory_bytes) past max_bytes.
   static StatusOr<std::shared_ptr<const CompiledGrammar>> Build(
       Automaton automaton, std::shared_ptr<const VocabularyIndex> vocab,
-      std::chrono::steady_clock::time_point deadline, int64_t max_table_bytes);
+      std::chrono::steady_clock::time_point deadline, int64_t max_bytes);
 
   const Automaton& automaton() const { return automaton_; }
   const VocabularyIndex& vocab() const { return *vocab_; }
   // For a byte position.
   const PositionTokens& tokens_at(int32_t pos) const { return tables_[table_of_pos_[pos]]; }
+  // What this object holds in memory: the automaton, and the token tables (mostly), counted
+  // by their vectors' capacities. The vocabulary index is shared and not counted.
+  int64_t memory_bytes() const { return memory_bytes_; }
 
  private:
   CompiledGrammar(Automaton automaton, std::shared_ptr<const VocabularyIndex> vocab)
@@ -60,6 +63,7 @@ class CompiledGrammar {
   std::shared_ptr<const VocabularyIndex> vocab_;
   std::vector<int32_t> table_of_pos_;  // -1 for positions that are not byte elements
   std::vector<PositionTokens> tables_;
+  int64_t memory_bytes_ = 0;
 };
 
 }  // namespace tokenmill::grammar

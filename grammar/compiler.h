@@ -29,7 +29,8 @@ struct GrammarLimits {
   int64_t max_repetition = 100000;
   // $ref chains and nesting of JSON Schema subschemas.
   int max_schema_depth = 64;
-  // Memory of the per-position token tables (at most a vocabulary bitmask per position).
+  // Memory of one compiled grammar (CompiledGrammar::memory_bytes): mostly its per-position
+  // token tables, at most a vocabulary bitmask or list per position.
   int64_t max_table_bytes = int64_t{256} << 20;
   // Wall time of one compilation, precomputation included.
   std::chrono::milliseconds max_compile_time{20000};

@@ -76,6 +76,16 @@ bool BindsAsPublisher(const std::string& endpoint) {
          endpoint.starts_with("ipc://") || endpoint.starts_with("inproc://");
 }
 
+// "tcp://*:5557" -> "tcp://<host>:5557": ZeroMQ's "*" is every interface, and the events
+// carry prompts. Any other endpoint names its interface already and is kept.
+std::string BindAddress(const std::string& endpoint, const std::string& wildcard_host) {
+  constexpr std::string_view kWildcard = "tcp://*:";
+  if (!endpoint.starts_with(kWildcard)) return endpoint;
+  const bool ipv6 = wildcard_host.find(':') != std::string::npos;
+  return "tcp://" + (ipv6 ? "[" + wildcard_host + "]" : wildcard_host) + ":" +
+         endpoint.substr(kWildcard.size());
+}
+
 }  // namespace
 
 struct KvEventPublisher::Sockets {
@@ -105,11 +115,15 @@ StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Create(
     return OkStatus();
   };
   sockets->pub.set(zmq::sockopt::sndhwm, kHighWaterMark);
-  TM_RETURN_IF_ERROR(open(sockets->pub, options.endpoint, BindsAsPublisher(options.endpoint),
-                          "--kv-events-endpoint"));
+  const bool bind = BindsAsPublisher(options.endpoint);
+  TM_RETURN_IF_ERROR(open(sockets->pub,
+                          bind ? BindAddress(options.endpoint, options.wildcard_host)
+                               : options.endpoint,
+                          bind, "--kv-events-endpoint"));
   if (!options.replay_endpoint.empty()) {
-    TM_RETURN_IF_ERROR(open(sockets->replay, options.replay_endpoint, /*bind=*/true,
-                            "--kv-events-replay-endpoint"));
+    TM_RETURN_IF_ERROR(open(sockets->replay,
+                            BindAddress(options.replay_endpoint, options.wildcard_host),
+                            /*bind=*/true, "--kv-events-replay-endpoint"));
     sockets->has_replay = true;
   }
   return std::unique_ptr<KvEventPublisher>(new KvEventPublisher(options, std::move(sockets)));

@@ -29,6 +29,9 @@ struct KvEventPublisherOptions {
   // connected to (a router's bound SUB socket), as vLLM does.
   std::string endpoint;
   std::string replay_endpoint;  // ROUTER, e.g. tcp://*:5558; empty: no replay
+  // The interface a wildcard host (tcp://*:PORT) binds: the events are prompt data (token
+  // ids), so loopback unless the operator names another ("0.0.0.0": every interface).
+  std::string wildcard_host = "127.0.0.1";
   int block_size = 16;          // the tokens of each stored block
   int buffer_batches = 10000;   // batches kept for replay
 };

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "common/logging.h"
+#include "server/grpc/grpc_listener.h"
 #include "server/grpc/inference_service.h"
 #include "server/grpc/json_log_formatter.h"
 #include "server/grpc/kv_event_publisher.h"
@@ -54,6 +55,13 @@ int64_t AvailableMemoryBytes() {
     if (fields >> key >> kib && key == "MemAvailable:") return kib * 1024;
   }
   return 0;
+}
+
+// The machine's RAM: what the grammar cache's default budget is a fraction of.
+int64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? int64_t{pages} * page_size : 0;
 }
 
 std::string HostPort(const std::string& host, int port) {
@@ -100,6 +108,9 @@ void SetHealth(grpc::Server& server, bool serving) {
 int Run(const ServerOptions& options) {
   StatusOr<EngineConfig> engine_config = MakeEngineConfig(options, AvailableMemoryBytes());
   if (!engine_config.ok()) return Fail(engine_config.status());
+  const StatusOr<int64_t> grammar_cache_bytes =
+      GrammarCacheBudgetOf(options, PhysicalMemoryBytes());
+  if (!grammar_cache_bytes.ok()) return Fail(grammar_cache_bytes.status());
 
   ShutdownSignals signals;  // before any other thread starts (gRPC's credentials start some)
   // Before the engine, which hands it each step's events, and destroyed after it.
@@ -108,6 +119,7 @@ int Run(const ServerOptions& options) {
     StatusOr<std::unique_ptr<KvEventPublisher>> publisher = KvEventPublisher::Create(
         {.endpoint = options.kv_events_endpoint,
          .replay_endpoint = options.kv_events_replay_endpoint,
+         .wildcard_host = options.kv_events_host,
          .block_size = engine_config->block_size,
          .buffer_batches = options.kv_events_buffer_steps});
     if (!publisher.ok()) return Fail(publisher.status());
@@ -137,16 +149,25 @@ int Run(const ServerOptions& options) {
            const ServingModel* model = serving_model.load(std::memory_order_acquire);
            if (model == nullptr) return RenderMetrics({}, std::nullopt, request_metrics, compat);
            return RenderMetrics({model->name, model->block_size}, model->engine->Stats(),
-                                request_metrics, compat);
+                                request_metrics, compat, model->grammars->stats());
          }}};
     if (kv_events != nullptr) {
-      pages.push_back({"/kv_events/state", "application/json", [&serving_model] {
-                         return RenderCachedPrefixes(
-                             serving_model.load(std::memory_order_acquire));
-                       }});
+      // Every cached prompt's token ids: with --api-key, only for whoever holds the key.
+      pages.push_back({.path = "/kv_events/state",
+                       .content_type = "application/json",
+                       .render =
+                           [&serving_model] {
+                             return RenderCachedPrefixes(
+                                 serving_model.load(std::memory_order_acquire));
+                           },
+                       .needs_api_key = true});
     }
-    StatusOr<std::unique_ptr<MetricsHttpServer>> started =
-        MetricsHttpServer::Start(metrics_host, options.metrics_port, std::move(pages));
+    StatusOr<std::unique_ptr<MetricsHttpServer>> started = MetricsHttpServer::Start(
+        metrics_host, options.metrics_port, std::move(pages),
+        {.api_key = options.api_key,
+         .max_connections = static_cast<size_t>(options.metrics_max_connections),
+         .request_timeout = std::chrono::milliseconds(
+             static_cast<int64_t>(options.metrics_request_timeout_seconds * 1000.0))});
     if (!started.ok()) return Fail(started.status());
     metrics = std::move(*started);
     spdlog::info("metrics on http://{}/metrics", HostPort(metrics_host, metrics->port()));
@@ -154,20 +175,26 @@ int Run(const ServerOptions& options) {
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // The port is ours, not gRPC's: gRPC 1.51's accept loop stops for good when the process
+  // runs out of descriptors once; ours retries (server/grpc/grpc_listener.h). Bound without
+  // SO_REUSEPORT, so a second server on a taken port fails instead of sharing its calls.
+  StatusOr<std::unique_ptr<GrpcListener>> listener =
+      GrpcListener::Bind(options.host, options.port);
+  if (!listener.ok()) return Fail(listener.status());
+  const int port = (*listener)->port();
   grpc::ServerBuilder builder;
-  // gRPC sets SO_REUSEPORT by default: a second server on a taken port would then start and
-  // silently take a share of the first one's calls. Binding fails instead.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  int port = 0;
-  builder.AddListeningPort(HostPort(options.host, options.port), *credentials, &port);
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+          *credentials);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
+  if (server == nullptr) {
     return Fail(UnavailableError(
-        "cannot listen on " + HostPort(options.host, options.port) +
-        ": is the port taken? choose another --port" +
-        (tls ? "; or --tls-key is not the key of --tls-cert" : "")));
+        "cannot serve gRPC on " + HostPort(options.host, port) +
+        (tls ? ": --tls-key is not the key of --tls-cert?" : "")));
   }
+  (*listener)->Start(std::move(acceptor));
   // The default health service starts out SERVING: say otherwise before the log line that
   // tells clients where to connect.
   SetHealth(*server, false);
@@ -176,7 +203,7 @@ int Run(const ServerOptions& options) {
                tls ? (options.tls_client_ca_path.empty() ? " over TLS" : " over mutual TLS") : "",
                options.api_key.empty() ? "" : ", API key required");
 
-  StatusOr<std::unique_ptr<ServingModel>> loaded = LoadServingModel(options, *engine_config);
+  StatusOr<std::unique_ptr<ServingModel>> loaded = LoadServingModel(options, *engine_config, *grammar_cache_bytes);
   if (!loaded.ok()) {
     server->Shutdown();
     return Fail(loaded.status());
@@ -211,6 +238,7 @@ int Run(const ServerOptions& options) {
                                            kFinalWritesTimeout)) {
     spdlog::warn("{} streams still writing; cancelling them", service.streams().open());
   }
+  listener->reset();  // no new connections while the last calls end
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server->Wait();
   metrics.reset();

@@ -2,10 +2,12 @@
 
 #include <chrono>
 #include <limits>
+#include <string>
 
 #include "common/byte_size.h"
 #include "common/env_name.h"
 #include "engine/forward_backend.h"
+#include "grammar/grammar_cache.h"
 
 namespace tokenmill::server {
 
@@ -55,6 +57,13 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "none, or vllm: /metrics also serves vLLM's names (vllm:num_requests_waiting, "
             "vllm:kv_cache_usage_perc, ...), which inference gateways' endpoint pickers read")
       ->check(CLI::IsMember({"none", "vllm"}));
+  AddOption(app, "--metrics-max-connections", o.metrics_max_connections,
+            "connections open at once on the metrics port; more are closed as they arrive "
+            "(idle clients cannot use up the descriptors gRPC needs)")
+      ->check(CLI::Range(1, 100000));
+  AddOption(app, "--metrics-request-timeout", o.metrics_request_timeout_seconds,
+            "seconds a metrics connection has to send its request and read the answer")
+      ->check(CLI::Range(0.001, 3600.0));
   AddOption(app, "--threads", o.threads, "CPU threads of the forward pass (0: all cores)")
       ->check(CLI::NonNegativeNumber);
   AddOption(app, "--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -109,9 +118,14 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
       ->envname(EnvNameOfFlag("--api-key"));
   AddOption(app, "--kv-events-endpoint", o.kv_events_endpoint,
             "publish KV cache events (vLLM's format, ZeroMQ PUB) here, e.g. tcp://*:5557 "
-            "(empty: none)");
+            "(bound on --kv-events-host; empty: none)");
   AddOption(app, "--kv-events-replay-endpoint", o.kv_events_replay_endpoint,
-            "serve replays of recent KV event batches here (ZeroMQ ROUTER), e.g. tcp://*:5558");
+            "serve replays of recent KV event batches here (ZeroMQ ROUTER), e.g. tcp://*:5558 "
+            "(bound on --kv-events-host)");
+  AddOption(app, "--kv-events-host", o.kv_events_host,
+            "the interface a wildcard KV event or replay endpoint (tcp://*:PORT) binds. The "
+            "events carry every cached prompt's token ids: whoever reaches these ports reads "
+            "them, so loopback unless you name another (0.0.0.0: every interface)");
   AddOption(app, "--kv-events-topic", o.kv_events_topic,
             "the KV events' topic (empty: kv@<POD_NAME or host name>@<model>, as llm-d reads)");
   AddOption(app, "--kv-events-buffer-steps", o.kv_events_buffer_steps,
@@ -135,6 +149,11 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
   AddOption(app, "--grammar-max-table-mib", o.grammar_max_table_mib,
             "structured output: MiB of one compiled grammar's token tables")
       ->check(CLI::PositiveNumber);
+  AddOption(app, "--grammar-cache-mib", o.grammar_cache_mib,
+            "structured output: MiB the cache of compiled grammars may hold (least recently "
+            "used dropped past it); 0: a sixteenth of physical memory, at least "
+            "--grammar-max-table-mib, at most 4096")
+      ->check(CLI::NonNegativeNumber);
   AddOption(app, "--grammar-max-compile-ms", o.grammar_max_compile_ms,
             "structured output: milliseconds one grammar may take to compile (off the engine "
             "thread)")
@@ -152,6 +171,20 @@ grammar::GrammarLimits GrammarLimitsOf(const ServerOptions& o) {
   limits.max_table_bytes = o.grammar_max_table_mib << 20;
   limits.max_compile_time = std::chrono::milliseconds(o.grammar_max_compile_ms);
   return limits;
+}
+
+StatusOr<int64_t> GrammarCacheBudgetOf(const ServerOptions& o, int64_t physical_memory_bytes) {
+  const int64_t max_grammar_bytes = GrammarLimitsOf(o).max_table_bytes;
+  if (o.grammar_cache_mib == 0) {
+    return grammar::DefaultGrammarCacheBudget(physical_memory_bytes, max_grammar_bytes);
+  }
+  if (o.grammar_cache_mib < o.grammar_max_table_mib) {
+    return InvalidArgumentError("--grammar-cache-mib " + std::to_string(o.grammar_cache_mib) +
+                                " cannot hold one grammar of --grammar-max-table-mib " +
+                                std::to_string(o.grammar_max_table_mib) +
+                                ": raise the first or lower the second");
+  }
+  return o.grammar_cache_mib << 20;
 }
 
 StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t available_memory_bytes) {

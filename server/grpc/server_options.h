@@ -23,6 +23,8 @@ struct ServerOptions {
   int metrics_port = 8002;   // 0: any free port (logged); -1: no metrics endpoint
   std::string metrics_host;  // empty: --host
   std::string metrics_compat = "none";  // vllm: also vLLM's names, for inference gateways
+  int metrics_max_connections = 64;      // open at once on the metrics port
+  double metrics_request_timeout_seconds = 10.0;  // to read a request and write its answer
   int threads = 0;           // 0: all cores
   std::string device = "cpu";
   int cublas_min_tokens = 0;  // --device cuda: steps of >= this many tokens use cuBLAS; 0 never
@@ -49,6 +51,7 @@ struct ServerOptions {
   // the batches kept for replay.
   std::string kv_events_endpoint;
   std::string kv_events_replay_endpoint;
+  std::string kv_events_host = "127.0.0.1";  // what a wildcard (tcp://*:PORT) endpoint binds
   std::string kv_events_topic;
   int kv_events_buffer_steps = 10000;
   // Caps on a request's grammar, JSON Schema or regex (over one: INVALID_ARGUMENT naming what
@@ -56,6 +59,9 @@ struct ServerOptions {
   grammar::GrammarLimits grammar_limits;
   int64_t grammar_max_table_mib = grammar::GrammarLimits{}.max_table_bytes >> 20;
   int64_t grammar_max_compile_ms = grammar::GrammarLimits{}.max_compile_time.count();
+  // What the cache of compiled grammars may hold, in MiB; 0: a sixteenth of physical memory
+  // (at least one grammar at --grammar-max-table-mib, at most 4 GiB).
+  int64_t grammar_cache_mib = 0;
   double drain_timeout_seconds = 30.0;
   std::string log_level = "info";
   bool log_json = false;
@@ -66,6 +72,12 @@ void AddServerOptions(CLI::App& app, ServerOptions& options);
 
 // The grammar caps the --grammar-max-* flags set.
 grammar::GrammarLimits GrammarLimitsOf(const ServerOptions& options);
+
+// The compiled-grammar cache's budget in bytes: --grammar-cache-mib, or with 0 the default for
+// a machine of `physical_memory_bytes`. InvalidArgument when it cannot hold one grammar at
+// --grammar-max-table-mib.
+StatusOr<int64_t> GrammarCacheBudgetOf(const ServerOptions& options,
+                                       int64_t physical_memory_bytes);
 
 // The environment variable of a flag: "--max-queue" -> "TOKENMILL_MAX_QUEUE".
 std::string EnvNameOfFlag(std::string_view flag);

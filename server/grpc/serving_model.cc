@@ -59,7 +59,8 @@ ServingModel::~ServingModel() {
 }
 
 StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& options,
-                                                         const EngineConfig& engine_config) {
+                                                         const EngineConfig& engine_config,
+                                                         int64_t grammar_cache_bytes) {
   auto start = std::chrono::steady_clock::now();
   spdlog::info("loading model {}", options.model_path);
   TM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(options.model_path, {.context = options.max_model_len}));
@@ -88,11 +89,12 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
   start = std::chrono::steady_clock::now();
   serving->grammars = std::make_unique<grammar::GrammarCache>(
       grammar::VocabularyIndex::Build(GrammarVocabulary(serving->tokenizer)),
-      GrammarLimitsOf(options));
+      GrammarLimitsOf(options), grammar_cache_bytes);
   serving->build_queue = std::make_unique<BuildQueue>(kStructuredOutputBuildThreads);
-  spdlog::info("structured output: vocabulary trie of {} nodes ({:.2f} s), {} compile threads",
+  spdlog::info("structured output: vocabulary trie of {} nodes ({:.2f} s), {} compile threads, "
+               "{} MiB of compiled grammars cached",
                serving->grammars->vocab()->trie_size(), SecondsSince(start),
-               kStructuredOutputBuildThreads);
+               kStructuredOutputBuildThreads, grammar_cache_bytes >> 20);
 
   if (!options.chat_template_path.empty()) {
     TM_ASSIGN_OR_RETURN(ChatSpecialTokens tokens,

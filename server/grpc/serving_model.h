@@ -43,8 +43,10 @@ struct ServingModel {
 };
 
 // Loads the model file, tokenizer and chat template and starts the engine, logging each
-// step. Errors name the file or the flag to change.
+// step; the grammar cache holds up to `grammar_cache_bytes` (GrammarCacheBudgetOf). Errors
+// name the file or the flag to change.
 StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& options,
-                                                         const EngineConfig& engine_config);
+                                                         const EngineConfig& engine_config,
+                                                         int64_t grammar_cache_bytes);
 
 }  // namespace tokenmill::server

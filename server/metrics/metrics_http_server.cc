@@ -15,6 +15,8 @@
 #include <chrono>
 #include <thread>
 
+#include "common/bearer_token.h"
+
 namespace tokenmill::server {
 
 namespace asio = boost::asio;
@@ -25,68 +27,129 @@ using tcp = asio::ip::tcp;
 namespace {
 
 using Pages = std::vector<MetricsHttpServer::Page>;
+using Limits = MetricsHttpLimits;
+// After a failed accept (EMFILE: no descriptor left): wait this long before the next try
+// instead of spinning on a listener that stays readable.
+constexpr std::chrono::milliseconds kAcceptRetryDelay(100);
+
+// What every connection shares; the I/O thread's alone.
+struct Shared {
+  Pages pages;
+  Limits limits;
+  size_t open_connections = 0;
+};
+
+http::response<http::string_body> Plain(http::status status, unsigned version,
+                                        std::string body) {
+  http::response<http::string_body> response{status, version};
+  response.keep_alive(false);
+  response.set(http::field::content_type, "text/plain; charset=utf-8");
+  response.body() = std::move(body);
+  return response;
+}
+
+std::string_view AuthorizationOf(const http::request<http::string_body>& request) {
+  const beast::string_view value = request[http::field::authorization];
+  return {value.data(), value.size()};
+}
 
 http::response<http::string_body> Respond(const http::request<http::string_body>& request,
-                                          const Pages& pages) {
-  http::response<http::string_body> response;
-  response.version(request.version());
-  response.keep_alive(false);
+                                          const Shared& shared) {
+  const Pages& pages = shared.pages;
   const std::string_view target(request.target().data(), request.target().size());
   const std::string_view path = target.substr(0, target.find('?'));
   const auto page = std::find_if(pages.begin(), pages.end(),
                                  [&](const MetricsHttpServer::Page& p) { return p.path == path; });
   std::string paths;
   for (const MetricsHttpServer::Page& p : pages) paths += (paths.empty() ? "" : ", ") + p.path;
+  http::response<http::string_body> response;
   if (request.method() != http::verb::get && request.method() != http::verb::head) {
-    response.result(http::status::method_not_allowed);
+    response =
+        Plain(http::status::method_not_allowed, request.version(), "only GET " + paths + "\n");
     response.set(http::field::allow, "GET, HEAD");
-    response.body() = "only GET " + paths + "\n";
   } else if (page == pages.end()) {
-    response.result(http::status::not_found);
-    response.body() = "not found: try " + paths + "\n";
+    response = Plain(http::status::not_found, request.version(), "not found: try " + paths + "\n");
+  } else if (page->needs_api_key && !shared.limits.api_key.empty() &&
+             !BearerTokenMatches(AuthorizationOf(request), shared.limits.api_key)) {
+    response = Plain(http::status::unauthorized, request.version(),
+                     std::string(path) + " holds prompt data: send 'authorization: Bearer <key>' "
+                     "with the server's --api-key\n");
+    response.set(http::field::www_authenticate, "Bearer");
   } else {
     response.result(http::status::ok);
+    response.version(request.version());
+    response.keep_alive(false);
     response.set(http::field::content_type, page->content_type);
     response.body() = page->render();
   }
-  if (response.result() != http::status::ok) {
-    response.set(http::field::content_type, "text/plain; charset=utf-8");
-  }
-  response.prepare_payload();
-  if (request.method() == http::verb::head) response.body().clear();
   return response;
 }
 
-asio::awaitable<void> Serve(tcp::socket socket, const Pages& pages) {
-  beast::flat_buffer buffer;
+// `socket` was counted in shared.open_connections when accepted; Serve uncounts it.
+asio::awaitable<void> Serve(tcp::socket socket, Shared& shared) {
+  struct Release {
+    size_t& open;
+    ~Release() { --open; }
+  } release{shared.open_connections};
+  beast::tcp_stream stream(std::move(socket));
+  // One deadline over reading the request and writing the answer: an idle or slow client
+  // (or one that never reads a large /kv_events/state) holds its descriptor no longer.
+  stream.expires_after(shared.limits.request_timeout);
+  beast::flat_buffer buffer(shared.limits.max_header_bytes + shared.limits.max_body_bytes);
   http::request_parser<http::string_body> parser;
-  parser.body_limit(64 * 1024);  // scrapes send no body
+  parser.header_limit(static_cast<uint32_t>(shared.limits.max_header_bytes));
+  parser.body_limit(shared.limits.max_body_bytes);
   beast::error_code error;
-  co_await http::async_read(socket, buffer, parser,
+  co_await http::async_read(stream, buffer, parser,
                             asio::redirect_error(asio::use_awaitable, error));
-  if (error) co_return;  // a client that went away or sent garbage: nothing to answer
-  http::response<http::string_body> response = Respond(parser.get(), pages);
-  co_await http::async_write(socket, response, asio::redirect_error(asio::use_awaitable, error));
-  socket.shutdown(tcp::socket::shutdown_send, error);
+  http::response<http::string_body> response;
+  if (error == http::error::header_limit) {
+    response = Plain(http::status::request_header_fields_too_large, 11,
+                     "request headers over " + std::to_string(shared.limits.max_header_bytes) +
+                         " bytes\n");
+  } else if (error == http::error::body_limit) {
+    response = Plain(http::status::payload_too_large, 11,
+                     "request body over " + std::to_string(shared.limits.max_body_bytes) +
+                         " bytes: GET takes none\n");
+  } else if (error) {
+    co_return;  // gone, garbage or too slow: nothing to answer
+  } else {
+    response = Respond(parser.get(), shared);
+  }
+  response.prepare_payload();
+  if (!error && parser.get().method() == http::verb::head) response.body().clear();
+  co_await http::async_write(stream, response, asio::redirect_error(asio::use_awaitable, error));
+  stream.socket().shutdown(tcp::socket::shutdown_send, error);
 }
 
-asio::awaitable<void> Listen(tcp::acceptor& acceptor, const Pages& pages) {
+asio::awaitable<void> Listen(tcp::acceptor& acceptor, Shared& shared) {
+  asio::steady_timer retry(acceptor.get_executor());
   for (;;) {
     beast::error_code error;
     tcp::socket socket =
         co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, error));
     if (error == asio::error::operation_aborted) co_return;
-    if (error) continue;
-    asio::co_spawn(acceptor.get_executor(), Serve(std::move(socket), pages), asio::detached);
+    if (error) {  // out of descriptors: let them free up, without spinning the thread
+      spdlog::debug("metrics: accept failed: {}", error.message());
+      retry.expires_after(kAcceptRetryDelay);
+      co_await retry.async_wait(asio::redirect_error(asio::use_awaitable, error));
+      continue;
+    }
+    if (shared.open_connections >= shared.limits.max_connections) {
+      socket.close(error);  // over the cap: the descriptor comes back at once
+      continue;
+    }
+    ++shared.open_connections;
+    asio::co_spawn(acceptor.get_executor(), Serve(std::move(socket), shared), asio::detached);
   }
 }
 
 }  // namespace
 
 struct MetricsHttpServer::Impl {
-  explicit Impl(Pages p) : pages(std::move(p)), acceptor(io) {}
+  Impl(Pages pages, Limits limits) : shared{std::move(pages), std::move(limits)}, acceptor(io) {}
 
-  Pages pages;
+  Shared shared;
   asio::io_context io{1};
   tcp::acceptor acceptor;
   int bound_port = 0;
@@ -95,8 +158,9 @@ struct MetricsHttpServer::Impl {
 
 StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host,
                                                                       int port,
-                                                                      std::vector<Page> pages) {
-  auto impl = std::make_unique<Impl>(std::move(pages));
+                                                                      std::vector<Page> pages,
+                                                                      MetricsHttpLimits limits) {
+  auto impl = std::make_unique<Impl>(std::move(pages), std::move(limits));
   beast::error_code error;
   const asio::ip::address address = asio::ip::make_address(host, error);
   if (error) return InvalidArgumentError("--host '" + host + "' is not an IP address");
@@ -111,7 +175,7 @@ StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std:
   }
   impl->bound_port = impl->acceptor.local_endpoint(error).port();
   Impl* raw = impl.get();
-  asio::co_spawn(raw->io, Listen(raw->acceptor, raw->pages), asio::detached);
+  asio::co_spawn(raw->io, Listen(raw->acceptor, raw->shared), asio::detached);
   raw->thread = std::thread([raw] { raw->io.run(); });
   return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(impl)));
 }

@@ -1,9 +1,14 @@
 // A small HTTP server for Prometheus: GET /metrics answers the text a callback renders, and
 // any further pages the same way (GET /kv_events/state with --kv-events-endpoint). One I/O
 // thread serves every connection with coroutines; /metrics never blocks on the engine (its
-// callback reads snapshots).
+// callback reads snapshots). Hostile clients are bounded: a request must arrive (and its
+// answer leave) within a deadline, headers and body are capped, and past a number of open
+// connections new ones are closed at once, so idle sockets cannot use up the process's
+// descriptors (which gRPC's listener needs too).
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -13,18 +18,32 @@
 
 namespace tokenmill::server {
 
+// What clients may hold of the metrics server.
+struct MetricsHttpLimits {
+  std::string api_key;  // what pages with needs_api_key ask for; empty: nothing asked
+  size_t max_connections = 64;  // open at once; more are closed as they arrive
+  // From accepting a connection to its answer written: slow or idle clients are cut off.
+  std::chrono::milliseconds request_timeout{10000};
+  size_t max_header_bytes = 8 * 1024;
+  size_t max_body_bytes = 1024;  // scrapes send none
+};
+
 class MetricsHttpServer {
  public:
   struct Page {
     std::string path;  // e.g. "/metrics"
     std::string content_type;
     std::function<std::string()> render;
+    // Prompt data (token ids): with MetricsHttpLimits::api_key set, the request must carry
+    // "authorization: Bearer <key>" (401 otherwise).
+    bool needs_api_key = false;
   };
 
   // Binds host:port (port 0: any free port) and starts serving the pages. Unavailable when
   // the port cannot be bound (the message names it).
   static StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
-                                                            std::vector<Page> pages);
+                                                            std::vector<Page> pages,
+                                                            MetricsHttpLimits limits = {});
   // Stops serving and joins the I/O thread.
   ~MetricsHttpServer();
 

@@ -143,7 +143,8 @@ void WriteVllmCompat(const ServedModelInfo& model, const std::optional<EngineSta
 
 std::string RenderMetrics(const ServedModelInfo& model,
                           const std::optional<EngineStats>& engine_stats,
-                          const RequestMetrics& requests, MetricsCompat compat) {
+                          const RequestMetrics& requests, MetricsCompat compat,
+                          const grammar::GrammarCacheStats& grammars) {
   PrometheusWriter w({{"model_name", std::string(model.name)}});
   const EngineStats s = engine_stats.value_or(EngineStats{});
   w.Gauge("tokenmill:num_requests_running", "Requests in the running batch.", s.num_running);
@@ -179,6 +180,17 @@ std::string RenderMetrics(const ServedModelInfo& model,
   w.Counter("tokenmill:engine_idle_check_failures_total",
             "Idle self-checks that failed (logged at error level): a bug to report.",
             static_cast<double>(s.idle_check_failures));
+  w.Gauge("tokenmill:grammar_cache_bytes",
+          "Memory of the compiled structured-output grammars cached (and their keys).",
+          static_cast<double>(grammars.bytes));
+  w.Gauge("tokenmill:grammar_cache_budget_bytes",
+          "What the compiled-grammar cache may hold (--grammar-cache-mib).",
+          static_cast<double>(grammars.budget_bytes));
+  w.Gauge("tokenmill:grammar_cache_entries", "Compiled grammars cached.",
+          static_cast<double>(grammars.entries));
+  w.Counter("tokenmill:grammar_cache_evictions_total",
+            "Compiled grammars dropped, least recently used first, to stay within the budget.",
+            static_cast<double>(grammars.evictions));
   std::vector<std::pair<std::string, double>> finished;
   for (const CompletionReason reason :
        {CompletionReason::kStop, CompletionReason::kLength, CompletionReason::kAbort,

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "engine/engine_stats.h"
+#include "grammar/grammar_cache.h"
 #include "server/metrics/histogram.h"
 #include "server/metrics/request_metrics.h"
 
@@ -55,9 +56,10 @@ struct ServedModelInfo {
   int block_size = 0;
 };
 
-// The /metrics body. `engine_stats` is empty while the model loads.
+// The /metrics body. `engine_stats` is empty while the model loads (and `grammars` zeros).
 std::string RenderMetrics(const ServedModelInfo& model,
                           const std::optional<EngineStats>& engine_stats,
-                          const RequestMetrics& requests, MetricsCompat compat);
+                          const RequestMetrics& requests, MetricsCompat compat,
+                          const grammar::GrammarCacheStats& grammars = {});
 
 }  // namespace tokenmill::server

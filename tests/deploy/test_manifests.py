@@ -227,3 +227,65 @@ def test_inference_pool_reaches_the_pods_and_its_picker(rendered):
     declared = {p.get("name", p["type"]) for p in config["plugins"]}
     for profile in config["schedulingProfiles"]:
         assert {p["pluginRef"] for p in profile["plugins"]} <= declared
+
+
+ROUTER_LABEL = "tokenmill.io/router"
+
+
+def selects_only_routers(peer):
+    """A NetworkPolicy peer that admits only pods labelled as routers (in any namespace)."""
+    if "ipBlock" in peer or "podSelector" not in peer:
+        return False
+    selector = peer["podSelector"]
+    if selector.get("matchLabels", {}).get(ROUTER_LABEL) == "true":
+        return True
+    return {"key": ROUTER_LABEL, "operator": "In", "values": ["true"]} in selector.get(
+        "matchExpressions", [])
+
+
+def rules_admitting(policy, port_name, port_number):
+    """The ingress rules that let traffic reach this container port."""
+    return [rule for rule in policy["spec"].get("ingress", [])
+            if any(p.get("port") in (port_name, port_number) for p in rule["ports"])]
+
+
+@pytest.mark.parametrize("overlay", ["overlays/cpu", "overlays/gpu"])
+def test_prompt_data_ports_are_bound_explicitly_and_only_routers_reach_them(rendered, overlay):
+    """The KV events carry every cached prompt's token ids (issue 35): the manifests name the
+    interface they bind (the server's default is loopback), and a NetworkPolicy selecting the
+    pods lets only routers reach them and gRPC, Prometheus and routers the metrics."""
+    resources = rendered[overlay]
+    pod = find(resources, "Deployment")["spec"]["template"]
+    server = container(pod["spec"], "server")
+    server_env = env(server)
+    assert server_env["TOKENMILL_KV_EVENTS_ENDPOINT"].startswith("tcp://*:")
+    assert server_env["TOKENMILL_KV_EVENTS_HOST"] == "0.0.0.0"  # named, not a default
+    assert server_env["TOKENMILL_HOST"] == "127.0.0.1"
+    policy = find(resources, "NetworkPolicy")
+    assert "Ingress" in policy["spec"]["policyTypes"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    rules = policy["spec"]["ingress"]
+    assert all(rule.get("ports") for rule in rules), "a rule without ports opens every port"
+    named = {p["name"]: p["containerPort"] for c in pod["spec"]["containers"]
+             for p in c.get("ports", [])}
+    for rule in rules:
+        for port in rule["ports"]:
+            assert isinstance(port["port"], int) or port["port"] in named, port
+    grpc_port = int(server_env["TOKENMILL_PORT"])
+    for name, number in [("kv-events", named["kv-events"]), ("kv-replay", named["kv-replay"]),
+                         ("grpc", grpc_port)]:
+        admitting = rules_admitting(policy, name, number)
+        assert admitting or name == "grpc", name
+        for rule in admitting:
+            assert rule.get("from") and all(selects_only_routers(p) for p in rule["from"]), name
+    metrics_rules = rules_admitting(policy, "metrics", named["metrics"])
+    assert metrics_rules
+    for rule in metrics_rules:
+        for peer in rule.get("from") or [{}]:
+            prometheus = peer.keys() == {"namespaceSelector"} and peer["namespaceSelector"].get(
+                "matchLabels", {}).get("kubernetes.io/metadata.name") == "monitoring"
+            assert prometheus or selects_only_routers(peer), peer
+    assert rules_admitting(policy, "http", named["http"])
+    # The endpoint picker reads the metrics: it is a router.
+    picker = find(rendered["inference-gateway"], "Deployment", "tokenmill-epp")
+    assert picker["spec"]["template"]["metadata"]["labels"][ROUTER_LABEL] == "true"

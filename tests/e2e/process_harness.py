@@ -25,14 +25,15 @@ EXIT_TIMEOUT_S = 60
 
 
 class LoggedProcess:
-    def __init__(self, args, env=None):
+    def __init__(self, args, env=None, preexec_fn=None):
         self.args = args
         self.lines = []
         self.expected_signals = set()
         self._cond = threading.Condition()
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True, errors="replace",
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **(env or {})},
+                                     preexec_fn=preexec_fn)
         self._reader = threading.Thread(target=self._read_log, daemon=True)
         self._reader.start()
 

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "grammar/compiled_grammar.h"
@@ -122,11 +123,21 @@ TEST(GrammarLimitsTest, CompileTimeIsCappedInsideOneExpansion) {
   EXPECT_THAT(status.message(), HasSubstr("time limit"));
 }
 
-TEST(GrammarCacheTest, CompilesOnceAndEvictsTheLeastRecent) {
-  GrammarCache cache(testing::SmallVocabulary(), GrammarLimits(), /*capacity=*/2);
+// What the cache counts for one grammar: its compiled memory and its key.
+int64_t CachedBytes(const GrammarSpec& spec) {
+  GrammarCache alone(testing::SmallVocabulary(), GrammarLimits());
+  EXPECT_TRUE(alone.GetOrCompile(spec).ok());
+  return alone.stats().bytes;
+}
+
+TEST(GrammarCacheTest, CompilesOnceAndEvictsTheLeastRecentPastItsBudget) {
   GrammarSpec a{GrammarSpec::Kind::kGbnf, "root ::= \"a\"\n", {}};
   GrammarSpec b{GrammarSpec::Kind::kRegex, "root ::= \"a\"\n", {}};  // same text, other kind
   GrammarSpec c{GrammarSpec::Kind::kChoice, "", {"x", "y"}};
+  const int64_t budget = std::max(CachedBytes(a) + CachedBytes(b),
+                                  std::max(CachedBytes(b), CachedBytes(a)) + CachedBytes(c));
+  ASSERT_LT(budget, CachedBytes(a) + CachedBytes(b) + CachedBytes(c));
+  GrammarCache cache(testing::SmallVocabulary(), GrammarLimits(), budget);
   const auto first = cache.GetOrCompile(a);
   ASSERT_TRUE(first.ok());
   EXPECT_EQ(cache.GetOrCompile(a)->get(), first->get());
@@ -135,6 +146,8 @@ TEST(GrammarCacheTest, CompilesOnceAndEvictsTheLeastRecent) {
   EXPECT_NE(other->get(), first->get());
   ASSERT_TRUE(cache.GetOrCompile(c).ok());
   EXPECT_EQ(cache.size(), 2u);
+  EXPECT_LE(cache.stats().bytes, budget);
+  EXPECT_EQ(cache.stats().evictions, 1u);
   EXPECT_NE(cache.GetOrCompile(a)->get(), first->get());  // a was evicted, so compiled again
   GrammarSpec bad{GrammarSpec::Kind::kGbnf, "root ::= (", {}};
   EXPECT_EQ(cache.GetOrCompile(bad).status().code(), StatusCode::kInvalidArgument);
@@ -159,6 +172,71 @@ TEST(GrammarLimitsTest, DeepNestingIsRefusedBeforeRecursingOnIt) {
   EXPECT_THAT(schema.message(), HasSubstr("nests arrays and objects deeper than"));
 }
 
+
+// Nine optional printable characters, then a literal: where each optional may end, nearly
+// every token of the vocabulary runs past it, so each position keeps most of the vocabulary
+// as context-dependent tokens (4 bytes of id and 2 of shared prefix each). 100 such rules,
+// 2.6 KB of GBNF, grew the server by ~200 MiB (SmolLM2's 49152 tokens): the size each
+// compiled grammar reports must cover its tables, and the cache must bound their sum.
+std::string WideOptionalsGbnf(int rules) {
+  std::string gbnf = "root ::=";
+  for (int i = 0; i < rules; ++i) gbnf.append(" r").append(std::to_string(i));
+  gbnf.append("\n");
+  for (int i = 0; i < rules; ++i) {
+    const std::string n = std::to_string(i);
+    gbnf.append("r").append(n).append(" ::= [ -~]{0,8} \"").append(n).append("\" [ -~]{0,8}\n");
+  }
+  return gbnf;
+}
+
+TEST(GrammarCacheTest, MemoryBytesCoverTheTokenTables) {
+  const auto compiled = CompileGrammar({GrammarSpec::Kind::kGbnf, WideOptionalsGbnf(4), {}},
+                                       testing::SmallVocabulary(), GrammarLimits());
+  ASSERT_TRUE(compiled.ok()) << compiled.status().ToString();
+  const CompiledGrammar& g = **compiled;
+  int64_t tables = 0;
+  for (int32_t pos = 0; pos < static_cast<int32_t>(g.automaton().elements.size()); ++pos) {
+    if (!g.automaton().IsBytePosition(pos)) continue;
+    const PositionTokens& t = g.tokens_at(pos);
+    tables += static_cast<int64_t>(sizeof(PositionTokens) +
+                                   4 * (t.list.size() + t.dependent.size() +
+                                        t.accepted_mask.size() + t.accepted_in_order.size()) +
+                                   2 * (t.dependent_lcp.size() + t.accepted_lcp.size()));
+  }
+  EXPECT_GT(tables, 0);
+  EXPECT_GE(g.memory_bytes(), tables);
+  EXPECT_LT(g.memory_bytes(), tables + (int64_t{1} << 20));  // the automaton is small
+}
+
+TEST(GrammarCacheTest, ManyLargeGrammarsStayWithinTheBudget) {
+  const int64_t one = CachedBytes({GrammarSpec::Kind::kGbnf, WideOptionalsGbnf(8), {}});
+  GrammarCache cache(testing::SmallVocabulary(), GrammarLimits(), 3 * one + one / 2);
+  for (int i = 0; i < 10; ++i) {  // distinct bodies of about the same size
+    GrammarSpec spec{GrammarSpec::Kind::kGbnf, WideOptionalsGbnf(8), {}};
+    spec.text.append("# ").append(std::to_string(i)).append("\n");
+    ASSERT_TRUE(cache.GetOrCompile(spec).ok());
+    EXPECT_LE(cache.stats().bytes, cache.stats().budget_bytes);
+  }
+  EXPECT_EQ(cache.stats().entries, 3);
+  EXPECT_EQ(cache.stats().evictions, 7u);
+}
+
+TEST(GrammarCacheTest, AGrammarLargerThanTheBudgetIsServedButNotKept) {
+  const GrammarSpec spec{GrammarSpec::Kind::kGbnf, WideOptionalsGbnf(8), {}};
+  GrammarCache cache(testing::SmallVocabulary(), GrammarLimits(), CachedBytes(spec) / 2);
+  ASSERT_TRUE(cache.GetOrCompile(spec).ok());
+  EXPECT_EQ(cache.stats().entries, 0);
+  EXPECT_EQ(cache.stats().bytes, 0);
+}
+
+TEST(GrammarLimitsTest, OneGrammarsMemoryIsCappedBeforeItIsAllTaken) {
+  const GrammarSpec spec{GrammarSpec::Kind::kGbnf, WideOptionalsGbnf(8), {}};
+  GrammarLimits limits;
+  limits.max_table_bytes = CachedBytes(spec) / 4;
+  const auto compiled = CompileGrammar(spec, testing::SmallVocabulary(), limits);
+  EXPECT_EQ(compiled.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(compiled.status().message(), HasSubstr("--grammar-max-table-mib"));
+}
 
 TEST(GrammarLimitsTest, TableMemoryIsCapped) {
   GrammarLimits limits;

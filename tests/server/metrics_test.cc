@@ -91,6 +91,19 @@ TEST(RenderMetrics, NamesEveryMetricOfTheIssue) {
   }
 }
 
+TEST(RenderMetrics, GrammarCacheBytesEntriesAndEvictions) {
+  RequestMetrics requests;
+  const std::string text =
+      RenderMetrics({"m", 16}, EngineStats{}, requests, MetricsCompat::kNone,
+                    {.bytes = 3 << 20, .entries = 2, .budget_bytes = 64 << 20, .evictions = 5});
+  EXPECT_THAT(text, HasSubstr("tokenmill:grammar_cache_bytes{model_name=\"m\"} 3145728\n"));
+  EXPECT_THAT(text, HasSubstr("tokenmill:grammar_cache_entries{model_name=\"m\"} 2\n"));
+  EXPECT_THAT(text,
+              HasSubstr("tokenmill:grammar_cache_budget_bytes{model_name=\"m\"} 67108864\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE tokenmill:grammar_cache_evictions_total counter\n"));
+  EXPECT_THAT(text, HasSubstr("tokenmill:grammar_cache_evictions_total{model_name=\"m\"} 5\n"));
+}
+
 TEST(RenderMetrics, ZerosBeforeTheModelLoads) {
   RequestMetrics requests;
   const std::string text = RenderMetrics({}, std::nullopt, requests, MetricsCompat::kVllm);

@@ -85,6 +85,22 @@ TEST(ServerOptions, BadValuesFailAtParseTime) {
   EXPECT_THAT(Parsed({"--model", "m"}).error, HasSubstr("--block-size"));
 }
 
+TEST(ServerOptions, GrammarCacheBudgetIsSizedToTheMachineOrTheFlag) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  const ServerOptions defaults = Parsed({"--model", "m"}).options;
+  EXPECT_EQ(*GrammarCacheBudgetOf(defaults, 24 * kGiB), 24 * kGiB / 16);
+  EXPECT_EQ(*GrammarCacheBudgetOf(defaults, 512 * kGiB), 4 * kGiB);  // capped
+  // At least one grammar of --grammar-max-table-mib (256 MiB), however small the machine.
+  EXPECT_EQ(*GrammarCacheBudgetOf(defaults, 2 * kGiB), int64_t{256} << 20);
+  Parsed set({"--model", "m", "--grammar-cache-mib", "300"});
+  ASSERT_EQ(set.error, "");
+  EXPECT_EQ(*GrammarCacheBudgetOf(set.options, 24 * kGiB), int64_t{300} << 20);
+  Parsed small({"--model", "m", "--grammar-cache-mib", "100"});
+  const StatusOr<int64_t> refused = GrammarCacheBudgetOf(small.options, 24 * kGiB);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--grammar-max-table-mib 256"));
+}
+
 TEST(ServerOptions, GrammarCapsComeFromTheirFlags) {
   Parsed parsed({"--model", "m", "--grammar-max-repetition", "50", "--grammar-max-table-mib", "8",
                  "--grammar-max-compile-ms", "1500", "--grammar-max-schema-depth", "5"});
