@@ -86,10 +86,10 @@ class CallRegistry {
   std::vector<std::weak_ptr<GenerateCall>> calls_;
 };
 
-// One Generate stream, for `tenant` (none when empty). Keeps itself alive until gRPC's OnDone, which it reports as the last
-// event; Cancel() (any thread, any time) makes the server abort the request. It reads the
-// next response only while its EventQueue has room (a hold lets it resume outside a
-// reaction).
+// One Generate stream, for `tenant` (none when empty). Keeps itself alive until gRPC's
+// OnDone, which it reports as the last event; Cancel() (any thread, any time) makes the server
+// abort the request. It reads the next response only while its EventQueue has room (a hold
+// lets it resume outside a reaction).
 class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse>,
                      public std::enable_shared_from_this<GenerateCall> {
  public:

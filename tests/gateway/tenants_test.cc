@@ -215,7 +215,8 @@ TEST(TenantLimiter, TokensAMinuteReserveMaxTokensAndChargeWhatWasUsed) {
   // 50 in the bucket: 50 fit, 51 do not yet; one second later (60) they do.
   EXPECT_TRUE(std::holds_alternative<HttpError>(limiter.Admit("a", 51, start)));
   Admitted(limiter.Admit("b", 600, start)).End(start);  // b has its own bucket
-  TenantLimiter::Admission later = Admitted(limiter.Admit("a", 51, start + std::chrono::seconds(1)));
+  TenantLimiter::Admission later =
+      Admitted(limiter.Admit("a", 51, start + std::chrono::seconds(1)));
   later.Used(0);  // refused by the server: the reservation comes back
   later.End(start + std::chrono::seconds(1));
   // A request that used more than it reserved leaves a debt that later ones wait out.
