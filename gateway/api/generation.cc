@@ -71,7 +71,6 @@ asio::awaitable<std::unique_ptr<Generation>> Generation::Start(HttpExchange& exc
       new Generation(exchange, backend, info ? context.pool.ModelNameOf(*info) : params.model,
                      std::move(params.structured_output_param)));
   generation->admission_ = std::move(std::get<TenantLimiter::Admission>(admitted));
-  generation->admission_.Used(0);  // until responses say more: a refused request costs none
   // A chat without max_tokens may use the rest of its context, as OpenAI's do: the server
   // counts the templated prompt's tokens.
   for (v1::GenerateRequest& generate : params.generates) {

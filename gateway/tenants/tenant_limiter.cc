@@ -25,7 +25,7 @@ void TenantLimiter::Admission::End(Clock::time_point now) {
   TenantLimiter& limiter = *std::exchange(limiter_, nullptr);
   std::lock_guard lock(limiter.mutex_);
   --state_->in_flight;
-  if (limiter.limits_.tokens_per_minute > 0 && used_ >= 0) {
+  if (limiter.limits_.tokens_per_minute > 0) {
     limiter.Refill(*state_, now);
     state_->tokens += static_cast<double>(reserved_ - used_);
     state_->tokens = std::min(state_->tokens,

@@ -44,7 +44,7 @@ class TenantLimiter {
   explicit TenantLimiter(TenantLimits limits) : limits_(limits) {}
 
   // One admitted request: holds its slot and its reservation until it is destroyed, which
-  // frees the slot and charges the tokens it used (Used), else keeps its reservation.
+  // frees the slot and charges the tokens it used (Used; none if never said) instead.
   class Admission {
    public:
     Admission() = default;  // admits nothing (no limiter)
@@ -62,7 +62,7 @@ class TenantLimiter {
     TenantLimiter* limiter_ = nullptr;
     State* state_ = nullptr;
     int64_t reserved_ = 0;
-    int64_t used_ = -1;  // -1: not reported
+    int64_t used_ = 0;
   };
 
   // Admits a request of `tenant` reserving `reserved_tokens`, or says why not: 429 naming the

@@ -229,6 +229,13 @@ TEST(TenantLimiter, TokensAMinuteReserveMaxTokensAndChargeWhatWasUsed) {
   Admitted(limiter.Admit("a", 0, start + std::chrono::seconds(62)));
 }
 
+TEST(TenantLimiter, ARequestThatNeverRanCostsNothing) {
+  TenantLimiter limiter({.tokens_per_minute = 600});
+  const Clock::time_point now = Clock::now();
+  Admitted(limiter.Admit("a", 600, now)).End(now);  // e.g. no backend was ready: 503
+  Admitted(limiter.Admit("a", 600, now));
+}
+
 TEST(TenantLimiter, AReservationOverAMinutesTokensWaitsForAFullBucket) {
   TenantLimiter limiter({.tokens_per_minute = 60});
   const Clock::time_point start = Clock::now();
