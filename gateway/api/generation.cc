@@ -54,7 +54,7 @@ asio::awaitable<std::unique_ptr<Generation>> Generation::Start(HttpExchange& exc
     co_return nullptr;
   }
   std::variant<TenantLimiter::Admission, HttpError> admitted = context.limiter.Admit(
-      tenant.name, ReservedTokens(params.generates), TenantLimiter::Clock::now());
+      tenant, ReservedTokens(params.generates), TenantLimiter::Clock::now());
   if (auto* refused = std::get_if<HttpError>(&admitted)) {
     co_await exchange.WriteError(request, *refused);
     co_return nullptr;

@@ -60,7 +60,7 @@ boost::asio::awaitable<void> HandleUnaryCall(HttpExchange& exchange, const HttpR
   Backend& backend = *std::get<Backend*>(routed);
   GatewayContext& context = exchange.context();
   std::variant<TenantLimiter::Admission, HttpError> admitted =
-      context.limiter.Admit(exchange.tenant().name, 0, TenantLimiter::Clock::now());
+      context.limiter.Admit(exchange.tenant(), 0, TenantLimiter::Clock::now());
   if (auto* refused = std::get_if<HttpError>(&admitted)) {
     co_await exchange.WriteError(request, *refused);
     co_return;

@@ -3,7 +3,8 @@
 #include <openssl/sha.h>
 
 #include <fstream>
-#include <sstream>
+#include <map>
+#include <utility>
 
 #include "common/bearer_token.h"
 
@@ -37,6 +38,18 @@ bool IsTenantName(std::string_view name) {
   return true;
 }
 
+// "N" of a limit: a decimal integer from 0 to 10^12.
+std::optional<int64_t> LimitValue(std::string_view text) {
+  if (text.empty() || text.size() > 13) return std::nullopt;
+  int64_t value = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + (c - '0');
+  }
+  if (value > 1'000'000'000'000) return std::nullopt;
+  return value;
+}
+
 bool IsPrintableKey(std::string_view key) {
   for (const char c : key) {
     if (c <= ' ' || c > '~') return false;
@@ -55,6 +68,8 @@ KeyTable::Digest KeyTable::DigestOf(std::string_view key) {
 StatusOr<KeyTable> KeyTable::Parse(std::string_view text) {
   KeyTable table;
   std::vector<size_t> line_of_entry;
+  // By tenant name: the limits its lines gave.
+  std::map<std::string, Tenant, std::less<>> limits_of;
   size_t line_number = 0;
   size_t start = 0;
   while (start < text.size()) {
@@ -66,8 +81,9 @@ StatusOr<KeyTable> KeyTable::Parse(std::string_view text) {
     const std::vector<std::string_view> fields = Fields(line);
     if (fields.empty()) continue;
     const std::string at = "line " + std::to_string(line_number) + ": ";
-    if (fields.size() < 2 || fields.size() > 3) {
-      return InvalidArgumentError(at + "expected 'KEY TENANT' or 'KEY TENANT priority', found " +
+    if (fields.size() < 2 || fields.size() > 5) {
+      return InvalidArgumentError(at + "expected 'KEY TENANT [priority] [max-concurrent=N] "
+                                       "[tokens-per-minute=N]', found " +
                                   std::to_string(fields.size()) + " field(s)");
     }
     const std::string_view key = fields[0];
@@ -85,11 +101,44 @@ StatusOr<KeyTable> KeyTable::Parse(std::string_view text) {
                                   std::to_string(kMaxTenantNameLength) +
                                   " of the characters A-Z a-z 0-9 . _ -");
     }
-    if (fields.size() == 3 && fields[2] != "priority") {
-      return InvalidArgumentError(at + "unknown mark '" + std::string(fields[2]) +
-                                  "'; the only mark is 'priority'");
+    Tenant tenant;
+    tenant.name = std::string(fields[1]);
+    for (size_t i = 2; i < fields.size(); ++i) {
+      const std::string_view mark = fields[i];
+      const size_t equals = mark.find('=');
+      const std::string_view name = mark.substr(0, equals);
+      std::optional<int64_t>* limit = name == "max-concurrent"      ? &tenant.max_concurrent
+                                      : name == "tokens-per-minute" ? &tenant.tokens_per_minute
+                                                                    : nullptr;
+      if (mark == "priority" && !tenant.may_prioritize) {
+        tenant.may_prioritize = true;
+      } else if (limit != nullptr && equals != std::string_view::npos && !limit->has_value()) {
+        *limit = LimitValue(mark.substr(equals + 1));
+        if (!*limit) {
+          return InvalidArgumentError(at + std::string(name) +
+                                      " must be an integer from 0 (no limit) to 10^12");
+        }
+      } else {
+        return InvalidArgumentError(at + "'" + std::string(mark) +
+                                    "' is not one of priority, max-concurrent=N, "
+                                    "tokens-per-minute=N (each once)");
+      }
     }
-    Entry entry{DigestOf(key), Tenant{std::string(fields[1]), fields.size() == 3}};
+    // The tenant's limits, as its earlier lines gave them: the same, or given here first.
+    Tenant& limits = limits_of.try_emplace(tenant.name, tenant).first->second;
+    for (const auto& [limit, limit_name] :
+         {std::pair{&Tenant::max_concurrent, "max-concurrent"},
+          std::pair{&Tenant::tokens_per_minute, "tokens-per-minute"}}) {
+      std::optional<int64_t>& known = limits.*limit;
+      const std::optional<int64_t>& here = tenant.*limit;
+      if (known && here && *known != *here) {
+        return InvalidArgumentError(at + "an earlier line gave tenant '" + tenant.name +
+                                    "' another " + limit_name +
+                                    "; a tenant's limit is the same on each of its lines");
+      }
+      if (!known) known = here;
+    }
+    Entry entry{DigestOf(key), std::move(tenant)};
     for (size_t i = 0; i < table.entries_.size(); ++i) {
       if (table.entries_[i].digest == entry.digest) {
         return InvalidArgumentError(at + "the key of line " + std::to_string(line_of_entry[i]) +
@@ -102,12 +151,19 @@ StatusOr<KeyTable> KeyTable::Parse(std::string_view text) {
   if (table.entries_.empty()) {
     return InvalidArgumentError("no key in the file: add a line 'KEY TENANT'");
   }
+  for (Entry& entry : table.entries_) {  // a limit on one line holds for every key of the tenant
+    const Tenant& limits = limits_of.at(entry.tenant.name);
+    entry.tenant.max_concurrent = limits.max_concurrent;
+    entry.tenant.tokens_per_minute = limits.tokens_per_minute;
+  }
   return table;
 }
 
 KeyTable KeyTable::SingleKey(std::string_view key) {
   KeyTable table;
-  table.entries_.push_back({DigestOf(key), Tenant{std::string(kDefaultTenant), false}});
+  Tenant tenant;
+  tenant.name = std::string(kDefaultTenant);
+  table.entries_.push_back({DigestOf(key), std::move(tenant)});
   return table;
 }
 

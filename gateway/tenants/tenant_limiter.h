@@ -1,6 +1,7 @@
 // Per-tenant limits on what the gateway sends the servers: requests in flight
-// (--tenant-max-concurrent) and tokens a minute (--tenant-tokens-per-minute), so that one
-// tenant cannot take every backend slot or the whole token rate.
+// (--tenant-max-concurrent) and tokens a minute (--tenant-tokens-per-minute), or what the
+// tenant's lines in --api-key-file say instead, so that one tenant cannot take every backend
+// slot or the whole token rate.
 //
 // Tokens a minute is a token bucket per tenant that holds at most one minute's tokens and
 // refills continuously. A request reserves its upper bound of generated tokens when it is
@@ -20,6 +21,7 @@
 #include <variant>
 
 #include "gateway/http/http_error.h"
+#include "gateway/tenants/key_table.h"
 
 namespace tokenmill::gateway {
 
@@ -35,7 +37,8 @@ class TenantLimiter {
  private:
   struct State {  // one tenant's
     int64_t in_flight = 0;
-    double tokens = 0;  // in the bucket; below 0: debt
+    int64_t tokens_per_minute = 0;  // the limit its bucket last had (0: none)
+    double tokens = 0;              // in the bucket; below 0: debt
     Clock::time_point refilled;
   };
 
@@ -66,17 +69,16 @@ class TenantLimiter {
   };
 
   // Admits a request of `tenant` reserving `reserved_tokens`, or says why not: 429 naming the
-  // flag, with Retry-After.
-  std::variant<Admission, HttpError> Admit(const std::string& tenant, int64_t reserved_tokens,
+  // limit, with Retry-After. The tenant's own limits (from its key's line) replace the flags'.
+  std::variant<Admission, HttpError> Admit(const Tenant& tenant, int64_t reserved_tokens,
                                            Clock::time_point now);
 
   // Requests of `tenant` in flight now (for tests and metrics).
   int64_t InFlight(const std::string& tenant) const;
 
  private:
-  // Refills `state` up to `now`. mutex_ held.
-  void Refill(State& state, Clock::time_point now) const;
-  double RatePerSecond() const { return static_cast<double>(limits_.tokens_per_minute) / 60.0; }
+  // Refills `state` up to `now` at its rate. mutex_ held.
+  static void Refill(State& state, Clock::time_point now);
 
   const TenantLimits limits_;
   mutable std::mutex mutex_;

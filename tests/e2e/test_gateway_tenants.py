@@ -26,8 +26,8 @@ BACKEND_KEY = "backend-secret-0123456789"
 KEY_A = "sk-team-a-0123456789abcdef"
 KEY_B = "sk-team-b-0123456789abcdef"
 KEY_ATTACKER = "sk-attacker-0123456789abcd"
-KEYS = (f"# two tenants and a stranger\n{KEY_A} team-a\n{KEY_B} team-b priority\n"
-        f"{KEY_ATTACKER} mallory\n")
+KEYS = (f"# two tenants and a stranger\n{KEY_A} team-a\n"
+        f"{KEY_B} team-b priority max-concurrent=2  # its own limit\n{KEY_ATTACKER} mallory\n")
 
 
 def write_keys(path, text):
@@ -194,6 +194,7 @@ def limited_gateway(server, key_file):
 
 def test_a_tenant_over_its_requests_in_flight_gets_429_and_others_do_not(limited_gateway,
                                                                         model):
+    # --tenant-max-concurrent 1; team b's line says max-concurrent=2.
     team_a, team_b = limited_gateway.client(KEY_A), limited_gateway.client(KEY_B)
     ask = dict(model=model, messages=[{"role": "user", "content": "Count to a thousand."}])
     # Held open: the stream's headers came, its tokens are not read.
@@ -205,7 +206,13 @@ def test_a_tenant_over_its_requests_in_flight_gets_429_and_others_do_not(limited
         message = refused.value.response.json()["error"]["message"]
         assert "--tenant-max-concurrent (1)" in message and "team-a" in message, message
         assert refused.value.response.headers["retry-after"] == "1"
-        assert team_b.chat.completions.create(**ask, max_tokens=1).choices
+        # Team b is not held back by team a, and its line in the key file allows it two.
+        stream_b = team_b.chat.completions.create(**ask, max_tokens=300, stream=True,
+                                                  extra_body={"ignore_eos": True})
+        try:
+            assert team_b.chat.completions.create(**ask, max_tokens=1).choices
+        finally:
+            stream_b.close()
     finally:
         stream.close()
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -236,8 +243,8 @@ def test_a_tenant_over_its_tokens_a_minute_gets_429_with_retry_after(limited_gat
     assert response.status_code == 429
     assert response.json()["error"]["type"] == "rate_limit_error"
     assert int(response.headers["retry-after"]) >= 1
-    # Team b's bucket is its own.
-    assert team_b.chat.completions.create(**ask, max_tokens=500).choices
+    # Team b's bucket is its own (the test above used some of it).
+    assert team_b.chat.completions.create(**ask, max_tokens=100).choices
 
 
 class RecordingBackend(pb2_grpc.InferenceServicer):

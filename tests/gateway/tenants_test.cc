@@ -49,11 +49,19 @@ TEST(KeyTable, AMalformedLineIsRefusedNamingIt) {
     const char* text;
     const char* says;
   } cases[] = {
-      {"# ok\nsk-tenant-a-0123456789\n", "line 2: expected 'KEY TENANT'"},
-      {"sk-tenant-a-0123456789 a b c\n", "line 1: expected"},
+      {"# ok\nsk-tenant-a-0123456789\n", "line 2: expected 'KEY TENANT [priority]"},
+      {"sk-tenant-a-0123456789 a b c d e\n", "line 1: expected"},
+      {"sk-tenant-a-0123456789 a b c\n", "line 1: 'b' is not one of priority"},
+      {"sk-tenant-a-0123456789 a priority priority\n", "line 1: 'priority' is not one of"},
+      {"sk-tenant-a-0123456789 a max-concurrent=1 max-concurrent=1\n", "(each once)"},
+      {"sk-tenant-a-0123456789 a max-concurrent=-1\n", "line 1: max-concurrent must be"},
+      {"sk-tenant-a-0123456789 a tokens-per-minute=1e6\n", "line 1: tokens-per-minute must"},
+      {"sk-tenant-a-0123456789 a tokens-per-minute=10000000000000\n", "must be an integer"},
+      {"sk-tenant-a-0123456789 a max-concurrent=2\nsk-tenant-b-0123456789 a max-concurrent=3\n",
+       "line 2: an earlier line gave tenant 'a' another max-concurrent"},
       {"\n\nshort team\n", "line 3: the key has 5 characters; use at least 16"},
       {"sk-tenant-a-0123456789 team/a\n", "line 1: the tenant name"},
-      {"sk-tenant-a-0123456789 team-a admin\n", "line 1: unknown mark 'admin'"},
+      {"sk-tenant-a-0123456789 team-a admin\n", "line 1: 'admin' is not one of"},
       {"sk-tenant-a-0123456789 a\nsk-tenant-a-0123456789 b\n",
        "line 2: the key of line 1 again"},
       {"# nothing\n\n", "no key in the file"},
@@ -68,6 +76,23 @@ TEST(KeyTable, AMalformedLineIsRefusedNamingIt) {
   const StatusOr<KeyTable> long_name =
       KeyTable::Parse("sk-tenant-a-0123456789 " + std::string(65, 'x') + "\n");
   EXPECT_FALSE(long_name.ok());
+}
+
+TEST(KeyTable, ATenantsLimitsOnOneLineHoldForAllItsKeys) {
+  const StatusOr<KeyTable> table = KeyTable::Parse(
+      "sk-tenant-a-0123456789 team-a\n"
+      "sk-tenant-b-0123456789 team-b\n"
+      "sk-tenant-a2-012345678 team-a max-concurrent=3 priority tokens-per-minute=0\n"
+      "sk-tenant-a3-012345678 team-a max-concurrent=3\n");
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  for (const char* key : {kKeyA, "sk-tenant-a2-012345678", "sk-tenant-a3-012345678"}) {
+    EXPECT_EQ(table->Find(key)->max_concurrent, std::optional<int64_t>(3)) << key;
+    EXPECT_EQ(table->Find(key)->tokens_per_minute, std::optional<int64_t>(0)) << key;
+  }
+  EXPECT_TRUE(table->Find("sk-tenant-a2-012345678")->may_prioritize);
+  EXPECT_FALSE(table->Find(kKeyA)->may_prioritize);  // priority is the key's, not the tenant's
+  EXPECT_FALSE(table->Find(kKeyB)->max_concurrent.has_value());
+  EXPECT_FALSE(table->Find(kKeyB)->tokens_per_minute.has_value());
 }
 
 TEST(KeyTable, TheSingleApiKeyIsTheDefaultTenant) {
@@ -155,6 +180,12 @@ TEST(KeyStore, FlagsThatDoNotGoTogetherAreRefused) {
             "default");
 }
 
+Tenant Named(const std::string& name) {
+  Tenant tenant;
+  tenant.name = name;
+  return tenant;
+}
+
 TenantLimiter::Admission Admitted(std::variant<TenantLimiter::Admission, HttpError> result) {
   EXPECT_TRUE(std::holds_alternative<TenantLimiter::Admission>(result))
       << std::get<HttpError>(result).message;
@@ -170,19 +201,19 @@ HttpError Refused(std::variant<TenantLimiter::Admission, HttpError> result) {
 TEST(TenantLimiter, CapsRequestsInFlightPerTenant) {
   TenantLimiter limiter({.max_concurrent = 2});
   const Clock::time_point now = Clock::now();
-  TenantLimiter::Admission first = Admitted(limiter.Admit("a", 0, now));
-  TenantLimiter::Admission second = Admitted(limiter.Admit("a", 0, now));
-  const HttpError third = Refused(limiter.Admit("a", 0, now));
+  TenantLimiter::Admission first = Admitted(limiter.Admit(Named("a"), 0, now));
+  TenantLimiter::Admission second = Admitted(limiter.Admit(Named("a"), 0, now));
+  const HttpError third = Refused(limiter.Admit(Named("a"), 0, now));
   EXPECT_EQ(third.status, 429);
   EXPECT_EQ(third.code, "tenant_concurrency_limit");
   EXPECT_NE(third.message.find("--tenant-max-concurrent (2)"), std::string::npos) << third.message;
   EXPECT_GT(third.retry_after_seconds, 0);
   // Another tenant is not held back by a's.
-  TenantLimiter::Admission other = Admitted(limiter.Admit("b", 0, now));
+  TenantLimiter::Admission other = Admitted(limiter.Admit(Named("b"), 0, now));
   EXPECT_EQ(limiter.InFlight("a"), 2);
   first.End(now);
   EXPECT_EQ(limiter.InFlight("a"), 1);
-  TenantLimiter::Admission again = Admitted(limiter.Admit("a", 0, now));
+  TenantLimiter::Admission again = Admitted(limiter.Admit(Named("a"), 0, now));
   {
     TenantLimiter::Admission moved = std::move(second);  // a move holds one slot, not two
     EXPECT_EQ(limiter.InFlight("a"), 2);
@@ -194,7 +225,7 @@ TEST(TenantLimiter, NoLimitsAdmitEverything) {
   TenantLimiter limiter({});
   const Clock::time_point now = Clock::now();
   std::vector<TenantLimiter::Admission> held;
-  for (int i = 0; i < 1000; ++i) held.push_back(Admitted(limiter.Admit("", 1'000'000, now)));
+  for (int i = 0; i < 1000; ++i) held.push_back(Admitted(limiter.Admit(Named(""), 1'000'000, now)));
   EXPECT_EQ(limiter.InFlight(""), 1000);
 }
 
@@ -202,9 +233,9 @@ TEST(TenantLimiter, TokensAMinuteReserveMaxTokensAndChargeWhatWasUsed) {
   TenantLimiter limiter({.tokens_per_minute = 600});  // 10 a second
   const Clock::time_point start = Clock::now();
   // Reserves 500 of 600; used 550 (prompt + generated): 50 left.
-  TenantLimiter::Admission big = Admitted(limiter.Admit("a", 500, start));
+  TenantLimiter::Admission big = Admitted(limiter.Admit(Named("a"), 500, start));
   {
-    const HttpError over = Refused(limiter.Admit("a", 200, start));
+    const HttpError over = Refused(limiter.Admit(Named("a"), 200, start));
     EXPECT_EQ(over.status, 429);
     EXPECT_EQ(over.code, "tenant_token_limit");
     EXPECT_EQ(over.retry_after_seconds, 10);  // 100 missing at 10 a second
@@ -213,38 +244,63 @@ TEST(TenantLimiter, TokensAMinuteReserveMaxTokensAndChargeWhatWasUsed) {
   big.Used(550);
   big.End(start);
   // 50 in the bucket: 50 fit, 51 do not yet; one second later (60) they do.
-  EXPECT_TRUE(std::holds_alternative<HttpError>(limiter.Admit("a", 51, start)));
-  Admitted(limiter.Admit("b", 600, start)).End(start);  // b has its own bucket
+  EXPECT_TRUE(std::holds_alternative<HttpError>(limiter.Admit(Named("a"), 51, start)));
+  Admitted(limiter.Admit(Named("b"), 600, start)).End(start);  // b has its own bucket
   TenantLimiter::Admission later =
-      Admitted(limiter.Admit("a", 51, start + std::chrono::seconds(1)));
+      Admitted(limiter.Admit(Named("a"), 51, start + std::chrono::seconds(1)));
   later.Used(0);  // refused by the server: the reservation comes back
   later.End(start + std::chrono::seconds(1));
   // A request that used more than it reserved leaves a debt that later ones wait out.
   TenantLimiter::Admission unbounded =
-      Admitted(limiter.Admit("a", 0, start + std::chrono::seconds(1)));
+      Admitted(limiter.Admit(Named("a"), 0, start + std::chrono::seconds(1)));
   unbounded.Used(660);  // 60 in the bucket: 600 owed
   unbounded.End(start + std::chrono::seconds(1));
-  const HttpError owed = Refused(limiter.Admit("a", 0, start + std::chrono::seconds(2)));
+  const HttpError owed = Refused(limiter.Admit(Named("a"), 0, start + std::chrono::seconds(2)));
   EXPECT_EQ(owed.retry_after_seconds, 59);  // 590 owed at 10 a second
-  Admitted(limiter.Admit("a", 0, start + std::chrono::seconds(62)));
+  Admitted(limiter.Admit(Named("a"), 0, start + std::chrono::seconds(62)));
+}
+
+TEST(TenantLimiter, ATenantsOwnLimitsReplaceTheFlags) {
+  TenantLimiter limiter({.max_concurrent = 1, .tokens_per_minute = 60});
+  const Clock::time_point now = Clock::now();
+  Tenant big = Named("big");
+  big.max_concurrent = 3;
+  big.tokens_per_minute = 0;  // none
+  std::vector<TenantLimiter::Admission> held;
+  for (int i = 0; i < 3; ++i) held.push_back(Admitted(limiter.Admit(big, 1'000'000, now)));
+  const HttpError fourth = Refused(limiter.Admit(big, 0, now));
+  EXPECT_NE(fourth.message.find("max-concurrent in --api-key-file (3)"), std::string::npos)
+      << fourth.message;
+  Tenant small = Named("small");
+  small.tokens_per_minute = 6;
+  Admitted(limiter.Admit(small, 6, now)).Used(6);
+  const HttpError empty = Refused(limiter.Admit(small, 6, now));
+  EXPECT_EQ(empty.retry_after_seconds, 60);  // 6 a minute
+  EXPECT_NE(empty.message.find("tokens-per-minute in --api-key-file is 6"), std::string::npos)
+      << empty.message;
+  // A reload that raises the limit: the bucket keeps its tokens, refills at the new rate.
+  small.tokens_per_minute = 600;
+  EXPECT_EQ(Refused(limiter.Admit(small, 6, now + std::chrono::seconds(1))).retry_after_seconds,
+            1);
+  Admitted(limiter.Admit(small, 6, now + std::chrono::seconds(2)));
 }
 
 TEST(TenantLimiter, ARequestThatNeverRanCostsNothing) {
   TenantLimiter limiter({.tokens_per_minute = 600});
   const Clock::time_point now = Clock::now();
-  Admitted(limiter.Admit("a", 600, now)).End(now);  // e.g. no backend was ready: 503
-  Admitted(limiter.Admit("a", 600, now));
+  Admitted(limiter.Admit(Named("a"), 600, now)).End(now);  // e.g. no backend was ready: 503
+  Admitted(limiter.Admit(Named("a"), 600, now));
 }
 
 TEST(TenantLimiter, AReservationOverAMinutesTokensWaitsForAFullBucket) {
   TenantLimiter limiter({.tokens_per_minute = 60});
   const Clock::time_point start = Clock::now();
-  TenantLimiter::Admission huge = Admitted(limiter.Admit("a", 10'000, start));
+  TenantLimiter::Admission huge = Admitted(limiter.Admit(Named("a"), 10'000, start));
   huge.Used(100);
   huge.End(start);  // -40
-  const HttpError wait = Refused(limiter.Admit("a", 10'000, start));
+  const HttpError wait = Refused(limiter.Admit(Named("a"), 10'000, start));
   EXPECT_EQ(wait.retry_after_seconds, 100);  // back to 60 at 1 a second
-  Admitted(limiter.Admit("a", 10'000, start + std::chrono::seconds(100)));
+  Admitted(limiter.Admit(Named("a"), 10'000, start + std::chrono::seconds(100)));
 }
 
 std::vector<v1::ChatMessage> Conversation(const std::string& text) {
