@@ -14,13 +14,20 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-bool BearerTokenMatches(std::string_view authorization, std::string_view key) {
+std::optional<std::string_view> BearerToken(std::string_view authorization) {
   constexpr std::string_view kScheme = "bearer ";
-  if (authorization.size() < kScheme.size()) return false;
+  if (authorization.size() < kScheme.size()) return std::nullopt;
   for (size_t i = 0; i < kScheme.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return false;
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) {
+      return std::nullopt;
+    }
   }
-  return ConstantTimeEquals(authorization.substr(kScheme.size()), key);
+  return authorization.substr(kScheme.size());
+}
+
+bool BearerTokenMatches(std::string_view authorization, std::string_view key) {
+  const std::optional<std::string_view> token = BearerToken(authorization);
+  return token && ConstantTimeEquals(*token, key);
 }
 
 }  // namespace tokenmill

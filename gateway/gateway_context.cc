@@ -1,14 +1,31 @@
 #include "gateway/gateway_context.h"
 
-#include <cstdio>
+#include <openssl/rand.h>
+
+#include <array>
+#include <stdexcept>
 
 namespace tokenmill::gateway {
 
 std::string GatewayContext::NewId(std::string_view prefix) {
-  char counter[32];
-  std::snprintf(counter, sizeof(counter), "%012llx",
-                static_cast<unsigned long long>(next_id.fetch_add(1, std::memory_order_relaxed)));
-  return std::string(prefix) + "-" + id_prefix + counter;
+  std::array<unsigned char, 16> random;
+  // OpenSSL's CSPRNG fails only when the system has no entropy source at all.
+  if (RAND_bytes(random.data(), static_cast<int>(random.size())) != 1) {
+    throw std::runtime_error("RAND_bytes failed: no randomness for an id");
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id(prefix);
+  id += '-';
+  for (const unsigned char byte : random) {
+    id += kHex[byte >> 4];
+    id += kHex[byte & 15];
+  }
+  return id;
+}
+
+std::string_view GatewayContext::TenantForBackend(const Tenant& tenant) const {
+  if (options.backend_api_key.empty()) return {};
+  return tenant.name;
 }
 
 }  // namespace tokenmill::gateway

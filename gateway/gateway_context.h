@@ -1,10 +1,10 @@
-// What every connection and route handler of the gateway shares: its flags, the backend pool,
-// the metrics, the Responses API's store, the open Generate calls and the id counter. One per
+// What every connection and route handler of the gateway shares: its flags, the API keys and
+// the tenants' limits, the backend pool, the metrics, the Responses API's store and the open
+// Generate calls. One per
 // gateway, made by HttpGateway, living as long as it; the handlers reach it through their
 // HttpExchange.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -14,6 +14,8 @@
 #include "gateway/backends/upstream_call.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_options.h"
+#include "gateway/tenants/key_store.h"
+#include "gateway/tenants/tenant_limiter.h"
 
 namespace boost::asio::ssl {
 class context;
@@ -23,24 +25,31 @@ namespace tokenmill::gateway {
 
 struct GatewayContext {
   GatewayContext(const GatewayOptions& o, int64_t max_body, BackendPool& p, GatewayMetrics& m,
-                 std::string prefix, ResponseStore::Limits store_limits)
+                 const KeyStore& k, ResponseStore::Limits store_limits)
       : options(o),
         max_body_bytes(max_body),
         pool(p),
         metrics(m),
-        id_prefix(std::move(prefix)),
+        keys(k),
+        limiter({.max_concurrent = o.tenant_max_concurrent,
+                 .tokens_per_minute = o.tenant_tokens_per_minute}),
         responses(store_limits) {}
 
-  // A fresh response id: "<prefix>-<process random><counter>".
+  // A fresh id: "<prefix>-<32 hex digits>", 128 bits from the CSPRNG. Stored responses are
+  // read by id: an id must not be guessable from another one.
   std::string NewId(std::string_view prefix);
+
+  // The tenant a backend call names (x-tokenmill-tenant): the tenant's, where the calls carry
+  // the servers' key (the servers believe it only then); else "" (none sent).
+  std::string_view TenantForBackend(const Tenant& tenant) const;
 
   const GatewayOptions& options;
   int64_t max_body_bytes;
   BackendPool& pool;
   GatewayMetrics& metrics;
-  std::string id_prefix;  // random per process: response ids do not repeat across restarts
+  const KeyStore& keys;
+  TenantLimiter limiter;
   boost::asio::ssl::context* tls = nullptr;  // HTTPS (--tls-cert), else null: plain HTTP
-  std::atomic<uint64_t> next_id{0};
   CallRegistry calls;
   ResponseStore responses;
 };

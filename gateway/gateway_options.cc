@@ -30,6 +30,16 @@ void AddGatewayOptions(CLI::App& app, GatewayOptions& o) {
   app.add_option("--api-key", o.api_key,
                  "clients must send 'Authorization: Bearer <key>' (empty: no key)")
       ->envname(GatewayEnvName("--api-key"));
+  AddOption(app, "--api-key-file", o.api_key_file,
+            "keys of several tenants, one 'KEY TENANT [priority]' a line ('priority': the key "
+            "may ask for a priority < 0); re-read on SIGHUP");
+  AddOption(app, "--tenant-max-concurrent", o.tenant_max_concurrent,
+            "requests one tenant may have in flight (0: no limit); more get 429")
+      ->check(CLI::NonNegativeNumber);
+  AddOption(app, "--tenant-tokens-per-minute", o.tenant_tokens_per_minute,
+            "prompt + generated tokens one tenant may use a minute (0: no limit); more get 429 "
+            "with Retry-After")
+      ->check(CLI::NonNegativeNumber);
   AddOption(app, "--tls-cert", o.tls_cert,
             "PEM certificate chain: serve HTTPS (with --tls-key)")
       ->check(CLI::ExistingFile);

@@ -18,7 +18,12 @@ struct GatewayOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (logged)
   std::vector<std::string> backends;  // host:port of tokenmill-servers
-  std::string api_key;                // empty: no authentication
+  std::string api_key;                // empty: no authentication (unless api_key_file)
+  // One "KEY TENANT [priority]" a line (gateway/tenants/key_table.h); re-read on SIGHUP.
+  std::string api_key_file;
+  // Per tenant (0: no limit): requests in flight, and prompt + generated tokens a minute.
+  int tenant_max_concurrent = 0;
+  int64_t tenant_tokens_per_minute = 0;
   // HTTPS when a certificate is given (PEM, with its key); clients must then present a
   // certificate signed by tls_client_ca when one is given (mutual TLS).
   std::string tls_cert;

@@ -13,7 +13,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <random>
 #include <thread>
 
 #include "gateway/gateway_context.h"
@@ -42,23 +41,14 @@ asio::awaitable<void> Listen(tcp::acceptor& acceptor, GatewayContext& context) {
   }
 }
 
-std::string RandomHex(int digits) {
-  std::random_device device;
-  std::mt19937_64 random(device());
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < digits; ++i) out += kHex[random() % 16];
-  return out;
-}
-
 }  // namespace
 
 struct HttpGateway::Impl {
   Impl(const GatewayOptions& options, const GatewayLimits& limits, BackendPool& pool,
-       GatewayMetrics& metrics)
+       GatewayMetrics& metrics, const KeyStore& keys)
       : io(options.io_threads),
         acceptor(io),
-        context(options, limits.max_body_bytes, pool, metrics, RandomHex(8),
+        context(options, limits.max_body_bytes, pool, metrics, keys,
                 {.max_bytes = static_cast<size_t>(limits.response_store_bytes),
                  .ttl = std::chrono::seconds(options.response_store_ttl_seconds)}) {}
 
@@ -73,8 +63,9 @@ struct HttpGateway::Impl {
 StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(const GatewayOptions& options,
                                                           const GatewayLimits& limits,
                                                           BackendPool& pool,
-                                                          GatewayMetrics& metrics) {
-  auto impl = std::make_unique<Impl>(options, limits, pool, metrics);
+                                                          GatewayMetrics& metrics,
+                                                          const KeyStore& keys) {
+  auto impl = std::make_unique<Impl>(options, limits, pool, metrics, keys);
   if (!options.tls_cert.empty() || !options.tls_key.empty() || !options.tls_client_ca.empty()) {
     if (options.tls_cert.empty() || options.tls_key.empty()) {
       return InvalidArgumentError(

@@ -11,16 +11,18 @@
 #include "gateway/backends/backend_pool.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_options.h"
+#include "gateway/tenants/key_store.h"
 
 namespace tokenmill::gateway {
 
 class HttpGateway {
  public:
   // Binds --host:--port and starts the I/O threads. Unavailable when the port cannot be
-  // bound. `pool` and `metrics` must outlive the gateway.
+  // bound. `pool`, `metrics` and `keys` must outlive the gateway.
   static StatusOr<std::unique_ptr<HttpGateway>> Start(const GatewayOptions& options,
                                                       const GatewayLimits& limits,
-                                                      BackendPool& pool, GatewayMetrics& metrics);
+                                                      BackendPool& pool, GatewayMetrics& metrics,
+                                                      const KeyStore& keys);
   // Stops accepting, cancels the backend calls of open requests and joins the I/O threads.
   ~HttpGateway();
 

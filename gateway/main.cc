@@ -1,7 +1,8 @@
 // tokenmill-gateway: the OpenAI HTTP API in front of one or more tokenmill-servers.
 //
 // Life: listen at once (/health answers 503 until a backend passes its health check) ->
-// serve -> SIGTERM/SIGINT -> stop accepting, cancel open backend calls -> exit 0.
+// serve (SIGHUP: re-read --api-key-file) -> SIGTERM/SIGINT -> stop accepting, cancel open
+// backend calls -> exit 0.
 #include <spdlog/spdlog.h>
 
 #include <csignal>
@@ -14,23 +15,26 @@
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_options.h"
 #include "gateway/http_gateway.h"
+#include "gateway/tenants/key_store.h"
 
 namespace tokenmill::gateway {
 namespace {
 
-// Blocks SIGTERM/SIGINT in every thread (call before starting any) and waits for one.
+// Blocks SIGTERM, SIGINT and SIGHUP in every thread (call before starting any) and waits for
+// one.
 class Signals {
  public:
   Signals() {
     sigemptyset(&set_);
     sigaddset(&set_, SIGTERM);
     sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &set_, nullptr);
   }
-  const char* Wait() {
+  int Wait() {
     int signal = 0;
     sigwait(&set_, &signal);
-    return signal == SIGINT ? "SIGINT" : "SIGTERM";
+    return signal;
   }
 
  private:
@@ -41,6 +45,11 @@ int Run(const GatewayOptions& options) {
   StatusOr<GatewayLimits> limits = ResolveGatewayLimits(options);
   if (!limits.ok()) {
     spdlog::error("{}", limits.status().message());
+    return 1;
+  }
+  StatusOr<std::unique_ptr<KeyStore>> keys = KeyStore::FromOptions(options);
+  if (!keys.ok()) {
+    spdlog::error("{}", keys.status().message());
     return 1;
   }
   Signals signals;  // before gRPC starts threads
@@ -55,7 +64,7 @@ int Run(const GatewayOptions& options) {
                        static_cast<int64_t>(options.health_interval_seconds * 1000.0)),
                    options.affinity_max_imbalance, options.served_model_name);
   StatusOr<std::unique_ptr<HttpGateway>> gateway =
-      HttpGateway::Start(options, *limits, pool, metrics);
+      HttpGateway::Start(options, *limits, pool, metrics, **keys);
   if (!gateway.ok()) {
     spdlog::error("{}", gateway.status().message());
     return 1;
@@ -63,9 +72,20 @@ int Run(const GatewayOptions& options) {
   spdlog::info("listening on {}://{}:{} (OpenAI API) for {} backend(s){}",
                options.tls_cert.empty() ? "http" : "https", options.host, (*gateway)->port(),
                options.backends.size(),
-               options.api_key.empty() ? "" : "; API key required");
-  const char* signal_name = signals.Wait();
-  spdlog::info("{}: stopping", signal_name);
+               (*keys)->open() ? ""
+                               : "; API key required (" + std::to_string((*keys)->size()) +
+                                     " key(s))");
+  int signal = signals.Wait();
+  for (; signal == SIGHUP; signal = signals.Wait()) {
+    if (options.api_key_file.empty()) {
+      spdlog::info("SIGHUP: no --api-key-file to re-read");
+    } else if (const Status reloaded = (*keys)->Reload(); !reloaded.ok()) {
+      spdlog::error("SIGHUP: keeping the previous keys: {}", reloaded.message());
+    } else {
+      spdlog::info("SIGHUP: re-read {}: {} key(s)", options.api_key_file, (*keys)->size());
+    }
+  }
+  spdlog::info("{}: stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
   gateway->reset();
   spdlog::info("stopped");
   return 0;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <variant>
 
 #include "gateway/api/openai/structured_output.h"
@@ -12,10 +13,52 @@ namespace tokenmill::gateway {
 
 namespace asio = boost::asio;
 
+namespace {
+
+// 403 when a request asks to run ahead of the default and its key may not.
+std::optional<HttpError> CheckPriority(const std::vector<v1::GenerateRequest>& generates,
+                                       const Tenant& tenant) {
+  if (tenant.may_prioritize) return std::nullopt;
+  for (const v1::GenerateRequest& generate : generates) {
+    if (generate.priority() >= 0) continue;
+    return MakeError(403,
+                     "priority " + std::to_string(generate.priority()) +
+                         " would run ahead of the default (0): only keys marked 'priority' in "
+                         "the gateway's --api-key-file may use a priority below 0",
+                     "permission_error", "priority", "priority_not_allowed");
+  }
+  return std::nullopt;
+}
+
+// The generated tokens a request may use at most, as far as it says (max_tokens per
+// sequence; nothing for a chat that runs to the end of its context).
+int64_t ReservedTokens(const std::vector<v1::GenerateRequest>& generates) {
+  int64_t tokens = 0;
+  for (const v1::GenerateRequest& generate : generates) {
+    if (!generate.has_max_tokens()) continue;
+    const int64_t sequences = generate.has_n() ? std::max<int64_t>(generate.n(), 1) : 1;
+    tokens += static_cast<int64_t>(generate.max_tokens()) * sequences;
+  }
+  return tokens;
+}
+
+}  // namespace
+
 asio::awaitable<std::unique_ptr<Generation>> Generation::Start(HttpExchange& exchange,
                                                                const HttpRequest& request,
                                                                Params params) {
   GatewayContext& context = exchange.context();
+  const Tenant& tenant = exchange.tenant();
+  if (std::optional<HttpError> refused = CheckPriority(params.generates, tenant)) {
+    co_await exchange.WriteError(request, *refused);
+    co_return nullptr;
+  }
+  std::variant<TenantLimiter::Admission, HttpError> admitted = context.limiter.Admit(
+      tenant, ReservedTokens(params.generates), TenantLimiter::Clock::now());
+  if (auto* refused = std::get_if<HttpError>(&admitted)) {
+    co_await exchange.WriteError(request, *refused);
+    co_return nullptr;
+  }
   std::variant<Backend*, HttpError> routed =
       PickBackend(context.pool, params.model, params.affinity_key);
   if (auto* refused = std::get_if<HttpError>(&routed)) {
@@ -27,6 +70,7 @@ asio::awaitable<std::unique_ptr<Generation>> Generation::Start(HttpExchange& exc
   std::unique_ptr<Generation> generation(
       new Generation(exchange, backend, info ? context.pool.ModelNameOf(*info) : params.model,
                      std::move(params.structured_output_param)));
+  generation->admission_ = std::move(std::get<TenantLimiter::Admission>(admitted));
   // A chat without max_tokens may use the rest of its context, as OpenAI's do: the server
   // counts the templated prompt's tokens.
   for (v1::GenerateRequest& generate : params.generates) {
@@ -37,10 +81,13 @@ asio::awaitable<std::unique_ptr<Generation>> Generation::Start(HttpExchange& exc
   const auto executor = co_await asio::this_coro::executor;
   generation->events_ = std::make_shared<EventQueue>(executor, context.metrics);
   const size_t count = params.generates.size();
+  generation->prompt_tokens_.assign(count, 0);
+  const std::string_view backend_tenant = context.TenantForBackend(tenant);
   for (size_t i = 0; i < count; ++i) {
     params.generates[i].set_request_id(
         count == 1 ? params.request_id : params.request_id + "-" + std::to_string(i));
-    generation->calls_.push_back(GenerateCall::Start(backend, std::move(params.generates[i]),
+    generation->calls_.push_back(GenerateCall::Start(backend, backend_tenant,
+                                                     std::move(params.generates[i]),
                                                      generation->events_, i, context.calls));
   }
   generation->open_calls_ = count;
@@ -67,6 +114,7 @@ asio::awaitable<std::optional<Generation::Output>> Generation::Next() {
         }
         break;
       case UpstreamEvent::Kind::kResponse:
+        Count(event.call_index, event.response);
         if (client_gone_ || failure_) break;
         // No API has a finish reason that tells the client to retry: an error that does.
         if (event.response.finish_reason() == v1::FINISH_REASON_ABORT) {
@@ -80,6 +128,17 @@ asio::awaitable<std::optional<Generation::Output>> Generation::Next() {
   co_await exchange_.StopWatching();
   if (client_gone_) exchange_.CloseAfterResponse();
   co_return std::nullopt;
+}
+
+void Generation::Count(size_t call_index, const v1::GenerateResponse& response) {
+  if (call_index < prompt_tokens_.size()) {
+    prompt_tokens_[call_index] =
+        std::max<int64_t>(prompt_tokens_[call_index], response.usage().prompt_tokens());
+  }
+  generated_tokens_ += response.token_ids_size();
+  int64_t used = generated_tokens_;
+  for (const int64_t prompt : prompt_tokens_) used += prompt;
+  admission_.Used(used);
 }
 
 void Generation::Fail(HttpError error) {

@@ -5,6 +5,11 @@
 // every way the calls end mapped to one error. The APIs differ only in how they render the
 // responses (their handlers); what comes out of here is the same for all of them.
 //
+// Every request is its tenant's (the exchange's): a priority below the default needs a key
+// marked `priority` (403 otherwise), the tenant's limits admit it or refuse it with 429
+// (gateway/tenants/tenant_limiter.h: it reserves max_tokens per sequence and is charged the
+// prompt and generated tokens it used), and its calls name the tenant to the server.
+//
 // Errors, the same in every dialect: the first call to fail cancels the others and its gRPC
 // status becomes the HTTP error (FromGrpcStatus); a sequence the server aborted (it shut down
 // before finishing) is a 503 `aborted` that says to retry, and cancels the others too.
@@ -25,6 +30,7 @@
 #include "gateway/backends/upstream_call.h"
 #include "gateway/http/http_error.h"
 #include "gateway/http/http_exchange.h"
+#include "gateway/tenants/tenant_limiter.h"
 #include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::gateway {
@@ -42,9 +48,10 @@ class Generation {
     std::string structured_output_param;
   };
 
-  // Routes the request, gives each chat without max_tokens the rest of the context and starts
-  // the calls, watching the client's socket. A refusal (503 no backend, 404 unknown model) is
-  // written to the client in `request`'s dialect, and the result is null.
+  // Admits the request for its tenant, routes it, gives each chat without max_tokens the rest
+  // of the context and starts the calls, watching the client's socket. A refusal (403
+  // priority, 429 tenant limit, 503 no backend, 404 unknown model) is written to the client in
+  // `request`'s dialect, and the result is null.
   static boost::asio::awaitable<std::unique_ptr<Generation>> Start(HttpExchange& exchange,
                                                                    const HttpRequest& request,
                                                                    Params params);
@@ -78,6 +85,8 @@ class Generation {
 
   void Fail(HttpError error);
   void CancelAll();
+  // Charges the tenant what `response` adds to the tokens used.
+  void Count(size_t call_index, const v1::GenerateResponse& response);
 
   HttpExchange& exchange_;
   Backend& backend_;
@@ -88,6 +97,9 @@ class Generation {
   size_t open_calls_ = 0;
   bool client_gone_ = false;
   std::optional<HttpError> failure_;
+  TenantLimiter::Admission admission_;
+  std::vector<int64_t> prompt_tokens_;  // per call (its sequences share the prompt)
+  int64_t generated_tokens_ = 0;
 };
 
 }  // namespace tokenmill::gateway

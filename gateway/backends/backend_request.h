@@ -16,7 +16,7 @@
 
 namespace tokenmill::gateway {
 
-// A Generate request gets its request_id once routed ("chatcmpl-", 16 + 12 hex digits, "-63":
+// A Generate request gets its request_id once routed ("chatcmpl-", 32 hex digits, "-63":
 // under 64 bytes with its tag and length), and a chat without max_tokens its
 // max_tokens_rest_of_context (2 bytes): room is kept for them. Without it a prompt just under
 // the limit came back from the server as RESOURCE_EXHAUSTED, a 429 that no retry helps.

@@ -1,6 +1,7 @@
 // The routes that make one unary call to a backend (/tokenize, /detokenize, Anthropic's
 // count_tokens): the body parsed and mapped to its call, checked for size, routed by model,
-// sent, and the reply turned into the route's JSON; every refusal in the route's error shape.
+// sent for the request's tenant (counted against its --tenant-max-concurrent), and the reply
+// turned into the route's JSON; every refusal in the route's error shape.
 #pragma once
 
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
@@ -12,6 +13,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 
 #include "gateway/backends/backend_request.h"
@@ -27,8 +29,8 @@ template <typename Call, typename Response>
 struct UnaryCall {
   using Request = decltype(Call::request);
   std::optional<HttpError> (*parse)(const nlohmann::json& body, Call& call);
-  boost::asio::awaitable<grpc::Status> (*send)(Backend& backend, const Request& request,
-                                               Response& response);
+  boost::asio::awaitable<grpc::Status> (*send)(Backend& backend, std::string_view tenant,
+                                               const Request& request, Response& response);
   nlohmann::json (*answer)(Backend& backend, const Response& response);
   // The body's field a server's 400 is about, where the body names it otherwise than the
   // server does ("tokens" for its token_ids); empty: as the server says.
@@ -56,8 +58,16 @@ boost::asio::awaitable<void> HandleUnaryCall(HttpExchange& exchange, const HttpR
     co_return;
   }
   Backend& backend = *std::get<Backend*>(routed);
+  GatewayContext& context = exchange.context();
+  std::variant<TenantLimiter::Admission, HttpError> admitted =
+      context.limiter.Admit(exchange.tenant(), 0, TenantLimiter::Clock::now());
+  if (auto* refused = std::get_if<HttpError>(&admitted)) {
+    co_await exchange.WriteError(request, *refused);
+    co_return;
+  }
   Response response;
-  const grpc::Status status = co_await route.send(backend, call.request, response);
+  const grpc::Status status = co_await route.send(
+      backend, context.TenantForBackend(exchange.tenant()), call.request, response);
   if (!status.ok()) {
     HttpError refused = FromGrpcStatus(status);
     if (refused.status == 400 && *route.refused_param != '\0') {

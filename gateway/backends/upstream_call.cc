@@ -6,6 +6,14 @@ namespace tokenmill::gateway {
 
 namespace asio = boost::asio;
 
+namespace {
+
+void NameTenant(grpc::ClientContext& context, std::string_view tenant) {
+  if (!tenant.empty()) context.AddMetadata(kTenantMetadata, std::string(tenant));
+}
+
+}  // namespace
+
 EventQueue::EventQueue(asio::any_io_executor strand, GatewayMetrics& metrics,
                        size_t max_buffered)
     : strand_(strand), wake_(strand), metrics_(metrics), max_buffered_(max_buffered) {}
@@ -68,12 +76,14 @@ GenerateCall::GenerateCall(Backend& backend, v1::GenerateRequest request,
       call_index_(call_index),
       registry_(registry) {}
 
-std::shared_ptr<GenerateCall> GenerateCall::Start(Backend& backend, v1::GenerateRequest request,
+std::shared_ptr<GenerateCall> GenerateCall::Start(Backend& backend, std::string_view tenant,
+                                                  v1::GenerateRequest request,
                                                   std::shared_ptr<EventQueue> events,
                                                   size_t call_index,
                                                   CallRegistry& registry) {
   std::shared_ptr<GenerateCall> call(
       new GenerateCall(backend, std::move(request), std::move(events), call_index, registry));
+  NameTenant(call->context_, tenant);
   call->self_ = call;
   registry.Add(call);
   backend.stub().async()->Generate(&call->context_, &call->request_, call.get());
@@ -175,20 +185,23 @@ asio::awaitable<grpc::Status> AwaitGrpc(Start start) {
 
 }  // namespace
 
-asio::awaitable<grpc::Status> AwaitTokenize(Backend& backend, const v1::TokenizeRequest& request,
+asio::awaitable<grpc::Status> AwaitTokenize(Backend& backend, std::string_view tenant,
+                                            const v1::TokenizeRequest& request,
                                             v1::TokenizeResponse& response) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
+  NameTenant(context, tenant);
   co_return co_await AwaitGrpc([&](std::function<void(grpc::Status)> done) {
     backend.stub().async()->Tokenize(&context, &request, &response, std::move(done));
   });
 }
 
-asio::awaitable<grpc::Status> AwaitDetokenize(Backend& backend,
+asio::awaitable<grpc::Status> AwaitDetokenize(Backend& backend, std::string_view tenant,
                                               const v1::DetokenizeRequest& request,
                                               v1::DetokenizeResponse& response) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
+  NameTenant(context, tenant);
   co_return co_await AwaitGrpc([&](std::function<void(grpc::Status)> done) {
     backend.stub().async()->Detokenize(&context, &request, &response, std::move(done));
   });

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include "gateway/backends/backend_pool.h"
@@ -26,6 +27,9 @@
 #include "tokenmill/v1/inference.grpc.pb.h"
 
 namespace tokenmill::gateway {
+
+// The gRPC metadata that names a backend call's tenant (never sent empty: "" is anonymous).
+inline constexpr char kTenantMetadata[] = "x-tokenmill-tenant";
 
 struct UpstreamEvent {
   enum class Kind { kResponse, kDone, kClientGone };
@@ -82,14 +86,15 @@ class CallRegistry {
   std::vector<std::weak_ptr<GenerateCall>> calls_;
 };
 
-// One Generate stream. Keeps itself alive until gRPC's OnDone, which it reports as the last
-// event; Cancel() (any thread, any time) makes the server abort the request. It reads the
-// next response only while its EventQueue has room (a hold lets it resume outside a
-// reaction).
+// One Generate stream, for `tenant` (none when empty). Keeps itself alive until gRPC's
+// OnDone, which it reports as the last event; Cancel() (any thread, any time) makes the server
+// abort the request. It reads the next response only while its EventQueue has room (a hold
+// lets it resume outside a reaction).
 class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse>,
                      public std::enable_shared_from_this<GenerateCall> {
  public:
-  static std::shared_ptr<GenerateCall> Start(Backend& backend, v1::GenerateRequest request,
+  static std::shared_ptr<GenerateCall> Start(Backend& backend, std::string_view tenant,
+                                             v1::GenerateRequest request,
                                              std::shared_ptr<EventQueue> events,
                                              size_t call_index, CallRegistry& registry);
   void Cancel();
@@ -116,11 +121,12 @@ class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse>,
 
 inline constexpr auto kUnaryTimeout = std::chrono::seconds(30);
 
-// Unary calls; each resumes the awaiting coroutine on its own executor.
-boost::asio::awaitable<grpc::Status> AwaitTokenize(Backend& backend,
+// Unary calls for `tenant` (none when empty); each resumes the awaiting coroutine on its own
+// executor.
+boost::asio::awaitable<grpc::Status> AwaitTokenize(Backend& backend, std::string_view tenant,
                                                    const v1::TokenizeRequest& request,
                                                    v1::TokenizeResponse& response);
-boost::asio::awaitable<grpc::Status> AwaitDetokenize(Backend& backend,
+boost::asio::awaitable<grpc::Status> AwaitDetokenize(Backend& backend, std::string_view tenant,
                                                      const v1::DetokenizeRequest& request,
                                                      v1::DetokenizeResponse& response);
 

@@ -7,7 +7,6 @@
 #include <exception>
 #include <string>
 
-#include "common/bearer_token.h"
 #include "gateway/api/openai/response_format.h"
 
 namespace tokenmill::gateway {
@@ -145,18 +144,10 @@ asio::awaitable<bool> Connection::HandleOne() {
   co_return keep_alive_;
 }
 
-bool Connection::Authorized(const HttpRequest& request) const {
-  const std::string& key = context_.options.api_key;
-  if (key.empty()) return true;
-  // Anthropic's clients send the key as x-api-key.
-  if (const auto api_key = request.find("x-api-key"); api_key != request.end()) {
-    return ConstantTimeEquals(std::string_view(api_key->value().data(), api_key->value().size()),
-                              key);
-  }
-  const auto header = request.find(http::field::authorization);
-  if (header == request.end()) return false;
-  return BearerTokenMatches(std::string_view(header->value().data(), header->value().size()),
-                            key);
+bool Connection::Authorized(const http::request_header<>& request) {
+  std::optional<Tenant> tenant = context_.keys.Authenticate(request);
+  tenant_ = tenant ? std::move(*tenant) : Tenant{};
+  return tenant.has_value();
 }
 
 asio::awaitable<void> Connection::Dispatch(const HttpRequest& request, const RouteMatch& match) {

@@ -32,6 +32,7 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
 
   // HttpExchange.
   GatewayContext& context() override { return context_; }
+  const Tenant& tenant() const override { return tenant_; }
   boost::asio::awaitable<bool> WriteJson(const HttpRequest& request, int status,
                                          const nlohmann::json& body, int retry_after) override;
   boost::asio::awaitable<bool> WriteError(const HttpRequest& request,
@@ -51,10 +52,12 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
   boost::asio::awaitable<bool> Write(
       boost::beast::http::response<boost::beast::http::string_body>& response);
   boost::asio::awaitable<void> DiscardInput();
-  bool Authorized(const HttpRequest& request) const;
+  // Whether the request's key names a tenant (gateway/tenants); it becomes tenant_.
+  bool Authorized(const boost::beast::http::request_header<>& request);
 
   ClientStream stream_;
   GatewayContext& context_;
+  Tenant tenant_;  // of the request being answered
   boost::beast::flat_buffer buffer_;
   bool keep_alive_ = true;
   int last_status_ = 0;

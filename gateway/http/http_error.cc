@@ -36,7 +36,7 @@ HttpError NotFound(std::string message, std::string code) {
 HttpError Unauthorized() {
   return MakeError(401,
                    "Incorrect or missing API key: send 'Authorization: Bearer <key>' (or "
-                   "'x-api-key: <key>') with the gateway's --api-key",
+                   "'x-api-key: <key>') with a key of the gateway's --api-key or --api-key-file",
                    "authentication_error", "", "invalid_api_key");
 }
 

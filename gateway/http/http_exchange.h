@@ -15,6 +15,7 @@
 #include <string>
 
 #include "gateway/http/http_error.h"
+#include "gateway/tenants/key_table.h"
 
 namespace tokenmill::gateway {
 
@@ -28,6 +29,8 @@ class HttpExchange {
   virtual ~HttpExchange() = default;
 
   virtual GatewayContext& context() = 0;
+  // The tenant the request's key names ("" on a gateway without keys).
+  virtual const Tenant& tenant() const = 0;
 
   // Each returns false when the client is gone (the connection then closes).
   virtual boost::asio::awaitable<bool> WriteJson(const HttpRequest& request, int status,

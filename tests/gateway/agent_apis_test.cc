@@ -23,13 +23,13 @@ std::vector<v1::ChatMessage> Conversation(const std::string& text) {
 TEST(ResponseStore, KeepsAConversationUntilItsTtl) {
   ResponseStore store({.max_entries = 10, .max_bytes = 1 << 20, .ttl = std::chrono::seconds(60)});
   const Clock::time_point start = Clock::now();
-  store.Put("resp-1", Conversation("hello"), "", "", start);
-  ASSERT_TRUE(store.Get("resp-1", start + std::chrono::seconds(59)).has_value());
-  EXPECT_EQ(store.Get("resp-1", start)->at(0).content(), "hello");
-  EXPECT_FALSE(store.Get("resp-1", start + std::chrono::seconds(60)).has_value());
-  EXPECT_FALSE(store.Get("resp-2", start).has_value());
+  store.Put("resp-1", "", Conversation("hello"), "", "", start);
+  ASSERT_TRUE(store.Get("resp-1", "", start + std::chrono::seconds(59)).has_value());
+  EXPECT_EQ(store.Get("resp-1", "", start)->at(0).content(), "hello");
+  EXPECT_FALSE(store.Get("resp-1", "", start + std::chrono::seconds(60)).has_value());
+  EXPECT_FALSE(store.Get("resp-2", "", start).has_value());
   // Expired entries go on the next Put.
-  store.Put("resp-2", Conversation("x"), "", "", start + std::chrono::seconds(61));
+  store.Put("resp-2", "", Conversation("x"), "", "", start + std::chrono::seconds(61));
   EXPECT_EQ(store.size(), 1u);
 }
 
@@ -39,48 +39,48 @@ TEST(ResponseStore, DropsTheOldestForRoom) {
   ResponseStore store({.max_entries = 3, .max_bytes = 2 * one, .ttl = std::chrono::hours(1)});
   const Clock::time_point now = Clock::now();
   for (int i = 0; i < 3; ++i) {
-    store.Put("resp-" + std::to_string(i), Conversation(text), "", "", now);
+    store.Put("resp-" + std::to_string(i), "", Conversation(text), "", "", now);
   }
-  EXPECT_FALSE(store.Get("resp-0", now).has_value());  // over max_bytes
-  EXPECT_TRUE(store.Get("resp-1", now).has_value());
-  EXPECT_TRUE(store.Get("resp-2", now).has_value());
+  EXPECT_FALSE(store.Get("resp-0", "", now).has_value());  // over max_bytes
+  EXPECT_TRUE(store.Get("resp-1", "", now).has_value());
+  EXPECT_TRUE(store.Get("resp-2", "", now).has_value());
   EXPECT_EQ(store.bytes(), 2 * one);
   // One conversation larger than the whole store is not kept, and takes nothing out.
-  store.Put("resp-big", Conversation(std::string(3 * one, 'b')), "", "", now);
-  EXPECT_FALSE(store.Get("resp-big", now).has_value());
+  store.Put("resp-big", "", Conversation(std::string(3 * one, 'b')), "", "", now);
+  EXPECT_FALSE(store.Get("resp-big", "", now).has_value());
   EXPECT_EQ(store.size(), 2u);
 }
 
 TEST(ResponseStore, CountsEntries) {
   ResponseStore store({.max_entries = 2, .max_bytes = 1 << 20, .ttl = std::chrono::hours(1)});
   const Clock::time_point now = Clock::now();
-  for (const char* id : {"a", "b", "c"}) store.Put(id, Conversation(id), "", "", now);
+  for (const char* id : {"a", "b", "c"}) store.Put(id, "", Conversation(id), "", "", now);
   EXPECT_EQ(store.size(), 2u);
-  EXPECT_FALSE(store.Get("a", now).has_value());
-  store.Put("b", Conversation("again"), "", "", now);  // replaces, no eviction
-  EXPECT_EQ(store.Get("b", now)->at(0).content(), "again");
-  EXPECT_TRUE(store.Get("c", now).has_value());
+  EXPECT_FALSE(store.Get("a", "", now).has_value());
+  store.Put("b", "", Conversation("again"), "", "", now);  // replaces, no eviction
+  EXPECT_EQ(store.Get("b", "", now)->at(0).content(), "again");
+  EXPECT_TRUE(store.Get("c", "", now).has_value());
 }
 
 TEST(ResponseStore, KeepsTheResponseObjectAndForgetsOnErase) {
   ResponseStore store({.max_entries = 10, .max_bytes = 1 << 20, .ttl = std::chrono::seconds(60)});
   const Clock::time_point now = Clock::now();
-  store.Put("resp-1", Conversation("hello"), R"({"id": "resp-1"})", "", now);
-  EXPECT_EQ(store.GetResponse("resp-1", now), std::optional<std::string>(R"({"id": "resp-1"})"));
-  EXPECT_FALSE(store.GetResponse("resp-1", now + std::chrono::seconds(60)).has_value());
+  store.Put("resp-1", "", Conversation("hello"), R"({"id": "resp-1"})", "", now);
+  EXPECT_EQ(store.GetResponse("resp-1", "", now), std::optional<std::string>(R"({"id": "resp-1"})"));
+  EXPECT_FALSE(store.GetResponse("resp-1", "", now + std::chrono::seconds(60)).has_value());
   const std::string response = R"({"id": "resp-1"})";
   const size_t message_bytes = Conversation("hello")[0].ByteSizeLong();
   EXPECT_EQ(store.bytes(), std::string("resp-1").size() + response.size() + message_bytes);
-  EXPECT_TRUE(store.Erase("resp-1", now));
-  EXPECT_FALSE(store.Get("resp-1", now).has_value());
-  EXPECT_FALSE(store.GetResponse("resp-1", now).has_value());
-  EXPECT_FALSE(store.Erase("resp-1", now));  // already gone
+  EXPECT_TRUE(store.Erase("resp-1", "", now));
+  EXPECT_FALSE(store.Get("resp-1", "", now).has_value());
+  EXPECT_FALSE(store.GetResponse("resp-1", "", now).has_value());
+  EXPECT_FALSE(store.Erase("resp-1", "", now));  // already gone
   EXPECT_EQ(store.bytes(), 0u);
-  store.Put("resp-2", Conversation("x"), "{}", "", now);
-  EXPECT_FALSE(store.Erase("resp-2", now + std::chrono::seconds(60)));  // expired: nothing live
+  store.Put("resp-2", "", Conversation("x"), "{}", "", now);
+  EXPECT_FALSE(store.Erase("resp-2", "", now + std::chrono::seconds(60)));  // expired: nothing live
   EXPECT_EQ(store.size(), 0u);
-  store.Put("resp-3", Conversation("x"), "{}", "[1]", now);
-  EXPECT_EQ(store.GetInputItems("resp-3", now), std::optional<std::string>("[1]"));
+  store.Put("resp-3", "", Conversation("x"), "{}", "[1]", now);
+  EXPECT_EQ(store.GetInputItems("resp-3", "", now), std::optional<std::string>("[1]"));
   EXPECT_EQ(store.bytes(), std::string("resp-3").size() + 2 + 3 + Conversation("x")[0].ByteSizeLong());
 }
 

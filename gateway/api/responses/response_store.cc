@@ -2,10 +2,10 @@
 
 namespace tokenmill::gateway {
 
-void ResponseStore::Put(const std::string& id, std::vector<v1::ChatMessage> conversation,
-                        std::string response, std::string input_items,
-                        Clock::time_point now) {
-  size_t bytes = id.size() + response.size() + input_items.size();
+void ResponseStore::Put(const std::string& id, const std::string& tenant,
+                        std::vector<v1::ChatMessage> conversation, std::string response,
+                        std::string input_items, Clock::time_point now) {
+  size_t bytes = id.size() + tenant.size() + response.size() + input_items.size();
   for (const v1::ChatMessage& message : conversation) bytes += message.ByteSizeLong();
   std::lock_guard lock(mutex_);
   while (!entries_.empty() && entries_.front().expires <= now) EraseFront();
@@ -20,47 +20,54 @@ void ResponseStore::Put(const std::string& id, std::vector<v1::ChatMessage> conv
     EraseFront();
   }
   entries_.push_back(
-      {id, now + limits_.ttl, std::move(conversation), std::move(response),
+      {id, tenant, now + limits_.ttl, std::move(conversation), std::move(response),
        std::move(input_items), bytes});
   by_id_[id] = std::prev(entries_.end());
   bytes_ += bytes;
 }
 
 const ResponseStore::Entry* ResponseStore::Find(const std::string& id,
+                                                const std::string& tenant,
                                                 Clock::time_point now) const {
   const auto it = by_id_.find(id);
-  if (it == by_id_.end() || it->second->expires <= now) return nullptr;
+  if (it == by_id_.end() || it->second->expires <= now || it->second->tenant != tenant) {
+    return nullptr;
+  }
   return &*it->second;
 }
 
 std::optional<std::vector<v1::ChatMessage>> ResponseStore::Get(const std::string& id,
+                                                               const std::string& tenant,
                                                                Clock::time_point now) const {
   std::lock_guard lock(mutex_);
-  const Entry* entry = Find(id, now);
+  const Entry* entry = Find(id, tenant, now);
   if (entry == nullptr) return std::nullopt;
   return entry->conversation;
 }
 
 std::optional<std::string> ResponseStore::GetResponse(const std::string& id,
+                                                      const std::string& tenant,
                                                       Clock::time_point now) const {
   std::lock_guard lock(mutex_);
-  const Entry* entry = Find(id, now);
+  const Entry* entry = Find(id, tenant, now);
   if (entry == nullptr) return std::nullopt;
   return entry->response;
 }
 
 std::optional<std::string> ResponseStore::GetInputItems(const std::string& id,
+                                                        const std::string& tenant,
                                                         Clock::time_point now) const {
   std::lock_guard lock(mutex_);
-  const Entry* entry = Find(id, now);
+  const Entry* entry = Find(id, tenant, now);
   if (entry == nullptr) return std::nullopt;
   return entry->input_items;
 }
 
-bool ResponseStore::Erase(const std::string& id, Clock::time_point now) {
+bool ResponseStore::Erase(const std::string& id, const std::string& tenant,
+                          Clock::time_point now) {
   std::lock_guard lock(mutex_);
   const auto it = by_id_.find(id);
-  if (it == by_id_.end()) return false;
+  if (it == by_id_.end() || it->second->tenant != tenant) return false;
   const bool live = it->second->expires > now;
   bytes_ -= it->second->bytes;
   entries_.erase(it->second);

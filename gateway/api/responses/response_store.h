@@ -4,7 +4,9 @@
 // carry over), the conversation it continued itself, and its output; and the response object
 // as it was sent (GET /v1/responses/{id}) with its input items (GET .../input_items). Bounded by the number of
 // entries, their bytes (the oldest go first) and their age; held in memory only, so a restart
-// forgets them. Thread-safe: connections on every I/O thread share the gateway's one store.
+// forgets them. Each entry is its tenant's: asked for by another tenant it is not there (the
+// same answer as an id never stored, so an id tells nothing about another tenant's data).
+// Thread-safe: connections on every I/O thread share the gateway's one store.
 #pragma once
 
 #include <chrono>
@@ -34,20 +36,24 @@ class ResponseStore {
   const Limits& limits() const { return limits_; }
 
   // Keeps `conversation`, `response` (the response object's JSON) and `input_items` (the
-  // JSON list of its input items) under `id` until now + ttl, dropping the oldest entries
-  // while the store is over its limits. One larger than max_bytes is not kept.
-  void Put(const std::string& id, std::vector<v1::ChatMessage> conversation,
-           std::string response, std::string input_items, Clock::time_point now);
-  // The conversation kept under `id`; none when it was never stored, has expired, was
-  // dropped for room or deleted.
+  // JSON list of its input items) under `id` for `tenant` until now + ttl, dropping the oldest
+  // entries while the store is over its limits. One larger than max_bytes is not kept.
+  void Put(const std::string& id, const std::string& tenant,
+           std::vector<v1::ChatMessage> conversation, std::string response,
+           std::string input_items, Clock::time_point now);
+  // The conversation kept under `id` for `tenant`; none when it was never stored, is another
+  // tenant's, has expired, was dropped for room or deleted.
   std::optional<std::vector<v1::ChatMessage>> Get(const std::string& id,
+                                                  const std::string& tenant,
                                                   Clock::time_point now) const;
   // The response object kept under `id`, as Get.
-  std::optional<std::string> GetResponse(const std::string& id, Clock::time_point now) const;
+  std::optional<std::string> GetResponse(const std::string& id, const std::string& tenant,
+                                         Clock::time_point now) const;
   // The input items kept under `id`, as Get.
-  std::optional<std::string> GetInputItems(const std::string& id, Clock::time_point now) const;
-  // Forgets `id`; false when there was nothing (live) to forget.
-  bool Erase(const std::string& id, Clock::time_point now);
+  std::optional<std::string> GetInputItems(const std::string& id, const std::string& tenant,
+                                           Clock::time_point now) const;
+  // Forgets `id` of `tenant`; false when there was nothing (live, of `tenant`) to forget.
+  bool Erase(const std::string& id, const std::string& tenant, Clock::time_point now);
 
   size_t size() const;
   size_t bytes() const;
@@ -55,14 +61,16 @@ class ResponseStore {
  private:
   struct Entry {
     std::string id;
+    std::string tenant;
     Clock::time_point expires;
     std::vector<v1::ChatMessage> conversation;
     std::string response;
     std::string input_items;
     size_t bytes = 0;
   };
-  // The live entry of `id`, or null. mutex_ held.
-  const Entry* Find(const std::string& id, Clock::time_point now) const;
+  // The live entry of `id` of `tenant`, or null. mutex_ held.
+  const Entry* Find(const std::string& id, const std::string& tenant,
+                    Clock::time_point now) const;
   void EraseFront();  // mutex_ held
 
   const Limits limits_;

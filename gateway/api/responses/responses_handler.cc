@@ -26,7 +26,7 @@ namespace {
 
 // The body mapped to its request, the conversation it continues looked up, its chat built.
 std::optional<HttpError> MapResponsesBody(const HttpRequest& request, GatewayContext& context,
-                                          ResponsesRequest& parsed,
+                                          const Tenant& tenant, ResponsesRequest& parsed,
                                           std::vector<v1::ChatMessage>& previous) {
   {
     json body;
@@ -37,7 +37,7 @@ std::optional<HttpError> MapResponsesBody(const HttpRequest& request, GatewayCon
                   *parsed.generate.mutable_sampling());
   if (!parsed.previous_response_id.empty()) {
     std::optional<std::vector<v1::ChatMessage>> stored = context.responses.Get(
-        parsed.previous_response_id, ResponseStore::Clock::now());
+        parsed.previous_response_id, tenant.name, ResponseStore::Clock::now());
     if (!stored) {
       return PreviousResponseNotFound(
           parsed.previous_response_id,
@@ -198,7 +198,8 @@ asio::awaitable<void> HandleResponses(HttpExchange& exchange, const HttpRequest&
   GatewayContext& context = exchange.context();
   ResponsesRequest parsed;
   std::vector<v1::ChatMessage> conversation;  // continued, then this input and output
-  if (std::optional<HttpError> error = MapResponsesBody(request, context, parsed, conversation)) {
+  if (std::optional<HttpError> error =
+          MapResponsesBody(request, context, exchange.tenant(), parsed, conversation)) {
     co_await exchange.WriteError(request, *error);
     co_return;
   }
@@ -276,8 +277,9 @@ asio::awaitable<void> HandleResponses(HttpExchange& exchange, const HttpRequest&
     for (v1::ToolCall& call : message.tool_calls) *answer.add_tool_calls() = std::move(call);
     const json input_items = InputItemsJson(
         parsed.raw_input, [&](std::string_view prefix) { return context.NewId(prefix); });
-    context.responses.Put(state.id, std::move(conversation), ResponseJson(parsed, state).dump(),
-                          input_items.dump(), ResponseStore::Clock::now());
+    context.responses.Put(state.id, exchange.tenant().name, std::move(conversation),
+                          ResponseJson(parsed, state).dump(), input_items.dump(),
+                          ResponseStore::Clock::now());
   }
   if (!parsed.stream) {
     co_await exchange.WriteJson(request, 200, ResponseJson(parsed, state));
@@ -305,7 +307,7 @@ asio::awaitable<void> HandleStoredResponse(HttpExchange& exchange, const HttpReq
   ResponseStore& store = exchange.context().responses;
   const ResponseStore::Clock::time_point now = ResponseStore::Clock::now();
   if (request.method() == boost::beast::http::verb::delete_) {
-    if (!store.Erase(id, now)) {
+    if (!store.Erase(id, exchange.tenant().name, now)) {
       co_await exchange.WriteError(request, StoredResponseNotFound(id, store));
       co_return;
     }
@@ -313,7 +315,7 @@ asio::awaitable<void> HandleStoredResponse(HttpExchange& exchange, const HttpReq
     co_await exchange.WriteJson(request, 200, deleted);
     co_return;
   }
-  std::optional<std::string> response = store.GetResponse(id, now);
+  std::optional<std::string> response = store.GetResponse(id, exchange.tenant().name, now);
   if (!response) {
     co_await exchange.WriteError(request, StoredResponseNotFound(id, store));
     co_return;
@@ -333,7 +335,8 @@ asio::awaitable<void> HandleInputItems(HttpExchange& exchange, const HttpRequest
     }
   }
   const ResponseStore& store = exchange.context().responses;
-  std::optional<std::string> items = store.GetInputItems(id, ResponseStore::Clock::now());
+  std::optional<std::string> items =
+      store.GetInputItems(id, exchange.tenant().name, ResponseStore::Clock::now());
   if (!items) {
     co_await exchange.WriteError(request, StoredResponseNotFound(id, store));
     co_return;
