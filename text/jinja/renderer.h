@@ -4,14 +4,17 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "text/jinja/ast.h"
 #include "text/jinja/value.h"
 
 namespace tokenmill::jinja {
 
-// Renders `body` with the top-level variables in `variables` (a JSON object).
+// Renders `body` with the top-level variables in `variables` (a JSON object); the output
+// marks what the template wrote (marks.h), counting the top-level `template_variables` as its.
 // Throws TemplateError (or RaisedError from raise_exception) with the position of the failure.
-std::string RenderBody(const Body& body, const Json& variables);
+MarkedString RenderBody(const Body& body, const Json& variables,
+                        const std::vector<std::string>& template_variables);
 
 }  // namespace tokenmill::jinja
