@@ -173,17 +173,19 @@ StatusOr<jinja::MarkedText> ChatTemplate::RenderMarked(const ChatRequest& reques
   variables["add_generation_prompt"] = request.add_generation_prompt;
   variables["bos_token"] = tokens_.bos_token;
   variables["eos_token"] = tokens_.eos_token;
-  // The special tokens the template prints are its markup, unless the client replaced them.
-  std::vector<std::string> markup_variables = {"bos_token", "eos_token"};
+  // The special tokens the template prints are its markup, unless the client replaced them;
+  // so are the role names, which ValidateChatMessages checked (templates write '<|' + role).
+  jinja::Markup markup{.variables = {"bos_token", "eos_token"},
+                       .words = {kRoles.begin(), kRoles.end()}};
   for (auto it = request.extra_variables.begin(); it != request.extra_variables.end(); ++it) {
     if (it.key() == "messages" || it.key() == "tools" || it.key() == "add_generation_prompt") {
       return InvalidArgumentError("extra template variable '" + it.key() +
                                   "' would replace the request's own");
     }
-    std::erase(markup_variables, it.key());
+    std::erase(markup.variables, it.key());
     variables[it.key()] = it.value();
   }
-  return compiled_.RenderMarked(variables, markup_variables);
+  return compiled_.RenderMarked(variables, markup);
 }
 
 }  // namespace tokenmill

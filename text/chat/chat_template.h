@@ -45,8 +45,8 @@ class ChatTemplate {
   // template's own raise_exception, e.g. "roles must alternate"). Safe to call from several
   // threads at once: rendering keeps its state on the stack.
   StatusOr<std::string> Render(const ChatRequest& request) const;
-  // The same, marking the bytes the template wrote: its own text and literals, and bos_token
-  // and eos_token (unless extra_variables replaced them). Everything else came from the client
+  // The same, marking the bytes the template wrote: its own text and literals, bos_token and
+  // eos_token (unless extra_variables replaced them) and the role names. Everything else came from the client
   // (messages, tools, names, extra variables) and must be tokenized as text, so that a user's
   // "<|im_start|>system" cannot open a turn: see PromptMarkup.
   StatusOr<jinja::MarkedText> RenderMarked(const ChatRequest& request) const;

@@ -15,6 +15,16 @@
 
 namespace tokenmill::jinja {
 
+// What counts as the template's own text besides its source.
+struct Markup {
+  // Top-level variables the template prints as markup, e.g. "bos_token".
+  std::vector<std::string> variables;
+  // Whole strings of the variables' data that count as the template's wherever they are read:
+  // words the caller checked, e.g. a chat's role names ("user"), of which templates build
+  // markers ('<|' + message.role + '|>'). None may hold special-token text.
+  std::vector<std::string> words;
+};
+
 // Bytes [begin, end) of a string.
 struct ByteSpan {
   size_t begin = 0;

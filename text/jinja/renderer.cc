@@ -22,8 +22,8 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 class Renderer {
  public:
-  Renderer(const Json& variables, const std::vector<std::string>& template_variables)
-      : variables_(Value::Of(variables)), template_variables_(template_variables) {
+  Renderer(const Json& variables, const Markup& markup)
+      : variables_(Value::Of(variables)), markup_(markup) {
     scopes_.emplace_back();
   }
 
@@ -230,8 +230,8 @@ class Renderer {
     }
     const Json& vars = variables_.data();
     if (const auto it = vars.find(name); it != vars.end()) {
-      const bool owned = std::find(template_variables_.begin(), template_variables_.end(),
-                                   name) != template_variables_.end();
+      const bool owned = std::find(markup_.variables.begin(), markup_.variables.end(), name) !=
+                         markup_.variables.end();
       return owned ? variables_.Child(*it).WithMarks(Marks::Template()) : variables_.Child(*it);
     }
     if (IsGlobalFunction(name)) return Value::Builtin(name);
@@ -289,9 +289,9 @@ class Renderer {
         return Value::Of(std::move(dict), ContainerMarks(items));
       }
       case Expr::Kind::kAttribute:
-        return GetAttribute(Eval(*e.args[0]), e.name);
+        return MarkupWord(GetAttribute(Eval(*e.args[0]), e.name));
       case Expr::Kind::kItem:
-        return GetItem(Eval(*e.args[0]), Eval(*e.args[1]));
+        return MarkupWord(GetItem(Eval(*e.args[0]), Eval(*e.args[1])));
       case Expr::Kind::kSlice: {
         auto part = [&](size_t i) { return e.args[i] ? Eval(*e.args[i]) : Value(); };
         return GetSlice(Eval(*e.args[0]), part(1), part(2), part(3));
@@ -332,6 +332,14 @@ class Renderer {
             "the inline if-expression evaluated to false and no else section was defined.");
     }
     throw TemplateError("unknown expression");
+  }
+
+  // A word the caller counts as markup (Markup::words), read out of the data: the template's.
+  Value MarkupWord(Value v) const {
+    if (!v.is_string() || !v.marks().all_client()) return v;
+    const auto& words = markup_.words;
+    if (std::find(words.begin(), words.end(), v.str()) == words.end()) return v;
+    return v.WithMarks(Marks::Template());
   }
 
   static Json DataOf(const Value& v) {
@@ -410,7 +418,7 @@ class Renderer {
   }
 
   Value variables_;
-  const std::vector<std::string>& template_variables_;  // printed as the template's markup
+  const Markup& markup_;
   std::vector<Scope> scopes_;
   MarkedString* out_ = nullptr;
   int call_depth_ = 0;
@@ -418,9 +426,8 @@ class Renderer {
 
 }  // namespace
 
-MarkedString RenderBody(const Body& body, const Json& variables,
-                        const std::vector<std::string>& template_variables) {
-  return Renderer(variables, template_variables).Render(body);
+MarkedString RenderBody(const Body& body, const Json& variables, const Markup& markup) {
+  return Renderer(variables, markup).Render(body);
 }
 
 }  // namespace tokenmill::jinja

@@ -12,9 +12,8 @@
 namespace tokenmill::jinja {
 
 // Renders `body` with the top-level variables in `variables` (a JSON object); the output
-// marks what the template wrote (marks.h), counting the top-level `template_variables` as its.
+// marks what the template wrote (marks.h), counting what `markup` names as its.
 // Throws TemplateError (or RaisedError from raise_exception) with the position of the failure.
-MarkedString RenderBody(const Body& body, const Json& variables,
-                        const std::vector<std::string>& template_variables);
+MarkedString RenderBody(const Body& body, const Json& variables, const Markup& markup);
 
 }  // namespace tokenmill::jinja

@@ -43,8 +43,7 @@ StatusOr<std::string> Template::Render(const Json& variables) const {
   return std::move(rendered.text);
 }
 
-StatusOr<MarkedText> Template::RenderMarked(
-    const Json& variables, const std::vector<std::string>& template_variables) const {
+StatusOr<MarkedText> Template::RenderMarked(const Json& variables, const Markup& markup) const {
   if (!variables.is_object()) {
     return InvalidArgumentError("template variables must be a JSON object");
   }
@@ -53,7 +52,7 @@ StatusOr<MarkedText> Template::RenderMarked(
                                 std::to_string(kMaxVariableNesting) + " levels");
   }
   try {
-    MarkedString out = RenderBody(program_->body, variables, template_variables);
+    MarkedString out = RenderBody(program_->body, variables, markup);
     std::vector<ByteSpan> spans = out.template_spans();
     return MarkedText{out.TakeText(), std::move(spans)};
   } catch (const RaisedError& e) {

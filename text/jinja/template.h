@@ -33,10 +33,9 @@ class Template {
   // "template error at line L, column C: ..." or, from raise_exception(msg),
   // "template raised an error at line L, column C: msg".
   StatusOr<std::string> Render(const Json& variables) const;
-  // The same, with marks: the top-level `template_variables` (e.g. "bos_token") count as the
-  // template's own text, the other variables as the client's.
-  StatusOr<MarkedText> RenderMarked(const Json& variables,
-                                    const std::vector<std::string>& template_variables) const;
+  // The same, with marks: what `markup` names counts as the template's own text too, the rest
+  // of the variables as the client's.
+  StatusOr<MarkedText> RenderMarked(const Json& variables, const Markup& markup) const;
 
   Template(Template&&) noexcept;
   Template& operator=(Template&&) noexcept;
