@@ -17,9 +17,12 @@ Marks Marks::FromSpans(std::vector<ByteSpan> spans, size_t size) {
 Marks Marks::Slice(size_t begin, size_t end) const {
   if (kind_ != Kind::kMixed) return *this;
   std::vector<ByteSpan> out;
-  for (const ByteSpan& span : *spans_) {
-    const size_t b = std::max(span.begin, begin);
-    const size_t e = std::min(span.end, end);
+  // From the first span ending after `begin`: a character at a time stays logarithmic.
+  auto span = std::upper_bound(spans_->begin(), spans_->end(), begin,
+                               [](size_t at, const ByteSpan& s) { return at < s.end; });
+  for (; span != spans_->end() && span->begin < end; ++span) {
+    const size_t b = std::max(span->begin, begin);
+    const size_t e = std::min(span->end, end);
     if (b < e) out.push_back({b - begin, e - begin});
   }
   return FromSpans(std::move(out), end - begin);
