@@ -36,6 +36,7 @@ RequestContext ContextOf(const ServingModel& model) {
       .tool_call_format = model.tool_call_format,
       .reasoning = model.reasoning,
       .harmony = model.harmony,
+      .parse_special_in_content = model.parse_special_in_content,
       .speculative_decoding = model.engine->limits().speculative_decoding};
 }
 

@@ -111,10 +111,22 @@ StatusOr<nlohmann::ordered_json> TemplateMessages(const v1::Chat& chat, std::str
   return out;
 }
 
+// A rendered chat's ids: special-token text is parsed in the template's markup only (unless
+// the operator chose otherwise), so what the client wrote cannot forge a turn.
+StatusOr<std::vector<TokenId>> EncodeRenderedChat(const jinja::MarkedText& rendered,
+                                                  const RequestContext& context,
+                                                  EncodeOptions options = kChatEncodeOptions) {
+  const std::vector<TextRange> markup = PromptMarkup(rendered);
+  if (!context.parse_special_in_content) options.special_token_ranges = &markup;
+  return context.tokenizer->Encode(rendered.text, options);
+}
+
 StatusOr<std::vector<TokenId>> EncodeChat(const v1::Chat& chat, const RequestContext& context,
                                           std::string& prompt) {
-  TM_ASSIGN_OR_RETURN(prompt, RenderChat(chat, context.chat_template));
-  return context.tokenizer->Encode(prompt, kChatEncodeOptions);
+  TM_ASSIGN_OR_RETURN(jinja::MarkedText rendered, RenderChatMarked(chat, context.chat_template));
+  TM_ASSIGN_OR_RETURN(std::vector<TokenId> ids, EncodeRenderedChat(rendered, context));
+  prompt = std::move(rendered.text);
+  return ids;
 }
 
 // The wire's sampling fields into `out`; unset ones keep the engine's neutral defaults. The
@@ -230,8 +242,8 @@ StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileForcedToolCall(
 // The prompt that continues the final assistant message: the conversation before it with the
 // generation prompt, then its text. Only where the template renders that message as exactly
 // this opening and text (then its closing), so the model sees its own turn's shape.
-StatusOr<std::string> RenderContinuation(const v1::Chat& chat, ChatRequest request,
-                                         const ChatTemplate& chat_template) {
+StatusOr<jinja::MarkedText> RenderContinuation(const v1::Chat& chat, ChatRequest request,
+                                               const ChatTemplate& chat_template) {
   const v1::ChatMessage& last = chat.messages(chat.messages_size() - 1);
   constexpr std::string_view kField = "chat.continue_final_message: ";
   if (chat.has_add_generation_prompt() && chat.add_generation_prompt()) {
@@ -248,12 +260,13 @@ StatusOr<std::string> RenderContinuation(const v1::Chat& chat, ChatRequest reque
   opening.messages.erase(opening.messages.size() - 1);
   opening.add_generation_prompt = true;
   request.add_generation_prompt = false;
-  StatusOr<std::string> head = chat_template.Render(opening);
+  StatusOr<jinja::MarkedText> head = chat_template.RenderMarked(opening);
   if (!head.ok()) return Status(head.status().code(), "chat: " + head.status().message());
   StatusOr<std::string> whole = chat_template.Render(request);
   if (!whole.ok()) return Status(whole.status().code(), "chat: " + whole.status().message());
-  std::string prompt = std::move(*head) + last.content();
-  if (!whole->starts_with(prompt)) {
+  jinja::MarkedText prompt = std::move(*head);
+  prompt.text += last.content();  // the client's: no markup
+  if (!whole->starts_with(prompt.text)) {
     return InvalidArgumentError(std::string(kField) +
                                 "this model's chat template does not render an assistant "
                                 "message as its turn's opening followed by the text, so the "
@@ -293,6 +306,12 @@ StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileStructuredOutpu
 }
 
 StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_template) {
+  TM_ASSIGN_OR_RETURN(jinja::MarkedText rendered, RenderChatMarked(chat, chat_template));
+  return std::move(rendered.text);
+}
+
+StatusOr<jinja::MarkedText> RenderChatMarked(const v1::Chat& chat,
+                                             const ChatTemplate* chat_template) {
   if (chat.messages().empty()) return InvalidArgumentError("chat.messages is empty");
   // proto3 enums are open: a number no version of the API defines arrives as it was sent.
   if (!v1::ToolChoiceMode_IsValid(chat.tool_choice().mode())) {
@@ -327,7 +346,7 @@ StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_
   if (chat.continue_final_message()) {
     return RenderContinuation(chat, std::move(request), *chat_template);
   }
-  StatusOr<std::string> prompt = chat_template->Render(request);
+  StatusOr<jinja::MarkedText> prompt = chat_template->RenderMarked(request);
   if (!prompt.ok()) {
     return Status(prompt.status().code(), "chat: " + prompt.status().message());
   }
@@ -347,10 +366,12 @@ StatusOr<TokenizedPrompt> TokenizeRequestInput(const v1::TokenizeRequest& reques
       return out;
     }
     case v1::TokenizeRequest::kChat: {
-      TM_ASSIGN_OR_RETURN(out.text, RenderChat(request.chat(), context.chat_template));
+      TM_ASSIGN_OR_RETURN(jinja::MarkedText rendered,
+                          RenderChatMarked(request.chat(), context.chat_template));
       EncodeOptions options = kChatEncodeOptions;
       if (request.has_add_special_tokens()) options.add_special = request.add_special_tokens();
-      TM_ASSIGN_OR_RETURN(out.token_ids, context.tokenizer->Encode(out.text, options));
+      TM_ASSIGN_OR_RETURN(out.token_ids, EncodeRenderedChat(rendered, context, options));
+      out.text = std::move(rendered.text);
       return out;
     }
     case v1::TokenizeRequest::INPUT_NOT_SET:

@@ -34,6 +34,9 @@ struct RequestContext {
   std::optional<ToolCallFormat> tool_call_format;
   bool reasoning = false;
   bool harmony = false;
+  // Special-token text anywhere in a rendered chat becomes control tokens, also in what the
+  // client wrote (--parse-special-in-content); false: only in the template's markup.
+  bool parse_special_in_content = false;
   bool speculative_decoding = false;  // the engine's: it refuses kv_window
 
   // What the engine validates requests against (Engine::limits()).
@@ -53,6 +56,9 @@ inline constexpr size_t kMaxRequestIdBytes = 256;
 // reasoning_content, a tool message's tool_call_id and name; template_kwargs_json's keys
 // as variables. The tools are left out with tool_choice NONE.
 StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_template);
+// The same, marking the bytes the template wrote (ChatTemplate::RenderMarked).
+StatusOr<jinja::MarkedText> RenderChatMarked(const v1::Chat& chat,
+                                             const ChatTemplate* chat_template);
 
 struct TokenizedPrompt {
   std::string text;  // empty for token id input

@@ -45,6 +45,10 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "<think>, harmony when it writes <|channel|>), think (<think>...</think>), harmony "
             "(gpt-oss's analysis channel) or none")
       ->check(CLI::IsMember({"auto", "think", "harmony", "none"}));
+  AddFlag(app, "--parse-special-in-content", o.parse_special_in_content,
+          "tokenize special-token text in chat messages, tools and names (\"<|im_start|>\") as "
+          "control tokens, as vLLM, SGLang and llama-server do: a client can then write turns "
+          "of other roles. Default: only the chat template's own markup is parsed");
   AddOption(app, "--host", o.host, "address to listen on");
   AddOption(app, "--port", o.port, "gRPC port (0: any free port)")->check(CLI::Range(0, 65535));
   AddOption(app, "--metrics-port", o.metrics_port,

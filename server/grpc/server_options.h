@@ -18,6 +18,9 @@ struct ServerOptions {
   // How chat output is parsed: auto (from the chat template), none, or a format / parser.
   std::string tool_call_parser = "auto";  // hermes, llama3_json, mistral, json, harmony
   std::string reasoning_parser = "auto";  // think (<think>...</think>), harmony
+  // Special-token text in what chat clients send becomes control tokens, as vLLM, SGLang and
+  // llama-server do; off (the default), only the chat template's markup does.
+  bool parse_special_in_content = false;
   std::string host = "127.0.0.1";
   int port = 50051;          // 0: any free port (logged)
   int metrics_port = 8002;   // 0: any free port (logged); -1: no metrics endpoint

@@ -111,6 +111,11 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
     spdlog::warn("chat input is refused: {}", own.status().message());
   }
   ChooseOutputParsers(options, *serving);
+  serving->parse_special_in_content = options.parse_special_in_content;
+  if (options.parse_special_in_content) {
+    spdlog::warn("--parse-special-in-content: special-token text in chat messages becomes "
+                 "control tokens; clients can write turns of any role");
+  }
 
   if (!options.draft_model_path.empty()) {
     start = std::chrono::steady_clock::now();

@@ -32,6 +32,7 @@ struct ServingModel {
   std::optional<ToolCallFormat> tool_call_format;
   bool reasoning = false;
   bool harmony = false;  // gpt-oss's channels: HarmonyParser splits reasoning and calls
+  bool parse_special_in_content = false;  // --parse-special-in-content
   std::string name;                           // general.name, or the file's stem
   int block_size = 0;
   // Structured output's compiled grammars over this model's vocabulary (request threads).

@@ -1,6 +1,7 @@
 // libFuzzer target: a chat template source and a messages JSON array, split at the first NUL
-// byte of the input, must compile and render or fail with a Status, never crash. Templates
-// come from the operator (GGUF or --chat-template), messages from any client.
+// byte of the input, must compile and render or fail with a Status, never crash, and mark
+// the bytes the template wrote consistently. Templates come from the operator (GGUF or
+// --chat-template), messages from any client.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -33,7 +34,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (const bool add_generation_prompt : {true, false}) {
     request.add_generation_prompt = add_generation_prompt;
-    (void)chat_template->Render(request);
+    // The marks of what the template wrote: sorted, disjoint, inside the text.
+    const auto rendered = chat_template->RenderMarked(request);
+    if (!rendered.ok()) continue;
+    const auto& spans = rendered->template_spans;
+    for (size_t i = 0; i < spans.size(); ++i) {
+      if (spans[i].begin >= spans[i].end || spans[i].end > rendered->text.size() ||
+          (i > 0 && spans[i].begin <= spans[i - 1].end)) {
+        __builtin_trap();
+      }
+    }
   }
   return 0;
 }

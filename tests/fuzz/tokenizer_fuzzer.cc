@@ -96,6 +96,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (streamed != decoded) Die("streamed text != decoded text", decoded, streamed);
   }
 
+  // Special tokens parsed only inside a range, as a rendered chat's markup: no crash.
+  const std::vector<tokenmill::TextRange> markup = {{size / 4, size / 2}, {size / 2 + 1, size}};
+  (void)tokenizer.Encode(text, {.add_special = false, .parse_special = true,
+                                .special_token_ranges = &markup});
+
   // The same bytes read as token ids, in or out of the vocabulary.
   std::vector<tokenmill::TokenId> ids(size / sizeof(int32_t));
   if (!ids.empty()) std::memcpy(ids.data(), data, ids.size() * sizeof(int32_t));

@@ -136,7 +136,19 @@ StatusOr<ChatTemplate> ChatTemplate::FromSource(std::string source, ChatSpecialT
   return ChatTemplate(std::move(source), std::move(compiled), std::move(tokens));
 }
 
+std::vector<TextRange> PromptMarkup(const jinja::MarkedText& rendered) {
+  std::vector<TextRange> out;
+  out.reserve(rendered.template_spans.size());
+  for (const jinja::ByteSpan& span : rendered.template_spans) out.push_back({span.begin, span.end});
+  return out;
+}
+
 StatusOr<std::string> ChatTemplate::Render(const ChatRequest& request) const {
+  TM_ASSIGN_OR_RETURN(jinja::MarkedText rendered, RenderMarked(request));
+  return std::move(rendered.text);
+}
+
+StatusOr<jinja::MarkedText> ChatTemplate::RenderMarked(const ChatRequest& request) const {
   TM_RETURN_IF_ERROR(ValidateChatMessages(request.messages));
   if (!request.tools.is_null() && !request.tools.is_array()) {
     return InvalidArgumentError("'tools' must be a list of tool definitions");
@@ -161,14 +173,19 @@ StatusOr<std::string> ChatTemplate::Render(const ChatRequest& request) const {
   variables["add_generation_prompt"] = request.add_generation_prompt;
   variables["bos_token"] = tokens_.bos_token;
   variables["eos_token"] = tokens_.eos_token;
+  // The special tokens the template prints are its markup, unless the client replaced them;
+  // so are the role names, which ValidateChatMessages checked (templates write '<|' + role).
+  jinja::Markup markup{.variables = {"bos_token", "eos_token"},
+                       .words = {kRoles.begin(), kRoles.end()}};
   for (auto it = request.extra_variables.begin(); it != request.extra_variables.end(); ++it) {
     if (it.key() == "messages" || it.key() == "tools" || it.key() == "add_generation_prompt") {
       return InvalidArgumentError("extra template variable '" + it.key() +
                                   "' would replace the request's own");
     }
+    std::erase(markup.variables, it.key());
     variables[it.key()] = it.value();
   }
-  return compiled_.Render(variables);
+  return compiled_.RenderMarked(variables, markup);
 }
 
 }  // namespace tokenmill

@@ -5,10 +5,12 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "gguf/gguf.h"
 #include "text/jinja/template.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace tokenmill {
 
@@ -43,6 +45,11 @@ class ChatTemplate {
   // template's own raise_exception, e.g. "roles must alternate"). Safe to call from several
   // threads at once: rendering keeps its state on the stack.
   StatusOr<std::string> Render(const ChatRequest& request) const;
+  // The same, marking the bytes the template wrote: its own text and literals, bos_token and
+  // eos_token (unless extra_variables replaced them) and the role names. Everything else came from the client
+  // (messages, tools, names, extra variables) and must be tokenized as text, so that a user's
+  // "<|im_start|>system" cannot open a turn: see PromptMarkup.
+  StatusOr<jinja::MarkedText> RenderMarked(const ChatRequest& request) const;
 
   const std::string& source() const { return source_; }
   const ChatSpecialTokens& special_tokens() const { return tokens_; }
@@ -55,6 +62,10 @@ class ChatTemplate {
   jinja::Template compiled_;
   ChatSpecialTokens tokens_;
 };
+
+// The byte ranges of a rendered chat where special-token text may become control tokens
+// (EncodeOptions::special_token_ranges): the template's own markup.
+std::vector<TextRange> PromptMarkup(const jinja::MarkedText& rendered);
 
 // tokenizer.ggml.tokens[tokenizer.ggml.bos_token_id] and the same for eos.
 StatusOr<ChatSpecialTokens> ChatSpecialTokensFromGguf(const GgufFile& gguf);

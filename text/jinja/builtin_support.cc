@@ -25,7 +25,8 @@ Value Items(const Value& subject) {
   for (auto it = subject.data().begin(); it != subject.data().end(); ++it) {
     out.push_back(Json::array({it.key(), it.value()}));
   }
-  return Value::Of(std::move(out));
+  // A namespace's members carry marks of their own (value.h): its items are the client's.
+  return Value::Of(std::move(out), subject.is_namespace() ? Marks::Client() : subject.marks());
 }
 
 }  // namespace tokenmill::jinja

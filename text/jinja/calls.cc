@@ -5,6 +5,7 @@
 
 #include "text/jinja/builtin_support.h"
 #include "text/jinja/builtins.h"
+#include "text/jinja/marked_ops.h"
 #include "text/jinja/operators.h"
 #include "text/jinja/python_ops.h"
 #include "text/jinja/string_ops.h"
@@ -15,19 +16,21 @@ namespace {
 // Range sizes above this are refused, like Jinja's sandbox (MAX_RANGE).
 constexpr int64_t kMaxRange = 100000;
 
-std::optional<Value> StringMethod(const std::string& s, std::string_view name, const CallArgs& a) {
+// `object` is a string. What the methods build keeps its marks (marked_ops.h).
+std::optional<Value> StringMethod(const Value& object, std::string_view name, const CallArgs& a) {
+  const std::string& s = object.str();
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     const BoundArguments b(name, {"chars"}, a);
-    return Value::Of(Strip(s, b.OptionalString(0), name != "rstrip", name != "lstrip"));
+    return StripMarked(object, b.OptionalString(0), name != "rstrip", name != "lstrip");
   }
   if (name == "split") {
     const BoundArguments b(name, {"sep", "maxsplit"}, a);
-    return Value::Of(Split(s, b.OptionalString(0), b.Int(1, -1)));
+    return Value::Of(Split(s, b.OptionalString(0), b.Int(1, -1)), object.marks().Uniform());
   }
   if (name == "splitlines") {
     Json out = Json::array();
     for (const std::string& line : SplitLines(s)) out.push_back(line);
-    return Value::Of(std::move(out));
+    return Value::Of(std::move(out), object.marks().Uniform());
   }
   if (name == "startswith" || name == "endswith") {
     if (a.positional.size() != 1 || !a.keyword.empty()) {
@@ -40,12 +43,12 @@ std::optional<Value> StringMethod(const std::string& s, std::string_view name, c
     if (!b.Has(0) || !b.Has(1)) throw TemplateError("replace() needs old and new");
     if (!b.Get(0).is_string() || !b.Get(1).is_string())
       throw TemplateError("replace() arguments must be str");
-    return Value::Of(Replace(s, b.Get(0).str(), b.Get(1).str(), b.Int(2, -1)));
+    return ReplaceMarked(object, b.Get(0).str(), b.Get(1), b.Int(2, -1));
   }
-  if (name == "upper") return Value::Of(Upper(s));
-  if (name == "lower") return Value::Of(Lower(s));
-  if (name == "title") return Value::Of(PyTitle(s));
-  if (name == "capitalize") return Value::Of(Capitalize(s));
+  if (name == "upper") return Transformed(object, Upper(s));
+  if (name == "lower") return Transformed(object, Lower(s));
+  if (name == "title") return Transformed(object, PyTitle(s));
+  if (name == "capitalize") return Transformed(object, Capitalize(s));
   if (name == "find" || name == "rfind" || name == "count") {
     const BoundArguments b(name, {"sub"}, a);
     if (!b.Has(0) || !b.Get(0).is_string())
@@ -65,15 +68,16 @@ std::optional<Value> StringMethod(const std::string& s, std::string_view name, c
   if (name == "join") {
     const BoundArguments b(name, {"iterable"}, a);
     if (!b.Has(0)) throw TemplateError("join() needs an iterable");
-    std::string out;
+    MarkedString out;
     bool first = true;
     for (const Value& item : Iterate(b.Get(0))) {
       if (!item.is_string())
         throw TemplateError("join() items must be str, not " + item.TypeName());
-      out += (first ? "" : s) + item.str();
+      if (!first) AppendStr(out, object);
+      AppendStr(out, item);
       first = false;
     }
-    return Value::Of(out);
+    return ValueOf(std::move(out));
   }
   auto all_chars = [&](auto predicate) {
     return !s.empty() && std::all_of(s.begin(), s.end(), [&](char c) {
@@ -94,7 +98,7 @@ std::optional<Value> DictMethod(const Value& dict, std::string_view name, const 
     for (auto it = dict.data().begin(); it != dict.data().end(); ++it) {
       out.push_back(name == "keys" ? Json(it.key()) : it.value());
     }
-    return Value::Of(std::move(out));
+    return Value::Of(std::move(out), dict.is_namespace() ? Marks::Client() : dict.marks());
   }
   if (name == "get") {
     const BoundArguments b("get", {"key", "default"}, a);
@@ -167,24 +171,34 @@ Value CallGlobal(std::string_view name, const CallArgs& args) {
     Json object = Json::object();
     if (args.positional.size() > 1)
       throw TemplateError(std::string(name) + "() takes at most one mapping");
+    // Who wrote the strings: a namespace keeps it per member, a dict for all of them.
+    std::vector<Value> parts;
+    Marks init_marks = Marks::Template();
     if (!args.positional.empty()) {
       const Value& init = args.positional[0];
       if (!init.is_dict()) throw TemplateError(std::string(name) + "() argument must be a dict");
       object = init.data();
+      init_marks = init.is_namespace() ? Marks::Client() : init.marks();
+      parts.push_back(init.is_namespace() ? Value::Of(object) : init);
     }
-    for (const auto& [key, value] : args.keyword) object[key] = ToData(value);
-    if (name == "dict") return Value::Of(std::move(object));
+    for (const auto& [key, value] : args.keyword) {
+      object[key] = ToData(value);
+      parts.push_back(value);
+    }
+    if (name == "dict") return Value::Of(std::move(object), ContainerMarks(parts));
     if (NestsDeeperThan(object, kMaxValueNesting)) {
       throw TemplateError("a value nests deeper than " + std::to_string(kMaxValueNesting) +
                           " levels");
     }
-    return Value::Namespace(std::move(object));
+    const Value ns = Value::Namespace(std::move(object), init_marks);
+    for (const auto& [key, value] : args.keyword) ns.SetMember(key, value);
+    return ns;
   }
   throw TemplateError("unknown function '" + std::string(name) + "'");
 }
 
 std::optional<Value> CallMethod(const Value& object, std::string_view name, const CallArgs& args) {
-  if (object.is_string()) return StringMethod(object.str(), name, args);
+  if (object.is_string()) return StringMethod(object, name, args);
   if (object.is_data() && object.data().is_object()) {
     if (IsMutatingMethod(name)) {
       throw TemplateError("access to attribute '" + std::string(name) +

@@ -6,6 +6,7 @@
 
 #include "text/jinja/builtin_support.h"
 #include "text/jinja/builtins.h"
+#include "text/jinja/marked_ops.h"
 #include "text/jinja/operators.h"
 #include "text/jinja/python_ops.h"
 #include "text/jinja/string_ops.h"
@@ -62,7 +63,7 @@ std::vector<Value> Sorted(std::vector<Value> items, bool reverse, bool case_sens
 Value ListOf(const std::vector<Value>& items) {
   Json out = Json::array();
   for (const Value& item : items) out.push_back(ToData(item));
-  return Value::Of(std::move(out));
+  return Value::Of(std::move(out), ContainerMarks(items));
 }
 
 // select/reject/selectattr/rejectattr: args after the subject are [attribute,] test, test args.
@@ -136,14 +137,16 @@ Value Tojson(const Value& subject, const CallArgs& args) {
     options.separators = {seps.data()[0].get<std::string>(), seps.data()[1].get<std::string>()};
   }
   options.sort_keys = b.Flag(3, false);
-  return Value::Of(PyJsonDumps(subject.data(), options));
+  return Value::Of(PyJsonDumps(subject.data(), options), subject.marks().Uniform());
 }
 
 Value Indent(const Value& subject, const CallArgs& args) {
   const BoundArguments b("indent", {"width", "first", "blank"}, args);
   std::string indention;
+  Marks marks = StrMarks(subject).Uniform();
   if (b.Has(0) && b.Get(0).is_string()) {
     indention = b.Get(0).str();
+    if (!b.Get(0).marks().all_template()) marks = Marks::Client();
   } else {
     indention = std::string(static_cast<size_t>(std::max<int64_t>(0, b.Int(0, 4))), ' ');
   }
@@ -163,7 +166,7 @@ Value Indent(const Value& subject, const CallArgs& args) {
     }
   }
   if (b.Flag(1, false)) out = indention + out;
-  return Value::Of(out);
+  return Value::Of(out, marks);
 }
 
 Value ToInt(const Value& subject, const CallArgs& args) {
@@ -235,7 +238,8 @@ Value DictSort(const Value& subject, const CallArgs& args) {
   if (!dict.is_object()) throw TemplateError("dictsort needs a dict");
   std::vector<Value> pairs;
   for (auto it = dict.begin(); it != dict.end(); ++it) {
-    pairs.push_back(Value::Of(Json::array({it.key(), it.value()})));
+    pairs.push_back(Value::Of(Json::array({it.key(), it.value()}),
+                              subject.is_namespace() ? Marks::Client() : subject.marks()));
   }
   const std::string attribute = by == "key" ? "0" : "1";
   return ListOf(Sorted(std::move(pairs), b.Flag(2, false), case_sensitive, attribute));
@@ -294,7 +298,7 @@ const std::unordered_map<std::string_view, FilterFn>& Filters() {
                                                PyStr(b.Get(0)), "'"}));
        }},
       {"capitalize",
-       [](const Value& v, const CallArgs&) { return Value::Of(Capitalize(PyStr(v))); }},
+       [](const Value& v, const CallArgs&) { return Transformed(v, Capitalize(PyStr(v))); }},
       {"count", [](const Value& v, const CallArgs&) { return Value::Of(Length(v)); }},
       {"default",
        [](const Value& v, const CallArgs& a) {
@@ -303,7 +307,10 @@ const std::unordered_map<std::string_view, FilterFn>& Filters() {
          return use_default ? b.Or(0, "") : v;
        }},
       {"dictsort", DictSort},
-      {"escape", [](const Value& v, const CallArgs&) { return Value::Of(HtmlEscape(PyStr(v))); }},
+      {"escape",
+       [](const Value& v, const CallArgs&) {
+         return Value::Of(HtmlEscape(PyStr(v)), StrMarks(v).Uniform());
+       }},
       {"first",
        [](const Value& v, const CallArgs&) {
          std::vector<Value> items = Iterate(v);
@@ -317,17 +324,16 @@ const std::unordered_map<std::string_view, FilterFn>& Filters() {
       {"join",
        [](const Value& v, const CallArgs& a) {
          const BoundArguments b("join", {"d", "attribute"}, a);
-         const std::string separator = b.Has(0) ? PyStr(b.Get(0)) : "";
+         const Value separator = b.Has(0) ? b.Get(0) : Value::Of("", Marks::Template());
          const std::optional<std::string> attribute = b.OptionalString(1);
-         std::string out;
+         MarkedString out;
          bool first = true;
          for (const Value& item : Iterate(v)) {
-           if (!first) out += separator;
+           if (!first) AppendStr(out, separator);
            first = false;
-           out += PyStr(attribute ? GetPath(item, *attribute) : item);
-           CheckStringSize(out.size());
+           AppendStr(out, attribute ? GetPath(item, *attribute) : item);
          }
-         return Value::Of(out);
+         return ValueOf(std::move(out));
        }},
       {"last",
        [](const Value& v, const CallArgs&) {
@@ -337,7 +343,7 @@ const std::unordered_map<std::string_view, FilterFn>& Filters() {
        }},
       {"length", [](const Value& v, const CallArgs&) { return Value::Of(Length(v)); }},
       {"list", [](const Value& v, const CallArgs&) { return ListOf(Iterate(v)); }},
-      {"lower", [](const Value& v, const CallArgs&) { return Value::Of(Lower(PyStr(v))); }},
+      {"lower", [](const Value& v, const CallArgs&) { return Transformed(v, Lower(PyStr(v))); }},
       {"map", Map},
       {"max", [](const Value& v, const CallArgs& a) { return MinMax(v, a, true); }},
       {"min", [](const Value& v, const CallArgs& a) { return MinMax(v, a, false); }},
@@ -351,14 +357,14 @@ const std::unordered_map<std::string_view, FilterFn>& Filters() {
        [](const Value& v, const CallArgs& a) {
          const BoundArguments b("replace", {"old", "new", "count"}, a);
          if (!b.Has(0) || !b.Has(1)) throw TemplateError("replace() needs old and new");
-         return Value::Of(Replace(PyStr(v), PyStr(b.Get(0)), PyStr(b.Get(1)), b.Int(2, -1)));
+         return ReplaceMarked(v, PyStr(b.Get(0)), b.Get(1), b.Int(2, -1));
        }},
       {"reverse",
        [](const Value& v, const CallArgs&) {
          if (v.is_string()) {
-           std::u32string s = DecodeUtf8(v.str());
-           std::reverse(s.begin(), s.end());
-           return Value::Of(EncodeUtf8(s));
+           std::vector<size_t> reversed(CodepointCount(v.str()));
+           for (size_t i = 0; i < reversed.size(); ++i) reversed[i] = reversed.size() - 1 - i;
+           return CharsOf(v, reversed);
          }
          std::vector<Value> items = Iterate(v);
          std::reverse(items.begin(), items.end());
@@ -377,17 +383,19 @@ const std::unordered_map<std::string_view, FilterFn>& Filters() {
          const BoundArguments b("sort", {"reverse", "case_sensitive", "attribute"}, a);
          return ListOf(Sorted(Iterate(v), b.Flag(0, false), b.Flag(1, false), b.OptionalString(2)));
        }},
-      {"string", [](const Value& v, const CallArgs&) { return Value::Of(PyStr(v)); }},
+      {"string",
+       [](const Value& v, const CallArgs&) { return Value::Of(PyStr(v), StrMarks(v)); }},
       {"sum", Sum},
-      {"title", [](const Value& v, const CallArgs&) { return Value::Of(JinjaTitle(PyStr(v))); }},
+      {"title",
+       [](const Value& v, const CallArgs&) { return Transformed(v, JinjaTitle(PyStr(v))); }},
       {"tojson", Tojson},
       {"trim",
        [](const Value& v, const CallArgs& a) {
          const BoundArguments b("trim", {"chars"}, a);
-         return Value::Of(Strip(PyStr(v), b.OptionalString(0), true, true));
+         return StripMarked(v, b.OptionalString(0), true, true);
        }},
       {"unique", Unique},
-      {"upper", [](const Value& v, const CallArgs&) { return Value::Of(Upper(PyStr(v))); }},
+      {"upper", [](const Value& v, const CallArgs&) { return Transformed(v, Upper(PyStr(v))); }},
       {"wordcount",
        [](const Value& v, const CallArgs&) {
          int64_t words = 0;

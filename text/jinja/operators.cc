@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "text/jinja/marked_ops.h"
 #include "text/jinja/python_ops.h"
 
 namespace tokenmill::jinja {
@@ -91,7 +92,7 @@ Value GetAttribute(const Value& object, const std::string& name) {
   if (object.is_dict()) {
     const Json& dict = object.data();
     const auto it = dict.find(name);
-    if (it != dict.end()) return object.Child(*it);
+    if (it != dict.end()) return object.is_namespace() ? object.Member(name) : object.Child(*it);
     return Value::Undefined(StrCat({"'", object.is_namespace() ? "Namespace" : "dict",
                                     " object' has no attribute '", name, "'"}));
   }
@@ -110,10 +111,8 @@ Value GetItem(const Value& object, const Value& key) {
     return Value::Undefined("list object has no element " + PyRepr(key.data()));
   }
   if (object.is_string() && IsIntLike(key)) {
-    const std::u32string chars = DecodeUtf8(object.str());
-    if (const auto i = NormalizeIndex(AsInt(key.data()), chars.size())) {
-      return Value::Of(EncodeUtf8(chars.substr(*i, 1)));
-    }
+    const size_t length = CodepointCount(object.str());
+    if (const auto i = NormalizeIndex(AsInt(key.data()), length)) return CharsOf(object, {*i});
     return Value::Undefined("str object has no element " + PyRepr(key.data()));
   }
   if (object.is_dict() && key.is_string()) return GetAttribute(object, key.str());
@@ -133,20 +132,17 @@ Value GetSlice(const Value& object, const Value& start, const Value& stop, const
     return Value::Of(std::move(out));
   }
   if (object.is_string()) {
-    const std::u32string chars = DecodeUtf8(object.str());
-    std::u32string out;
-    for (const size_t i : SliceIndices(chars.size(), start, stop, step)) out.push_back(chars[i]);
-    return Value::Of(EncodeUtf8(out));
+    return CharsOf(object, SliceIndices(CodepointCount(object.str()), start, stop, step));
   }
   throw TemplateError("'" + object.TypeName() + "' object is not subscriptable");
 }
 
 Value BinaryOp(std::string_view op, const Value& a, const Value& b) {
   if (op == "~") {
-    std::string left = PyStr(a);
-    const std::string right = PyStr(b);
-    CheckStringSize(left.size() + right.size());
-    return Value::Of(left.append(right));
+    MarkedString out;
+    AppendStr(out, a);
+    AppendStr(out, b);
+    return ValueOf(std::move(out));
   }
   RequireDefined(a);
   RequireDefined(b);
@@ -159,15 +155,15 @@ Value BinaryOp(std::string_view op, const Value& a, const Value& b) {
     if (ints) return Value::Of(AsInt(x) + AsInt(y));
     if (numbers) return Value::Of(AsDouble(x) + AsDouble(y));
     if (x.is_string() && y.is_string()) {
-      const std::string& left = x.get_ref<const std::string&>();
-      const std::string& right = y.get_ref<const std::string&>();
-      CheckStringSize(left.size() + right.size());
-      return Value::Of(left + right);
+      MarkedString out;
+      AppendStr(out, a);
+      AppendStr(out, b);
+      return ValueOf(std::move(out));
     }
     if (x.is_array() && y.is_array()) {
       Json out = x;
       for (const Json& item : y) out.push_back(item);
-      return Value::Of(std::move(out));
+      return Value::Of(std::move(out), ContainerMarks(std::vector<Value>{a, b}));
     }
     Unsupported(op, a, b);
   }
@@ -179,8 +175,12 @@ Value BinaryOp(std::string_view op, const Value& a, const Value& b) {
   if (op == "*") {
     if (ints) return Value::Of(AsInt(x) * AsInt(y));
     if (numbers) return Value::Of(AsDouble(x) * AsDouble(y));
-    if ((x.is_string() || x.is_array()) && IsIntLike(b)) return Value::Of(Repeat(x, AsInt(y)));
-    if ((y.is_string() || y.is_array()) && IsIntLike(a)) return Value::Of(Repeat(y, AsInt(x)));
+    if ((x.is_string() || x.is_array()) && IsIntLike(b)) {
+      return Value::Of(Repeat(x, AsInt(y)), a.marks().Uniform());
+    }
+    if ((y.is_string() || y.is_array()) && IsIntLike(a)) {
+      return Value::Of(Repeat(y, AsInt(x)), b.marks().Uniform());
+    }
     Unsupported(op, a, b);
   }
   if (!numbers) Unsupported(op, a, b);
@@ -289,15 +289,15 @@ std::vector<Value> Iterate(const Value& value) {
     return out;
   }
   if (value.is_dict()) {
+    // A namespace's members carry marks of their own: its keys stay the client's.
+    const Marks key_marks = value.is_namespace() ? Marks::Client() : value.marks();
     for (auto it = value.data().begin(); it != value.data().end(); ++it) {
-      out.push_back(Value::Of(it.key()));
+      out.push_back(Value::Of(it.key(), key_marks));
     }
     return out;
   }
   if (value.is_string()) {
-    for (const char32_t c : DecodeUtf8(value.str()))
-      out.push_back(Value::Of(EncodeUtf8(std::u32string(1, c))));
-    return out;
+    return CharValues(value);
   }
   throw TemplateError("'" + value.TypeName() + "' object is not iterable");
 }

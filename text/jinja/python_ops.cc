@@ -360,34 +360,54 @@ int PyCompare(const Json& a, const Json& b) {
                       Value::Of(b).TypeName());
 }
 
+namespace {
+
+// The code point at text[i] and how many bytes it takes; a byte that does not begin
+// well-formed UTF-8 is one code point of its own.
+size_t DecodeAt(std::string_view text, size_t i, char32_t& cp) {
+  const auto lead = static_cast<unsigned char>(text[i]);
+  const int extra = lead < 0x80           ? 0
+                    : (lead >> 5) == 0x6  ? 1
+                    : (lead >> 4) == 0xE  ? 2
+                    : (lead >> 3) == 0x1E ? 3
+                                          : -1;
+  bool valid = extra >= 0 && i + static_cast<size_t>(extra) < text.size();
+  cp = lead;
+  if (valid && extra > 0) {
+    cp = lead & (0x3F >> extra);
+    for (int k = 1; k <= extra; ++k) {
+      const auto cont = static_cast<unsigned char>(text[i + k]);
+      valid = valid && (cont & 0xC0) == 0x80;
+      cp = (cp << 6) | (cont & 0x3F);
+    }
+  }
+  if (!valid) {  // not UTF-8: keep the byte as one code point
+    cp = lead;
+    return 1;
+  }
+  return static_cast<size_t>(extra) + 1;
+}
+
+}  // namespace
+
 std::u32string DecodeUtf8(std::string_view text) {
   std::u32string out;
   out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    const int extra = lead < 0x80           ? 0
-                      : (lead >> 5) == 0x6  ? 1
-                      : (lead >> 4) == 0xE  ? 2
-                      : (lead >> 3) == 0x1E ? 3
-                                            : -1;
-    bool valid = extra >= 0 && i + static_cast<size_t>(extra) < text.size();
-    char32_t cp = lead;
-    if (valid && extra > 0) {
-      cp = lead & (0x3F >> extra);
-      for (int k = 1; k <= extra; ++k) {
-        const auto cont = static_cast<unsigned char>(text[i + k]);
-        valid = valid && (cont & 0xC0) == 0x80;
-        cp = (cp << 6) | (cont & 0x3F);
-      }
-    }
-    if (!valid) {  // not UTF-8: keep the byte as one code point
-      out.push_back(lead);
-      ++i;
-      continue;
-    }
+  char32_t cp = 0;
+  for (size_t i = 0; i < text.size();) {
+    i += DecodeAt(text, i, cp);
     out.push_back(cp);
-    i += static_cast<size_t>(extra) + 1;
+  }
+  return out;
+}
+
+std::vector<ByteSpan> CodepointSpans(std::string_view text) {
+  std::vector<ByteSpan> out;
+  char32_t cp = 0;
+  for (size_t i = 0; i < text.size();) {
+    const size_t length = DecodeAt(text, i, cp);
+    out.push_back({i, i + length});
+    i += length;
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "text/jinja/value.h"
 
@@ -43,6 +44,8 @@ double AsDouble(const Json& number);
 std::u32string DecodeUtf8(std::string_view text);
 std::string EncodeUtf8(std::u32string_view text);
 size_t CodepointCount(std::string_view text);
+// The bytes of each code point of `text`, as DecodeUtf8 reads them.
+std::vector<ByteSpan> CodepointSpans(std::string_view text);
 
 // Python's whitespace for str.strip() and str.split() without arguments.
 bool IsPyWhitespace(char32_t c);

@@ -1,10 +1,12 @@
 #include "text/jinja/renderer.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "text/jinja/builtins.h"
+#include "text/jinja/marked_ops.h"
 #include "text/jinja/operators.h"
 #include "text/jinja/python_ops.h"
 
@@ -20,12 +22,13 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 class Renderer {
  public:
-  explicit Renderer(const Json& variables) : variables_(Value::Of(variables)) {
+  Renderer(const Json& variables, const Markup& markup)
+      : variables_(Value::Of(variables)), markup_(markup) {
     scopes_.emplace_back();
   }
 
-  std::string Render(const Body& body) {
-    std::string out;
+  MarkedString Render(const Body& body) {
+    MarkedString out;
     out_ = &out;
     Exec(body);
     return out;
@@ -71,10 +74,10 @@ class Renderer {
     try {
       switch (s.kind) {
         case Stmt::Kind::kText:
-          Write(s.text);
+          Write(Value::Of(s.text, Marks::Template()));
           return Flow::kNormal;
         case Stmt::Kind::kOutput:
-          Write(PyStr(Eval(*s.expr)));
+          Write(Eval(*s.expr));
           return Flow::kNormal;
         case Stmt::Kind::kIf:
           for (const auto& [condition, body] : s.branches) {
@@ -88,7 +91,7 @@ class Renderer {
           ExecSet(s);
           return Flow::kNormal;
         case Stmt::Kind::kSetBlock: {
-          Value captured = Value::Of(Capture(s.body));
+          Value captured = ValueOf(Capture(s.body));
           if (s.filter) captured = ApplyFilterChain(*s.filter, captured);
           scopes_.back().vars[s.targets[0]] = captured;
           return Flow::kNormal;
@@ -97,7 +100,7 @@ class Renderer {
           scopes_.back().vars[s.name] = Value::Macro(&s);
           return Flow::kNormal;
         case Stmt::Kind::kFilter:
-          Write(PyStr(ApplyFilterChain(*s.filter, Value::Of(Capture(s.body)))));
+          Write(ApplyFilterChain(*s.filter, ValueOf(Capture(s.body))));
           return Flow::kNormal;
         case Stmt::Kind::kBreak:
           return Flow::kBreak;
@@ -113,17 +116,28 @@ class Renderer {
     return Flow::kNormal;
   }
 
-  void Write(const std::string& text) {
-    if (out_->size() + text.size() > kMaxOutputBytes) {
+  // Prints PyStr(value) with its marks.
+  void Write(const Value& value) {
+    if (value.is_string()) {  // no copy: the common case
+      CheckOutputSize(value.str().size());
+      out_->Append(value.str(), value.marks());
+      return;
+    }
+    const std::string text = PyStr(value);
+    CheckOutputSize(text.size());
+    out_->Append(text, StrMarks(value));
+  }
+
+  void CheckOutputSize(size_t more) const {
+    if (out_->size() + more > kMaxOutputBytes) {
       throw TemplateError("the template's output exceeds " + std::to_string(kMaxOutputBytes) +
                           " bytes");
     }
-    out_->append(text);
   }
 
-  std::string Capture(const Body& body) {
-    std::string captured;
-    std::string* saved = std::exchange(out_, &captured);
+  MarkedString Capture(const Body& body) {
+    MarkedString captured;
+    MarkedString* saved = std::exchange(out_, &captured);
     try {
       Exec(body);
     } catch (...) {
@@ -164,7 +178,7 @@ class Renderer {
       throw TemplateError("a value nests deeper than " + std::to_string(kMaxValueNesting) +
                           " levels");
     }
-    target.namespace_object()[s.attribute] = value.data();
+    target.SetMember(s.attribute, value);
   }
 
   void ExecFor(const Stmt& s) {
@@ -215,7 +229,11 @@ class Renderer {
       }
     }
     const Json& vars = variables_.data();
-    if (const auto it = vars.find(name); it != vars.end()) return variables_.Child(*it);
+    if (const auto it = vars.find(name); it != vars.end()) {
+      const bool owned = std::find(markup_.variables.begin(), markup_.variables.end(), name) !=
+                         markup_.variables.end();
+      return owned ? variables_.Child(*it).WithMarks(Marks::Template()) : variables_.Child(*it);
+    }
     if (IsGlobalFunction(name)) return Value::Builtin(name);
     return Value::Undefined("'" + name + "' is undefined");
   }
@@ -245,28 +263,35 @@ class Renderer {
   Value EvalUnchecked(const Expr& e) {
     switch (e.kind) {
       case Expr::Kind::kLiteral:
-        return Value::Of(e.literal);
+        return Value::Of(e.literal, Marks::Template());
       case Expr::Kind::kName:
         return Lookup(e.name);
       case Expr::Kind::kList: {
         Json list = Json::array();
-        for (const ExprPtr& item : e.args) list.push_back(DataOf(Eval(*item)));
-        return Value::Of(std::move(list));
+        std::vector<Value> items;
+        for (const ExprPtr& item : e.args) {
+          items.push_back(Eval(*item));
+          list.push_back(DataOf(items.back()));
+        }
+        return Value::Of(std::move(list), ContainerMarks(items));
       }
       case Expr::Kind::kDict: {
         Json dict = Json::object();
+        std::vector<Value> items;
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           const Value key = Eval(*e.args[i]);
           if (!key.is_string())
             throw TemplateError("dict keys must be strings, not " + key.TypeName());
-          dict[key.str()] = DataOf(Eval(*e.args[i + 1]));
+          items.push_back(key);
+          items.push_back(Eval(*e.args[i + 1]));
+          dict[key.str()] = DataOf(items.back());
         }
-        return Value::Of(std::move(dict));
+        return Value::Of(std::move(dict), ContainerMarks(items));
       }
       case Expr::Kind::kAttribute:
-        return GetAttribute(Eval(*e.args[0]), e.name);
+        return MarkupWord(GetAttribute(Eval(*e.args[0]), e.name));
       case Expr::Kind::kItem:
-        return GetItem(Eval(*e.args[0]), Eval(*e.args[1]));
+        return MarkupWord(GetItem(Eval(*e.args[0]), Eval(*e.args[1])));
       case Expr::Kind::kSlice: {
         auto part = [&](size_t i) { return e.args[i] ? Eval(*e.args[i]) : Value(); };
         return GetSlice(Eval(*e.args[0]), part(1), part(2), part(3));
@@ -307,6 +332,14 @@ class Renderer {
             "the inline if-expression evaluated to false and no else section was defined.");
     }
     throw TemplateError("unknown expression");
+  }
+
+  // A word the caller counts as markup (Markup::words), read out of the data: the template's.
+  Value MarkupWord(Value v) const {
+    if (!v.is_string() || !v.marks().all_client()) return v;
+    const auto& words = markup_.words;
+    if (std::find(words.begin(), words.end(), v.str()) == words.end()) return v;
+    return v.WithMarks(Marks::Template());
   }
 
   static Json DataOf(const Value& v) {
@@ -381,19 +414,20 @@ class Renderer {
                                    : Value::Undefined("parameter '" + param + "' was not provided");
     }
     const ScopeGuard guard(*this, std::move(call_scope));
-    return Value::Of(Capture(macro.body));
+    return ValueOf(Capture(macro.body));
   }
 
   Value variables_;
+  const Markup& markup_;
   std::vector<Scope> scopes_;
-  std::string* out_ = nullptr;
+  MarkedString* out_ = nullptr;
   int call_depth_ = 0;
 };
 
 }  // namespace
 
-std::string RenderBody(const Body& body, const Json& variables) {
-  return Renderer(variables).Render(body);
+MarkedString RenderBody(const Body& body, const Json& variables, const Markup& markup) {
+  return Renderer(variables, markup).Render(body);
 }
 
 }  // namespace tokenmill::jinja

@@ -4,14 +4,16 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "text/jinja/ast.h"
 #include "text/jinja/value.h"
 
 namespace tokenmill::jinja {
 
-// Renders `body` with the top-level variables in `variables` (a JSON object).
+// Renders `body` with the top-level variables in `variables` (a JSON object); the output
+// marks what the template wrote (marks.h), counting what `markup` names as its.
 // Throws TemplateError (or RaisedError from raise_exception) with the position of the failure.
-std::string RenderBody(const Body& body, const Json& variables);
+MarkedString RenderBody(const Body& body, const Json& variables, const Markup& markup);
 
 }  // namespace tokenmill::jinja

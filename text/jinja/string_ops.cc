@@ -32,9 +32,9 @@ std::string Capitalize(const std::string& s) {
 }
 
 // Python's str.strip/lstrip/rstrip: whitespace, or any of `chars`.
-std::string Strip(const std::string& s, const std::optional<std::string>& chars, bool left,
-                  bool right) {
-  const std::u32string text = DecodeUtf8(s);
+std::pair<size_t, size_t> StripRange(const std::u32string& text,
+                                     const std::optional<std::string>& chars, bool left,
+                                     bool right) {
   const std::u32string set = chars ? DecodeUtf8(*chars) : U"";
   auto strip = [&](char32_t c) {
     return chars ? set.find(c) != std::u32string::npos : IsPyWhitespace(c);
@@ -44,6 +44,13 @@ std::string Strip(const std::string& s, const std::optional<std::string>& chars,
     while (begin < end && strip(text[begin])) ++begin;
   if (right)
     while (end > begin && strip(text[end - 1])) --end;
+  return {begin, end};
+}
+
+std::string Strip(const std::string& s, const std::optional<std::string>& chars, bool left,
+                  bool right) {
+  const std::u32string text = DecodeUtf8(s);
+  const auto [begin, end] = StripRange(text, chars, left, right);
   return EncodeUtf8(std::u32string_view(text).substr(begin, end - begin));
 }
 

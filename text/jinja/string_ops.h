@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "text/jinja/value.h"
@@ -17,6 +18,10 @@ std::string Capitalize(const std::string& s);
 // str.strip/lstrip/rstrip: whitespace, or any of `chars`.
 std::string Strip(const std::string& s, const std::optional<std::string>& chars, bool left,
                   bool right);
+// The code points [first, second) of `text` that Strip keeps.
+std::pair<size_t, size_t> StripRange(const std::u32string& text,
+                                     const std::optional<std::string>& chars, bool left,
+                                     bool right);
 // str.split(sep, maxsplit); no `sep`: runs of whitespace. Throws on an empty separator.
 Json Split(const std::string& s, const std::optional<std::string>& sep, int64_t maxsplit);
 // str.replace(old, new, count); count < 0: all.

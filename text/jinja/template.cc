@@ -39,6 +39,11 @@ StatusOr<Template> Template::Parse(std::string_view source) {
 }
 
 StatusOr<std::string> Template::Render(const Json& variables) const {
+  TM_ASSIGN_OR_RETURN(MarkedText rendered, RenderMarked(variables, {}));
+  return std::move(rendered.text);
+}
+
+StatusOr<MarkedText> Template::RenderMarked(const Json& variables, const Markup& markup) const {
   if (!variables.is_object()) {
     return InvalidArgumentError("template variables must be a JSON object");
   }
@@ -47,7 +52,9 @@ StatusOr<std::string> Template::Render(const Json& variables) const {
                                 std::to_string(kMaxVariableNesting) + " levels");
   }
   try {
-    return RenderBody(program_->body, variables);
+    MarkedString out = RenderBody(program_->body, variables, markup);
+    std::vector<ByteSpan> spans = out.template_spans();
+    return MarkedText{out.TakeText(), std::move(spans)};
   } catch (const RaisedError& e) {
     return InvalidArgumentError("template raised an error" + Where(e) + ": " + e.what());
   } catch (const TemplateError& e) {

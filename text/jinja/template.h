@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "text/jinja/value.h"
@@ -14,6 +15,14 @@
 namespace tokenmill::jinja {
 
 struct Stmt;
+
+// Rendered text, and the bytes of it the template wrote itself (marks.h): its own text and
+// string literals, and the variables the caller named as the template's. The rest came from
+// the variables (the client's data).
+struct MarkedText {
+  std::string text;
+  std::vector<ByteSpan> template_spans;  // sorted, disjoint, not adjacent
+};
 
 class Template {
  public:
@@ -24,6 +33,9 @@ class Template {
   // "template error at line L, column C: ..." or, from raise_exception(msg),
   // "template raised an error at line L, column C: msg".
   StatusOr<std::string> Render(const Json& variables) const;
+  // The same, with marks: what `markup` names counts as the template's own text too, the rest
+  // of the variables as the client's.
+  StatusOr<MarkedText> RenderMarked(const Json& variables, const Markup& markup) const;
 
   Template(Template&&) noexcept;
   Template& operator=(Template&&) noexcept;

@@ -31,7 +31,7 @@ Value Value::Undefined(std::string description) {
   return v;
 }
 
-Value Value::Of(Json data) {
+Value Value::Of(Json data, Marks marks) {
   if (data.is_structured() && NestsDeeperThan(data, kMaxValueNesting)) {
     throw TemplateError("a value nests deeper than " + std::to_string(kMaxValueNesting) +
                         " levels");
@@ -39,13 +39,34 @@ Value Value::Of(Json data) {
   Value v(Kind::kData);
   v.root_ = std::make_shared<const Json>(std::move(data));
   v.node_ = v.root_.get();
+  v.marks_ = v.node_->is_string() ? std::move(marks) : marks.Uniform();
   return v;
 }
 
-Value Value::Namespace(Json object) {
+Value Value::Namespace(Json object, Marks marks) {
   Value v(Kind::kNamespace);
   v.namespace_ = std::make_shared<Json>(std::move(object));
+  v.member_marks_ = std::make_shared<std::unordered_map<std::string, Marks>>();
+  v.marks_ = marks.Uniform();
   return v;
+}
+
+Value Value::WithMarks(Marks marks) const {
+  Value v = *this;
+  v.marks_ = v.is_string() ? std::move(marks) : marks.Uniform();
+  return v;
+}
+
+Value Value::Member(const std::string& name) const {
+  TM_CHECK(kind_ == Kind::kNamespace);
+  const auto marks = member_marks_->find(name);
+  return Of(namespace_->at(name), marks == member_marks_->end() ? marks_ : marks->second);
+}
+
+void Value::SetMember(const std::string& name, const Value& value) const {
+  TM_CHECK(kind_ == Kind::kNamespace);
+  (*namespace_)[name] = value.data();
+  (*member_marks_)[name] = value.marks();
 }
 
 Value Value::Builtin(std::string name) {
@@ -72,6 +93,7 @@ Value Value::Child(const Json& node) const {
   Value v(Kind::kData);
   v.root_ = root_;
   v.node_ = &node;
+  v.marks_ = marks_.Uniform();
   return v;
 }
 

@@ -9,6 +9,9 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+
+#include "text/jinja/marks.h"
 
 namespace tokenmill::jinja {
 
@@ -56,9 +59,11 @@ class Value {
   // Undefined; `description` says what was missing, e.g. "'foo' is undefined".
   Value() : Value(Kind::kUndefined) {}
   static Value Undefined(std::string description);
-  // Throws TemplateError when `data` nests deeper than kMaxValueNesting.
-  static Value Of(Json data);
-  static Value Namespace(Json object);
+  // Throws TemplateError when `data` nests deeper than kMaxValueNesting. `marks` say who
+  // wrote its strings (marks.h); a list or dict keeps only marks.Uniform().
+  static Value Of(Json data, Marks marks = Marks::Client());
+  // Its members' strings are marked as `marks` (uniform); SetMember marks each anew.
+  static Value Namespace(Json object, Marks marks = Marks::Client());
   static Value Builtin(std::string name);
   static Value Macro(const Stmt* definition);
 
@@ -70,11 +75,18 @@ class Value {
 
   // Data only (CHECKed). A namespace reads as its object.
   const Json& data() const;
-  // A view of `node`, which lies inside this value's data.
+  // A view of `node`, which lies inside this value's data (and has its marks).
   Value Child(const Json& node) const;
+  // Who wrote this string, or the strings inside this list or dict.
+  const Marks& marks() const { return marks_; }
+  // The same value with other marks (for the special-token variables the template owns).
+  Value WithMarks(Marks marks) const;
 
   // Namespaces only: the object that `set ns.x = ...` changes.
   Json& namespace_object() const { return *namespace_; }
+  // Namespaces only: `ns.name` with its own marks, and `set ns.name = value`.
+  Value Member(const std::string& name) const;
+  void SetMember(const std::string& name, const Value& value) const;
   // Undefined: what was missing. Builtin: its name.
   const std::string& text() const { return text_; }
   const Stmt* macro() const { return macro_; }
@@ -100,6 +112,9 @@ class Value {
   std::shared_ptr<const Json> root_;  // data: the tree `node_` points into
   const Json* node_ = nullptr;
   std::shared_ptr<Json> namespace_;
+  // Namespaces: the marks of members set since it was made (the others have marks_).
+  std::shared_ptr<std::unordered_map<std::string, Marks>> member_marks_;
+  Marks marks_;
   std::string text_;
   const Stmt* macro_ = nullptr;
 };

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "text/tokenizer/text_range.h"
 #include "text/tokenizer/vocab.h"
 
 namespace tokenmill::tokenizer {
@@ -17,9 +18,11 @@ struct Fragment {
   TokenId token;  // a special token, or kNoToken for plain text
 };
 
-// Control and unknown tokens are matched only with `parse_special`; user-defined tokens
-// always (as Hugging Face tokenizers does with added tokens).
-std::vector<Fragment> SplitOnSpecialTokens(std::string_view text, const Vocab& vocab,
-                                           bool parse_special);
+// Control and unknown tokens are matched only with `parse_special`, and then, when
+// `special_ranges` is given, only wholly inside one of those byte ranges (sorted, disjoint);
+// user-defined tokens always (as Hugging Face tokenizers does with added tokens).
+std::vector<Fragment> SplitOnSpecialTokens(
+    std::string_view text, const Vocab& vocab, bool parse_special,
+    const std::vector<TextRange>* special_ranges = nullptr);
 
 }  // namespace tokenmill::tokenizer

@@ -82,7 +82,8 @@ StatusOr<std::vector<TokenId>> Tokenizer::Encode(std::string_view text,
   const bool add_bos = options.add_special && vocab_.add_bos();
   if (add_bos) ids.push_back(vocab_.bos());
   const std::vector<Fragment> fragments =
-      tokenizer::SplitOnSpecialTokens(text, vocab_, options.parse_special);
+      tokenizer::SplitOnSpecialTokens(text, vocab_, options.parse_special,
+                                      options.special_token_ranges);
 
   if (byte_pair_) {
     for (const Fragment& fragment : fragments) {

@@ -21,6 +21,7 @@
 #include "text/tokenizer/byte_level.h"
 #include "text/tokenizer/pre_tokenizer.h"
 #include "text/tokenizer/sentencepiece.h"
+#include "text/tokenizer/text_range.h"
 #include "text/tokenizer/vocab.h"
 
 namespace tokenmill {
@@ -31,6 +32,10 @@ struct EncodeOptions {
   // Turn special-token text in the input ("<|im_start|>", "</s>") into those tokens. Off, it is
   // tokenized as plain text, so user input cannot forge control tokens.
   bool parse_special = false;
+  // With parse_special: only special-token text lying wholly inside one of these ranges
+  // (sorted, disjoint) becomes a control token; elsewhere it is text. A rendered chat's
+  // markup, so that what the client wrote stays text (PromptMarkup). Null: anywhere.
+  const std::vector<TextRange>* special_token_ranges = nullptr;
 };
 
 struct DecodeOptions {

@@ -5,12 +5,15 @@
 
 #include <ctime>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "gguf/gguf.h"
 #include "text/chat/chat_template.h"
 #include "text/jinja/template.h"
+#include "text/tokenizer/tokenizer.h"
 
 namespace tokenmill {
 namespace {
@@ -97,6 +100,47 @@ TEST_P(TemplateGoldenTest, MatchesJinja2) {
   }
 }
 
+// Whether bytes [begin, end) of a rendered chat lie inside one span the template wrote.
+bool InsideMarkup(const jinja::MarkedText& rendered, size_t begin, size_t end) {
+  for (const jinja::ByteSpan& span : rendered.template_spans) {
+    if (span.begin <= begin && end <= span.end) return true;
+  }
+  return false;
+}
+
+// What templates write as control tokens (ChatML, Llama 3, Gemma, [INST], DeepSeek's
+// full-width bars, <s>); no golden conversation holds one in its text.
+const std::regex kMarker(
+    R"(<\|[^|<>\s]{1,40}\|>|<\xEF\xBD\x9C[^<>]{1,60}?\xEF\xBD\x9C>|\[/?[A-Z_]{3,30}\]|</?s>|)"
+    R"(<(start|end)_of_turn>|<SPECIAL_[0-9]+>)");
+
+// Every marker in every golden output is the template's markup (text/jinja/marks.h): the
+// marks follow each template's string operations, so tokenizing with them parses the
+// markup as before and only what the client wrote stays text.
+TEST_P(TemplateGoldenTest, EveryMarkerIsTheTemplatesMarkup) {
+  const Json golden = ReadJson(kDataDir + GetParam() + ".golden.json");
+  const std::string source = ReadFile(kDataDir + golden["template"].get<std::string>());
+  ChatSpecialTokens tokens{golden["bos_token"], golden["eos_token"]};
+  const StatusOr<ChatTemplate> chat_template = ChatTemplate::FromSource(source, tokens);
+  ASSERT_TRUE(chat_template.ok()) << chat_template.status().ToString();
+  int markers = 0;
+  for (const Json& c : golden["cases"]) {
+    if (!c.contains("output")) continue;
+    SCOPED_TRACE(CaseName(c));
+    const StatusOr<jinja::MarkedText> rendered = chat_template->RenderMarked(RequestOf(golden, c));
+    ASSERT_TRUE(rendered.ok()) << rendered.status().ToString();
+    const std::string& text = rendered->text;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), kMarker);
+         it != std::sregex_iterator(); ++it) {
+      const size_t at = static_cast<size_t>(it->position());
+      ++markers;
+      EXPECT_TRUE(InsideMarkup(*rendered, at, at + static_cast<size_t>(it->length())))
+          << it->str() << " at byte " << at << " of:\n" << text;
+    }
+  }
+  EXPECT_GT(markers, 0) << "no marker of " << GetParam() << " matched: extend kMarker";
+}
+
 INSTANTIATE_TEST_SUITE_P(ChatTemplates, TemplateGoldenTest,
                          ::testing::Values("smollm2", "chatml", "llama2", "llama3",
                                            "llama3.1_tools", "mistral_instruct", "mistral_tools",
@@ -153,6 +197,48 @@ TEST(DefaultModelTemplateTest, GgufTemplateMatchesGolden) {
   for (const Json& c : golden["cases"]) {
     SCOPED_TRACE(CaseName(c));
     ExpectMatches(chat_template->Render(RequestOf(golden, c)), c);
+  }
+}
+
+// The marks change no ids of a conversation without special-token text: each golden case
+// tokenized with special tokens parsed only in the markup, and everywhere as before, on the
+// vocabulary of the template's model family.
+TEST(MarkedTokenizationTest, IdsOfOrdinaryConversationsAreUnchanged) {
+  const std::pair<std::string, std::string> kTemplateVocab[] = {
+      {"smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"}, {"chatml", "ggml-vocab-qwen2.gguf"},
+      {"qwen2.5", "ggml-vocab-qwen2.gguf"},           {"hermes_tools", "ggml-vocab-qwen2.gguf"},
+      {"llama3", "llama31-vocab.gguf"},               {"llama3.1_tools", "llama31-vocab.gguf"},
+      {"gemma", "gemma-3-270m-q4_k_m.gguf"},          {"phi3", "ggml-vocab-phi-3.gguf"},
+      {"mistral_instruct", "mistral-v3-vocab.gguf"},  {"mistral_tools", "mistral-v3-vocab.gguf"},
+      {"llama2", "ggml-vocab-llama-spm.gguf"},        {"llama2", "stories260K.gguf"}};
+  for (const auto& [name, vocab] : kTemplateVocab) {
+    SCOPED_TRACE(name + " on " + vocab);
+    const std::string path = std::string(TOKENMILL_MODELS_DIR) + "/" + vocab;
+    if (!std::ifstream(path).good()) GTEST_SKIP() << "no " << path << " (run scripts/setup)";
+    const StatusOr<GgufFile> gguf = GgufFile::Open(path);
+    ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
+    const StatusOr<Tokenizer> tokenizer = Tokenizer::FromGguf(*gguf);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+    const Json golden = ReadJson(kDataDir + name + ".golden.json");
+    const StatusOr<ChatTemplate> chat_template = ChatTemplate::FromSource(
+        ReadFile(kDataDir + golden["template"].get<std::string>()),
+        {golden["bos_token"], golden["eos_token"]});
+    ASSERT_TRUE(chat_template.ok()) << chat_template.status().ToString();
+    for (const Json& c : golden["cases"]) {
+      if (!c.contains("output")) continue;
+      SCOPED_TRACE(CaseName(c));
+      const StatusOr<jinja::MarkedText> rendered =
+          chat_template->RenderMarked(RequestOf(golden, c));
+      ASSERT_TRUE(rendered.ok()) << rendered.status().ToString();
+      const std::vector<TextRange> markup = PromptMarkup(*rendered);
+      const StatusOr<std::vector<TokenId>> marked = tokenizer->Encode(
+          rendered->text,
+          {.add_special = true, .parse_special = true, .special_token_ranges = &markup});
+      const StatusOr<std::vector<TokenId>> everywhere =
+          tokenizer->Encode(rendered->text, {.add_special = true, .parse_special = true});
+      ASSERT_TRUE(marked.ok() && everywhere.ok());
+      EXPECT_EQ(*marked, *everywhere);
+    }
   }
 }
 
