@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_nesting.h"
 #include "grammar/gbnf_writer.h"
 #include "grammar/number_range.h"
 #include "grammar/regex.h"
@@ -529,39 +530,13 @@ class SchemaConverter {
   std::set<std::string> primitives_used_;
 };
 
-// The deepest nesting of arrays and objects in JSON text (outside strings): parsing and
-// printing recurse on it, so a hostile schema is refused before either.
-size_t JsonNesting(std::string_view text) {
-  size_t depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 }  // namespace
 
 StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json, const GrammarLimits& limits) {
-  // Each schema level is at least an object, and a value (const, enum) adds its own depth.
-  const size_t max_nesting = 4 * static_cast<size_t>(limits.max_schema_depth) + 64;
-  if (JsonNesting(schema_json) > max_nesting) {
-    return ResourceExhaustedError(
-        "JSON Schema nests arrays and objects deeper than " + std::to_string(max_nesting) +
-        CapHint("flatten the schema", "--grammar-max-schema-depth"));
+  // Parsing is iterative, but printing a const, copying a subschema and converting recurse on
+  // the schema's nesting: bounded first, as all JSON from clients is (common/json_nesting.h).
+  if (JsonTextNestsDeeperThan(schema_json)) {
+    return InvalidArgumentError(JsonNestingRefusal("JSON Schema"));
   }
   Json schema;
   try {

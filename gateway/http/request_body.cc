@@ -85,8 +85,7 @@ std::optional<HttpError> ParseBounded(std::string_view text, Json& body) {
   const bool parsed = Json::sax_parse(text, &builder);
   if (builder.too_deep()) {
     body = Json();
-    return BadRequest("the request body nests deeper than " + std::to_string(kMaxBodyNesting) +
-                      " levels of lists and objects");
+    return BadRequest(JsonNestingRefusal("the request body", kMaxBodyNesting));
   }
   if (builder.too_many()) {
     body = Json();

@@ -8,14 +8,15 @@
 #include <optional>
 #include <string_view>
 
+#include "common/json_nesting.h"
 #include "gateway/http/http_error.h"
 
 namespace tokenmill::gateway {
 
 // Deeper bodies are refused: a value nested this deep is never meaningful, and dumping one
 // (tools are passed on as JSON text) recursed once per level until the stack overflowed
-// (100000 levels, 200 KB, crashed the gateway).
-inline constexpr int kMaxBodyNesting = 64;
+// (100000 levels, 200 KB, crashed the gateway). The one bound on client JSON.
+inline constexpr int kMaxBodyNesting = kMaxJsonNesting;
 
 // Values (numbers, strings, booleans, nulls, lists, objects) and object keys a body may
 // hold, and how many of them may be strings, lists or objects (keys included), which cost

@@ -7,6 +7,7 @@
 #include <optional>
 #include <random>
 
+#include "common/json_nesting.h"
 #include "engine/request_validation.h"
 #include "server/grpc/tool_call_grammar.h"
 #include "text/chat/harmony_parser.h"
@@ -36,6 +37,14 @@ Status InWireTerms(const Status& status) {
 // The chat prompt carries its own markup ("<|im_start|>"): parse it, add nothing more.
 constexpr EncodeOptions kChatEncodeOptions{.add_special = false, .parse_special = true};
 
+// A field of the request that holds JSON text, parsed; INVALID_ARGUMENT naming `field` when
+// it nests deeper than the one bound on client JSON (common/json_nesting.h): the templates'
+// values are copied, printed and compared recursively. Not JSON parses to a discarded value.
+StatusOr<nlohmann::ordered_json> ParseJsonField(std::string_view text, const std::string& field) {
+  if (JsonTextNestsDeeperThan(text)) return InvalidArgumentError(JsonNestingRefusal(field));
+  return nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
 // One message as the templates read it (see RenderChat).
 StatusOr<nlohmann::ordered_json> TemplateMessage(const v1::ChatMessage& message, int index) {
   // A turn of tool calls alone has content null, as clients send it and templates test it.
@@ -46,12 +55,12 @@ StatusOr<nlohmann::ordered_json> TemplateMessage(const v1::ChatMessage& message,
     nlohmann::ordered_json calls = nlohmann::ordered_json::array();
     for (int j = 0; j < message.tool_calls_size(); ++j) {
       const v1::ToolCall& call = message.tool_calls(j);
-      nlohmann::ordered_json arguments = nlohmann::ordered_json::parse(
-          call.arguments(), nullptr, /*allow_exceptions=*/false);
+      const std::string field = "chat.messages[" + std::to_string(index) + "].tool_calls[" +
+                                std::to_string(j) + "].arguments";
+      TM_ASSIGN_OR_RETURN(nlohmann::ordered_json arguments,
+                          ParseJsonField(call.arguments(), field));
       if (!arguments.is_object()) {
-        return InvalidArgumentError("chat.messages[" + std::to_string(index) + "].tool_calls[" +
-                                    std::to_string(j) +
-                                    "].arguments must be a JSON object, as JSON text");
+        return InvalidArgumentError(field + " must be a JSON object, as JSON text");
       }
       calls.push_back({{"id", call.id()},
                        {"type", "function"},
@@ -329,16 +338,15 @@ StatusOr<jinja::MarkedText> RenderChatMarked(const v1::Chat& chat,
   request.add_generation_prompt =
       chat.has_add_generation_prompt() ? chat.add_generation_prompt() : true;
   if (!chat.template_kwargs_json().empty()) {
-    request.extra_variables = nlohmann::ordered_json::parse(chat.template_kwargs_json(), nullptr,
-                                                            /*allow_exceptions=*/false);
+    TM_ASSIGN_OR_RETURN(request.extra_variables,
+                        ParseJsonField(chat.template_kwargs_json(), "chat.template_kwargs_json"));
     if (!request.extra_variables.is_object()) {
       return InvalidArgumentError("chat.template_kwargs_json must be a JSON object of template "
                                   "variables");
     }
   }
   if (!chat.tools_json().empty() && chat.tool_choice().mode() != v1::TOOL_CHOICE_MODE_NONE) {
-    request.tools = nlohmann::ordered_json::parse(chat.tools_json(), nullptr,
-                                                  /*allow_exceptions=*/false);
+    TM_ASSIGN_OR_RETURN(request.tools, ParseJsonField(chat.tools_json(), "chat.tools_json"));
     if (!request.tools.is_array()) {
       return InvalidArgumentError("chat.tools_json must be a JSON array of tool definitions");
     }

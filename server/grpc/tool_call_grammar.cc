@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/json_nesting.h"
 #include "grammar/json_schema.h"
 
 namespace tokenmill::server {
@@ -136,6 +137,10 @@ Status HoistDefinitions(Json& parameters, const std::string& tool, Json& root) {
 StatusOr<std::string> ForcedToolCallGbnf(ToolCallFormat format, std::string_view tools_json,
                                          std::string_view function_name, bool parallel,
                                          const grammar::GrammarLimits& limits) {
+  // Its parameters are printed for the schema converter, which recurses (as it refuses too).
+  if (JsonTextNestsDeeperThan(tools_json)) {
+    return InvalidArgumentError(JsonNestingRefusal("chat.tools_json"));
+  }
   const Json tools = Json::parse(tools_json, nullptr, /*allow_exceptions=*/false);
   if (!tools.is_array() || tools.empty()) {
     return InvalidArgumentError("chat.tool_choice forces a call: give chat.tools_json, a JSON "

@@ -1,7 +1,10 @@
 """A server-side abort (the server drained past --drain-timeout and ended its requests with
 FINISH_REASON_ABORT) reaches every API the same way (docs/api.md, "Errors"): a 503 `aborted`
 that says to retry, as the dialect writes an error. Before the response began it is the HTTP
-error (Anthropic's 529 overloaded_error); after, the stream's error event ends the stream."""
+error (Anthropic's 529 overloaded_error); after, the stream's error event ends the stream.
+A backend killed mid-stream (SIGKILL: no drain, the connection just drops) ends each dialect's
+stream with its error event too, and the gateway lives on (issue 35: a failed /v1/messages
+stream once killed it)."""
 import json
 import signal
 import threading
@@ -16,7 +19,13 @@ LONG = {"type": "object", "properties": {"text": {"type": "string", "minLength":
         "required": ["text"]}
 
 
+APIS = ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"]
+
+
 def body(api, model, stream):
+    if api == "/v1/completions":
+        return {"model": model, "max_tokens": 4000, "ignore_eos": True, "stream": stream,
+                "prompt": "Count:"}
     if api == "/v1/chat/completions":
         return {"model": model, "max_tokens": 4000, "ignore_eos": True, "stream": stream,
                 "messages": [{"role": "user", "content": "Count:"}]}
@@ -48,7 +57,19 @@ def aborting():
         server.close()
 
 
-@pytest.mark.parametrize("api", ["/v1/chat/completions", "/v1/responses", "/v1/messages"])
+def error_event(api, rest):
+    """The dialect's error event that ends the stream `rest` (the events after the first)."""
+    if api in ("/v1/chat/completions", "/v1/completions"):
+        assert rest[-1] == "[DONE]", rest[-3:]
+        return rest[-2]["error"]
+    if api == "/v1/responses":
+        assert rest[-1]["type"] == "response.failed", rest[-3:]
+        return rest[-1]["response"]["error"]
+    assert rest[-1]["type"] == "error", rest[-3:]
+    return rest[-1]["error"]
+
+
+@pytest.mark.parametrize("api", APIS)
 def test_an_abort_after_the_stream_began_is_the_dialects_error_event(aborting, api):
     server, gateway = aborting
     with gateway.http.stream("POST", api, json=body(api, model_name(gateway), True)) as response:
@@ -58,7 +79,7 @@ def test_an_abort_after_the_stream_began_is_the_dialects_error_event(aborting, a
         server.signal(signal.SIGTERM)
         rest = list(got)
     assert server.wait_exit() == 0
-    if api == "/v1/chat/completions":
+    if api in ("/v1/chat/completions", "/v1/completions"):
         assert rest[-1] == "[DONE]"
         assert rest[-2]["error"]["code"] == "aborted", rest[-3:]
     elif api == "/v1/responses":
@@ -95,3 +116,34 @@ def test_an_abort_before_the_response_is_a_retryable_error(aborting, api, status
         assert response.json()["error"]["type"] == "overloaded_error"
     else:
         assert response.json()["error"]["code"] == "aborted"
+
+
+@pytest.fixture
+def killable():
+    """A gateway over a server this test kills."""
+    server = Server()
+    gateway = Gateway(backend_address(server))
+    try:
+        yield server, gateway
+    finally:
+        gateway.close()
+        server.close()
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_backend_killed_mid_stream_is_the_dialects_error_event(killable, api):
+    server, gateway = killable
+    with gateway.http.stream("POST", api, json=body(api, model_name(gateway), True)) as response:
+        assert response.status_code == 200
+        got = events(response.iter_lines())
+        next(got)
+        server.signal(signal.SIGKILL)
+        rest = list(got)
+    server.proc.wait(timeout=30)
+    error = error_event(api, rest)
+    assert error["message"], rest[-3:]
+    if api == "/v1/messages":
+        assert error["type"] in ("api_error", "overloaded_error"), error
+    # The gateway lived through it and still answers.
+    assert gateway.proc.poll() is None
+    assert gateway.http.get("/health").status_code in (200, 503)

@@ -3,7 +3,8 @@
 // request_builder against the real tokenizer of TOKENMILL_FUZZ_MODEL (stories260K) and a
 // ChatML template, with structured output compiled through a GrammarCache over that
 // vocabulary: a request or a Status, never a crash. A built request must pass the engine's own
-// checks.
+// checks. An input behind tests/fuzz/deep_json.h's marker is a request with deep JSON in one of
+// its JSON text fields (tool-call arguments, tools, template variables, a schema).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "engine/grammar_vocabulary.h"
 #include "engine/request_validation.h"
 #include "gguf/gguf.h"
+#include "tests/fuzz/deep_json.h"
 #include "server/grpc/request_builder.h"
 
 namespace {
@@ -61,6 +63,41 @@ const Served& LoadServed() {
   return *served;
 }
 
+// The request in `deep.rest` (or an empty one) with `deep.text` in the field `deep.selector`
+// picks.
+tokenmill::v1::GenerateRequest DeepRequest(const tokenmill::fuzz::DeepJson& deep) {
+  tokenmill::v1::GenerateRequest request;
+  if (!request.ParseFromArray(deep.rest.data(), static_cast<int>(deep.rest.size()))) {
+    request.Clear();
+  }
+  tokenmill::v1::Chat& chat = *request.mutable_chat();
+  if (chat.messages_size() == 0) {
+    tokenmill::v1::ChatMessage& user = *chat.add_messages();
+    user.set_role("user");
+    user.set_content("hi");
+  }
+  switch (deep.selector % 5) {
+    case 0: {
+      tokenmill::v1::ChatMessage& turn = *chat.add_messages();
+      turn.set_role("assistant");
+      tokenmill::v1::ToolCall& call = *turn.add_tool_calls();
+      call.set_id("c");
+      call.set_name("f");
+      call.set_arguments(deep.text);
+      break;
+    }
+    case 1: chat.set_tools_json("[" + deep.text + "]"); break;
+    case 2: chat.set_template_kwargs_json(deep.text); break;
+    case 3: request.mutable_sampling()->set_json_schema("{\"const\": " + deep.text + "}"); break;
+    default:
+      chat.set_tools_json(R"([{"type": "function", "function": {"name": "f", "parameters": )" +
+                          deep.text + "}}]");
+      chat.mutable_tool_choice()->set_mode(tokenmill::v1::TOOL_CHOICE_MODE_REQUIRED);
+      break;
+  }
+  return request;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -75,6 +112,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       .reasoning = true};
 
   tokenmill::v1::GenerateRequest generate;
+  if (tokenmill::fuzz::DeepJson deep; tokenmill::fuzz::TakeDeepJson(data, size, deep)) {
+    generate = DeepRequest(deep);
+    (void)tokenmill::server::BuildGenerateRequest(generate, context);
+    tokenmill::v1::TokenizeRequest tokenize;
+    *tokenize.mutable_chat() = generate.chat();
+    (void)tokenmill::server::TokenizeRequestInput(tokenize, context);
+    return 0;
+  }
   if (generate.ParseFromArray(data, static_cast<int>(size))) {
     auto built = tokenmill::server::BuildGenerateRequest(generate, context);
     if (built.ok()) {

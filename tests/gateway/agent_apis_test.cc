@@ -242,6 +242,21 @@ TEST(AnthropicMessages, ErrorsTakeAnthropicsTypesAndStatuses) {
   EXPECT_EQ(overloaded.body["type"], "error");
 }
 
+// A function_call item's arguments are JSON inside a string: the bound on client JSON
+// (common/json_nesting.h) refuses them deeper than 64 levels, naming the item (issue 35).
+TEST(ResponsesApi, DeepFunctionCallArgumentsAreRefusedNamingTheItem) {
+  const std::string deep = "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  ResponsesRequest out;
+  const auto error = ParseResponsesRequest(
+      {{"input", {{{"type", "function_call"}, {"call_id", "c"}, {"name", "f"},
+                   {"arguments", deep}}}}},
+      out);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->status, 400);
+  EXPECT_EQ(error->param, "input");
+  EXPECT_EQ(error->message, "input[0].arguments nests deeper than 64 levels of lists and objects");
+}
+
 TEST(ResponsesApi, ItemsBecomeTheChatAfterInstructionsAndTheStoredConversation) {
   ResponsesRequest out;
   const auto error = ParseResponsesRequest(json::parse(R"({

@@ -1,6 +1,7 @@
 // OpenAI JSON -> tokenmill.v1 requests: every parameter mapped or refused with its name.
 #include <gtest/gtest.h>
 
+#include "common/json_nesting.h"
 #include "gateway/api/openai/request_mapping.h"
 
 namespace tokenmill::gateway {
@@ -197,6 +198,37 @@ TEST(GatewayRequestMapping, RefusalsNameTheParameter) {
       json::parse(R"({"messages": [{"role": "user", "content": "x", "refusal": "no"}]})"),
       Endpoint::kChatCompletions);
   EXPECT_NE(name.message.find("messages[0].refusal is not supported"), std::string::npos);
+}
+
+// Tool-call arguments are JSON inside a string, which the body's bound on nesting never sees:
+// the same bound (common/json_nesting.h) refuses them, naming them, before the server copies
+// and prints them recursively (100000 levels killed it, issue 35).
+TEST(GatewayRequestMapping, DeepToolCallArgumentsAreRefusedNamingThem) {
+  const auto body = [](const std::string& arguments) {
+    return json{{"messages",
+                 {{{"role", "user"}, {"content", "x"}},
+                  {{"role", "assistant"},
+                   {"content", nullptr},
+                   {"tool_calls",
+                    {{{"id", "c"},
+                      {"type", "function"},
+                      {"function", {{"name", "f"}, {"arguments", arguments}}}}}}}}}};
+  };
+  const auto nested = [](int levels) {
+    return std::string(levels, '[') + std::string(levels, ']');
+  };
+  const auto object = [&](int levels) { return "{\"a\": " + nested(levels - 1) + "}"; };
+  ParseOk(body(object(kMaxJsonNesting)), Endpoint::kChatCompletions);
+  const HttpError error = ParseError(body(object(100000)), Endpoint::kChatCompletions);
+  EXPECT_EQ(error.status, 400);
+  EXPECT_EQ(error.param, "messages");
+  EXPECT_EQ(error.message, "messages[1].tool_calls[0].function.arguments nests deeper than 64 "
+                           "levels of lists and objects");
+  TokenizeCall tokenize;
+  const std::optional<HttpError> refused = ParseTokenizeRequest(body(object(100000)), tokenize);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->status, 400);
+  EXPECT_NE(refused->message.find("nests deeper than 64 levels"), std::string::npos);
 }
 
 TEST(GatewayRequestMapping, AffinityKeyFollowsTheSystemPromptOrThePromptStart) {

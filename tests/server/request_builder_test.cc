@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 
+#include "common/json_nesting.h"
 #include "engine/grammar_vocabulary.h"
 #include "text/tokenizer/incremental_decoder.h"
 
@@ -675,6 +676,90 @@ TEST(BuildGenerateRequest, BadStructuredOutputIsInvalidArgumentNamingItsKind) {
   request.mutable_sampling()->set_regex("[0-9]+");
   StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, SmolLm2().Context(2048));
   EXPECT_EQ(built.status().code(), StatusCode::kFailedPrecondition);
+}
+
+// `{"a":` x levels ... `}`: 800 KB at 100000 levels, which overflowed the stack when the
+// request builder printed or copied it (issue 35).
+std::string DeepObject(int levels) {
+  std::string text;
+  for (int i = 0; i < levels; ++i) text += "{\"a\":";
+  text += "1";
+  text += std::string(levels, '}');
+  return text;
+}
+
+// A chat whose assistant turn called a tool with `arguments`.
+v1::Chat ChatWithToolCall(const std::string& arguments) {
+  v1::Chat chat;
+  v1::ChatMessage* user = chat.add_messages();
+  user->set_role("user");
+  user->set_content("Weather in Paris?");
+  v1::ChatMessage* assistant = chat.add_messages();
+  assistant->set_role("assistant");
+  v1::ToolCall* call = assistant->add_tool_calls();
+  call->set_id("call_1");
+  call->set_name("get_weather");
+  call->set_arguments(arguments);
+  v1::ChatMessage* tool = chat.add_messages();
+  tool->set_role("tool");
+  tool->set_tool_call_id("call_1");
+  tool->set_content("sunny");
+  return chat;
+}
+
+TEST(BuildGenerateRequest, JsonNestedDeeperThanTheBoundIsRefusedNamingItsField) {
+  StatusOr<ChatTemplate> qwen = ChatTemplate::FromFile(
+      std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/qwen2.5.jinja", {});
+  ASSERT_TRUE(qwen.ok()) << qwen.status().ToString();
+  const std::string deep = DeepObject(100000);
+  const std::string arguments_field = "chat.messages[1].tool_calls[0].arguments";
+  // SmolLM2's template knows no tools (the calls are printed into the content); Qwen's does.
+  for (const ChatTemplate* chat_template :
+       std::vector<const ChatTemplate*>{&*SmolLm2().chat_template, &*qwen}) {
+    RequestContext context = GrammarContext();
+    context.chat_template = chat_template;
+    const auto refused = [&](const v1::GenerateRequest& request, const std::string& field) {
+      SCOPED_TRACE(field);
+      StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, context);
+      ASSERT_FALSE(built.ok());
+      EXPECT_EQ(built.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_THAT(built.status().message(),
+                  HasSubstr(field + " nests deeper than 64 levels of lists and objects"));
+      v1::TokenizeRequest tokenize;
+      if (!request.has_chat()) return;
+      *tokenize.mutable_chat() = request.chat();
+      StatusOr<TokenizedPrompt> tokenized = TokenizeRequestInput(tokenize, context);
+      ASSERT_FALSE(tokenized.ok());
+      EXPECT_EQ(tokenized.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_THAT(tokenized.status().message(), HasSubstr(field + " nests deeper than 64"));
+    };
+    v1::GenerateRequest request;
+    *request.mutable_chat() = ChatWithToolCall(deep);
+    refused(request, arguments_field);
+    *request.mutable_chat() = ChatWithToolCall(R"({"city": "Paris"})");
+    request.mutable_chat()->set_tools_json("[" + deep + "]");
+    refused(request, "chat.tools_json");
+    request.mutable_chat()->clear_tools_json();
+    request.mutable_chat()->set_template_kwargs_json(deep);
+    refused(request, "chat.template_kwargs_json");
+    // A forced call compiles the tools' schemas too.
+    request.mutable_chat()->clear_template_kwargs_json();
+    request.mutable_chat()->set_tools_json(
+        R"([{"type": "function", "function": {"name": "f", "parameters": )" + deep + "}}]");
+    request.mutable_chat()->mutable_tool_choice()->set_mode(v1::TOOL_CHOICE_MODE_REQUIRED);
+    refused(request, "chat.tools_json");
+    // Structured output: a deep const in the schema.
+    v1::GenerateRequest schema = TextRequest("Answer: ");
+    schema.mutable_sampling()->set_json_schema(R"({"const": )" + deep + "}");
+    refused(schema, "JSON Schema");
+  }
+  // At the bound it renders: 64 levels of arguments are 64 levels, not fewer.
+  v1::GenerateRequest request;
+  *request.mutable_chat() = ChatWithToolCall(DeepObject(kMaxJsonNesting));
+  EXPECT_TRUE(BuildGenerateRequest(request, SmolLm2().Context(8192)).ok());
+  *request.mutable_chat() = ChatWithToolCall(DeepObject(kMaxJsonNesting + 1));
+  EXPECT_EQ(BuildGenerateRequest(request, SmolLm2().Context(8192)).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

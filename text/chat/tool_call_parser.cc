@@ -4,6 +4,7 @@
 
 #include <cctype>
 
+#include "common/json_nesting.h"
 #include "text/chat/harmony_parser.h"
 #include "text/chat/marker_scan.h"
 
@@ -456,7 +457,10 @@ bool ToolCallParser::StepBuffered(ParsedOutput& out, bool final) {
     if (final) GiveUp(out);
     return final;
   }
-  const Json call = Json::parse(std::string_view(pending_).substr(0, end), nullptr, false);
+  // A model's call nested deeper than client JSON may be is not parsed: printing its
+  // arguments would recurse once per level. It stays text.
+  const std::string_view text = std::string_view(pending_).substr(0, end);
+  const Json call = JsonTextNestsDeeperThan(text) ? Json() : Json::parse(text, nullptr, false);
   const auto name = call.is_object() ? call.find("name") : call.end();
   auto arguments = call.is_object() ? call.find("arguments") : call.end();
   if (call.is_object() && arguments == call.end()) arguments = call.find("parameters");

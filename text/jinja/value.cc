@@ -7,18 +7,6 @@
 
 namespace tokenmill::jinja {
 
-bool NestsDeeperThan(const Json& value, int limit) {
-  std::vector<std::pair<const Json*, int>> pending = {{&value, 1}};
-  while (!pending.empty()) {
-    const auto [node, depth] = pending.back();
-    pending.pop_back();
-    if (!node->is_structured()) continue;
-    if (depth > limit) return true;
-    for (const Json& child : *node) pending.emplace_back(&child, depth + 1);
-  }
-  return false;
-}
-
 void CheckStringSize(size_t bytes) {
   if (bytes > kMaxStringBytes) {
     throw TemplateError("a string would exceed " + std::to_string(kMaxStringBytes) + " bytes");

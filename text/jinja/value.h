@@ -13,6 +13,8 @@
 
 #include "text/jinja/marks.h"
 
+#include "common/json_nesting.h"
+
 namespace tokenmill::jinja {
 
 using Json = nlohmann::ordered_json;
@@ -39,11 +41,14 @@ class TemplateError : public std::runtime_error {
 
 // Whether `value` nests arrays and objects deeper than `limit` levels. Iterative: it guards
 // the recursive code (copies, printing, comparison) against hostile input.
-bool NestsDeeperThan(const Json& value, int limit);
+inline bool NestsDeeperThan(const Json& value, int limit) {
+  return JsonNestsDeeperThan(value, limit);
+}
 
-// How deep template variables may nest, and values a template builds (which may wrap them).
-inline constexpr int kMaxVariableNesting = 64;
-inline constexpr int kMaxValueNesting = 128;
+// How deep template variables may nest (the one bound on client JSON), and values a template
+// builds (which may wrap them).
+inline constexpr int kMaxVariableNesting = kMaxJsonNesting;
+inline constexpr int kMaxValueNesting = 2 * kMaxJsonNesting;
 // The longest string a template may build (Python would grow until memory runs out).
 inline constexpr size_t kMaxStringBytes = size_t{1} << 26;
 

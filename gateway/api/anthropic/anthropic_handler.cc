@@ -5,6 +5,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/json_nesting.h"
 #include "gateway/api/anthropic/anthropic_messages.h"
 #include "gateway/api/generation.h"
 #include "gateway/api/openai/response_format.h"
@@ -31,8 +32,11 @@ json BlockJson(const TurnBlock& block, bool started) {
     case TurnBlock::Kind::kToolCall: {
       json input = json::object();
       if (!started) {
-        // The server sends a call's arguments as a parsed JSON object.
-        json parsed = json::parse(block.text, nullptr, /*allow_exceptions=*/false);
+        // The server sends a call's arguments as a parsed JSON object; a model's deeper one
+        // stays unparsed (copying and printing it would recurse once per level).
+        json parsed = JsonTextNestsDeeperThan(block.text)
+                          ? json()
+                          : json::parse(block.text, nullptr, /*allow_exceptions=*/false);
         if (parsed.is_object()) input = std::move(parsed);
       }
       return {{"type", "tool_use"}, {"id", block.call_id}, {"name", block.call_name},

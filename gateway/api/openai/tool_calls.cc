@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/json_nesting.h"
+
 namespace tokenmill::gateway {
 
 using nlohmann::json;
@@ -277,7 +279,11 @@ std::optional<HttpError> ParseMessageToolFields(const json& message, size_t inde
                              "string)",
                         "messages");
     }
-    // The templates print the arguments as an object: they must be one.
+    // The templates print the arguments as an object: they must be one, and no deeper than any
+    // other JSON a client sends (the server copies and prints it recursively).
+    if (JsonTextNestsDeeperThan(*arguments)) {
+      return BadRequest(JsonNestingRefusal(at + ".function.arguments"), "messages");
+    }
     const json parsed = json::parse(*arguments, nullptr, /*allow_exceptions=*/false);
     if (!parsed.is_object()) {
       return BadRequest(at + ".function.arguments must be a JSON object, as a string", "messages");

@@ -6,6 +6,7 @@
 #include <set>
 #include <string_view>
 
+#include "common/json_nesting.h"
 #include "gateway/api/json_fields.h"
 #include "gateway/api/openai/tool_calls.h"
 #include "gateway/http/request_body.h"
@@ -94,7 +95,11 @@ std::optional<HttpError> FunctionCallItem(const json& item, const std::string& w
     return BadRequest(where + ": a function_call needs string call_id, name and arguments",
                       "input");
   }
-  // The templates print the arguments as an object: they must be one.
+  // The templates print the arguments as an object: they must be one, and no deeper than any
+  // other JSON a client sends (the server copies and prints it recursively).
+  if (JsonTextNestsDeeperThan(arguments->get_ref<const std::string&>())) {
+    return BadRequest(JsonNestingRefusal(where + ".arguments"), "input");
+  }
   if (!json::parse(arguments->get<std::string>(), nullptr, false).is_object()) {
     return BadRequest(where + ".arguments must be a JSON object, as a string", "input");
   }

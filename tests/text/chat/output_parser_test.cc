@@ -115,6 +115,21 @@ TEST(OutputParserTest, HermesTextBeforeTheCall) {
               {{"get_stock_fundamentals", {{"symbol", "TSLA"}}}}, {}});
 }
 
+// A model can be made to write any JSON: a call nested deeper than client JSON may be
+// (common/json_nesting.h) stays text, not parsed and printed recursively (issue 35). With the
+// arguments before the name the call is parsed whole (with the name first they stream as text).
+TEST(OutputParserTest, HermesCallNestedTooDeepStaysText) {
+  const int levels = 100000;
+  std::string arguments;
+  for (int i = 0; i < levels; ++i) arguments += "{\"a\":";
+  arguments += "1" + std::string(levels, '}');
+  const std::string output =
+      "<tool_call>\n{\"arguments\": " + arguments + ", \"name\": \"f\"}\n</tool_call>";
+  const Turn turn = Parse(Tools(ToolCallFormat::kHermes), {output});
+  EXPECT_TRUE(turn.calls.empty());
+  EXPECT_NE(turn.content.find("{\"a\":{\"a\":"), std::string::npos);
+}
+
 TEST(OutputParserTest, QwenThreeThinksThenCalls) {
   OutputParserOptions options = Tools(ToolCallFormat::kHermes);
   options.reasoning = true;
