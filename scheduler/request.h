@@ -72,6 +72,9 @@ struct NewRequest {
   SamplingParams sampling;
   // Smaller runs first (0 by default); ties go to the earlier arrival.
   int priority = 0;
+  // Who asked ("" for anonymous): a tenant's sequences count against its share of the KV
+  // pool and the batch (Scheduler).
+  std::string tenant;
   // Keeps tenants apart in the prefix cache.
   std::string cache_salt;
   std::chrono::steady_clock::time_point arrival_time = std::chrono::steady_clock::now();
@@ -108,6 +111,7 @@ struct Request {
   int priority = 0;
   uint64_t arrival_order = 0;  // unique, increasing with each Add
   std::chrono::steady_clock::time_point arrival_time;
+  std::string tenant;
   std::string cache_salt;
   std::optional<KvWindow> kv_window;
 
