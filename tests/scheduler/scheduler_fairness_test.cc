@@ -97,6 +97,24 @@ TEST(SchedulerFairnessTest, TwoBusyTenantsShareTheSeats) {
   sim.ExpectReferenceOutputs();
 }
 
+TEST(SchedulerFairnessTest, AFullQueueStillTakesATenantBelowItsShare) {
+  SchedulerConfig config = Config(/*max_num_seqs=*/8);
+  config.max_queue = 4;
+  SchedulerSim sim(config, MakeCacheConfig(64, 4));
+  for (RequestId id = 1; id <= 4; ++id) {
+    ASSERT_TRUE(sim.Add(OfTenant("a", MakeRequest(id, 4, 2))).ok());
+  }
+  EXPECT_EQ(sim.Add(OfTenant("a", MakeRequest(5, 4, 2))).code(),
+            StatusCode::kResourceExhausted);
+  // Two tenants waiting: each may hold half of --max-queue.
+  EXPECT_TRUE(sim.Add(OfTenant("b", MakeRequest(6, 4, 2))).ok());
+  EXPECT_TRUE(sim.Add(OfTenant("b", MakeRequest(7, 4, 2))).ok());
+  EXPECT_EQ(sim.Add(OfTenant("b", MakeRequest(8, 4, 2))).code(),
+            StatusCode::kResourceExhausted);
+  ASSERT_TRUE(sim.RunToCompletion(100));
+  sim.ExpectReferenceOutputs();
+}
+
 TEST(SchedulerFairnessTest, OneTenantKeepsPriorityThenArrivalOrder) {
   // The same requests, all of tenant "x": served as the anonymous tenant's would be.
   for (const std::string tenant : {"", "x"}) {
