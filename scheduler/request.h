@@ -57,7 +57,8 @@ struct SamplingParams {
   int sequence_index = 0;  // which of a request's n sequences this is
 
   // Log-probabilities (the model's raw log-softmax) of each chosen token, and of the
-  // top_logprobs most likely ids at each step (top_logprobs > 0 implies logprobs).
+  // top_logprobs most likely ids at each step (top_logprobs > 0 needs logprobs: the engine's
+  // validation refuses it alone; a sampler given it alone still reports both).
   bool logprobs = false;
   int top_logprobs = 0;
 

@@ -241,6 +241,8 @@ TEST(BuildGenerateRequest, RefusesBadInputSayingWhatToChange) {
        StatusCode::kInvalidArgument, "sampling.min_tokens = 5 exceeds max_tokens = 4"},
       {"top_logprobs", [](v1::GenerateRequest& r) { r.set_top_logprobs(21); },
        StatusCode::kInvalidArgument, "top_logprobs = 21 must be at most 20"},
+      {"top_logprobs without logprobs", [](v1::GenerateRequest& r) { r.set_top_logprobs(2); },
+       StatusCode::kInvalidArgument, "top_logprobs = 2 needs logprobs: set logprobs to true"},
       {"n zero", [](v1::GenerateRequest& r) { r.set_n(0); }, StatusCode::kInvalidArgument,
        "n = 0 must be in [1, 16]"},
       {"n too large", [](v1::GenerateRequest& r) { r.set_n(17); },
