@@ -30,7 +30,12 @@ struct GenerateRequest {
   std::vector<std::string> stop_strings;
   // Smaller runs first (0 by default); ties go to the earlier arrival.
   int priority = 0;
-  // Keeps tenants apart in the prefix cache.
+  // Who asked ("" for an anonymous caller): the scheduler shares the KV pool fairly between
+  // tenants (scheduler/scheduler.h). Only a trusted edge sets it (the server believes it
+  // from an authenticated gateway alone).
+  std::string tenant;
+  // Keeps tenants apart in the prefix cache: requests share cached prefixes only when their
+  // salts are equal (the server derives it from the tenant and the client's salt).
   std::string cache_salt;
   // Set: generate past the context length, keeping sink and recent tokens' K/V
   // (scheduler/request.h); usage.evicted_tokens counts the tokens dropped.

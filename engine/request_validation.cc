@@ -60,6 +60,10 @@ Status CheckCountsAndStops(const GenerateRequest& request, const RequestLimits& 
     return InvalidArgumentError("top_logprobs = " + std::to_string(s.top_logprobs) +
                                 " must be at most " + std::to_string(kMaxTopLogprobs));
   }
+  if (s.top_logprobs > 0 && !s.logprobs) {
+    return InvalidArgumentError("top_logprobs = " + std::to_string(s.top_logprobs) +
+                                " needs logprobs: set logprobs to true, or top_logprobs to 0");
+  }
   if (request.n < 1 || request.n > kMaxSequencesPerRequest) {
     return InvalidArgumentError("n = " + std::to_string(request.n) + " must be in [1, " +
                                 std::to_string(kMaxSequencesPerRequest) + "]");

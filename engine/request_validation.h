@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/request_limits.h"
 #include "common/status.h"
 #include "engine/generate_request.h"
 
@@ -26,17 +27,14 @@ struct RequestLimits {
   bool speculative_decoding = false;  // refuses kv_window, which does not work with it yet
 };
 
-// The most sequences one request may ask for (GenerateRequest::n).
-inline constexpr int kMaxSequencesPerRequest = 16;
-
 // InvalidArgument when `sampling` asks for what structured output cannot honour: min_tokens
 // (the grammar decides where the output may end). An edge may ask before it compiles a
 // grammar, so that nothing is compiled for a request that would be refused.
 Status ValidateConstrainedSampling(const SamplingParams& sampling);
 
 // InvalidArgument, in this order, for: an empty prompt, a prompt token id outside the
-// vocabulary, a prompt that leaves no room to generate, top_logprobs outside [0, 20], n
-// outside [1, kMaxSequencesPerRequest], max_tokens < 1, kv_window sizes outside [0, the
+// vocabulary, a prompt that leaves no room to generate, top_logprobs outside [0, 20] or above 0 without logprobs, n
+// outside [1, kMaxSequencesPerRequest] (common/request_limits.h), max_tokens < 1, kv_window sizes outside [0, the
 // context], min_tokens outside [0, max_tokens], a stop token id outside the vocabulary, an
 // empty stop string, a sampling parameter outside its range (temperature < 0, top_p outside
 // (0, 1], top_k < -1, min_p outside [0, 1], repetition_penalty <= 0, presence or frequency

@@ -15,6 +15,7 @@ std::vector<NewRequest> SplitIntoSequences(RequestId id, const GenerateRequest& 
                                    .prompt_token_ids = request.prompt_token_ids,
                                    .sampling = std::move(sampling),
                                    .priority = request.priority,
+                                   .tenant = request.tenant,
                                    .cache_salt = request.cache_salt,
                                    .arrival_time = arrival_time,
                                    .kv_window = request.kv_window});

@@ -10,6 +10,7 @@ Request::Request(NewRequest spec, uint64_t order)
       priority(spec.priority),
       arrival_order(order),
       arrival_time(spec.arrival_time),
+      tenant(std::move(spec.tenant)),
       cache_salt(std::move(spec.cache_salt)),
       kv_window(spec.kv_window),
       token_ids(std::move(spec.prompt_token_ids)),

@@ -57,7 +57,8 @@ struct SamplingParams {
   int sequence_index = 0;  // which of a request's n sequences this is
 
   // Log-probabilities (the model's raw log-softmax) of each chosen token, and of the
-  // top_logprobs most likely ids at each step (top_logprobs > 0 implies logprobs).
+  // top_logprobs most likely ids at each step (top_logprobs > 0 needs logprobs: the engine's
+  // validation refuses it alone; a sampler given it alone still reports both).
   bool logprobs = false;
   int top_logprobs = 0;
 
@@ -72,6 +73,9 @@ struct NewRequest {
   SamplingParams sampling;
   // Smaller runs first (0 by default); ties go to the earlier arrival.
   int priority = 0;
+  // Who asked ("" for anonymous): a tenant's sequences count against its share of the KV
+  // pool and the batch (Scheduler).
+  std::string tenant;
   // Keeps tenants apart in the prefix cache.
   std::string cache_salt;
   std::chrono::steady_clock::time_point arrival_time = std::chrono::steady_clock::now();
@@ -108,6 +112,7 @@ struct Request {
   int priority = 0;
   uint64_t arrival_order = 0;  // unique, increasing with each Add
   std::chrono::steady_clock::time_point arrival_time;
+  std::string tenant;
   std::string cache_salt;
   std::optional<KvWindow> kv_window;
 

@@ -74,7 +74,7 @@ Status Scheduler::Add(NewRequest spec) {
                                 ": shorten it to at most " + Num(max_model_len_ - 1) +
                                 " tokens, leaving room for one generated token");
   }
-  if (static_cast<int>(waiting_.size()) >= config_.max_queue) {
+  if (QueueIsFullFor(spec.tenant)) {
     return ResourceExhaustedError(Num(waiting_.size()) + " requests are already waiting (" +
                                   "--max-queue " + Num(config_.max_queue) + "): retry later");
   }
@@ -86,6 +86,17 @@ Status Scheduler::Add(NewRequest spec) {
   waiting_.Push(request.get());
   requests_.emplace(id, std::move(request));
   return OkStatus();
+}
+
+bool Scheduler::QueueIsFullFor(std::string_view tenant) const {
+  const size_t max_queue = static_cast<size_t>(config_.max_queue);
+  if (waiting_.size() < max_queue) return false;
+  // A full queue still takes a tenant below its share of it (one tenant's flood does not
+  // lock the others out), up to twice --max-queue in all.
+  if (waiting_.size() >= 2 * max_queue) return true;
+  const size_t own = waiting_.size_of(tenant);
+  const size_t num_tenants = waiting_.num_tenants() + (own == 0 ? 1 : 0);
+  return own >= max_queue / num_tenants;
 }
 
 // Evicts from the middle (KvWindowTokensToEvict) when the request's cache would hold more
@@ -125,6 +136,7 @@ Status Scheduler::FinishRequest(RequestId id, FinishReason reason) {
 void Scheduler::Finish(Request* request, FinishReason reason) {
   if (request->state == RequestState::kRunning) {
     running_.erase(std::find(running_.begin(), running_.end(), request));
+    running_per_tenant_.Add(request->tenant, -1);
     kv_.Free(KvView(*request));
   } else {
     const bool was_waiting = waiting_.Remove(request);
@@ -146,7 +158,7 @@ SchedulerOutput Scheduler::Schedule() {
   std::vector<StepPlan> plans;
   int budget = config_.max_num_batched_tokens;
   // Admitting right after a preemption would take back the blocks it just freed.
-  if (!ScheduleRunning(plans, budget, out)) AdmitWaiting(plans, budget);
+  if (!ScheduleRunning(plans, budget, out)) AdmitWaiting(plans, budget, out);
 
   for (StepPlan& plan : plans) {
     out.requests.push_back(Commit(plan));
@@ -208,18 +220,28 @@ bool Scheduler::ScheduleRunning(std::vector<StepPlan>& plans, int& budget,
   return preempted;
 }
 
-void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget) {
-  while (!waiting_.empty() && budget > 0 &&
-         static_cast<int>(running_.size()) < config_.max_num_seqs) {
-    Request* request = waiting_.Front();
+void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, SchedulerOutput& out) {
+  while (!waiting_.empty() && budget > 0) {
+    Request* request = waiting_.Front(running_per_tenant_);
     EvictIfOverWindow(*request);
-    const PrefixHit hit = kv_.GetComputedBlocks(KvView(*request));
-    const int num_new = std::min(
-        {request->num_cache_tokens() - hit.num_tokens, budget, kv_.max_tokens_per_step()});
-    std::optional<std::vector<BlockId>> blocks =
-        kv_.AllocateSlots(KvView(*request), num_new, 0, hit);
+    PrefixHit hit;
+    int num_new = 0;
+    std::optional<std::vector<BlockId>> blocks;
+    while (true) {
+      if (static_cast<int>(running_.size()) < config_.max_num_seqs) {
+        hit = kv_.GetComputedBlocks(KvView(*request));
+        num_new = std::min(
+            {request->num_cache_tokens() - hit.num_tokens, budget, kv_.max_tokens_per_step()});
+        blocks = kv_.AllocateSlots(KvView(*request), num_new, 0, hit);
+        if (blocks) break;
+      }
+      // No seat or no blocks: a tenant below its share takes them from one above it.
+      Request* victim = FairShareVictim(*request);
+      if (victim == nullptr) break;
+      Preempt(victim, plans, budget, out);
+    }
     if (!blocks) break;  // strict order: nobody overtakes the head of the queue
-    waiting_.PopFront();
+    waiting_.Remove(request);
     if (request->state == RequestState::kWaiting) {
       request->num_cached_prompt_tokens = std::min(hit.num_tokens, request->num_prompt_tokens);
     }
@@ -228,6 +250,7 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget) {
     request->num_computed_tokens = hit.num_tokens;
     request->state = RequestState::kRunning;
     running_.push_back(request);
+    running_per_tenant_.Add(request->tenant, 1);
     budget -= num_new;
     plans.push_back(StepPlan{.request = request,
                              .num_verified_tokens = num_new,
@@ -237,13 +260,38 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget) {
   }
 }
 
+// Ahead in the victim order: lower priority (larger), then the tenant with more running
+// sequences, then the later arrival. One tenant: lowest priority, latest arrival.
+bool Scheduler::PreemptsBefore(const Request& a, const Request& b) const {
+  const int a_running = running_per_tenant_.Get(a.tenant);
+  const int b_running = running_per_tenant_.Get(b.tenant);
+  return std::tie(a.priority, a_running, a.arrival_order) >
+         std::tie(b.priority, b_running, b.arrival_order);
+}
+
 Request* Scheduler::PickVictim() const {
   TM_CHECK(!running_.empty());
-  return *std::max_element(running_.begin(), running_.end(),
-                           [](const Request* a, const Request* b) {
-                             return std::tie(a->priority, a->arrival_order) <
-                                    std::tie(b->priority, b->arrival_order);
+  return *std::min_element(running_.begin(), running_.end(),
+                           [this](const Request* a, const Request* b) {
+                             return PreemptsBefore(*a, *b);
                            });
+}
+
+Request* Scheduler::FairShareVictim(const Request& waiting) const {
+  // Over its share: after the move the victim's tenant still runs at least as many sequences
+  // as the waiting one's, so shares converge and never swap back and forth.
+  const int waiting_running = running_per_tenant_.Get(waiting.tenant);
+  // Everything running is the waiting tenant's (always so with one tenant): nothing to take.
+  if (static_cast<size_t>(waiting_running) == running_.size()) return nullptr;
+  Request* victim = nullptr;
+  for (Request* candidate : running_) {
+    if (candidate->tenant == waiting.tenant || candidate->priority < waiting.priority ||
+        running_per_tenant_.Get(candidate->tenant) <= waiting_running + 1) {
+      continue;
+    }
+    if (victim == nullptr || PreemptsBefore(*candidate, *victim)) victim = candidate;
+  }
+  return victim;
 }
 
 void Scheduler::Preempt(Request* victim, std::vector<StepPlan>& plans, int& budget,
@@ -262,6 +310,7 @@ void Scheduler::Preempt(Request* victim, std::vector<StepPlan>& plans, int& budg
   ++victim->num_preemptions;
   ++stats_.num_preemptions;
   running_.erase(std::find(running_.begin(), running_.end(), victim));
+  running_per_tenant_.Add(victim->tenant, -1);
   waiting_.Push(victim);
   out.preempted_ids.push_back(victim->id);
 }
@@ -387,6 +436,19 @@ Status Scheduler::CheckInvariants() const {
   if (running_.size() + waiting_.size() != requests_.size()) {
     return InternalError(Num(running_.size()) + " running + " + Num(waiting_.size()) +
                          " waiting != " + Num(requests_.size()) + " live requests");
+  }
+  TenantCounts counted;
+  for (const Request* request : running_) counted.Add(request->tenant, 1);
+  for (const Request* request : running_) {
+    if (counted.Get(request->tenant) != running_per_tenant_.Get(request->tenant)) {
+      return InternalError("tenant '" + request->tenant + "' runs " +
+                           Num(counted.Get(request->tenant)) + " requests, counted " +
+                           Num(running_per_tenant_.Get(request->tenant)));
+    }
+  }
+  if (counted.num_tenants() != running_per_tenant_.num_tenants()) {
+    return InternalError("running requests of " + Num(counted.num_tenants()) + " tenants, " +
+                         Num(running_per_tenant_.num_tenants()) + " counted");
   }
   for (const Request* request : running_) {
     const std::string name = "running request " + Num(request->id);

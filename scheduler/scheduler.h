@@ -11,11 +11,20 @@
 // request that cannot get its next block preempts the lowest-priority, latest-arrived
 // running request (possibly itself): its blocks go back (its prefix stays cached) and it
 // recomputes later, with the same tokens. No request is admitted in a step that preempted.
+//
+// Tenants (Request::tenant) share the batch and the pool fairly: among equal priorities the
+// waiting request of the tenant with the fewest running sequences goes first (WaitingQueue),
+// the victim is one of the tenant with the most, and when no seat or block is left, a waiting
+// request takes one from another tenant that runs at least two sequences more than its own
+// (its latest, of no higher priority). So a small request of one tenant is admitted within a
+// step or two while another tenant's hog fills the pool; with one tenant nothing changes.
+// A full queue (--max-queue) still takes a tenant below its share of it.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -24,6 +33,7 @@
 #include "scheduler/request.h"
 #include "scheduler/scheduler_config.h"
 #include "scheduler/scheduler_output.h"
+#include "scheduler/tenant_counts.h"
 #include "scheduler/waiting_queue.h"
 
 namespace tokenmill {
@@ -101,8 +111,13 @@ class Scheduler {
   void EvictIfOverWindow(Request& request);
   // Serves running requests; returns whether any was preempted.
   bool ScheduleRunning(std::vector<StepPlan>& plans, int& budget, SchedulerOutput& out);
-  void AdmitWaiting(std::vector<StepPlan>& plans, int& budget);
+  void AdmitWaiting(std::vector<StepPlan>& plans, int& budget, SchedulerOutput& out);
+  bool QueueIsFullFor(std::string_view tenant) const;
+  bool PreemptsBefore(const Request& a, const Request& b) const;
   Request* PickVictim() const;
+  // A running request of another tenant, above its share, that `waiting` may take the seat
+  // and blocks of; null when none (the waiting request then waits its turn).
+  Request* FairShareVictim(const Request& waiting) const;
   void Preempt(Request* victim, std::vector<StepPlan>& plans, int& budget,
                SchedulerOutput& out);
   ScheduledRequest Commit(StepPlan& plan);
@@ -116,6 +131,7 @@ class Scheduler {
   int max_model_len_;
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;  // live ones
   std::vector<Request*> running_;  // admission order
+  TenantCounts running_per_tenant_;  // running_, by tenant
   WaitingQueue waiting_;
   uint64_t next_arrival_order_ = 0;
   std::vector<RequestId> finished_since_schedule_;

@@ -3,7 +3,6 @@
 #include <filesystem>
 #include <memory>
 
-#include "common/bearer_token.h"
 #include "server/grpc/generate_reactor.h"
 #include "server/grpc/request_builder.h"
 #include "server/grpc/status_conversion.h"
@@ -27,7 +26,9 @@ class RefusedStream final : public grpc::ServerWriteReactor<v1::GenerateResponse
   void OnDone() override { delete this; }
 };
 
-RequestContext ContextOf(const ServingModel& model) {
+// `tenant` and `shared_prefix_cache` matter to Generate alone.
+RequestContext ContextOf(const ServingModel& model, std::string tenant = {},
+                         bool shared_prefix_cache = false) {
   return RequestContext{
       .tokenizer = &model.tokenizer,
       .chat_template = model.chat_template ? &*model.chat_template : nullptr,
@@ -37,7 +38,9 @@ RequestContext ContextOf(const ServingModel& model) {
       .reasoning = model.reasoning,
       .harmony = model.harmony,
       .parse_special_in_content = model.parse_special_in_content,
-      .speculative_decoding = model.engine->limits().speculative_decoding};
+      .speculative_decoding = model.engine->limits().speculative_decoding,
+      .tenant = std::move(tenant),
+      .shared_prefix_cache = shared_prefix_cache};
 }
 
 v1::SpecialToken SpecialTokenOf(const Tokenizer& tokenizer, TokenId id) {
@@ -50,19 +53,10 @@ v1::SpecialToken SpecialTokenOf(const Tokenizer& tokenizer, TokenId id) {
 }  // namespace
 
 const ServingModel* InferenceService::ModelOrStatus(const grpc::CallbackServerContext* context,
-                                                    grpc::Status& status) const {
-  if (!api_key_.empty()) {
-    const auto& metadata = context->client_metadata();
-    const auto header = metadata.find("authorization");
-    if (header == metadata.end() ||
-        !BearerTokenMatches(std::string_view(header->second.data(), header->second.size()),
-                            api_key_)) {
-      status = grpc::Status(grpc::UNAUTHENTICATED,
-                            "missing or wrong API key: send the metadata 'authorization: Bearer "
-                            "<key>' with the server's --api-key");
-      return nullptr;
-    }
-  }
+                                                    grpc::Status& status,
+                                                    CallerIdentity& caller) const {
+  status = IdentifyCaller(context->client_metadata(), api_key_, caller);
+  if (!status.ok()) return nullptr;
   const ServingModel* model = model_.load(std::memory_order_acquire);
   if (model == nullptr) {
     status = grpc::Status(grpc::UNAVAILABLE, "the model is still loading: retry shortly");
@@ -73,8 +67,11 @@ const ServingModel* InferenceService::ModelOrStatus(const grpc::CallbackServerCo
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   grpc::Status status;
-  const ServingModel* model = ModelOrStatus(context, status);
+  CallerIdentity caller;
+  const ServingModel* model = ModelOrStatus(context, status, caller);
   if (model == nullptr) return new RefusedStream(status);
+  status = CheckPriorityAllowed(request->priority(), caller);
+  if (!status.ok()) return new RefusedStream(status);
   if (draining_.load(std::memory_order_acquire)) {
     return new RefusedStream(grpc::Status(
         grpc::UNAVAILABLE, "the server is shutting down: send the request to another server"));
@@ -89,13 +86,15 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
     auto* reactor = new GenerateReactor(*model->engine, model->tokenizer, metrics_, streams_,
                                         std::move(request_id));
     reactor->Hold();
-    model->build_queue->Post(
-        [reactor, model, copy = std::make_shared<const v1::GenerateRequest>(*request)] {
-          reactor->StartBuilt(BuildGenerateRequest(*copy, ContextOf(*model)));
-        });
+    model->build_queue->Post([reactor, model, tenant = std::move(caller.tenant),
+                              shared = shared_prefix_cache_,
+                              copy = std::make_shared<const v1::GenerateRequest>(*request)] {
+      reactor->StartBuilt(BuildGenerateRequest(*copy, ContextOf(*model, tenant, shared)));
+    });
     return reactor;
   }
-  StatusOr<ValidatedRequest> built = BuildGenerateRequest(*request, ContextOf(*model));
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(
+      *request, ContextOf(*model, std::move(caller.tenant), shared_prefix_cache_));
   if (!built.ok()) return new RefusedStream(ToGrpcStatus(built.status()));
   auto* reactor = new GenerateReactor(*model->engine, model->tokenizer, metrics_, streams_,
                                       std::move(request_id));

@@ -1,7 +1,8 @@
 // The tokenmill.v1.Inference service on gRPC's callback API. It answers UNAVAILABLE until a
 // model is attached (the server starts listening before the model loads, so health checks
 // see NOT_SERVING) and refuses new Generate calls once draining begins. With an API key, every
-// call without "authorization: Bearer <key>" gets UNAUTHENTICATED before anything else runs.
+// call without "authorization: Bearer <key>" gets UNAUTHENTICATED before anything else runs;
+// a call names its tenant only with the key (server/grpc/caller_identity.h).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "server/grpc/caller_identity.h"
 #include "server/grpc/serving_model.h"
 #include "server/grpc/stream_counter.h"
 #include "server/metrics/request_metrics.h"
@@ -20,9 +22,12 @@ namespace tokenmill::server {
 
 class InferenceService final : public v1::Inference::CallbackService {
  public:
-  // `api_key`: empty for none.
-  InferenceService(RequestMetrics& metrics, std::string api_key)
-      : metrics_(metrics), api_key_(std::move(api_key)) {}
+  // `api_key`: empty for none. `shared_prefix_cache`: tenants share cached prompt prefixes
+  // (--shared-prefix-cache); otherwise each tenant's are its own (PrefixCacheSalt).
+  InferenceService(RequestMetrics& metrics, std::string api_key, bool shared_prefix_cache)
+      : metrics_(metrics),
+        api_key_(std::move(api_key)),
+        shared_prefix_cache_(shared_prefix_cache) {}
 
   // Serves `model` from now on; it must outlive the calls (wait for the streams to end).
   void Attach(ServingModel* model) { model_.store(model, std::memory_order_release); }
@@ -44,12 +49,19 @@ class InferenceService final : public v1::Inference::CallbackService {
 
  private:
   // The attached model, or null with `status` set to why calls cannot be served: a missing
-  // or wrong API key, or a model still loading.
+  // or wrong API key, a tenant the call may not name, or a model still loading. `caller`:
+  // who the call comes from.
   const ServingModel* ModelOrStatus(const grpc::CallbackServerContext* context,
-                                    grpc::Status& status) const;
+                                    grpc::Status& status, CallerIdentity& caller) const;
+  const ServingModel* ModelOrStatus(const grpc::CallbackServerContext* context,
+                                    grpc::Status& status) const {
+    CallerIdentity caller;
+    return ModelOrStatus(context, status, caller);
+  }
 
   RequestMetrics& metrics_;
   const std::string api_key_;
+  const bool shared_prefix_cache_;
   std::atomic<const ServingModel*> model_{nullptr};
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_request_number_{1};

@@ -134,7 +134,7 @@ int Run(const ServerOptions& options) {
   if (!credentials.ok()) return Fail(credentials.status());
   const bool tls = !options.tls_cert_path.empty();
   RequestMetrics request_metrics;
-  InferenceService service(request_metrics, options.api_key);
+  InferenceService service(request_metrics, options.api_key, options.shared_prefix_cache);
   std::atomic<const ServingModel*> serving_model{nullptr};
 
   std::unique_ptr<MetricsHttpServer> metrics;

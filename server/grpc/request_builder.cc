@@ -286,6 +286,22 @@ StatusOr<jinja::MarkedText> RenderContinuation(const v1::Chat& chat, ChatRequest
 
 }  // namespace
 
+std::string PrefixCacheSalt(std::string_view tenant, std::string_view client_salt,
+                            bool shared_prefix_cache) {
+  // No salt at all stays "", so a single-tenant server's blocks keep the keys KV-aware
+  // routers recompute from token ids (docs/api.md, KV cache events).
+  if (shared_prefix_cache || (tenant.empty() && client_salt.empty())) {
+    return std::string(client_salt);
+  }
+  // "<bytes>:<tenant><client salt>": the length ends the tenant, so no (tenant, salt) pair
+  // spells another's.
+  std::string salt = std::to_string(tenant.size());
+  salt += ':';
+  salt += tenant;
+  salt += client_salt;
+  return salt;
+}
+
 StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileStructuredOutput(
     const v1::SamplingParams& sampling, grammar::GrammarCache* grammars) {
   const v1::SamplingParams::StructuredOutputCase which = sampling.structured_output_case();
@@ -460,7 +476,9 @@ StatusOr<ValidatedRequest> BuildGenerateRequest(const v1::GenerateRequest& reque
     out.kv_window->window_tokens = Saturated(window.window_tokens());
   }
   out.priority = request.priority();
-  out.cache_salt = request.cache_salt();
+  out.tenant = context.tenant;
+  out.cache_salt =
+      PrefixCacheSalt(context.tenant, request.cache_salt(), context.shared_prefix_cache);
   out.output_parsing = chat_parsing;
 
   const RequestLimits limits = context.limits();

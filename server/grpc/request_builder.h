@@ -38,6 +38,11 @@ struct RequestContext {
   // client wrote (--parse-special-in-content); false: only in the template's markup.
   bool parse_special_in_content = false;
   bool speculative_decoding = false;  // the engine's: it refuses kv_window
+  // Whose request it is ("" for anonymous; server/grpc/caller_identity.h) and whether the
+  // server shares cached prefixes across tenants (--shared-prefix-cache): the request's
+  // tenant and its prefix-cache salt (PrefixCacheSalt).
+  std::string tenant = {};
+  bool shared_prefix_cache = false;
 
   // What the engine validates requests against (Engine::limits()).
   RequestLimits limits() const {
@@ -46,6 +51,16 @@ struct RequestContext {
             .speculative_decoding = speculative_decoding};
   }
 };
+
+// The prefix-cache salt of a request of `tenant` with the client's `client_salt`: requests
+// share cached prefixes only when these are equal. Private (the default): the tenant,
+// length-prefixed, then the client's salt, so a client's salt only subdivides its own
+// tenant's space and no client salt yields another tenant's; an anonymous request without a
+// salt keeps the empty one (its blocks' keys stay recomputable by KV-aware routers). Shared (--shared-prefix-cache):
+// the client's salt alone, so tenants share prefixes (and can tell from cached_tokens and
+// latency whether another tenant sent a prompt).
+std::string PrefixCacheSalt(std::string_view tenant, std::string_view client_salt,
+                            bool shared_prefix_cache);
 
 inline constexpr uint32_t kDefaultMaxTokens = 16;
 inline constexpr size_t kMaxRequestIdBytes = 256;

@@ -94,6 +94,12 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "prompt plus generated tokens per request (0: the model's context)")
       ->check(CLI::NonNegativeNumber);
   AddFlag(app, "--no-prefix-cache", o.no_prefix_cache, "do not share cached prompt prefixes");
+  AddFlag(app, "--shared-prefix-cache", o.shared_prefix_cache,
+          "share cached prompt prefixes across tenants (x-tokenmill-tenant), keyed by the "
+          "client's cache_salt alone; by default each tenant's are its own. A side channel: a "
+          "tenant then learns from cached_tokens and latency whether another tenant sent a "
+          "prompt (a guessed secret that hits the cache is confirmed), so use it only when "
+          "tenants trust each other");
   AddFlag(app, "--no-sliding-window-kv", o.no_sliding_window_kv,
           "sliding-window layers (Gemma 2 and 3) keep every KV block in the full layers' pool "
           "instead of a pool of their own that frees blocks past their window (vLLM's "

@@ -39,6 +39,9 @@ struct ServerOptions {
   int max_queue = 1024;
   int max_model_len = 0;  // 0: the model's context length
   bool no_prefix_cache = false;
+  // Tenants share cached prompt prefixes (the client's cache_salt alone keeps them apart);
+  // by default each tenant's are its own (server/grpc/request_builder.h, PrefixCacheSalt).
+  bool shared_prefix_cache = false;
   bool no_sliding_window_kv = false;  // sliding-window layers keep every block, as full ones
   std::string spec = "none";  // speculative decoding: none, ngram or draft
   int spec_tokens = 4;        // most draft tokens per request and step

@@ -83,6 +83,7 @@ Outcome RunJobs(const EngineConfig& config, const std::vector<Job>& jobs, bool b
         Greedy(Encode(job.prompt), job.max_tokens, nullptr, /*ignore_eos=*/false);
     request.sampling.temperature = job.temperature;
     request.sampling.seed = job.seed;
+    request.sampling.logprobs = job.logprobs;
     request.sampling.top_logprobs = job.logprobs ? 5 : 0;
     request.n = job.n;
     request.grammar = job.grammar;

@@ -186,6 +186,7 @@ TEST(EngineSamplingTest, LogprobsComeWithEveryTokenAndRankTheChosenOne) {
   auto core = NewCore(Config());
   Collector collector;
   GenerateRequest request = Greedy(RandomPrompt(15, Vocab(), 13), 6, collector.Sink(1));
+  request.sampling.logprobs = true;
   request.sampling.top_logprobs = 3;
   ASSERT_TRUE(core->Add(1, std::move(request)).ok());
   while (core->has_unfinished_requests()) ASSERT_TRUE(core->Step());

@@ -1,7 +1,11 @@
 // OpenAI JSON -> tokenmill.v1 requests: every parameter mapped or refused with its name.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "common/json_nesting.h"
+#include "common/request_limits.h"
 #include "gateway/api/openai/request_mapping.h"
 
 namespace tokenmill::gateway {
@@ -229,6 +233,30 @@ TEST(GatewayRequestMapping, DeepToolCallArgumentsAreRefusedNamingThem) {
   ASSERT_TRUE(refused.has_value());
   EXPECT_EQ(refused->status, 400);
   EXPECT_NE(refused->message.find("nests deeper than 64 levels"), std::string::npos);
+}
+
+// n has one limit in the gateway and the server (common/request_limits.h), and one request's
+// prompts × n stays within a batch (issue 35: 64 prompts × n = 16 took the machine).
+TEST(GatewayRequestMapping, SequencesPerRequestAreCapped) {
+  EXPECT_EQ(ParseError({{"prompt", "x"}, {"n", kMaxSequencesPerRequest + 1}},
+                       Endpoint::kCompletions)
+                .message,
+            "n must be an integer in [1, 16]");
+  EXPECT_EQ(ParseError({{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"n", 17}},
+                       Endpoint::kChatCompletions)
+                .param,
+            "n");
+  const json prompts = std::vector<std::string>(kMaxPromptsPerRequest, "x");
+  const HttpError fan_out =
+      ParseError({{"prompt", prompts}, {"n", kMaxSequencesPerRequest}}, Endpoint::kCompletions);
+  EXPECT_EQ(fan_out.status, 400);
+  EXPECT_EQ(fan_out.param, "n");
+  EXPECT_NE(fan_out.message.find("64 prompts × n = 1024 sequences; at most 256"),
+            std::string::npos)
+      << fan_out.message;
+  // At the cap: mapped.
+  EXPECT_EQ(ParseOk({{"prompt", prompts}, {"n", 4}}, Endpoint::kCompletions).generates.size(),
+            64u);
 }
 
 TEST(GatewayRequestMapping, AffinityKeyFollowsTheSystemPromptOrThePromptStart) {

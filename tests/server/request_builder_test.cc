@@ -69,6 +69,23 @@ TEST(BuildGenerateRequest, TextIsTokenizedWithTheModelsSpecialTokens) {
   EXPECT_EQ(built->get().sampling.max_tokens, static_cast<int>(kDefaultMaxTokens));
 }
 
+TEST(BuildGenerateRequest, CarriesTheTenantAndSaltsItsPrefixes) {
+  v1::GenerateRequest request;
+  request.mutable_token_ids()->add_ids(5);
+  request.set_cache_salt("s");
+  RequestContext context = SmolLm2().Context(8192);
+  context.tenant = "red";
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, context);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_EQ(built->get().tenant, "red");
+  EXPECT_EQ(built->get().cache_salt, "3:reds");
+  context.shared_prefix_cache = true;
+  built = BuildGenerateRequest(request, context);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_EQ(built->get().tenant, "red");
+  EXPECT_EQ(built->get().cache_salt, "s");
+}
+
 TEST(BuildGenerateRequest, CarriesTokenIdsAndStopConditionsAsGiven) {
   v1::GenerateRequest request;
   request.mutable_token_ids()->add_ids(5);
@@ -89,7 +106,9 @@ TEST(BuildGenerateRequest, CarriesTokenIdsAndStopConditionsAsGiven) {
   EXPECT_TRUE(built->get().sampling.ignore_eos);
   EXPECT_THAT(built->get().stop_strings, ElementsAre("\n\n"));
   EXPECT_EQ(built->get().priority, -2);
-  EXPECT_EQ(built->get().cache_salt, "tenant-a");
+  // An anonymous caller's salt, in the anonymous tenant's space (PrefixCacheSalt).
+  EXPECT_EQ(built->get().cache_salt, "0:tenant-a");
+  EXPECT_EQ(built->get().tenant, "");
   EXPECT_EQ(built->get().sampling.seed, 42u);
   EXPECT_EQ(built->get().n, 1);
   EXPECT_FALSE(built->get().sampling.wants_logprobs());
@@ -223,6 +242,8 @@ TEST(BuildGenerateRequest, RefusesBadInputSayingWhatToChange) {
        StatusCode::kInvalidArgument, "sampling.min_tokens = 5 exceeds max_tokens = 4"},
       {"top_logprobs", [](v1::GenerateRequest& r) { r.set_top_logprobs(21); },
        StatusCode::kInvalidArgument, "top_logprobs = 21 must be at most 20"},
+      {"top_logprobs without logprobs", [](v1::GenerateRequest& r) { r.set_top_logprobs(2); },
+       StatusCode::kInvalidArgument, "top_logprobs = 2 needs logprobs: set logprobs to true"},
       {"n zero", [](v1::GenerateRequest& r) { r.set_n(0); }, StatusCode::kInvalidArgument,
        "n = 0 must be in [1, 16]"},
       {"n too large", [](v1::GenerateRequest& r) { r.set_n(17); },

@@ -1,9 +1,11 @@
 #include "gateway/api/openai/request_mapping.h"
 
+#include <algorithm>
 #include <limits>
 #include <set>
 #include <string_view>
 
+#include "common/request_limits.h"
 #include "gateway/api/json_fields.h"
 #include "gateway/api/openai/structured_output.h"
 #include "gateway/api/openai/tool_calls.h"
@@ -134,14 +136,14 @@ std::optional<HttpError> ParseGenerateCommon(const json& body, Endpoint endpoint
   if (max_tokens) g.set_max_tokens(static_cast<uint32_t>(*max_tokens));
 
   std::optional<int64_t> n;
-  GW_RETURN_IF_ERROR(Integer(body, "n", 1, 128, n));
+  GW_RETURN_IF_ERROR(Integer(body, "n", 1, kMaxSequencesPerRequest, n));
   if (n) {
     out.n = static_cast<uint32_t>(*n);
     if (*n > 1) g.set_n(static_cast<uint32_t>(*n));
   }
   if (endpoint == Endpoint::kCompletions) {
     std::optional<int64_t> best_of;
-    GW_RETURN_IF_ERROR(Integer(body, "best_of", 1, 128, best_of));
+    GW_RETURN_IF_ERROR(Integer(body, "best_of", 1, kMaxSequencesPerRequest, best_of));
     if (best_of && *best_of != out.n) {
       return BadRequest("best_of other than n is not supported: leave it unset", "best_of");
     }
@@ -257,8 +259,19 @@ std::optional<HttpError> ParsePrompts(const json& body, const v1::GenerateReques
   } else {
     return bad();
   }
-  if (out.generates.size() > 64) {
-    return BadRequest("at most 64 prompts per request", "prompt");
+  if (out.generates.size() > static_cast<size_t>(kMaxPromptsPerRequest)) {
+    return BadRequest("at most " + std::to_string(kMaxPromptsPerRequest) +
+                          " prompts per request",
+                      "prompt");
+  }
+  // Each prompt runs n sequences: together they may not exceed one batch.
+  const size_t sequences = out.generates.size() * std::max<uint32_t>(1, common.n());
+  if (sequences > static_cast<size_t>(kMaxSequencesPerBatchRequest)) {
+    return BadRequest(std::to_string(out.generates.size()) + " prompts × n = " +
+                          std::to_string(sequences) + " sequences; at most " +
+                          std::to_string(kMaxSequencesPerBatchRequest) +
+                          " per request: send fewer prompts or a smaller n",
+                      "n");
   }
   const v1::GenerateRequest& first = out.generates.front();
   out.affinity_key = first.has_token_ids() ? TokenIdsKey(first.token_ids()) : Prefix(first.text());
