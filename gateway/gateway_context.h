@@ -1,5 +1,6 @@
 // What every connection and route handler of the gateway shares: its flags, the backend pool,
-// the metrics, the Responses API's store, the open Generate calls and the id counter. One per
+// the metrics, the Responses API's store, the open Generate calls, the id counter and the
+// memory of bodies being read. One per
 // gateway, made by HttpGateway, living as long as it; the handlers reach it through their
 // HttpExchange.
 #pragma once
@@ -14,6 +15,7 @@
 #include "gateway/backends/upstream_call.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_options.h"
+#include "gateway/http/body_budget.h"
 
 namespace boost::asio::ssl {
 class context;
@@ -23,13 +25,15 @@ namespace tokenmill::gateway {
 
 struct GatewayContext {
   GatewayContext(const GatewayOptions& o, int64_t max_body, BackendPool& p, GatewayMetrics& m,
-                 std::string prefix, ResponseStore::Limits store_limits)
+                 std::string prefix, ResponseStore::Limits store_limits,
+                 size_t body_buffer_bytes)
       : options(o),
         max_body_bytes(max_body),
         pool(p),
         metrics(m),
         id_prefix(std::move(prefix)),
-        responses(store_limits) {}
+        responses(store_limits),
+        body_reads(body_buffer_bytes) {}
 
   // A fresh response id: "<prefix>-<process random><counter>".
   std::string NewId(std::string_view prefix);
@@ -43,6 +47,7 @@ struct GatewayContext {
   std::atomic<uint64_t> next_id{0};
   CallRegistry calls;
   ResponseStore responses;
+  BodyBudget body_reads;  // the request bodies being received (--body-buffer-size)
 };
 
 }  // namespace tokenmill::gateway

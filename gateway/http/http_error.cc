@@ -1,6 +1,7 @@
 #include "gateway/http/http_error.h"
 
 #include <array>
+#include <cstdio>
 #include <string_view>
 
 namespace tokenmill::gateway {
@@ -50,6 +51,23 @@ HttpError PayloadTooLarge(long long limit_bytes) {
 HttpError NoBackend() {
   return MakeError(503, "no tokenmill-server backend is ready; retry later", "server_error", "",
                    "no_backend", 1);
+}
+
+HttpError BodyTimeout(double timeout_seconds) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%g", timeout_seconds);
+  return MakeError(408,
+                   std::string("the request body did not arrive within the gateway's "
+                               "--body-timeout (") +
+                       seconds + " s): send the whole body at once",
+                   "invalid_request_error", "", "request_timeout");
+}
+
+HttpError BodyBufferFull(long long buffer_bytes) {
+  return MakeError(503,
+                   "the gateway is receiving as many request bodies as its --body-buffer-size (" +
+                       std::to_string(buffer_bytes) + " bytes) holds; retry later",
+                   "server_error", "", "body_buffer_full", 1);
 }
 
 std::string ParamNamedBy(const std::string& message) {
