@@ -134,7 +134,7 @@ asio::awaitable<bool> Connection::HandleOne() {
   }
   if (refusal || !parser.is_done()) {
     CountFinished(match, started);
-    co_return false;
+    co_return keep_alive_;
   }
   HttpRequest request(std::move(parser.get().base()), std::move(parser.get().body().text));
   // A handler's bug must not drop the connection without a word: answer 500 (when nothing
