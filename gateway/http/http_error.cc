@@ -110,6 +110,17 @@ HttpError FromGrpcStatus(const grpc::Status& status) {
       error.code = "not_found";
       break;
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      // gRPC's own message-size limit ("Received message larger than max (N vs. 4194304)"),
+      // most often an answer (a /tokenize of megabytes) over what the gateway receives: no
+      // retry helps, unlike a full queue.
+      if (error.message.find("larger than max") != std::string::npos) {
+        error = MakeError(413,
+                          "a message between the gateway and tokenmill-server is over gRPC's "
+                          "size limit (" + error.message +
+                              " bytes): send a shorter input",
+                          "invalid_request_error", "", "request_too_large");
+        break;
+      }
       error.status = 429;
       error.type = "rate_limit_error";
       error.code = "queue_full";

@@ -265,3 +265,34 @@ def test_a_client_that_half_closes_still_gets_its_answer(gateway, stream):
         assert len(events) >= 9
     else:
         assert json.loads(body_of(answer))["usage"]["completion_tokens"] == 8
+
+
+# --- Small ones ---------------------------------------------------------------------------------
+
+def test_a_tokenize_answer_over_the_grpc_receive_limit_is_a_413(gateway):
+    # 3.2 MB of text (under the 4 MiB a request may be) tokenizes to 1.6 million ids, which
+    # with the echoed prompt are over the 4 MiB the gateway receives: a 429 queue_full before,
+    # retried by clients for ever.
+    response = gateway.http.post("/tokenize", json={"prompt": "a " * 1600000})
+    assert response.status_code == 413, response.text[:300]
+    error = response.json()["error"]
+    assert error["code"] == "request_too_large", error
+    assert "4194304" in error["message"] and "shorter" in error["message"], error
+    assert "retry-after" not in response.headers
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                              "top_logprobs": 0}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                              "logprobs": False, "top_logprobs": 3}),
+    # The dialects without the field refuse it by name.
+    ("/v1/completions", {"prompt": "Hi", "top_logprobs": 3}),
+    ("/v1/responses", {"input": "Hi", "top_logprobs": 3}),
+    ("/v1/messages", {"max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}],
+                      "top_logprobs": 3}),
+], ids=["chat 0", "chat logprobs false", "completions", "responses", "messages"])
+def test_top_logprobs_without_logprobs_is_a_400(gateway, path, body):
+    response = gateway.http.post(path, json={"model": model_name(gateway), **body})
+    assert response.status_code == 400, response.text[:300]
+    assert "top_logprobs" in response.text, response.text[:300]
