@@ -1,7 +1,10 @@
 // One HTTP/1.1 client connection: a coroutine on its own strand that reads requests one after
 // another (keep-alive), routes them and writes the responses, plain or as an event stream.
-// While a request waits on a backend it also watches the socket, so that a client that goes
-// away cancels the backend call. The route table (routes.h) says which handler answers.
+// Each request's head is checked (request_head.h) and admitted (route, method, API key) before
+// a byte of its body is read; the body then has --body-timeout and draws on the gateway's
+// --body-buffer-size (body_budget.h). While a request waits on a backend it also watches the
+// socket, so that a client that goes away cancels the backend call (one that only half-closed
+// is answered). The route table (routes.h) says which handler answers.
 #pragma once
 
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.

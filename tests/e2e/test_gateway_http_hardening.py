@@ -296,3 +296,19 @@ def test_top_logprobs_without_logprobs_is_a_400(gateway, path, body):
     response = gateway.http.post(path, json={"model": model_name(gateway), **body})
     assert response.status_code == 400, response.text[:300]
     assert "top_logprobs" in response.text, response.text[:300]
+
+
+def test_health_is_not_ready_until_a_backend_answers():
+    # Readiness: a backend that takes TCP connections but never answers gRPC's health check
+    # keeps /health at 503 (the manifests' readiness probe); /metrics stays 200.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        with Gateway(f"127.0.0.1:{silent.getsockname()[1]}", wait_ready=False) as g:
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                response = g.http.get("/health")
+                assert response.status_code == 503, response.text
+                assert response.headers["retry-after"] == "1"
+                time.sleep(0.2)
+            assert g.http.get("/metrics").status_code == 200
