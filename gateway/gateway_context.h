@@ -1,6 +1,6 @@
 // What every connection and route handler of the gateway shares: its flags, the API keys and
-// the tenants' limits, the backend pool, the metrics, the Responses API's store and the open
-// Generate calls. One per
+// the tenants' limits, the backend pool, the metrics, the Responses API's store, the open
+// Generate calls and the memory of bodies being read. One per
 // gateway, made by HttpGateway, living as long as it; the handlers reach it through their
 // HttpExchange.
 #pragma once
@@ -14,6 +14,7 @@
 #include "gateway/backends/upstream_call.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/gateway_options.h"
+#include "gateway/http/body_budget.h"
 #include "gateway/tenants/key_store.h"
 #include "gateway/tenants/tenant_limiter.h"
 
@@ -25,7 +26,8 @@ namespace tokenmill::gateway {
 
 struct GatewayContext {
   GatewayContext(const GatewayOptions& o, int64_t max_body, BackendPool& p, GatewayMetrics& m,
-                 const KeyStore& k, ResponseStore::Limits store_limits)
+                 const KeyStore& k, ResponseStore::Limits store_limits,
+                 size_t body_buffer_bytes)
       : options(o),
         max_body_bytes(max_body),
         pool(p),
@@ -33,7 +35,8 @@ struct GatewayContext {
         keys(k),
         limiter({.max_concurrent = o.tenant_max_concurrent,
                  .tokens_per_minute = o.tenant_tokens_per_minute}),
-        responses(store_limits) {}
+        responses(store_limits),
+        body_reads(body_buffer_bytes) {}
 
   // A fresh id: "<prefix>-<32 hex digits>", 128 bits from the CSPRNG. Stored responses are
   // read by id: an id must not be guessable from another one.
@@ -52,6 +55,7 @@ struct GatewayContext {
   boost::asio::ssl::context* tls = nullptr;  // HTTPS (--tls-cert), else null: plain HTTP
   CallRegistry calls;
   ResponseStore responses;
+  BodyBudget body_reads;  // the request bodies being received (--body-buffer-size)
 };
 
 }  // namespace tokenmill::gateway

@@ -16,6 +16,32 @@ CLI::Option* AddOption(CLI::App& app, const std::string& flag, T& value, const s
   return app.add_option(flag, value, help)->envname(GatewayEnvName(flag))->capture_default_str();
 }
 
+// Reading request bodies (issue 35): how long one may take, and the memory of all being read.
+void AddBodyReadingOptions(CLI::App& app, GatewayOptions& o) {
+  AddOption(app, "--body-timeout", o.body_timeout_seconds,
+            "seconds a request body may take to arrive after its head; later: 408 and the "
+            "connection closes")
+      ->check(CLI::Range(0.1, 3600.0));
+  AddOption(app, "--body-buffer-size", o.body_buffer_size,
+            "memory for the request bodies being received at once, across all connections "
+            "(\"64MiB\", at least --max-body-size); a body that does not fit gets 503");
+}
+
+// The checked --body-buffer-size, into `limits` (whose max_body_bytes is set).
+Status ResolveBodyReadingLimits(const GatewayOptions& options, GatewayLimits& limits) {
+  StatusOr<int64_t> buffer = ParseByteSize(options.body_buffer_size);
+  if (!buffer.ok()) {
+    return InvalidArgumentError("--body-buffer-size: " + buffer.status().message());
+  }
+  if (*buffer < limits.max_body_bytes) {
+    return InvalidArgumentError("--body-buffer-size (" + options.body_buffer_size +
+                                ") must be at least --max-body-size (" + options.max_body_size +
+                                "): a body that large could never be read");
+  }
+  limits.body_buffer_bytes = *buffer;
+  return OkStatus();
+}
+
 }  // namespace
 
 void AddGatewayOptions(CLI::App& app, GatewayOptions& o) {
@@ -80,6 +106,7 @@ void AddGatewayOptions(CLI::App& app, GatewayOptions& o) {
       ->check(CLI::PositiveNumber);
   AddOption(app, "--log-level", o.log_level, "trace, debug, info, warn, error or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  AddBodyReadingOptions(app, o);
 }
 
 StatusOr<GatewayLimits> ResolveGatewayLimits(const GatewayOptions& options) {
@@ -100,6 +127,7 @@ StatusOr<GatewayLimits> ResolveGatewayLimits(const GatewayOptions& options) {
   GatewayLimits limits;
   limits.max_body_bytes = *body;
   limits.response_store_bytes = *store;
+  TM_RETURN_IF_ERROR(ResolveBodyReadingLimits(options, limits));
   return limits;
 }
 

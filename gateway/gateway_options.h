@@ -48,6 +48,10 @@ struct GatewayOptions {
   std::string response_store_size = "64MiB";
   int response_store_ttl_seconds = 3600;
   std::string log_level = "info";
+  // Reading request bodies: a body not complete this many seconds after its head gets 408;
+  // the bodies being received at once hold at most this many bytes (over it: 503).
+  double body_timeout_seconds = 30.0;
+  std::string body_buffer_size = "64MiB";
 };
 
 // Registers every flag on `app`, bound to `options`, with its TOKENMILL_GATEWAY_ variable.
@@ -60,6 +64,7 @@ std::string GatewayEnvName(std::string_view flag);
 struct GatewayLimits {
   int64_t max_body_bytes = 0;
   int64_t response_store_bytes = 0;
+  int64_t body_buffer_bytes = 0;  // at least max_body_bytes
 };
 StatusOr<GatewayLimits> ResolveGatewayLimits(const GatewayOptions& options);
 

@@ -50,7 +50,8 @@ struct HttpGateway::Impl {
         acceptor(io),
         context(options, limits.max_body_bytes, pool, metrics, keys,
                 {.max_bytes = static_cast<size_t>(limits.response_store_bytes),
-                 .ttl = std::chrono::seconds(options.response_store_ttl_seconds)}) {}
+                 .ttl = std::chrono::seconds(options.response_store_ttl_seconds)},
+                static_cast<size_t>(limits.body_buffer_bytes)) {}
 
   asio::io_context io;
   tcp::acceptor acceptor;

@@ -3,6 +3,13 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <chrono>
 
 namespace tokenmill::gateway {
@@ -21,12 +28,17 @@ constexpr auto kTlsShutdownTimeout = std::chrono::seconds(2);
 }  // namespace
 
 StreamDeadline::StreamDeadline(ClientStream& stream, std::chrono::steady_clock::duration timeout)
-    : timer_(stream.get_executor()), done_(std::make_shared<bool>(false)) {
+    : timer_(stream.get_executor()),
+      done_(std::make_shared<bool>(false)),
+      expired_(std::make_shared<bool>(false)) {
   timer_.expires_after(timeout);
   // The handler may run after this object is gone (cancelled): `done` says so.
-  timer_.async_wait([&stream, done = done_](const boost::system::error_code& error) {
-    if (!error && !*done) stream.Cancel();
-  });
+  timer_.async_wait(
+      [&stream, done = done_, expired = expired_](const boost::system::error_code& error) {
+        if (error || *done) return;
+        *expired = true;
+        stream.Cancel();
+      });
 }
 
 StreamDeadline::~StreamDeadline() {
@@ -93,6 +105,25 @@ asio::awaitable<void> ClientStream::ShutdownSend() {
     co_await tls_->async_shutdown(asio::redirect_error(asio::use_awaitable, ignored));
   }
   socket_.shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+bool ClientStream::ProbePeer(std::string_view bytes) {
+  if (tls_) return true;
+  const int fd = socket_.native_handle();
+  // A reset from the client (the answer to an earlier probe) closed the socket.
+  tcp_info info{};
+  socklen_t info_size = sizeof info;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &info_size) == 0 &&
+      info.tcpi_state == TCP_CLOSE) {
+    return false;
+  }
+  int unacknowledged = 0;
+  if (ioctl(fd, SIOCOUTQ, &unacknowledged) != 0 || unacknowledged != 0) return true;
+  // An empty send queue takes a few bytes whole. MSG_NOSIGNAL: a reset peer is EPIPE, not
+  // SIGPIPE.
+  const ssize_t sent = ::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (sent >= 0) return static_cast<size_t>(sent) == bytes.size();
+  return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
 }
 
 void ClientStream::Close() {

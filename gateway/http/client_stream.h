@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -43,6 +44,12 @@ class ClientStream {
   boost::asio::awaitable<bool> Handshake();
   // Ends every pending operation with operation_aborted.
   void Cancel();
+  // After the client's end of stream: whether it still reads, found by sending `bytes` at once
+  // (never blocking, never in part) where nothing sent before waits unacknowledged. A client
+  // that closed its socket answers them with a reset, which fails a later probe; one that only
+  // half-closed (shutdown(SHUT_WR)) takes them. False: gone. Plain TCP only; true for TLS,
+  // and when the probe could not be sent now.
+  bool ProbePeer(std::string_view bytes);
   // No more writes: TLS's close_notify (bounded in time), then the TCP half-close.
   boost::asio::awaitable<void> ShutdownSend();
   void Close();
@@ -72,9 +79,13 @@ class StreamDeadline {
   StreamDeadline(const StreamDeadline&) = delete;
   StreamDeadline& operator=(const StreamDeadline&) = delete;
 
+  // Whether the timeout passed (and cancelled the stream's operations).
+  bool expired() const { return *expired_; }
+
  private:
   boost::asio::steady_timer timer_;
   std::shared_ptr<bool> done_;
+  std::shared_ptr<bool> expired_;
 };
 
 }  // namespace tokenmill::gateway

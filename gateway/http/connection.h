@@ -1,7 +1,10 @@
 // One HTTP/1.1 client connection: a coroutine on its own strand that reads requests one after
 // another (keep-alive), routes them and writes the responses, plain or as an event stream.
-// While a request waits on a backend it also watches the socket, so that a client that goes
-// away cancels the backend call. The route table (routes.h) says which handler answers.
+// Each request's head is checked (request_head.h) and admitted (route, method, API key) before
+// a byte of its body is read; the body then has --body-timeout and draws on the gateway's
+// --body-buffer-size (body_budget.h). While a request waits on a backend it also watches the
+// socket, so that a client that goes away cancels the backend call (one that only half-closed
+// is answered). The route table (routes.h) says which handler answers.
 #pragma once
 
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
@@ -13,10 +16,14 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gateway/gateway_context.h"
+#include "gateway/http/body_budget.h"
 #include "gateway/http/client_stream.h"
 #include "gateway/http/http_error.h"
 #include "gateway/http/http_exchange.h"
@@ -47,8 +54,24 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
   void CloseAfterResponse() override { keep_alive_ = false; }
 
  private:
+  using RequestParser = boost::beast::http::request_parser<BudgetedBody>;
+
   boost::asio::awaitable<bool> HandleOne();
-  boost::asio::awaitable<void> Dispatch(const HttpRequest& request, const RouteMatch& match);
+  // Reads until buffer_ holds a whole request head (its size into head_bytes); no parsing.
+  boost::asio::awaitable<boost::beast::error_code> ReadHeadBytes(size_t& head_bytes);
+  // The body of a head that was admitted, within --body-timeout and --body-buffer-size: the
+  // error to answer when it is refused; nullopt when it was read, or the client left (the
+  // parser is not done).
+  boost::asio::awaitable<std::optional<HttpError>> ReadBody(RequestParser& parser);
+  // 404, 405 or 401 for a request head, before its body is read; nullopt: admitted.
+  std::optional<HttpError> Admit(const HttpRequest& head, const RouteMatch& match) const;
+  // A 400 for a request whose framing cannot be trusted; the connection then closes.
+  boost::asio::awaitable<void> RefuseMalformed(const std::string& message);
+  // After the client's end of stream while a backend works: probes it until StopWatching, and
+  // pushes kClientGone to `events` once it proves gone (see WatchForClose).
+  void ProbeHalfClosed(std::shared_ptr<EventQueue> events, uint64_t round);
+  // Counts the request in the metrics; its seconds.
+  double CountFinished(const RouteMatch& match, std::chrono::steady_clock::time_point started);
   boost::asio::awaitable<bool> Write(
       boost::beast::http::response<boost::beast::http::string_body>& response);
   boost::asio::awaitable<void> DiscardInput();
@@ -65,6 +88,9 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
   bool watching_ = false;
   bool stop_requested_ = false;
   boost::asio::steady_timer watch_done_;
+  unsigned request_version_ = 11;  // of the request being answered: 10 or 11
+  boost::asio::steady_timer probe_timer_;
+  uint64_t watch_round_ = 0;  // one per WatchForClose: a stale probe does nothing
 };
 
 boost::asio::awaitable<void> ServeConnection(std::shared_ptr<Connection> connection);

@@ -1,6 +1,7 @@
 #include "gateway/http/http_error.h"
 
 #include <array>
+#include <cstdio>
 #include <string_view>
 
 namespace tokenmill::gateway {
@@ -52,6 +53,23 @@ HttpError NoBackend() {
                    "no_backend", 1);
 }
 
+HttpError BodyTimeout(double timeout_seconds) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%g", timeout_seconds);
+  return MakeError(408,
+                   std::string("the request body did not arrive within the gateway's "
+                               "--body-timeout (") +
+                       seconds + " s): send the whole body at once",
+                   "invalid_request_error", "", "request_timeout");
+}
+
+HttpError BodyBufferFull(long long buffer_bytes) {
+  return MakeError(503,
+                   "the gateway is receiving as many request bodies as its --body-buffer-size (" +
+                       std::to_string(buffer_bytes) + " bytes) holds; retry later",
+                   "server_error", "", "body_buffer_full", 1);
+}
+
 std::string ParamNamedBy(const std::string& message) {
   static constexpr std::array<std::string_view, 23> kParams = {
       "temperature",        "top_p",            "top_k",             "min_p",
@@ -92,6 +110,17 @@ HttpError FromGrpcStatus(const grpc::Status& status) {
       error.code = "not_found";
       break;
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      // gRPC's own message-size limit ("Received message larger than max (N vs. 4194304)"),
+      // most often an answer (a /tokenize of megabytes) over what the gateway receives: no
+      // retry helps, unlike a full queue.
+      if (error.message.find("larger than max") != std::string::npos) {
+        error = MakeError(413,
+                          "a message between the gateway and tokenmill-server is over gRPC's "
+                          "size limit (" + error.message +
+                              " bytes): send a shorter input",
+                          "invalid_request_error", "", "request_too_large");
+        break;
+      }
       error.status = 429;
       error.type = "rate_limit_error";
       error.code = "queue_full";

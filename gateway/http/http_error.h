@@ -26,9 +26,14 @@ HttpError NotFound(std::string message, std::string code = "not_found");
 HttpError Unauthorized();
 HttpError PayloadTooLarge(long long limit_bytes);
 HttpError NoBackend();
+// A body that did not arrive within --body-timeout (408; the connection closes).
+HttpError BodyTimeout(double timeout_seconds);
+// A body that the memory for bodies being read (--body-buffer-size) has no room for (503).
+HttpError BodyBufferFull(long long buffer_bytes);
 
 // A backend's failure as the client should see it: INVALID_ARGUMENT -> 400 (param guessed
-// from the message), RESOURCE_EXHAUSTED -> 429 with Retry-After, UNAVAILABLE -> 503, ...
+// from the message), RESOURCE_EXHAUSTED -> 429 with Retry-After (413 when it is gRPC's message
+// size limit), UNAVAILABLE -> 503, ...
 HttpError FromGrpcStatus(const grpc::Status& status);
 
 // The request parameter a server message names, when it names one ("temperature: must be

@@ -176,6 +176,9 @@ TEST(GatewayRequestMapping, RefusalsNameTheParameter) {
       {Endpoint::kCompletions, {{"messages", chat_base["messages"]}}, "messages"},
       {Endpoint::kChatCompletions, {{"prompt", "x"}}, "prompt"},
       {Endpoint::kChatCompletions, {{"top_logprobs", 1}}, "top_logprobs"},
+      // Set at all without logprobs: 0 too, and beside logprobs: false (issue 35).
+      {Endpoint::kChatCompletions, {{"top_logprobs", 0}}, "top_logprobs"},
+      {Endpoint::kChatCompletions, {{"logprobs", false}, {"top_logprobs", 2}}, "top_logprobs"},
       {Endpoint::kChatCompletions, {{"max_tokens", 3}, {"max_completion_tokens", 4}},
        "max_completion_tokens"},
       {Endpoint::kChatCompletions, {{"tool_choice", "required"}}, "tool_choice"},

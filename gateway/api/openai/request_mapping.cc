@@ -404,7 +404,9 @@ std::optional<HttpError> ParseCompletionRequest(const json& body, Endpoint endpo
     std::optional<int64_t> top;
     GW_RETURN_IF_ERROR(
         Integer(body, "top_logprobs", 0, std::numeric_limits<uint32_t>::max(), top));
-    if (top && *top > 0 && !out.logprobs) {
+    // Set at all (0 too) without logprobs, as OpenAI and vLLM refuse it: the client asked
+    // for something it will not get.
+    if (top && !out.logprobs) {
       return BadRequest("top_logprobs needs logprobs: true", "top_logprobs");
     }
     out.top_logprobs = static_cast<uint32_t>(top.value_or(0));
