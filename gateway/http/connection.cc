@@ -237,7 +237,7 @@ bool Connection::Authorized(const http::request_header<>& request) {
 }
 
 std::optional<HttpError> Connection::Admit(const HttpRequest& head,
-                                           const RouteMatch& match) const {
+                                           const RouteMatch& match) {
   const std::string_view path = Path(head);
   if (match.route == nullptr) {
     return NotFound("Unknown route: " + std::string(head.method_string()) + " " +

@@ -63,8 +63,9 @@ class Connection : public HttpExchange, public std::enable_shared_from_this<Conn
   // error to answer when it is refused; nullopt when it was read, or the client left (the
   // parser is not done).
   boost::asio::awaitable<std::optional<HttpError>> ReadBody(RequestParser& parser);
-  // 404, 405 or 401 for a request head, before its body is read; nullopt: admitted.
-  std::optional<HttpError> Admit(const HttpRequest& head, const RouteMatch& match) const;
+  // 404, 405 or 401 for a request head, before its body is read; nullopt: admitted (and
+  // tenant_ is the key's tenant).
+  std::optional<HttpError> Admit(const HttpRequest& head, const RouteMatch& match);
   // A 400 for a request whose framing cannot be trusted; the connection then closes.
   boost::asio::awaitable<void> RefuseMalformed(const std::string& message);
   // After the client's end of stream while a backend works: probes it until StopWatching, and

@@ -330,7 +330,7 @@ TEST(ResponseIds, CarryAHundredAndTwentyEightRandomBits) {
   GatewayMetrics metrics;
   BackendPool pool({}, BackendSecurity{}, std::chrono::seconds(1), 16, "");
   const StatusOr<std::unique_ptr<KeyStore>> keys = KeyStore::FromOptions(options);
-  GatewayContext context(options, 1 << 20, pool, metrics, **keys, {});
+  GatewayContext context(options, 1 << 20, pool, metrics, **keys, {}, 1 << 20);
   std::set<std::string> seen;
   std::string previous;
   for (int i = 0; i < 1000; ++i) {
