@@ -119,7 +119,8 @@ async def run(args, factory=None):
     built = build_workload(args, factory)
     warmup = workloads.random_workload(factory, 1, 16, 4, args.seed, "warmup")[0]
     url = f"{args.base_url}/v1/completions"
-    async with aiohttp.ClientSession(timeout=TIMEOUT) as session:
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
+    async with aiohttp.ClientSession(timeout=TIMEOUT, headers=headers) as session:
         model = args.model or await served_model(session, args.base_url)
         warm = await stream_completion(session, url, completion_body(
             model, warmup, args.seed, args.ignore_eos), warmup)
@@ -207,6 +208,7 @@ def add_arguments(parser):
     parser.add_argument("--goodput", nargs="*", metavar="METRIC:MS",
                         help="SLOs for goodput, e.g. ttft:2000 tpot:200 e2el:10000")
     parser.add_argument("--label", default="")
+    parser.add_argument("--api-key", default="", help="sent as 'Authorization: Bearer KEY'")
     parser.add_argument("--no-progress", action="store_true")
 
 

@@ -7,24 +7,12 @@ refusal the server still answers."""
 import grpc
 import pytest
 
-from gateway_harness import Gateway, backend_address, model_name
-from server_harness import Server, generate, pb2
+from gateway_harness import model_name
+from server_harness import generate, pb2
 
 LEVELS = 100000
 DEEP = '{"a":' * LEVELS + "1" + "}" * LEVELS
 REFUSAL = "nests deeper than 64 levels of lists and objects"
-
-
-@pytest.fixture(scope="module")
-def server():
-    with Server() as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def gateway(server):
-    with Gateway(backend_address(server)) as g:
-        yield g
 
 
 def grpc_chat(arguments):

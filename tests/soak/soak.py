@@ -5,7 +5,8 @@ Starts tokenmill-server and tokenmill-gateway, takes (--capacity) or measures th
 number of concurrent streams, then for --minutes drives about twice that many closed-loop
 clients, each drawing its next request from a mix: gRPC streams, OpenAI-client streams and whole
 completions through the gateway, n > 1, stop strings, clients that cancel or disconnect
-mid-stream, short deadlines, and malformed gRPC and HTTP requests.
+mid-stream, short deadlines, and malformed gRPC and HTTP requests, among them the adversarial
+suite's attacks (JSON nested past any stack, forged turns, smuggled framing).
 
 It fails (exit status 1) when
   - a request ends in a way its kind does not allow (an unexpected status, a stream without its

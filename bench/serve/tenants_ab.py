@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""What tenants cost a serving deployment: tokenmill-server + tokenmill-gateway of build A as
+they ran before tenants (no keys), against build B with the keys of a shared deployment (the
+gateway's --api-key-file naming two tenants, the server's --api-key; every request then looks
+its key up, counts against its tenant's limits, names its tenant to the server and gets a
+tenant-derived prefix-cache salt). Both stacks up at once, the benchmark client (benchmark.py)
+on each in interleaved pairs (A B, then B A, ...), fresh prompts per pair; reports per scenario
+the mean ratio B/A of output tokens/s with its 95% confidence interval.
+
+  .venv/bin/python bench/serve/tenants_ab.py --a /tmp/before/bin --b build/bin --pairs 6
+"""
+import argparse
+import asyncio
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchmark  # noqa: E402
+import workloads  # noqa: E402
+from side_by_side import free_port, wait_http  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+BACKEND_KEY = "bench-backend-key-0123456789"
+TENANT_KEYS = {"tenant-a": "sk-bench-tenant-a-0123456789", "tenant-b": "sk-bench-tenant-b-0123"}
+SCENARIOS = {
+    "random c16": {"workload": "random", "concurrency": 16, "num_prompts": 64,
+                   "input_len": 128, "output_len": 32},
+    "shared-prefix c8": {"workload": "shared-prefix", "concurrency": 8, "num_prompts": 32,
+                         "input_len": 64, "output_len": 16, "prefix_len": 256},
+}
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+       9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131}
+
+
+def start_stack(bin_dir, model, threads, keyed, work, procs):
+    grpc_port, http_port = free_port(), free_port()
+    server = [str(bin_dir / "tokenmill-server"), "--model", model, "--threads", str(threads),
+              "--port", str(grpc_port), "--metrics-port", "-1"]
+    gateway = [str(bin_dir / "tokenmill-gateway"), "--backend", f"127.0.0.1:{grpc_port}",
+               "--port", str(http_port)]
+    if keyed:
+        keys = work / "keys.txt"
+        keys.write_text("".join(f"{key} {tenant}\n" for tenant, key in TENANT_KEYS.items()))
+        server += ["--api-key", BACKEND_KEY]
+        gateway += ["--api-key-file", str(keys), "--backend-api-key", BACKEND_KEY]
+    name = "b" if keyed else "a"
+    for role, cmd in (("server", server), ("gateway", gateway)):
+        log = open(work / f"{name}-{role}.log", "w")
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
+    url = f"http://127.0.0.1:{http_port}"
+    wait_http(url + "/health", procs[-1])
+    return url
+
+
+def scenario(name, pair, args, url, api_key):
+    parser = argparse.ArgumentParser()
+    benchmark.add_arguments(parser)
+    ns = parser.parse_args(["--tokenizer", args.model, "--no-progress"])
+    for key, value in SCENARIOS[name].items():
+        setattr(ns, key, value)
+    ns.seed = args.seed + 1000 * pair + list(SCENARIOS).index(name)
+    ns.base_url, ns.api_key, ns.label = url, api_key, name
+    return ns
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--a", required=True, help="bin dir of the build before tenants")
+    parser.add_argument("--b", default=str(ROOT / "build/bin"), help="bin dir with tenants")
+    parser.add_argument("--model", default=str(ROOT / "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    factory = workloads.PromptFactory(args.model)
+    procs = []
+    ratios = {name: [] for name in SCENARIOS}
+    with tempfile.TemporaryDirectory(prefix="tenants_ab_") as work:
+        try:
+            urls = {"a": start_stack(Path(args.a), args.model, args.threads, False,
+                                     Path(work), procs),
+                    "b": start_stack(Path(args.b), args.model, args.threads, True,
+                                     Path(work), procs)}
+            keys = {"a": "", "b": TENANT_KEYS["tenant-a"]}
+            for pair in range(args.pairs):
+                for i, name in enumerate(SCENARIOS):
+                    order = "ab" if (pair + i) % 2 == 0 else "ba"
+                    out = {}
+                    for build in order:
+                        result = asyncio.run(benchmark.run(
+                            scenario(name, pair, args, urls[build], keys[build]), factory))
+                        assert result["metrics"]["failed"] == 0, result["metrics"]
+                        out[build] = result["metrics"]["output_throughput"]
+                    ratios[name].append(out["b"] / out["a"])
+                    print(f"pair {pair} {name:16} A {out['a']:7.1f} B {out['b']:7.1f} tok/s "
+                          f"B/A {ratios[name][-1]:.3f}", flush=True)
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(timeout=60)
+    for name, values in ratios.items():
+        mean = statistics.mean(values)
+        half = (T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+                if len(values) > 1 else float("nan"))
+        print(f"{name}: output tokens/s B/A {mean:.4f} [{mean - half:.3f}, {mean + half:.3f}] "
+              f"over {len(values)} pairs")
+
+
+if __name__ == "__main__":
+    main()
