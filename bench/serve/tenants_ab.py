@@ -5,13 +5,16 @@ gateway's --api-key-file naming two tenants, the server's --api-key; every reque
 its key up, counts against its tenant's limits, names its tenant to the server and gets a
 tenant-derived prefix-cache salt). Both stacks up at once, the benchmark client (benchmark.py)
 on each in interleaved pairs (A B, then B A, ...), fresh prompts per pair; reports per scenario
-the mean ratio B/A of output tokens/s with its 95% confidence interval.
+the mean ratio B/A, with its 95% confidence interval, of output tokens/s and of the CPU time the
+server and the gateway spent per output token (/proc: less moved by other jobs on the machine
+than wall-clock rates). With --a and --b the same build, the ratio is what the keys cost alone.
 
   .venv/bin/python bench/serve/tenants_ab.py --a /tmp/before/bin --b build/bin --pairs 6
 """
 import argparse
 import asyncio
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -36,7 +39,19 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
        9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131}
 
 
+def cpu_seconds(procs):
+    """User + system CPU seconds of each process so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = []
+    for p in procs:
+        with open(f"/proc/{p.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        out.append((int(fields[11]) + int(fields[12])) / ticks)
+    return out
+
+
 def start_stack(bin_dir, model, threads, keyed, work, procs):
+    work.mkdir()
     grpc_port, http_port = free_port(), free_port()
     server = [str(bin_dir / "tokenmill-server"), "--model", model, "--threads", str(threads),
               "--port", str(grpc_port), "--metrics-port", "-1"]
@@ -47,13 +62,12 @@ def start_stack(bin_dir, model, threads, keyed, work, procs):
         keys.write_text("".join(f"{key} {tenant}\n" for tenant, key in TENANT_KEYS.items()))
         server += ["--api-key", BACKEND_KEY]
         gateway += ["--api-key-file", str(keys), "--backend-api-key", BACKEND_KEY]
-    name = "b" if keyed else "a"
     for role, cmd in (("server", server), ("gateway", gateway)):
-        log = open(work / f"{name}-{role}.log", "w")
+        log = open(work / f"{role}.log", "w")
         procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
     url = f"http://127.0.0.1:{http_port}"
     wait_http(url + "/health", procs[-1])
-    return url
+    return url, procs[-2:]
 
 
 def scenario(name, pair, args, url, api_key):
@@ -78,36 +92,45 @@ def main():
     args = parser.parse_args()
     factory = workloads.PromptFactory(args.model)
     procs = []
-    ratios = {name: [] for name in SCENARIOS}
+    measures = ("output tokens/s", "server CPU s per token", "gateway CPU s per token")
+    ratios = {(name, m): [] for name in SCENARIOS for m in measures}
     with tempfile.TemporaryDirectory(prefix="tenants_ab_") as work:
         try:
-            urls = {"a": start_stack(Path(args.a), args.model, args.threads, False,
-                                     Path(work), procs),
-                    "b": start_stack(Path(args.b), args.model, args.threads, True,
-                                     Path(work), procs)}
+            stacks = {"a": start_stack(Path(args.a), args.model, args.threads, False,
+                                       Path(work) / "a", procs),
+                      "b": start_stack(Path(args.b), args.model, args.threads, True,
+                                       Path(work) / "b", procs)}
             keys = {"a": "", "b": TENANT_KEYS["tenant-a"]}
             for pair in range(args.pairs):
                 for i, name in enumerate(SCENARIOS):
                     order = "ab" if (pair + i) % 2 == 0 else "ba"
                     out = {}
                     for build in order:
+                        url, pair_procs = stacks[build]
+                        cpu_before = cpu_seconds(pair_procs)
                         result = asyncio.run(benchmark.run(
-                            scenario(name, pair, args, urls[build], keys[build]), factory))
-                        assert result["metrics"]["failed"] == 0, result["metrics"]
-                        out[build] = result["metrics"]["output_throughput"]
-                    ratios[name].append(out["b"] / out["a"])
-                    print(f"pair {pair} {name:16} A {out['a']:7.1f} B {out['b']:7.1f} tok/s "
-                          f"B/A {ratios[name][-1]:.3f}", flush=True)
+                            scenario(name, pair, args, url, keys[build]), factory))
+                        cpu = [after - before for before, after in
+                               zip(cpu_before, cpu_seconds(pair_procs))]
+                        m = result["metrics"]
+                        assert m["failed"] == 0, m
+                        tokens = m["total_output_tokens"]
+                        out[build] = (m["output_throughput"], cpu[0] / tokens, cpu[1] / tokens)
+                    for i, measure in enumerate(measures):
+                        ratios[(name, measure)].append(out["b"][i] / out["a"][i])
+                    print(f"pair {pair} {name:16} " + ", ".join(
+                        f"{measure} B/A {ratios[(name, measure)][-1]:.3f}"
+                        for measure in measures), flush=True)
         finally:
             for p in procs:
                 p.terminate()
             for p in procs:
                 p.wait(timeout=60)
-    for name, values in ratios.items():
+    for (name, measure), values in ratios.items():
         mean = statistics.mean(values)
         half = (T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
                 if len(values) > 1 else float("nan"))
-        print(f"{name}: output tokens/s B/A {mean:.4f} [{mean - half:.3f}, {mean + half:.3f}] "
+        print(f"{name}: {measure} B/A {mean:.4f} [{mean - half:.3f}, {mean + half:.3f}] "
               f"over {len(values)} pairs")
 
 
