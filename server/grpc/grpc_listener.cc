@@ -5,12 +5,15 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace tokenmill::server {
 namespace {
@@ -19,6 +22,19 @@ namespace {
 // next (no descriptor left: one may free up at any time, and spinning would not help).
 constexpr int kPollMs = 100;
 constexpr auto kRetryAfterFailure = std::chrono::milliseconds(100);
+// Descriptors kept free for what a connection needs inside gRPC once handed over: gRPC 1.51's
+// paths for a descriptor it cannot get are unsafe (under UBSan: a call through a freed
+// shared_ptr control block), so a connection that would leave fewer is closed at once.
+constexpr int kDescriptorReserve = 32;
+
+// The lowest descriptor number that leaves fewer than kDescriptorReserve free (descriptors
+// are handed out lowest first, so the number of a new one says how many are left below the
+// limit); no limit: never.
+int ReserveStart() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return INT32_MAX;
+  return static_cast<int>(limit.rlim_cur) - kDescriptorReserve;
+}
 
 int BoundPort(int fd) {
   sockaddr_storage address{};
@@ -77,16 +93,21 @@ GrpcListener::~GrpcListener() {
 }
 
 void GrpcListener::AcceptLoop() {
+  const int reserve_start = ReserveStart();
   bool failing = false;
   while (!stopping_.load()) {
     pollfd listening{fd_, POLLIN, 0};
     if (poll(&listening, 1, kPollMs) <= 0) continue;
     const int connection = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (connection < 0) {
-      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;
+    if (connection < 0 && (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)) continue;
+    if (connection < 0 || connection >= reserve_start) {
+      const std::string why = connection < 0 ? std::strerror(errno)
+                                             : "fewer than " + std::to_string(kDescriptorReserve) +
+                                                   " descriptors left (RLIMIT_NOFILE)";
+      if (connection >= 0) close(connection);
       if (!failing) {
-        spdlog::warn("gRPC port: accept failed: {}; retrying every {} ms",
-                     std::strerror(errno), kRetryAfterFailure.count());
+        spdlog::warn("gRPC port: accept failed: {}; retrying every {} ms", why,
+                     kRetryAfterFailure.count());
         failing = true;
       }
       std::this_thread::sleep_for(kRetryAfterFailure);
