@@ -10,8 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from gateway_harness import Gateway, backend_address, model_name  # noqa: E402
 from server_harness import Server  # noqa: E402
-from test_gateway_bad_inputs import (BODY_LIMIT, distinct_keys, filled,  # noqa: E402
-                                     peak_rss_mib, post_raw)
+from test_gateway_bad_inputs import BODY_LIMIT, distinct_keys, filled, post_raw  # noqa: E402
 
 
 def bodies(model):
@@ -48,11 +47,11 @@ def main():
             model = model_name(probe)
         for name, path, body in bodies(model):
             with Gateway(backend_address(server), log_level="info") as gateway:
-                before = peak_rss_mib(gateway)
+                before = gateway.status_mib("VmHWM")
                 start = time.monotonic()
                 response = post_raw(gateway, path, body)
                 seconds = time.monotonic() - start
-                growth = peak_rss_mib(gateway) - before
+                growth = gateway.status_mib("VmHWM") - before
                 print(f"{name:30s} {len(body):8d} B -> {response.status_code} "
                       f"+{growth:6.1f} MiB {seconds:6.2f} s  {response.text[:70]}", flush=True)
 

@@ -133,6 +133,14 @@ class LoggedProcess:
     def close(self):
         self.stop()
 
+    def status_mib(self, field):
+        """A memory field of /proc/<pid>/status ("VmRSS", "VmHWM", "VmData"), in MiB."""
+        with open(f"/proc/{self.proc.pid}/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+        raise AssertionError(f"no {field} in /proc/{self.proc.pid}/status")
+
     def __enter__(self):
         return self
 

@@ -82,14 +82,6 @@ def fds(process):
     return kinds
 
 
-def rss_mib(process):
-    with open(f"/proc/{process.proc.pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
 def kv_blocks_in_use(server):
     return server.metrics()["tokenmill:kv_cache_blocks_in_use"]
 
@@ -143,7 +135,8 @@ def test_baseline(server, gateway, model):
     server.stub.Tokenize(pb2.TokenizeRequest(text="hi"), metadata=AUTH, timeout=30)
     time.sleep(0.5)
     BASELINE.update(server_fds=fds(server), gateway_fds=fds(gateway),
-                    server_rss=rss_mib(server), gateway_rss=rss_mib(gateway))
+                    server_rss=server.status_mib("VmRSS"),
+                    gateway_rss=gateway.status_mib("VmRSS"))
     assert kv_blocks_in_use(server) == 0
 
 
@@ -341,6 +334,7 @@ def test_everything_is_back_to_baseline(server, gateway):
         time.sleep(0.2)
     # What the grammar cache keeps is there by design (within --grammar-cache-mib).
     grammars_mib = server.metrics()["tokenmill:grammar_cache_bytes"] / (1 << 20)
-    assert rss_mib(server) < BASELINE["server_rss"] + grammars_mib + RSS_TOLERANCE_MIB
-    assert rss_mib(gateway) < BASELINE["gateway_rss"] + RSS_TOLERANCE_MIB
+    assert (server.status_mib("VmRSS") <
+            BASELINE["server_rss"] + grammars_mib + RSS_TOLERANCE_MIB)
+    assert gateway.status_mib("VmRSS") < BASELINE["gateway_rss"] + RSS_TOLERANCE_MIB
     assert server.proc.poll() is None and gateway.proc.poll() is None

@@ -186,14 +186,6 @@ def test_body_of_too_many_values_is_refused(gateway, path, body, words):
     assert words in error["message"], error
 
 
-def peak_rss_mib(process):
-    with open(f"/proc/{process.proc.pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM in /proc/<pid>/status")
-
-
 def sanitized(process):
     """Whether the binary runs under ASan or TSan, whose allocators keep freed memory."""
     with open(f"/proc/{process.proc.pid}/maps") as maps:
@@ -212,12 +204,12 @@ MAX_GROWTH_MIB = 128
 def test_bodies_of_tiny_values_cost_the_gateway_bounded_memory(server):
     # A gateway of its own: VmHWM is the peak over the process's life.
     with Gateway(backend_address(server), log_level="info") as gateway:
-        before = peak_rss_mib(gateway)
+        before = gateway.status_mib("VmHWM")
         # Two at a time: the gateway's two I/O threads parse two bodies at once.
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             answers = list(pool.map(lambda case: post_raw(gateway, case[0], case[1]), WIDE))
         assert [a.status_code for a in answers] == [400] * len(WIDE)
-        growth = peak_rss_mib(gateway) - before
+        growth = gateway.status_mib("VmHWM") - before
         if sanitized(gateway):
             pytest.skip(f"the sanitizers' allocator keeps freed memory (grew {growth:.0f} MiB)")
         assert growth < MAX_GROWTH_MIB, f"peak RSS grew {growth:.0f} MiB"

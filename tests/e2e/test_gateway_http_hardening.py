@@ -45,15 +45,6 @@ def body_of(answer):
     return body
 
 
-def data_mib(process):
-    """The process's writable private memory (VmData): what it allocated, touched or not."""
-    with open(f"/proc/{process.proc.pid}/status") as status:
-        for line in status:
-            if line.startswith("VmData:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmData in /proc/<pid>/status")
-
-
 def post_head(length, path="/v1/completions", extra=b""):
     return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             + extra + b"Content-Length: " + str(length).encode() + b"\r\n\r\n")
@@ -113,12 +104,12 @@ def test_stalled_uploads_cost_what_they_sent_not_what_they_declared(server):
         if sanitized(g):
             pytest.skip("the sanitizers' allocator maps memory its own way")
         assert g.http.get("/health").status_code == 200
-        before = data_mib(g)
+        before = g.status_mib("VmData")
         stalled = [connect(g) for _ in range(20)]
         for s in stalled:
             s.sendall(post_head(8000000) + b'{"prompt": "' + b"a" * 1000)
         time.sleep(1)
-        growth = data_mib(g) - before
+        growth = g.status_mib("VmData") - before
         assert g.http.get("/health").status_code == 200
         for s in stalled:
             s.close()
