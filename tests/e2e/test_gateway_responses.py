@@ -120,8 +120,8 @@ def test_previous_response_id_continues_the_conversation(server, client, model):
     assert third.output_text == text
 
 
-def test_unknown_or_unstored_previous_response_is_a_400(client, model):
-    with pytest.raises(openai.BadRequestError) as unknown:
+def test_unknown_or_unstored_previous_response_is_a_404(client, model):
+    with pytest.raises(openai.NotFoundError) as unknown:
         client.responses.create(model=model, previous_response_id="resp_nope", input="Hi")
     assert unknown.value.code == "previous_response_not_found"
     assert unknown.value.param == "previous_response_id"
@@ -129,7 +129,7 @@ def test_unknown_or_unstored_previous_response_is_a_400(client, model):
     unstored = client.responses.create(model=model, input="Hi", store=False,
                                        max_output_tokens=2)
     assert unstored.store is False
-    with pytest.raises(openai.BadRequestError) as refused:
+    with pytest.raises(openai.NotFoundError) as refused:
         client.responses.create(model=model, previous_response_id=unstored.id, input="Hi")
     assert refused.value.code == "previous_response_not_found"
 
@@ -158,7 +158,7 @@ def test_retrieve_and_delete_a_stored_response(gateway, client, model):
     with pytest.raises(openai.NotFoundError):
         client.responses.delete(created.id)
     # A deleted response cannot be continued either.
-    with pytest.raises(openai.BadRequestError) as refused:
+    with pytest.raises(openai.NotFoundError) as refused:
         client.responses.create(model=model, previous_response_id=created.id, input="And 3 + 3?")
     assert refused.value.code == "previous_response_not_found"
 

@@ -464,13 +464,13 @@ void BuildResponsesChat(const ResponsesRequest& request,
 }
 
 HttpError PreviousResponseNotFound(const std::string& id, int ttl_seconds) {
-  HttpError error = BadRequest(
+  HttpError error = NotFound(
       "Previous response with id '" + id +
           "' not found: it was not stored (store: false), is over " +
           std::to_string(ttl_seconds) +
           " s old, or was dropped for room; the gateway keeps stored responses in memory only",
-      "previous_response_id");
-  error.code = "previous_response_not_found";
+      "previous_response_not_found");
+  error.param = "previous_response_id";
   return error;
 }
 

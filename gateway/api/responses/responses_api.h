@@ -47,7 +47,8 @@ std::optional<HttpError> ParseResponsesRequest(const nlohmann::json& body,
 void BuildResponsesChat(const ResponsesRequest& request,
                         const std::vector<v1::ChatMessage>& previous, v1::Chat& chat);
 
-// 400 previous_response_not_found, saying why an id may be unknown.
+// 404 previous_response_not_found, saying why an id may be unknown (another tenant's
+// response answers the same: nothing tells that it exists).
 HttpError PreviousResponseNotFound(const std::string& id, int ttl_seconds);
 
 // chat.tools_json again from the request's text parsed keeping key order (nlohmann::json
