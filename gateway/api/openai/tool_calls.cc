@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/json_nesting.h"
+#include "gateway/api/json_fields.h"
 
 namespace tokenmill::gateway {
 
@@ -19,12 +20,6 @@ bool IsFunctionName(const std::string& name) {
            return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                   c == '_' || c == '-';
          });
-}
-
-const json* Field(const json& object, const char* name) {
-  const auto it = object.find(name);
-  if (it == object.end() || it->is_null()) return nullptr;
-  return &*it;
 }
 
 const std::string* StringField(const json& object, const char* name) {
