@@ -10,6 +10,8 @@ server and the gateway spent per output token (/proc: less moved by other jobs o
 than wall-clock rates). With --a and --b the same build, the ratio is what the keys cost alone.
 
   .venv/bin/python bench/serve/tenants_ab.py --a /tmp/before/bin --b build/bin --pairs 6
+  .venv/bin/python bench/serve/tenants_ab.py --a /tmp/before/bin --scenario "shared-prefix c8" \
+      --prompts-scale 4 --pairs 20
 """
 import argparse
 import asyncio
@@ -36,7 +38,9 @@ SCENARIOS = {
                          "input_len": 64, "output_len": 16, "prefix_len": 256},
 }
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-       9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131}
+       9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
+       16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069,
+       24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045}
 
 
 def cpu_seconds(procs):
@@ -76,6 +80,7 @@ def scenario(name, pair, args, url, api_key):
     ns = parser.parse_args(["--tokenizer", args.model, "--no-progress"])
     for key, value in SCENARIOS[name].items():
         setattr(ns, key, value)
+    ns.num_prompts *= args.prompts_scale
     ns.seed = args.seed + 1000 * pair + list(SCENARIOS).index(name)
     ns.base_url, ns.api_key, ns.label = url, api_key, name
     return ns
@@ -89,11 +94,17 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scenario", choices=list(SCENARIOS), action="append",
+                        help="run only this scenario (repeatable; all by default)")
+    parser.add_argument("--prompts-scale", type=int, default=1,
+                        help="each run sends this many times the scenario's prompts (longer "
+                             "runs, less pair-to-pair spread)")
     args = parser.parse_args()
+    scenarios = args.scenario or list(SCENARIOS)
     factory = workloads.PromptFactory(args.model)
     procs = []
     measures = ("output tokens/s", "server CPU s per token", "gateway CPU s per token")
-    ratios = {(name, m): [] for name in SCENARIOS for m in measures}
+    ratios = {(name, m): [] for name in scenarios for m in measures}
     with tempfile.TemporaryDirectory(prefix="tenants_ab_") as work:
         try:
             stacks = {"a": start_stack(Path(args.a), args.model, args.threads, False,
@@ -102,7 +113,7 @@ def main():
                                        Path(work) / "b", procs)}
             keys = {"a": "", "b": TENANT_KEYS["tenant-a"]}
             for pair in range(args.pairs):
-                for i, name in enumerate(SCENARIOS):
+                for i, name in enumerate(scenarios):
                     order = "ab" if (pair + i) % 2 == 0 else "ba"
                     out = {}
                     for build in order:
