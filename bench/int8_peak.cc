@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <thread>
 #include <vector>
 
@@ -115,7 +114,7 @@ bool AmxUsable() {
 }
 
 // The best of five runs: N threads each running `kernel`, in billions of multiply-adds a second.
-double Measure(const std::function<int64_t(int32_t*)>& kernel, int threads) {
+double Measure(int64_t (*kernel)(int32_t*), int threads) {
   double best = 0.0;
   std::vector<int32_t> sinks(static_cast<size_t>(threads) * 16);
   for (int rep = 0; rep < 5; ++rep) {

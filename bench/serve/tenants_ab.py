@@ -127,8 +127,8 @@ def main():
                         assert m["failed"] == 0, m
                         tokens = m["total_output_tokens"]
                         out[build] = (m["output_throughput"], cpu[0] / tokens, cpu[1] / tokens)
-                    for i, measure in enumerate(measures):
-                        ratios[(name, measure)].append(out["b"][i] / out["a"][i])
+                    for k, measure in enumerate(measures):
+                        ratios[(name, measure)].append(out["b"][k] / out["a"][k])
                     print(f"pair {pair} {name:16} " + ", ".join(
                         f"{measure} B/A {ratios[(name, measure)][-1]:.3f}"
                         for measure in measures), flush=True)

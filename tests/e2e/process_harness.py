@@ -133,6 +133,11 @@ class LoggedProcess:
     def close(self):
         self.stop()
 
+    def sanitized(self):
+        """Whether the binary runs under ASan or TSan, whose allocators keep freed memory."""
+        with open(f"/proc/{self.proc.pid}/maps") as maps:
+            return any(lib in maps.read() for lib in ("libasan", "libtsan"))
+
     def status_mib(self, field):
         """A memory field of /proc/<pid>/status ("VmRSS", "VmHWM", "VmData"), in MiB."""
         with open(f"/proc/{self.proc.pid}/status") as status:

@@ -5,7 +5,6 @@ descriptors, take the machine. Each test is one attack and what it must get; the
 that the processes are back where they started: descriptors (by kind) and KV blocks exactly, RSS
 within RSS_TOLERANCE_MIB (allocators keep some of what they freed). Each item's narrower tests
 are in the files docs/bad-inputs.md names; this suite runs them together against one deployment."""
-import os
 import socket
 import threading
 import time
@@ -32,8 +31,7 @@ METRICS_TIMEOUT_S = 2
 # besides the compiled grammars the server caches.
 RSS_TOLERANCE_MIB = 64
 # AddressSanitizer holds freed memory in its quarantine (256 MiB by default) before reuse.
-if "ASAN_OPTIONS" in os.environ:
-    RSS_TOLERANCE_MIB += 256
+ASAN_QUARANTINE_MIB = 256
 DEEP = 100_000
 GRAMMAR_MAX_MIB = 40
 GRAMMAR_CACHE_MIB = 48
@@ -348,7 +346,7 @@ def test_everything_is_back_to_baseline(server, gateway):
         time.sleep(0.2)
     # What the grammar cache keeps is there by design (within --grammar-cache-mib).
     grammars_mib = server.metrics()["tokenmill:grammar_cache_bytes"] / (1 << 20)
-    assert (server.status_mib("VmRSS") <
-            BASELINE["server_rss"] + grammars_mib + RSS_TOLERANCE_MIB)
-    assert gateway.status_mib("VmRSS") < BASELINE["gateway_rss"] + RSS_TOLERANCE_MIB
+    tolerance = RSS_TOLERANCE_MIB + (ASAN_QUARANTINE_MIB if server.sanitized() else 0)
+    assert server.status_mib("VmRSS") < BASELINE["server_rss"] + grammars_mib + tolerance
+    assert gateway.status_mib("VmRSS") < BASELINE["gateway_rss"] + tolerance
     assert server.proc.poll() is None and gateway.proc.poll() is None

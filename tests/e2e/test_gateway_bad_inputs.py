@@ -186,12 +186,6 @@ def test_body_of_too_many_values_is_refused(gateway, path, body, words):
     assert words in error["message"], error
 
 
-def sanitized(process):
-    """Whether the binary runs under ASan or TSan, whose allocators keep freed memory."""
-    with open(f"/proc/{process.proc.pid}/maps") as maps:
-        return any(lib in maps.read() for lib in ("libasan", "libtsan"))
-
-
 # What two of the worst bodies at once may add to the gateway's peak RSS. Each is read whole
 # (8 MiB) and, within the limits, becomes at most 1048576 numbers of 16 bytes in a list that
 # doubles as it grows (8 MiB copied to 16 MiB at the last doubling) or 131072 strings, lists
@@ -210,7 +204,7 @@ def test_bodies_of_tiny_values_cost_the_gateway_bounded_memory(server):
             answers = list(pool.map(lambda case: post_raw(gateway, case[0], case[1]), WIDE))
         assert [a.status_code for a in answers] == [400] * len(WIDE)
         growth = gateway.status_mib("VmHWM") - before
-        if sanitized(gateway):
+        if gateway.sanitized():
             pytest.skip(f"the sanitizers' allocator keeps freed memory (grew {growth:.0f} MiB)")
         assert growth < MAX_GROWTH_MIB, f"peak RSS grew {growth:.0f} MiB"
 
