@@ -11,8 +11,14 @@ bool BodyBudget::TryTake(size_t bytes) {
 }
 
 bool BodyCharge::Grow(size_t bytes) {
-  if (refused_ || !budget_.TryTake(bytes)) {
+  if (refused_) return false;
+  if (!budget_.TryTake(bytes)) {
+    // The body is dropped (BudgetedBody frees its text): what it held goes back now, not
+    // once its connection has written the 503 and closed, so the bodies still arriving get
+    // it (else two bodies overflowing together were both refused while one would do).
     refused_ = true;
+    budget_.Give(bytes_);
+    bytes_ = 0;
     return false;
   }
   bytes_ += bytes;

@@ -43,7 +43,8 @@ class BodyCharge {
   BodyCharge(const BodyCharge&) = delete;
   BodyCharge& operator=(const BodyCharge&) = delete;
 
-  // False, and refused() from then on, when the budget has no room for `bytes` more.
+  // False, and refused() from then on, when the budget has no room for `bytes` more; what the
+  // body held goes back to the budget then.
   bool Grow(size_t bytes);
   bool refused() const { return refused_; }
 
@@ -75,6 +76,7 @@ struct BudgetedBody {
     std::size_t put(const ConstBufferSequence& buffers, boost::beast::error_code& error) {
       const size_t bytes = boost::asio::buffer_size(buffers);
       if (body_.charge != nullptr && !body_.charge->Grow(bytes)) {
+        body_.text = std::string();  // refused: its budget went back, so goes its memory
         error = boost::asio::error::no_buffer_space;
         return 0;
       }

@@ -58,7 +58,7 @@ TEST(RequestHead, Http11NeedsExactlyOneHost) {
   EXPECT_FALSE(FramingProblem(Fields({}), 10));  // HTTP/1.0 has no Host requirement
 }
 
-TEST(BodyBudget, ChargesGrowUntilTheBudgetAndGiveBackWhenTheyEnd) {
+TEST(BodyBudget, ChargesGrowUntilTheBudgetAndGiveBackWhenRefusedOrEnded) {
   BodyBudget budget(100);
   {
     BodyCharge first(budget);
@@ -69,7 +69,9 @@ TEST(BodyBudget, ChargesGrowUntilTheBudgetAndGiveBackWhenTheyEnd) {
     EXPECT_FALSE(second.Grow(1));
     EXPECT_TRUE(second.refused());
     EXPECT_FALSE(first.refused());
-    EXPECT_EQ(budget.in_use(), 100u);
+    EXPECT_EQ(budget.in_use(), 60u);  // the refused body's 40 went back at once
+    EXPECT_TRUE(first.Grow(40));
+    EXPECT_FALSE(second.Grow(1));  // refused stays refused
   }
   EXPECT_EQ(budget.in_use(), 0u);
 }
