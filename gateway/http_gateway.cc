@@ -46,17 +46,20 @@ asio::awaitable<void> Listen(tcp::acceptor& acceptor, GatewayContext& context) {
 struct HttpGateway::Impl {
   Impl(const GatewayOptions& options, const GatewayLimits& limits, BackendPool& pool,
        GatewayMetrics& metrics, const KeyStore& keys)
-      : io(options.io_threads),
-        acceptor(io),
-        context(options, limits.max_body_bytes, pool, metrics, keys,
+      : context(options, limits.max_body_bytes, pool, metrics, keys,
                 {.max_bytes = static_cast<size_t>(limits.response_store_bytes),
                  .ttl = std::chrono::seconds(options.response_store_ttl_seconds)},
-                static_cast<size_t>(limits.body_buffer_bytes)) {}
+                static_cast<size_t>(limits.body_buffer_bytes)),
+        io(options.io_threads),
+        acceptor(io) {}
 
-  asio::io_context io;
-  tcp::acceptor acceptor;
+  // Declared before io so that they outlive it: io's destructor destroys the coroutines still
+  // suspended on it (connections mid-request at shutdown), and their frames hold admissions
+  // into context's tenant limiter and streams using tls.
   std::unique_ptr<asio::ssl::context> tls;  // HTTPS, or null
   GatewayContext context;
+  asio::io_context io;
+  tcp::acceptor acceptor;
   int bound_port = 0;
   std::vector<std::thread> threads;
 };
