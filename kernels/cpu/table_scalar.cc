@@ -23,6 +23,7 @@ namespace {
 #include "kernels/cpu/elementwise_loops.inc"
 #include "kernels/cpu/attend.inc"
 #include "kernels/cpu/attend_scalar.inc"
+#include "kernels/cpu/matmul_row_groups_k.inc"
 #include "kernels/cpu/matmul_k_quant_scalar.inc"
 
 template <typename Format>

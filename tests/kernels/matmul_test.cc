@@ -353,6 +353,145 @@ TEST(RowGroupsTest, Q5_0RegroupedEqualsTheFileLayoutBitForBitOnEveryIsa) {
   }
 }
 
+// The quant of element e of row `lane`'s block as BlockQ4_Kx16 / BlockQ6_Kx16 document it, and
+// as the GGUF block holds it (ggml's dequantize_row_q4_K / q6_K).
+int GroupedQuant(TensorType type, const uint8_t* group, int lane, int e) {
+  if (type == TensorType::kQ4_K) {
+    const auto& g = *reinterpret_cast<const BlockQ4_Kx16*>(group);
+    const uint8_t byte = g.qs[e / 64][(e % 32) / 4][4 * lane + e % 4];
+    return (e / 32) % 2 == 0 ? byte & 0x0f : byte >> 4;
+  }
+  const auto& g = *reinterpret_cast<const BlockQ6_Kx16*>(group);
+  const int h = e / 128, j = (e % 128) / 32, l = e % 32, k = l / 4, at = 4 * lane + l % 4;
+  const uint8_t low = g.low[h][k + (j % 2 == 1 ? 8 : 0)][at];
+  return (j < 2 ? low & 0x0f : low >> 4) | (((g.high[h][k][at] >> (2 * j)) & 3) << 4);
+}
+int FileQuant(TensorType type, const uint8_t* block, int e) {
+  if (type == TensorType::kQ4_K) {
+    const uint8_t byte = block[16 + 32 * (e / 64) + e % 32];
+    return (e / 32) % 2 == 0 ? byte & 0x0f : byte >> 4;
+  }
+  const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+  const uint8_t low = block[64 * h + 32 * (j % 2) + l];
+  return (j < 2 ? low & 0x0f : low >> 4) | (((block[128 + 32 * h + l] >> (2 * j)) & 3) << 4);
+}
+
+// Q4_K and Q6_K regrouped keep ggml's 8 lanes per row (matmul_row_groups_k.inc): every quant,
+// scale and minimum in its documented place, the file layout given back byte for byte by
+// UngroupRows, and every ISA's result bit-identical to the file layout's (ggml's order, which
+// ggml_parity_test holds to libggml) for any token count and thread split.
+class KRowGroupsTest : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(KRowGroupsTest, RegroupedEqualsTheFileLayoutBitForBitOnEveryIsa) {
+  const TensorType type = GetParam();
+  const bool q4_k = type == TensorType::kQ4_K;
+  const int64_t type_size = LayoutOf(type).type_size;
+  const size_t group_size = q4_k ? sizeof(BlockQ4_Kx16) : sizeof(BlockQ6_Kx16);
+  std::mt19937 rng(7);
+  ThreadPool pool(3);
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {16, 256}, {48, 512}, {160, 1536}, {32, 2304}}) {
+    const int64_t row_bytes = cols / 256 * type_size, blocks = cols / 256;
+    const std::vector<uint8_t> data = RandomWeights(type, rows, cols, rng);
+    const WeightMatrix w{type, data.data(), rows, cols, row_bytes};
+    ASSERT_TRUE(CanRegroupRows(w));
+    std::vector<uint8_t> storage;
+    const WeightMatrix regrouped = RegroupRows(w, storage);
+    ASSERT_EQ(storage.size(), static_cast<size_t>(rows / 16 * blocks) * group_size);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* block = data.data() + r * row_bytes + b * type_size;
+        const uint8_t* group = regrouped.data + ((r / 16) * blocks + b) * group_size;
+        const int lane = static_cast<int>(r % 16);
+        uint16_t d;
+        std::memcpy(&d, block + (q4_k ? 0 : 208), 2);
+        if (q4_k) {
+          const auto& g = *reinterpret_cast<const BlockQ4_Kx16*>(group);
+          uint16_t dmin;
+          std::memcpy(&dmin, block + 2, 2);
+          ASSERT_EQ(g.d[lane], d);
+          ASSERT_EQ(g.dmin[lane], dmin);
+          const uint8_t* packed = block + 4;  // ggml's get_scale_min_k4
+          for (int c = 0; c < 8; ++c) {
+            const int scale =
+                c < 4 ? packed[c] & 63 : (packed[c + 4] & 0xf) | ((packed[c - 4] >> 6) << 4);
+            const int min =
+                c < 4 ? packed[c + 4] & 63 : (packed[c + 4] >> 4) | ((packed[c] >> 6) << 4);
+            ASSERT_EQ(g.scales[c][lane], scale) << "row " << r << " sub-block " << c;
+            ASSERT_EQ(g.mins[c][lane], min) << "row " << r << " sub-block " << c;
+          }
+        } else {
+          const auto& g = *reinterpret_cast<const BlockQ6_Kx16*>(group);
+          ASSERT_EQ(g.d[lane], d);
+          for (int sub = 0; sub < 16; ++sub) {
+            ASSERT_EQ(g.scales[sub][lane], static_cast<int8_t>(block[192 + sub]));
+          }
+        }
+        for (int e = 0; e < 256; ++e) {
+          ASSERT_EQ(GroupedQuant(type, group, lane, e), FileQuant(type, block, e))
+              << "row " << r << " element " << e;
+        }
+      }
+    }
+    std::vector<uint8_t> ungrouped(static_cast<size_t>(16 * row_bytes));
+    for (int64_t group = 0; group < rows / 16; ++group) {
+      UngroupRows(regrouped, group, ungrouped.data());
+      ASSERT_EQ(std::memcmp(ungrouped.data(), data.data() + group * 16 * row_bytes,
+                            ungrouped.size()), 0)
+          << "group " << group;
+    }
+    for (int64_t tokens : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 21}) {
+      const std::vector<float> x = RandomActivations(tokens * cols, rng);
+      const size_t n = static_cast<size_t>(tokens * rows);
+      std::vector<float> scalar(n, NAN);
+      Matmul(CpuContext{&KernelTable(CpuIsa::kScalar), nullptr}, w, x.data(), tokens,
+             scalar.data());
+      for (CpuIsa isa : SupportedIsas()) {
+        std::vector<float> file_rows(n, NAN), y(n, NAN);
+        Matmul(CpuContext{&KernelTable(isa), &pool}, w, x.data(), tokens, file_rows.data());
+        Matmul(CpuContext{&KernelTable(isa), &pool}, regrouped, x.data(), tokens, y.data());
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(file_rows[i], scalar[i]) << IsaName(isa) << " file layout at " << i;
+          ASSERT_EQ(y[i], file_rows[i]) << IsaName(isa) << " rows " << rows << " cols " << cols
+                                        << " tokens " << tokens << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+// A loader regroups big matrices a slice of rows at a time (Model::FromFile): slices written
+// alone at their groups' offsets make the same bytes as the whole.
+TEST(RowGroupsTest, SlicesRegroupedAloneMakeTheWhole) {
+  std::mt19937 rng(11);
+  for (const TensorType type : {TensorType::kQ4_1, TensorType::kQ8_0, TensorType::kQ5_0,
+                                TensorType::kQ4_K, TensorType::kQ6_K}) {
+    const int64_t rows = 96, cols = 512, row_bytes = cols / LayoutOf(type).block_size *
+                                                     LayoutOf(type).type_size;
+    const std::vector<uint8_t> data = RandomWeights(type, rows, cols, rng);
+    const WeightMatrix w{type, data.data(), rows, cols, row_bytes};
+    std::vector<uint8_t> whole;
+    RegroupRows(w, whole);
+    ASSERT_EQ(static_cast<int64_t>(whole.size()), RegroupedBytes(w));
+    std::vector<uint8_t> sliced(whole.size(), 0xab);
+    const int64_t group_bytes = RegroupedBytes(w) / (rows / 16);
+    for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{{0, 32}, {32, 48},
+                                                                            {48, 96}}) {
+      WeightMatrix slice = w;
+      slice.data = w.data + begin * row_bytes;
+      slice.rows = end - begin;
+      RegroupRowsInto(slice, sliced.data() + begin / 16 * group_bytes);
+    }
+    EXPECT_EQ(sliced, whole) << NameOf(type);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, KRowGroupsTest,
+                         ::testing::Values(TensorType::kQ4_K, TensorType::kQ6_K),
+                         [](const ::testing::TestParamInfo<TensorType>& param_info) {
+                           return std::string(NameOf(param_info.param));
+                         });
+
 TEST(MatmulManyTest, EqualsSeparateMatmulsBitForBit) {
   std::mt19937 rng(9);
   const int64_t cols = 256, tokens = 19;

@@ -338,7 +338,8 @@ TEST(ModelLoadTest, RefusesTypesItDoesNotRunNamingTheTensorAndTheSupportedOnes) 
 }
 
 // Every type the CPU runs loads as attn_q and as token_embd (whose rows the embedding
-// dequantizes one per token), in the file's layout unless RegroupRows takes it.
+// dequantizes one per token), in the file's layout unless RegroupRows takes it (and, for the
+// K-quants, RowGroupsPay on this CPU).
 TEST(ModelLoadTest, LoadsEveryTypeTheCpuRunsAsAMatrixOrTheEmbedding) {
   for (TensorType type : AllTensorTypes()) {
     if (!CpuComputesWith(type)) continue;
@@ -352,8 +353,11 @@ TEST(ModelLoadTest, LoadsEveryTypeTheCpuRunsAsAMatrixOrTheEmbedding) {
     EXPECT_EQ(cpu.layers[0].q.type, type);
     EXPECT_EQ(cpu.token_embd.type, type);
     EXPECT_EQ(cpu.token_embd.layout, WeightLayout::kRows);
-    const bool regrouped =
-        type == TensorType::kQ4_1 || type == TensorType::kQ8_0 || type == TensorType::kQ5_0;
+    // Q4_K's and Q6_K's row groups only where the CPU's kernels run them faster (VNNI).
+    const bool k_quant_groups = (type == TensorType::kQ4_K || type == TensorType::kQ6_K) &&
+                                BestCpuIsa() == CpuIsa::kAvx512Vnni;
+    const bool regrouped = type == TensorType::kQ4_1 || type == TensorType::kQ8_0 ||
+                           type == TensorType::kQ5_0 || k_quant_groups;
     EXPECT_EQ(cpu.layers[0].q.layout,
               regrouped ? WeightLayout::kRowGroups16 : WeightLayout::kRows)
         << NameOf(type);
