@@ -113,6 +113,12 @@ class GgufFile::Mapping {
     return std::unique_ptr<Mapping>(new Mapping(addr, static_cast<size_t>(st.st_size)));
   }
   ~Mapping() { ::munmap(addr_, size_); }
+  void Release(const uint8_t* data, size_t n) const {
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+    const auto end = (reinterpret_cast<uintptr_t>(data) + n) / page * page;
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  }
   std::span<const uint8_t> bytes() const { return {static_cast<const uint8_t*>(addr_), size_}; }
 
  private:
@@ -401,6 +407,10 @@ StatusOr<GgufFile> GgufFile::Parse(std::span<const uint8_t> bytes) {
 const GgufValue* GgufFile::Find(std::string_view key) const {
   const auto it = metadata_index_.find(key);
   return it == metadata_index_.end() ? nullptr : &metadata_[it->second].second;
+}
+
+void GgufFile::ReleasePages(const uint8_t* data, size_t n) const {
+  if (mapping_ != nullptr) mapping_->Release(data, n);
 }
 
 const GgufTensor* GgufFile::FindTensor(std::string_view name) const {

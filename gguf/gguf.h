@@ -91,6 +91,12 @@ class GgufFile {
   StatusOr<std::vector<float>> GetF32Array(std::string_view key) const;
   StatusOr<std::vector<int32_t>> GetI32Array(std::string_view key) const;
 
+  // Says that bytes [data, data + n) of the mapped file will not be read again soon: their
+  // whole pages leave this process's resident memory (they stay in the page cache, clean, and
+  // a later read maps them back). For weights copied into another layout at load. No-op for
+  // parsed caller-owned bytes.
+  void ReleasePages(const uint8_t* data, size_t n) const;
+
   // Tensors in file order.
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* FindTensor(std::string_view name) const;

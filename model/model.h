@@ -1,5 +1,5 @@
 // A loaded model: the mapped GGUF file, its family, config and weight views, and the CPU's
-// copy of its Q4_1 and Q8_0 matrices in the row-group layout.
+// copy of its matrices in the row-group layout.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +14,8 @@
 
 namespace tokenmill {
 
-// How cpu_weights() lays out the matrices. kFastest: Q4_1 and Q8_0 regrouped (see
-// cpu_weights()). kAsInFile: every matrix as the file holds it, so that every quantized matmul
+// How cpu_weights() lays out the matrices. kFastest: Q4_1, Q8_0, Q5_0 and (with AVX-512 VNNI)
+// Q4_K and Q6_K regrouped (see cpu_weights()). kAsInFile: every matrix as the file holds it, so that every quantized matmul
 // sums in llama.cpp's vec_dot order (the requantized goldens test the weight types that way).
 enum class CpuWeightLayout { kFastest, kAsInFile };
 
@@ -43,17 +43,24 @@ class Model {
   // The file's views, as the file lays them out: for the CUDA upload, the embedding lookup
   // and anything that dequantizes rows (MatmulReference).
   const ModelWeights& weights() const { return weights_; }
-  // What the CPU forward pass multiplies by: weights() with every Q4_1 or Q8_0 layer matrix
-  // and output matrix regrouped 16 rows at a time (WeightLayout::kRowGroups16,
-  // kernels/cpu/row_groups.h), the layout of the CPU's fastest kernels for them (~2.2x ggml's
-  // order at 16 tokens; the results differ from llama.cpp's in the last bits). token_embd
+  // What the CPU forward pass multiplies by: weights() with every layer matrix and output
+  // matrix whose type has row groups (RegroupRows, RowGroupsPay: kernels/cpu/row_groups.h)
+  // regrouped 16 rows at a time (WeightLayout::kRowGroups16), the layout of the CPU's fastest
+  // kernels for them (Q4_1/Q8_0: ~2.2x ggml's order at 16 tokens, the results differ from
+  // llama.cpp's in the last bits; Q5_0, Q4_K, Q6_K: ggml's order bit for bit). token_embd
   // stays the file's (the embedding lookup reads rows), so a tied output is copied apart.
-  // The copies are made once at load and cost those bytes once more in RAM (SmolLM2-135M
-  // Q4_1: 92 MiB, cpu_copy_bytes()); the file's pages they were read from are clean and the
-  // CPU path no longer touches the layers', so the kernel may drop them from the page cache.
+  // The copies are made once at load (cpu_copy_bytes(); SmolLM2-135M Q4_1: 92 MiB), and the
+  // file's pages they were read from leave the resident set (GgufFile::ReleasePages), so a
+  // loaded model stays about the file's size in RAM.
   const ModelWeights& cpu_weights() const { return cpu_weights_; }
   // Bytes of the regrouped copies held for cpu_weights().
   int64_t cpu_copy_bytes() const;
+
+  // One matrix's regrouped copy (cpu_weights() points into it).
+  struct RegroupedCopy {
+    std::unique_ptr<uint8_t[]> bytes;
+    int64_t size;
+  };
 
  private:
   explicit Model(GgufFile file) : file_(std::move(file)) {}
@@ -64,7 +71,7 @@ class Model {
   ModelWeights weights_;
   ModelWeights cpu_weights_;
   // One buffer per regrouped matrix; cpu_weights_ points into them.
-  std::vector<std::vector<uint8_t>> regrouped_;
+  std::vector<RegroupedCopy> regrouped_;
 };
 
 }  // namespace tokenmill

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/byte_size.h"
@@ -236,6 +237,19 @@ TEST(GgufTest, OpensTheDefaultModel) {
   const GgufTensor* embd = file->FindTensor("token_embd.weight");
   ASSERT_NE(embd, nullptr);
   EXPECT_EQ(embd->shape, (std::vector<int64_t>{576, 49152}));
+}
+
+// A model loader drops the pages of weights it copied (GgufFile::ReleasePages): what is read
+// after is still the file's bytes, those of the released tensor and of its neighbours.
+TEST(GgufTest, ReleasedPagesReadBackAsTheFile) {
+  const std::string path = std::string(TOKENMILL_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const StatusOr<GgufFile> file = GgufFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString() << " (run scripts/setup)";
+  const std::vector<uint8_t> before(file->bytes().begin(), file->bytes().end());
+  for (const GgufTensor& t : file->tensors()) {
+    file->ReleasePages(t.data, static_cast<size_t>(t.num_bytes));
+  }
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), file->bytes().begin()));
 }
 
 TEST(GgufTest, OpensTheTinyStoriesModel) {
