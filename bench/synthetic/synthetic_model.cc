@@ -7,6 +7,7 @@
 #include <memory>
 #include <string_view>
 
+#include "kernels/dequantize_k_quants.h"
 #include "kernels/half.h"
 
 namespace tokenmill::bench {
@@ -14,7 +15,6 @@ namespace {
 
 constexpr uint32_t kAlignment = 32;  // GGUF's default general.alignment
 constexpr float kWeightStd = 0.02f;  // a trained Llama's matrices, roughly
-constexpr int kBlock = 32;           // elements per block of every type written here
 
 // splitmix64: fast, and one seed per tensor makes each tensor's bytes independent of the others.
 struct SplitMix {
@@ -55,20 +55,25 @@ class HeaderWriter {
 
 uint64_t AlignUp(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
-// The block types written here: bytes a block, bytes of f16 scales leading it (d, or d and the
-// minimum m), and the std of the values the random quants decode to before the scale: Q4_0's
-// nibbles -8..7 (~4.6), Q5_0's q - 16 and Q5_1's q in 0..31 (~9.2; Q5_1's m = -15.5 d centres
-// it), IQ4_NL's levels (rms ~67), Q8_0's int8 in -127..127 (~73).
+// The block types written here: elements and bytes a block, bytes of f16 scales leading it (d,
+// or d and the minimum m), and the std of the values the random quants decode to before the
+// scale: Q4_0's nibbles -8..7 (~4.6), Q5_0's q - 16 and Q5_1's q in 0..31 (~9.2; Q5_1's
+// m = -15.5 d centres it), IQ4_NL's levels (rms ~67), Q8_0's int8 in -127..127 (~73), Q4_K's
+// sc · q - 7.5 · m for random 6-bit sub-block scales sc and minimums m and nibbles q (~258; its
+// dmin = 7.5 d centres it), Q6_K's sc · (q - 32) for random int8 sub-block scales and 6-bit q
+// (~1366). The 256-element types keep their f16 scales where KQuantF16Offsets says.
 struct BlockKind {
   TensorType type;
+  size_t elements;
   size_t bytes;
   size_t scale_bytes;
   float value_std;
 };
 constexpr BlockKind kBlockKinds[] = {
-    {TensorType::kQ4_0, 18, 2, 4.61f},   {TensorType::kQ5_0, 22, 2, 9.23f},
-    {TensorType::kQ5_1, 24, 4, 9.23f},   {TensorType::kIQ4_NL, 18, 2, 67.4f},
-    {TensorType::kQ8_0, 34, 2, 73.3f},
+    {TensorType::kQ4_0, 32, 18, 2, 4.61f},   {TensorType::kQ5_0, 32, 22, 2, 9.23f},
+    {TensorType::kQ5_1, 32, 24, 4, 9.23f},   {TensorType::kIQ4_NL, 32, 18, 2, 67.4f},
+    {TensorType::kQ8_0, 32, 34, 2, 73.3f},   {TensorType::kQ4_K, 256, 144, 4, 258.3f},
+    {TensorType::kQ6_K, 256, 210, 0, 1366.0f},
 };
 const BlockKind* FindBlockKind(TensorType type) {
   for (const BlockKind& k : kBlockKinds) {
@@ -88,9 +93,17 @@ void FillRow(TensorType type, SplitMix& rng, std::vector<uint8_t>& row) {
     const float jitter = 0.5f + static_cast<float>(rng.Next() >> 40) / static_cast<float>(1 << 24);
     const float scale = kWeightStd / kind.value_std * jitter;
     const uint16_t d = FloatToHalf(scale);
+    if (type == TensorType::kQ6_K) {
+      for (size_t i = 0; i < block_bytes; i += 8) {
+        const uint64_t r = rng.Next();
+        std::memcpy(block + i, &r, std::min<size_t>(8, block_bytes - i));
+      }
+      std::memcpy(block + KQuantF16Offsets(type)[0], &d, 2);
+      continue;
+    }
     std::memcpy(block, &d, 2);
-    if (type == TensorType::kQ5_1) {
-      const uint16_t m = FloatToHalf(-15.5f * scale);
+    if (type == TensorType::kQ5_1 || type == TensorType::kQ4_K) {
+      const uint16_t m = FloatToHalf(type == TensorType::kQ5_1 ? -15.5f * scale : 7.5f * scale);
       std::memcpy(block + 2, &m, 2);
     }
     for (size_t i = kind.scale_bytes; i < block_bytes; i += 8) {
@@ -108,17 +121,18 @@ void FillRow(TensorType type, SplitMix& rng, std::vector<uint8_t>& row) {
 
 Status CheckSpec(const SyntheticModelSpec& spec) {
   const SyntheticShape& s = spec.shape;
-  if (FindBlockKind(spec.matrix_type) == nullptr) {
-    return InvalidArgumentError("synthetic model: --type must be q4_0, q5_0, q5_1, iq4_nl or "
-                                "q8_0");
+  if (FindBlockKind(spec.matrix_type) == nullptr || spec.matrix_type == TensorType::kQ6_K) {
+    return InvalidArgumentError("synthetic model: --type must be q4_0, q5_0, q5_1, iq4_nl, "
+                                "q8_0 or q4_k");
   }
+  const int block = static_cast<int>(FindBlockKind(spec.matrix_type)->elements);
   if (s.n_layers <= 0 || s.n_embd <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_ff <= 0 ||
       s.n_vocab <= 0 || s.context_length <= 0) {
     return InvalidArgumentError("synthetic model: every dimension must be positive");
   }
-  if (s.n_embd % kBlock != 0 || s.n_ff % kBlock != 0) {
-    return InvalidArgumentError("synthetic model: --embd and --ff must be multiples of 32 "
-                                "(the quantization block)");
+  if (s.n_embd % block != 0 || s.n_ff % block != 0) {
+    return InvalidArgumentError("synthetic model: --embd and --ff must be multiples of " +
+                                std::to_string(block) + " (the quantization block)");
   }
   if (s.n_embd % s.n_heads != 0 || s.n_heads % s.n_kv_heads != 0) {
     return InvalidArgumentError("synthetic model: --heads must divide --embd and --kv-heads "
@@ -148,7 +162,8 @@ StatusOr<std::vector<SyntheticTensor>> SyntheticTensors(const SyntheticModelSpec
   const TensorType m = spec.matrix_type;
   add("token_embd.weight", m, embd, vocab);
   add("output_norm.weight", TensorType::kF32, embd, 1);
-  add("output.weight", TensorType::kQ8_0, embd, vocab);
+  // llama.cpp's Q4_K_M keeps the output in Q6_K; the block-32 types' files keep it in Q8_0.
+  add("output.weight", m == TensorType::kQ4_K ? TensorType::kQ6_K : TensorType::kQ8_0, embd, vocab);
   for (int l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     add(p + "attn_norm.weight", TensorType::kF32, embd, 1);

@@ -25,9 +25,10 @@ struct SyntheticShape {
 
 struct SyntheticModelSpec {
   SyntheticShape shape;  // Llama-3-8B's
-  // The layer matrices and token_embd; output.weight is Q8_0, as llama.cpp keeps the output
-  // at higher precision. Q4_0, Q5_0, Q5_1, IQ4_NL or Q8_0: block-32 types the CUDA forward pass
-  // runs (not Q4_K yet).
+  // The layer matrices and token_embd; output.weight is Q8_0 (Q6_K beside Q4_K, as in
+  // llama.cpp's Q4_K_M), as llama.cpp keeps the output at higher precision. Q4_0, Q5_0, Q5_1,
+  // IQ4_NL or Q8_0 (block-32 types the CUDA forward pass runs), or Q4_K (the CPU's; --embd and
+  // --ff multiples of 256).
   TensorType matrix_type = TensorType::kQ4_0;
   uint64_t seed = 1;
 };

@@ -70,9 +70,14 @@ TEST(SyntheticModelTest, TheDefaultIsLlama3_8B) {
   EXPECT_EQ(total, 32 * layer + vocab * 18 + vocab * 34 + 65 * 4096 * 4);
 }
 
-TEST(SyntheticModelTest, OurLoaderReadsItAndTheCpuRunsIt) {
-  const SyntheticModelSpec spec = Small();
-  StatusOr<std::unique_ptr<Model>> model = Model::Load(Write(spec, "synthetic_small.gguf"));
+// Q4_0 (the CUDA pass's benchmark type) and Q4_K (the CPU's K-quant one, in row groups where
+// the CPU has AVX-512 VNNI).
+class SyntheticRunTest : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(SyntheticRunTest, OurLoaderReadsItAndTheCpuRunsIt) {
+  const SyntheticModelSpec spec = Small(1, GetParam());
+  StatusOr<std::unique_ptr<Model>> model =
+      Model::Load(Write(spec, "synthetic_small_" + std::string(NameOf(GetParam())) + ".gguf"));
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const ModelConfig& c = (*model)->config();
   EXPECT_EQ(c.n_layers, 2);
@@ -83,8 +88,9 @@ TEST(SyntheticModelTest, OurLoaderReadsItAndTheCpuRunsIt) {
   EXPECT_EQ(c.n_ff, 512);
   EXPECT_EQ(c.n_vocab, 1000);
   EXPECT_FALSE(c.tied_output);
-  EXPECT_EQ((*model)->weights().layers[1].down.type, TensorType::kQ4_0);
-  EXPECT_EQ((*model)->weights().output.type, TensorType::kQ8_0);
+  EXPECT_EQ((*model)->weights().layers[1].down.type, GetParam());
+  EXPECT_EQ((*model)->weights().output.type,
+            GetParam() == TensorType::kQ4_K ? TensorType::kQ6_K : TensorType::kQ8_0);
 
   // A 6-token prefill then one decode step: every logit finite, and spread like a model's
   // (std(output row) ~ 0.02 * sqrt(256) after RMSNorm, so neither ~0 nor exploding).
@@ -119,6 +125,12 @@ TEST(SyntheticModelTest, OurLoaderReadsItAndTheCpuRunsIt) {
   EXPECT_NE(prefill, logits);
 }
 
+INSTANTIATE_TEST_SUITE_P(Types, SyntheticRunTest,
+                         ::testing::Values(TensorType::kQ4_0, TensorType::kQ4_K),
+                         [](const ::testing::TestParamInfo<TensorType>& type) {
+                           return std::string(NameOf(type.param));
+                         });
+
 TEST(SyntheticModelTest, TheSeedDecidesTheBytes) {
   const std::vector<char> a = Bytes(Write(Small(7), "seed7a.gguf"));
   const std::vector<char> b = Bytes(Write(Small(7), "seed7b.gguf"));
@@ -144,6 +156,9 @@ TEST(SyntheticModelTest, RefusesShapesAndTypesItCannotWrite) {
   SyntheticModelSpec spec = Small();
   spec.shape.n_embd = 250;
   EXPECT_THAT(SyntheticTensors(spec).status().message(), HasSubstr("multiples of 32"));
+  spec = Small(1, TensorType::kQ4_K);
+  spec.shape.n_ff = 544;
+  EXPECT_THAT(SyntheticTensors(spec).status().message(), HasSubstr("multiples of 256"));
   spec = Small();
   spec.shape.n_kv_heads = 3;
   EXPECT_THAT(SyntheticTensors(spec).status().message(), HasSubstr("--kv-heads"));

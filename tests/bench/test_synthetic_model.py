@@ -28,7 +28,7 @@ def field(reader, key):
     return bytes(value).decode() if f.types[0].name == "STRING" else value[0]
 
 
-@pytest.mark.parametrize("matrix_type", ["q4_0", "q5_0", "q5_1", "iq4_nl", "q8_0"])
+@pytest.mark.parametrize("matrix_type", ["q4_0", "q5_0", "q5_1", "iq4_nl", "q8_0", "q4_k"])
 def test_the_gguf_package_reads_a_llama_with_gqa(tmp_path, matrix_type):
     reader = GGUFReader(write(tmp_path, "--type", matrix_type))
     assert field(reader, "general.architecture") == "llama"
@@ -38,7 +38,7 @@ def test_the_gguf_package_reads_a_llama_with_gqa(tmp_path, matrix_type):
     tensors = {t.name: t for t in reader.tensors}
     assert len(tensors) == 3 + 2 * 9
     expected = {"token_embd.weight": ([256, 1000], matrix_type),
-                "output.weight": ([256, 1000], "q8_0"),
+                "output.weight": ([256, 1000], "q6_k" if matrix_type == "q4_k" else "q8_0"),
                 "output_norm.weight": ([256], "f32"),
                 "blk.1.attn_q.weight": ([256, 256], matrix_type),
                 "blk.1.attn_k.weight": ([256, 64], matrix_type),  # 2 KV heads of 32
