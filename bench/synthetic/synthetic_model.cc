@@ -5,8 +5,11 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <variant>
 #include <string_view>
 
+#include "gguf/gguf.h"
 #include "kernels/dequantize_k_quants.h"
 #include "kernels/half.h"
 
@@ -43,12 +46,43 @@ class HeaderWriter {
   void KeyF32(std::string_view key, float v) { Key(key, 6), Put(v); }
   void KeyU64(std::string_view key, uint64_t v) { Key(key, 10), Put(v); }
   void KeyString(std::string_view key, std::string_view v) { Key(key, 8), PutString(v); }
+  // Any value read from another GGUF (GgufFile), written back as it was.
+  void KeyValue(std::string_view key, const GgufValue& v) {
+    Key(key, static_cast<uint32_t>(v.type()));
+    Payload(v);
+  }
   std::vector<uint8_t>& bytes() { return bytes_; }
 
  private:
   void Key(std::string_view key, uint32_t type) {
     PutString(key);
     Put(type);
+  }
+  void Payload(const GgufValue& v) {
+    const GgufValue::Scalar& x = v.scalar();
+    const auto integer = [&] {
+      return std::holds_alternative<uint64_t>(x) ? std::get<uint64_t>(x)
+                                                 : static_cast<uint64_t>(std::get<int64_t>(x));
+    };
+    switch (v.type()) {
+      case GgufValueType::kU8:
+      case GgufValueType::kI8: Put(static_cast<uint8_t>(integer())); break;
+      case GgufValueType::kU16:
+      case GgufValueType::kI16: Put(static_cast<uint16_t>(integer())); break;
+      case GgufValueType::kU32:
+      case GgufValueType::kI32: Put(static_cast<uint32_t>(integer())); break;
+      case GgufValueType::kU64:
+      case GgufValueType::kI64: Put(integer()); break;
+      case GgufValueType::kF32: Put(static_cast<float>(std::get<double>(x))); break;
+      case GgufValueType::kF64: Put(std::get<double>(x)); break;
+      case GgufValueType::kBool: Put(static_cast<uint8_t>(std::get<bool>(x))); break;
+      case GgufValueType::kString: PutString(std::get<std::string_view>(x)); break;
+      case GgufValueType::kArray:
+        Put(static_cast<uint32_t>(v.element_type()));
+        Put<uint64_t>(v.items().size());
+        for (const GgufValue& item : v.items()) Payload(item);
+        break;
+    }
   }
   std::vector<uint8_t> bytes_;
 };
@@ -182,11 +216,28 @@ StatusOr<std::vector<SyntheticTensor>> SyntheticTensors(const SyntheticModelSpec
 Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::string& path) {
   TM_ASSIGN_OR_RETURN(const std::vector<SyntheticTensor> tensors, SyntheticTensors(spec));
   const SyntheticShape& s = spec.shape;
+  // The vocabulary's tokenizer.* keys, taken as they are.
+  std::optional<GgufFile> vocab;
+  std::vector<std::pair<std::string_view, const GgufValue*>> vocab_keys;
+  if (!spec.vocab_from.empty()) {
+    TM_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(spec.vocab_from));
+    vocab.emplace(std::move(file));
+    for (const auto& [key, value] : vocab->metadata()) {
+      if (key.starts_with("tokenizer.")) vocab_keys.emplace_back(key, &value);
+    }
+    TM_ASSIGN_OR_RETURN(const std::vector<std::string_view> tokens,
+                        vocab->GetStringArray("tokenizer.ggml.tokens"));
+    if (static_cast<int64_t>(tokens.size()) != s.n_vocab) {
+      return InvalidArgumentError("synthetic model: " + spec.vocab_from + " has " +
+                                  std::to_string(tokens.size()) + " tokens; give --vocab " +
+                                  std::to_string(tokens.size()));
+    }
+  }
   HeaderWriter h;
   h.Put<uint32_t>(0x46554747);  // "GGUF"
   h.Put<uint32_t>(3);
   h.Put<uint64_t>(tensors.size());
-  h.Put<uint64_t>(11);  // metadata keys below
+  h.Put<uint64_t>(11 + vocab_keys.size());  // metadata keys below
   h.KeyString("general.architecture", "llama");
   h.KeyString("general.name", "synthetic (random weights)");
   h.KeyU64("general.seed", spec.seed);
@@ -198,6 +249,7 @@ Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::string& pa
   h.KeyU32("llama.context_length", static_cast<uint32_t>(s.context_length));
   h.KeyF32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   h.KeyF32("llama.rope.freq_base", 500000.0f);
+  for (const auto& [key, value] : vocab_keys) h.KeyValue(key, *value);
   uint64_t offset = 0;
   for (const SyntheticTensor& t : tensors) {
     h.PutString(t.name);

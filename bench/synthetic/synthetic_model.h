@@ -1,6 +1,7 @@
 // A llama-architecture GGUF with random quantized weights, written where it is needed (a GPU
 // machine cannot be brought an 8B model): Llama-3-8B's shapes by default, deterministic from a
-// seed. No tokenizer: it is for benchmarks, which feed token ids. Weights are scaled like a
+// seed. For benchmarks, which feed token ids; a tokenizer only if taken from another file
+// (vocab_from). Weights are scaled like a
 // trained model's (std ~0.02, norms 1), so activations stay finite through every layer.
 #pragma once
 
@@ -31,6 +32,10 @@ struct SyntheticModelSpec {
   // --ff multiples of 256).
   TensorType matrix_type = TensorType::kQ4_0;
   uint64_t seed = 1;
+  // A GGUF whose tokenizer.* keys the model takes (a vocabulary-only file such as llama.cpp's
+  // ggml-vocab-llama-bpe.gguf, Llama 3's 128256 tokens), so that engines that need a tokenizer
+  // (llama.cpp's, the server's) load it; its token count must equal shape.n_vocab. Empty: none.
+  std::string vocab_from;
 };
 
 struct SyntheticTensor {

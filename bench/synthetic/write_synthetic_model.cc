@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   app.add_option("--type", type_name,
                  "q4_0, q5_0, q5_1, iq4_nl or q8_0 (output.weight q8_0), or q4_k (output q6_k)");
   app.add_option("--seed", spec.seed, "the same seed writes the same bytes");
+  app.add_option("--vocab-from", spec.vocab_from,
+                 "take the tokenizer.* keys of this GGUF (its token count must equal --vocab)");
   app.add_option("--layers", s.n_layers, "blocks")->capture_default_str();
   app.add_option("--embd", s.n_embd, "embedding width")->capture_default_str();
   app.add_option("--heads", s.n_heads, "query heads")->capture_default_str();
