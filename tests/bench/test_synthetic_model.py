@@ -1,6 +1,7 @@
 """tokenmill_synthetic_model's file read by an independent parser (the gguf package): the
 llama metadata, every tensor's name, shape and type, weights dequantized by gguf.quants with a
-trained model's spread (std ~0.02, mean ~0), and `tokenmill info` showing the same tensors."""
+trained model's spread (std ~0.02, mean ~0), `tokenmill info` showing the same tensors, and a
+vocabulary taken from another file (--vocab-from) that our tokenizer loads."""
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 BIN = os.environ["TOKENMILL_BIN_DIR"]
+MODELS = os.environ["TOKENMILL_MODELS_DIR"]
 SMALL = ["--layers", "2", "--embd", "256", "--heads", "8", "--kv-heads", "2", "--ff", "512",
          "--vocab", "1000"]
 
@@ -77,3 +79,33 @@ def test_a_type_it_cannot_write_is_refused_by_name(tmp_path):
     assert run.returncode == 2
     assert "--type mxfp4: use q4_0," in run.stderr
     assert not (tmp_path / "x.gguf").exists()
+
+
+def test_vocab_from_takes_every_tokenizer_key_and_our_tokenizer_reads_them(tmp_path):
+    vocab = os.path.join(MODELS, "ggml-vocab-llama-bpe.gguf")  # Llama 3's 128256 tokens
+    path = tmp_path / "with-vocab.gguf"
+    subprocess.run([os.path.join(BIN, "tokenmill_synthetic_model"), "--out", str(path),
+                    *SMALL[:-2], "--vocab", "128256", "--vocab-from", vocab], check=True)
+    # The vocabulary file's keys as `tokenmill info` renders them (types, counts, first items);
+    # the ids below show every token and merge arrived (GGUFReader takes 8 s a file here).
+    def tokenizer_keys(model):
+        info = json.loads(subprocess.run([os.path.join(BIN, "tokenmill"), "info", "--model",
+                                          str(model)], check=True, capture_output=True,
+                                         text=True).stdout)
+        return {k: v for k, v in info["metadata"].items() if k.startswith("tokenizer.")}
+    theirs = tokenizer_keys(vocab)
+    assert "tokenizer.ggml.merges" in theirs and "tokenizer.ggml.tokens" in theirs
+    assert tokenizer_keys(path) == theirs
+    run = subprocess.run([os.path.join(BIN, "tokenmill"), "tokenize", "--model", str(path),
+                          "--no-special", "Hello world"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == [9906, 1917]  # Llama 3's "Hello", " world"
+
+
+def test_vocab_from_refuses_a_vocabulary_of_another_size(tmp_path):
+    vocab = os.path.join(MODELS, "ggml-vocab-llama-bpe.gguf")
+    run = subprocess.run([os.path.join(BIN, "tokenmill_synthetic_model"), "--out",
+                          str(tmp_path / "x.gguf"), *SMALL, "--vocab-from", vocab],
+                         capture_output=True, text=True)
+    assert run.returncode == 1
+    assert "has 128256 tokens; give --vocab 128256" in run.stderr
