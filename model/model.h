@@ -15,8 +15,9 @@
 namespace tokenmill {
 
 // How cpu_weights() lays out the matrices. kFastest: Q4_1, Q8_0, Q5_0 and (with AVX-512 VNNI)
-// Q4_K and Q6_K regrouped (see cpu_weights()). kAsInFile: every matrix as the file holds it, so that every quantized matmul
-// sums in llama.cpp's vec_dot order (the requantized goldens test the weight types that way).
+// Q4_K and Q6_K regrouped (see cpu_weights()). kAsInFile: every matrix as the file holds it,
+// so that every quantized matmul sums in llama.cpp's vec_dot order (the requantized goldens
+// test the weight types that way).
 enum class CpuWeightLayout { kFastest, kAsInFile };
 
 // How a model is loaded.

@@ -60,7 +60,8 @@ void Step(ForwardPass& forward, BatchBuilder& builder, KvCacheStorage& kv, int n
 std::pair<double, double> Measure(const Model& model, ThreadPool& pool, const Settings& s) {
   const ModelConfig& c = model.config();
   constexpr int kBlockSize = 16;
-  const int64_t tokens = std::max<int64_t>(s.prompt_tokens, int64_t{s.batch} * (s.context + s.decode_steps));
+  const int64_t tokens =
+      std::max<int64_t>(s.prompt_tokens, int64_t{s.batch} * (s.context + s.decode_steps));
   const int64_t blocks = tokens / kBlockSize + s.batch + 2;
   KvCacheStorage kv(c, KvType::kF16, blocks, kBlockSize);
   ForwardPass forward(model, CpuContext{&KernelTable(BestCpuIsa()), &pool});
@@ -126,7 +127,8 @@ int Main(int argc, char** argv) {
   Settings s;
   int pairs = 3;
   app.add_option("--model", path, "GGUF file")->required();
-  app.add_option("--prompt-tokens", s.prompt_tokens, "prefill prompt length")->capture_default_str();
+  app.add_option("--prompt-tokens", s.prompt_tokens, "prefill prompt length")
+      ->capture_default_str();
   app.add_option("--chunk", s.chunk, "prefill tokens a step")->capture_default_str();
   app.add_option("--batch", s.batch, "decode sequences")->capture_default_str();
   app.add_option("--context", s.context, "tokens of each decode sequence before timing")
