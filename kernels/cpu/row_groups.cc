@@ -15,11 +15,14 @@ namespace {
 #include "kernels/cpu/quant_k_common.inc"
 #include "kernels/cpu/quant_q4_1.inc"
 #include "kernels/cpu/quant_q4_k.inc"
+#include "kernels/cpu/quant_q5_k.inc"
 #include "kernels/cpu/quant_q6_k.inc"
 #include "kernels/cpu/quant_q5_0.inc"
 #include "kernels/cpu/quant_q8_0.inc"
 
-bool IsKQuant(TensorType type) { return type == TensorType::kQ4_K || type == TensorType::kQ6_K; }
+bool IsKQuant(TensorType type) {
+  return type == TensorType::kQ4_K || type == TensorType::kQ5_K || type == TensorType::kQ6_K;
+}
 
 // Columns a block of `type` covers.
 int64_t BlockCols(TensorType type) { return IsKQuant(type) ? kQ8KBlock : 32; }
@@ -52,22 +55,43 @@ void TakeQ6_K(const BlockQ6_Kx16& group, int i, BlockQ6_K& block) {
   }
 }
 
-// Row i's Q4_K block out of its group (ggml's 6-bit packing of the scales and minimums:
-// get_scale_min_k4 read backwards).
-void TakeQ4_K(const BlockQ4_Kx16& g, int i, BlockQ4_K& block) {
+// Row i's Q4_K or Q5_K block into its group (scales and minimums unpacked as ggml's utmp
+// shuffle does; Q5_K's fifth bits beside the quants).
+template <typename Group, typename Block>
+void PlaceKWithMins(Group& group, int i, const Block& block) {
+  group.d[i] = block.d;
+  group.dmin[i] = block.dmin;
+  uint8_t scales_mins[16];
+  UnpackScalesMinsK4(block.scales, scales_mins);
+  for (int c = 0; c < 8; ++c) {
+    group.scales[c][i] = scales_mins[c];
+    group.mins[c][i] = scales_mins[8 + c];
+  }
+  for (int k = 0; k < 8; ++k) {
+    for (int e = 0; e < 4; ++e) {
+      for (int j = 0; j < 4; ++j) group.qs[j][k][4 * i + e] = block.qs[32 * j + 4 * k + e];
+      if constexpr (requires { block.qh; }) group.qh[k][4 * i + e] = block.qh[4 * k + e];
+    }
+  }
+}
+
+// And out of it (ggml's 6-bit packing of the scales and minimums: get_scale_min_k4 read
+// backwards: scales and minimums 0..3 in the low 6 bits of bytes 0..7, the high 2 bits of 4..7
+// above them, their low 4 in bytes 8..11).
+template <typename Group, typename Block>
+void TakeKWithMins(const Group& g, int i, Block& block) {
   block.d = g.d[i];
   block.dmin = g.dmin[i];
-  // Scales and minimums 0..3 in the low 6 bits of bytes 0..7, the high 2 bits of 4..7 above
-  // them, their low 4 in bytes 8..11.
   for (int j = 0; j < 4; ++j) {
     const uint8_t sc_hi = g.scales[j + 4][i], m_hi = g.mins[j + 4][i];
     block.scales[j] = static_cast<uint8_t>(g.scales[j][i] | ((sc_hi >> 4) << 6));
     block.scales[j + 4] = static_cast<uint8_t>(g.mins[j][i] | ((m_hi >> 4) << 6));
     block.scales[j + 8] = static_cast<uint8_t>((sc_hi & 0x0f) | ((m_hi & 0x0f) << 4));
   }
-  for (int j = 0; j < 4; ++j) {
-    for (int k = 0; k < 8; ++k) {
-      for (int e = 0; e < 4; ++e) block.qs[32 * j + 4 * k + e] = g.qs[j][k][4 * i + e];
+  for (int k = 0; k < 8; ++k) {
+    for (int e = 0; e < 4; ++e) {
+      for (int j = 0; j < 4; ++j) block.qs[32 * j + 4 * k + e] = g.qs[j][k][4 * i + e];
+      if constexpr (requires { block.qh; }) block.qh[4 * k + e] = g.qh[k][4 * i + e];
     }
   }
 }
@@ -118,33 +142,23 @@ bool RowGroupsPay(TensorType type, CpuIsa isa) {
 }
 
 int64_t RegroupedBytes(const WeightMatrix& w) {
-  if (w.type == TensorType::kQ4_K) {
-    return w.rows / kRowGroup * (w.cols / kQ8KBlock) * static_cast<int64_t>(sizeof(BlockQ4_Kx16));
+  const int64_t groups = w.rows / kRowGroup * (w.cols / kQ8KBlock);
+  switch (w.type) {
+    case TensorType::kQ4_K: return groups * static_cast<int64_t>(sizeof(BlockQ4_Kx16));
+    case TensorType::kQ5_K: return groups * static_cast<int64_t>(sizeof(BlockQ5_Kx16));
+    default: return w.rows * w.row_bytes;  // the same bytes, moved
   }
-  return w.rows * w.row_bytes;
 }
 
 void RegroupRowsInto(const WeightMatrix& w, uint8_t* out) {
   TM_CHECK(CanRegroupRows(w))
-      << "only Q4_1, Q8_0, Q5_0, Q4_K and Q6_K matrices of 16n rows can be regrouped";
+      << "only Q4_1, Q8_0, Q5_0, Q4_K, Q5_K and Q6_K matrices of 16n rows can be regrouped";
   if (w.type == TensorType::kQ4_K) {
-    RegroupBlocks<BlockQ4_K>(
-        w, reinterpret_cast<BlockQ4_Kx16*>(out),
-        [](BlockQ4_Kx16& group, int i, const BlockQ4_K& block) {
-          group.d[i] = block.d;
-          group.dmin[i] = block.dmin;
-          uint8_t scales_mins[16];
-          UnpackScalesMinsK4(block.scales, scales_mins);
-          for (int c = 0; c < 8; ++c) {
-            group.scales[c][i] = scales_mins[c];
-            group.mins[c][i] = scales_mins[8 + c];
-          }
-          for (int j = 0; j < 4; ++j) {
-            for (int k = 0; k < 8; ++k) {
-              for (int e = 0; e < 4; ++e) group.qs[j][k][4 * i + e] = block.qs[32 * j + 4 * k + e];
-            }
-          }
-        });
+    RegroupBlocks<BlockQ4_K>(w, reinterpret_cast<BlockQ4_Kx16*>(out),
+                             PlaceKWithMins<BlockQ4_Kx16, BlockQ4_K>);
+  } else if (w.type == TensorType::kQ5_K) {
+    RegroupBlocks<BlockQ5_K>(w, reinterpret_cast<BlockQ5_Kx16*>(out),
+                             PlaceKWithMins<BlockQ5_Kx16, BlockQ5_K>);
   } else if (w.type == TensorType::kQ6_K) {
     RegroupBlocks<BlockQ6_K>(w, reinterpret_cast<BlockQ6_Kx16*>(out), PlaceQ6_K);
   } else if (w.type == TensorType::kQ4_1) {
@@ -201,9 +215,11 @@ WeightMatrix RegroupRows(const WeightMatrix& w, std::vector<uint8_t>& storage) {
 
 void UngroupRows(const WeightMatrix& w, int64_t group, uint8_t* out) {
   TM_CHECK(IsKQuant(w.type) && w.layout == WeightLayout::kRowGroups16)
-      << "UngroupRows reads regrouped Q4_K and Q6_K matrices";
+      << "UngroupRows reads regrouped K-quant matrices";
   if (w.type == TensorType::kQ4_K) {
-    UngroupBlocks<BlockQ4_K, BlockQ4_Kx16>(w, group, out, TakeQ4_K);
+    UngroupBlocks<BlockQ4_K, BlockQ4_Kx16>(w, group, out, TakeKWithMins<BlockQ4_Kx16, BlockQ4_K>);
+  } else if (w.type == TensorType::kQ5_K) {
+    UngroupBlocks<BlockQ5_K, BlockQ5_Kx16>(w, group, out, TakeKWithMins<BlockQ5_Kx16, BlockQ5_K>);
   } else {
     UngroupBlocks<BlockQ6_K, BlockQ6_Kx16>(w, group, out, TakeQ6_K);
   }

@@ -1,7 +1,8 @@
-// The kRowGroups16 layout of Q4_1, Q8_0, Q5_0, Q4_K and Q6_K weights (kernels/cpu/matmul.h,
+// The kRowGroups16 layout of Q4_1, Q8_0, Q5_0, Q4_K, Q5_K and Q6_K weights (kernels/cpu/matmul.h,
 // WeightLayout): the CPU's fastest kernels for them read 16 rows at once, one row per 32-bit lane.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -57,6 +58,20 @@ struct BlockQ4_Kx16 {
 };
 static_assert(sizeof(BlockQ4_Kx16) == 16 * 148);
 
+// One block (256 columns) of 16 Q5_K rows: BlockQ4_Kx16's fields for the low 4 bits, then the
+// fifth bits: qh[k] holds in byte 4i + e row i's GGUF byte qh[4k + e], whose bit c is the fifth
+// bit of element 32c + 4k + e. 2880 bytes: 2.3% more than 16 GGUF Q5_K blocks.
+struct BlockQ5_Kx16 {
+  uint16_t d[kRowGroup];
+  uint16_t dmin[kRowGroup];
+  uint8_t scales[8][kRowGroup];
+  uint8_t mins[8][kRowGroup];
+  uint8_t qs[4][8][64];
+  uint8_t qh[8][64];
+};
+static_assert(sizeof(BlockQ5_Kx16) == 16 * 180);
+static_assert(offsetof(BlockQ5_Kx16, qs) == offsetof(BlockQ4_Kx16, qs));
+
 // One block (256 columns) of 16 Q6_K rows, 3360 bytes as 16 GGUF Q6_K blocks: their f16 scales
 // d; their int8 sub-block scales, sub-block s's of row i at [s][i]; then per half h of the block
 // (elements 128h..) and ggml lane k, row i's GGUF bytes 4k + e (byte 4i + e of each chunk) of
@@ -72,12 +87,12 @@ struct BlockQ6_Kx16 {
 };
 static_assert(sizeof(BlockQ6_Kx16) == 16 * 210);
 
-// Whether RegroupRows applies: Q4_1, Q8_0, Q5_0, Q4_K or Q6_K in the kRows layout with a
-// multiple of 16 rows.
+// Whether RegroupRows applies: Q4_1, Q8_0, Q5_0, Q4_K, Q5_K or Q6_K in the kRows layout with
+// a multiple of 16 rows.
 bool CanRegroupRows(const WeightMatrix& w);
 
-// Whether `isa` runs the row groups of `type` faster than its file layout: Q4_K's and Q6_K's
-// need AVX-512 VNNI (the other tables read them back into rows first, correct but slower).
+// Whether `isa` runs the row groups of `type` faster than its file layout: the K-quants' need
+// AVX-512 VNNI (the other tables read them back into rows first, correct but slower).
 bool RowGroupsPay(TensorType type, CpuIsa isa);
 
 // w in the kRowGroups16 layout, stored in `storage` (resized; the result points into it).
@@ -90,8 +105,8 @@ WeightMatrix RegroupRows(const WeightMatrix& w, std::vector<uint8_t>& storage);
 int64_t RegroupedBytes(const WeightMatrix& w);
 void RegroupRowsInto(const WeightMatrix& w, uint8_t* out);
 
-// Rows [16 group, 16 group + 16) of a kRowGroups16 Q4_K or Q6_K matrix back in the GGUF
-// layout: 16 × w.row_bytes bytes at `out`, as they were before RegroupRows.
+// Rows [16 group, 16 group + 16) of a kRowGroups16 K-quant matrix back in the GGUF layout:
+// 16 × w.row_bytes bytes at `out`, as they were before RegroupRows.
 void UngroupRows(const WeightMatrix& w, int64_t group, uint8_t* out);
 
 }  // namespace tokenmill

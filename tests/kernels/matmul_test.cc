@@ -353,13 +353,15 @@ TEST(RowGroupsTest, Q5_0RegroupedEqualsTheFileLayoutBitForBitOnEveryIsa) {
   }
 }
 
-// The quant of element e of row `lane`'s block as BlockQ4_Kx16 / BlockQ6_Kx16 document it, and
-// as the GGUF block holds it (ggml's dequantize_row_q4_K / q6_K).
+// The quant of element e of row `lane`'s block as BlockQ4_Kx16 / BlockQ5_Kx16 / BlockQ6_Kx16
+// document it, and as the GGUF block holds it (ggml's dequantize_row_q4_K / q5_K / q6_K).
 int GroupedQuant(TensorType type, const uint8_t* group, int lane, int e) {
-  if (type == TensorType::kQ4_K) {
-    const auto& g = *reinterpret_cast<const BlockQ4_Kx16*>(group);
+  if (type == TensorType::kQ4_K || type == TensorType::kQ5_K) {  // the same fields first
+    const auto& g = *reinterpret_cast<const BlockQ5_Kx16*>(group);
     const uint8_t byte = g.qs[e / 64][(e % 32) / 4][4 * lane + e % 4];
-    return (e / 32) % 2 == 0 ? byte & 0x0f : byte >> 4;
+    const int low = (e / 32) % 2 == 0 ? byte & 0x0f : byte >> 4;
+    if (type == TensorType::kQ4_K) return low;
+    return low | (((g.qh[(e % 32) / 4][4 * lane + e % 4] >> (e / 32)) & 1) << 4);
   }
   const auto& g = *reinterpret_cast<const BlockQ6_Kx16*>(group);
   const int h = e / 128, j = (e % 128) / 32, l = e % 32, k = l / 4, at = 4 * lane + l % 4;
@@ -371,12 +373,17 @@ int FileQuant(TensorType type, const uint8_t* block, int e) {
     const uint8_t byte = block[16 + 32 * (e / 64) + e % 32];
     return (e / 32) % 2 == 0 ? byte & 0x0f : byte >> 4;
   }
+  if (type == TensorType::kQ5_K) {  // d, dmin, scales[12], qh[32], qs[128]
+    const uint8_t byte = block[48 + 32 * (e / 64) + e % 32];
+    const int low = (e / 32) % 2 == 0 ? byte & 0x0f : byte >> 4;
+    return low | (((block[16 + e % 32] >> (e / 32)) & 1) << 4);
+  }
   const int h = e / 128, j = (e % 128) / 32, l = e % 32;
   const uint8_t low = block[64 * h + 32 * (j % 2) + l];
   return (j < 2 ? low & 0x0f : low >> 4) | (((block[128 + 32 * h + l] >> (2 * j)) & 3) << 4);
 }
 
-// Q4_K and Q6_K regrouped keep ggml's 8 lanes per row (matmul_row_groups_k.inc): every quant,
+// Q4_K, Q5_K and Q6_K regrouped keep ggml's 8 lanes per row (matmul_row_groups_k.inc): every quant,
 // scale and minimum in its documented place, the file layout given back byte for byte by
 // UngroupRows, and every ISA's result bit-identical to the file layout's (ggml's order, which
 // ggml_parity_test holds to libggml) for any token count and thread split.
@@ -384,9 +391,11 @@ class KRowGroupsTest : public ::testing::TestWithParam<TensorType> {};
 
 TEST_P(KRowGroupsTest, RegroupedEqualsTheFileLayoutBitForBitOnEveryIsa) {
   const TensorType type = GetParam();
-  const bool q4_k = type == TensorType::kQ4_K;
+  const bool with_mins = type == TensorType::kQ4_K || type == TensorType::kQ5_K;
   const int64_t type_size = LayoutOf(type).type_size;
-  const size_t group_size = q4_k ? sizeof(BlockQ4_Kx16) : sizeof(BlockQ6_Kx16);
+  const size_t group_size = type == TensorType::kQ4_K   ? sizeof(BlockQ4_Kx16)
+                            : type == TensorType::kQ5_K ? sizeof(BlockQ5_Kx16)
+                                                        : sizeof(BlockQ6_Kx16);
   std::mt19937 rng(7);
   ThreadPool pool(3);
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
@@ -404,9 +413,9 @@ TEST_P(KRowGroupsTest, RegroupedEqualsTheFileLayoutBitForBitOnEveryIsa) {
         const uint8_t* group = regrouped.data + ((r / 16) * blocks + b) * group_size;
         const int lane = static_cast<int>(r % 16);
         uint16_t d;
-        std::memcpy(&d, block + (q4_k ? 0 : 208), 2);
-        if (q4_k) {
-          const auto& g = *reinterpret_cast<const BlockQ4_Kx16*>(group);
+        std::memcpy(&d, block + (with_mins ? 0 : 208), 2);
+        if (with_mins) {  // BlockQ5_Kx16 begins with BlockQ4_Kx16's fields
+          const auto& g = *reinterpret_cast<const BlockQ5_Kx16*>(group);
           uint16_t dmin;
           std::memcpy(&dmin, block + 2, 2);
           ASSERT_EQ(g.d[lane], d);
@@ -465,7 +474,7 @@ TEST_P(KRowGroupsTest, RegroupedEqualsTheFileLayoutBitForBitOnEveryIsa) {
 TEST(RowGroupsTest, SlicesRegroupedAloneMakeTheWhole) {
   std::mt19937 rng(11);
   for (const TensorType type : {TensorType::kQ4_1, TensorType::kQ8_0, TensorType::kQ5_0,
-                                TensorType::kQ4_K, TensorType::kQ6_K}) {
+                                TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K}) {
     const int64_t rows = 96, cols = 512, row_bytes = cols / LayoutOf(type).block_size *
                                                      LayoutOf(type).type_size;
     const std::vector<uint8_t> data = RandomWeights(type, rows, cols, rng);
@@ -487,7 +496,8 @@ TEST(RowGroupsTest, SlicesRegroupedAloneMakeTheWhole) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, KRowGroupsTest,
-                         ::testing::Values(TensorType::kQ4_K, TensorType::kQ6_K),
+                         ::testing::Values(TensorType::kQ4_K, TensorType::kQ5_K,
+                                           TensorType::kQ6_K),
                          [](const ::testing::TestParamInfo<TensorType>& param_info) {
                            return std::string(NameOf(param_info.param));
                          });

@@ -353,8 +353,9 @@ TEST(ModelLoadTest, LoadsEveryTypeTheCpuRunsAsAMatrixOrTheEmbedding) {
     EXPECT_EQ(cpu.layers[0].q.type, type);
     EXPECT_EQ(cpu.token_embd.type, type);
     EXPECT_EQ(cpu.token_embd.layout, WeightLayout::kRows);
-    // Q4_K's and Q6_K's row groups only where the CPU's kernels run them faster (VNNI).
-    const bool k_quant_groups = (type == TensorType::kQ4_K || type == TensorType::kQ6_K) &&
+    // The K-quants' row groups only where the CPU's kernels run them faster (VNNI).
+    const bool k_quant_groups = (type == TensorType::kQ4_K || type == TensorType::kQ5_K ||
+                                 type == TensorType::kQ6_K) &&
                                 BestCpuIsa() == CpuIsa::kAvx512Vnni;
     const bool regrouped = type == TensorType::kQ4_1 || type == TensorType::kQ8_0 ||
                            type == TensorType::kQ5_0 || k_quant_groups;
