@@ -2,7 +2,6 @@
 // WeightLayout): the CPU's fastest kernels for them read 16 rows at once, one row per 32-bit lane.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -58,19 +57,13 @@ struct BlockQ4_Kx16 {
 };
 static_assert(sizeof(BlockQ4_Kx16) == 16 * 148);
 
-// One block (256 columns) of 16 Q5_K rows: BlockQ4_Kx16's fields for the low 4 bits, then the
-// fifth bits: qh[k] holds in byte 4i + e row i's GGUF byte qh[4k + e], whose bit c is the fifth
-// bit of element 32c + 4k + e. 2880 bytes: 2.3% more than 16 GGUF Q5_K blocks.
-struct BlockQ5_Kx16 {
-  uint16_t d[kRowGroup];
-  uint16_t dmin[kRowGroup];
-  uint8_t scales[8][kRowGroup];
-  uint8_t mins[8][kRowGroup];
-  uint8_t qs[4][8][64];
+// One block (256 columns) of 16 Q5_K rows: BlockQ4_Kx16 for the low 4 bits, then the fifth
+// bits: qh[k] holds in byte 4i + e row i's GGUF byte qh[4k + e], whose bit c is the fifth bit of
+// element 32c + 4k + e. 2880 bytes: 2.3% more than 16 GGUF Q5_K blocks.
+struct BlockQ5_Kx16 : BlockQ4_Kx16 {
   uint8_t qh[8][64];
 };
 static_assert(sizeof(BlockQ5_Kx16) == 16 * 180);
-static_assert(offsetof(BlockQ5_Kx16, qs) == offsetof(BlockQ4_Kx16, qs));
 
 // One block (256 columns) of 16 Q6_K rows, 3360 bytes as 16 GGUF Q6_K blocks: their f16 scales
 // d; their int8 sub-block scales, sub-block s's of row i at [s][i]; then per half h of the block

@@ -356,12 +356,13 @@ TEST(RowGroupsTest, Q5_0RegroupedEqualsTheFileLayoutBitForBitOnEveryIsa) {
 // The quant of element e of row `lane`'s block as BlockQ4_Kx16 / BlockQ5_Kx16 / BlockQ6_Kx16
 // document it, and as the GGUF block holds it (ggml's dequantize_row_q4_K / q5_K / q6_K).
 int GroupedQuant(TensorType type, const uint8_t* group, int lane, int e) {
-  if (type == TensorType::kQ4_K || type == TensorType::kQ5_K) {  // the same fields first
-    const auto& g = *reinterpret_cast<const BlockQ5_Kx16*>(group);
+  if (type == TensorType::kQ4_K || type == TensorType::kQ5_K) {  // BlockQ5_Kx16 is one too
+    const auto& g = *reinterpret_cast<const BlockQ4_Kx16*>(group);
     const uint8_t byte = g.qs[e / 64][(e % 32) / 4][4 * lane + e % 4];
     const int low = (e / 32) % 2 == 0 ? byte & 0x0f : byte >> 4;
     if (type == TensorType::kQ4_K) return low;
-    return low | (((g.qh[(e % 32) / 4][4 * lane + e % 4] >> (e / 32)) & 1) << 4);
+    const auto& g5 = *reinterpret_cast<const BlockQ5_Kx16*>(group);
+    return low | (((g5.qh[(e % 32) / 4][4 * lane + e % 4] >> (e / 32)) & 1) << 4);
   }
   const auto& g = *reinterpret_cast<const BlockQ6_Kx16*>(group);
   const int h = e / 128, j = (e % 128) / 32, l = e % 32, k = l / 4, at = 4 * lane + l % 4;
@@ -414,8 +415,8 @@ TEST_P(KRowGroupsTest, RegroupedEqualsTheFileLayoutBitForBitOnEveryIsa) {
         const int lane = static_cast<int>(r % 16);
         uint16_t d;
         std::memcpy(&d, block + (with_mins ? 0 : 208), 2);
-        if (with_mins) {  // BlockQ5_Kx16 begins with BlockQ4_Kx16's fields
-          const auto& g = *reinterpret_cast<const BlockQ5_Kx16*>(group);
+        if (with_mins) {  // BlockQ5_Kx16 is a BlockQ4_Kx16 and its fifth bits
+          const auto& g = *reinterpret_cast<const BlockQ4_Kx16*>(group);
           uint16_t dmin;
           std::memcpy(&dmin, block + 2, 2);
           ASSERT_EQ(g.d[lane], d);
