@@ -541,7 +541,7 @@ StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json, const Gramm
   Json schema;
   try {
     schema = Json::parse(schema_json);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     return InvalidArgumentError(std::string("JSON Schema is not valid JSON: ") + e.what());
   }
   return SchemaConverter(schema, limits).Convert();

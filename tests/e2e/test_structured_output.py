@@ -234,6 +234,8 @@ BAD = [
             "a": {"type": "string", "format": "hostname", "unknownKeyword": 1}}}}}},
      "response_format", "unknownKeyword"),
     ({"structured_outputs": {"json": "{not json"}}, "structured_outputs", "structured_output"),
+    ({"structured_outputs": {"json": '{"const": 1e999}'}}, "structured_outputs",
+     "number overflow"),
     ({"structured_outputs": {"regex": "([a-z]"}}, "structured_outputs", "structured_output.regex"),
     ({"grammar": "root ::= ( \"a\""}, "grammar", "structured_output.gbnf"),
     ({"grammar": "root ::= undefined_rule"}, "grammar", "undefined_rule"),
@@ -270,6 +272,11 @@ def test_bad_constraints_are_400s_naming_the_field(gateway, server, model):
             text="Hi", sampling=pb2.SamplingParams(regex="(unclosed")))
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "structured_output.regex" in refused.value.details()
+    with pytest.raises(grpc.RpcError) as refused:  # nlohmann throws out_of_range for it
+        generate(server.stub, pb2.GenerateRequest(
+            text="Hi", sampling=pb2.SamplingParams(json_schema='{"const": 1e999}')))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "number overflow" in refused.value.details()
     with pytest.raises(grpc.RpcError) as refused:
         generate(server.stub, pb2.GenerateRequest(
             text="Hi", sampling=pb2.SamplingParams(grammar="root ::= \"a\"", min_tokens=2),
