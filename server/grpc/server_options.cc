@@ -43,11 +43,11 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
       ->check(CLI::ExistingFile);
   AddOption(app, "--tool-call-parser", o.tool_call_parser,
             "how chat output's tool calls are parsed (and forced calls written): auto (from "
-            "the chat template: <tool_call> hermes, [TOOL_CALLS] mistral, <|python_tag|> "
-            "llama3_json, <|channel|> harmony, else json), hermes, llama3_json, mistral, json, "
-            "harmony (gpt-oss) or none")
-      ->check(CLI::IsMember(
-          {"auto", "hermes", "llama3_json", "mistral", "json", "harmony", "none"}));
+            "the chat template: <tool_call> hermes, [TOOL_CALLS] mistral, with [ARGS] "
+            "mistral_v11, <|python_tag|> llama3_json, <|channel|> harmony, else json), hermes, "
+            "llama3_json, mistral, mistral_v11, json, harmony (gpt-oss) or none")
+      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "mistral", "mistral_v11", "json",
+                             "harmony", "none"}));
   AddOption(app, "--reasoning-parser", o.reasoning_parser,
             "how chat output's reasoning is split off: auto (think when the chat template uses "
             "<think>, harmony when it writes <|channel|>), think (<think>...</think>), harmony "

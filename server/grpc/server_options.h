@@ -20,7 +20,7 @@ struct ServerOptions {
   std::vector<std::string> served_model_names;
   std::string chat_template_path;  // empty: the model's own template
   // How chat output is parsed: auto (from the chat template), none, or a format / parser.
-  std::string tool_call_parser = "auto";  // hermes, llama3_json, mistral, json, harmony
+  std::string tool_call_parser = "auto";  // hermes, llama3_json, mistral(_v11), json, harmony
   std::string reasoning_parser = "auto";  // think (<think>...</think>), harmony
   // Special-token text in what chat clients send becomes control tokens, as vLLM, SGLang and
   // llama-server do; off (the default), only the chat template's markup does.

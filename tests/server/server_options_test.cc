@@ -81,6 +81,11 @@ TEST(ServerOptions, BadValuesFailAtParseTime) {
   EXPECT_THAT(Parsed({"--model", "m", "--log-level", "loud"}).error, HasSubstr("--log-level"));
   EXPECT_THAT(Parsed({"--model", "m", "--kv-cache-dtype", "int4"}).error,
               HasSubstr("--kv-cache-dtype"));
+  // Every parser the server has is a value the flag takes (mistral_v11 was refused).
+  for (const char* parser :
+       {"hermes", "llama3_json", "mistral", "mistral_v11", "json", "harmony"}) {
+    EXPECT_EQ(Parsed({"--model", "m", "--tool-call-parser", parser}).error, "") << parser;
+  }
   ScopedEnv env("TOKENMILL_BLOCK_SIZE", "zero");
   EXPECT_THAT(Parsed({"--model", "m"}).error, HasSubstr("--block-size"));
 }
