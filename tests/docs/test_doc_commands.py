@@ -8,8 +8,8 @@ Not run here, checked for their flags and repository paths only: scripts/serve a
 scripts/test (they build), docker, podman and kubectl (no cluster or engine here), grpcurl
 (not installed), benchmarks (minutes each) and GPU steps."""
 
+import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
-from doc_commands import (DOCS, REPO, Command, check_command, doc_commands,  # noqa: E402
+from doc_commands import (BIN_DIR, DOCS, REPO, Command, check_command, doc_commands,  # noqa: E402
                           fenced_blocks, table_errors)
 from gateway_harness import Gateway, backend_address  # noqa: E402
 from server_harness import MODELS_DIR, Server  # noqa: E402
@@ -164,3 +164,15 @@ def test_python_examples_run(served, stubs, fence):
                             capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert result.returncode == 0, f"{doc}:{line}:\n{result.stderr[-3000:]}"
     assert result.stdout.strip(), f"{doc}:{line} printed nothing"
+
+
+@pytest.mark.parametrize("binary,variable", [("tokenmill-server", "TOKENMILL_API_KEY"),
+                                             ("tokenmill-gateway", "TOKENMILL_GATEWAY_API_KEY")])
+def test_api_key_is_in_help_and_its_value_never_is(binary, variable):
+    """As docs/api.md says: a user finds the flag; the key never shows."""
+    key = "sk-doc-test-key-0123456789"
+    result = subprocess.run([str(BIN_DIR / binary), "--api-key", key, "--help"],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, variable: key})
+    assert result.returncode == 0 and "--api-key" in result.stdout
+    assert key not in result.stdout + result.stderr
