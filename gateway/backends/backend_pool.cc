@@ -1,5 +1,6 @@
 #include "gateway/backends/backend_pool.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -29,6 +30,7 @@ void Backend::Check(std::chrono::milliseconds timeout) {
   bool serving = status.ok() &&
                  response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   const bool was_healthy = healthy();
+  std::string names;  // the model's own names, for the log
   if (serving && !was_healthy) {
     // On the way up: learn (again) which model it serves; a restarted server may hold
     // another model.
@@ -38,6 +40,10 @@ void Backend::Check(std::chrono::milliseconds timeout) {
     const grpc::Status info_status =
         stub_->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info);
     if (info_status.ok()) {
+      names = info.served_model_names().empty()
+                  ? info.name()
+                  : fmt::format("{}", fmt::join(info.served_model_names().begin(),
+                                                info.served_model_names().end(), ", "));
       std::lock_guard lock(mutex_);
       model_info_ = info;
     } else {
@@ -47,7 +53,7 @@ void Backend::Check(std::chrono::milliseconds timeout) {
   if (serving != was_healthy) {
     healthy_.store(serving, std::memory_order_release);
     if (serving) {
-      spdlog::info("backend {} is ready", address_);
+      spdlog::info("backend {} is ready (model {})", address_, names);
     } else {
       spdlog::warn("backend {} is not ready: {}", address_,
                    status.ok() ? "health NOT_SERVING" : status.error_message());

@@ -55,6 +55,8 @@ def test_every_alias_is_listed_and_answers(aliased):
     assert [m.id for m in models] == ["smol", "org/tiny-chat"]
     assert models[0].created == models[1].created > 0
     assert client.models.retrieve("org/tiny-chat").id == "org/tiny-chat"
+    assert f"backend {backend_address(server)} is ready (model smol, org/tiny-chat)" in \
+        gateway.log_text()
     for name in ("smol", "org/tiny-chat"):
         chat = client.chat.completions.create(model=name, messages=HELLO, max_tokens=2)
         assert chat.model == "smol"  # the model's id, as vLLM answers
