@@ -96,8 +96,11 @@ void AddGatewayOptions(CLI::App& app, GatewayOptions& o) {
   AddOption(app, "--affinity-max-imbalance", o.affinity_max_imbalance,
             "in-flight requests by which the affinity backend may exceed the least-loaded one")
       ->check(CLI::NonNegativeNumber);
-  AddOption(app, "--served-model-name", o.served_model_name,
-            "the model name clients use (default: the backends' model name)");
+  AddOption(app, "--served-model-name", o.served_model_names,
+            "the names clients call every backend's model by, replacing the backends' own "
+            "(default: each backend's --served-model-name); one or more (a b, or a,b as in the "
+            "variable)")
+      ->delimiter(',');
   AddOption(app, "--response-store-size", o.response_store_size,
             "memory for the conversations of stored Responses (previous_response_id; \"0\": "
             "none kept)");

@@ -42,7 +42,9 @@ struct GatewayOptions {
   // A backend this many in-flight requests busier than the least-loaded one loses its
   // affinity requests to the least-loaded one.
   int affinity_max_imbalance = 16;
-  std::string served_model_name;  // empty: each backend's model name
+  // Empty: each backend's own names (its --served-model-name). Given: the names of every
+  // backend's model instead, for gateways whose servers cannot be renamed.
+  std::vector<std::string> served_model_names;
   // Conversations kept for the Responses API's previous_response_id: this many bytes at most
   // ("0": none kept), each for this many seconds.
   std::string response_store_size = "64MiB";

@@ -62,7 +62,7 @@ int Run(const GatewayOptions& options) {
   BackendPool pool(options.backends, *security,
                    std::chrono::milliseconds(
                        static_cast<int64_t>(options.health_interval_seconds * 1000.0)),
-                   options.affinity_max_imbalance, options.served_model_name);
+                   options.affinity_max_imbalance, options.served_model_names);
   StatusOr<std::unique_ptr<HttpGateway>> gateway =
       HttpGateway::Start(options, *limits, pool, metrics, **keys);
   if (!gateway.ok()) {

@@ -1,6 +1,9 @@
 #include "gateway/backends/backend_pool.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "gateway/backends/affinity.h"
 
@@ -27,6 +30,7 @@ void Backend::Check(std::chrono::milliseconds timeout) {
   bool serving = status.ok() &&
                  response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   const bool was_healthy = healthy();
+  std::string names;  // the model's own names, for the log
   if (serving && !was_healthy) {
     // On the way up: learn (again) which model it serves; a restarted server may hold
     // another model.
@@ -36,6 +40,10 @@ void Backend::Check(std::chrono::milliseconds timeout) {
     const grpc::Status info_status =
         stub_->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info);
     if (info_status.ok()) {
+      names = info.served_model_names().empty()
+                  ? info.name()
+                  : fmt::format("{}", fmt::join(info.served_model_names().begin(),
+                                                info.served_model_names().end(), ", "));
       std::lock_guard lock(mutex_);
       model_info_ = info;
     } else {
@@ -45,7 +53,7 @@ void Backend::Check(std::chrono::milliseconds timeout) {
   if (serving != was_healthy) {
     healthy_.store(serving, std::memory_order_release);
     if (serving) {
-      spdlog::info("backend {} is ready", address_);
+      spdlog::info("backend {} is ready (model {})", address_, names);
     } else {
       spdlog::warn("backend {} is not ready: {}", address_,
                    status.ok() ? "health NOT_SERVING" : status.error_message());
@@ -62,10 +70,11 @@ BackendLease::~BackendLease() { backend_.in_flight_.fetch_sub(1, std::memory_ord
 
 BackendPool::BackendPool(const std::vector<std::string>& addresses,
                          const BackendSecurity& security, std::chrono::milliseconds interval,
-                         int affinity_max_imbalance, std::string served_model_name)
+                         int affinity_max_imbalance,
+                         std::vector<std::string> served_model_names)
     : interval_(interval),
       affinity_max_imbalance_(affinity_max_imbalance),
-      served_model_name_(std::move(served_model_name)) {
+      served_model_names_(std::move(served_model_names)) {
   for (const std::string& address : addresses) {
     backends_.push_back(std::make_unique<Backend>(address, security));
   }
@@ -93,8 +102,21 @@ void BackendPool::HealthLoop() {
   }
 }
 
+std::vector<std::string> BackendPool::ModelNamesOf(const v1::ModelInfo& info) const {
+  if (!served_model_names_.empty()) return served_model_names_;
+  if (info.served_model_names_size() > 0) {
+    return {info.served_model_names().begin(), info.served_model_names().end()};
+  }
+  return {info.name()};
+}
+
 std::string BackendPool::ModelNameOf(const v1::ModelInfo& info) const {
-  return served_model_name_.empty() ? info.name() : served_model_name_;
+  return ModelNamesOf(info).front();
+}
+
+bool BackendPool::Serves(const v1::ModelInfo& info, const std::string& model) const {
+  const std::vector<std::string> names = ModelNamesOf(info);
+  return std::find(names.begin(), names.end(), model) != names.end();
 }
 
 bool BackendPool::AnyHealthy() const {
@@ -115,7 +137,7 @@ BackendChoice BackendPool::Choose(const std::string& model, std::string_view aff
     if (backend->healthy()) {
       choice.any_healthy = true;
       const std::optional<v1::ModelInfo> info = backend->model_info();
-      candidate.eligible = info && (model.empty() || ModelNameOf(*info) == model);
+      candidate.eligible = info && (model.empty() || Serves(*info, model));
     }
     candidates.push_back(candidate);
   }

@@ -76,7 +76,7 @@ class BackendPool {
   // Starts checking at once (the first round runs immediately).
   BackendPool(const std::vector<std::string>& addresses, const BackendSecurity& security,
               std::chrono::milliseconds interval, int affinity_max_imbalance,
-              std::string served_model_name);
+              std::vector<std::string> served_model_names);
   // Stops the health thread.
   ~BackendPool();
 
@@ -85,8 +85,13 @@ class BackendPool {
   BackendChoice Choose(const std::string& model, std::string_view affinity_key);
 
   bool AnyHealthy() const;
-  // The model name clients use for a backend's model.
+  // The names clients call a backend's model by: the gateway's --served-model-name, else the
+  // server's own (a server too old to send them: its ModelInfo name). The first is its id.
+  std::vector<std::string> ModelNamesOf(const v1::ModelInfo& info) const;
+  // Its id in the API (responses' `model`, as vLLM's): the first of ModelNamesOf.
   std::string ModelNameOf(const v1::ModelInfo& info) const;
+  // Whether `model` is one of ModelNamesOf(info).
+  bool Serves(const v1::ModelInfo& info, const std::string& model) const;
   const std::vector<std::unique_ptr<Backend>>& backends() const { return backends_; }
 
  private:
@@ -95,7 +100,7 @@ class BackendPool {
   std::vector<std::unique_ptr<Backend>> backends_;
   const std::chrono::milliseconds interval_;
   const int affinity_max_imbalance_;
-  const std::string served_model_name_;
+  const std::vector<std::string> served_model_names_;
   std::mutex mutex_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;

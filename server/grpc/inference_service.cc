@@ -159,6 +159,8 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
   response->set_num_kv_blocks(static_cast<uint32_t>(model->engine->Stats().num_kv_blocks));
   response->set_max_model_len(static_cast<uint32_t>(model->engine->max_model_len()));
   response->set_has_chat_template(model->chat_template.has_value());
+  for (const std::string& name : model->served_model_names) response->add_served_model_names(name);
+  response->set_created(model->created_unix_seconds);
   return FinishUnary(context, grpc::Status::OK);
 }
 

@@ -4,6 +4,7 @@
 // Life: listen (health NOT_SERVING) -> load the model -> SERVING -> SIGTERM/SIGINT ->
 // NOT_SERVING, refuse new Generate calls, let in-flight ones finish (up to --drain-timeout,
 // then abort them) -> exit 0.
+#include <fmt/format.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -19,6 +20,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/logging.h"
 #include "server/grpc/grpc_listener.h"
@@ -108,6 +110,9 @@ void SetHealth(grpc::Server& server, bool serving) {
 int Run(const ServerOptions& options) {
   StatusOr<EngineConfig> engine_config = MakeEngineConfig(options, AvailableMemoryBytes());
   if (!engine_config.ok()) return Fail(engine_config.status());
+  if (const StatusOr<std::vector<std::string>> names = ServedModelNamesOf(options); !names.ok()) {
+    return Fail(names.status());
+  }
   const StatusOr<int64_t> grammar_cache_bytes =
       GrammarCacheBudgetOf(options, PhysicalMemoryBytes());
   if (!grammar_cache_bytes.ok()) return Fail(grammar_cache_bytes.status());
@@ -221,7 +226,8 @@ int Run(const ServerOptions& options) {
   }
   if (!signals.received()) {  // a signal during the load: straight to draining
     SetHealth(*server, true);
-    spdlog::info("serving {} on {}", (*loaded)->name, HostPort(options.host, port));
+    spdlog::info("serving {} on {}", fmt::join((*loaded)->served_model_names, ", "),
+                 HostPort(options.host, port));
   }
 
   const std::string signal_name = signals.Wait();

@@ -1,7 +1,10 @@
 #include "server/grpc/server_options.h"
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <limits>
+#include <set>
 #include <string>
 
 #include "common/byte_size.h"
@@ -30,16 +33,21 @@ CLI::Option* AddFlag(CLI::App& app, const std::string& flag, bool& value, const 
 
 void AddServerOptions(CLI::App& app, ServerOptions& o) {
   AddOption(app, "--model", o.model_path, "GGUF model file")->required();
+  AddOption(app, "--served-model-name", o.served_model_names,
+            "the names clients call the model by, one or more (--served-model-name a b, or a,b "
+            "as in the variable); the first is its id in /v1/models and the metrics' "
+            "model_name (default: the model file's name without .gguf)")
+      ->delimiter(',');
   AddOption(app, "--chat-template", o.chat_template_path,
             "Jinja chat template file (default: the model's own)")
       ->check(CLI::ExistingFile);
   AddOption(app, "--tool-call-parser", o.tool_call_parser,
             "how chat output's tool calls are parsed (and forced calls written): auto (from "
-            "the chat template: <tool_call> hermes, [TOOL_CALLS] mistral, <|python_tag|> "
-            "llama3_json, <|channel|> harmony, else json), hermes, llama3_json, mistral, json, "
-            "harmony (gpt-oss) or none")
-      ->check(CLI::IsMember(
-          {"auto", "hermes", "llama3_json", "mistral", "json", "harmony", "none"}));
+            "the chat template: <tool_call> hermes, [TOOL_CALLS] mistral, with [ARGS] "
+            "mistral_v11, <|python_tag|> llama3_json, <|channel|> harmony, else json), hermes, "
+            "llama3_json, mistral, mistral_v11, json, harmony (gpt-oss) or none")
+      ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "mistral", "mistral_v11", "json",
+                             "harmony", "none"}));
   AddOption(app, "--reasoning-parser", o.reasoning_parser,
             "how chat output's reasoning is split off: auto (think when the chat template uses "
             "<think>, harmony when it writes <|channel|>), think (<think>...</think>), harmony "
@@ -195,6 +203,29 @@ StatusOr<int64_t> GrammarCacheBudgetOf(const ServerOptions& o, int64_t physical_
                                 ": raise the first or lower the second");
   }
   return o.grammar_cache_mib << 20;
+}
+
+StatusOr<std::vector<std::string>> ServedModelNamesOf(const ServerOptions& options) {
+  if (options.served_model_names.empty()) {
+    std::string name = std::filesystem::path(options.model_path).filename().string();
+    if (name.ends_with(".gguf")) name.resize(name.size() - 5);
+    return std::vector<std::string>{name};
+  }
+  std::set<std::string_view> seen;
+  for (const std::string& name : options.served_model_names) {
+    const bool printable = std::all_of(name.begin(), name.end(), [](char c) {
+      return static_cast<unsigned char>(c) > ' ' && c != 0x7f;
+    });
+    if (name.empty() || !printable) {
+      return InvalidArgumentError("--served-model-name '" + name +
+                                  "': a name needs at least one character and no spaces or "
+                                  "control characters (several names: --served-model-name a b)");
+    }
+    if (!seen.insert(name).second) {
+      return InvalidArgumentError("--served-model-name '" + name + "' is given twice");
+    }
+  }
+  return options.served_model_names;
 }
 
 StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t available_memory_bytes) {

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "engine/engine_config.h"
@@ -14,9 +15,12 @@ namespace tokenmill::server {
 
 struct ServerOptions {
   std::string model_path;
+  // The names clients call the model by (the first is its id in the API and in metrics);
+  // empty: the model file's base name without .gguf (ServedModelNamesOf).
+  std::vector<std::string> served_model_names;
   std::string chat_template_path;  // empty: the model's own template
   // How chat output is parsed: auto (from the chat template), none, or a format / parser.
-  std::string tool_call_parser = "auto";  // hermes, llama3_json, mistral, json, harmony
+  std::string tool_call_parser = "auto";  // hermes, llama3_json, mistral(_v11), json, harmony
   std::string reasoning_parser = "auto";  // think (<think>...</think>), harmony
   // Special-token text in what chat clients send becomes control tokens, as vLLM, SGLang and
   // llama-server do; off (the default), only the chat template's markup does.
@@ -87,6 +91,12 @@ StatusOr<int64_t> GrammarCacheBudgetOf(const ServerOptions& options,
 
 // The environment variable of a flag: "--max-queue" -> "TOKENMILL_MAX_QUEUE".
 std::string EnvNameOfFlag(std::string_view flag);
+
+// The names the model is served under: --served-model-name, or the model file's base name
+// without ".gguf" ("models/SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct.Q4_1").
+// InvalidArgument naming the flag for an empty name, one with spaces or control characters, or
+// a name given twice.
+StatusOr<std::vector<std::string>> ServedModelNamesOf(const ServerOptions& options);
 
 // The engine settings the flags ask for. `available_memory_bytes` resolves a fractional
 // --kv-cache-memory on the CPU (with --device cuda the engine takes that fraction of the GPU's

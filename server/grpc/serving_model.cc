@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <filesystem>
 #include <string>
 
 #include "common/byte_size.h"
@@ -21,13 +20,17 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::string ModelName(const GgufFile& file, const std::string& path) {
-  if (file.Has("general.name")) {
-    if (StatusOr<std::string_view> name = file.GetString("general.name"); name.ok()) {
-      return std::string(*name);
-    }
-  }
-  return std::filesystem::path(path).stem().string();
+// general.name, shown in the log beside the names the model is served under.
+std::string GeneralName(const GgufFile& file) {
+  if (!file.Has("general.name")) return "";
+  StatusOr<std::string_view> name = file.GetString("general.name");
+  return name.ok() ? std::string(*name) : "";
+}
+
+int64_t UnixSecondsNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 // The chat output parsers the flags ask for, or the ones the chat template's markup shows.
@@ -61,6 +64,8 @@ ServingModel::~ServingModel() {
 StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& options,
                                                          const EngineConfig& engine_config,
                                                          int64_t grammar_cache_bytes) {
+  const int64_t created = UnixSecondsNow();
+  TM_ASSIGN_OR_RETURN(std::vector<std::string> served_names, ServedModelNamesOf(options));
   auto start = std::chrono::steady_clock::now();
   spdlog::info("loading model {}", options.model_path);
   TM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(options.model_path, {.context = options.max_model_len}));
@@ -84,7 +89,12 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
   spdlog::info("tokenizer: {} {}, {} tokens ({:.2f} s)", tokenizer.model_name(),
                tokenizer.pre_tokenizer_name(), tokenizer.vocab_size(), SecondsSince(start));
   auto serving = std::make_unique<ServingModel>(std::move(model), std::move(tokenizer));
-  serving->name = ModelName(serving->model->file(), options.model_path);
+  serving->served_model_names = std::move(served_names);
+  serving->name = serving->served_model_names.front();
+  serving->created_unix_seconds = created;
+  if (const std::string general = GeneralName(serving->model->file()); !general.empty()) {
+    spdlog::info("model name in the file: {}", general);
+  }
 
   start = std::chrono::steady_clock::now();
   serving->grammars = std::make_unique<grammar::GrammarCache>(

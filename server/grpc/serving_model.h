@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "engine/engine.h"
@@ -33,7 +34,11 @@ struct ServingModel {
   bool reasoning = false;
   bool harmony = false;  // gpt-oss's channels: HarmonyParser splits reasoning and calls
   bool parse_special_in_content = false;  // --parse-special-in-content
-  std::string name;                           // general.name, or the file's stem
+  // The names clients call it by (ServedModelNamesOf); `name`, the first, is its id in the
+  // API, the metrics and the KV events' topic.
+  std::vector<std::string> served_model_names;
+  std::string name;
+  int64_t created_unix_seconds = 0;  // when loading began: /v1/models' `created`
   int block_size = 0;
   // Structured output's compiled grammars over this model's vocabulary (request threads).
   std::unique_ptr<grammar::GrammarCache> grammars;

@@ -75,7 +75,7 @@ TEST(GatewayRoutes, MetricsCountResponsesAndMessagesUnderTheirOwnRoute) {
     metrics.RequestStarted();
     metrics.RequestFinished(std::string(MetricsLabel(FindRoute(path).route)), 200, 0.01);
   }
-  BackendPool pool({}, BackendSecurity{}, std::chrono::milliseconds(1000), 0, "");
+  BackendPool pool({}, BackendSecurity{}, std::chrono::milliseconds(1000), 0, {});
   const std::string text = metrics.Render(pool);
   for (const char* route : {"/v1/responses", "/v1/messages", "other"}) {
     const std::string sample = std::string("tokenmill_gateway:requests_total{route=\"") + route +

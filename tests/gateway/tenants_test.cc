@@ -328,7 +328,7 @@ TEST(ResponseStoreTenants, AnotherTenantsResponseIsNotThere) {
 TEST(ResponseIds, CarryAHundredAndTwentyEightRandomBits) {
   GatewayOptions options;
   GatewayMetrics metrics;
-  BackendPool pool({}, BackendSecurity{}, std::chrono::seconds(1), 16, "");
+  BackendPool pool({}, BackendSecurity{}, std::chrono::seconds(1), 16, {});
   const StatusOr<std::unique_ptr<KeyStore>> keys = KeyStore::FromOptions(options);
   GatewayContext context(options, 1 << 20, pool, metrics, **keys, {}, 1 << 20);
   std::set<std::string> seen;

@@ -216,7 +216,7 @@ TEST(GatewayEventQueue, PausesReadsAtItsBoundAndResumesThemAtHalf) {
   io.run();
   // Still paused at 3 waiting; resumed once at 2 (half), not again.
   EXPECT_EQ(resumed_after, (std::vector<int>{0, 1, 1, 1, 1}));
-  BackendPool pool({}, BackendSecurity{}, std::chrono::milliseconds(1000), 0, "");
+  BackendPool pool({}, BackendSecurity{}, std::chrono::milliseconds(1000), 0, {});
   const std::string text = metrics.Render(pool);
   EXPECT_NE(text.find("tokenmill_gateway:buffered_responses 0\n"), std::string::npos) << text;
   EXPECT_NE(text.find("tokenmill_gateway:max_request_buffered_responses 4\n"), std::string::npos);

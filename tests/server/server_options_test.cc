@@ -81,8 +81,39 @@ TEST(ServerOptions, BadValuesFailAtParseTime) {
   EXPECT_THAT(Parsed({"--model", "m", "--log-level", "loud"}).error, HasSubstr("--log-level"));
   EXPECT_THAT(Parsed({"--model", "m", "--kv-cache-dtype", "int4"}).error,
               HasSubstr("--kv-cache-dtype"));
+  // Every parser the server has is a value the flag takes (mistral_v11 was refused).
+  for (const char* parser :
+       {"hermes", "llama3_json", "mistral", "mistral_v11", "json", "harmony"}) {
+    EXPECT_EQ(Parsed({"--model", "m", "--tool-call-parser", parser}).error, "") << parser;
+  }
   ScopedEnv env("TOKENMILL_BLOCK_SIZE", "zero");
   EXPECT_THAT(Parsed({"--model", "m"}).error, HasSubstr("--block-size"));
+}
+
+TEST(ServedModelNames, DefaultIsTheFileNameWithoutGguf) {
+  const Parsed parsed({"--model", "models/SmolLM2-135M-Instruct.Q4_1.gguf"});
+  ASSERT_EQ(parsed.error, "");
+  EXPECT_THAT(ServedModelNamesOf(parsed.options).value(),
+              ::testing::ElementsAre("SmolLM2-135M-Instruct.Q4_1"));
+}
+
+TEST(ServedModelNames, FlagTakesSeveralNamesAndTheVariableACommaList) {
+  const Parsed flag({"--model", "m.gguf", "--served-model-name", "smol", "org/tiny"});
+  EXPECT_THAT(ServedModelNamesOf(flag.options).value(), ::testing::ElementsAre("smol", "org/tiny"));
+  const ScopedEnv env("TOKENMILL_SERVED_MODEL_NAME", "a,b");
+  const Parsed variable({"--model", "m.gguf"});
+  EXPECT_THAT(ServedModelNamesOf(variable.options).value(), ::testing::ElementsAre("a", "b"));
+}
+
+TEST(ServedModelNames, RefusesEmptySpacedAndRepeatedNames) {
+  for (const std::vector<std::string>& names :
+       std::vector<std::vector<std::string>>{{""}, {"a b"}, {"tab\there"}, {"x", "x"}}) {
+    ServerOptions options;
+    options.served_model_names = names;
+    const StatusOr<std::vector<std::string>> refused = ServedModelNamesOf(options);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_THAT(refused.status().message(), HasSubstr("--served-model-name"));
+  }
 }
 
 TEST(ServerOptions, GrammarCacheBudgetIsSizedToTheMachineOrTheFlag) {

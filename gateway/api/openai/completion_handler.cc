@@ -216,18 +216,19 @@ asio::awaitable<void> HandleModels(HttpExchange& exchange, const HttpRequest& re
     if (!backend->healthy()) continue;
     const std::optional<v1::ModelInfo> info = backend->model_info();
     if (!info) continue;
-    const std::string name = context.pool.ModelNameOf(*info);
-    if (!seen.insert(name).second) continue;
-    json model = {{"id", name},
-                  {"object", "model"},
-                  {"created", 0},
-                  {"owned_by", "tokenmill"},
-                  {"max_model_len", info->max_model_len()}};
-    if (!model_id.empty() && model_id == name) {
-      co_await exchange.WriteJson(request, 200, model);
-      co_return;
+    for (const std::string& name : context.pool.ModelNamesOf(*info)) {  // one entry per alias
+      if (!seen.insert(name).second) continue;
+      json model = {{"id", name},
+                    {"object", "model"},
+                    {"created", info->created()},
+                    {"owned_by", "tokenmill"},
+                    {"max_model_len", info->max_model_len()}};
+      if (!model_id.empty() && model_id == name) {
+        co_await exchange.WriteJson(request, 200, model);
+        co_return;
+      }
+      data.push_back(std::move(model));
     }
-    data.push_back(std::move(model));
   }
   if (!model_id.empty()) {
     co_await exchange.WriteError(request, ModelNotFound(model_id));
