@@ -6,6 +6,7 @@ import ast
 import hashlib
 import os
 import pathlib
+import re
 import tarfile
 import urllib.error
 import urllib.request
@@ -52,6 +53,10 @@ LEGACY = {
 # Labelled by their own information only, as vLLM's are.
 OWN_LABELS = {"vllm:lora_requests_info": {"max_lora", "waiting_lora_adapters",
                                           "running_lora_adapters"}}
+# vLLM's own Grafana dashboards, in the sdist.
+DASHBOARDS = ("examples/observability/prometheus_grafana/grafana.json",
+              "examples/observability/dashboards/grafana/performance_statistics.json",
+              "examples/observability/dashboards/grafana/query_statistics.json")
 KINDS = {"_counter_cls": "counter", "_gauge_cls": "gauge", "_histogram_cls": "histogram",
          "Counter": "counter", "Gauge": "gauge", "Histogram": "histogram", "Info": "info"}
 
@@ -63,7 +68,7 @@ def vllm_sources():
     data = VLLM_SDIST.read_bytes()
     assert hashlib.sha256(data).hexdigest() == VLLM_SDIST_SHA256, f"{VLLM_SDIST} is not vLLM's"
     wanted = ("vllm/v1/metrics/loggers.py", "vllm/v1/metrics/buckets.py",
-              "vllm/v1/spec_decode/metrics.py", "vllm/v1/engine/__init__.py")
+              "vllm/v1/spec_decode/metrics.py", "vllm/v1/engine/__init__.py", *DASHBOARDS)
     prefix = f"vllm-{VLLM_VERSION}/"
     with tarfile.open(VLLM_SDIST) as sdist:
         return {path: sdist.extractfile(prefix + path).read().decode() for path in wanted}
@@ -192,6 +197,18 @@ def test_every_vllm_name_served_has_vllms_type_and_buckets(served):
                  "vllm:request_prompt_tokens", "vllm:request_generation_tokens",
                  "vllm:request_max_num_generation_tokens"):
         assert name in ours, name
+
+
+def test_vllms_dashboards_find_every_series_they_query(served):
+    """The issue's symptom: a vLLM Grafana dashboard came up half empty."""
+    _, _, families, _ = served
+    samples = {s.name for f in families.values() for s in f.samples}
+    sources = vllm_sources()
+    for dashboard in DASHBOARDS:
+        queried = set(re.findall(r"vllm:[a-z0-9_]+", sources[dashboard]))
+        missing = {name for name in queried - samples
+                   if not any(name.startswith(unserved) for unserved in NOT_SERVED)}
+        assert queried and not missing, (dashboard, missing)
 
 
 def test_labels_are_vllms(served):
