@@ -5,6 +5,7 @@
 // HttpExchange.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -56,6 +57,10 @@ struct GatewayContext {
   CallRegistry calls;
   ResponseStore responses;
   BodyBudget body_reads;  // the request bodies being received (--body-buffer-size)
+  // SIGTERM: new requests get 503 while running ones finish, until --drain-timeout, after
+  // which the calls still open are cancelled and end with a 503 `aborted` error.
+  std::atomic<bool> draining{false};
+  std::atomic<bool> drain_expired{false};
 };
 
 }  // namespace tokenmill::gateway

@@ -24,6 +24,8 @@ class GatewayMetrics {
   void ResponsesBuffered(int64_t delta) { buffered_.fetch_add(delta, std::memory_order_relaxed); }
   void ObserveRequestBuffered(size_t count);
   void ReadPaused() { read_pauses_.fetch_add(1, std::memory_order_relaxed); }
+  // Requests started and not yet answered in full (what a drain waits for).
+  int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
 
   // The exposition text (version 0.0.4).
   std::string Render(const BackendPool& pool) const;

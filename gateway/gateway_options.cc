@@ -93,6 +93,9 @@ void AddGatewayOptions(CLI::App& app, GatewayOptions& o) {
   AddOption(app, "--health-interval", o.health_interval_seconds,
             "seconds between health checks of each backend")
       ->check(CLI::Range(0.05, 3600.0));
+  AddOption(app, "--drain-timeout", o.drain_timeout_seconds,
+            "seconds SIGTERM/SIGINT lets running requests and streams finish (new ones get 503)")
+      ->check(CLI::Range(0.0, 3600.0));
   AddOption(app, "--affinity-max-imbalance", o.affinity_max_imbalance,
             "in-flight requests by which the affinity backend may exceed the least-loaded one")
       ->check(CLI::NonNegativeNumber);

@@ -39,6 +39,9 @@ struct GatewayOptions {
   std::string max_body_size = "8MiB";
   int io_threads = 2;
   double health_interval_seconds = 1.0;
+  // SIGTERM/SIGINT: seconds running requests and streams may take to finish before they are
+  // ended with their API's error event.
+  double drain_timeout_seconds = 30.0;
   // A backend this many in-flight requests busier than the least-loaded one loses its
   // affinity requests to the least-loaded one.
   int affinity_max_imbalance = 16;

@@ -27,6 +27,9 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
+// After --drain-timeout: how long the requests then ended have to write their error.
+constexpr std::chrono::seconds kFinalWrites(5);
+
 asio::awaitable<void> Listen(tcp::acceptor& acceptor, GatewayContext& context) {
   for (;;) {
     auto strand = asio::make_strand(acceptor.get_executor());
@@ -102,6 +105,38 @@ StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(const GatewayOptions& 
 }
 
 HttpGateway::HttpGateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+namespace {
+
+// Waits until no request is in flight or `deadline` passes; true when none is.
+bool WaitForRequests(const GatewayMetrics& metrics,
+                     std::chrono::steady_clock::time_point deadline) {
+  while (metrics.in_flight() > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+}  // namespace
+
+void HttpGateway::Drain(std::chrono::milliseconds timeout) {
+  impl_->context.draining = true;
+  asio::post(impl_->io, [this] {
+    beast::error_code ignored;
+    impl_->acceptor.close(ignored);
+  });
+  spdlog::info("draining {} requests (up to {} s): they finish, new ones get 503",
+               impl_->context.metrics.in_flight(), static_cast<double>(timeout.count()) / 1000.0);
+  const auto now = std::chrono::steady_clock::now();
+  if (WaitForRequests(impl_->context.metrics, now + timeout)) return;
+  spdlog::warn("--drain-timeout: ending {} requests still running",
+               impl_->context.metrics.in_flight());
+  impl_->context.drain_expired = true;
+  impl_->context.calls.CancelAll();
+  // Their error events are written on the I/O threads, which must still run meanwhile.
+  WaitForRequests(impl_->context.metrics, std::chrono::steady_clock::now() + kFinalWrites);
+}
 
 HttpGateway::~HttpGateway() {
   asio::post(impl_->io, [this] {

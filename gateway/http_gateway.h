@@ -4,6 +4,7 @@
 // thread per connection), and its backend calls report back to that strand.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,10 @@ class HttpGateway {
                                                       const GatewayLimits& limits,
                                                       BackendPool& pool, GatewayMetrics& metrics,
                                                       const KeyStore& keys);
+  // Stops accepting (new connections are refused, new requests on open ones get 503) and
+  // waits up to `timeout` for the running requests and streams to finish; then cancels the
+  // rest, which end with their API's error (a 503 `aborted`, an error event in a stream).
+  void Drain(std::chrono::milliseconds timeout);
   // Stops accepting, cancels the backend calls of open requests and joins the I/O threads.
   ~HttpGateway();
 

@@ -1,8 +1,9 @@
 // tokenmill-gateway: the OpenAI HTTP API in front of one or more tokenmill-servers.
 //
 // Life: listen at once (/health answers 503 until a backend passes its health check) ->
-// serve (SIGHUP: re-read --api-key-file) -> SIGTERM/SIGINT -> stop accepting, cancel open
-// backend calls -> exit 0.
+// serve (SIGHUP: re-read --api-key-file) -> SIGTERM/SIGINT -> stop accepting (new requests on
+// open connections: 503) and let running requests finish, up to --drain-timeout -> end the rest
+// with their API's error event -> exit 0.
 #include <spdlog/spdlog.h>
 
 #include <csignal>
@@ -86,6 +87,8 @@ int Run(const GatewayOptions& options) {
     }
   }
   spdlog::info("{}: stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
+  (*gateway)->Drain(std::chrono::milliseconds(
+      static_cast<int64_t>(options.drain_timeout_seconds * 1000.0)));
   gateway->reset();
   spdlog::info("stopped");
   return 0;

@@ -105,7 +105,13 @@ asio::awaitable<std::optional<Generation::Output>> Generation::Next() {
       case UpstreamEvent::Kind::kDone:
         --open_calls_;
         if (!event.status.ok() && !client_gone_) {
-          HttpError error = FromGrpcStatus(event.status);
+          HttpError error =
+              exchange_.context().drain_expired.load(std::memory_order_relaxed)
+                  ? MakeError(503,
+                              "the gateway shut down before the request finished "
+                              "(--drain-timeout); retry",
+                              "server_error", "", "aborted")
+                  : FromGrpcStatus(event.status);
           // The server names the constraint's kind; the client knows the field it used.
           if (error.status == 400 && error.message.starts_with(kStructuredOutputError)) {
             error.param = structured_output_param_;

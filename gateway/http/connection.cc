@@ -251,6 +251,11 @@ std::optional<HttpError> Connection::Admit(const HttpRequest& head,
                      "invalid_request_error", "", "method_not_allowed");
   }
   if (match.route->needs_key && !Authorized(head)) return Unauthorized();
+  if (context_.draining.load(std::memory_order_relaxed)) {
+    keep_alive_ = false;
+    return MakeError(503, "the gateway is shutting down; retry (another replica answers)",
+                     "server_error", "", "shutting_down");
+  }
   return std::nullopt;
 }
 

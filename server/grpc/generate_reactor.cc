@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <span>
 
 #include "server/grpc/status_conversion.h"
@@ -42,6 +43,7 @@ void GenerateReactor::Start(ValidatedRequest request) {
     std::lock_guard lock(mutex_);
     holders_ += 2;
     num_sequences_ = request.get().n;
+    max_tokens_ = request.get().sampling.max_tokens;
   }
   StatusOr<RequestId> id = engine_.Submit(std::move(request));
   if (!id.ok()) {
@@ -154,7 +156,8 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
     }
     if (output.finished) {
       const CompletionReason reason = output.finish_reason.value_or(CompletionReason::kError);
-      metrics_.ObserveFinished(output.timings, reason);
+      metrics_.ObserveFinished(output.timings, reason, output.usage);
+      most_generated_tokens_ = std::max(most_generated_tokens_, output.usage.completion_tokens);
       spdlog::debug("request {} sequence {} finished: {}, {} prompt + {} generated tokens",
                     request_id_, output.index, CompletionReasonName(reason),
                     output.usage.prompt_tokens, output.usage.completion_tokens);
@@ -176,6 +179,7 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
       }
       all_finished = ++num_finished_sequences_ == num_sequences_;
       if (all_finished) {
+        metrics_.ObserveRequest(num_sequences_, max_tokens_, most_generated_tokens_);
         engine_finished_ = true;
         finish_status_ = error_status_.value_or(grpc::Status::OK);
       }

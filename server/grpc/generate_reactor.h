@@ -73,6 +73,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   std::optional<RequestId> engine_id_;   // once submitted
   int num_sequences_ = 1;                // the request's n
   int num_finished_sequences_ = 0;       // final events arrived
+  int max_tokens_ = 0;                   // the request's max_tokens, for metrics
+  int most_generated_tokens_ = 0;        // by one of its sequences, for metrics
   bool engine_finished_ = false;         // every sequence's final event arrived
   // Events not yet written, merged per sequence while consecutive; a sequence's final
   // response carries its finish reason and usage.

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -141,6 +142,8 @@ int Run(const ServerOptions& options) {
   RequestMetrics request_metrics;
   InferenceService service(request_metrics, options.api_key, options.shared_prefix_cache);
   std::atomic<const ServingModel*> serving_model{nullptr};
+  // What the metrics port's /health says: from the model's load to the drain, as gRPC health.
+  std::atomic<bool> serving{false};
 
   std::unique_ptr<MetricsHttpServer> metrics;
   const MetricsCompat compat =
@@ -155,7 +158,14 @@ int Run(const ServerOptions& options) {
            if (model == nullptr) return RenderMetrics({}, std::nullopt, request_metrics, compat);
            return RenderMetrics({model->name, model->block_size}, model->engine->Stats(),
                                 request_metrics, compat, model->grammars->stats());
-         }}};
+         },
+         false,
+         {}},
+        {.path = "/health",
+         .content_type = "text/plain; charset=utf-8",
+         .render = [] { return std::string("ok\n"); },
+         .needs_api_key = false,
+         .available = [&serving] { return serving.load(std::memory_order_acquire); }}};
     if (kv_events != nullptr) {
       // Every cached prompt's token ids: with --api-key, only for whoever holds the key.
       pages.push_back({.path = "/kv_events/state",
@@ -165,7 +175,8 @@ int Run(const ServerOptions& options) {
                              return RenderCachedPrefixes(
                                  serving_model.load(std::memory_order_acquire));
                            },
-                       .needs_api_key = true});
+                       .needs_api_key = true,
+                       .available = {}});
     }
     StatusOr<std::unique_ptr<MetricsHttpServer>> started = MetricsHttpServer::Start(
         metrics_host, options.metrics_port, std::move(pages),
@@ -213,6 +224,7 @@ int Run(const ServerOptions& options) {
     server->Shutdown();
     return Fail(loaded.status());
   }
+  request_metrics.SetMaxModelLen((*loaded)->engine->max_model_len());
   service.Attach(loaded->get());
   serving_model.store(loaded->get(), std::memory_order_release);
   if (kv_events != nullptr) {
@@ -226,6 +238,7 @@ int Run(const ServerOptions& options) {
   }
   if (!signals.received()) {  // a signal during the load: straight to draining
     SetHealth(*server, true);
+    serving.store(true, std::memory_order_release);
     spdlog::info("serving {} on {}", fmt::join((*loaded)->served_model_names, ", "),
                  HostPort(options.host, port));
   }
@@ -234,6 +247,7 @@ int Run(const ServerOptions& options) {
   const auto drain_timeout = std::chrono::milliseconds(
       static_cast<int64_t>(options.drain_timeout_seconds * 1000.0));
   SetHealth(*server, false);
+  serving.store(false, std::memory_order_release);
   service.BeginDrain();
   spdlog::info("{}: draining {} open streams (up to {} s), health NOT_SERVING", signal_name,
                service.streams().open(), options.drain_timeout_seconds);

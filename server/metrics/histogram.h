@@ -21,9 +21,11 @@ class Histogram {
 
   void Observe(double value);
   HistogramSnapshot Snapshot() const;
+  // New bounds and no observations: for buckets known only once the model loads.
+  void Reset(std::vector<double> upper_bounds);
 
  private:
-  const std::vector<double> upper_bounds_;
+  std::vector<double> upper_bounds_;
   mutable std::mutex mutex_;
   std::vector<uint64_t> counts_;  // per bucket, not cumulative; last is +Inf
   double sum_ = 0.0;

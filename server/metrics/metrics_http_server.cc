@@ -75,6 +75,9 @@ http::response<http::string_body> Respond(const http::request<http::string_body>
                      std::string(path) + " holds prompt data: send 'authorization: Bearer <key>' "
                      "with the server's --api-key\n");
     response.set(http::field::www_authenticate, "Bearer");
+  } else if (page->available && !page->available()) {
+    response = Plain(http::status::service_unavailable, request.version(),
+                     "not serving: the model is loading or the server is draining\n");
   } else {
     response.result(http::status::ok);
     response.version(request.version());

@@ -1,7 +1,7 @@
 // A small HTTP server for Prometheus: GET /metrics answers the text a callback renders, and
-// any further pages the same way (GET /kv_events/state with --kv-events-endpoint). One I/O
-// thread serves every connection with coroutines; /metrics never blocks on the engine (its
-// callback reads snapshots). Hostile clients are bounded: a request must arrive (and its
+// any further pages the same way (GET /health, GET /kv_events/state with
+// --kv-events-endpoint). One I/O thread serves every connection with coroutines; /metrics
+// never blocks on the engine (its callback reads snapshots). Hostile clients are bounded: a request must arrive (and its
 // answer leave) within a deadline, headers and body are capped, and past a number of open
 // connections new ones are closed at once, so idle sockets cannot use up the process's
 // descriptors (which gRPC's listener needs too).
@@ -37,6 +37,8 @@ class MetricsHttpServer {
     // Prompt data (token ids): with MetricsHttpLimits::api_key set, the request must carry
     // "authorization: Bearer <key>" (401 otherwise).
     bool needs_api_key = false;
+    // When set and false, the page answers 503 (a health check while the model loads).
+    std::function<bool()> available;
   };
 
   // Binds host:port (port 0: any free port) and starts serving the pages. Unavailable when

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "server/metrics/vllm_metrics.h"
+
 namespace tokenmill::server {
 namespace {
 
@@ -114,33 +116,6 @@ void PrometheusWriter::Info(std::string_view name, std::string_view help,
   Sample(name, extra, 1);
 }
 
-namespace {
-
-// vLLM's names over the same numbers. vLLM counts the prefix cache in tokens too (queries:
-// prompt tokens looked up, hits: of those, found), and labels each engine by its index.
-void WriteVllmCompat(const ServedModelInfo& model, const std::optional<EngineStats>& engine_stats,
-                     std::string& text) {
-  PrometheusWriter w({{"model_name", std::string(model.name)}, {"engine", "0"}});
-  const EngineStats s = engine_stats.value_or(EngineStats{});
-  w.Gauge("vllm:num_requests_running", "Requests in the running batch.", s.num_running);
-  w.Gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting);
-  w.Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage);
-  w.Gauge("vllm:gpu_cache_usage_perc",
-          "KV-cache usage (vLLM's name before v1). 1 means 100 percent usage.", s.kv_usage);
-  w.Counter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
-            static_cast<double>(s.prefix_query_tokens));
-  w.Counter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
-            static_cast<double>(s.prefix_hit_tokens));
-  if (engine_stats.has_value()) {  // the pickers read the block size from here
-    w.Info("vllm:cache_config_info", "The KV cache's configuration.",
-           {{"block_size", std::to_string(model.block_size)},
-            {"num_gpu_blocks", std::to_string(s.num_kv_blocks)}});
-  }
-  text += w.text();
-}
-
-}  // namespace
-
 std::string RenderMetrics(const ServedModelInfo& model,
                           const std::optional<EngineStats>& engine_stats,
                           const RequestMetrics& requests, MetricsCompat compat,
@@ -209,7 +184,7 @@ std::string RenderMetrics(const ServedModelInfo& model,
   w.Histogram("tokenmill:request_queue_time_seconds", "Time from arrival to first scheduled.",
               requests.request_queue_time());
   std::string text = w.text();
-  if (compat == MetricsCompat::kVllm) WriteVllmCompat(model, engine_stats, text);
+  if (compat == MetricsCompat::kVllm) WriteVllmMetrics(model, engine_stats, requests, text);
   return text;
 }
 

@@ -42,11 +42,10 @@ class PrometheusWriter {
 
 enum class MetricsCompat {
   kNone,
-  // Also the gauges and counters that inference gateways read from vLLM by default (the
-  // Gateway API Inference Extension's endpoint picker, llm-d): vllm:num_requests_waiting,
-  // vllm:num_requests_running, vllm:kv_cache_usage_perc (and vllm:gpu_cache_usage_perc, its
-  // name before vLLM v1), vllm:prefix_cache_{queries,hits}_total and vllm:cache_config_info,
-  // labelled like vLLM's (model_name, engine).
+  // Also vLLM v1's request, token, latency and cache families under vLLM's names, types,
+  // buckets and labels (model_name, engine): what vLLM's Grafana dashboards and inference
+  // gateways' endpoint pickers (the Gateway API Inference Extension, llm-d) read
+  // (server/metrics/vllm_metrics.h).
   kVllm,
 };
 

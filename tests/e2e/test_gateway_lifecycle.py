@@ -1,6 +1,7 @@
 """tokenmill-gateway's life: settings from TOKENMILL_GATEWAY_* variables, SIGTERM with streams
-open (exits 0 at once and the server aborts their requests), a backend that starts after the
-gateway, idle keep-alive connections."""
+open and --drain-timeout 0 (exits 0 at once and the server aborts their requests; draining:
+test_gateway_drain.py), a backend that starts after the gateway, idle keep-alive
+connections."""
 import signal
 import socket
 import threading
@@ -30,7 +31,7 @@ def test_settings_from_environment_variables(server):
 
 
 def test_sigterm_with_open_streams_exits_and_frees_them(server):
-    g = Gateway(backend_address(server))
+    g = Gateway(backend_address(server), extra_args=("--drain-timeout", "0"))
     try:
         model = model_name(g)
         started = threading.Barrier(5)

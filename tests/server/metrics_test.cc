@@ -63,7 +63,7 @@ TEST(RenderMetrics, NamesEveryMetricOfTheIssue) {
   timings.time_to_first_token = 0.03;
   timings.token_seconds = {0.03, 0.01, 0.02};
   timings.total_seconds = 0.06;
-  requests.ObserveFinished(timings, CompletionReason::kLength);
+  requests.ObserveFinished(timings, CompletionReason::kLength, {.prompt_tokens = 9});
   const std::string text = RenderMetrics({"m", 16}, stats, requests, MetricsCompat::kNone);
   for (const std::string line : {
            "tokenmill:num_requests_running{model_name=\"m\"} 2\n",
@@ -152,6 +152,50 @@ TEST(RenderMetrics, VllmCompatServesWhatEndpointPickersRead) {
        }) {
     EXPECT_THAT(text, HasSubstr(line));
   }
+}
+
+TEST(TokenCountBuckets, AreVllms125SeriesUpToTheContext) {
+  EXPECT_THAT(TokenCountBuckets(8192),
+              ElementsAre(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000));
+  EXPECT_THAT(TokenCountBuckets(100), ElementsAre(1, 2, 5, 10, 20, 50, 100));
+}
+
+TEST(RequestMetrics, SplitsARequestIntoVllmsPhases) {
+  RequestMetrics requests;
+  requests.SetMaxModelLen(100);
+  RequestTimings timings;
+  timings.queue_seconds = 0.5;
+  timings.time_to_first_token = 2.0;
+  timings.token_seconds = {2.0, 1.0, 3.0};
+  timings.total_seconds = 6.5;
+  requests.ObserveFinished(timings, CompletionReason::kStop,
+                           {.prompt_tokens = 40, .cached_prompt_tokens = 16,
+                            .completion_tokens = 3});
+  requests.ObserveRequest(/*n=*/1, /*max_tokens=*/50, /*max_generated_tokens=*/3);
+  EXPECT_DOUBLE_EQ(requests.prefill_time().sum, 1.5);  // scheduled -> first token
+  EXPECT_DOUBLE_EQ(requests.decode_time().sum, 4.0);   // first -> last token
+  EXPECT_DOUBLE_EQ(requests.inference_time().sum, 5.5);
+  EXPECT_DOUBLE_EQ(requests.mean_time_per_output_token().sum, 2.0);
+  EXPECT_DOUBLE_EQ(requests.prefill_computed_tokens().sum, 24);
+  EXPECT_THAT(requests.prompt_tokens().upper_bounds, ElementsAre(1, 2, 5, 10, 20, 50, 100));
+  EXPECT_DOUBLE_EQ(requests.params_max_tokens().sum, 50);
+}
+
+TEST(RenderMetrics, VllmCountsAToolCallTurnAsStopAndEveryPromptTokenOnce) {
+  RequestMetrics requests;
+  requests.ObserveFinished(RequestTimings{}, CompletionReason::kToolCalls, {});
+  EngineStats stats = BusyStats();
+  stats.num_prompt_tokens = 52;  // computed; the other 48 were prefix-cache hits
+  const std::string text = RenderMetrics({"m", 16}, stats, requests, MetricsCompat::kVllm);
+  const std::string labels = "model_name=\"m\",engine=\"0\"";
+  EXPECT_THAT(text, HasSubstr("vllm:request_success_total{" + labels +
+                              ",finished_reason=\"stop\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("vllm:prompt_tokens_total{" + labels + "} 100\n"));
+  EXPECT_THAT(text, HasSubstr("vllm:prompt_tokens_cached_total{" + labels + "} 48\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE vllm:request_prompt_tokens histogram\n"));
+  // Before the model loads the context length, and so these buckets, are unknown.
+  EXPECT_THAT(RenderMetrics({}, std::nullopt, requests, MetricsCompat::kVllm),
+              Not(HasSubstr("vllm:request_prompt_tokens")));
 }
 
 }  // namespace
