@@ -488,7 +488,7 @@ StatusOr<ValidatedRequest> BuildGenerateRequest(const v1::GenerateRequest& reque
   // The wire's own promise (the engine would stop at the context instead): without a
   // kv_window the whole of max_tokens fits.
   if (!valid.get().kv_window && prompt_tokens + max_tokens > context.max_model_len) {
-    return InvalidArgumentError(
+    return OutOfRangeError(
         "the prompt (" + std::to_string(prompt_tokens) + " tokens) plus max_tokens (" +
         std::to_string(max_tokens) + ") exceeds this server's limit of " +
         std::to_string(context.max_model_len) + " tokens: lower max_tokens to at most " +
