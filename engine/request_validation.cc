@@ -96,6 +96,14 @@ Status CheckCountsAndStops(const GenerateRequest& request, const RequestLimits& 
                                 ": lower it or raise max_tokens");
   }
   TM_RETURN_IF_ERROR(CheckTokenIds("stop_token_ids", s.stop_token_ids, limits.vocab_size));
+  TM_RETURN_IF_ERROR(
+      CheckTokenIds("predicted_token_ids", request.predicted_token_ids, limits.vocab_size));
+  if (request.predicted_token_ids.size() > static_cast<size_t>(limits.max_model_len)) {
+    return InvalidArgumentError("prediction: " +
+                                std::to_string(request.predicted_token_ids.size()) +
+                                " tokens, more than the context (" +
+                                std::to_string(limits.max_model_len) + "): shorten it");
+  }
   for (size_t i = 0; i < request.stop_strings.size(); ++i) {
     if (request.stop_strings[i].empty()) {
       return InvalidArgumentError("stop_strings[" + std::to_string(i) +

@@ -475,6 +475,12 @@ StatusOr<ValidatedRequest> BuildGenerateRequest(const v1::GenerateRequest& reque
     if (window.has_sink_tokens()) out.kv_window->sink_tokens = Saturated(window.sink_tokens());
     out.kv_window->window_tokens = Saturated(window.window_tokens());
   }
+  if (!request.prediction().empty()) {
+    // The client's text as text: drafts are only ever verified, never trusted.
+    TM_ASSIGN_OR_RETURN(out.predicted_token_ids,
+                        context.tokenizer->Encode(request.prediction(),
+                                                  {.add_special = false, .parse_special = false}));
+  }
   out.priority = request.priority();
   out.tenant = context.tenant;
   out.cache_salt =

@@ -217,3 +217,39 @@ def test_anthropic_tool_use_ids_round_trip_through_mistrals_template():
                                                                "tool_use_id": use.id,
                                                                "content": "sunny"}]}])
         assert answer.usage.output_tokens >= 1
+
+
+def test_prediction_feeds_the_drafter_and_leaves_the_output_alone():
+    """OpenAI's Predicted Outputs: under --spec ngram the prediction's tokens are draft
+    material, so an answer that follows it is verified several tokens a step."""
+    accepted = "tokenmill:spec_decode_num_accepted_tokens_total"
+    story = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
+    with Server("--spec", "ngram", "--spec-tokens", "4") as server, \
+            Gateway(backend_address(server)) as gateway:
+        client = gateway.client()
+        model = model_name(gateway)
+        text = ask(client, model, messages=story, max_tokens=64).choices[0].message.content
+        before = server.metrics()[accepted]
+        plain = ask(client, model, messages=story, max_tokens=64)
+        middle = server.metrics()[accepted]
+        predicted = ask(client, model, messages=story, max_tokens=64,
+                        prediction={"type": "content", "content": text})
+        after = server.metrics()[accepted]
+        assert plain.choices[0].message.content == text
+        assert predicted.choices[0].message.content == text
+        # Prompt lookup alone finds little in a free answer; the prediction holds all of it.
+        assert after - middle >= 32 > middle - before, (middle - before, after - middle)
+        # Text parts, as OpenAI's SDK may send them, are the same prediction.
+        parts = ask(client, model, messages=story, max_tokens=64, prediction={
+            "type": "content", "content": [{"type": "text", "text": text}]})
+        assert parts.choices[0].message.content == text
+        assert server.metrics()[accepted] - after >= 32
+
+
+def test_malformed_prediction_is_a_400(client, model):
+    for prediction in ({"type": "text", "content": "x"}, {"type": "content"},
+                       {"type": "content", "content": 5}, "x"):
+        with pytest.raises(openai.BadRequestError) as error:
+            ask(client, model, extra_body={"prediction": prediction})
+        assert error.value.body["param"] == "prediction"
+        assert "prediction must be {\"type\": \"content\"" in error.value.body["message"]

@@ -59,7 +59,8 @@ TEST(SdkFields, FieldsThatCannotApplyAreAcceptedAndListedAsIgnored) {
   EXPECT_EQ(r.affinity_key, plain.affinity_key);
   EXPECT_TRUE(plain.ignored_fields.empty());
   // null is "not sent", as everywhere in OpenAI's API.
-  EXPECT_TRUE(ParseOk(Chat({{"service_tier", nullptr}, {"metadata", nullptr}})).ignored_fields.empty());
+  EXPECT_TRUE(
+      ParseOk(Chat({{"service_tier", nullptr}, {"metadata", nullptr}})).ignored_fields.empty());
 }
 
 TEST(SdkFields, BadValuesAreRefusedNamingTheField) {
@@ -143,6 +144,27 @@ TEST(SdkFields, ContinueFinalMessageReachesTheChat) {
   body.erase("add_generation_prompt");
   EXPECT_TRUE(ParseOk(body).generates[0].chat().continue_final_message());
   EXPECT_FALSE(ParseOk(Chat(json::object())).generates[0].chat().continue_final_message());
+}
+
+TEST(SdkFields, PredictionBecomesTheGenerateRequestsPrediction) {
+  EXPECT_EQ(ParseOk(Chat({{"prediction", {{"type", "content"}, {"content", "def f(): pass"}}}}))
+                .generates[0]
+                .prediction(),
+            "def f(): pass");
+  const json parts = {{{"type", "text"}, {"text", "def f(): "}},
+                      {{"type", "text"}, {"text", "pass"}}};
+  EXPECT_EQ(ParseOk(Chat({{"prediction", {{"type", "content"}, {"content", parts}}}}))
+                .generates[0]
+                .prediction(),
+            "def f(): pass");
+  EXPECT_EQ(ParseOk(Chat(json::object())).generates[0].prediction(), "");
+  for (const json& bad : {json("x"), json({{"type", "text"}, {"content", "x"}}),
+                          json({{"type", "content"}}), json({{"type", "content"}, {"content", 5}}),
+                          json({{"type", "content"}, {"content", "x"}, {"extra", 1}}),
+                          json({{"type", "content"}, {"content", {{{"type", "image"}}}}})}) {
+    const HttpError error = ParseError(Chat({{"prediction", bad}}));
+    EXPECT_EQ(error.param, "prediction") << bad.dump();
+  }
 }
 
 TEST(IgnoredFieldLog, LogsEachFieldOncePerRoute) {

@@ -272,6 +272,28 @@ TEST(BuildGenerateRequest, RefusesBadInputSayingWhatToChange) {
   }
 }
 
+TEST(BuildGenerateRequest, PredictionIsDraftTextTokenizedAsText) {
+  const LoadedVocab& vocab = SmolLm2();
+  v1::GenerateRequest request = TextRequest("Hi");
+  request.set_max_tokens(4);
+  request.set_prediction("def f():<|im_end|>");
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, vocab.Context(64));
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  // Text, no BOS, no control token: the client's words are only ever drafts.
+  const StatusOr<std::vector<TokenId>> text =
+      vocab.tokenizer->Encode("def f():<|im_end|>", {.add_special = false, .parse_special = false});
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(built->get().predicted_token_ids, *text);
+  EXPECT_TRUE(BuildGenerateRequest(TextRequest("Hi"), vocab.Context(64))
+                  ->get()
+                  .predicted_token_ids.empty());
+  request.set_prediction(std::string(200, 'x') + " " + std::string(200, 'y'));
+  StatusOr<ValidatedRequest> over = BuildGenerateRequest(request, vocab.Context(16));
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(over.status().message(), HasSubstr("prediction: "));
+  EXPECT_THAT(over.status().message(), HasSubstr("more than the context (16)"));
+}
+
 TEST(BuildGenerateRequest, PromptMustLeaveRoomToGenerate) {
   const LoadedVocab& vocab = Stories();
   v1::GenerateRequest request;

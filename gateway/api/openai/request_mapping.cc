@@ -310,7 +310,7 @@ std::optional<HttpError> ParseChatInput(const json& body, CompletionRequest& out
   GW_RETURN_IF_ERROR(Bool(body, "add_generation_prompt", add_generation_prompt));
   if (add_generation_prompt) chat.set_add_generation_prompt(*add_generation_prompt);
   SdkFields sdk;
-  GW_RETURN_IF_ERROR(ParseSdkFields(body, chat, sdk));
+  GW_RETURN_IF_ERROR(ParseSdkFields(body, g, sdk));
   out.ignored_fields = std::move(sdk.ignored);
   // OpenAI's meaning: requests that share the key share cached prefixes, so one backend.
   out.affinity_key = sdk.prompt_cache_key.empty() ? ChatAffinityKey(chat)

@@ -96,18 +96,53 @@ std::optional<HttpError> ParseReasoningEffort(const json& body, v1::Chat& chat) 
   return std::nullopt;
 }
 
+// OpenAI's Predicted Outputs: {"type": "content", "content": "..." or [{"type": "text"}]}.
+std::optional<HttpError> ParsePrediction(const json& body, v1::GenerateRequest& generate) {
+  const json* prediction = Field(body, "prediction");
+  if (prediction == nullptr) return std::nullopt;
+  const auto bad = [] {
+    return BadRequest("prediction must be {\"type\": \"content\", \"content\": a string or a "
+                      "list of text parts}",
+                      "prediction");
+  };
+  if (!HasType(*prediction, "content")) return bad();
+  for (const auto& [key, value] : prediction->items()) {
+    if (key != "type" && key != "content") return bad();
+  }
+  const json* content = Field(*prediction, "content");
+  if (content == nullptr) return bad();
+  std::string text;
+  if (content->is_string()) {
+    text = content->get<std::string>();
+  } else if (content->is_array()) {
+    for (const json& part : *content) {
+      if (!HasType(part, "text") || !part.contains("text") || !part["text"].is_string()) {
+        return bad();
+      }
+      text += part["text"].get<std::string>();
+    }
+  } else {
+    return bad();
+  }
+  generate.set_prediction(std::move(text));
+  return std::nullopt;
+}
+
 }  // namespace
 
 const std::set<std::string_view>& SdkFieldParams() {
   static const std::set<std::string_view> kParams = {
       "service_tier",     "store",            "metadata",               "safety_identifier",
       "verbosity",        "modalities",       "prompt_cache_key",       "reasoning_effort",
-      "continue_final_message"};
+      "continue_final_message",               "prediction"};
   return kParams;
 }
 
-std::optional<HttpError> ParseSdkFields(const json& body, v1::Chat& chat, SdkFields& out) {
+std::optional<HttpError> ParseSdkFields(const json& body, v1::GenerateRequest& generate,
+                                        SdkFields& out) {
+  v1::Chat& chat = *generate.mutable_chat();
   GW_RETURN_IF_ERROR(ParseIgnored(body, out));
+  GW_RETURN_IF_ERROR(ParsePrediction(body, generate));
   GW_RETURN_IF_ERROR(ParseModalities(body, out));
   std::optional<std::string> key;
   GW_RETURN_IF_ERROR(String(body, "prompt_cache_key", key));
