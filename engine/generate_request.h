@@ -40,6 +40,10 @@ struct GenerateRequest {
   // Set: generate past the context length, keeping sink and recent tokens' K/V
   // (scheduler/request.h); usage.evicted_tokens counts the tokens dropped.
   std::optional<KvWindow> kv_window;
+  // A predicted output's tokens (OpenAI's Predicted Outputs): n-gram speculation drafts from
+  // them as from the prompt, so a rewrite of this text verifies several tokens a step. The
+  // output does not depend on them. At most max_model_len of them, inside the vocabulary.
+  std::vector<TokenId> predicted_token_ids;
   // Set: structured output. Every sequence follows this grammar (compiled off the engine
   // thread, for this model's vocabulary) with a matcher of its own, and finishes (stop) when
   // the grammar ends; max_tokens may cut it first (length). Not with min_tokens.

@@ -41,10 +41,11 @@ Status CheckPrompt(const GenerateRequest& request, const RequestLimits& limits) 
   TM_RETURN_IF_ERROR(CheckTokenIds("prompt_token_ids", request.prompt_token_ids,
                                    limits.vocab_size));
   if (num_prompt >= static_cast<size_t>(limits.max_model_len)) {
-    return InvalidArgumentError("the prompt is " + std::to_string(num_prompt) +
-                                " tokens; this server's limit is " +
-                                std::to_string(limits.max_model_len) +
-                                " tokens for prompt and output together: shorten the prompt");
+    // OUT_OF_RANGE: past the context, which gateways answer as context_length_exceeded.
+    return OutOfRangeError("the prompt is " + std::to_string(num_prompt) +
+                           " tokens; this server's limit is " +
+                           std::to_string(limits.max_model_len) +
+                           " tokens for prompt and output together: shorten the prompt");
   }
   return OkStatus();
 }
@@ -65,7 +66,8 @@ Status CheckCountsAndStops(const GenerateRequest& request, const RequestLimits& 
                                 " needs logprobs: set logprobs to true, or top_logprobs to 0");
   }
   if (request.n < 1 || request.n > kMaxSequencesPerRequest) {
-    return InvalidArgumentError("n = " + std::to_string(request.n) + " must be in [1, " +
+    // Word for word the gateway's refusal of n (gateway/api/json_fields.cc's Integer).
+    return InvalidArgumentError("n must be an integer in [1, " +
                                 std::to_string(kMaxSequencesPerRequest) + "]");
   }
   if (s.max_tokens < 1) {
@@ -94,6 +96,14 @@ Status CheckCountsAndStops(const GenerateRequest& request, const RequestLimits& 
                                 ": lower it or raise max_tokens");
   }
   TM_RETURN_IF_ERROR(CheckTokenIds("stop_token_ids", s.stop_token_ids, limits.vocab_size));
+  TM_RETURN_IF_ERROR(
+      CheckTokenIds("predicted_token_ids", request.predicted_token_ids, limits.vocab_size));
+  if (request.predicted_token_ids.size() > static_cast<size_t>(limits.max_model_len)) {
+    return InvalidArgumentError("prediction: " +
+                                std::to_string(request.predicted_token_ids.size()) +
+                                " tokens, more than the context (" +
+                                std::to_string(limits.max_model_len) + "): shorten it");
+  }
   for (size_t i = 0; i < request.stop_strings.size(); ++i) {
     if (request.stop_strings[i].empty()) {
       return InvalidArgumentError("stop_strings[" + std::to_string(i) +

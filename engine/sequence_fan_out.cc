@@ -18,7 +18,8 @@ std::vector<NewRequest> SplitIntoSequences(RequestId id, const GenerateRequest& 
                                    .tenant = request.tenant,
                                    .cache_salt = request.cache_salt,
                                    .arrival_time = arrival_time,
-                                   .kv_window = request.kv_window});
+                                   .kv_window = request.kv_window,
+                                   .predicted_token_ids = request.predicted_token_ids});
   }
   return sequences;
 }

@@ -1,6 +1,6 @@
 // What every connection and route handler of the gateway shares: its flags, the API keys and
 // the tenants' limits, the backend pool, the metrics, the Responses API's store, the open
-// Generate calls and the memory of bodies being read. One per
+// Generate calls, the memory of bodies being read and which ignored fields were logged. One per
 // gateway, made by HttpGateway, living as long as it; the handlers reach it through their
 // HttpExchange.
 #pragma once
@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "gateway/api/ignored_fields.h"
 #include "gateway/api/responses/response_store.h"
 #include "gateway/backends/backend_pool.h"
 #include "gateway/backends/upstream_call.h"
@@ -61,6 +62,7 @@ struct GatewayContext {
   // which the calls still open are cancelled and end with a 503 `aborted` error.
   std::atomic<bool> draining{false};
   std::atomic<bool> drain_expired{false};
+  IgnoredFieldLog ignored_fields;  // fields accepted without effect, each logged once
 };
 
 }  // namespace tokenmill::gateway

@@ -81,6 +81,8 @@ struct NewRequest {
   std::chrono::steady_clock::time_point arrival_time = std::chrono::steady_clock::now();
   // Set: the request may run past the context length, evicting from the middle of its K/V.
   std::optional<KvWindow> kv_window;
+  // Tokens the output will likely repeat (a predicted output): draft source only.
+  std::vector<TokenId> predicted_token_ids;
 };
 
 enum class RequestState {
@@ -115,6 +117,7 @@ struct Request {
   std::string tenant;
   std::string cache_salt;
   std::optional<KvWindow> kv_window;
+  std::vector<TokenId> predicted_token_ids;  // NewRequest's: speculation may draft from them
 
   // Prompt then generated (and accepted draft) tokens: the verified tokens.
   std::vector<TokenId> token_ids;

@@ -26,10 +26,21 @@ StatusOr<std::vector<Proposal>> NgramProposer::Propose(
     std::span<const ProposalRequest> requests) {
   std::vector<Proposal> proposals;
   proposals.reserve(requests.size());
+  std::vector<TokenId> with_prediction;
   for (const ProposalRequest& r : requests) {
+    std::span<const TokenId> tokens = r.token_ids;
+    if (!r.predicted_token_ids.empty()) {
+      // Prompt, prediction, output: the latest match wins, so the output's own repeats first,
+      // then the prediction (what the client expects the output to be), then the prompt.
+      const auto output = r.token_ids.begin() + r.num_prompt_tokens;
+      with_prediction.assign(r.token_ids.begin(), output);
+      with_prediction.insert(with_prediction.end(), r.predicted_token_ids.begin(),
+                             r.predicted_token_ids.end());
+      with_prediction.insert(with_prediction.end(), output, r.token_ids.end());
+      tokens = with_prediction;
+    }
     proposals.push_back(
-        Proposal{.token_ids = ProposeNgram(r.token_ids, min_n_, max_n_, r.num_drafts),
-                 .probs = {}});
+        Proposal{.token_ids = ProposeNgram(tokens, min_n_, max_n_, r.num_drafts), .probs = {}});
   }
   return proposals;
 }

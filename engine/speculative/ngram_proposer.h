@@ -1,6 +1,7 @@
 // Prompt-lookup drafting: no model. The last n tokens (n from max down to min) are looked
-// up earlier in the prompt and output; the tokens that followed the latest such occurrence
-// are proposed. Pays off when the output repeats, quotes or edits its input.
+// up earlier in the prompt and output, and in a request's predicted output (between the
+// two); the tokens that followed the latest such occurrence are proposed. Pays off when the
+// output repeats, quotes or edits its input or the prediction.
 #pragma once
 
 #include <span>

@@ -24,6 +24,8 @@ struct ProposalRequest {
   // The request's block table after this step's allocation (draft models address their
   // own KV through it).
   std::span<const BlockId> block_table;
+  // Tokens the output will likely repeat (the request's predicted output); may be empty.
+  std::span<const TokenId> predicted_token_ids;
 };
 
 struct Proposal {

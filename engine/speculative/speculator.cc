@@ -52,7 +52,8 @@ Status Speculator::AfterStep(const SchedulerOutput& step, const Scheduler& sched
                                        .num_drafts = num_drafts[i],
                                        .sampling = &request->sampling,
                                        .num_prompt_tokens = request->num_prompt_tokens,
-                                       .block_table = scheduled.at(s.id)->block_table});
+                                       .block_table = scheduled.at(s.id)->block_table,
+                                       .predicted_token_ids = request->predicted_token_ids});
     sampled_index.push_back(i);
   }
   if (requests.empty()) return OkStatus();

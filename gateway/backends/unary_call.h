@@ -35,6 +35,9 @@ struct UnaryCall {
   // The body's field a server's 400 is about, where the body names it otherwise than the
   // server does ("tokens" for its token_ids); empty: as the server says.
   const char* refused_param = "";
+  // Set: called with the body parsed again keeping key order (nlohmann::json sorts keys), for
+  // what the template prints in the client's order (tools).
+  void (*keep_order)(const nlohmann::ordered_json& body, Call& call) = nullptr;
 };
 
 template <typename Call, typename Response>
@@ -45,6 +48,10 @@ boost::asio::awaitable<void> HandleUnaryCall(HttpExchange& exchange, const HttpR
     nlohmann::json body;
     std::optional<HttpError> error = ParseRequestBody(request.body(), body);
     if (!error) error = route.parse(body, call);
+    if (!error && route.keep_order != nullptr) {
+      nlohmann::ordered_json ordered;
+      if (!ParseRequestBody(request.body(), ordered)) route.keep_order(ordered, call);
+    }
     if (!error) error = TooLargeForBackend(call.request);
     if (error) {
       co_await exchange.WriteError(request, *error);

@@ -71,13 +71,14 @@ HttpError BodyBufferFull(long long buffer_bytes) {
 }
 
 std::string ParamNamedBy(const std::string& message) {
-  static constexpr std::array<std::string_view, 23> kParams = {
+  static constexpr std::array<std::string_view, 25> kParams = {
       "temperature",        "top_p",            "top_k",             "min_p",
       "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
       "logit_bias",         "min_tokens",       "max_tokens",        "stop",
       "stop_token_ids",     "ignore_eos",       "logprobs",          "top_logprobs",
       "n",                  "cache_salt",       "prompt",            "messages",
-      "tools",              "priority",         "tool_choice"};
+      "tools",              "priority",         "tool_choice",       "continue_final_message",
+      "prediction"};
   // "sampling.temperature must be ...", "stop[0] is empty", "n = 3 ...", "chat.tools_json".
   std::string_view head = message;
   head = head.substr(0, head.find_first_of(" :[="));
@@ -100,10 +101,16 @@ HttpError FromGrpcStatus(const grpc::Status& status) {
   error.message = status.error_message();
   switch (status.error_code()) {
     case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::OUT_OF_RANGE:
     case grpc::StatusCode::FAILED_PRECONDITION:
       error.status = 400;
       error.param = ParamNamedBy(error.message);
+      break;
+    case grpc::StatusCode::OUT_OF_RANGE:
+      // The server's answer to a prompt (plus max_tokens) past the context; OpenAI's error
+      // carries this code and clients branch on it (to trim the conversation).
+      error.status = 400;
+      error.param = ParamNamedBy(error.message);
+      error.code = "context_length_exceeded";
       break;
     case grpc::StatusCode::NOT_FOUND:
       error.status = 404;

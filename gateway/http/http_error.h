@@ -32,8 +32,9 @@ HttpError BodyTimeout(double timeout_seconds);
 HttpError BodyBufferFull(long long buffer_bytes);
 
 // A backend's failure as the client should see it: INVALID_ARGUMENT -> 400 (param guessed
-// from the message), RESOURCE_EXHAUSTED -> 429 with Retry-After (413 when it is gRPC's message
-// size limit), UNAVAILABLE -> 503, ...
+// from the message), OUT_OF_RANGE (past the context) -> 400 with code
+// context_length_exceeded, RESOURCE_EXHAUSTED -> 429 with Retry-After (413 when it is gRPC's
+// message size limit), UNAVAILABLE -> 503, ...
 HttpError FromGrpcStatus(const grpc::Status& status);
 
 // The request parameter a server message names, when it names one ("temperature: must be

@@ -475,6 +475,12 @@ StatusOr<ValidatedRequest> BuildGenerateRequest(const v1::GenerateRequest& reque
     if (window.has_sink_tokens()) out.kv_window->sink_tokens = Saturated(window.sink_tokens());
     out.kv_window->window_tokens = Saturated(window.window_tokens());
   }
+  if (!request.prediction().empty()) {
+    // The client's text as text: drafts are only ever verified, never trusted.
+    TM_ASSIGN_OR_RETURN(out.predicted_token_ids,
+                        context.tokenizer->Encode(request.prediction(),
+                                                  {.add_special = false, .parse_special = false}));
+  }
   out.priority = request.priority();
   out.tenant = context.tenant;
   out.cache_salt =
@@ -488,7 +494,7 @@ StatusOr<ValidatedRequest> BuildGenerateRequest(const v1::GenerateRequest& reque
   // The wire's own promise (the engine would stop at the context instead): without a
   // kv_window the whole of max_tokens fits.
   if (!valid.get().kv_window && prompt_tokens + max_tokens > context.max_model_len) {
-    return InvalidArgumentError(
+    return OutOfRangeError(
         "the prompt (" + std::to_string(prompt_tokens) + " tokens) plus max_tokens (" +
         std::to_string(max_tokens) + ") exceeds this server's limit of " +
         std::to_string(context.max_model_len) + " tokens: lower max_tokens to at most " +

@@ -3,6 +3,7 @@ against a real tokenmill-server: the gateway must not change what the server gen
 (compared with a direct gRPC Generate of the same chat), the stream helpers must see
 Anthropic's events in order and add up to the whole, errors come in Anthropic's shape."""
 import json
+import re
 
 import anthropic
 import jsonschema
@@ -193,7 +194,8 @@ def test_forced_tool_use_round_trip(claude, client, model):
                                    tool_choice={"type": "tool", "name": "get_weather"})
     assert first.stop_reason == "tool_use"
     uses = [block for block in first.content if block.type == "tool_use"]
-    assert len(uses) == 1 and uses[0].name == "get_weather" and uses[0].id
+    assert len(uses) == 1 and uses[0].name == "get_weather"
+    assert re.fullmatch(r"toolu_[A-Za-z0-9]{24}", uses[0].id), uses[0].id  # Anthropic's form
     jsonschema.validate(uses[0].input, WEATHER_TOOL["input_schema"])
     # The client runs the tool and answers with a tool_result block.
     result = json.dumps({"temperature": 21, "sky": "sunny"})

@@ -145,5 +145,5 @@ def test_grpc_limits_on_message_size_and_prompt_tokens(server):
     # Under it, a prompt longer than the context is refused after tokenizing, not run.
     with pytest.raises(grpc.RpcError) as error:
         generate(server.stub, pb2.GenerateRequest(text="word " * (1 << 18), max_tokens=1))
-    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.value.code() == grpc.StatusCode.OUT_OF_RANGE
     assert "this server's limit is 8192 tokens" in error.value.details()

@@ -19,6 +19,7 @@ def chat(*messages):
 
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
+PAST_CONTEXT = grpc.StatusCode.OUT_OF_RANGE  # the gateway's context_length_exceeded
 BAD_GENERATE = [
     ("no input", pb2.GenerateRequest(), INVALID, "no input: set text, token_ids or chat"),
     ("empty text", pb2.GenerateRequest(text=""), INVALID, "text is empty"),
@@ -27,10 +28,10 @@ BAD_GENERATE = [
     ("id outside vocab", pb2.GenerateRequest(token_ids=pb2.TokenIds(ids=[1, 49152])), INVALID,
      "token_ids.ids[1] = 49152 is outside the vocabulary (0..49151)"),
     ("prompt longer than the context",
-     pb2.GenerateRequest(token_ids=pb2.TokenIds(ids=[100] * 8192)), INVALID,
+     pb2.GenerateRequest(token_ids=pb2.TokenIds(ids=[100] * 8192)), PAST_CONTEXT,
      "the prompt is 8192 tokens; this server's limit is 8192"),
-    ("prompt plus max_tokens too long", pb2.GenerateRequest(text="Hi", max_tokens=9000), INVALID,
-     "lower max_tokens to at most 8191"),
+    ("prompt plus max_tokens too long", pb2.GenerateRequest(text="Hi", max_tokens=9000),
+     PAST_CONTEXT, "lower max_tokens to at most 8191"),
     ("max_tokens 0", pb2.GenerateRequest(text="Hi", max_tokens=0), INVALID,
      "max_tokens must be at least 1"),
     ("negative temperature",

@@ -215,8 +215,8 @@ BAD_SAMPLING = [
     ("top_logprobs", bad(top_logprobs=21), "top_logprobs = 21 must be at most 20"),
     ("top_logprobs without logprobs", bad(top_logprobs=2),
      "top_logprobs = 2 needs logprobs: set logprobs to true"),
-    ("n zero", bad(n=0), "n = 0 must be in [1, 16]"),
-    ("n too large", bad(n=17), "n = 17 must be in [1, 16]"),
+    ("n zero", bad(n=0), "n must be an integer in [1, 16]"),
+    ("n too large", bad(n=17), "n must be an integer in [1, 16]"),
 ]
 
 

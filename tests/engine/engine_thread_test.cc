@@ -222,7 +222,7 @@ TEST(EngineThreadTest, BadRequestsFailInSubmit) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(engine->Submit(Greedy(std::vector<TokenId>(engine->max_model_len(), 5), 1,
                                   stream.Sink())).status().code(),
-            StatusCode::kInvalidArgument);
+            StatusCode::kOutOfRange);
   std::this_thread::sleep_for(milliseconds(20));
   EXPECT_FALSE(stream.TryNext().has_value());
 }

@@ -44,6 +44,25 @@ TEST(NgramProposerTest, NothingWithoutAMatchOrBelowMinN) {
   EXPECT_TRUE(ProposeNgram(Ids{1, 1, 1}, 1, 3, 0).empty());
 }
 
+TEST(NgramProposerTest, DraftsFromThePredictedOutput) {
+  NgramProposer proposer(2, 3);
+  // Prompt 1 2 3, output so far 40 41; the prediction holds 40 41 42 43 44.
+  const Ids tokens{1, 2, 3, 40, 41};
+  const Ids prediction{39, 40, 41, 42, 43, 44};
+  ProposalRequest request{.id = 1, .token_ids = tokens, .num_drafts = 3, .num_prompt_tokens = 3};
+  ASSERT_TRUE(proposer.Propose({&request, 1})->at(0).token_ids.empty());  // no match without
+  request.predicted_token_ids = prediction;
+  EXPECT_EQ(proposer.Propose({&request, 1})->at(0).token_ids, (Ids{42, 43, 44}));
+  // The output's own repeat is later than the prediction: it wins.
+  const Ids repeating{1, 2, 3, 40, 41, 7, 40, 41};
+  request.token_ids = repeating;
+  EXPECT_EQ(proposer.Propose({&request, 1})->at(0).token_ids, (Ids{7, 40, 41}));
+  // The prediction is later than the prompt: it wins over the prompt.
+  const Ids in_prompt{40, 41, 50, 40, 41};
+  request.token_ids = in_prompt;
+  EXPECT_EQ(proposer.Propose({&request, 1})->at(0).token_ids, (Ids{42, 43, 44}));
+}
+
 TEST(AdaptiveKTest, TokensPerCostFollowsTheCostModel) {
   // One sequence, every draft accepted: k + 1 tokens for 1 + 0.5 k.
   EXPECT_DOUBLE_EQ(AdaptiveK::TokensPerCost(0, 1.0, 0.5, 1), 1.0);

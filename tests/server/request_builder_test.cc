@@ -201,7 +201,7 @@ TEST(BuildGenerateRequest, RefusesBadInputSayingWhatToChange) {
       {"max_tokens 0", [](v1::GenerateRequest& r) { r.set_max_tokens(0); },
        StatusCode::kInvalidArgument, "max_tokens must be at least 1"},
       {"too long", [](v1::GenerateRequest& r) { r.set_max_tokens(8192); },
-       StatusCode::kInvalidArgument, "lower max_tokens to at most"},
+       StatusCode::kOutOfRange, "lower max_tokens to at most"},
       {"negative temperature",
        [](v1::GenerateRequest& r) { r.mutable_sampling()->set_temperature(-1.0f); },
        StatusCode::kInvalidArgument, "sampling.temperature must be >= 0"},
@@ -244,10 +244,11 @@ TEST(BuildGenerateRequest, RefusesBadInputSayingWhatToChange) {
        StatusCode::kInvalidArgument, "top_logprobs = 21 must be at most 20"},
       {"top_logprobs without logprobs", [](v1::GenerateRequest& r) { r.set_top_logprobs(2); },
        StatusCode::kInvalidArgument, "top_logprobs = 2 needs logprobs: set logprobs to true"},
+      // Word for word the gateway's refusal of n.
       {"n zero", [](v1::GenerateRequest& r) { r.set_n(0); }, StatusCode::kInvalidArgument,
-       "n = 0 must be in [1, 16]"},
+       "n must be an integer in [1, 16]"},
       {"n too large", [](v1::GenerateRequest& r) { r.set_n(17); },
-       StatusCode::kInvalidArgument, "n = 17 must be in [1, 16]"},
+       StatusCode::kInvalidArgument, "n must be an integer in [1, 16]"},
       {"empty stop",
        [](v1::GenerateRequest& r) {
          r.add_stop("x");
@@ -271,18 +272,43 @@ TEST(BuildGenerateRequest, RefusesBadInputSayingWhatToChange) {
   }
 }
 
+TEST(BuildGenerateRequest, PredictionIsDraftTextTokenizedAsText) {
+  const LoadedVocab& vocab = SmolLm2();
+  v1::GenerateRequest request = TextRequest("Hi");
+  request.set_max_tokens(4);
+  request.set_prediction("def f():<|im_end|>");
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, vocab.Context(64));
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  // Text, no BOS, no control token: the client's words are only ever drafts.
+  const StatusOr<std::vector<TokenId>> text =
+      vocab.tokenizer->Encode("def f():<|im_end|>", {.add_special = false, .parse_special = false});
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(built->get().predicted_token_ids, *text);
+  EXPECT_TRUE(BuildGenerateRequest(TextRequest("Hi"), vocab.Context(64))
+                  ->get()
+                  .predicted_token_ids.empty());
+  request.set_prediction(std::string(200, 'x') + " " + std::string(200, 'y'));
+  StatusOr<ValidatedRequest> over = BuildGenerateRequest(request, vocab.Context(16));
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(over.status().message(), HasSubstr("prediction: "));
+  EXPECT_THAT(over.status().message(), HasSubstr("more than the context (16)"));
+}
+
 TEST(BuildGenerateRequest, PromptMustLeaveRoomToGenerate) {
   const LoadedVocab& vocab = Stories();
   v1::GenerateRequest request;
   for (int i = 0; i < 10; ++i) request.mutable_token_ids()->add_ids(100);
   StatusOr<ValidatedRequest> full = BuildGenerateRequest(request, vocab.Context(10));
   ASSERT_FALSE(full.ok());
+  // OUT_OF_RANGE, which the gateway answers as OpenAI's context_length_exceeded.
+  EXPECT_EQ(full.status().code(), StatusCode::kOutOfRange);
   EXPECT_THAT(full.status().message(), HasSubstr("the prompt is 10 tokens"));
   EXPECT_THAT(full.status().message(), HasSubstr("shorten the prompt"));
 
   request.set_max_tokens(2);
   StatusOr<ValidatedRequest> over = BuildGenerateRequest(request, vocab.Context(11));
   ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kOutOfRange);
   EXPECT_THAT(over.status().message(), HasSubstr("lower max_tokens to at most 1"));
 
   request.set_max_tokens(1);

@@ -39,7 +39,7 @@ json BlockJson(const TurnBlock& block, bool started) {
                           : json::parse(block.text, nullptr, /*allow_exceptions=*/false);
         if (parsed.is_object()) input = std::move(parsed);
       }
-      return {{"type", "tool_use"}, {"id", block.call_id}, {"name", block.call_name},
+      return {{"type", "tool_use"}, {"id", ToolUseId(block.call_id)}, {"name", block.call_name},
               {"input", input}};
     }
   }

@@ -109,7 +109,7 @@ std::optional<HttpError> ToolUseBlock(const json& block, const std::string& wher
     return BadRequest(where + ".input: must be an object (the call's arguments)");
   }
   v1::ToolCall& call = *message.add_tool_calls();
-  call.set_id(id->get<std::string>());
+  call.set_id(CallIdOfToolUse(id->get<std::string>()));
   call.set_name(name->get<std::string>());
   call.set_arguments(input->dump());
   names[call.id()] = call.name();
@@ -134,7 +134,7 @@ std::optional<HttpError> ToolResultBlock(const json& block, const std::string& w
   }
   v1::ChatMessage& message = *chat.add_messages();
   message.set_role("tool");
-  message.set_tool_call_id(id->get<std::string>());
+  message.set_tool_call_id(CallIdOfToolUse(id->get<std::string>()));
   if (const auto name = names.find(message.tool_call_id()); name != names.end()) {
     message.set_name(name->second);
   }
@@ -469,6 +469,26 @@ std::optional<HttpError> ParseCountTokensRequest(const json& body, TokenizeCall&
   GW_RETURN_IF_ERROR(RefuseUnknown(body, PromptParams()));
   GW_RETURN_IF_ERROR(ParseModel(body, out.model));
   return ParsePrompt(body, *out.request.mutable_chat());
+}
+
+namespace {
+constexpr std::string_view kToolUsePrefix = "toolu_";
+constexpr std::string_view kCallPrefix = "call_";
+constexpr size_t kMistralIdLetters = 9;
+}  // namespace
+
+std::string ToolUseId(std::string_view call_id) {
+  if (call_id.starts_with(kCallPrefix)) call_id.remove_prefix(kCallPrefix.size());
+  return std::string(kToolUsePrefix) + std::string(call_id);
+}
+
+std::string CallIdOfToolUse(std::string_view tool_use_id) {
+  const std::string_view letters = tool_use_id.substr(std::min(tool_use_id.size(),
+                                                               kToolUsePrefix.size()));
+  if (tool_use_id.starts_with(kToolUsePrefix) && letters.size() == kMistralIdLetters) {
+    return std::string(letters);
+  }
+  return std::string(tool_use_id);
 }
 
 StopReason AnthropicStopReason(v1::FinishReason finish, const std::string& stop_string) {

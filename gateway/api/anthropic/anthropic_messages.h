@@ -38,6 +38,13 @@ void KeepAnthropicToolsOrder(std::string_view body, v1::Chat& chat);
 // A /v1/messages/count_tokens body: the prompt fields of a messages body, as a Tokenize call.
 std::optional<HttpError> ParseCountTokensRequest(const nlohmann::json& body, TokenizeCall& out);
 
+// A tool_use block's id for the server's call id, as Anthropic spells them: "toolu_" then
+// the call's own letters ("call_abc" -> "toolu_abc"; Mistral's "abcdefghi" ->
+// "toolu_abcdefghi"). CallIdOfToolUse gives Mistral's nine letters back for such an id sent
+// back (its templates refuse other ids); every other id passes unchanged.
+std::string ToolUseId(std::string_view call_id);
+std::string CallIdOfToolUse(std::string_view tool_use_id);
+
 // "end_turn", "max_tokens", "tool_use" or "stop_sequence" (with `stop_sequence` set).
 struct StopReason {
   std::string reason;

@@ -92,6 +92,9 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
     co_return;
   }
   const bool chat = endpoint == Endpoint::kChatCompletions;
+  for (const IgnoredField& field : parsed.ignored_fields) {
+    context.ignored_fields.Note(chat ? "chat completions" : "completions", field);
+  }
   ResponseHeader header;
   header.endpoint = endpoint;
   header.id = context.NewId(chat ? "chatcmpl" : "cmpl");
@@ -264,7 +267,12 @@ asio::awaitable<void> HandleTokenize(HttpExchange& exchange, const HttpRequest& 
                                .parse = ParseTokenizeRequest,
                                .send = AwaitTokenize,
                                .answer = TokenizeAnswer,
-                               .refused_param = ""});
+                               .refused_param = "",
+                               .keep_order = [](const nlohmann::ordered_json& body,
+                                                TokenizeCall& call) {
+                                 if (!call.request.has_chat()) return;
+                                 KeepToolsOrder(body, *call.request.mutable_chat());
+                               }});
 }
 
 asio::awaitable<void> HandleDetokenize(HttpExchange& exchange, const HttpRequest& request) {

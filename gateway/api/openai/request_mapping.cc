@@ -7,6 +7,7 @@
 
 #include "common/request_limits.h"
 #include "gateway/api/json_fields.h"
+#include "gateway/api/openai/sdk_fields.h"
 #include "gateway/api/openai/structured_output.h"
 #include "gateway/api/openai/tool_calls.h"
 
@@ -308,7 +309,12 @@ std::optional<HttpError> ParseChatInput(const json& body, CompletionRequest& out
   std::optional<bool> add_generation_prompt;
   GW_RETURN_IF_ERROR(Bool(body, "add_generation_prompt", add_generation_prompt));
   if (add_generation_prompt) chat.set_add_generation_prompt(*add_generation_prompt);
-  out.affinity_key = ChatAffinityKey(chat);
+  SdkFields sdk;
+  GW_RETURN_IF_ERROR(ParseSdkFields(body, g, sdk));
+  out.ignored_fields = std::move(sdk.ignored);
+  // OpenAI's meaning: requests that share the key share cached prefixes, so one backend.
+  out.affinity_key = sdk.prompt_cache_key.empty() ? ChatAffinityKey(chat)
+                                                  : "cache_key:" + sdk.prompt_cache_key;
   return std::nullopt;
 }
 
@@ -377,6 +383,7 @@ std::optional<HttpError> ParseCompletionRequest(const json& body, Endpoint endpo
   } else {
     known.insert({"messages", "max_completion_tokens", "top_logprobs", "add_generation_prompt"});
     known.insert(ToolParams().begin(), ToolParams().end());
+    known.insert(SdkFieldParams().begin(), SdkFieldParams().end());
   }
   GW_RETURN_IF_ERROR(RefuseUnknown(body, known));
   out.endpoint = endpoint;
@@ -425,7 +432,8 @@ std::optional<HttpError> ParseCompletionRequest(const json& body, Endpoint endpo
 std::optional<HttpError> ParseTokenizeRequest(const json& body, TokenizeCall& out) {
   if (!body.is_object()) return BadRequest("the request body must be a JSON object");
   GW_RETURN_IF_ERROR(RefuseUnknown(
-      body, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt"}));
+      body, {"model", "prompt", "messages", "add_special_tokens", "add_generation_prompt",
+             "tools", "chat_template_kwargs", "continue_final_message"}));
   std::optional<std::string> model;
   GW_RETURN_IF_ERROR(String(body, "model", model));
   out.model = model.value_or("");
@@ -438,16 +446,26 @@ std::optional<HttpError> ParseTokenizeRequest(const json& body, TokenizeCall& ou
     return BadRequest("give either prompt or messages", prompt ? "messages" : "prompt");
   }
   if (prompt != nullptr) {
+    for (const char* chat_only : {"tools", "chat_template_kwargs", "continue_final_message"}) {
+      if (Field(body, chat_only) != nullptr) {
+        return BadRequest(std::string(chat_only) + " applies to messages, not to a prompt",
+                          chat_only);
+      }
+    }
     if (!prompt->is_string()) return BadRequest("prompt must be a string", "prompt");
     out.request.set_text(prompt->get<std::string>());
     return std::nullopt;
   }
-  GW_RETURN_IF_ERROR(ParseMessages(*messages, *out.request.mutable_chat()));
+  v1::Chat& chat = *out.request.mutable_chat();
+  GW_RETURN_IF_ERROR(ParseMessages(*messages, chat));
   std::optional<bool> add_generation_prompt;
   GW_RETURN_IF_ERROR(Bool(body, "add_generation_prompt", add_generation_prompt));
-  if (add_generation_prompt) {
-    out.request.mutable_chat()->set_add_generation_prompt(*add_generation_prompt);
-  }
+  if (add_generation_prompt) chat.set_add_generation_prompt(*add_generation_prompt);
+  // vLLM's chat tokenize: the prompt as chat completions would render it, tools included.
+  GW_RETURN_IF_ERROR(ParseToolParams(body, chat));
+  std::optional<bool> continue_final;
+  GW_RETURN_IF_ERROR(Bool(body, "continue_final_message", continue_final));
+  chat.set_continue_final_message(continue_final.value_or(false));
   return std::nullopt;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gateway/api/ignored_fields.h"
 #include "gateway/http/http_error.h"
 #include "tokenmill/v1/inference.pb.h"
 
@@ -33,6 +34,8 @@ struct CompletionRequest {
   std::string structured_output_param;
   // Requests with equal keys go to the same backend (its prefix cache holds their prefix).
   std::string affinity_key;
+  // Fields sent that change nothing here (the handler logs each once per gateway).
+  std::vector<IgnoredField> ignored_fields;
 };
 
 // How many characters of the prompt (or of the system messages) the affinity key keeps:

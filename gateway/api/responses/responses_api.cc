@@ -18,9 +18,10 @@ using nlohmann::json;
 
 namespace {
 
-std::optional<HttpError> RefuseOtherKeys(const json& object, const std::string& where,
-                                         const std::set<std::string_view>& known,
-                                         const std::string& param) {
+// (Not RefuseOtherKeys: structured_output.cc's, with its own message, may share a unity batch.)
+std::optional<HttpError> RefuseUnsupportedKeys(const json& object, const std::string& where,
+                                               const std::set<std::string_view>& known,
+                                               const std::string& param) {
   for (const auto& [key, value] : object.items()) {
     if (known.count(key) == 0 && !value.is_null()) {
       return BadRequest(where + "." + key + " is not supported", param);
@@ -61,7 +62,7 @@ std::optional<HttpError> MessageContent(const json& content, const std::string& 
 std::optional<HttpError> MessageItem(const json& item, const std::string& where,
                                      std::vector<v1::ChatMessage>& out) {
   GW_RETURN_IF_ERROR(
-      RefuseOtherKeys(item, where, {"type", "role", "content", "id", "status"}, "input"));
+      RefuseUnsupportedKeys(item, where, {"type", "role", "content", "id", "status"}, "input"));
   const json* role = Field(item, "role");
   if (role == nullptr || !role->is_string()) {
     return BadRequest(where + ".role must be user, assistant, system or developer", "input");
@@ -85,7 +86,7 @@ std::optional<HttpError> MessageItem(const json& item, const std::string& where,
 std::optional<HttpError> FunctionCallItem(const json& item, const std::string& where,
                                           std::vector<v1::ChatMessage>& out,
                                           std::string& reasoning) {
-  GW_RETURN_IF_ERROR(RefuseOtherKeys(
+  GW_RETURN_IF_ERROR(RefuseUnsupportedKeys(
       item, where, {"type", "call_id", "name", "arguments", "id", "status"}, "input"));
   const json* call_id = Field(item, "call_id");
   const json* name = Field(item, "name");
@@ -123,7 +124,7 @@ std::optional<HttpError> FunctionCallItem(const json& item, const std::string& w
 std::optional<HttpError> FunctionCallOutputItem(const json& item, const std::string& where,
                                                 std::vector<v1::ChatMessage>& out) {
   GW_RETURN_IF_ERROR(
-      RefuseOtherKeys(item, where, {"type", "call_id", "output", "id", "status"}, "input"));
+      RefuseUnsupportedKeys(item, where, {"type", "call_id", "output", "id", "status"}, "input"));
   const json* call_id = Field(item, "call_id");
   const json* output = Field(item, "output");
   if (call_id == nullptr || !call_id->is_string() ||
@@ -147,7 +148,7 @@ std::optional<HttpError> FunctionCallOutputItem(const json& item, const std::str
 // A reasoning item the client sends back: the reasoning of the assistant turn that follows.
 std::optional<HttpError> ReasoningItem(const json& item, const std::string& where,
                                        std::string& reasoning) {
-  GW_RETURN_IF_ERROR(RefuseOtherKeys(
+  GW_RETURN_IF_ERROR(RefuseUnsupportedKeys(
       item, where, {"type", "id", "summary", "content", "encrypted_content", "status"}, "input"));
   if (Field(item, "encrypted_content") != nullptr) {
     return BadRequest(where + ".encrypted_content: tokenmill returns its reasoning as text, "
@@ -245,8 +246,8 @@ std::optional<HttpError> ParseTools(const json& body, ResponsesRequest& out) {
     if (choice->is_string()) {
       openai["tool_choice"] = *choice;
     } else if (HasType(*choice, "function") && Field(*choice, "name") != nullptr) {
-      GW_RETURN_IF_ERROR(RefuseOtherKeys(*choice, "tool_choice", {"type", "name"},
-                                         "tool_choice"));
+      GW_RETURN_IF_ERROR(RefuseUnsupportedKeys(*choice, "tool_choice", {"type", "name"},
+                                               "tool_choice"));
       openai["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*choice)["name"]}}}};
     } else {
       return BadRequest("tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": "
@@ -266,7 +267,7 @@ std::optional<HttpError> ParseTools(const json& body, ResponsesRequest& out) {
         return BadRequest(where + ": only {\"type\": \"function\"} tools are supported",
                           "tools");
       }
-      GW_RETURN_IF_ERROR(RefuseOtherKeys(
+      GW_RETURN_IF_ERROR(RefuseUnsupportedKeys(
           tool, where, {"type", "name", "description", "parameters", "strict"}, "tools"));
     }
     openai["tools"] = ResponsesToolsAsOpenAI(*tools);
@@ -280,7 +281,7 @@ std::optional<HttpError> ParseText(const json& body, ResponsesRequest& out) {
   if (text == nullptr) return std::nullopt;
   const std::string param = "text";
   if (!text->is_object()) return BadRequest("text must be an object {format}", param);
-  GW_RETURN_IF_ERROR(RefuseOtherKeys(*text, "text", {"format", "verbosity"}, param));
+  GW_RETURN_IF_ERROR(RefuseUnsupportedKeys(*text, "text", {"format", "verbosity"}, param));
   if (const json* verbosity = Field(*text, "verbosity"); verbosity != nullptr &&
                                                           *verbosity != "medium") {
     return BadRequest("text.verbosity: only \"medium\" is supported", param);
@@ -296,7 +297,7 @@ std::optional<HttpError> ParseText(const json& body, ResponsesRequest& out) {
   v1::SamplingParams& sampling = *out.generate.mutable_sampling();
   const std::string& name = type->get_ref<const std::string&>();
   if (name == "text" || name == "json_object") {
-    GW_RETURN_IF_ERROR(RefuseOtherKeys(*format, "text.format", {"type"}, param));
+    GW_RETURN_IF_ERROR(RefuseUnsupportedKeys(*format, "text.format", {"type"}, param));
     if (name == "json_object") {
       sampling.mutable_json_object();
       out.structured_output_param = "text.format";
@@ -308,8 +309,8 @@ std::optional<HttpError> ParseText(const json& body, ResponsesRequest& out) {
                           "' is not supported: use text, json_object or json_schema",
                       param);
   }
-  GW_RETURN_IF_ERROR(RefuseOtherKeys(*format, "text.format",
-                                     {"type", "name", "schema", "description", "strict"}, param));
+  GW_RETURN_IF_ERROR(RefuseUnsupportedKeys(
+      *format, "text.format", {"type", "name", "schema", "description", "strict"}, param));
   for (const char* key : {"name", "description"}) {
     if (const json* v = Field(*format, key); v != nullptr && !v->is_string()) {
       return BadRequest(std::string("text.format.") + key + " must be a string", param);
@@ -371,8 +372,8 @@ std::optional<HttpError> ParseFixedSettings(const json& body) {
     // Obfuscation pads deltas against length side channels of remote services.
     if (!options->is_object()) return BadRequest("stream_options must be an object",
                                                  "stream_options");
-    GW_RETURN_IF_ERROR(RefuseOtherKeys(*options, "stream_options", {"include_obfuscation"},
-                                       "stream_options"));
+    GW_RETURN_IF_ERROR(RefuseUnsupportedKeys(*options, "stream_options",
+                                             {"include_obfuscation"}, "stream_options"));
   }
   if (const json* metadata = Field(body, "metadata")) {
     if (!metadata->is_object()) return BadRequest("metadata must be an object", "metadata");
