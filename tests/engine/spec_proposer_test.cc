@@ -49,7 +49,11 @@ TEST(NgramProposerTest, DraftsFromThePredictedOutput) {
   // Prompt 1 2 3, output so far 40 41; the prediction holds 40 41 42 43 44.
   const Ids tokens{1, 2, 3, 40, 41};
   const Ids prediction{39, 40, 41, 42, 43, 44};
-  ProposalRequest request{.id = 1, .token_ids = tokens, .num_drafts = 3, .num_prompt_tokens = 3};
+  ProposalRequest request;
+  request.id = 1;
+  request.token_ids = tokens;
+  request.num_drafts = 3;
+  request.num_prompt_tokens = 3;
   ASSERT_TRUE(proposer.Propose({&request, 1})->at(0).token_ids.empty());  // no match without
   request.predicted_token_ids = prediction;
   EXPECT_EQ(proposer.Propose({&request, 1})->at(0).token_ids, (Ids{42, 43, 44}));
