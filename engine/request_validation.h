@@ -33,7 +33,8 @@ struct RequestLimits {
 Status ValidateConstrainedSampling(const SamplingParams& sampling);
 
 // InvalidArgument, in this order, for: an empty prompt, a prompt token id outside the
-// vocabulary, a prompt that leaves no room to generate, top_logprobs outside [0, 20] or above 0 without logprobs, n
+// vocabulary, a prompt that leaves no room to generate, top_logprobs outside [0, 20] or above 0 without logprobs,
+// prompt_logprobs outside [0, 20] or with a kv_window, n
 // outside [1, kMaxSequencesPerRequest] (common/request_limits.h), max_tokens < 1, kv_window sizes outside [0, the
 // context], min_tokens outside [0, max_tokens], a stop token id outside the vocabulary, an
 // empty stop string, a sampling parameter outside its range (temperature < 0, top_p outside

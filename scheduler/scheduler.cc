@@ -229,7 +229,9 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
     std::optional<std::vector<BlockId>> blocks;
     while (true) {
       if (static_cast<int>(running_.size()) < config_.max_num_seqs) {
-        hit = kv_.GetComputedBlocks(KvView(*request));
+        // Cached prompt positions have no logits for prompt_logprobs: compute them all.
+        hit = request->sampling.prompt_logprobs ? PrefixHit{}
+                                                 : kv_.GetComputedBlocks(KvView(*request));
         num_new = std::min(
             {request->num_cache_tokens() - hit.num_tokens, budget, kv_.max_tokens_per_step()});
         blocks = kv_.AllocateSlots(KvView(*request), num_new, 0, hit);
@@ -245,8 +247,10 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
     if (request->state == RequestState::kWaiting) {
       request->num_cached_prompt_tokens = std::min(hit.num_tokens, request->num_prompt_tokens);
     }
-    stats_.num_prefix_query_tokens += request->num_tokens();
-    stats_.num_prefix_hit_tokens += hit.num_tokens;
+    if (!request->sampling.prompt_logprobs) {
+      stats_.num_prefix_query_tokens += request->num_tokens();
+      stats_.num_prefix_hit_tokens += hit.num_tokens;
+    }
     request->num_computed_tokens = hit.num_tokens;
     request->state = RequestState::kRunning;
     running_.push_back(request);
