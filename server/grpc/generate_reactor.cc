@@ -135,6 +135,11 @@ void GenerateReactor::AddLogprobs(const GenerateOutput& output,
     set(*wire->mutable_chosen(), l.chosen);
     for (const TokenLogprob& t : l.top) set(*wire->add_top(), t);
   }
+  for (const TokenLogprobs& l : output.prompt_logprobs) {
+    v1::TokenLogprobs* wire = response.add_prompt_logprobs();
+    set(*wire->mutable_chosen(), l.chosen);
+    for (const TokenLogprob& t : l.top) set(*wire->add_top(), t);
+  }
 }
 
 void GenerateReactor::OnOutput(GenerateOutput&& output) {
@@ -142,7 +147,8 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
   {
     std::lock_guard lock(mutex_);
     const bool error = output.finished && output.finish_reason == CompletionReason::kError;
-    if (!output.token_ids.empty() || !output.text.empty() || (output.finished && !error)) {
+    if (!output.token_ids.empty() || !output.text.empty() || !output.prompt_logprobs.empty() ||
+        (output.finished && !error)) {
       v1::GenerateResponse& response = PendingFor(output.index);
       // The prompt's counts from the first response on (Anthropic's message_start has them).
       v1::Usage* usage = response.mutable_usage();
