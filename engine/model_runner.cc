@@ -40,10 +40,9 @@ void ModelRunner::TakePromptLogprobs(const SchedulerOutput& step, const Schedule
   for (size_t i = 0; i < step.requests.size(); ++i) {
     const ScheduledRequest& r = step.requests[i];
     const Request* request = scheduler.Find(r.id);
-    if (!request->sampling.prompt_logprobs) continue;
-    const int top = *request->sampling.prompt_logprobs;
     const int start = r.num_computed_tokens;
-    if (prompt_rows[i] == 0 && start != 0) continue;
+    if (!request->sampling.prompt_logprobs || (prompt_rows[i] == 0 && start != 0)) continue;
+    const int top = *request->sampling.prompt_logprobs;
     PromptLogprobsChunk& chunk = prompt_logprobs_[r.id];
     chunk.first_token = start + 1;
     if (start == 0) {
@@ -85,10 +84,13 @@ StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
   ended.clear();
   prompt_logprobs_.clear();
   const std::vector<int> prompt_rows = PromptLogitRows(step, scheduler);
-  // Such a request's steps take every row's logits (its prompt entries come from them).
+  // A step that computes prompt rows of such a request takes every row's logits (its prompt
+  // entries come from them); its decode steps may take the argmax alone.
   const bool any_prompt_logprobs =
       std::any_of(step.requests.begin(), step.requests.end(), [&](const ScheduledRequest& r) {
-        return scheduler.Find(r.id)->sampling.prompt_logprobs.has_value();
+        const Request& request = *scheduler.Find(r.id);
+        return request.sampling.prompt_logprobs.has_value() &&
+               r.num_computed_tokens < request.num_prompt_tokens;
       });
   const BatchInputs in = BuildBatchInputs(step, block_size_, NumKvGroups(model_.config()),
                                           prompt_rows);

@@ -126,6 +126,33 @@ TEST(EnginePromptLogprobsTest, SkipsPrefixCacheReadsAndGivesEveryBlockBack) {
   EXPECT_EQ(core->kv_cache().Stats().num_in_use_blocks, 0);
 }
 
+// A preempted request recomputes its prompt's rows: their entries, already sent, are not sent
+// again, and every block comes back.
+TEST(EnginePromptLogprobsTest, PreemptionSendsEachEntryOnce) {
+  std::vector<std::vector<TokenId>> prompts;
+  for (uint32_t i = 0; i < 6; ++i) prompts.push_back(RandomPrompt(20 + 3 * i, Vocab(), 40 + i));
+  // 6 requests of ~100 tokens (7 blocks each) in a pool of 16 blocks.
+  const std::unique_ptr<EngineCore> core = Core(SmallConfig(16));
+  Collector collector;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateRequest request = Greedy(prompts[i], 80, collector.Sink(i + 1));
+    request.sampling.prompt_logprobs = kTop;
+    ASSERT_TRUE(core->Add(i + 1, std::move(request)).ok());
+  }
+  ASSERT_TRUE(RunToCompletion(*core));
+  EXPECT_GT(core->Stats().num_preemptions, 0);
+  EXPECT_TRUE(core->CheckIdle().ok());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Collected alone = RunWithPromptLogprobs(prompts[i]);
+    const std::vector<TokenLogprobs>& entries = collector[i + 1].prompt_logprobs;
+    ASSERT_EQ(entries.size(), prompts[i].size()) << "request " << i + 1;
+    for (size_t k = 0; k < entries.size(); ++k) {
+      EXPECT_EQ(entries[k].chosen.token_id, prompts[i][k]);
+      EXPECT_NEAR(entries[k].chosen.logprob, alone.prompt_logprobs[k].chosen.logprob, 1e-5);
+    }
+  }
+}
+
 TEST(EnginePromptLogprobsTest, OnlySequenceZeroOfNCarriesThem) {
   const std::vector<TokenId> prompt = RandomPrompt(40, Vocab(), 19);
   const std::unique_ptr<EngineCore> core = Core();
