@@ -164,3 +164,19 @@ def test_best_of_returns_the_n_most_likely_of_its_candidates(client, model):
     with_logprobs = client.completions.create(n=1, best_of=4, logprobs=1, **common)
     assert sum(with_logprobs.choices[0].logprobs.token_logprobs) == pytest.approx(totals[0][0],
                                                                                   abs=1e-4)
+
+
+def test_echo_with_several_prompts_and_n_gives_each_choice_its_prompt(server, client, model):
+    prompts = ["One, two, three,", PROMPT]
+    out = client.completions.create(model=model, prompt=prompts, n=2, max_tokens=3, echo=True,
+                                    logprobs=1, temperature=1.0, seed=7)
+    assert len(out.choices) == 4
+    for choice in out.choices:
+        prompt = prompts[choice.index // 2]
+        assert choice.text.startswith(prompt)
+        num_prompt = len(prompt_ids(server, prompt))
+        lp = choice.logprobs
+        assert len(lp.tokens) == num_prompt + 3
+        assert lp.token_logprobs[0] is None
+        assert all(l is not None for l in lp.token_logprobs[1:])
+        assert lp.text_offset[num_prompt] == len(prompt)
