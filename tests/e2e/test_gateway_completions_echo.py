@@ -180,3 +180,21 @@ def test_echo_with_several_prompts_and_n_gives_each_choice_its_prompt(server, cl
         assert lp.token_logprobs[0] is None
         assert all(l is not None for l in lp.token_logprobs[1:])
         assert lp.text_offset[num_prompt] == len(prompt)
+
+
+def test_a_long_prompts_entries_span_several_responses(server, client, model):
+    # Over 1024 entries (the most one response carries, to stay under gRPC's 4 MB limit).
+    text = "one two three four five six seven eight nine ten " * 120
+    ids = prompt_ids(server, text)
+    assert len(ids) > 1024
+    _, _, responses = generate(server.stub, pb2.GenerateRequest(text=text, max_tokens=1,
+                                                                prompt_logprobs=20))
+    sizes = [len(r.prompt_logprobs) for r in responses if r.prompt_logprobs]
+    assert len(sizes) > 1 and max(sizes) <= 1024
+    assert [e.chosen.token_id for r in responses for e in r.prompt_logprobs] == ids
+    assert all(r.usage.prompt_tokens == len(ids) for r in responses)
+    # A stream's first chunk still has them all.
+    chunks = list(client.completions.create(model=model, prompt=text, max_tokens=1, echo=True,
+                                            stream=True, extra_body={"prompt_logprobs": 0}))
+    assert chunks[0].choices[0].text == text
+    assert len(chunks[0].choices[0].model_extra["prompt_logprobs"]) == len(ids)

@@ -191,6 +191,12 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
     PromptEcho& echo = echoes[output->call_index];
     echo.entries.insert(echo.entries.end(), response.prompt_logprobs().begin(),
                         response.prompt_logprobs().end());
+    // A long prompt's entries span several responses, all before or with the first token:
+    // a streamed echo waits for that one.
+    if (parsed.stream && shows_prompt && response.token_ids_size() == 0 &&
+        response.finish_reason() == v1::FINISH_REASON_UNSPECIFIED) {
+      continue;
+    }
     // echo with max_tokens 0: the one token generated is not the client's.
     const std::string text = parsed.echo_only ? std::string() : response.text();
     std::vector<TokenLogprobText> logprobs;
