@@ -14,13 +14,16 @@ RaggedBatch BatchInputs::batch() const {
   return RaggedBatch{positions, cu_seqlens, block_tables_};
 }
 
-BatchInputs BuildBatchInputs(const SchedulerOutput& step, int block_size, int num_kv_groups) {
+BatchInputs BuildBatchInputs(const SchedulerOutput& step, int block_size, int num_kv_groups,
+                             std::span<const int> prompt_rows) {
   TM_CHECK(num_kv_groups == 1 || num_kv_groups == 2) << num_kv_groups << " KV groups";
+  TM_CHECK(prompt_rows.empty() || prompt_rows.size() == step.requests.size());
   BatchInputs in;
   in.kv_blocks.resize(static_cast<size_t>(num_kv_groups));
   std::vector<BlockId> sliding;
   in.token_ids.reserve(static_cast<size_t>(step.num_batched_tokens));
-  for (const ScheduledRequest& r : step.requests) {
+  for (size_t index = 0; index < step.requests.size(); ++index) {
+    const ScheduledRequest& r = step.requests[index];
     TM_CHECK_EQ(static_cast<int>(r.token_ids.size()), r.num_new_tokens) << "request " << r.id;
     const int kv_length = r.num_computed_tokens + r.num_new_tokens;
     const int num_blocks = (kv_length + block_size - 1) / block_size;
@@ -41,8 +44,13 @@ BatchInputs BuildBatchInputs(const SchedulerOutput& step, int block_size, int nu
       std::replace(sliding.begin(), sliding.end(), kReleasedBlock, BlockId{0});
       in.kv_blocks[1].AddSequence(sliding, block_size, r.num_computed_tokens, r.num_new_tokens);
     }
+    const int begin = in.cu_seqlens.back();
+    const int end = begin + r.num_new_tokens;
+    const int num_prompt_rows = prompt_rows.empty() ? 0 : prompt_rows[index];
+    TM_CHECK(num_prompt_rows >= 0 && num_prompt_rows + r.num_logits <= r.num_new_tokens)
+        << "request " << r.id << ": " << num_prompt_rows << " prompt rows";
+    for (int row = begin; row < begin + num_prompt_rows; ++row) in.logit_rows.push_back(row);
     in.first_logit.push_back(static_cast<int32_t>(in.logit_rows.size()));
-    const int end = in.cu_seqlens.back() + r.num_new_tokens;
     for (int row = end - r.num_logits; row < end; ++row) in.logit_rows.push_back(row);
     in.cu_seqlens.push_back(end);
   }

@@ -153,6 +153,9 @@ StatusOr<ModelOutput> EngineCore::Execute(const SchedulerOutput& step) {
                                        ended_grammars_,
                                        speculator_ ? speculator_->draft_probs() : DraftProbs{}));
   if (speculator_) TM_RETURN_IF_ERROR(speculator_->AfterStep(step, *scheduler_, sampled));
+  for (const auto& [id, chunk] : runner_->prompt_logprobs()) {
+    outputs_.at(id).AddPromptLogprobs(chunk);
+  }
   return sampled;
 }
 

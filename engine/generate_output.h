@@ -49,6 +49,10 @@ struct GenerateOutput {
   std::vector<TokenId> token_ids;  // generated since the previous event
   // One per token_ids entry when the request asked for logprobs, else empty.
   std::vector<TokenLogprobs> logprobs;
+  // With sampling.prompt_logprobs, sequence 0 only: the next prompt tokens' entries, in
+  // order, from prompt token 0 (logprob 0, no top: nothing precedes it); all of them arrive
+  // before or with the first generated token.
+  std::vector<TokenLogprobs> prompt_logprobs;
   // UTF-8 text since the previous event. Text that may begin a stop string, or an
   // unfinished character, is held back until it is known not to (or at the end).
   std::string text;

@@ -1,5 +1,6 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
 #include <string>
 
 #include "common/check.h"
@@ -15,6 +16,49 @@ ModelRunner::ModelRunner(const Model& model, std::unique_ptr<ForwardBackend> bac
       backend_(std::move(backend)),
       num_blocks_(num_blocks),
       block_size_(block_size) {}
+
+std::vector<int> ModelRunner::PromptLogitRows(const SchedulerOutput& step,
+                                              const Scheduler& scheduler) const {
+  std::vector<int> rows(step.requests.size(), 0);
+  for (size_t i = 0; i < step.requests.size(); ++i) {
+    const ScheduledRequest& r = step.requests[i];
+    const Request* request = scheduler.Find(r.id);
+    TM_CHECK(request != nullptr) << "scheduled request " << r.id << " is not live";
+    if (!request->sampling.prompt_logprobs) continue;
+    // The row at position p predicts token p + 1; the last prompt row predicts the output.
+    const int end = std::min(r.num_computed_tokens + r.num_new_tokens,
+                             request->num_prompt_tokens - 1);
+    rows[i] = std::max(0, end - r.num_computed_tokens);
+  }
+  return rows;
+}
+
+void ModelRunner::TakePromptLogprobs(const SchedulerOutput& step, const Scheduler& scheduler,
+                                     std::span<const int> prompt_rows, const BatchInputs& in,
+                                     std::span<const float> logits) {
+  const size_t n_vocab = static_cast<size_t>(model_.config().n_vocab);
+  for (size_t i = 0; i < step.requests.size(); ++i) {
+    const ScheduledRequest& r = step.requests[i];
+    const Request* request = scheduler.Find(r.id);
+    const int start = r.num_computed_tokens;
+    if (!request->sampling.prompt_logprobs || (prompt_rows[i] == 0 && start != 0)) continue;
+    const int top = *request->sampling.prompt_logprobs;
+    PromptLogprobsChunk& chunk = prompt_logprobs_[r.id];
+    chunk.first_token = start + 1;
+    if (start == 0) {
+      chunk.first_token = 0;
+      chunk.entries.push_back(TokenLogprobs{.chosen = {request->token_ids[0], 0.0f}, .top = {}});
+    }
+    // This request's prompt rows are the first of its logit rows, before its sampling rows.
+    const size_t first_row = static_cast<size_t>(in.first_logit[i] - prompt_rows[i]);
+    for (int j = 0; j < prompt_rows[i]; ++j) {
+      const std::span<const float> row =
+          logits.subspan((first_row + static_cast<size_t>(j)) * n_vocab, n_vocab);
+      const TokenId next = request->token_ids[static_cast<size_t>(start + j + 1)];
+      chunk.entries.push_back(ComputeTokenLogprobs(row, next, top));
+    }
+  }
+}
 
 bool ModelRunner::OnlyArgmaxNeeded(const SchedulerOutput& step, const Scheduler& scheduler,
                                    const GrammarConstraints& grammars) const {
@@ -38,10 +82,22 @@ StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
                                            const DraftProbs& draft_probs) {
   logprobs.clear();
   ended.clear();
-  const BatchInputs in = BuildBatchInputs(step, block_size_, NumKvGroups(model_.config()));
+  prompt_logprobs_.clear();
+  const std::vector<int> prompt_rows = PromptLogitRows(step, scheduler);
+  // A step that computes prompt rows of such a request takes every row's logits (its prompt
+  // entries come from them); its decode steps may take the argmax alone.
+  const bool any_prompt_logprobs =
+      std::any_of(step.requests.begin(), step.requests.end(), [&](const ScheduledRequest& r) {
+        const Request& request = *scheduler.Find(r.id);
+        return request.sampling.prompt_logprobs.has_value() &&
+               r.num_computed_tokens < request.num_prompt_tokens;
+      });
+  const BatchInputs in = BuildBatchInputs(step, block_size_, NumKvGroups(model_.config()),
+                                          prompt_rows);
   const size_t n_vocab = static_cast<size_t>(model_.config().n_vocab);
   const ForwardInput forward_input{in.token_ids, in.batch(), in.logit_rows};
-  const bool argmax_only = !in.logit_rows.empty() && OnlyArgmaxNeeded(step, scheduler, grammars);
+  const bool argmax_only = !in.logit_rows.empty() && !any_prompt_logprobs &&
+                           OnlyArgmaxNeeded(step, scheduler, grammars);
   std::span<float> logits;
   if (argmax_only) {
     row_argmax_.resize(in.logit_rows.size());
@@ -52,6 +108,8 @@ StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
     TM_RETURN_IF_ERROR(backend_->Run(forward_input, logits));
     if (!in.logit_rows.empty()) ++logits_steps_;
   }
+  // Before sampling: a grammar masks sampling rows in place, never prompt rows.
+  if (!argmax_only) TakePromptLogprobs(step, scheduler, prompt_rows, in, logits);
   ModelOutput out;
   for (size_t i = 0; i < step.requests.size(); ++i) {
     const ScheduledRequest& r = step.requests[i];

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/batch_inputs.h"
 #include "engine/forward_backend.h"
 #include "engine/grammar_constraints.h"
 #include "engine/sampling/rejection_sampler.h"
@@ -25,6 +26,8 @@ namespace tokenmill {
 
 // Per request, the logprobs of its sampled tokens this step, in order.
 using StepLogprobs = std::unordered_map<RequestId, std::vector<TokenLogprobs>>;
+
+using StepPromptLogprobs = std::unordered_map<RequestId, PromptLogprobsChunk>;
 
 class ModelRunner {
  public:
@@ -44,6 +47,10 @@ class ModelRunner {
                                 GrammarConstraints& grammars, std::vector<RequestId>& ended,
                                 const DraftProbs& draft_probs = {});
 
+  // The last Execute's prompt logprobs, for the requests that asked and computed prompt rows
+  // (a recompute after preemption computes them again).
+  const StepPromptLogprobs& prompt_logprobs() const { return prompt_logprobs_; }
+
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
   // Steps with sampling rows that took every row's logits / only each row's argmax.
@@ -51,6 +58,13 @@ class ModelRunner {
   int64_t argmax_steps() const { return argmax_steps_; }
 
  private:
+  // Per request of `step`: its rows at prompt positions that predict a prompt token, when it
+  // asked for prompt logprobs (0 otherwise).
+  std::vector<int> PromptLogitRows(const SchedulerOutput& step, const Scheduler& scheduler) const;
+  // prompt_logprobs_ from the logits of those rows.
+  void TakePromptLogprobs(const SchedulerOutput& step, const Scheduler& scheduler,
+                          std::span<const int> prompt_rows, const BatchInputs& in,
+                          std::span<const float> logits);
   // Whether every request of `step` that samples picks the raw argmax and needs nothing else.
   bool OnlyArgmaxNeeded(const SchedulerOutput& step, const Scheduler& scheduler,
                         const GrammarConstraints& grammars) const;
@@ -60,6 +74,7 @@ class ModelRunner {
   int64_t num_blocks_;
   int block_size_;
   std::vector<int32_t> row_argmax_;
+  StepPromptLogprobs prompt_logprobs_;
   int64_t logits_steps_ = 0;
   int64_t argmax_steps_ = 0;
 };

@@ -92,6 +92,14 @@ bool RequestOutput::OnTokens(std::span<const TokenId> tokens,
   return final_event;
 }
 
+void RequestOutput::AddPromptLogprobs(const PromptLogprobsChunk& chunk) {
+  for (size_t i = 0; i < chunk.entries.size(); ++i) {
+    if (chunk.first_token + static_cast<int>(i) != num_prompt_logprobs_) continue;
+    prompt_logprobs_.push_back(chunk.entries[i]);
+    ++num_prompt_logprobs_;
+  }
+}
+
 void RequestOutput::Finish(CompletionReason reason, Status error, Clock::time_point now) {
   GenerateOutput out;
   out.error = std::move(error);
@@ -138,6 +146,8 @@ void RequestOutput::FillFinal(GenerateOutput& out, CompletionReason reason,
 }
 
 void RequestOutput::Emit(GenerateOutput&& output) {
+  output.prompt_logprobs = std::move(prompt_logprobs_);
+  prompt_logprobs_.clear();
   output.id = id_;
   output.index = sequence_index_;
   sink_(std::move(output));

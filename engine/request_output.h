@@ -49,6 +49,10 @@ class RequestOutput {
                 std::optional<FinishReason> finish, int num_cached_prompt_tokens,
                 Clock::time_point now);
 
+  // Prompt logprobs computed this step; the next event carries them. Entries already
+  // received (a recompute after preemption) are dropped.
+  void AddPromptLogprobs(const PromptLogprobsChunk& chunk);
+
   // Tokens the request's kv_window evicted so far, reported in the usage of later events.
   void SetEvictedTokens(int num_evicted_tokens) { usage_.evicted_tokens = num_evicted_tokens; }
 
@@ -76,6 +80,8 @@ class RequestOutput {
   Clock::time_point submit_time_;
   std::optional<Clock::time_point> last_token_time_;
   bool scheduled_ = false;
+  std::vector<TokenLogprobs> prompt_logprobs_;  // not emitted yet
+  int num_prompt_logprobs_ = 0;                 // received so far
 };
 
 }  // namespace tokenmill

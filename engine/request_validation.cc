@@ -65,6 +65,14 @@ Status CheckCountsAndStops(const GenerateRequest& request, const RequestLimits& 
     return InvalidArgumentError("top_logprobs = " + std::to_string(s.top_logprobs) +
                                 " needs logprobs: set logprobs to true, or top_logprobs to 0");
   }
+  if (s.prompt_logprobs && (*s.prompt_logprobs < 0 || *s.prompt_logprobs > kMaxTopLogprobs)) {
+    return InvalidArgumentError("prompt_logprobs = " + std::to_string(*s.prompt_logprobs) +
+                                " must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
+  }
+  if (s.prompt_logprobs && request.kv_window) {
+    return InvalidArgumentError(
+        "prompt_logprobs does not work with kv_window: leave one of them unset");
+  }
   if (request.n < 1 || request.n > kMaxSequencesPerRequest) {
     // Word for word the gateway's refusal of n (gateway/api/json_fields.cc's Integer).
     return InvalidArgumentError("n must be an integer in [1, " +

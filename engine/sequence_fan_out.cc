@@ -11,6 +11,8 @@ std::vector<NewRequest> SplitIntoSequences(RequestId id, const GenerateRequest& 
   for (int i = 0; i < request.n; ++i) {
     SamplingParams sampling = request.sampling;
     sampling.sequence_index += i;
+    // Sequence 0 reports the prompt's logprobs; the others may read its cached blocks.
+    if (i > 0) sampling.prompt_logprobs.reset();
     sequences.push_back(NewRequest{.id = id + static_cast<RequestId>(i),
                                    .prompt_token_ids = request.prompt_token_ids,
                                    .sampling = std::move(sampling),

@@ -61,6 +61,11 @@ struct SamplingParams {
   // validation refuses it alone; a sampler given it alone still reports both).
   bool logprobs = false;
   int top_logprobs = 0;
+  // Set: the log-probability of each prompt token given those before it, and of this many
+  // most likely ids at each prompt position (vLLM's prompt_logprobs). Cached positions have
+  // no logits, so the scheduler never serves such a request from the prefix cache (it still
+  // writes the cache).
+  std::optional<int> prompt_logprobs;
 
   bool greedy() const { return temperature < 1e-5f; }
   bool wants_logprobs() const { return logprobs || top_logprobs > 0; }

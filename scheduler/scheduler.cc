@@ -168,6 +168,12 @@ SchedulerOutput Scheduler::Schedule() {
   return out;
 }
 
+int Scheduler::StepTokenLimit(const Request& request) const {
+  return request.sampling.prompt_logprobs
+             ? std::min(kv_.max_tokens_per_step(), kMaxPromptLogprobsTokensPerStep)
+             : kv_.max_tokens_per_step();
+}
+
 bool Scheduler::ScheduleRunning(std::vector<StepPlan>& plans, int& budget,
                                 SchedulerOutput& out) {
   bool preempted = false;
@@ -185,7 +191,7 @@ bool Scheduler::ScheduleRunning(std::vector<StepPlan>& plans, int& budget,
     while (true) {
       // Sized again after each preemption: a victim batched earlier gives its budget back.
       // A sliding-window pool bounds one step's tokens too (KvCacheManager).
-      const int step_limit = std::min(budget, kv_.max_tokens_per_step());
+      const int step_limit = std::min(budget, StepTokenLimit(*request));
       num_verified = std::min(num_missing, step_limit);
       num_drafts = 0;
       if (num_verified == num_missing && !request->kv_window.has_value()) {
@@ -229,9 +235,11 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
     std::optional<std::vector<BlockId>> blocks;
     while (true) {
       if (static_cast<int>(running_.size()) < config_.max_num_seqs) {
-        hit = kv_.GetComputedBlocks(KvView(*request));
+        // Cached prompt positions have no logits for prompt_logprobs: compute them all.
+        hit = request->sampling.prompt_logprobs ? PrefixHit{}
+                                                 : kv_.GetComputedBlocks(KvView(*request));
         num_new = std::min(
-            {request->num_cache_tokens() - hit.num_tokens, budget, kv_.max_tokens_per_step()});
+            {request->num_cache_tokens() - hit.num_tokens, budget, StepTokenLimit(*request)});
         blocks = kv_.AllocateSlots(KvView(*request), num_new, 0, hit);
         if (blocks) break;
       }
@@ -245,8 +253,10 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
     if (request->state == RequestState::kWaiting) {
       request->num_cached_prompt_tokens = std::min(hit.num_tokens, request->num_prompt_tokens);
     }
-    stats_.num_prefix_query_tokens += request->num_tokens();
-    stats_.num_prefix_hit_tokens += hit.num_tokens;
+    if (!request->sampling.prompt_logprobs) {
+      stats_.num_prefix_query_tokens += request->num_tokens();
+      stats_.num_prefix_hit_tokens += hit.num_tokens;
+    }
     request->num_computed_tokens = hit.num_tokens;
     request->state = RequestState::kRunning;
     running_.push_back(request);

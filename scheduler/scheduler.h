@@ -109,6 +109,9 @@ class Scheduler {
 
   KvCacheRequest KvView(const Request& request) const;
   void EvictIfOverWindow(Request& request);
+  // Tokens one step may compute of `request` (beside the budget): the pool's bound, and
+  // kMaxPromptLogprobsTokensPerStep with prompt_logprobs.
+  int StepTokenLimit(const Request& request) const;
   // Serves running requests; returns whether any was preempted.
   bool ScheduleRunning(std::vector<StepPlan>& plans, int& budget, SchedulerOutput& out);
   void AdmitWaiting(std::vector<StepPlan>& plans, int& budget, SchedulerOutput& out);

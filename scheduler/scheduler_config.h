@@ -8,6 +8,10 @@
 
 namespace tokenmill {
 
+// Tokens one step computes at most of a request with prompt_logprobs: the runner holds a row
+// of logits (n_vocab floats) for each, 256 MiB at 256 tokens of a 262144-token vocabulary.
+inline constexpr int kMaxPromptLogprobsTokensPerStep = 256;
+
 struct SchedulerConfig {
   // Tokens computed per step over all requests (--max-num-batched-tokens).
   int max_num_batched_tokens = 2048;

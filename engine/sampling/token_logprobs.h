@@ -22,6 +22,14 @@ struct TokenLogprobs {
   std::vector<TokenLogprob> top;  // most likely first; ties: the lower id first
 };
 
+// A run of prompt tokens' logprobs (SamplingParams::prompt_logprobs): entries[i] is prompt
+// token first_token + i's, given the tokens before it. Token 0 has nothing before it: its
+// entry has logprob 0 and no top.
+struct PromptLogprobsChunk {
+  int first_token = 0;
+  std::vector<TokenLogprobs> entries;
+};
+
 // log_softmax(logits)[chosen] and the top_n largest entries (top_n in [0, vocabulary]),
 // computed in double.
 TokenLogprobs ComputeTokenLogprobs(std::span<const float> logits, TokenId chosen, int top_n);

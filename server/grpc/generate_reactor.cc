@@ -90,6 +90,13 @@ void GenerateReactor::StartBuilt(StatusOr<ValidatedRequest> built) {
   Release();
 }
 
+namespace {
+
+// About 360 bytes an entry with 20 top tokens: some 370 kB a response.
+constexpr int kPromptLogprobsPerResponse = 1024;
+
+}  // namespace
+
 v1::GenerateResponse& GenerateReactor::PendingFor(int index) {
   // Merge into the last response not yet written when it is the same sequence's and not
   // its final one: responses of one sequence stay in order, sequences interleave.
@@ -121,21 +128,36 @@ void GenerateReactor::AddText(GenerateOutput& output, v1::GenerateResponse& resp
   }
 }
 
-void GenerateReactor::AddLogprobs(const GenerateOutput& output,
-                                  v1::GenerateResponse& response) const {
+void GenerateReactor::ToWire(const TokenLogprobs& logprobs, v1::TokenLogprobs& wire) const {
   // Each token's text as Detokenize gives it with render_special (a chosen <|im_end|> shows
   // as itself), so a client needs no Detokenize call per token.
-  const auto set = [this](v1::TokenLogprob& wire, const TokenLogprob& logprob) {
-    wire.set_token_id(logprob.token_id);
-    wire.set_logprob(logprob.logprob);
+  const auto set = [this](v1::TokenLogprob& out, const TokenLogprob& logprob) {
+    out.set_token_id(logprob.token_id);
+    out.set_logprob(logprob.logprob);
     const TokenId id = logprob.token_id;
-    wire.set_text(WireText(tokenizer_, std::span<const TokenId>(&id, 1),
-                           /*render_special=*/true));
+    out.set_text(WireText(tokenizer_, std::span<const TokenId>(&id, 1),
+                          /*render_special=*/true));
   };
-  for (const TokenLogprobs& l : output.logprobs) {
-    v1::TokenLogprobs* wire = response.add_logprobs();
-    set(*wire->mutable_chosen(), l.chosen);
-    for (const TokenLogprob& t : l.top) set(*wire->add_top(), t);
+  set(*wire.mutable_chosen(), logprobs.chosen);
+  for (const TokenLogprob& t : logprobs.top) set(*wire.add_top(), t);
+}
+
+void GenerateReactor::AddLogprobs(const GenerateOutput& output,
+                                  v1::GenerateResponse& response) const {
+  for (const TokenLogprobs& l : output.logprobs) ToWire(l, *response.add_logprobs());
+}
+
+void GenerateReactor::AddPromptLogprobs(const GenerateOutput& output) {
+  for (const TokenLogprobs& l : output.prompt_logprobs) {
+    if (PendingFor(output.index).prompt_logprobs_size() >= kPromptLogprobsPerResponse) {
+      pending_.emplace_back();
+      pending_.back().set_request_id(request_id_);
+      pending_.back().set_index(static_cast<uint32_t>(output.index));
+    }
+    v1::GenerateResponse& response = pending_.back();
+    // The prompt's counts from the first response on, as OnOutput sets them.
+    response.mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(output.usage.prompt_tokens));
+    ToWire(l, *response.add_prompt_logprobs());
   }
 }
 
@@ -144,7 +166,9 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
   {
     std::lock_guard lock(mutex_);
     const bool error = output.finished && output.finish_reason == CompletionReason::kError;
-    if (!output.token_ids.empty() || !output.text.empty() || (output.finished && !error)) {
+    if (!output.token_ids.empty() || !output.text.empty() || !output.prompt_logprobs.empty() ||
+        (output.finished && !error)) {
+      AddPromptLogprobs(output);
       v1::GenerateResponse& response = PendingFor(output.index);
       // The prompt's counts from the first response on (Anthropic's message_start has them).
       v1::Usage* usage = response.mutable_usage();

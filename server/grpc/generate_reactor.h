@@ -54,8 +54,13 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   v1::GenerateResponse& PendingFor(int index);
   // The event's text, reasoning and tool-call deltas into `response`.
   static void AddText(GenerateOutput& output, v1::GenerateResponse& response);
-  // The event's logprobs into `response`, each token with its text.
+  // One token's logprobs on the wire, each token with its text.
+  void ToWire(const TokenLogprobs& logprobs, v1::TokenLogprobs& wire) const;
+  // The event's logprobs into `response`.
   void AddLogprobs(const GenerateOutput& output, v1::GenerateResponse& response) const;
+  // The event's prompt entries into pending responses of at most kPromptLogprobsPerResponse
+  // each (a long prompt's stay under gRPC's 4 MB message limit). mutex_ held.
+  void AddPromptLogprobs(const GenerateOutput& output);
   // Starts the next write, or finishes the call, when the state allows it. Any thread.
   void Pump();
   // Drops one of the two holders (gRPC, engine); the last deletes the reactor.

@@ -463,6 +463,9 @@ StatusOr<ValidatedRequest> BuildGenerateRequest(const v1::GenerateRequest& reque
   out.sampling.max_tokens = Saturated(max_tokens);
   out.sampling.logprobs = request.logprobs();
   out.sampling.top_logprobs = Saturated(request.top_logprobs());
+  if (request.has_prompt_logprobs()) {
+    out.sampling.prompt_logprobs = Saturated(request.prompt_logprobs());
+  }
   out.n = request.has_n() ? Saturated(request.n()) : 1;
   CopySampling(request.sampling(), out.sampling);
   out.sampling.stop_token_ids.assign(request.stop_token_ids().begin(),

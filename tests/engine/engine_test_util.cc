@@ -31,6 +31,12 @@ void Accumulate(Collected& collected, GenerateOutput&& out) {
   collected.token_ids.insert(collected.token_ids.end(), out.token_ids.begin(),
                              out.token_ids.end());
   collected.logprobs.insert(collected.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
+  if (!out.prompt_logprobs.empty()) {
+    collected.prompt_logprobs.insert(collected.prompt_logprobs.end(),
+                                     out.prompt_logprobs.begin(), out.prompt_logprobs.end());
+    collected.num_tokens_before_prompt_logprobs_done =
+        static_cast<int>(collected.token_ids.size());
+  }
   collected.text += out.text;
   if (out.finished) {
     collected.finished = true;

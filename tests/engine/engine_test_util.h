@@ -29,6 +29,8 @@ inline const TestModel& SmolLm2() { return LoadTestModel("SmolLM2-135M-Instruct.
 struct Collected {
   std::vector<TokenId> token_ids;
   std::vector<TokenLogprobs> logprobs;  // when the request asked for them
+  std::vector<TokenLogprobs> prompt_logprobs;  // with sampling.prompt_logprobs
+  int num_tokens_before_prompt_logprobs_done = -1;  // tokens seen when the last entry came
   std::string text;
   int num_events = 0;
   bool finished = false;

@@ -104,6 +104,38 @@ TEST(GatewayRequestMapping, UnsetParametersStayUnset) {
   EXPECT_FALSE(g.logprobs());
 }
 
+// echo with logprobs needs the prompt's entries (as many top ones as logprobs asks, or as
+// prompt_logprobs if more); best_of runs best_of sequences with logprobs to rank them.
+TEST(GatewayRequestMapping, EchoPromptLogprobsAndBestOf) {
+  CompletionRequest r = ParseOk(json{{"prompt", "Hi"}, {"echo", true}}, Endpoint::kCompletions);
+  EXPECT_TRUE(r.echo);
+  EXPECT_FALSE(r.generates[0].has_prompt_logprobs());  // the text is the client's own
+  r = ParseOk(json{{"prompt", "Hi"}, {"echo", true}, {"logprobs", 3}, {"prompt_logprobs", 1}},
+              Endpoint::kCompletions);
+  EXPECT_EQ(r.generates[0].prompt_logprobs(), 3u);
+  EXPECT_EQ(r.prompt_logprobs, 1u);
+  r = ParseOk(json{{"prompt", "Hi"}, {"prompt_logprobs", 0}}, Endpoint::kCompletions);
+  EXPECT_TRUE(r.generates[0].has_prompt_logprobs());
+  EXPECT_FALSE(r.echo);
+
+  r = ParseOk(json{{"prompt", "Hi"}, {"echo", true}, {"max_tokens", 0}}, Endpoint::kCompletions);
+  EXPECT_TRUE(r.echo_only);
+  EXPECT_EQ(r.generates[0].max_tokens(), 1u);
+
+  r = ParseOk(json{{"prompt", {"a", "b"}}, {"n", 2}, {"best_of", 5}}, Endpoint::kCompletions);
+  EXPECT_EQ(r.n, 2u);
+  EXPECT_EQ(r.best_of, 5u);
+  for (const v1::GenerateRequest& g : r.generates) {
+    EXPECT_EQ(g.n(), 5u);
+    EXPECT_TRUE(g.logprobs());
+    EXPECT_EQ(g.top_logprobs(), 0u);
+  }
+  r = ParseOk(json{{"prompt", "Hi"}, {"n", 2}, {"best_of", 2}, {"stream", true}},
+              Endpoint::kCompletions);
+  EXPECT_EQ(r.best_of, 1u);  // best_of = n: every sequence is a choice, streaming or not
+  EXPECT_FALSE(r.generates[0].logprobs());
+}
+
 TEST(GatewayRequestMapping, PromptShapes) {
   EXPECT_EQ(ParseOk(json{{"prompt", {1, 2, 3}}}, Endpoint::kCompletions)
                 .generates[0]
@@ -170,8 +202,10 @@ TEST(GatewayRequestMapping, RefusalsNameTheParameter) {
       {Endpoint::kCompletions, {{"temperature", "x"}}, "temperature"},
       {Endpoint::kCompletions, {{"stop", {1}}}, "stop"},
       {Endpoint::kCompletions, {{"logit_bias", {{"-1", 1}}}}, "logit_bias"},
-      {Endpoint::kCompletions, {{"echo", true}}, "echo"},
-      {Endpoint::kCompletions, {{"best_of", 2}}, "best_of"},
+      {Endpoint::kCompletions, {{"echo", true}, {"prompt", {1, 2}}}, "echo"},
+      {Endpoint::kCompletions, {{"best_of", 1}, {"n", 2}}, "best_of"},
+      {Endpoint::kCompletions, {{"best_of", 2}, {"stream", true}}, "best_of"},
+      {Endpoint::kCompletions, {{"prompt_logprobs", 21}}, "prompt_logprobs"},
       {Endpoint::kCompletions, {{"stream_options", {{"include_usage", true}}}}, "stream_options"},
       {Endpoint::kCompletions, {{"messages", chat_base["messages"]}}, "messages"},
       {Endpoint::kChatCompletions, {{"prompt", "x"}}, "prompt"},

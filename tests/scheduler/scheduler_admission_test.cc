@@ -255,5 +255,31 @@ TEST(SchedulerStatsTest, CacheSaltKeepsEqualPromptsApart) {
   sim.ExpectReferenceOutputs();
 }
 
+// A prompt_logprobs request never reads the prefix cache (cached positions have no logits)
+// and computes at most kMaxPromptLogprobsTokensPerStep tokens a step (each a row of logits).
+TEST(SchedulerPromptLogprobsTest, NoPrefixHitAndBoundedChunks) {
+  SchedulerSim sim(Config(/*budget=*/2048, 8, /*max_model_len=*/1024), MakeCacheConfig(128, 16));
+  ASSERT_TRUE(sim.Add(MakeRequest(1, 600, 1)).ok());
+  sim.Step();
+  EXPECT_EQ(sim.last_output().requests.at(0).num_new_tokens, 600);  // whole, as the budget allows
+  ASSERT_TRUE(sim.RunToCompletion(10));
+
+  NewRequest again = MakeRequest(2, sim.prompt(1), 1);
+  again.sampling.prompt_logprobs = 0;
+  ASSERT_TRUE(sim.Add(std::move(again)).ok());
+  std::vector<int> chunks;
+  while (sim.scheduler().has_unfinished_requests()) {
+    sim.Step();
+    chunks.push_back(sim.last_output().requests.at(0).num_new_tokens);
+  }
+  EXPECT_EQ(chunks, (std::vector<int>{256, 256, 88}));
+  EXPECT_EQ(sim.kv_cache().Stats().num_in_use_blocks, 0);
+
+  ASSERT_TRUE(sim.Add(MakeRequest(3, sim.prompt(1), 1)).ok());  // a plain one still hits
+  sim.Step();
+  EXPECT_EQ(sim.last_output().requests.at(0).num_computed_tokens, 592);
+  sim.ExpectReferenceOutputs();
+}
+
 }  // namespace
 }  // namespace tokenmill::testing

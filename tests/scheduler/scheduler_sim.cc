@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -126,7 +127,11 @@ void SchedulerSim::ExpectBudgetUsedBeforeCutting() {
     const int num_verified = scheduled.num_new_tokens - scheduled.num_draft_tokens;
     if (request != nullptr &&
         num_verified < request->num_tokens() - scheduled.num_computed_tokens) {
-      EXPECT_TRUE(budget_used || scheduled.num_new_tokens == kv_cache_.max_tokens_per_step())
+      const int limit = request->sampling.prompt_logprobs
+                            ? std::min(kv_cache_.max_tokens_per_step(),
+                                       kMaxPromptLogprobsTokensPerStep)
+                            : kv_cache_.max_tokens_per_step();
+      EXPECT_TRUE(budget_used || scheduled.num_new_tokens == limit)
           << "request " << scheduled.id << " cut to " << num_verified
           << " tokens with budget left";
     }

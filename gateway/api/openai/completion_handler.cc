@@ -2,10 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <numeric>
 #include <set>
 #include <variant>
 
 #include "gateway/api/generation.h"
+#include "gateway/api/openai/prompt_logprobs.h"
 #include "gateway/api/openai/response_format.h"
 #include "gateway/api/openai/structured_output.h"
 #include "gateway/api/openai/tool_calls.h"
@@ -81,6 +83,66 @@ struct PromptUsage {
   uint64_t cached_tokens = 0;
 };
 
+// What echo and prompt_logprobs add to one prompt's choices.
+struct PromptEcho {
+  std::string text;                        // the prompt as the client sent it
+  std::vector<v1::TokenLogprobs> entries;  // its tokens' logprobs, from sequence 0
+};
+
+// A choice as the client sees it: candidate `index` of its prompt, with echo and
+// prompt_logprobs applied (non-streamed responses).
+ChoiceResult ShownChoice(const CompletionRequest& parsed, const PromptEcho& prompt,
+                         ChoiceResult choice) {
+  if (parsed.echo) {
+    choice.text.insert(0, prompt.text);
+    if (parsed.logprobs) {
+      std::vector<TokenLogprobText> logprobs =
+          EchoedPromptLogprobs(prompt.entries, parsed.top_logprobs);
+      logprobs.insert(logprobs.end(), choice.logprobs.begin(), choice.logprobs.end());
+      choice.logprobs = std::move(logprobs);
+    }
+  }
+  if (parsed.prompt_logprobs) {
+    choice.prompt_logprobs = PromptLogprobsJson(prompt.entries, *parsed.prompt_logprobs);
+  }
+  return choice;
+}
+
+// The choices of a whole response: each prompt's n (its best ones under best_of).
+std::vector<ChoiceResult> ShownChoices(const CompletionRequest& parsed,
+                                       const std::vector<PromptEcho>& prompts,
+                                       const std::vector<ChoiceResult>& candidates) {
+  const size_t per_prompt = candidates.size() / prompts.size();
+  std::vector<ChoiceResult> shown;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const std::vector<ChoiceResult> own(candidates.begin() + p * per_prompt,
+                                        candidates.begin() + (p + 1) * per_prompt);
+    std::vector<size_t> picked(parsed.n);
+    std::iota(picked.begin(), picked.end(), 0);
+    if (parsed.best_of > parsed.n) picked = BestCandidates(own, parsed.n);
+    for (const size_t i : picked) shown.push_back(ShownChoice(parsed, prompts[p], own[i]));
+  }
+  return shown;
+}
+
+// The first chunk of a streamed choice with echo or prompt_logprobs: the prompt's text and
+// entries (prompt logprobs stream with n = 1 only: sequence 0's first response has them).
+json EchoChunk(const CompletionRequest& parsed, const ResponseHeader& header, uint32_t index,
+               const PromptEcho& prompt) {
+  std::optional<json> logprobs;
+  if (parsed.logprobs && parsed.echo) {
+    logprobs = LogprobsJson(header.endpoint,
+                            EchoedPromptLogprobs(prompt.entries, parsed.top_logprobs), 0);
+  }
+  json chunk = ChunkJson(header, index, parsed.echo ? prompt.text : "", logprobs, std::nullopt,
+                         true);
+  if (parsed.prompt_logprobs) {
+    chunk["choices"][0]["prompt_logprobs"] =
+        PromptLogprobsJson(prompt.entries, *parsed.prompt_logprobs);
+  }
+  return chunk;
+}
+
 }  // namespace
 
 asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest& request,
@@ -99,8 +161,12 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
   header.endpoint = endpoint;
   header.id = context.NewId(chat ? "chatcmpl" : "cmpl");
   header.created = UnixSeconds();
-  const uint32_t n = parsed.n;
+  // Sequences per prompt: best_of candidates, or n choices.
+  const uint32_t n = std::max(parsed.n, parsed.best_of);
   const size_t prompts = parsed.generates.size();
+  std::vector<PromptEcho> echoes(prompts);
+  for (size_t p = 0; p < prompts; ++p) echoes[p].text = parsed.generates[p].text();
+  const bool shows_prompt = parsed.echo || parsed.prompt_logprobs.has_value();
   Generation::Params params;
   params.generates = std::move(parsed.generates);
   params.model = parsed.model;
@@ -125,18 +191,32 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
     if (response.index() >= n) continue;  // not ours to show; the server keeps to n
     const size_t choice_index = output->call_index * n + response.index();
     ChoiceResult& choice = choices[choice_index];
+    PromptEcho& echo = echoes[output->call_index];
+    echo.entries.insert(echo.entries.end(), response.prompt_logprobs().begin(),
+                        response.prompt_logprobs().end());
+    // A long prompt's entries span several responses, all before or with the first token:
+    // a streamed echo waits for that one.
+    if (parsed.stream && shows_prompt && response.token_ids_size() == 0 &&
+        response.finish_reason() == v1::FINISH_REASON_UNSPECIFIED) {
+      continue;
+    }
+    // echo with max_tokens 0: the one token generated is not the client's.
+    const std::string text = parsed.echo_only ? std::string() : response.text();
     std::vector<TokenLogprobText> logprobs;
-    if (parsed.logprobs && response.logprobs_size() > 0) {
+    if ((parsed.logprobs || parsed.best_of > parsed.n) && !parsed.echo_only &&
+        response.logprobs_size() > 0) {
       logprobs = LogprobTexts(response);
     }
-    const size_t text_offset = choice.text.size();
-    choice.text += response.text();
+    // Streamed echo: the generated text's offsets follow the prompt's.
+    const size_t text_offset =
+        choice.text.size() + (parsed.stream && parsed.echo ? echo.text.size() : 0);
+    choice.text += text;
     choice.reasoning += response.reasoning_text();
     AppendToolCallDeltas(response, choice.tool_calls);
     if (response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
       choice.finish_reason = response.finish_reason();
       choice.stop_string = response.stop_string();
-      completion_tokens += response.usage().completion_tokens();
+      if (!parsed.echo_only) completion_tokens += response.usage().completion_tokens();
       evicted_tokens += response.usage().evicted_tokens();
       PromptUsage& usage = prompt_usage[output->call_index];
       usage.prompt_tokens = std::max<uint64_t>(usage.prompt_tokens, response.usage().prompt_tokens());
@@ -147,7 +227,7 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
       for (TokenLogprobText& lp : logprobs) choice.logprobs.push_back(std::move(lp));
       continue;
     }
-    const bool has_content = !response.text().empty() || choice.finish_reason.has_value() ||
+    const bool has_content = !text.empty() || choice.finish_reason.has_value() ||
                              !logprobs.empty() || !response.reasoning_text().empty() ||
                              !response.tool_calls().empty();
     if (!has_content && choice_started[choice_index]) continue;
@@ -158,10 +238,16 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
         continue;
       }
     }
+    if (shows_prompt && !choice_started[choice_index]) {
+      const std::string event =
+          SseEvent(EchoChunk(parsed, header, static_cast<uint32_t>(choice_index), echo));
+      choice_started[choice_index] = true;
+      if (!co_await exchange.WriteEventChunk(event)) generation.ClientGone();
+    }
     std::optional<json> logprobs_json;
     if (parsed.logprobs) logprobs_json = LogprobsJson(endpoint, logprobs, text_offset);
-    json chunk = ChunkJson(header, static_cast<uint32_t>(choice_index), response.text(),
-                           logprobs_json, choice.finish_reason, !choice_started[choice_index]);
+    json chunk = ChunkJson(header, static_cast<uint32_t>(choice_index), text, logprobs_json,
+                           choice.finish_reason, !choice_started[choice_index]);
     if (chat) AddParsedDelta(response, chunk);
     choice_started[choice_index] = true;
     if (!co_await exchange.WriteEventChunk(SseEvent(chunk))) generation.ClientGone();
@@ -182,8 +268,9 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
     if (failure) {
       co_await exchange.WriteError(request, *failure);
     } else if (!parsed.stream) {
-      co_await exchange.WriteJson(request, 200,
-                                  CompletionJson(header, choices, parsed.logprobs, usage));
+      const json body = CompletionJson(
+          header, chat ? choices : ShownChoices(parsed, echoes, choices), parsed.logprobs, usage);
+      co_await exchange.WriteJson(request, 200, body);
     } else {
       // Every sequence ended without a response (cannot happen with a sane server): still
       // a well-formed stream.

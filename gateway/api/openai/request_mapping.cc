@@ -17,6 +17,9 @@ using nlohmann::json;
 
 namespace {
 
+// logprobs' and prompt_logprobs' top entries at most (the server's limit too).
+constexpr int64_t kMaxLogprobs = 20;
+
 // Parameters both endpoints share, in the order OpenAI documents them.
 const std::set<std::string_view>& CommonParams() {
   static const std::set<std::string_view> kParams = {
@@ -111,6 +114,66 @@ std::optional<HttpError> ParseStop(const json& body, v1::GenerateRequest& g) {
   return std::nullopt;
 }
 
+// best_of candidates per prompt, n of them returned (OpenAI's rule: not streamed).
+std::optional<HttpError> ParseBestOf(const json& body, CompletionRequest& out,
+                                     v1::GenerateRequest& g) {
+  std::optional<int64_t> best_of;
+  GW_RETURN_IF_ERROR(Integer(body, "best_of", 1, kMaxSequencesPerRequest, best_of));
+  if (!best_of || *best_of == out.n) return std::nullopt;
+  if (*best_of < out.n) {
+    return BadRequest("best_of = " + std::to_string(*best_of) + " must be at least n = " +
+                          std::to_string(out.n) + ": raise best_of or lower n",
+                      "best_of");
+  }
+  std::optional<bool> stream;
+  GW_RETURN_IF_ERROR(Bool(body, "stream", stream));
+  if (stream.value_or(false)) {
+    return BadRequest("best_of cannot be used with stream: set stream to false or leave best_of "
+                      "unset",
+                      "best_of");
+  }
+  out.best_of = static_cast<uint32_t>(*best_of);
+  g.set_n(out.best_of);
+  return std::nullopt;
+}
+
+// echo, prompt_logprobs and logprobs (an integer here): completions' own fields.
+std::optional<HttpError> ParseCompletionsLogprobs(const json& body, CompletionRequest& out,
+                                                  v1::GenerateRequest& g) {
+  std::optional<bool> echo;
+  GW_RETURN_IF_ERROR(Bool(body, "echo", echo));
+  out.echo = echo.value_or(false);
+  if (const json* suffix = Field(body, "suffix"); suffix != nullptr && *suffix != "") {
+    return BadRequest("suffix is not supported: leave it unset", "suffix");
+  }
+  std::optional<int64_t> top;
+  GW_RETURN_IF_ERROR(Integer(body, "logprobs", 0, kMaxLogprobs, top));
+  if (top) {
+    out.logprobs = true;
+    out.top_logprobs = static_cast<uint32_t>(*top);
+  }
+  top.reset();
+  GW_RETURN_IF_ERROR(Integer(body, "prompt_logprobs", 0, kMaxLogprobs, top));
+  if (top) out.prompt_logprobs = static_cast<uint32_t>(*top);
+  // The prompt's entries come first in an echoed choice's logprobs.
+  const bool echo_logprobs = out.echo && out.logprobs;
+  if (out.prompt_logprobs || echo_logprobs) {
+    g.set_prompt_logprobs(std::max(out.prompt_logprobs.value_or(0),
+                                   echo_logprobs ? out.top_logprobs : 0));
+  }
+  if (g.has_prompt_logprobs() && out.stream && out.n > 1) {
+    return BadRequest("prompt logprobs (prompt_logprobs, or echo with logprobs) stream with n = 1 "
+                      "only: set stream to false or n to 1",
+                      out.prompt_logprobs ? "prompt_logprobs" : "echo");
+  }
+  // max_tokens 0 with echo: the prompt alone, as vLLM answers (lm-eval scores prompts so).
+  if (out.echo && g.has_max_tokens() && g.max_tokens() == 0) {
+    out.echo_only = true;
+    g.set_max_tokens(1);
+  }
+  return std::nullopt;
+}
+
 // Everything but the input and logprobs: one template the prompts are copied from.
 std::optional<HttpError> ParseGenerateCommon(const json& body, Endpoint endpoint,
                                              CompletionRequest& out, v1::GenerateRequest& g) {
@@ -142,13 +205,7 @@ std::optional<HttpError> ParseGenerateCommon(const json& body, Endpoint endpoint
     out.n = static_cast<uint32_t>(*n);
     if (*n > 1) g.set_n(static_cast<uint32_t>(*n));
   }
-  if (endpoint == Endpoint::kCompletions) {
-    std::optional<int64_t> best_of;
-    GW_RETURN_IF_ERROR(Integer(body, "best_of", 1, kMaxSequencesPerRequest, best_of));
-    if (best_of && *best_of != out.n) {
-      return BadRequest("best_of other than n is not supported: leave it unset", "best_of");
-    }
-  }
+  if (endpoint == Endpoint::kCompletions) GW_RETURN_IF_ERROR(ParseBestOf(body, out, g));
 
   std::optional<bool> flag;
   GW_RETURN_IF_ERROR(Bool(body, "ignore_eos", flag));
@@ -379,7 +436,7 @@ std::optional<HttpError> ParseCompletionRequest(const json& body, Endpoint endpo
   std::set<std::string_view> known = CommonParams();
   known.insert(StructuredOutputParams().begin(), StructuredOutputParams().end());
   if (endpoint == Endpoint::kCompletions) {
-    known.insert({"prompt", "best_of", "echo", "suffix"});
+    known.insert({"prompt", "best_of", "echo", "suffix", "prompt_logprobs"});
   } else {
     known.insert({"messages", "max_completion_tokens", "top_logprobs", "add_generation_prompt"});
     known.insert(ToolParams().begin(), ToolParams().end());
@@ -392,18 +449,7 @@ std::optional<HttpError> ParseCompletionRequest(const json& body, Endpoint endpo
   GW_RETURN_IF_ERROR(ParseGenerateCommon(body, endpoint, out, common));
 
   if (endpoint == Endpoint::kCompletions) {
-    std::optional<bool> echo;
-    GW_RETURN_IF_ERROR(Bool(body, "echo", echo));
-    if (echo.value_or(false)) return BadRequest("echo is not supported: leave it unset", "echo");
-    if (const json* suffix = Field(body, "suffix"); suffix != nullptr && *suffix != "") {
-      return BadRequest("suffix is not supported: leave it unset", "suffix");
-    }
-    std::optional<int64_t> logprobs;
-    GW_RETURN_IF_ERROR(Integer(body, "logprobs", 0, 20, logprobs));
-    if (logprobs) {
-      out.logprobs = true;
-      out.top_logprobs = static_cast<uint32_t>(*logprobs);
-    }
+    GW_RETURN_IF_ERROR(ParseCompletionsLogprobs(body, out, common));
   } else {
     std::optional<bool> logprobs;
     GW_RETURN_IF_ERROR(Bool(body, "logprobs", logprobs));
@@ -418,12 +464,23 @@ std::optional<HttpError> ParseCompletionRequest(const json& body, Endpoint endpo
     }
     out.top_logprobs = static_cast<uint32_t>(top.value_or(0));
   }
-  if (out.logprobs) {
+  // best_of ranks its candidates by their logprobs: asked for even when not shown.
+  if (out.logprobs || out.best_of > out.n) {
     common.set_logprobs(true);
     common.set_top_logprobs(out.top_logprobs);
   }
 
-  if (endpoint == Endpoint::kCompletions) return ParsePrompts(body, common, out);
+  if (endpoint == Endpoint::kCompletions) {
+    GW_RETURN_IF_ERROR(ParsePrompts(body, common, out));
+    for (const v1::GenerateRequest& g : out.generates) {
+      if (out.echo && g.has_token_ids()) {
+        return BadRequest("echo needs the prompt as text, not token ids: send it as a string or "
+                          "leave echo unset",
+                          "echo");
+      }
+    }
+    return std::nullopt;
+  }
   GW_RETURN_IF_ERROR(ParseChatInput(body, out, common));
   out.generates.push_back(std::move(common));
   return std::nullopt;

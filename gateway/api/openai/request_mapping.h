@@ -29,6 +29,15 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;
   uint32_t top_logprobs = 0;
+  // Completions only. echo: each choice's text (and logprobs) starts with its prompt's; with
+  // max_tokens 0 the choice is the prompt alone (`echo_only`: the one token generated is
+  // dropped). prompt_logprobs: vLLM's extension, the prompt tokens' top entries.
+  bool echo = false;
+  bool echo_only = false;
+  std::optional<uint32_t> prompt_logprobs;
+  // Completions only: candidates generated per prompt (best_of, >= n); the n with the highest
+  // cumulative logprob are returned. 1 without best_of: every sequence is a choice.
+  uint32_t best_of = 1;
   // The field that set sampling.structured_output (response_format, grammar, ...), named in
   // the 400 when the server refuses what it holds; empty without one.
   std::string structured_output_param;

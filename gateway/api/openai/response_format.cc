@@ -68,12 +68,12 @@ json LogprobsJson(Endpoint endpoint, const std::vector<TokenLogprobText>& tokens
   size_t offset = text_offset;
   for (const TokenLogprobText& t : tokens) {
     tokens_json.push_back(t.token);
-    token_logprobs.push_back(t.logprob);
     json top = json::object();
     for (const auto& [token, logprob] : t.top) {
       if (!top.contains(token)) top[token] = logprob;
     }
-    top_logprobs.push_back(top);
+    token_logprobs.push_back(t.no_logprob ? json(nullptr) : json(t.logprob));
+    top_logprobs.push_back(t.no_logprob ? json(nullptr) : top);
     offsets.push_back(offset);
     offset += t.token.size();
   }
@@ -103,6 +103,7 @@ json CompletionJson(const ResponseHeader& header, const std::vector<ChoiceResult
                    {"finish_reason", FinishReasonName(c.finish_reason.value_or(
                                          v1::FINISH_REASON_UNSPECIFIED))}};
     if (!c.stop_string.empty()) choice["stop_reason"] = c.stop_string;
+    if (c.prompt_logprobs) choice["prompt_logprobs"] = *c.prompt_logprobs;
     if (header.endpoint == Endpoint::kCompletions) {
       choice["text"] = c.text;
     } else {

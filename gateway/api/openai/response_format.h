@@ -31,6 +31,8 @@ struct TokenLogprobText {
   std::string token;
   float logprob = 0;
   std::vector<std::pair<std::string, float>> top;  // most likely first
+  // An echoed prompt's first token: nothing precedes it, its logprob and top are null.
+  bool no_logprob = false;
 };
 
 // The logprobs object of a choice (or of one chunk of it). `text_offset` is where the first
@@ -50,6 +52,8 @@ struct ChoiceResult {
   // Chat: what the server parsed out of the output besides its content (`text`).
   std::string reasoning;
   std::vector<v1::ToolCall> tool_calls;
+  // Completions with prompt_logprobs: vLLM's list, one per prompt token (null first).
+  std::optional<nlohmann::json> prompt_logprobs;
 };
 
 // The whole (non-streamed) response.
