@@ -49,7 +49,7 @@ def test_four_times_the_context_with_bounded_blocks(server):
 def test_without_kv_window_the_request_is_refused(server):
     with pytest.raises(grpc.RpcError) as error:
         list(server.stub.Generate(story_request(4 * CONTEXT), timeout=RPC_TIMEOUT_S))
-    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.value.code() == grpc.StatusCode.OUT_OF_RANGE  # past the context
     assert "kv_window" in error.value.details()
 
 

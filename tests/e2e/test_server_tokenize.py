@@ -71,7 +71,8 @@ def test_model_info_matches_the_gguf_metadata(served):
     arch = metadata(reader, "general.architecture")
     tokens = metadata(reader, "tokenizer.ggml.tokens")
     assert info.architecture == arch
-    assert info.name == (metadata(reader, "general.name") or model.stem)
+    assert info.name == model.stem  # served under the file's name (no --served-model-name)
+    assert list(info.served_model_names) == [model.stem]
     assert info.context_length == metadata(reader, f"{arch}.context_length")
     assert info.vocab_size == len(tokens)
     assert info.tokenizer_model == metadata(reader, "tokenizer.ggml.model")

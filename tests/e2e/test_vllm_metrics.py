@@ -164,7 +164,11 @@ def served():
         prompt = "Once upon a time, in a small village,"
         ids, _, responses = generate(server.stub, pb2.GenerateRequest(
             text=prompt, max_tokens=12, ignore_eos=True))
-        server.wait_for_metrics(lambda m: m["tokenmill:num_requests_running"] == 0)
+        # The finished request's observations land after it stops running: wait for them too.
+        finished = ("vllm:e2e_request_latency_seconds_count", "vllm:request_success_total",
+                    "vllm:request_generation_tokens_count")
+        server.wait_for_metrics(lambda m: m["tokenmill:num_requests_running"] == 0 and all(
+            sum(v for k, v in m.items() if k.startswith(name)) >= 1 for name in finished))
         families = scrape(server)
         yield server, info, families, responses[-1].usage
 
