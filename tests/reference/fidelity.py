@@ -6,7 +6,7 @@ tokenizer, BOS first) and teacher-forced through:
   llama.cpp A    the AVX2 build llama-cpp-python carries in .venv (the goldens' reference),
   llama.cpp B    a build with AVX-512 (--llama-b: the folder holding its libllama.so),
   tokenmill      build/bin/prompt_logits, the server's weight layout and prefill path, once per
-                 ISA this CPU runs,
+                 ISA this CPU runs (--file-layout: also with the weights as in the GGUF),
 each a whole passage as one prompt (llama.cpp: one batch with every row's logits; tokenmill:
 chunks of --chunk tokens). Per pair of engines over all positions: the mean KL divergence of
 their next-token distributions, the 99th percentile of |logit difference| over every
@@ -14,7 +14,7 @@ their next-token distributions, the 99th percentile of |logit difference| over e
 distance from A is within B's distance from A (or a stated floor where A and B agree exactly).
 
   .venv/bin/python tests/reference/fidelity.py --llama-b DIR [--tokens 96] [MODEL.gguf ...]
-      [--json OUT.json]
+      [--llama-mode prefill|decode] [--file-layout] [--json OUT.json]
 
 (not a test: it needs a second llama.cpp build, see docs/fidelity.md for the commands.)
 """
@@ -99,11 +99,12 @@ def measure(model, passages, args):
             out["llama.cpp B (AVX-512)"] = os.path.join(tmp, f"b{i}.f32")
             run_llama(args.llama_b, model, tokens_path, out["llama.cpp B (AVX-512)"])
             tokens = json.load(open(tokens_path))
-            for isa in isas():
-                name = f"tokenmill {isa}"
-                out[name] = os.path.join(tmp, f"{isa}{i}.f32")
-                subprocess.run([args.prompt_logits, model, out[name], isa, str(args.chunk)]
-                               + [str(t) for t in tokens], check=True)
+            layouts = ["server", "file"] if args.file_layout else ["server"]
+            for isa, layout in ((isa, layout) for isa in isas() for layout in layouts):
+                name = f"tokenmill {isa}" + (" (file layout)" if layout == "file" else "")
+                out[name] = os.path.join(tmp, f"{isa}-{layout}{i}.f32")
+                subprocess.run([args.prompt_logits, model, out[name], isa, layout,
+                                str(args.chunk)] + [str(t) for t in tokens], check=True)
             for name, path in out.items():
                 logits = np.fromfile(path, dtype=np.float32).reshape(len(tokens), -1)
                 rows.setdefault(name, []).append(logits)
@@ -126,6 +127,8 @@ def main():
     parser.add_argument("--chunk", type=int, default=512, help="tokenmill's prefill chunk")
     parser.add_argument("--llama-mode", choices=["prefill", "decode"], default="prefill",
                         help="llama.cpp given each passage as one batch, or a token a step")
+    parser.add_argument("--file-layout", action="store_true",
+                        help="tokenmill's weights as in the GGUF too (the kernels before row groups)")
     parser.add_argument("--json", help="write the table's numbers here too")
     args = parser.parse_args()
     MODE[0] = args.llama_mode

@@ -1,8 +1,10 @@
 // Checking aid of tests/reference/fidelity.py: the logits of every position of a token sequence
-// as the server computes a prompt: the weights in the server's layout, the tokens in prefill
-// chunks (one forward step each, every row's logits kept), the kernels of one ISA.
-//   prompt_logits MODEL.gguf OUT.f32 ISA CHUNK TOKEN...
-// ISA: scalar, avx2 or avx512vnni. OUT.f32: one row of n_vocab floats per token.
+// as the server computes a prompt: the weights in the server's layout (or, LAYOUT file, as in
+// the GGUF), the tokens in prefill chunks (one forward step each, every row's logits kept), the
+// kernels of one ISA.
+//   prompt_logits MODEL.gguf OUT.f32 ISA LAYOUT CHUNK TOKEN...
+// ISA: scalar, avx2 or avx512vnni; LAYOUT: server or file. OUT.f32: one row of n_vocab floats
+// per token.
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -49,8 +51,8 @@ Status Run(const Model& model, CpuIsa isa, size_t chunk, const std::vector<int32
 
 int main(int argc, char** argv) {
   using namespace tokenmill;
-  if (argc < 6) {
-    std::cerr << "usage: prompt_logits MODEL.gguf OUT.f32 ISA CHUNK TOKEN...\n";
+  if (argc < 7 || (std::string(argv[4]) != "server" && std::string(argv[4]) != "file")) {
+    std::cerr << "usage: prompt_logits MODEL.gguf OUT.f32 ISA server|file CHUNK TOKEN...\n";
     return 2;
   }
   const auto isa = ParseIsa(argv[3]);
@@ -58,14 +60,16 @@ int main(int argc, char** argv) {
     std::cerr << "this CPU does not run ISA " << argv[3] << "\n";
     return 2;
   }
-  auto model = Model::Load(argv[1]);
+  ModelOptions options;
+  if (std::string(argv[4]) == "file") options.layout = CpuWeightLayout::kAsInFile;
+  auto model = Model::Load(argv[1], options);
   if (!model.ok()) {
     std::cerr << model.status().ToString() << "\n";
     return 1;
   }
   std::vector<int32_t> tokens;
-  for (int i = 5; i < argc; ++i) tokens.push_back(std::atoi(argv[i]));
-  const Status s = Run(**model, *isa, static_cast<size_t>(std::max(1, std::atoi(argv[4]))),
+  for (int i = 6; i < argc; ++i) tokens.push_back(std::atoi(argv[i]));
+  const Status s = Run(**model, *isa, static_cast<size_t>(std::max(1, std::atoi(argv[5]))),
                        tokens, argv[2]);
   if (!s.ok()) {
     std::cerr << s.ToString() << "\n";
