@@ -25,15 +25,18 @@ EXIT_TIMEOUT_S = 60
 
 
 class LoggedProcess:
-    def __init__(self, args, env=None, preexec_fn=None):
+    def __init__(self, args, env=None, descriptor_limit=None):
         self.args = args
+        # prlimit sets RLIMIT_NOFILE and execs the program (same pid). Not a preexec_fn: the
+        # forked child of this threaded process (grpcio's threads) may die before its exec.
+        launcher = ["prlimit", f"--nofile={descriptor_limit}:{descriptor_limit}", "--"] \
+            if descriptor_limit else []
         self.lines = []
         self.expected_signals = set()
         self._cond = threading.Condition()
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     text=True, errors="replace",
-                                     env={**os.environ, **(env or {})},
-                                     preexec_fn=preexec_fn)
+        self.proc = subprocess.Popen(launcher + args, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True, errors="replace",
+                                     env={**os.environ, **(env or {})})
         self._reader = threading.Thread(target=self._read_log, daemon=True)
         self._reader.start()
 

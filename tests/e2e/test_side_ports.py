@@ -4,7 +4,6 @@ stays open and carries no prompt data; the ZeroMQ event and replay sockets bind 
 the operator names an interface; the metrics port bounds what a client may hold (connections,
 time, request size), so idle connections cannot use up the descriptors gRPC needs to accept."""
 import re
-import resource
 import socket
 import time
 
@@ -110,12 +109,6 @@ def test_an_idle_metrics_connection_is_closed_at_the_timeout():
             assert time.monotonic() - start < 5
 
 
-def low_descriptor_limit(limit):
-    def apply():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
-    return apply
-
-
 def open_idle_connections(port, count):
     """Connections that send nothing; those the server closes at once are kept anyway."""
     sockets = []
@@ -142,8 +135,7 @@ def test_idle_metrics_connections_leave_grpc_accepting():
     metrics port used to take every descriptor left: gRPC's accept then failed with EMFILE
     and its listener (gRPC 1.51) never accepted again. The metrics server holds at most
     --metrics-max-connections, so gRPC accepts while they are open and after they close."""
-    pytest.importorskip("resource")
-    with Server(preexec_fn=low_descriptor_limit(128)) as server:
+    with Server(descriptor_limit=128) as server:
         idle = open_idle_connections(server.metrics_port, 300)
         try:
             time.sleep(1)  # the server's accept loop has seen them all
@@ -198,7 +190,7 @@ def test_grpc_accepts_again_once_descriptors_free_up():
     """Idle connections to the gRPC port itself, past RLIMIT_NOFILE: accept fails with EMFILE.
     gRPC 1.51's own listener then never accepted again (its on_read returns without re-arming);
     the server's accept loop retries, so a client gets in within seconds once they close."""
-    with Server(preexec_fn=low_descriptor_limit(128)) as server:
+    with Server(descriptor_limit=128) as server:
         idle = open_idle_connections(server.port, 300)
         time.sleep(1)  # the server has accepted all it could, and failed on the rest
         for s in idle:

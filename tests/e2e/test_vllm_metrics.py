@@ -256,7 +256,7 @@ def test_values_are_tokenmills_own_measurements(served):
     e2e = value(families, "vllm:e2e_request_latency_seconds_sum")
     phases = (value(families, "vllm:request_queue_time_seconds_sum")
               + value(families, "vllm:request_inference_time_seconds_sum"))
-    assert 0 < phases <= e2e
+    assert 0 < phases <= e2e * (1 + 1e-9)  # sums of the same clock's intervals, rounded
     assert value(families, "vllm:request_inference_time_seconds_sum") == pytest.approx(
         value(families, "vllm:request_prefill_time_seconds_sum")
         + value(families, "vllm:request_decode_time_seconds_sum"))
