@@ -233,7 +233,11 @@ def check_command(command):
     if not path.exists():
         return [f"{program} does not exist"], ""
     if program.endswith(".py") and "argparse" in path.read_text():
-        return flag_errors(words, help_of(program), program), f"{program} --help"
+        try:
+            return flag_errors(words, help_of(program), program), f"{program} --help"
+        except AssertionError as e:  # a benchmark whose packages the test venv lacks
+            if "ModuleNotFoundError" not in str(e):
+                raise
     source = path.read_text(errors="replace")
     unknown = [w.partition("=")[0] for w in words[1:]
                if w.startswith("--") and w.partition("=")[0] not in source]
