@@ -162,6 +162,10 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
   response->set_has_chat_template(model->chat_template.has_value());
   for (const std::string& name : model->served_model_names) response->add_served_model_names(name);
   response->set_created(model->created_unix_seconds);
+  response->set_tool_call_format(
+      model->generic_tool_preamble ? "generic"
+      : model->tool_call_format    ? std::string(ToolCallFormatName(*model->tool_call_format))
+                                   : "none");
   return FinishUnary(context, grpc::Status::OK);
 }
 
