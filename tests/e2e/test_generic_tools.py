@@ -1,8 +1,10 @@
 """Tools on a chat template that has none (the default model's, SmolLM2): the server writes a
 generic preamble listing the tools and the JSON a call must be into the system message, and
-parses that JSON back into tool calls. Driven through the official `openai` client on the
-gateway, and grpcio on the server for the prompt it renders."""
+parses that JSON back into tool calls. Driven through the official `openai` client and an
+`openai-agents` agent on the gateway, and grpcio on the server for the prompt it renders."""
+import asyncio
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -22,6 +24,7 @@ WEATHER = {
         },
     },
 }
+TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "chat_templates"
 QUESTION = [{"role": "user", "content": "What's the weather in Paris right now?"}]
 
 
@@ -41,6 +44,22 @@ def create(gateway, **kwargs):
 def test_the_startup_log_names_the_generic_format(served):
     server, _ = served
     server.wait_for_log(r"tool calls: generic preamble \(the chat template has no tools\)")
+
+
+def test_models_say_the_format(served):
+    server, gateway = served
+    assert server.stub.GetModelInfo(pb2.GetModelInfoRequest()).tool_call_format == "generic"
+    [model] = gateway.client().models.list().data
+    assert model.capabilities == {"tool_call_format": "generic"}
+
+
+def test_a_template_with_tools_keeps_its_own_format():
+    with Server("--chat-template", TEMPLATES / "qwen2.5.jinja") as server:
+        assert server.stub.GetModelInfo(pb2.GetModelInfoRequest()).tool_call_format == "hermes"
+        chat = pb2.Chat(messages=[pb2.ChatMessage(role="user", content="Hi")],
+                        tools_json=json.dumps([WEATHER]))
+        prompt = server.stub.Tokenize(pb2.TokenizeRequest(chat=chat)).prompt
+        assert "<the tool's name>" not in prompt and "get_weather" in prompt
 
 
 def test_the_prompt_carries_the_preamble_as_client_text(served):
@@ -91,3 +110,54 @@ def test_auto_is_content_or_a_call_never_raw_json(served):
                             WEATHER["function"]["parameters"])
     assert message.tool_calls or message.content is not None
     assert '"arguments"' not in (message.content or "")
+
+
+def test_openai_agents_calls_the_tool_and_sees_its_result(served):
+    agents = pytest.importorskip("agents")
+    import httpx
+    import openai
+
+    _, gateway = served
+    agents.set_tracing_disabled(True)
+    seen, bodies = [], []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city.
+
+        Args:
+            city: The city.
+        """
+        seen.append(city)
+        return f"18 degrees and sunny in {city}"
+
+    async def keep_body(request):
+        bodies.append(json.loads(request.content))
+
+    async def run():
+        http = httpx.AsyncClient(event_hooks={"request": [keep_body]})
+        client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused",
+                                    max_retries=0, http_client=http)
+        model = agents.OpenAIChatCompletionsModel(model=model_name(gateway), openai_client=client)
+        # The first turn must call the tool; the SDK then resets tool_choice to auto.
+        settings = agents.ModelSettings(tool_choice="required", temperature=0, max_tokens=60)
+        agent = agents.Agent(name="weather", instructions="Answer with the weather tool.",
+                             tools=[get_weather], model=model, model_settings=settings)
+        # Two turns: the forced call, then one on auto. SmolLM2, shown the preamble again,
+        # may call once more instead of answering: what counts is what the second turn sees.
+        try:
+            await agents.Runner.run(agent, "What's the weather in Paris?", max_turns=2)
+        except agents.exceptions.MaxTurnsExceeded:
+            pass
+
+    asyncio.run(run())
+    assert len(seen) >= 1 and len(bodies) == 2, bodies
+    assert bodies[0]["tool_choice"] == "required"
+    # The second request carries the tool's result, and the prompt the server renders shows it
+    # after the preamble that lists the tool.
+    second = bodies[1]
+    prompt = gateway.http.post("/tokenize", json={"model": model_name(gateway),
+                                                  "messages": second["messages"],
+                                                  "tools": second["tools"]}).json()["prompt"]
+    assert f"18 degrees and sunny in {seen[0]}" in prompt
+    assert prompt.index('"name":"get_weather"') < prompt.index("18 degrees and sunny")
