@@ -35,6 +35,7 @@ RequestContext ContextOf(const ServingModel& model, std::string tenant = {},
       .max_model_len = model.engine->max_model_len(),
       .grammars = model.grammars.get(),
       .tool_call_format = model.tool_call_format,
+      .generic_tool_preamble = model.generic_tool_preamble,
       .reasoning = model.reasoning,
       .harmony = model.harmony,
       .parse_special_in_content = model.parse_special_in_content,
@@ -161,6 +162,10 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
   response->set_has_chat_template(model->chat_template.has_value());
   for (const std::string& name : model->served_model_names) response->add_served_model_names(name);
   response->set_created(model->created_unix_seconds);
+  response->set_tool_call_format(
+      model->generic_tool_preamble ? "generic"
+      : model->tool_call_format    ? std::string(ToolCallFormatName(*model->tool_call_format))
+                                   : "none");
   return FinishUnary(context, grpc::Status::OK);
 }
 

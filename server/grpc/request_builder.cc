@@ -11,6 +11,7 @@
 #include "engine/request_validation.h"
 #include "server/grpc/tool_call_grammar.h"
 #include "text/chat/harmony_parser.h"
+#include "text/chat/tool_preamble.h"
 
 namespace tokenmill::server {
 namespace {
@@ -132,7 +133,7 @@ StatusOr<std::vector<TokenId>> EncodeRenderedChat(const jinja::MarkedText& rende
 
 StatusOr<std::vector<TokenId>> EncodeChat(const v1::Chat& chat, const RequestContext& context,
                                           std::string& prompt) {
-  TM_ASSIGN_OR_RETURN(jinja::MarkedText rendered, RenderChatMarked(chat, context.chat_template));
+  TM_ASSIGN_OR_RETURN(jinja::MarkedText rendered, RenderChatMarked(chat, context.chat_template, context.generic_tool_preamble));
   TM_ASSIGN_OR_RETURN(std::vector<TokenId> ids, EncodeRenderedChat(rendered, context));
   prompt = std::move(rendered.text);
   return ids;
@@ -330,13 +331,16 @@ StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileStructuredOutpu
   return compiled;
 }
 
-StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_template) {
-  TM_ASSIGN_OR_RETURN(jinja::MarkedText rendered, RenderChatMarked(chat, chat_template));
+StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_template,
+                                 bool generic_tool_preamble) {
+  TM_ASSIGN_OR_RETURN(jinja::MarkedText rendered,
+                      RenderChatMarked(chat, chat_template, generic_tool_preamble));
   return std::move(rendered.text);
 }
 
 StatusOr<jinja::MarkedText> RenderChatMarked(const v1::Chat& chat,
-                                             const ChatTemplate* chat_template) {
+                                             const ChatTemplate* chat_template,
+                                             bool generic_tool_preamble) {
   if (chat.messages().empty()) return InvalidArgumentError("chat.messages is empty");
   // proto3 enums are open: a number no version of the API defines arrives as it was sent.
   if (!v1::ToolChoiceMode_IsValid(chat.tool_choice().mode())) {
@@ -366,6 +370,10 @@ StatusOr<jinja::MarkedText> RenderChatMarked(const v1::Chat& chat,
     if (!request.tools.is_array()) {
       return InvalidArgumentError("chat.tools_json must be a JSON array of tool definitions");
     }
+    // Client text (schemas, descriptions) inside a message: tokenized as text, never markup.
+    if (generic_tool_preamble) {
+      request.messages = WithGenericToolPreamble(std::move(request.messages), request.tools);
+    }
   }
   if (chat.continue_final_message()) {
     return RenderContinuation(chat, std::move(request), *chat_template);
@@ -391,7 +399,8 @@ StatusOr<TokenizedPrompt> TokenizeRequestInput(const v1::TokenizeRequest& reques
     }
     case v1::TokenizeRequest::kChat: {
       TM_ASSIGN_OR_RETURN(jinja::MarkedText rendered,
-                          RenderChatMarked(request.chat(), context.chat_template));
+                          RenderChatMarked(request.chat(), context.chat_template,
+                                           context.generic_tool_preamble));
       EncodeOptions options = kChatEncodeOptions;
       if (request.has_add_special_tokens()) options.add_special = request.add_special_tokens();
       TM_ASSIGN_OR_RETURN(out.token_ids, EncodeRenderedChat(rendered, context, options));

@@ -32,6 +32,8 @@ struct RequestContext {
   // (--reasoning-parser, or whether the template uses <think>); harmony: the output is
   // gpt-oss's channels (--reasoning-parser / --tool-call-parser harmony, or the template's).
   std::optional<ToolCallFormat> tool_call_format;
+  // The tools go into the prompt as a preamble (ServingModel::generic_tool_preamble).
+  bool generic_tool_preamble = false;
   bool reasoning = false;
   bool harmony = false;
   // Special-token text anywhere in a rendered chat becomes control tokens, also in what the
@@ -69,11 +71,14 @@ inline constexpr size_t kMaxRequestIdBytes = 256;
 // Hugging Face templates expect them: an assistant's tool_calls as [{"id", "type":
 // "function", "function": {"name", "arguments": <an object>}}], its reasoning as
 // reasoning_content, a tool message's tool_call_id and name; template_kwargs_json's keys
-// as variables. The tools are left out with tool_choice NONE.
-StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_template);
+// as variables. The tools are left out with tool_choice NONE; with `generic_tool_preamble`
+// they also go into the system message as the generic preamble (text/chat/tool_preamble.h).
+StatusOr<std::string> RenderChat(const v1::Chat& chat, const ChatTemplate* chat_template,
+                                 bool generic_tool_preamble = false);
 // The same, marking the bytes the template wrote (ChatTemplate::RenderMarked).
 StatusOr<jinja::MarkedText> RenderChatMarked(const v1::Chat& chat,
-                                             const ChatTemplate* chat_template);
+                                             const ChatTemplate* chat_template,
+                                             bool generic_tool_preamble = false);
 
 struct TokenizedPrompt {
   std::string text;  // empty for token id input

@@ -9,6 +9,7 @@
 #include "engine/grammar_vocabulary.h"
 #include "text/chat/harmony_parser.h"
 #include "text/chat/reasoning_parser.h"
+#include "text/chat/tool_preamble.h"
 
 namespace tokenmill::server {
 namespace {
@@ -39,6 +40,9 @@ void ChooseOutputParsers(const ServerOptions& options, ServingModel& serving) {
       serving.chat_template ? std::string_view(serving.chat_template->source()) : "";
   if (options.tool_call_parser == "auto") {
     serving.tool_call_format = DetectToolCallFormat(source);
+    // A template that ignores `tools` would drop them: our preamble asks for plain JSON calls.
+    serving.generic_tool_preamble = serving.chat_template && !TemplateRendersTools(source) &&
+                                    serving.tool_call_format == ToolCallFormat::kJson;
   } else if (options.tool_call_parser != "none") {
     serving.tool_call_format = ToolCallFormatFromName(options.tool_call_parser);
   }
@@ -48,9 +52,14 @@ void ChooseOutputParsers(const ServerOptions& options, ServingModel& serving) {
   serving.reasoning = harmony_reasoning || options.reasoning_parser == "think" ||
                       (options.reasoning_parser == "auto" && TemplateHasThinkTags(source));
   serving.harmony = harmony_reasoning || serving.tool_call_format == ToolCallFormat::kHarmony;
-  spdlog::info("chat output: tool calls {}{}, reasoning {}",
-               serving.tool_call_format ? ToolCallFormatName(*serving.tool_call_format) : "none",
-               options.tool_call_parser == "auto" ? " (from the chat template)" : "",
+  std::string tool_calls =
+      serving.tool_call_format ? std::string(ToolCallFormatName(*serving.tool_call_format)) : "none";
+  if (serving.generic_tool_preamble) {
+    tool_calls = "generic preamble (the chat template has no tools)";
+  } else if (options.tool_call_parser == "auto") {
+    tool_calls += " (from the chat template)";
+  }
+  spdlog::info("chat output: tool calls: {}, reasoning {}", tool_calls,
                !serving.reasoning ? "none" : harmony_reasoning ? "harmony" : "<think>");
 }
 

@@ -31,6 +31,9 @@ struct ServingModel {
   // How chat output is parsed (RequestContext): --tool-call-parser / --reasoning-parser, or
   // what the template shows.
   std::optional<ToolCallFormat> tool_call_format;
+  // The template ignores `tools` (--tool-call-parser auto): a preamble lists them and asks for
+  // plain JSON calls (tool_call_format kJson; text/chat/tool_preamble.h).
+  bool generic_tool_preamble = false;
   bool reasoning = false;
   bool harmony = false;  // gpt-oss's channels: HarmonyParser splits reasoning and calls
   bool parse_special_in_content = false;  // --parse-special-in-content

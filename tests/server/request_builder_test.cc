@@ -551,6 +551,24 @@ TEST(BuildGenerateRequest, TextMarkersAreNotRendered) {
   EXPECT_TRUE(parsing->hidden_markers.empty());
 }
 
+TEST(RenderChat, GenericToolPreambleGoesFirstUnlessToolChoiceIsNone) {
+  const ChatTemplate& smollm2 = *SmolLm2().chat_template;
+  v1::Chat chat;
+  v1::ChatMessage* question = chat.add_messages();
+  question->set_role("user");
+  question->set_content("Weather in Paris?");
+  chat.set_tools_json(R"([{"type": "function", "function": {"name": "get_weather"}}])");
+  const StatusOr<std::string> plain = RenderChat(chat, &smollm2);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_THAT(*plain, ::testing::Not(HasSubstr("get_weather")));  // the template drops the tools
+  const StatusOr<std::string> generic = RenderChat(chat, &smollm2, true);
+  ASSERT_TRUE(generic.ok()) << generic.status().ToString();
+  EXPECT_THAT(*generic, HasSubstr(R"({"name":"get_weather"})"));
+  EXPECT_LT(generic->find("get_weather"), generic->find("Weather in Paris?"));
+  chat.mutable_tool_choice()->set_mode(v1::TOOL_CHOICE_MODE_NONE);
+  EXPECT_EQ(RenderChat(chat, &smollm2, true).value(), *plain);
+}
+
 TEST(RenderChat, ContinueFinalMessageLeavesTheAssistantTextOpen) {
   const ChatTemplate& smollm2 = *SmolLm2().chat_template;
   v1::Chat chat;

@@ -312,7 +312,8 @@ asio::awaitable<void> HandleModels(HttpExchange& exchange, const HttpRequest& re
                     {"object", "model"},
                     {"created", info->created()},
                     {"owned_by", "tokenmill"},
-                    {"max_model_len", info->max_model_len()}};
+                    {"max_model_len", info->max_model_len()},
+                    {"capabilities", {{"tool_call_format", info->tool_call_format()}}}};
       if (!model_id.empty() && model_id == name) {
         co_await exchange.WriteJson(request, 200, model);
         co_return;
