@@ -39,9 +39,9 @@ Status ValidateConstrainedSampling(const SamplingParams& sampling);
 // max_tokens < 1, kv_window sizes outside [0, the context], min_tokens outside [0, max_tokens],
 // a stop token id outside the vocabulary, an empty stop string, a sampling parameter outside
 // its range (temperature < 0, top_p outside (0, 1], top_k < -1, min_p outside [0, 1],
-// repetition_penalty <= 0, presence or frequency penalties outside [-2, 2], a logit_bias id outside the vocabulary or value outside
-// [-100, 100], any NaN or infinity), a grammar with min_tokens or compiled for another
-// vocabulary, a kv_window under speculative decoding. The sink is not checked here (an
+// repetition_penalty <= 0, presence or frequency penalties outside [-2, 2], a logit_bias id
+// outside the vocabulary or value outside [-100, 100], any NaN or infinity), a grammar with
+// min_tokens or compiled for another vocabulary, a kv_window under speculative decoding. The sink is not checked here (an
 // edge may validate before it has one): Submit and EngineCore::Add require it.
 Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimits& limits);
 

@@ -133,7 +133,9 @@ StatusOr<std::vector<TokenId>> EncodeRenderedChat(const jinja::MarkedText& rende
 
 StatusOr<std::vector<TokenId>> EncodeChat(const v1::Chat& chat, const RequestContext& context,
                                           std::string& prompt) {
-  TM_ASSIGN_OR_RETURN(jinja::MarkedText rendered, RenderChatMarked(chat, context.chat_template, context.generic_tool_preamble));
+  TM_ASSIGN_OR_RETURN(jinja::MarkedText rendered,
+                      RenderChatMarked(chat, context.chat_template,
+                                       context.generic_tool_preamble));
   TM_ASSIGN_OR_RETURN(std::vector<TokenId> ids, EncodeRenderedChat(rendered, context));
   prompt = std::move(rendered.text);
   return ids;

@@ -1,9 +1,10 @@
 // The chat completions fields that OpenAI's SDKs and agent frameworks send beyond sampling
 // and tools: each honoured where a self-hosted server can (reasoning_effort as the chat
 // template's variable, continue_final_message as vLLM's, prompt_cache_key as the routing
-// key, prediction as the speculative decoder's draft source), accepted and ignored where it cannot apply (service_tier, store, metadata,
-// safety_identifier, verbosity, modalities ["text"]), and refused where ignoring it would
-// change the answer silently (modalities asking for audio).
+// key, prediction as the speculative decoder's draft source), accepted and ignored where it
+// cannot apply (service_tier, store, metadata, safety_identifier, verbosity, modalities
+// ["text"]), and refused where ignoring it would change the answer silently (modalities asking
+// for audio).
 #pragma once
 
 #include <nlohmann/json.hpp>
