@@ -170,7 +170,10 @@ class SchemaConverter {
         return Error(path, "unsupported keyword '" + key + "'");
       }
     }
-    if (schema.value("nullable", false) == true) {
+    if (schema.contains("nullable") && !schema["nullable"].is_boolean()) {
+      return Error(path + "/nullable", "must be true or false");
+    }
+    if (schema.contains("nullable") && schema["nullable"] == true) {
       Json rest = schema;
       rest.erase("nullable");
       TM_ASSIGN_OR_RETURN(std::string inner, Visit(rest, path, depth + 1));
@@ -544,7 +547,11 @@ StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json, const Gramm
   } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     return InvalidArgumentError(std::string("JSON Schema is not valid JSON: ") + e.what());
   }
-  return SchemaConverter(schema, limits).Convert();
+  try {
+    return SchemaConverter(schema, limits).Convert();
+  } catch (const Json::exception& e) {  // a value of another type than a check expected
+    return InvalidArgumentError(std::string("JSON Schema: ") + e.what());
+  }
 }
 
 std::string JsonObjectGbnf() {

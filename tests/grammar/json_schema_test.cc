@@ -111,6 +111,7 @@ TEST(JsonSchemaTest, ErrorsNameTheKeywordAndItsPath) {
            Case{R"({"type": "integer", "minimum": 5, "maximum": 1})", "the bounds leave no value"},
            Case{"{not json", "JSON Schema is not valid JSON"},
            Case{R"({"const": 1e999})", "number overflow parsing '1e999'"},
+           Case{R"({"type": "array", "nullable": 4})", "at /nullable: must be true or false"},
        }) {
     const auto gbnf = JsonSchemaToGbnf(c.schema, GrammarLimits());
     ASSERT_FALSE(gbnf.ok()) << c.schema;

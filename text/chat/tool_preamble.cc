@@ -48,7 +48,8 @@ std::string GenericToolPreamble(const Json& tools) {
 Json WithGenericToolPreamble(Json messages, const Json& tools) {
   if (!messages.is_array()) return messages;  // ValidateChatMessages refuses it
   const std::string preamble = GenericToolPreamble(tools);
-  if (!messages.empty() && messages[0].is_object() && messages[0].value("role", "") == "system" &&
+  if (!messages.empty() && messages[0].is_object() && messages[0].contains("role") &&
+      messages[0]["role"] == "system" &&
       messages[0].contains("content") && messages[0]["content"].is_string()) {
     Json& content = messages[0]["content"];
     const std::string text = content.get<std::string>();
