@@ -137,7 +137,8 @@ TEST(SdkFields, PromptCacheKeyIsTheAffinityKey) {
 TEST(SdkFields, ContinueFinalMessageReachesTheChat) {
   json body = Chat({{"continue_final_message", true}, {"add_generation_prompt", false}});
   body["messages"].push_back({{"role", "assistant"}, {"content", "The capital is"}});
-  const v1::Chat& chat = ParseOk(body).generates[0].chat();
+  const auto parsed = ParseOk(body);  // kept: chat refers into it
+  const v1::Chat& chat = parsed.generates[0].chat();
   EXPECT_TRUE(chat.continue_final_message());
   EXPECT_FALSE(chat.add_generation_prompt());
   // Unset add_generation_prompt is not true: the server leaves the prompt open.
