@@ -47,7 +47,8 @@ void ModelRunner::TakePromptLogprobs(const SchedulerOutput& step, const Schedule
     chunk.first_token = start + 1;
     if (start == 0) {
       chunk.first_token = 0;
-      chunk.entries.push_back(TokenLogprobs{.chosen = {request->token_ids[0], 0.0f}, .top = {}});
+      chunk.entries.push_back(TokenLogprobs{
+          .chosen = {.token_id = request->token_ids[0], .logprob = 0.0f, .rank = 0}, .top = {}});
     }
     // This request's prompt rows are the first of its logit rows, before its sampling rows.
     const size_t first_row = static_cast<size_t>(in.first_logit[i] - prompt_rows[i]);

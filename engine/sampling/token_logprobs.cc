@@ -21,8 +21,17 @@ TokenLogprobs ComputeTokenLogprobs(std::span<const float> logits, TokenId chosen
     return static_cast<float>(static_cast<double>(logits[id]) - log_z);
   };
 
+  // vLLM reports the chosen token's rank in the whole vocabulary, inside the top or not.
+  const float chosen_logit = logits[static_cast<size_t>(chosen)];
+  int rank = 1;
+  for (size_t id = 0; id < logits.size(); ++id) {
+    if (logits[id] > chosen_logit ||
+        (logits[id] == chosen_logit && id < static_cast<size_t>(chosen))) {
+      ++rank;
+    }
+  }
   TokenLogprobs out;
-  out.chosen = {chosen, logprob(static_cast<size_t>(chosen))};
+  out.chosen = {.token_id = chosen, .logprob = logprob(static_cast<size_t>(chosen)), .rank = rank};
   const size_t n = std::min(logits.size(), static_cast<size_t>(std::max(top_n, 0)));
   if (n == 0) return out;
   std::vector<TokenId> ids(logits.size());
@@ -35,7 +44,9 @@ TokenLogprobs ComputeTokenLogprobs(std::span<const float> logits, TokenId chosen
                     });
   out.top.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    out.top.push_back({ids[i], logprob(static_cast<size_t>(ids[i]))});
+    out.top.push_back({.token_id = ids[i],
+                       .logprob = logprob(static_cast<size_t>(ids[i])),
+                       .rank = static_cast<int>(i) + 1});
   }
   return out;
 }

@@ -15,6 +15,9 @@ inline constexpr int kMaxTopLogprobs = 20;
 struct TokenLogprob {
   TokenId token_id = 0;
   float logprob = 0.0f;
+  // 1-based place in the whole vocabulary, most likely first (ties: the lower id first, as
+  // `top` orders them); 0: none (the first prompt token, which nothing precedes).
+  int rank = 0;
 };
 
 struct TokenLogprobs {
@@ -31,7 +34,7 @@ struct PromptLogprobsChunk {
 };
 
 // log_softmax(logits)[chosen] and the top_n largest entries (top_n in [0, vocabulary]),
-// computed in double.
+// computed in double, each with its rank (the chosen token's too when outside the top).
 TokenLogprobs ComputeTokenLogprobs(std::span<const float> logits, TokenId chosen, int top_n);
 
 }  // namespace tokenmill

@@ -71,6 +71,9 @@ class Generation {
 
   // A write to the client failed: the calls are cancelled (Next() still runs to their end).
   void ClientGone();
+  // The request cannot be answered (a call the handler made beside the generation failed):
+  // the calls are cancelled and failure() is `error`, unless one failed first.
+  void Fail(HttpError error);
   bool client_gone() const { return client_gone_; }
   // The error the client should see, once a call failed or was aborted.
   const std::optional<HttpError>& failure() const { return failure_; }
@@ -83,7 +86,6 @@ class Generation {
         model_(std::move(model)),
         structured_output_param_(std::move(structured_output_param)) {}
 
-  void Fail(HttpError error);
   void CancelAll();
   // Charges the tenant what `response` adds to the tokens used.
   void Count(size_t call_index, const v1::GenerateResponse& response);

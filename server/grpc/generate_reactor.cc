@@ -134,6 +134,7 @@ void GenerateReactor::ToWire(const TokenLogprobs& logprobs, v1::TokenLogprobs& w
   const auto set = [this](v1::TokenLogprob& out, const TokenLogprob& logprob) {
     out.set_token_id(logprob.token_id);
     out.set_logprob(logprob.logprob);
+    out.set_rank(static_cast<uint32_t>(logprob.rank));
     const TokenId id = logprob.token_id;
     out.set_text(WireText(tokenizer_, std::span<const TokenId>(&id, 1),
                           /*render_special=*/true));

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from llama_cpp import Llama
 
+from gateway_harness import Gateway, backend_address, model_name
 from server_harness import DEFAULT_MODEL, TINY_MODEL, Server, generate, pb2
 
 PROMPT = "The capital of France is Paris, and the capital of Italy is"
@@ -46,9 +47,9 @@ def test_grpc_prompt_logprobs_equal_llama_cpp_on_the_f32_model():
     # stories260K is F32: within 1e-4 nats of llama.cpp, as its generated tokens' logprobs
     # (test_server_sampling.py). Straight over gRPC: one entry per prompt token.
     with Server(model=TINY_MODEL) as tiny:
-        ids = prompt_ids(tiny, "Once upon a time, there was a little girl named Lily.")
+        ids = prompt_ids(tiny, "Once upon a time, there was a purple elephant named Lily.")
         _, _, responses = generate(tiny.stub, pb2.GenerateRequest(
-            token_ids=pb2.TokenIds(ids=ids), max_tokens=2, prompt_logprobs=3))
+            token_ids=pb2.TokenIds(ids=ids), max_tokens=2, prompt_logprobs=3, logprobs=True))
     entries = [e for r in responses for e in r.prompt_logprobs]
     assert [e.chosen.token_id for e in entries] == ids
     assert entries[0].chosen.logprob == 0 and not entries[0].top
@@ -58,7 +59,16 @@ def test_grpc_prompt_logprobs_equal_llama_cpp_on_the_f32_model():
         assert [t.token_id for t in entry.top] == list(np.argsort(-row, kind="stable")[:3])
         for t in [entry.chosen, *entry.top]:
             worst = max(worst, abs(t.logprob - row[t.token_id]))
+        # rank: 1 + the tokens more likely, in the whole vocabulary (within llama.cpp's
+        # rounding of near ties), inside the top 3 or not.
+        assert [t.rank for t in entry.top] == [1, 2, 3]
+        chosen = row[entry.chosen.token_id]
+        surely_above, maybe_above = (row > chosen + 1e-3).sum(), (row > chosen - 1e-3).sum()
+        assert 1 + surely_above <= entry.chosen.rank <= maybe_above  # it counts itself too
     assert worst < 1e-4, f"largest |ours - llama.cpp| = {worst:.6f} nats"
+    assert max(e.chosen.rank for e in entries) > 3  # some outside the top
+    # The generated tokens' too: greedy picks the most likely, rank 1.
+    assert [l.chosen.rank for r in responses for l in r.logprobs] == [1, 1]
 
 
 def test_echo_returns_the_prompt_before_the_completion(client, model):
@@ -99,8 +109,12 @@ def test_echo_with_logprobs_matches_llama_cpp(server, client, model, llama_cpp_p
         assert entry[str(ids[i])]["logprob"] == pytest.approx(ours, abs=1e-6)
         assert entry[str(ids[i])]["decoded_token"] == lp.tokens[i]
         assert len(entry) in (5, 6)  # the top 5, plus the prompt's token when outside them
-        ranked = sorted((v["rank"], int(k)) for k, v in entry.items() if v["rank"] is not None)
-        assert [r for r, _ in ranked] == [1, 2, 3, 4, 5]
+        ranked = sorted((v["rank"], int(k)) for k, v in entry.items())
+        # The top 5, then the prompt's token (its rank in the whole vocabulary) when outside.
+        assert [r for r, _ in ranked][:5] == [1, 2, 3, 4, 5]
+        assert len(entry) == 5 or ranked[5] == (entry[str(ids[i])]["rank"], ids[i])
+        assert len(entry) == 5 or ranked[5][0] > 5
+        ranked = ranked[:5]
         # Each of our top 5 too, as test_server_sampling.py compares generated tokens' logprobs.
         for _, token in ranked:
             worst = max(worst, abs(entry[str(token)]["logprob"] - row[token]))
@@ -198,3 +212,100 @@ def test_a_long_prompts_entries_span_several_responses(server, client, model):
                                             stream=True, extra_body={"prompt_logprobs": 0}))
     assert chunks[0].choices[0].text == text
     assert len(chunks[0].choices[0].model_extra["prompt_logprobs"]) == len(ids)
+
+
+def detokenized(server, ids):
+    # What vLLM echoes for a token-id prompt: tokenizer.decode, special tokens as themselves.
+    return server.stub.Detokenize(pb2.DetokenizeRequest(token_ids=ids, render_special=True)).text
+
+
+def test_echo_of_token_id_prompts_is_their_detokenized_text(server, client, model):
+    ids = prompt_ids(server, PROMPT)
+    im_start = list(server.stub.Tokenize(pb2.TokenizeRequest(text="<|im_start|>",
+                                                             parse_special=True)).token_ids)
+    special = im_start + prompt_ids(server, "One, two, three,")
+    by_text = client.completions.create(model=model, prompt=PROMPT, max_tokens=3, echo=True,
+                                        logprobs=2, extra_body={"prompt_logprobs": 1})
+    by_ids = client.completions.create(model=model, prompt=ids, max_tokens=3, echo=True,
+                                       logprobs=2, extra_body={"prompt_logprobs": 1})
+    assert by_ids.choices[0].text == by_text.choices[0].text
+    assert by_ids.choices[0].logprobs == by_text.choices[0].logprobs
+    assert (by_ids.choices[0].model_extra["prompt_logprobs"] ==
+            by_text.choices[0].model_extra["prompt_logprobs"])
+    # A list of token-id lists: each choice echoes its own prompt; a control token as itself.
+    both = client.completions.create(model=model, prompt=[ids, special], max_tokens=2, echo=True)
+    assert both.choices[0].text.startswith(detokenized(server, ids))
+    assert both.choices[1].text.startswith(detokenized(server, special))
+    assert both.choices[1].text.startswith("<|im_start|>One, two, three,")
+    only = client.completions.create(model=model, prompt=special, max_tokens=0, echo=True)
+    assert only.choices[0].text == detokenized(server, special)
+    chunks = list(client.completions.create(model=model, prompt=[ids, special], max_tokens=2,
+                                            echo=True, stream=True))
+    for index, prompt in enumerate([ids, special]):
+        own = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == index]
+        assert own[0].text == detokenized(server, prompt)
+        assert "".join(c.text for c in own) == both.choices[index].text
+
+
+def test_streamed_prompt_logprobs_with_n_give_each_choice_the_prompts_entries(client, model):
+    prompts = [PROMPT, "One, two, three,"]
+    common = dict(model=model, prompt=prompts, n=3, max_tokens=4, echo=True, logprobs=2,
+                  temperature=1.0, seed=7, extra_body={"prompt_logprobs": 1})
+    whole = client.completions.create(**common)
+    chunks = list(client.completions.create(stream=True, **common))
+    assert len(whole.choices) == 6
+    for choice in whole.choices:
+        own = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == choice.index]
+        assert own[0].text == prompts[choice.index // 3]
+        assert own[0].model_extra["prompt_logprobs"] == choice.model_extra["prompt_logprobs"]
+        assert all("prompt_logprobs" not in c.model_extra for c in own[1:])
+        assert "".join(c.text for c in own) == choice.text
+        assert [t for c in own if c.logprobs for t in c.logprobs.tokens] == choice.logprobs.tokens
+        assert ([l for c in own if c.logprobs for l in c.logprobs.token_logprobs] ==
+                choice.logprobs.token_logprobs)
+
+
+def test_streamed_prompt_entries_wait_for_sequence_0_when_the_others_run_ahead():
+    # Without the prefix cache the other sequences do not wait for sequence 0's prompt, which
+    # takes 256 tokens a step with prompt_logprobs: they generate first, and their chunks wait.
+    text = "one two three four five six seven eight nine ten " * 40
+    with Server("--no-prefix-cache") as server, Gateway(backend_address(server)) as gateway:
+        _, _, responses = generate(server.stub, pb2.GenerateRequest(
+            text=text, n=3, max_tokens=4, prompt_logprobs=0,
+            sampling=pb2.SamplingParams(temperature=1.0, seed=3)))
+        assert [r.index for r in responses if r.token_ids][0] != 0  # they do run ahead
+        client, model = gateway.client(), model_name(gateway)
+        common = dict(model=model, prompt=text, n=3, max_tokens=4, temperature=1.0, seed=3,
+                      extra_body={"prompt_logprobs": 0})
+        whole = client.completions.create(**common)
+        chunks = list(client.completions.create(stream=True, **common))
+    assert len({c.text for c in whole.choices}) > 1
+    for choice in whole.choices:
+        own = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == choice.index]
+        assert own[0].model_extra["prompt_logprobs"] == choice.model_extra["prompt_logprobs"]
+        assert len(own[0].model_extra["prompt_logprobs"]) == whole.usage.prompt_tokens
+        assert "".join(c.text for c in own) == choice.text
+
+
+def test_prompt_logprobs_rank_is_the_tokens_rank_in_the_vocabulary(server, client, model):
+    # vLLM's rank: the prompt token's place in the whole vocabulary, inside the top or not.
+    ids = prompt_ids(server, PROMPT)
+
+    def entries(top):
+        out = client.completions.create(model=model, prompt=PROMPT, max_tokens=1,
+                                        extra_body={"prompt_logprobs": top})
+        return out.choices[0].model_extra["prompt_logprobs"]
+
+    alone, top20 = entries(0), entries(20)
+    outside = 0
+    for i in range(1, len(ids)):
+        chosen = alone[i][str(ids[i])]
+        assert isinstance(chosen["rank"], int) and chosen["rank"] >= 1, chosen
+        assert top20[i][str(ids[i])]["rank"] == chosen["rank"]
+        if chosen["rank"] > 20:
+            outside += 1
+            assert len(top20[i]) == 21  # the top 20 ranked 1-20, then the prompt's token
+        else:
+            assert len(top20[i]) == 20
+        assert sorted(v["rank"] for v in top20[i].values())[:20] == list(range(1, 21))
+    assert outside > 0  # the prompt has tokens outside the top 20: their rank is known too

@@ -28,10 +28,7 @@ BAD_PARAMS = [
     ({"presence_penalty": 3}, "presence_penalty", "presence_penalty must be in [-2, 2]"),
     ({"logprobs": 50}, "logprobs", "logprobs must be an integer in [0, 20]"),
     ({"suffix": "x"}, "suffix", "suffix is not supported"),
-    ({"echo": True, "prompt": [1, 2]}, "echo", "echo needs the prompt as text, not token ids"),
     ({"prompt_logprobs": 21}, "prompt_logprobs", "prompt_logprobs must be an integer in [0, 20]"),
-    ({"prompt_logprobs": 1, "n": 2, "stream": True}, "prompt_logprobs",
-     "prompt logprobs (prompt_logprobs, or echo with logprobs) stream with n = 1 only"),
     ({"best_of": 17}, "best_of", "best_of must be an integer in [1, 16]"),
     ({"best_of": 1, "n": 2}, "best_of", "best_of = 1 must be at least n = 2"),
     ({"best_of": 3, "stream": True}, "best_of", "best_of cannot be used with stream"),
@@ -43,6 +40,7 @@ BAD_PARAMS = [
     # comes through.
     ({"max_tokens": 100000}, None, "exceeds this server's limit"),
     ({"prompt": [1, 49152]}, "prompt", "outside the vocabulary"),
+    ({"prompt": [1, 49152], "echo": True}, "prompt", "outside the vocabulary"),
 ]
 
 

@@ -4,6 +4,7 @@ gateway must not change what the server generates (compared with a direct gRPC G
 same chat), the stream helpers must accept the event sequence and add up to the whole,
 previous_response_id must continue the stored conversation, tools must round-trip."""
 import json
+import re
 
 import jsonschema
 import openai
@@ -357,3 +358,31 @@ def test_openai_agents_loop_runs_a_function_tool_to_the_end(gateway, model):
     result = agents.Runner.run_sync(agent, "What is the weather in Paris?", max_turns=3)
     assert len(cities) == 1
     assert result.final_output == f"sunny in {cities[0]}"
+
+
+def test_text_verbosity_is_accepted_and_logged_once_as_chat_completions_does(gateway, client,
+                                                                             model):
+    # OpenAI's verbosity steers its own models; here, as in chat completions, it changes nothing.
+    plain = client.responses.create(model=model, input="What is 2 + 2?", max_output_tokens=4)
+    for verbosity in ("low", "medium", "high", "low"):
+        out = client.responses.create(model=model, input="What is 2 + 2?", max_output_tokens=4,
+                                      text={"verbosity": verbosity})
+        assert out.output_text == plain.output_text
+        assert out.text.verbosity == verbosity
+    lines = re.findall(r"responses: accepting and ignoring `text.verbosity`: .*",
+                       gateway.log_text())
+    assert len(lines) == 1, lines
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model=model, input="x", text={"verbosity": "verbose"})
+    body = refused.value.body
+    assert body["param"] == "text"
+    assert "text.verbosity 'verbose' is not one of low, medium, high" in body["message"]
+
+
+@pytest.mark.parametrize("kind", [None, 5, ["message"]], ids=["null", "number", "list"])
+def test_an_items_type_that_is_not_a_string_is_a_400(client, model, kind):
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model=model, max_output_tokens=2,
+                                input=[{"type": kind, "role": "user", "content": "hi"}])
+    assert refused.value.body["param"] == "input"
+    assert "input[0].type must be a string" in refused.value.body["message"]

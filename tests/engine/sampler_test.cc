@@ -204,5 +204,19 @@ TEST(SamplerTest, LogprobsAreTheRawLogSoftmax) {
   EXPECT_EQ(token.logprobs->top[1].token_id, 2);
 }
 
+// A token's rank is its place in the whole vocabulary (vLLM's), inside the top or not, in the
+// order `top` lists: ties go to the lower id.
+TEST(SamplerTest, LogprobsRankTheChosenTokenInTheWholeVocabulary) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, 0.5f};
+  EXPECT_EQ(ComputeTokenLogprobs(logits, 1, 0).chosen.rank, 1);
+  EXPECT_EQ(ComputeTokenLogprobs(logits, 3, 0).chosen.rank, 2);  // tied with 1, a higher id
+  EXPECT_EQ(ComputeTokenLogprobs(logits, 4, 2).chosen.rank, 5);  // outside the top 2
+  const TokenLogprobs all = ComputeTokenLogprobs(logits, 0, 5);
+  ASSERT_EQ(all.top.size(), 5u);
+  for (size_t k = 0; k < all.top.size(); ++k) EXPECT_EQ(all.top[k].rank, static_cast<int>(k) + 1);
+  EXPECT_EQ(all.chosen.rank, 4);
+  EXPECT_EQ(all.top[3].token_id, 0);
+}
+
 }  // namespace
 }  // namespace tokenmill

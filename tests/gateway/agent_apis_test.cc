@@ -257,6 +257,43 @@ TEST(ResponsesApi, DeepFunctionCallArgumentsAreRefusedNamingTheItem) {
   EXPECT_EQ(error->message, "input[0].arguments nests deeper than 64 levels of lists and objects");
 }
 
+// A type that is not a string, null too, is refused when the body is read: InputItemsJson,
+// which lists the stored input after the answer, once threw on a null one (a 500).
+TEST(ResponsesApi, AnItemsTypeThatIsNotAStringIsRefused) {
+  for (const json& type : {json(nullptr), json(5), json::array({"message"})}) {
+    ResponsesRequest out;
+    const auto error = ParseResponsesRequest(
+        {{"input", {{{"type", type}, {"role", "user"}, {"content", "hi"}}}}}, out);
+    ASSERT_TRUE(error.has_value()) << type.dump();
+    EXPECT_EQ(error->status, 400);
+    EXPECT_EQ(error->param, "input");
+    EXPECT_EQ(error->message, "input[0].type must be a string");
+  }
+  const json listed = InputItemsJson(json::parse(R"([{"type": null, "role": "user",
+      "content": "hi"}])"), [](std::string_view prefix) { return std::string(prefix); });
+  EXPECT_EQ(listed[0]["type"], "message");
+}
+
+// text.verbosity as chat completions' verbosity: low, medium or high, accepted and ignored.
+TEST(ResponsesApi, TextVerbosityIsAcceptedAndIgnored) {
+  for (const char* verbosity : {"low", "medium", "high"}) {
+    ResponsesRequest out;
+    const auto error =
+        ParseResponsesRequest({{"input", "x"}, {"text", {{"verbosity", verbosity}}}}, out);
+    ASSERT_FALSE(error.has_value()) << error->message;
+    ASSERT_EQ(out.ignored_fields.size(), 1u);
+    EXPECT_EQ(out.ignored_fields[0].name, "text.verbosity");
+  }
+  ResponsesRequest out;
+  for (const json& verbosity : {json("verbose"), json(1)}) {
+    const auto error = ParseResponsesRequest({{"input", "x"}, {"text", {{"verbosity", verbosity}}}},
+                                             out);
+    ASSERT_TRUE(error.has_value());
+    EXPECT_EQ(error->param, "text");
+    EXPECT_TRUE(error->message.starts_with("text.verbosity")) << error->message;
+  }
+}
+
 TEST(ResponsesApi, ItemsBecomeTheChatAfterInstructionsAndTheStoredConversation) {
   ResponsesRequest out;
   const auto error = ParseResponsesRequest(json::parse(R"({

@@ -118,6 +118,15 @@ TEST(GatewayRequestMapping, EchoPromptLogprobsAndBestOf) {
   EXPECT_TRUE(r.generates[0].has_prompt_logprobs());
   EXPECT_FALSE(r.echo);
 
+  // Token ids echo too (the handler detokenizes them), and prompt entries stream with n > 1.
+  r = ParseOk(json{{"prompt", {1, 2}}, {"echo", true}}, Endpoint::kCompletions);
+  EXPECT_TRUE(r.echo);
+  EXPECT_TRUE(r.generates[0].has_token_ids());
+  r = ParseOk(json{{"prompt", "Hi"}, {"prompt_logprobs", 1}, {"n", 2}, {"stream", true}},
+              Endpoint::kCompletions);
+  EXPECT_EQ(r.generates[0].prompt_logprobs(), 1u);
+  EXPECT_EQ(r.generates[0].n(), 2u);
+
   r = ParseOk(json{{"prompt", "Hi"}, {"echo", true}, {"max_tokens", 0}}, Endpoint::kCompletions);
   EXPECT_TRUE(r.echo_only);
   EXPECT_EQ(r.generates[0].max_tokens(), 1u);
@@ -202,7 +211,6 @@ TEST(GatewayRequestMapping, RefusalsNameTheParameter) {
       {Endpoint::kCompletions, {{"temperature", "x"}}, "temperature"},
       {Endpoint::kCompletions, {{"stop", {1}}}, "stop"},
       {Endpoint::kCompletions, {{"logit_bias", {{"-1", 1}}}}, "logit_bias"},
-      {Endpoint::kCompletions, {{"echo", true}, {"prompt", {1, 2}}}, "echo"},
       {Endpoint::kCompletions, {{"best_of", 1}, {"n", 2}}, "best_of"},
       {Endpoint::kCompletions, {{"best_of", 2}, {"stream", true}}, "best_of"},
       {Endpoint::kCompletions, {{"prompt_logprobs", 21}}, "prompt_logprobs"},

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <deque>
 #include <numeric>
 #include <set>
 #include <variant>
@@ -126,7 +127,7 @@ std::vector<ChoiceResult> ShownChoices(const CompletionRequest& parsed,
 }
 
 // The first chunk of a streamed choice with echo or prompt_logprobs: the prompt's text and
-// entries (prompt logprobs stream with n = 1 only: sequence 0's first response has them).
+// entries (all of them: sequence 0's, which the other sequences' chunks wait for).
 json EchoChunk(const CompletionRequest& parsed, const ResponseHeader& header, uint32_t index,
                const PromptEcho& prompt) {
   std::optional<json> logprobs;
@@ -165,8 +166,21 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
   const uint32_t n = std::max(parsed.n, parsed.best_of);
   const size_t prompts = parsed.generates.size();
   std::vector<PromptEcho> echoes(prompts);
-  for (size_t p = 0; p < prompts; ++p) echoes[p].text = parsed.generates[p].text();
+  // A prompt of token ids echoes as their text, special tokens as themselves (vLLM's decode).
+  std::vector<std::optional<v1::DetokenizeRequest>> detokenize(prompts);
+  for (size_t p = 0; p < prompts; ++p) {
+    const v1::GenerateRequest& generate = parsed.generates[p];
+    echoes[p].text = generate.text();
+    if (parsed.echo && generate.has_token_ids()) {
+      detokenize[p].emplace();
+      *detokenize[p]->mutable_token_ids() = generate.token_ids().ids();
+      detokenize[p]->set_render_special(true);
+    }
+  }
   const bool shows_prompt = parsed.echo || parsed.prompt_logprobs.has_value();
+  // Sequence 0 carries the prompt's entries, complete with its first token; streamed, the
+  // other sequences' responses wait for them (each choice's first chunk has them all).
+  const bool wait_for_entries = parsed.stream && parsed.generates.front().has_prompt_logprobs();
   Generation::Params params;
   params.generates = std::move(parsed.generates);
   params.model = parsed.model;
@@ -178,6 +192,20 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
   if (!owner) co_return;
   Generation& generation = *owner;
   header.model = generation.model();
+  const std::string_view backend_tenant = context.TenantForBackend(exchange.tenant());
+  for (size_t p = 0; p < prompts && !generation.failure(); ++p) {
+    if (!detokenize[p]) continue;
+    v1::DetokenizeResponse detokenized;
+    const grpc::Status status = co_await AwaitDetokenize(generation.backend(), backend_tenant,
+                                                         *detokenize[p], detokenized);
+    if (status.ok()) {
+      echoes[p].text = detokenized.text();
+    } else {
+      HttpError error = FromGrpcStatus(status);
+      if (error.status == 400) error.param = "prompt";
+      generation.Fail(std::move(error));
+    }
+  }
 
   std::vector<ChoiceResult> choices(prompts * n);
   std::vector<bool> choice_started(choices.size(), false);
@@ -185,10 +213,35 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
   uint64_t completion_tokens = 0;
   uint64_t evicted_tokens = 0;
   bool stream_started = false;
+  std::vector<bool> entries_complete(prompts, !wait_for_entries);
+  std::vector<std::vector<Generation::Output>> waiting(prompts);  // for entries_complete
+  std::deque<Generation::Output> released;                        // shown before new ones
 
-  while (std::optional<Generation::Output> output = co_await generation.Next()) {
+  while (true) {
+    std::optional<Generation::Output> output;
+    if (!released.empty() && !generation.failure() && !generation.client_gone()) {
+      output = std::move(released.front());
+      released.pop_front();
+    } else {
+      output = co_await generation.Next();
+      if (!output) break;
+    }
     const v1::GenerateResponse& response = output->response;
     if (response.index() >= n) continue;  // not ours to show; the server keeps to n
+    if (!entries_complete[output->call_index]) {
+      if (response.index() != 0) {
+        waiting[output->call_index].push_back(std::move(*output));
+        continue;
+      }
+      if (response.token_ids_size() > 0 ||
+          response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+        entries_complete[output->call_index] = true;
+        for (Generation::Output& held : waiting[output->call_index]) {
+          released.push_back(std::move(held));
+        }
+        waiting[output->call_index].clear();
+      }
+    }
     const size_t choice_index = output->call_index * n + response.index();
     ChoiceResult& choice = choices[choice_index];
     PromptEcho& echo = echoes[output->call_index];

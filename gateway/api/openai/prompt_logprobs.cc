@@ -34,10 +34,11 @@ json PromptLogprobsJson(const std::vector<v1::TokenLogprobs>& entries, uint32_t 
     }
     const v1::TokenLogprobs& entry = entries[i];
     json position = json::object();
-    json chosen_rank = nullptr;
+    // The server's rank in the whole vocabulary; a server without one: known in the top only.
+    json chosen_rank = entry.chosen().rank() > 0 ? json(entry.chosen().rank()) : json(nullptr);
     for (int k = 0; k < entry.top_size() && static_cast<uint32_t>(k) < top; ++k) {
       const v1::TokenLogprob& t = entry.top(k);
-      if (t.token_id() == entry.chosen().token_id()) chosen_rank = k + 1;
+      if (t.token_id() == entry.chosen().token_id() && chosen_rank.is_null()) chosen_rank = k + 1;
       position[std::to_string(t.token_id())] = {
           {"logprob", t.logprob()}, {"rank", k + 1}, {"decoded_token", t.text()}};
     }

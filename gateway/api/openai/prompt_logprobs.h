@@ -20,7 +20,8 @@ std::vector<TokenLogprobText> EchoedPromptLogprobs(const std::vector<v1::TokenLo
 
 // vLLM's prompt_logprobs: null for the first token, then for each token an object keyed by
 // token id (as a string) of {logprob, rank, decoded_token}: the prompt's token and the `top`
-// most likely. rank is 1-based; null for a prompt token outside the top.
+// most likely. rank is 1-based: the prompt token's in the whole vocabulary (the server's),
+// null only for one outside the top from a server that sends no rank.
 nlohmann::json PromptLogprobsJson(const std::vector<v1::TokenLogprobs>& entries, uint32_t top);
 
 // Of one prompt's candidates, the `n` with the highest cumulative logprob (the sum over their

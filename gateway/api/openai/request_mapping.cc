@@ -161,11 +161,6 @@ std::optional<HttpError> ParseCompletionsLogprobs(const json& body, CompletionRe
     g.set_prompt_logprobs(std::max(out.prompt_logprobs.value_or(0),
                                    echo_logprobs ? out.top_logprobs : 0));
   }
-  if (g.has_prompt_logprobs() && out.stream && out.n > 1) {
-    return BadRequest("prompt logprobs (prompt_logprobs, or echo with logprobs) stream with n = 1 "
-                      "only: set stream to false or n to 1",
-                      out.prompt_logprobs ? "prompt_logprobs" : "echo");
-  }
   // max_tokens 0 with echo: the prompt alone, as vLLM answers (lm-eval scores prompts so).
   if (out.echo && g.has_max_tokens() && g.max_tokens() == 0) {
     out.echo_only = true;
@@ -471,15 +466,7 @@ std::optional<HttpError> ParseCompletionRequest(const json& body, Endpoint endpo
   }
 
   if (endpoint == Endpoint::kCompletions) {
-    GW_RETURN_IF_ERROR(ParsePrompts(body, common, out));
-    for (const v1::GenerateRequest& g : out.generates) {
-      if (out.echo && g.has_token_ids()) {
-        return BadRequest("echo needs the prompt as text, not token ids: send it as a string or "
-                          "leave echo unset",
-                          "echo");
-      }
-    }
-    return std::nullopt;
+    return ParsePrompts(body, common, out);
   }
   GW_RETURN_IF_ERROR(ParseChatInput(body, out, common));
   out.generates.push_back(std::move(common));

@@ -18,8 +18,7 @@ constexpr IgnoredField kMetadata{"metadata",
 constexpr IgnoredField kSafetyIdentifier{
     "safety_identifier",
     "it names end users to OpenAI's abuse monitoring, which a self-hosted server does not run"};
-constexpr IgnoredField kVerbosity{
-    "verbosity", "it steers OpenAI's own models; here the model and its template decide"};
+constexpr IgnoredField kVerbosity{"verbosity", kVerbosityIgnoredWhy};
 constexpr IgnoredField kModalities{"modalities", "text is the only output, as asked"};
 
 std::optional<HttpError> OneOf(const json& body, const char* name,

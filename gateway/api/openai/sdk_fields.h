@@ -24,6 +24,10 @@ namespace tokenmill::gateway {
 // The chat body fields read here.
 const std::set<std::string_view>& SdkFieldParams();
 
+// Why verbosity (chat) and text.verbosity (Responses) are accepted and ignored.
+inline constexpr std::string_view kVerbosityIgnoredWhy =
+    "it steers OpenAI's own models; here the model and its template decide";
+
 struct SdkFields {
   std::vector<IgnoredField> ignored;  // sent, accepted, without effect
   std::string prompt_cache_key;       // empty: not sent

@@ -8,6 +8,7 @@
 
 #include "common/json_nesting.h"
 #include "gateway/api/json_fields.h"
+#include "gateway/api/openai/sdk_fields.h"
 #include "gateway/api/openai/tool_calls.h"
 #include "gateway/http/request_body.h"
 #include "gateway/http/url.h"
@@ -193,12 +194,13 @@ std::optional<HttpError> ParseInput(const json& body, std::vector<v1::ChatMessag
     const json& item = (*input)[i];
     const std::string where = "input[" + std::to_string(i) + "]";
     if (!item.is_object()) return BadRequest(where + " must be an object", "input");
-    const json* type = Field(item, "type");
-    if (type != nullptr && !type->is_string()) {
+    // Easy input messages carry no type. A null one is refused, as vLLM does, not taken for
+    // none: InputItemsJson lists the items as sent.
+    const auto type = item.find("type");
+    if (type != item.end() && !type->is_string()) {
       return BadRequest(where + ".type must be a string", "input");
     }
-    // Easy input messages carry no type.
-    const std::string kind = type == nullptr ? "message" : type->get<std::string>();
+    const std::string kind = type == item.end() ? "message" : type->get<std::string>();
     if (kind == "message") {
       GW_RETURN_IF_ERROR(MessageItem(item, where, out));
       if (out.back().role() == "assistant") {
@@ -282,9 +284,14 @@ std::optional<HttpError> ParseText(const json& body, ResponsesRequest& out) {
   const std::string param = "text";
   if (!text->is_object()) return BadRequest("text must be an object {format}", param);
   GW_RETURN_IF_ERROR(RefuseUnsupportedKeys(*text, "text", {"format", "verbosity"}, param));
-  if (const json* verbosity = Field(*text, "verbosity"); verbosity != nullptr &&
-                                                          *verbosity != "medium") {
-    return BadRequest("text.verbosity: only \"medium\" is supported", param);
+  // As chat completions' verbosity: checked, then accepted and ignored (logged once).
+  if (const json* verbosity = Field(*text, "verbosity")) {
+    if (!verbosity->is_string()) return BadRequest("text.verbosity must be a string", param);
+    const std::string& value = verbosity->get_ref<const std::string&>();
+    if (value != "low" && value != "medium" && value != "high") {
+      return BadRequest("text.verbosity '" + value + "' is not one of low, medium, high", param);
+    }
+    out.ignored_fields.push_back(IgnoredField{"text.verbosity", kVerbosityIgnoredWhy});
   }
   const json* format = Field(*text, "format");
   if (format == nullptr) return std::nullopt;
@@ -567,7 +574,11 @@ json InputItemsJson(const json& raw_input,
     return items;
   }
   for (json item : raw_input) {
-    const std::string type = item.value("type", "message");
+    // ParseInput refused a type that is not a string; json::value would throw on one.
+    const auto given = item.find("type");
+    const std::string type = given != item.end() && given->is_string()
+                                 ? given->get<std::string>()
+                                 : std::string("message");
     item["type"] = type;
     const char* prefix = type == "message"                ? "msg"
                          : type == "function_call"        ? "fc"

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gateway/api/ignored_fields.h"
 #include "gateway/api/turn_blocks.h"
 #include "gateway/http/http_error.h"
 #include "tokenmill/v1/inference.pb.h"
@@ -36,6 +37,7 @@ struct ResponsesRequest {
   nlohmann::json echo;
   // `input` as the client sent it (validated), for InputItemsJson.
   nlohmann::json raw_input;
+  std::vector<IgnoredField> ignored_fields;  // sent, accepted, without effect (logged once)
 };
 
 // A /v1/responses body. Every field is mapped or refused with a 400 naming it.

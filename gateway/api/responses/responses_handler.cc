@@ -203,6 +203,9 @@ asio::awaitable<void> HandleResponses(HttpExchange& exchange, const HttpRequest&
     co_await exchange.WriteError(request, *error);
     co_return;
   }
+  for (const IgnoredField& field : parsed.ignored_fields) {
+    context.ignored_fields.Note("responses", field);
+  }
   ResponseState state;
   state.id = context.NewId("resp");
   state.created_at = UnixSeconds();
