@@ -7,14 +7,15 @@
 #   docker/build-and-smoke.sh            # base (once), image, smoke test; prints timings
 #
 # The smoke test (docker/smoke-in-container.sh, run with `buildah run`) starts the server on
-# the default model from models/ (scripts/setup fetches it) and the gateway, checks the
+# MODEL (below) from models/ (scripts/setup fetches it) and the gateway, checks the
 # image's HEALTHCHECK and the gateway's /health, runs one completion and stops both.
 #
 # Environment: IMAGE (default localhost/tokenmill:cpu), DEBIAN_MIRROR (default
-# http://deb.debian.org/debian), MODEL (a file in models/, default the SmolLM2 GGUF),
-# SMOKE_ONLY=1 (skip the build), DOCKER_BUILD_ARGS (more `podman build` arguments), PREBUILT
-# (a folder of executables built on this host, e.g. build/bin: the image takes them instead of
-# compiling its own, docker/Dockerfile's BINARIES=prebuilt; CI does so, having just built them).
+# http://deb.debian.org/debian), MODEL (a file in models/, default the SmolLM2 GGUF: the
+# tests' model, small and fast, not the images' default), SMOKE_ONLY=1 (skip the build),
+# DOCKER_BUILD_ARGS (more `podman build` arguments), PREBUILT (a folder of executables built
+# on this host, e.g. build/bin: the image takes them instead of compiling its own,
+# docker/Dockerfile's BINARIES=prebuilt; CI does so, having just built them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -2,7 +2,8 @@
 of tokenmill's programs, scripts and benchmarks exist in their --help, docs/api.md's flag
 tables list exactly the servers' flags, and the examples that talk to a running server (curl,
 the openai, anthropic and grpcio Python snippets, the stub generation) run against a real
-tokenmill-server and tokenmill-gateway started as docs/api.md starts them, on free ports.
+tokenmill-server and tokenmill-gateway started as docs/api.md starts them, on free ports (the
+server on the tests' SmolLM2 in place of scripts/serve's model, under the same names).
 
 Not run here, checked for their flags and repository paths only: scripts/serve and
 scripts/test (they build), docker, podman and kubectl (no cluster or engine here), grpcurl
@@ -21,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from doc_commands import (BIN_DIR, DOCS, REPO, Command, check_command, doc_commands,  # noqa: E402
                           fenced_blocks, table_errors)
 from gateway_harness import Gateway, backend_address  # noqa: E402
-from server_harness import MODELS_DIR, Server  # noqa: E402
+from server_harness import DEFAULT_MODEL, MODELS_DIR, SERVE_MODEL, Server  # noqa: E402
 
 API_DOC = REPO / "docs" / "api.md"
 COMMANDS = [c for doc in DOCS for c in doc_commands(doc)]
@@ -104,6 +105,11 @@ def served():
     server_args, server_values = without(server_words, "--model", "--port")
     gateway_args, _ = without(gateway_words, "--backend", "--port")
     model = MODELS_DIR / Path(server_values["--model"]).name
+    # The docs start scripts/serve's model (1.1 GB, ~10 tokens/s here). The examples check the
+    # API, not the answers (tests/e2e/test_default_model.py does): the tests' model serves
+    # under the documented names.
+    if model == SERVE_MODEL:
+        model = DEFAULT_MODEL
     with Server(*server_args, model=model) as server, \
             Gateway(backend_address(server), extra_args=gateway_args) as gateway:
         yield {"8000": gateway.port, "50051": server.port, "8002": server.metrics_port}

@@ -22,7 +22,9 @@ BIN_DIR = Path(os.environ.get("TOKENMILL_BIN_DIR", REPO / "build" / "bin"))
 MODELS_DIR = Path(os.environ.get("TOKENMILL_MODELS_DIR", REPO / "models"))
 SERVER_BIN = BIN_DIR / "tokenmill-server"
 CLI_BIN = BIN_DIR / "tokenmill"
+# The tests' default model; scripts/serve's is SERVE_MODEL (test_default_model.py).
 DEFAULT_MODEL = MODELS_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
+SERVE_MODEL = MODELS_DIR / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 TINY_MODEL = MODELS_DIR / "stories260K.gguf"
 
 

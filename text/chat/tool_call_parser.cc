@@ -147,6 +147,23 @@ size_t SkipSpace(std::string_view text) {
   return at == std::string_view::npos ? text.size() : at;
 }
 
+constexpr std::string_view kFence = "```";
+
+// A Markdown fence's opening line at text[0] that may hold JSON: ``` or ```json, then the line
+// break (`size`: up to after it).
+Match ScanJsonFence(std::string_view text, size_t& size) {
+  constexpr size_t kLongest = 16;  // ```json and some spaces: anything longer is another fence
+  if (text.size() < kFence.size()) return kFence.starts_with(text) ? Match::kNeedMore : Match::kNo;
+  if (!text.starts_with(kFence)) return Match::kNo;
+  const size_t end = text.find('\n');
+  if (end == std::string_view::npos) return text.size() < kLongest ? Match::kNeedMore : Match::kNo;
+  std::string_view info = text.substr(kFence.size(), end - kFence.size());
+  info = info.substr(0, info.find_last_not_of(" \t\r") + 1);
+  if (!info.empty() && info != "json" && info != "JSON") return Match::kNo;
+  size = end + 1;
+  return Match::kYes;
+}
+
 }  // namespace
 
 std::string_view ToolCallFormatName(ToolCallFormat format) {
@@ -258,8 +275,8 @@ void ToolCallParser::Step(ParsedOutput& out, bool final) {
 }
 
 bool ToolCallParser::StepStart(bool final) {
-  if (format_ == ToolCallFormat::kHermes || format_ == ToolCallFormat::kMistral ||
-      format_ == ToolCallFormat::kMistralV11) {
+  if (format_ == ToolCallFormat::kHermes) return StepHermesStart(final);
+  if (format_ == ToolCallFormat::kMistral || format_ == ToolCallFormat::kMistralV11) {
     state_ = State::kText;  // their marker may come anywhere
     return true;
   }
@@ -290,6 +307,38 @@ bool ToolCallParser::StepStart(bool final) {
     raw_markup_.clear();
     state_ = State::kDone;
   }
+  return true;
+}
+
+// Hermes's <tool_call> may come anywhere (StepText). Qwen2.5-Coder, shown that markup by its
+// template, leaves the tags out: its output is the call object alone, in a ```json fence, or
+// with the doubled braces of the template's example ({{"name": <function-name>, ...}}, a Python
+// format string's escape left in Qwen2.5's templates). llama.cpp's Hermes parser takes the
+// first two too. Only where the output opens with it: an object later in an answer is text.
+bool ToolCallParser::StepHermesStart(bool final) {
+  size_t start = SkipSpace(pending_);
+  bool fenced = false;
+  if (start < pending_.size() && pending_[start] == '`') {
+    size_t size = 0;
+    const Match fence = ScanJsonFence(std::string_view(pending_).substr(start), size);
+    if (fence == Match::kNeedMore && !final) return false;
+    fenced = fence == Match::kYes;
+    if (fenced) start += size + SkipSpace(std::string_view(pending_).substr(start + size));
+  }
+  const std::string_view rest = std::string_view(pending_).substr(start);
+  const bool may_be_call = start < pending_.size() ? pending_[start] == '{' : !final;
+  if (!may_be_call) {
+    state_ = State::kText;  // content; a tagged call may still come
+    return true;
+  }
+  if (rest.size() < 2 && !final) return false;  // "{" alone: the call's or a doubled one
+  const bool doubled = rest.starts_with("{{");
+  const size_t markup = start + (doubled ? 1 : 0);
+  raw_markup_.assign(pending_, 0, markup);
+  pending_.erase(0, markup);
+  untagged_doubled_ = doubled;
+  untagged_fenced_ = fenced;
+  state_ = State::kHead;
   return true;
 }
 
@@ -338,6 +387,13 @@ bool ToolCallParser::StepCallList(ParsedOutput& out, bool final) {
     return true;
   }
   if (format_ == ToolCallFormat::kHermes) {
+    if (untagged_doubled_ || untagged_fenced_) {  // what closes an untagged call, when it comes
+      const std::string_view close = untagged_doubled_ ? "}" : kFence;
+      if (rest.size() < close.size() && close.starts_with(rest) && !final) return false;
+      if (rest.starts_with(close)) pending_.erase(0, start + close.size());
+      (untagged_doubled_ ? untagged_doubled_ : untagged_fenced_) = false;
+      return true;
+    }
     if (rest.size() < kHermesClose.size() && kHermesClose.starts_with(rest) && !final) {
       return false;
     }

@@ -6,6 +6,8 @@
 // across pieces are held back until they can be told apart from text. A call whose head
 // (name, then the start of its arguments object) does not parse stays text, markup included;
 // once the head is parsed the call is committed and its arguments stream as fragments.
+// Hermes also takes a call that opens the output without its tags, as Qwen2.5-Coder writes
+// them (StepHermesStart).
 #pragma once
 
 #include <cstdint>
@@ -83,6 +85,7 @@ class ToolCallParser {
 
   void Step(ParsedOutput& out, bool final);
   bool StepStart(bool final);
+  bool StepHermesStart(bool final);
   bool StepText(ParsedOutput& out, bool final);
   bool StepCallList(ParsedOutput& out, bool final);
   bool StepHead(ParsedOutput& out, bool final);
@@ -104,6 +107,9 @@ class ToolCallParser {
   std::string raw_markup_;    // consumed markup of the call list being parsed, for GiveUp
   std::string held_space_;    // content whitespace held back (dropped before a call)
   bool in_list_ = false;      // Mistral / JSON: inside "[...]"
+  // Hermes, a call without its tags: what closes it after its object (StepHermesStart).
+  bool untagged_doubled_ = false;  // the extra '}' of {{"name": ..., "arguments": {...}}}
+  bool untagged_fenced_ = false;   // the ``` of its Markdown fence
   int num_calls_ = 0;
   int num_complete_calls_ = 0;
   // The arguments' JSON scanner.

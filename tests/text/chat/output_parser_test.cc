@@ -130,6 +130,38 @@ TEST(OutputParserTest, HermesCallNestedTooDeepStaysText) {
   EXPECT_NE(turn.content.find("{\"a\":{\"a\":"), std::string::npos);
 }
 
+// Qwen2.5-Coder-1.5B-Instruct's calls on tool_choice auto (scripts/serve's default model, at
+// temperature 0 on its own template): never tagged, the object in a ```json fence or with the
+// doubled braces of its template's example.
+TEST(OutputParserTest, HermesCallsWithoutTheirTags) {
+  const Turn locker = {"", "", {{"lookup_locker_code", {{"employee", "Alice"}}}}, {}};
+  ExpectTurn(Tools(ToolCallFormat::kHermes),
+             "```json\n{\n  \"name\": \"lookup_locker_code\",\n  \"arguments\": {\n    "
+             "\"employee\": \"Alice\"\n  }\n}\n```",
+             locker);
+  ExpectTurn(Tools(ToolCallFormat::kHermes),
+             "{{\"name\": \"lookup_locker_code\", \"arguments\": {\"employee\": \"Alice\"}}}",
+             locker);
+  ExpectTurn(Tools(ToolCallFormat::kHermes),
+             "\n{\"name\": \"lookup_locker_code\", \"arguments\": {\"employee\": \"Alice\"}}\n",
+             locker);
+  ExpectTurn(Tools(ToolCallFormat::kHermes),
+             "```\n{{\"arguments\": {\"employee\": \"Alice\"}, \"name\": \"lookup_locker_code\"}}"
+             "\n```\n",
+             locker);
+}
+
+// What only looks like the start of an untagged call is the answer, whole and in order.
+TEST(OutputParserTest, HermesUntaggedLookalikesStayText) {
+  for (const std::string output :
+       {"```python\nprint({\"name\": \"f\", \"arguments\": {}})\n```",
+        "```json\n{\"city\": \"Paris\"}\n```\nThat is the object.", "```json\nnot json\n```",
+        "{{user}} is a placeholder.", "{\"name\": \"f\", \"args\": {}}", "``inline``",
+        "Call it as {\"name\": \"f\", \"arguments\": {}}.", "```", "{"}) {
+    ExpectTurn(Tools(ToolCallFormat::kHermes), output, {output, "", {}, {}});
+  }
+}
+
 TEST(OutputParserTest, QwenThreeThinksThenCalls) {
   OutputParserOptions options = Tools(ToolCallFormat::kHermes);
   options.reasoning = true;
