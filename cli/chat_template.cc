@@ -14,7 +14,7 @@
 namespace tokenmill::cli {
 namespace {
 
-struct Options {
+struct RenderChatOptions {
   std::string model_path;
   std::string messages;   // JSON text, or @FILE
   std::string tools;      // JSON text, or @FILE; empty: none
@@ -38,7 +38,7 @@ StatusOr<nlohmann::ordered_json> ParseJsonArgument(const std::string& flag,
   return value;
 }
 
-Status RunRenderChat(const Options& options) {
+Status RunRenderChat(const RenderChatOptions& options) {
   TM_ASSIGN_OR_RETURN(const GgufFile file, GgufFile::Open(options.model_path));
   ChatRequest request;
   TM_ASSIGN_OR_RETURN(request.messages, ParseJsonArgument("--messages", options.messages));
@@ -65,7 +65,7 @@ Status RunRenderChat(const Options& options) {
 }  // namespace
 
 Command AddRenderChatCommand(CLI::App& app) {
-  auto options = std::make_shared<Options>();
+  auto options = std::make_shared<RenderChatOptions>();
   CLI::App* sub = app.add_subcommand(
       "render-chat", "Render a conversation with the model's chat template (prompt to stdout)");
   sub->add_option("--model", options->model_path, "GGUF file")->required();

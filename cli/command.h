@@ -18,6 +18,9 @@ struct Command {
 // Prints "error: <message>" to stderr and returns the exit code 1.
 int Fail(const Status& status);
 
+// The KV cache's block size in tokens for the commands that run the model: the engine's default.
+inline constexpr int kBlockSize = 16;
+
 Command AddInfoCommand(CLI::App& app);
 Command AddDequantizeCommand(CLI::App& app);
 Command AddGenerateCommand(CLI::App& app);

@@ -11,13 +11,13 @@
 namespace tokenmill::cli {
 namespace {
 
-struct Options {
+struct DequantizeOptions {
   std::string model_path;
   std::string tensor_name;
   std::string out_path;
 };
 
-int RunDequantize(const Options& options) {
+int RunDequantize(const DequantizeOptions& options) {
   StatusOr<GgufFile> file = GgufFile::Open(options.model_path);
   if (!file.ok()) return Fail(file.status());
   const GgufTensor* tensor = file->FindTensor(options.tensor_name);
@@ -42,7 +42,7 @@ int RunDequantize(const Options& options) {
 }  // namespace
 
 Command AddDequantizeCommand(CLI::App& app) {
-  auto options = std::make_shared<Options>();
+  auto options = std::make_shared<DequantizeOptions>();
   CLI::App* sub =
       app.add_subcommand("dequantize", "Write one tensor as float32 (reference dequantization)");
   sub->add_option("--model", options->model_path, "GGUF file")->required();

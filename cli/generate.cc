@@ -32,9 +32,8 @@
 namespace tokenmill::cli {
 namespace {
 
-constexpr int kBlockSize = 16;
 
-struct Options {
+struct GenerateOptions {
   std::string model_path;
   std::string prompt;         // text, tokenized with the model's vocabulary
   std::string prompt_tokens;  // or comma-separated ids
@@ -107,7 +106,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-int RunGenerate(const Options& o) {
+int RunGenerate(const GenerateOptions& o) {
   if (o.max_tokens < 0) return Fail(InvalidArgumentError("--max-tokens must be >= 0"));
   const std::optional<CpuIsa> isa = o.isa.empty() ? BestCpuIsa() : ParseIsa(o.isa);
   if (!isa || !CpuSupports(*isa)) {
@@ -208,7 +207,7 @@ int RunGenerate(const Options& o) {
 }  // namespace
 
 Command AddGenerateCommand(CLI::App& app) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<GenerateOptions>();
   CLI::App* sub = app.add_subcommand("generate", "Continue a prompt with the model");
   sub->add_option("--model", o->model_path, "GGUF file")->required();
   CLI::Option* prompt = sub->add_option("--prompt", o->prompt, "prompt text");

@@ -3,13 +3,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "cli/command.h"
+
 namespace tokenmill::cli {
-namespace {
-
-constexpr int kBlockSize = 16;  // the engine's default
-constexpr int kStepTokens = 128;
-
-}  // namespace
 
 KvWindowStream::KvWindowStream(const Model& model, CpuContext ctx, KvType type,
                                KvWindow window, int max_tokens)

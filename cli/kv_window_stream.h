@@ -17,6 +17,9 @@
 
 namespace tokenmill::cli {
 
+// Tokens per forward step: bounds the logits buffer (step x vocabulary floats).
+inline constexpr int kStepTokens = 128;
+
 class KvWindowStream {
  public:
   // Called with each text token's next-token logits (n_vocab floats), in text order, and

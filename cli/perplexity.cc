@@ -35,11 +35,8 @@
 namespace tokenmill::cli {
 namespace {
 
-constexpr int kBlockSize = 16;
-// Tokens per forward step: bounds the logits buffer (step x vocabulary floats).
-constexpr int kStepTokens = 128;
 
-struct Options {
+struct PerplexityOptions {
   std::string model_path;
   std::string file;
   int ctx = 512;
@@ -102,7 +99,7 @@ struct Totals {
   double Perplexity(int64_t n) const { return std::exp(nll / static_cast<double>(n)); }
 };
 
-int RunPerplexity(const Options& o) {
+int RunPerplexity(const PerplexityOptions& o) {
   const StatusOr<KvType> type = ParseKvType(o.kv_type);
   if (!type.ok()) return Fail(InvalidArgumentError("--kv-type: " + type.status().message()));
   if (!KvTypeOnCpu(*type)) {
@@ -255,7 +252,7 @@ int RunPerplexity(const Options& o) {
 }  // namespace
 
 Command AddPerplexityCommand(CLI::App& app) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<PerplexityOptions>();
   CLI::App* sub = app.add_subcommand(
       "perplexity", "Perplexity over a text file in chunks of --ctx (the second half scored)");
   sub->add_option("--model", o->model_path, "GGUF file")->required();

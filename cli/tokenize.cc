@@ -14,7 +14,7 @@
 namespace tokenmill::cli {
 namespace {
 
-struct Options {
+struct TokenizeOptions {
   std::string model_path;
   std::string text;
   std::string text_file;
@@ -30,7 +30,7 @@ StatusOr<std::string> ReadFile(const std::string& path) {
   return bytes.str();
 }
 
-int RunTokenize(const Options& options) {
+int RunTokenize(const TokenizeOptions& options) {
   std::string text = options.text;
   if (!options.text_file.empty()) {
     StatusOr<std::string> read = ReadFile(options.text_file);
@@ -51,7 +51,7 @@ int RunTokenize(const Options& options) {
 }  // namespace
 
 Command AddTokenizeCommand(CLI::App& app) {
-  auto options = std::make_shared<Options>();
+  auto options = std::make_shared<TokenizeOptions>();
   CLI::App* sub = app.add_subcommand("tokenize", "Print the token ids of a text as a JSON array");
   sub->add_option("--model", options->model_path, "GGUF file")->required();
   CLI::Option* text = sub->add_option("text", options->text, "the text to tokenize");

@@ -9,7 +9,6 @@
 namespace tokenmill::grammar {
 namespace {
 
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 // A repetition bound beyond any cap; larger numbers are refused while parsing.
 constexpr int64_t kMaxParsedBound = 1'000'000'000;
 // Parentheses nest at most this deep (the parser recurses on them).

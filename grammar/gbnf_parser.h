@@ -13,6 +13,9 @@
 
 namespace tokenmill::grammar {
 
+// The last Unicode code point: character classes and their complements end here.
+inline constexpr uint32_t kMaxCodePoint = 0x10FFFF;
+
 // Unicode code point ranges, inclusive; negated means every code point outside them.
 struct CharClass {
   std::vector<std::pair<uint32_t, uint32_t>> ranges;

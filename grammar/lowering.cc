@@ -11,7 +11,6 @@
 namespace tokenmill::grammar {
 namespace {
 
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr uint32_t kSurrogateFirst = 0xD800;
 constexpr uint32_t kSurrogateLast = 0xDFFF;
 

@@ -7,7 +7,7 @@
 namespace tokenmill {
 namespace {
 
-#if defined(__x86_64__)
+#if defined(TOKENMILL_SIMD_KERNELS)
 // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
 bool HasF16c() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -33,18 +33,19 @@ std::optional<CpuIsa> ParseIsa(std::string_view name) {
   return std::nullopt;
 }
 
+// A build without the SIMD tables (TOKENMILL_SIMD_KERNELS off, the fuzzers') runs scalar only.
 bool CpuSupports(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kScalar:
       return true;
     case CpuIsa::kAvx2:
-#if defined(__x86_64__)
+#if defined(TOKENMILL_SIMD_KERNELS)
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
 #else
       return false;
 #endif
     case CpuIsa::kAvx512Vnni:
-#if defined(__x86_64__)
+#if defined(TOKENMILL_SIMD_KERNELS)
       return CpuSupports(CpuIsa::kAvx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512vnni");

@@ -7,7 +7,7 @@ namespace tokenmill {
 const CpuKernelTable& KernelTable(CpuIsa isa) {
   TM_CHECK(CpuSupports(isa)) << "this CPU cannot run " << IsaName(isa) << " kernels";
   switch (isa) {
-#if defined(__x86_64__)
+#if defined(TOKENMILL_SIMD_KERNELS)
     case CpuIsa::kAvx2: return internal::Avx2KernelTable();
     case CpuIsa::kAvx512Vnni: return internal::Avx512VnniKernelTable();
 #endif

@@ -11,8 +11,6 @@
 namespace tokenmill {
 namespace {
 
-using Json = nlohmann::json;
-
 constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
@@ -72,7 +70,7 @@ class HeadScanner {
       if (text_[i] == '\\') {
         ++i;
       } else if (text_[i] == '"') {
-        const Json parsed = Json::parse(text_.substr(pos_, i + 1 - pos_), nullptr, false);
+        const nlohmann::json parsed = nlohmann::json::parse(text_.substr(pos_, i + 1 - pos_), nullptr, false);
         if (!parsed.is_string() || parsed.get_ref<const std::string&>().empty()) {
           return Match::kNo;
         }
@@ -516,7 +514,7 @@ bool ToolCallParser::StepBuffered(ParsedOutput& out, bool final) {
   // A model's call nested deeper than client JSON may be is not parsed: printing its
   // arguments would recurse once per level. It stays text.
   const std::string_view text = std::string_view(pending_).substr(0, end);
-  const Json call = JsonTextNestsDeeperThan(text) ? Json() : Json::parse(text, nullptr, false);
+  const nlohmann::json call = JsonTextNestsDeeperThan(text) ? nlohmann::json() : nlohmann::json::parse(text, nullptr, false);
   const auto name = call.is_object() ? call.find("name") : call.end();
   auto arguments = call.is_object() ? call.find("arguments") : call.end();
   if (call.is_object() && arguments == call.end()) arguments = call.find("parameters");
@@ -524,7 +522,7 @@ bool ToolCallParser::StepBuffered(ParsedOutput& out, bool final) {
   if (arguments != call.end() && arguments->is_object()) {
     arguments_text = arguments->dump();
   } else if (arguments != call.end() && arguments->is_string() &&
-             Json::parse(arguments->get<std::string>(), nullptr, false).is_object()) {
+             nlohmann::json::parse(arguments->get<std::string>(), nullptr, false).is_object()) {
     arguments_text = arguments->get<std::string>();  // some models send the JSON as a string
   }
   if (name == call.end() || !name->is_string() || name->get<std::string>().empty() ||

@@ -9,20 +9,20 @@
 namespace tokenmill::tokenizer {
 namespace {
 
-struct Symbol {
+struct PieceSymbol {
   uint32_t offset;
   uint32_t length;  // 0 once merged into its left neighbour
   int32_t prev;
   int32_t next;
 };
 
-struct Candidate {
+struct PieceMerge {
   float score;
   int32_t left;
   int32_t right;
   uint32_t length;  // of the merged text, to spot candidates made stale by other merges
   // Best score first, then leftmost (llama.cpp's llm_bigram_spm order).
-  bool operator<(const Candidate& other) const {
+  bool operator<(const PieceMerge& other) const {
     return score != other.score ? score < other.score : left > other.left;
   }
 };
@@ -61,7 +61,7 @@ SentencePieceModel::SentencePieceModel(const Vocab& vocab) {
 void SentencePieceModel::Encode(std::string_view text, const Vocab& vocab,
                                 std::vector<TokenId>& out) const {
   if (text.empty()) return;
-  std::vector<Symbol> symbols;
+  std::vector<PieceSymbol> symbols;
   symbols.reserve(text.size());
   for (size_t offset = 0; offset < text.size();) {
     const size_t length =
@@ -72,7 +72,7 @@ void SentencePieceModel::Encode(std::string_view text, const Vocab& vocab,
     offset += length;
   }
 
-  std::priority_queue<Candidate> queue;
+  std::priority_queue<PieceMerge> queue;
   const auto consider = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     const uint32_t length = symbols[left].length + symbols[right].length;
@@ -83,10 +83,10 @@ void SentencePieceModel::Encode(std::string_view text, const Vocab& vocab,
   for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) consider(i - 1, i);
 
   while (!queue.empty()) {
-    const Candidate candidate = queue.top();
+    const PieceMerge candidate = queue.top();
     queue.pop();
-    Symbol& left = symbols[candidate.left];
-    Symbol& right = symbols[candidate.right];
+    PieceSymbol& left = symbols[candidate.left];
+    PieceSymbol& right = symbols[candidate.right];
     if (left.length == 0 || right.length == 0 || left.length + right.length != candidate.length) {
       continue;
     }
