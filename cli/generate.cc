@@ -32,7 +32,6 @@
 namespace tokenmill::cli {
 namespace {
 
-
 struct GenerateOptions {
   std::string model_path;
   std::string prompt;         // text, tokenized with the model's vocabulary

@@ -70,7 +70,8 @@ class HeadScanner {
       if (text_[i] == '\\') {
         ++i;
       } else if (text_[i] == '"') {
-        const nlohmann::json parsed = nlohmann::json::parse(text_.substr(pos_, i + 1 - pos_), nullptr, false);
+        const nlohmann::json parsed =
+            nlohmann::json::parse(text_.substr(pos_, i + 1 - pos_), nullptr, false);
         if (!parsed.is_string() || parsed.get_ref<const std::string&>().empty()) {
           return Match::kNo;
         }
@@ -514,7 +515,9 @@ bool ToolCallParser::StepBuffered(ParsedOutput& out, bool final) {
   // A model's call nested deeper than client JSON may be is not parsed: printing its
   // arguments would recurse once per level. It stays text.
   const std::string_view text = std::string_view(pending_).substr(0, end);
-  const nlohmann::json call = JsonTextNestsDeeperThan(text) ? nlohmann::json() : nlohmann::json::parse(text, nullptr, false);
+  const nlohmann::json call = JsonTextNestsDeeperThan(text)
+                                  ? nlohmann::json()
+                                  : nlohmann::json::parse(text, nullptr, false);
   const auto name = call.is_object() ? call.find("name") : call.end();
   auto arguments = call.is_object() ? call.find("arguments") : call.end();
   if (call.is_object() && arguments == call.end()) arguments = call.find("parameters");
