@@ -35,7 +35,6 @@
 namespace tokenmill::cli {
 namespace {
 
-
 struct PerplexityOptions {
   std::string model_path;
   std::string file;
