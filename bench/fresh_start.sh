@@ -6,6 +6,7 @@
 # shows. Compare commits in one session on a quiet machine, one after the other:
 #   bench/fresh_start.sh 44d5969^     # scripts/serve before `scripts/setup --serve`
 #   bench/fresh_start.sh HEAD
+# (MODEL_NAME=SmolLM2-135M-Instruct for a commit from before the default model was Qwen2.5-Coder.)
 # The container shares the host's network (chroot isolation, as the smoke test): PyPI and the
 # Debian mirror must be reachable, and the host's CA bundle is handed to pip (a proxy's CA).
 # TOKENMILL_TEST_MODELS, when set, is mounted for a setup that wants stories260K (the full
@@ -34,32 +35,8 @@ git archive "$commit" | tar -x -C "$work/tokenmill"
 $sudo buildah copy "$container" "$work/tokenmill" /root/tokenmill >/dev/null
 cp /etc/ssl/certs/ca-certificates.crt "$work/host-ca.crt"
 
-# Runs in the container: serve in the background, post a completion every second with bash's
-# /dev/tcp (the bare image has no curl), print the time of the first 200, then stop serving.
-cat > "$work/first_answer.sh" <<'EOF'
-cd /root/tokenmill
-start=$(date +%s)
-stamp() { while IFS= read -r line; do echo "[$(( $(date +%s) - start )) s] $line"; done; }
-./scripts/serve --metrics-port "$METRICS_PORT" > >(stamp) 2>&1 &
-serve=$!
-body='{"model":"SmolLM2-135M-Instruct","prompt":"The capital of France is","max_tokens":8}'
-ask() {
-  { exec 3<>"/dev/tcp/127.0.0.1/$TOKENMILL_GATEWAY_PORT"; } 2>/dev/null || return 1
-  printf 'POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
-    "${#body}" "$body" >&3
-  local reply
-  reply=$(cat <&3)
-  exec 3>&-
-  [[ $reply == "HTTP/1.1 200"* ]] && echo "${reply##*$'\r\n\r\n'}"
-}
-until answer=$(ask); do
-  sleep 1
-  [ $(( $(date +%s) - start )) -lt 7200 ] || { echo "fresh_start: no answer in 2 h"; exit 1; }
-done
-echo "fresh_start: first answer after $(( $(date +%s) - start )) s: $answer"
-kill -TERM "$serve"  # scripts/serve stops the server and the gateway
-wait "$serve"
-EOF
+# Runs in the container: bench/first_answer.sh (scripts/serve, then a completion every second).
+cp bench/first_answer.sh "$work/first_answer.sh"
 
 echo "fresh_start: $(git rev-parse --short "$commit") in a bare $BASE on $(nproc) cores," \
   "load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -70,6 +47,7 @@ $sudo buildah run --isolation=chroot "${test_models[@]}" \
   -v "$work/first_answer.sh:/first_answer.sh:ro" -v "$work/host-ca.crt:/host-ca.crt:ro" \
   --env PIP_CERT=/host-ca.crt --env SSL_CERT_FILE=/host-ca.crt \
   --env TOKENMILL_PORT="$(free_port)" --env METRICS_PORT="$(free_port)" \
+  --env TOKENMILL_DIR=/root/tokenmill ${MODEL_NAME:+--env MODEL_NAME="$MODEL_NAME"} \
   --env TOKENMILL_GATEWAY_HOST=127.0.0.1 --env TOKENMILL_GATEWAY_PORT="$(free_port)" \
   "$container" -- /bin/bash /first_answer.sh | tee "$log" |
   grep -E '^fresh_start|^\[[0-9]+ s\] (setup:|.*rror)' || true
