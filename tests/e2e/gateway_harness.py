@@ -1,6 +1,7 @@
 """Starts the real tokenmill-gateway in front of real tokenmill-servers (server_harness.py)
 and talks to it with the official `openai` package and plain HTTP (httpx)."""
 
+import json
 import os
 import time
 
@@ -68,3 +69,16 @@ def backend_address(server):
 
 def model_name(gateway):
     return gateway.client().models.list().data[0].id
+
+
+def recording_async_client(gateway, bodies):
+    """An openai.AsyncOpenAI on the gateway that appends each request's JSON body to `bodies`:
+    what an agent framework sent, turn by turn."""
+    import httpx  # the openai package's own (this module's httpx is httpx2)
+
+    async def keep_body(request):
+        bodies.append(json.loads(request.content))
+
+    http = httpx.AsyncClient(event_hooks={"request": [keep_body]})
+    return openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0,
+                              http_client=http)

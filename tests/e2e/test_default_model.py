@@ -4,13 +4,11 @@ gets the right answer, and an openai-agents agent on tool_choice auto calls its 
 and answers from what the tool returned. Short prompts and bounded outputs: the model decodes
 at about 10 tokens/s on two busy cores."""
 import asyncio
-import json
 
 import agents
-import httpx
-import openai
 import pytest
 
+from gateway_harness import recording_async_client
 from server_harness import SERVE_MODEL, Server
 
 pytestmark = pytest.mark.skipif(not SERVE_MODEL.exists(),
@@ -47,13 +45,8 @@ def test_an_agent_on_auto_calls_its_tool_and_answers_from_the_result(gateway, mo
         asked.append(employee)
         return LOCKER_CODE
 
-    async def keep_body(request):
-        bodies.append(json.loads(request.content))
-
     async def run():
-        http = httpx.AsyncClient(event_hooks={"request": [keep_body]})
-        client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused",
-                                    max_retries=0, http_client=http)
+        client = recording_async_client(gateway, bodies)
         settings = agents.ModelSettings(tool_choice="auto", temperature=0, max_tokens=60)
         # Told to answer once the tool has: otherwise the 1.5B calls it again on every turn.
         agent = agents.Agent(

@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from gateway_harness import Gateway, backend_address, model_name
+from gateway_harness import Gateway, backend_address, model_name, recording_async_client
 from server_harness import Server, pb2
 
 WEATHER = {
@@ -114,8 +114,6 @@ def test_auto_is_content_or_a_call_never_raw_json(served):
 
 def test_openai_agents_calls_the_tool_and_sees_its_result(served):
     agents = pytest.importorskip("agents")
-    import httpx
-    import openai
 
     _, gateway = served
     agents.set_tracing_disabled(True)
@@ -131,13 +129,8 @@ def test_openai_agents_calls_the_tool_and_sees_its_result(served):
         seen.append(city)
         return f"18 degrees and sunny in {city}"
 
-    async def keep_body(request):
-        bodies.append(json.loads(request.content))
-
     async def run():
-        http = httpx.AsyncClient(event_hooks={"request": [keep_body]})
-        client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused",
-                                    max_retries=0, http_client=http)
+        client = recording_async_client(gateway, bodies)
         model = agents.OpenAIChatCompletionsModel(model=model_name(gateway), openai_client=client)
         # The first turn must call the tool; the SDK then resets tool_choice to auto.
         settings = agents.ModelSettings(tool_choice="required", temperature=0, max_tokens=60)
