@@ -20,10 +20,13 @@ HEALTH_INTERVAL_S = os.environ.get("TOKENMILL_E2E_HEALTH_INTERVAL", "0.2")
 class Gateway(LoggedProcess):
     """One tokenmill-gateway process on a free port in front of `backends` (host:port). Over
     HTTPS (--tls-cert in extra_args), the clients verify the gateway with `tls` (an
-    ssl.SSLContext, which may hold a client certificate)."""
+    ssl.SSLContext, which may hold a client certificate). The harness's own client (`http`:
+    health, metrics) keeps its connection open between calls unless keep_alive is False, as a
+    suite that counts the gateway's descriptors needs: the gateway closes a connection idle for
+    120 s, at a moment of its choosing."""
 
     def __init__(self, *backends, extra_args=(), env=None, wait_ready=True, log_level="debug",
-                 tls=None):
+                 tls=None, keep_alive=True):
         self.args = [str(GATEWAY_BIN), "--port", "0", "--health-interval", HEALTH_INTERVAL_S,
                      "--log-level", log_level, *[a for b in backends for a in ("--backend", b)],
                      *map(str, extra_args)]
@@ -33,7 +36,9 @@ class Gateway(LoggedProcess):
             self.port = int(listening.group(2))
             self.url = f"{listening.group(1)}://127.0.0.1:{self.port}"
             self.tls = {"verify": tls} if tls else {}
-            self.http = httpx.Client(base_url=self.url, timeout=RPC_TIMEOUT_S, **self.tls)
+            limits = httpx.Limits() if keep_alive else httpx.Limits(max_keepalive_connections=0)
+            self.http = httpx.Client(base_url=self.url, timeout=RPC_TIMEOUT_S, limits=limits,
+                                     **self.tls)
             if wait_ready:
                 self.wait_ready()
 

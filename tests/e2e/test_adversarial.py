@@ -57,7 +57,7 @@ def gateway(server, tmp_path_factory):
     keys.write_text(f"{KEY_A} tenant-a\n{KEY_B} tenant-b\n{KEY_X} attacker\n")
     with Gateway(backend_address(server),
                  extra_args=["--api-key-file", keys, "--backend-api-key", BACKEND_KEY,
-                             "--body-timeout", BODY_TIMEOUT_S]) as g:
+                             "--body-timeout", BODY_TIMEOUT_S], keep_alive=False) as g:
         yield g
 
 
@@ -67,16 +67,47 @@ def model(gateway):
         return client.models.list().data[0].id
 
 
+TCP_STATES = {"01": "established", "06": "time-wait", "08": "close-wait", "0A": "listening"}
+
+
+def socket_kinds(pid):
+    """Socket inode -> what it is: "tcp listening on :P", "tcp from a client to :P" (P one of
+    the process's listening ports), "tcp to :P", with the state unless established; "unix"."""
+    rows = {}
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            rows[fields[9]] = (local_port, remote_port, TCP_STATES.get(fields[3], fields[3]))
+    listening = {local for local, _, state in rows.values() if state == "listening"}
+    kinds = {}
+    for inode, (local, remote, state) in rows.items():
+        if state == "listening":
+            kinds[inode] = f"tcp listening on :{local}"
+            continue
+        kind = f"tcp from a client to :{local}" if local in listening else f"tcp to :{remote}"
+        kinds[inode] = kind if state == "established" else f"{kind} ({state})"
+    for line in Path(f"/proc/{pid}/net/unix").read_text().splitlines()[1:]:
+        kinds[line.split()[6]] = "unix"
+    return kinds
+
+
 def fds(process):
-    """The process's open descriptors, counted by kind ("socket", "anon_inode:[eventfd]", a
-    path): a connection closed and another opened leave the count as it was."""
+    """The process's open descriptors, counted by kind (a socket's as socket_kinds says,
+    "anon_inode:[eventfd]", a path): a connection closed and another opened leave the count as
+    it was."""
+    pid = process.proc.pid
+    sockets = socket_kinds(pid)
     kinds = Counter()
-    for fd in Path(f"/proc/{process.proc.pid}/fd").iterdir():
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
             target = str(fd.readlink())
         except FileNotFoundError:  # closed while listed
             continue
-        kinds["socket" if target.startswith("socket:") else target] += 1
+        if target.startswith("socket:["):
+            target = sockets.get(target[len("socket:["):-1], "socket")
+        kinds[target] += 1
     return kinds
 
 
