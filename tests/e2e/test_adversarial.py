@@ -71,8 +71,8 @@ TCP_STATES = {"01": "established", "06": "time-wait", "08": "close-wait", "0A": 
 
 
 def socket_kinds(pid):
-    """Socket inode -> what it is: "tcp listening on :P", "tcp from a client to :P" (P one of
-    the process's listening ports), "tcp to :P", with the state unless established; "unix"."""
+    """Socket inode -> what it is: "tcp listening on :P", "tcp from a client to :P" (P a port
+    listening on this host), "tcp to :P", with the state unless established; "unix"."""
     rows = {}
     for table in ("tcp", "tcp6"):
         for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
