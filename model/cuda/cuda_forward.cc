@@ -187,12 +187,37 @@ Status CudaForwardPass::Grow(DeviceBuffer& buffer, int64_t bytes) {
   return buffer.Reserve(bytes);
 }
 
+namespace {
+
+// Every field of a KV view that a captured step's kernels hold by value (its pointers, each
+// layer's offsets): a view that differs in any of them, even one allocated where an earlier
+// cache's K was, needs a new capture.
+std::vector<int64_t> CapturedKvFields(const KvCacheView& kv) {
+  std::vector<int64_t> fields = {static_cast<int64_t>(kv.type),
+                                 reinterpret_cast<intptr_t>(kv.k),
+                                 reinterpret_cast<intptr_t>(kv.v),
+                                 reinterpret_cast<intptr_t>(kv.k_scale),
+                                 reinterpret_cast<intptr_t>(kv.v_scale),
+                                 kv.num_blocks,
+                                 kv.block_size,
+                                 kv.n_kv_heads,
+                                 kv.head_dim,
+                                 kv.n_layers};
+  if (kv.layer_blocks != nullptr) {
+    fields.insert(fields.end(), kv.layer_blocks, kv.layer_blocks + kv.n_layers + 1);
+  }
+  return fields;
+}
+
+}  // namespace
+
 Status CudaForwardPass::LaunchDecodeGraph(const KvCacheView& kv, int64_t n, int64_t n_logits) {
   const std::pair<int64_t, int64_t> key(n, n_logits);
   DecodeGraph& g = graphs_[key];
   std::vector<const int32_t*> kv_indices;
   for (const DeviceBlockTable& table : d_tables_) kv_indices.push_back(table.kv_indices);
-  if (g.exec == nullptr || g.generation != BufferGeneration() || g.kv_k != kv.k ||
+  std::vector<int64_t> kv_fields = CapturedKvFields(kv);
+  if (g.exec == nullptr || g.generation != BufferGeneration() || g.kv != kv_fields ||
       g.kv_indices != kv_indices) {
     TM_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
                             "capturing a decode step");
@@ -216,7 +241,7 @@ Status CudaForwardPass::LaunchDecodeGraph(const KvCacheView& kv, int64_t n, int6
       cudaGraphDestroy(graph);
     }
     g.generation = BufferGeneration();
-    g.kv_k = kv.k;
+    g.kv = std::move(kv_fields);
     g.kv_indices = std::move(kv_indices);
   }
   return CudaStatus(cudaGraphLaunch(g.exec, stream_), "launching a decode step's graph");

@@ -98,7 +98,7 @@ class CudaForwardPass {
   struct DecodeGraph {
     cudaGraphExec_t exec = nullptr;
     int64_t generation = -1;
-    const void* kv_k = nullptr;
+    std::vector<int64_t> kv;                 // CapturedKvFields of the view it was captured with
     std::vector<const int32_t*> kv_indices;  // per KV group, as captured
   };
   std::map<std::pair<int64_t, int64_t>, DecodeGraph> graphs_;

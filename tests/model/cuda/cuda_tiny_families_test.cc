@@ -199,8 +199,9 @@ TEST_P(CudaTinyFamilyTest, PrefillAndDecodeMatchTheCpuAndLlamaCpp) {
 }
 
 // 16 sequences (the golden's tokens from different starts) prefilled in one step and decoded
-// together, their decode steps replayed from CUDA graphs, against each run alone: the same
-// logits bit for bit at every step (for a mixture: whoever shares a token's experts).
+// together, their decode steps replayed from CUDA graphs and then launched plainly, against a
+// second run together and each run alone: the same logits bit for bit at every step (for a
+// mixture: whoever shares a token's experts).
 TEST_P(CudaTinyFamilyTest, SixteenSequencesEqualTheirLoneRuns) {
   const ModelConfig& c = model_->config();
   constexpr int kSeqs = 16;
@@ -217,7 +218,7 @@ TEST_P(CudaTinyFamilyTest, SixteenSequencesEqualTheirLoneRuns) {
     longest = std::max(longest, seqs.back().size());
   }
   // Each member's last-token logits after its prefill and after each decode step.
-  auto run = [&](const std::vector<size_t>& members) {
+  auto run = [&](CudaForwardPass& gpu, const std::vector<size_t>& members) {
     const int64_t blocks = static_cast<int64_t>(members.size() * (longest / kBlockSize + 2));
     auto kv = CudaKvCache::Create(c, KvType::kF16, blocks, kBlockSize);
     EXPECT_TRUE(kv.ok()) << kv.status().ToString();
@@ -239,8 +240,8 @@ TEST_P(CudaTinyFamilyTest, SixteenSequencesEqualTheirLoneRuns) {
       }
       std::vector<float> logits(members.size() * c.n_vocab);
       const Status s =
-          gpu_->Run({builder.token_ids(), builder.batch(), builder.logit_rows()}, kv->view(),
-                    logits);
+          gpu.Run({builder.token_ids(), builder.batch(), builder.logit_rows()}, kv->view(),
+                  logits);
       EXPECT_TRUE(s.ok()) << s.ToString();
       builder.Clear();
       for (size_t m = 0; m < members.size(); ++m) {
@@ -252,15 +253,24 @@ TEST_P(CudaTinyFamilyTest, SixteenSequencesEqualTheirLoneRuns) {
   };
   std::vector<size_t> all(kSeqs);
   for (size_t i = 0; i < kSeqs; ++i) all[i] = i;
-  const std::vector<std::vector<float>> together = run(all);
-  for (size_t i = 0; i < kSeqs; ++i) {
-    const std::vector<float> alone = run({i})[0];
-    ASSERT_EQ(alone.size(), together[i].size());
-    for (size_t step = 0; step <= kDecode; ++step) {
-      ASSERT_EQ(std::memcmp(alone.data() + step * c.n_vocab,
-                            together[i].data() + step * c.n_vocab, c.n_vocab * sizeof(float)),
-                0)
-          << "sequence " << i << " step " << step;
+  auto plain = CudaForwardPass::Create(*model_, CudaForwardOptions{.cuda_graphs = false});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  for (CudaForwardPass* gpu : {gpu_.get(), plain->get()}) {
+    SCOPED_TRACE(gpu == gpu_.get() ? "decode steps from CUDA graphs" : "plain launches");
+    const std::vector<std::vector<float>> together = run(*gpu, all);
+    const std::vector<std::vector<float>> again = run(*gpu, all);
+    for (size_t i = 0; i < kSeqs; ++i) {
+      ASSERT_EQ(again[i], together[i]) << "sequence " << i << ": two runs together differ";
+    }
+    for (size_t i = 0; i < kSeqs; ++i) {
+      const std::vector<float> alone = run(*gpu, {i})[0];
+      ASSERT_EQ(alone.size(), together[i].size());
+      for (size_t step = 0; step <= kDecode; ++step) {
+        ASSERT_EQ(std::memcmp(alone.data() + step * c.n_vocab,
+                              together[i].data() + step * c.n_vocab, c.n_vocab * sizeof(float)),
+                  0)
+            << "sequence " << i << " step " << step;
+      }
     }
   }
 }
