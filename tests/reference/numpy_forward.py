@@ -3,10 +3,20 @@
 Reads the GGUF with the `gguf` package and dequantizes every weight to float32, then runs
 the textbook transformer in float32 with float activations. It is the independent
 reference that tokenmill's logits are compared against (see make_logits_golden.py).
+With bf16_products=True every weight product rounds both operands to bfloat16 first (the
+weights once, the activations at each product), as the CUDA pass's cuBLAS path does
+(make_bf16_logits_golden.py).
 """
 import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
+
+
+def to_bf16(a):
+    """a rounded to the nearest bfloat16 (ties to even), kept as float32."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32).reshape(np.shape(a))
 
 
 def _field(reader, key, default=None):
@@ -17,7 +27,7 @@ def _field(reader, key, default=None):
 
 
 class NumpyModel:
-    def __init__(self, path):
+    def __init__(self, path, bf16_products=False):
         reader = GGUFReader(path)
         arch = _field(reader, "general.architecture")
         if arch not in ("llama", "qwen2"):
@@ -37,7 +47,18 @@ class NumpyModel:
             self.w[t.name] = dequantize(t.data, t.tensor_type).astype(np.float32).reshape(
                 [int(d) for d in reversed(t.shape)])
         self.output = self.w.get("output.weight", self.w["token_embd.weight"])
+        self.bf16_products = bf16_products
+        if bf16_products:  # the embedding is looked up, not multiplied: it stays exact
+            self.w = {k: to_bf16(v) if v.ndim == 2 and k != "token_embd.weight" else v
+                      for k, v in self.w.items()}
+            self.output = to_bf16(self.output)
         self.rope_freqs = self.w.get("rope_freqs.weight")
+
+    def _product(self, x, name):
+        """x @ W.T for the weight `name`."""
+        if self.bf16_products:
+            x = to_bf16(x)
+        return x @ self.w[name].T
 
     def _rms_norm(self, x, weight):
         return (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps)) * weight
@@ -74,9 +95,9 @@ class NumpyModel:
         for i in range(self.n_layer):
             p = f"blk.{i}."
             h = self._rms_norm(x, self.w[p + "attn_norm.weight"])
-            q = h @ self.w[p + "attn_q.weight"].T
-            k = h @ self.w[p + "attn_k.weight"].T
-            v = h @ self.w[p + "attn_v.weight"].T
+            q = self._product(h, p + "attn_q.weight")
+            k = self._product(h, p + "attn_k.weight")
+            v = self._product(h, p + "attn_v.weight")
             if p + "attn_q.bias" in self.w:
                 q += self.w[p + "attn_q.bias"]
                 k += self.w[p + "attn_k.bias"]
@@ -91,10 +112,12 @@ class NumpyModel:
                 scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
                 scores /= scores.sum(axis=-1, keepdims=True)
                 attn[:, hd, :] = scores @ v[:, kv, :]
-            x = x + attn.reshape(n, -1) @ self.w[p + "attn_output.weight"].T
+            x = x + self._product(attn.reshape(n, -1), p + "attn_output.weight")
             h = self._rms_norm(x, self.w[p + "ffn_norm.weight"])
-            gate = h @ self.w[p + "ffn_gate.weight"].T
-            up = h @ self.w[p + "ffn_up.weight"].T
-            x = x + ((gate / (1.0 + np.exp(-gate))) * up) @ self.w[p + "ffn_down.weight"].T
+            gate = self._product(h, p + "ffn_gate.weight")
+            up = self._product(h, p + "ffn_up.weight")
+            x = x + self._product((gate / (1.0 + np.exp(-gate))) * up, p + "ffn_down.weight")
         x = self._rms_norm(x, self.w["output_norm.weight"])
+        if self.bf16_products:
+            x = to_bf16(x)
         return (x @ self.output.T).astype(np.float32)

@@ -89,13 +89,19 @@ TEST_P(CudaForwardTest, GreedyContinuationsMatchLlamaCpp) {
 }
 
 // With --cublas-min-tokens 1 every product goes through cuBLAS over bf16 weight copies and
-// bf16 activations, each rounded to 2^-9 relative: finer than the CPU fast kernels' int8
-// activation blocks (1/254 of a block's largest |x|) with f16 KV, so held to their NumPy bound.
+// bf16 activations. That rounding alone moves stories260K's logits by up to 0.09 from the exact
+// ones (the NumPy reference with the same bf16 products, make_bf16_logits_golden.py), and it
+// cannot be followed bit for bit: f16 KV moves activations by about half a bf16 step, which
+// flips their rounding at random. So the path is held to the exact NumPy logits by twice the
+// bf16 products' own distance from them, plus the default path's bound over the CPU (measured
+// on the H200: 0.095 from exact, 0.086 from the bf16 reference).
 TEST_P(CudaForwardTest, CublasPathLogitsMatchNumpy) {
   auto cublas = CudaForwardPass::Create(*model_, CudaForwardOptions{.cublas_min_tokens = 1});
   ASSERT_TRUE(cublas.ok()) << cublas.status().ToString();
   const ModelConfig& c = model_->config();
   const GoldenPrompt& p = golden_.prompts[0];
+  const std::vector<SparseLogits> bf16 = testing::LoadBf16Logits(GetParam().stem);
+  ASSERT_EQ(bf16.size(), p.numpy_logits.size());
   auto kv = CudaKvCache::Create(c, KvType::kF16, 64, 16);
   ASSERT_TRUE(kv.ok());
   BatchBuilder builder(16, 64);
@@ -104,16 +110,20 @@ TEST_P(CudaForwardTest, CublasPathLogitsMatchNumpy) {
   std::vector<float> logits(p.prompt_tokens.size() * c.n_vocab);
   ASSERT_TRUE((*cublas)->Run({builder.token_ids(), builder.batch(), builder.logit_rows()},
                              kv->view(), logits).ok());
-  float worst = 0.0f;
-  for (size_t pos = 0; pos < p.numpy_logits.size(); ++pos) {
-    const SparseLogits& row = p.numpy_logits[pos];
-    for (size_t k = 0; k < row.ids.size(); ++k) {
-      worst = std::max(worst, std::fabs(logits[pos * c.n_vocab + row.ids[k]] - row.values[k]));
+  float worst = 0.0f, bf16_rounding = 0.0f;
+  for (size_t pos = 0; pos < bf16.size(); ++pos) {
+    const SparseLogits& exact = p.numpy_logits[pos];
+    ASSERT_EQ(bf16[pos].ids, exact.ids);
+    for (size_t k = 0; k < exact.ids.size(); ++k) {
+      worst = std::max(worst, std::fabs(logits[pos * c.n_vocab + exact.ids[k]] - exact.values[k]));
+      bf16_rounding = std::max(bf16_rounding, std::fabs(bf16[pos].values[k] - exact.values[k]));
     }
   }
+  const float tolerance = 2.0f * bf16_rounding + GpuToleranceOverCpu(p);
   std::cout << GetParam().stem << ": cuBLAS path max |logit - NumPy| = " << worst
-            << " (tolerance " << GetParam().cpu_fast_tolerance << ")\n";
-  EXPECT_LE(worst, GetParam().cpu_fast_tolerance);
+            << " (tolerance " << tolerance << "; NumPy's own bf16 products move them by "
+            << bf16_rounding << ")\n";
+  EXPECT_LE(worst, tolerance);
 }
 
 // Decode steps replayed from CUDA graphs give the bits of plain launches, across batch sizes
@@ -152,6 +162,41 @@ TEST_P(CudaForwardTest, DecodeGraphsGiveTheSameLogits) {
     builder.Clear();
     for (int s = 0; s < n_seqs; ++s) next[s] = {Argmax(&a[s * c.n_vocab], c.n_vocab)};
   }
+}
+
+// A decode step on a view that shares only K's memory with the one its graph was captured on
+// (a new cache's K allocated where a freed one's was, V elsewhere) is captured again: its
+// logits equal plain launches' on the same view.
+TEST_P(CudaForwardTest, DecodeGraphsFollowEveryPointerOfTheKvView) {
+  auto plain = CudaForwardPass::Create(*model_, CudaForwardOptions{.cuda_graphs = false});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  const ModelConfig& c = model_->config();
+  auto graph_kv = CudaKvCache::Create(c, KvType::kF16, 16, 16);
+  auto graph_zero = CudaKvCache::Create(c, KvType::kF16, 16, 16);
+  auto plain_kv = CudaKvCache::Create(c, KvType::kF16, 16, 16);
+  auto plain_zero = CudaKvCache::Create(c, KvType::kF16, 16, 16);
+  ASSERT_TRUE(graph_kv.ok() && graph_zero.ok() && plain_kv.ok() && plain_zero.ok());
+  const std::vector<int32_t>& prompt = golden_.prompts[0].prompt_tokens;
+  BatchBuilder builder(16, 16);
+  const int seq = builder.AddSequence();
+  std::vector<float> a(c.n_vocab), b(c.n_vocab);
+  auto step = [&](std::span<const int32_t> tokens, const KvCacheView& graph_view,
+                  const KvCacheView& plain_view) {
+    ASSERT_TRUE(builder.Append(seq, tokens, BatchBuilder::Logits::kLast).ok());
+    const ForwardInput in{builder.token_ids(), builder.batch(), builder.logit_rows()};
+    ASSERT_TRUE(gpu_->Run(in, graph_view, a).ok());
+    ASSERT_TRUE((*plain)->Run(in, plain_view, b).ok());
+    builder.Clear();
+  };
+  ASSERT_NO_FATAL_FAILURE(step(prompt, graph_kv->view(), plain_kv->view()));
+  ASSERT_NO_FATAL_FAILURE(step(std::span(&prompt[0], 1), graph_kv->view(), plain_kv->view()));
+  ASSERT_EQ(a, b);
+  KvCacheView graph_mixed = graph_kv->view();
+  KvCacheView plain_mixed = plain_kv->view();
+  graph_mixed.v = graph_zero->view().v;  // V all zeros but the next token's
+  plain_mixed.v = plain_zero->view().v;
+  ASSERT_NO_FATAL_FAILURE(step(std::span(&prompt[1], 1), graph_mixed, plain_mixed));
+  EXPECT_EQ(a, b);
 }
 
 // One sequence decoding across many KV blocks: its block table grows every 16 tokens, yet its

@@ -49,6 +49,17 @@ Golden LoadGolden(const std::string& model_stem) {
   return golden;
 }
 
+std::vector<SparseLogits> LoadBf16Logits(const std::string& model_stem) {
+  const std::string path =
+      std::string(TOKENMILL_TEST_DATA_DIR) + "/logits/" + model_stem + ".bf16.json";
+  std::ifstream in(path);
+  TM_CHECK(in.good()) << "cannot read " << path;
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::vector<SparseLogits> rows;
+  for (const auto& row : j.at("numpy_logits")) rows.push_back(ToSparse(row));
+  return rows;
+}
+
 int32_t Argmax(const float* logits, int64_t n_vocab) {
   return static_cast<int32_t>(std::max_element(logits, logits + n_vocab) - logits);
 }

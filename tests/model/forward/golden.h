@@ -43,6 +43,11 @@ struct Golden {
 
 Golden LoadGolden(const std::string& model_stem);
 
+// The NumPy reference's logits of the golden's first prompt with every weight product over
+// bf16 operands, as the CUDA pass's cuBLAS path rounds them (<stem>.bf16.json, written by
+// tests/reference/make_bf16_logits_golden.py), at the golden's numpy_logits ids.
+std::vector<SparseLogits> LoadBf16Logits(const std::string& model_stem);
+
 // The greedy token of a logits row: the first largest.
 int32_t Argmax(const float* logits, int64_t n_vocab);
 
