@@ -9,8 +9,17 @@ namespace tokenmill {
 
 int64_t KvGeometry::BytesPerToken() const {
   return int64_t{2} * num_layers * num_kv_heads *
-         (int64_t{head_dim} * element_bytes + scale_bytes);
+         (int64_t{head_dim} * element_bits / 8 + scale_bytes);
 }
+
+namespace {
+
+// An element's bytes: "2", "1", "0.5".
+std::string ElementSize(int bits) {
+  return bits % 8 == 0 ? std::to_string(bits / 8) : std::to_string(bits / 8) + ".5";
+}
+
+}  // namespace
 
 std::string KvCachePlan::Describe() const {
   const KvGeometry& g = geometry;
@@ -19,19 +28,20 @@ std::string KvCachePlan::Describe() const {
          FormatBytes(total_bytes) + " (" + FormatBytes(g.BytesPerToken()) + "/token = 2 x " +
          std::to_string(g.num_layers) + " layers x " + std::to_string(g.num_kv_heads) +
          " KV heads x " + (g.scale_bytes > 0 ? "(" : "") + std::to_string(g.head_dim) +
-         " head dim x " + std::to_string(g.element_bytes) + " B" +
+         " head dim x " + ElementSize(g.element_bits) + " B" +
          (g.scale_bytes > 0 ? " + " + std::to_string(g.scale_bytes) + " B scale)" : "") + ")";
 }
 
 StatusOr<KvCachePlan> PlanKvCache(const KvGeometry& geometry, int block_size,
                                   int64_t budget_bytes) {
   if (geometry.num_layers <= 0 || geometry.num_kv_heads <= 0 || geometry.head_dim <= 0 ||
-      geometry.element_bytes <= 0 || geometry.scale_bytes < 0 || block_size <= 0) {
+      geometry.element_bits <= 0 || geometry.element_bits % 4 != 0 || geometry.scale_bytes < 0 ||
+      block_size <= 0) {
     return InvalidArgumentError(
         "KV cache geometry must be positive: " + std::to_string(geometry.num_layers) + " layers, " +
         std::to_string(geometry.num_kv_heads) + " KV heads, head dim " +
-        std::to_string(geometry.head_dim) + ", " + std::to_string(geometry.element_bytes) +
-        " B per element, block size " + std::to_string(block_size));
+        std::to_string(geometry.head_dim) + ", " + std::to_string(geometry.element_bits) +
+        " bits per element (a multiple of 4), block size " + std::to_string(block_size));
   }
   KvCachePlan plan;
   plan.geometry = geometry;

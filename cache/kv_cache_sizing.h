@@ -13,8 +13,8 @@ struct KvGeometry {
   int num_layers = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
-  int element_bytes = 0;  // 2 for fp16/bf16, 4 for f32, 1 for int8
-  int scale_bytes = 0;    // per (token, KV head) row of K (and of V): 4 for int8, else 0
+  int element_bits = 0;  // 16 for fp16/bf16, 32 for f32, 8 for int8, 4 for q4_0
+  int scale_bytes = 0;   // per (token, KV head) row of K (and of V): 4 for int8, else 0
 
   // K and V: 2 x layers x KV heads x (head dim x element size + scale bytes).
   int64_t BytesPerToken() const;

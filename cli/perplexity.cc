@@ -101,18 +101,13 @@ struct Totals {
 int RunPerplexity(const PerplexityOptions& o) {
   const StatusOr<KvType> type = ParseKvType(o.kv_type);
   if (!type.ok()) return Fail(InvalidArgumentError("--kv-type: " + type.status().message()));
-  if (!KvTypeOnCpu(*type)) {
-    return Fail(InvalidArgumentError("--kv-type " + o.kv_type +
-                                     " needs the CUDA backend; perplexity runs on the CPU: use "
-                                     "f16, f32 or int8"));
-  }
+  if (Status s = CheckKvTypeOnDevice(*type, /*cuda=*/false, "--kv-type"); !s.ok()) return Fail(s);
   std::optional<KvType> compare;
   if (!o.compare_kv_type.empty()) {
     const StatusOr<KvType> t = ParseKvType(o.compare_kv_type);
     if (!t.ok()) return Fail(InvalidArgumentError("--compare-kv-type: " + t.status().message()));
-    if (!KvTypeOnCpu(*t)) {
-      return Fail(InvalidArgumentError("--compare-kv-type " + o.compare_kv_type +
-                                       " needs the CUDA backend; use f16, f32 or int8"));
+    if (Status s = CheckKvTypeOnDevice(*t, /*cuda=*/false, "--compare-kv-type"); !s.ok()) {
+      return Fail(s);
     }
     compare = *t;
   }
@@ -130,6 +125,10 @@ int RunPerplexity(const PerplexityOptions& o) {
   StatusOr<std::unique_ptr<Model>> model = Model::Load(o.model_path);
   if (!model.ok()) return Fail(model.status());
   const ModelConfig& c = (*model)->config();
+  for (const std::optional<KvType> t : {std::optional<KvType>(*type), compare}) {
+    if (!t) continue;
+    if (Status s = CheckKvTypeFits(*t, c.head_dim); !s.ok()) return Fail(s);
+  }
   if (!windowed && o.ctx > c.context_length) {
     return Fail(InvalidArgumentError("--ctx " + std::to_string(o.ctx) +
                                      " exceeds the model's context of " +
@@ -258,7 +257,8 @@ Command AddPerplexityCommand(CLI::App& app) {
   sub->add_option("--file", o->file, "UTF-8 text")->required();
   sub->add_option("--ctx", o->ctx, "tokens per chunk (default 512)");
   sub->add_option("--max-chunks", o->max_chunks, "score at most this many chunks (0: all)");
-  sub->add_option("--kv-type", o->kv_type, "KV cache element type: f16 (default), f32 or int8");
+  sub->add_option("--kv-type", o->kv_type,
+                  "KV cache element type: f16 (default), f32, int8 or q4_0");
   sub->add_option("--compare-kv-type", o->compare_kv_type,
                   "also run over this KV type; report its perplexity and mean KL divergence");
   sub->add_option("--threads", o->threads, "CPU threads (default: all)");

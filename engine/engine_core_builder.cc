@@ -39,9 +39,8 @@ Status CheckFits(const Model& model, const Tokenizer& tokenizer, const EngineCon
 
 // The K/V geometry of `num_layers` of the model's layers under config's KV type.
 KvGeometry GeometryOf(const ModelConfig& mc, const EngineConfig& config, int num_layers) {
-  return KvGeometry{num_layers, mc.n_kv_heads, mc.head_dim,
-                    static_cast<int>(KvElementBytes(config.kv_type)),
-                    static_cast<int>(KvScaleBytes(config.kv_type))};
+  return KvGeometry{num_layers, mc.n_kv_heads, mc.head_dim, KvElementBits(config.kv_type),
+                    static_cast<int>(KvRowScaleBytes(config.kv_type, mc.head_dim))};
 }
 
 // Each KV group's pool (model/forward_input.h): the configured block count in every group, or

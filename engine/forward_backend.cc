@@ -31,15 +31,13 @@ class CpuBackend final : public ForwardBackend {
   }
   int64_t KvBytesPerBlock(KvType type, int block_size) const override {
     const ModelConfig& c = model_.config();
-    const int64_t row_bytes = c.head_dim * KvElementBytes(type) + KvScaleBytes(type);
-    return 2 * static_cast<int64_t>(c.n_layers) * block_size * c.n_kv_heads * row_bytes;
+    return 2 * static_cast<int64_t>(c.n_layers) * block_size * c.n_kv_heads *
+           KvRowTotalBytes(type, c.head_dim);
   }
   Status AllocateKv(KvType type, std::span<const int64_t> group_num_blocks,
                     int block_size) override {
-    if (!KvTypeOnCpu(type)) {
-      return InvalidArgumentError("--kv-cache-dtype " + std::string(KvTypeName(type)) +
-                                  " needs --device cuda; on the CPU use f16 or int8");
-    }
+    TM_RETURN_IF_ERROR(CheckKvTypeOnDevice(type, /*cuda=*/false, "--kv-cache-dtype"));
+    TM_RETURN_IF_ERROR(CheckKvTypeFits(type, model_.config().head_dim));
     kv_ = std::make_unique<KvCacheStorage>(model_.config(), type, group_num_blocks, block_size);
     return OkStatus();
   }

@@ -11,31 +11,55 @@ namespace tokenmill {
 // (scale = max|x| / 127, x ≈ q · scale), the scales in their own arrays beside K and V.
 // kFp8: FP8 E4M3 (OCP "e4m3fn": no infinities, max 448) in the same layout, with
 // scale = max|x| / 448 (kernels/cuda/kernel_math.h); the CUDA backend only.
-enum class KvType { kF16, kF32, kInt8, kFp8 };
+// kQ4_0: llama.cpp's Q4_0 over each row's blocks of 32 (head_dim a multiple of 32): 16 bytes
+// of 4-bit codes a block in the row (element j in the low nibble of byte j, j + 16 in its high
+// one; x ≈ (code - 8) · d), and the blocks' f16 scales d in the scale arrays, so a row's codes
+// stay whole 16-byte pieces. 32 values in 18 bytes; the CPU only.
+enum class KvType { kF16, kF32, kInt8, kFp8, kQ4_0 };
 
-// Bytes of one K (or V) element.
-constexpr int64_t KvElementBytes(KvType type) {
+// Values a Q4_0 scale covers.
+constexpr int64_t kKvQ4Block = 32;
+
+// Bits of one K (or V) element's code.
+constexpr int KvElementBits(KvType type) {
   switch (type) {
-    case KvType::kF16: return 2;
-    case KvType::kF32: return 4;
-    case KvType::kInt8: return 1;
-    case KvType::kFp8: return 1;
+    case KvType::kF16: return 16;
+    case KvType::kF32: return 32;
+    case KvType::kInt8: return 8;
+    case KvType::kFp8: return 8;
+    case KvType::kQ4_0: return 4;
   }
   return 0;
 }
 
-// Bytes of the scales of one (token, KV head) row of K (or of V): 4 for int8 and fp8, else 0.
-constexpr int64_t KvScaleBytes(KvType type) {
-  return type == KvType::kInt8 || type == KvType::kFp8 ? sizeof(float) : 0;
+// Bytes of the codes of one (token, KV head) row of K (or of V) of head_dim values.
+constexpr int64_t KvRowBytes(KvType type, int64_t head_dim) {
+  return head_dim * KvElementBits(type) / 8;
+}
+
+// Bytes of the scales of one such row: a float for int8 and fp8, an f16 a block of 32 for
+// q4_0, else 0.
+constexpr int64_t KvRowScaleBytes(KvType type, int64_t head_dim) {
+  switch (type) {
+    case KvType::kInt8:
+    case KvType::kFp8: return 4;
+    case KvType::kQ4_0: return head_dim / kKvQ4Block * 2;
+    default: return 0;
+  }
+}
+
+// Bytes of one (token, KV head) row of K (or of V), codes and scales.
+constexpr int64_t KvRowTotalBytes(KvType type, int64_t head_dim) {
+  return KvRowBytes(type, head_dim) + KvRowScaleBytes(type, head_dim);
 }
 
 // K and V blocks of n_layers layers in host or device memory; non-owning. K is
-// [layer][block][offset in block][kv head][head_dim], V alike; int8 and fp8 add k_scale and
-// v_scale, one float per [layer][block][offset in block][kv head]. Every layer has num_blocks
-// blocks, unless layer_blocks says otherwise: with KV groups of different pool sizes
-// (kernels/paged_kv.h), layer l has the blocks [layer_blocks[l], layer_blocks[l + 1]) of the
-// whole arrays (n_layers + 1 running totals, host memory). The kernels take one layer's view
-// (n_layers 1, from Layer).
+// [layer][block][offset in block][kv head][row of head_dim], V alike; the quantized types add
+// k_scale and v_scale, KvRowScaleBytes per [layer][block][offset in block][kv head] (a float
+// for int8 and fp8, q4_0's f16s). Every layer has num_blocks blocks, unless layer_blocks says
+// otherwise: with KV groups of different pool sizes (kernels/paged_kv.h), layer l has the
+// blocks [layer_blocks[l], layer_blocks[l + 1]) of the whole arrays (n_layers + 1 running
+// totals, host memory). The kernels take one layer's view (n_layers 1, from Layer).
 struct KvCacheView {
   KvType type = KvType::kF16;
   void* k = nullptr;
@@ -44,8 +68,8 @@ struct KvCacheView {
   int block_size = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
-  float* k_scale = nullptr;  // int8 and fp8 only
-  float* v_scale = nullptr;  // int8 and fp8 only
+  void* k_scale = nullptr;  // the quantized types only
+  void* v_scale = nullptr;
   const int64_t* layer_blocks = nullptr;
   int n_layers = 1;
 
@@ -55,8 +79,9 @@ struct KvCacheView {
     const int64_t count =
         layer_blocks != nullptr ? layer_blocks[layer + 1] - layer_blocks[layer] : num_blocks;
     const int64_t rows_before = first * block_size * n_kv_heads;
-    const int64_t bytes_before = rows_before * head_dim * KvElementBytes(type);
-    const bool scaled = KvScaleBytes(type) > 0;
+    const int64_t bytes_before = rows_before * KvRowBytes(type, head_dim);
+    const int64_t scale_bytes_before = rows_before * KvRowScaleBytes(type, head_dim);
+    const bool scaled = KvRowScaleBytes(type, head_dim) > 0;
     return KvCacheView{type,
                        static_cast<uint8_t*>(k) + bytes_before,
                        static_cast<uint8_t*>(v) + bytes_before,
@@ -64,8 +89,8 @@ struct KvCacheView {
                        block_size,
                        n_kv_heads,
                        head_dim,
-                       scaled ? k_scale + rows_before : nullptr,
-                       scaled ? v_scale + rows_before : nullptr,
+                       scaled ? static_cast<uint8_t*>(k_scale) + scale_bytes_before : nullptr,
+                       scaled ? static_cast<uint8_t*>(v_scale) + scale_bytes_before : nullptr,
                        nullptr,
                        1};
   }

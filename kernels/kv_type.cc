@@ -4,22 +4,47 @@ namespace tokenmill {
 
 bool KvTypeOnCpu(KvType type) { return type != KvType::kFp8; }
 
+bool KvTypeOnCuda(KvType type) { return type != KvType::kQ4_0; }
+
+Status CheckKvTypeOnDevice(KvType type, bool cuda, std::string_view flag) {
+  if (cuda && !KvTypeOnCuda(type)) {
+    return InvalidArgumentError(std::string(flag) + " " + std::string(KvTypeName(type)) +
+                                " runs on the CPU only; with --device cuda use f16, f32, int8 "
+                                "or fp8");
+  }
+  if (!cuda && !KvTypeOnCpu(type)) {
+    return InvalidArgumentError(std::string(flag) + " " + std::string(KvTypeName(type)) +
+                                " needs --device cuda; on the CPU use f16, f32, int8 or q4_0");
+  }
+  return OkStatus();
+}
+
+Status CheckKvTypeFits(KvType type, int head_dim) {
+  if (type == KvType::kQ4_0 && head_dim % kKvQ4Block != 0) {
+    return InvalidArgumentError("q4_0 KV quantizes blocks of 32 values of a head; this model's "
+                                "heads have " + std::to_string(head_dim) +
+                                ": use f16, f32 or int8");
+  }
+  return OkStatus();
+}
+
 std::string_view KvTypeName(KvType type) {
   switch (type) {
     case KvType::kF16: return "f16";
     case KvType::kF32: return "f32";
     case KvType::kInt8: return "int8";
     case KvType::kFp8: return "fp8";
+    case KvType::kQ4_0: return "q4_0";
   }
   return "?";
 }
 
 StatusOr<KvType> ParseKvType(std::string_view name) {
-  for (KvType type : {KvType::kF16, KvType::kF32, KvType::kInt8, KvType::kFp8}) {
+  for (KvType type : {KvType::kF16, KvType::kF32, KvType::kInt8, KvType::kFp8, KvType::kQ4_0}) {
     if (name == KvTypeName(type)) return type;
   }
   return InvalidArgumentError("unknown KV cache type \"" + std::string(name) +
-                              "\": use f16, f32, int8 or fp8 (fp8 with --device cuda only)");
+                              "\": use f16, f32, int8, q4_0 (the CPU only) or fp8 (--device cuda only)");
 }
 
 }  // namespace tokenmill

@@ -10,13 +10,21 @@
 
 namespace tokenmill {
 
-// Whether the CPU kernels read this type (all but fp8).
+// Whether the CPU kernels read this type (all but fp8), and the CUDA ones (all but q4_0).
 bool KvTypeOnCpu(KvType type);
+bool KvTypeOnCuda(KvType type);
 
-// "f16", "f32", "int8", "fp8".
+// OK when the device reads this type, else InvalidArgument naming `flag` (e.g.
+// "--kv-cache-dtype") and the types that device takes.
+Status CheckKvTypeOnDevice(KvType type, bool cuda, std::string_view flag);
+
+// InvalidArgument when rows of head_dim values cannot take this type (q4_0: blocks of 32).
+Status CheckKvTypeFits(KvType type, int head_dim);
+
+// "f16", "f32", "int8", "fp8", "q4_0".
 std::string_view KvTypeName(KvType type);
 // The inverse of KvTypeName; InvalidArgument listing the accepted names otherwise. Callers
-// that run on the CPU refuse fp8 themselves (KvTypeOnCpu), naming their flag.
+// refuse a type their device lacks themselves (CheckKvTypeOnDevice), naming their flag.
 StatusOr<KvType> ParseKvType(std::string_view name);
 
 }  // namespace tokenmill

@@ -19,7 +19,8 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
   TM_RETURN_IF_ERROR(ValidateForwardInput(c, in, kv, logits.size()));
   if (!KvTypeOnCpu(kv.type)) {
     return InvalidArgumentError("the CPU forward pass cannot read " +
-                                std::string(KvTypeName(kv.type)) + " KV: use f16, f32 or int8");
+                                std::string(KvTypeName(kv.type)) +
+                                " KV: use f16, f32, int8 or q4_0");
   }
   blocks_.BeginStep(in, kv, logits);
   model_.family().forward(c, w, blocks_);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "kernels/kv_type.h"
 #include "model/forward_input.h"
 
 namespace tokenmill {
@@ -29,14 +30,17 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
                       .layer_blocks = layer_blocks_.data(),
                       .n_layers = config.n_layers};
   const int64_t rows = layer_blocks_.back() * block_size * config.n_kv_heads;
-  const int64_t bytes = rows * config.head_dim * KvElementBytes(type);
+  const Status fits = CheckKvTypeFits(type, config.head_dim);
+  TM_CHECK(fits.ok()) << fits.ToString();
+  const int64_t bytes = rows * KvRowBytes(type, config.head_dim);
   k_.assign(static_cast<size_t>(bytes), 0);
   v_.assign(static_cast<size_t>(bytes), 0);
   view_.k = k_.data();
   view_.v = v_.data();
-  if (KvScaleBytes(type) > 0) {
-    k_scale_.assign(static_cast<size_t>(rows), 0.0f);
-    v_scale_.assign(static_cast<size_t>(rows), 0.0f);
+  const int64_t scale_bytes = rows * KvRowScaleBytes(type, config.head_dim);
+  if (scale_bytes > 0) {  // new[]'s alignment holds floats
+    k_scale_.assign(static_cast<size_t>(scale_bytes), 0);
+    v_scale_.assign(static_cast<size_t>(scale_bytes), 0);
     view_.k_scale = k_scale_.data();
     view_.v_scale = v_scale_.data();
   }

@@ -13,7 +13,7 @@
 
 namespace tokenmill {
 
-// Owns zeroed K/V memory (and int8 scales) of a model's KV pools: num_blocks blocks of every
+// Owns zeroed K/V memory (and the quantized types' scales) of a model's KV pools: num_blocks blocks of every
 // layer, or group_num_blocks[g] blocks of each layer of KV group g (model/forward_input.h),
 // so that a sliding-window group's smaller pool takes only its layers' bytes.
 class KvCacheStorage {
@@ -28,8 +28,8 @@ class KvCacheStorage {
   KvCacheView view_;
   std::vector<uint8_t> k_;
   std::vector<uint8_t> v_;
-  std::vector<float> k_scale_;
-  std::vector<float> v_scale_;
+  std::vector<uint8_t> k_scale_;  // the quantized types' scales
+  std::vector<uint8_t> v_scale_;
 };
 
 // Sequences that take fresh blocks from a bump allocator, and the step inputs for them. Every

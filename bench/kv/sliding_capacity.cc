@@ -40,7 +40,7 @@ struct Options {
   int max_tokens = 512;
   int swa_period = 6;   // llama.cpp's gemma3: 5 sliding-window layers, then 1 global
   int block_size = 16;
-  int element_bytes = 2;  // f16 K/V
+  int element_bits = 16;  // f16 K/V
   int max_num_batched_tokens = 2048;
   int watermark_blocks = 1;
   int requests = 0;  // 0: twice what the grouped pools predict
@@ -66,8 +66,8 @@ StatusOr<ModelConfig> ReadShape(const std::string& path, int swa_period) {
   return c;
 }
 
-KvGeometry Geometry(const ModelConfig& c, int num_layers, int element_bytes) {
-  return KvGeometry{num_layers, c.n_kv_heads, c.head_dim, element_bytes, 0};
+KvGeometry Geometry(const ModelConfig& c, int num_layers, int element_bits) {
+  return KvGeometry{num_layers, c.n_kv_heads, c.head_dim, element_bits, 0};
 }
 
 // Runs `n` requests of o.seq_tokens tokens through a scheduler over `kv` to the end.
@@ -136,11 +136,11 @@ int Run(const Options& o) {
   }
   const ModelConfig& c = *shape;
   const int b = o.block_size;
-  const KvGroupsShape groups{.full = Geometry(c, NumLayersInKvGroup(c, 0), o.element_bytes),
-                             .sliding = Geometry(c, NumLayersInKvGroup(c, 1), o.element_bytes),
+  const KvGroupsShape groups{.full = Geometry(c, NumLayersInKvGroup(c, 0), o.element_bits),
+                             .sliding = Geometry(c, NumLayersInKvGroup(c, 1), o.element_bits),
                              .sliding_window = c.sliding_window};
   const StatusOr<KvCachePlan> whole =
-      PlanKvCache(Geometry(c, c.n_layers, o.element_bytes), b, *budget);
+      PlanKvCache(Geometry(c, c.n_layers, o.element_bits), b, *budget);
   const int min_sliding_blocks =
       o.watermark_blocks + 1 + (o.max_num_batched_tokens + c.sliding_window - 1 + b - 1) / b;
   const StatusOr<KvGroupsPlan> split =

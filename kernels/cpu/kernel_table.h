@@ -74,14 +74,15 @@ using MatmulRangeFn = void (*)(const MatmulRange&);
 // One (token, KV head) unit of paged attention (paged_attention.h): the `group` query
 // heads sharing KV head `kv_head` attend over positions [begin, len) of the sequence whose
 // blocks are `blocks` (begin > 0: a sliding window; the KV before it is never read). K/V rows
-// are f16, f32 or int8 (then k_scale/v_scale hold a scale per (slot, KV head)). `scores` is
+// are f16, f32, int8 (then k_scale/v_scale hold a float per (slot, KV head)) or q4_0 (an f16
+// per block of 32 values: kv_cache_view.h). `scores` is
 // group × (len - ScoresBase(begin)) scratch, position j of head g at g × that + j - base.
 struct AttendArgs {
   const void* k;
   const void* v;
   KvType kv_type;
-  const float* k_scale;
-  const float* v_scale;
+  const void* k_scale;
+  const void* v_scale;
   int block_size;
   int n_kv_heads;
   int head_dim;

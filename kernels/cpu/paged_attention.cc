@@ -25,9 +25,57 @@ float QuantizeKvRowInt8(const float* x, int64_t n, int8_t* q) {
   return scale;
 }
 
+void QuantizeKvRowQ4_0(const float* x, int64_t n, uint8_t* codes, uint16_t* scales) {
+  constexpr int64_t kHalf = kKvQ4Block / 2;
+  for (int64_t b = 0; b < n / kKvQ4Block; ++b) {
+    const float* block = x + b * kKvQ4Block;
+    float amax = 0.0f, max = 0.0f;
+    for (int64_t j = 0; j < kKvQ4Block; ++j) {
+      if (amax < std::fabs(block[j])) {
+        amax = std::fabs(block[j]);
+        max = block[j];
+      }
+    }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    scales[b] = FloatToHalf(d);
+    // x · id lies in [-8, 8], so + 8.5 is positive and the cast truncates as ggml's does;
+    // clamped before the cast, where ggml clamps after, so that a NaN (a broken model's K)
+    // becomes code 15 instead of an undefined conversion.
+    auto code = [&](float x) { return static_cast<int>(std::min(15.0f, x * id + 8.5f)); };
+    for (int64_t j = 0; j < kHalf; ++j) {
+      codes[b * kHalf + j] = static_cast<uint8_t>(code(block[j]) | (code(block[j + kHalf]) << 4));
+    }
+  }
+}
+
+KvRotation KvRotationOf(KvType type, int head_dim) {
+  if (type != KvType::kQ4_0 || head_dim % 64 != 0) return {};
+  int keys = 64;
+  while (head_dim % (2 * keys) == 0) keys *= 2;
+  return {.keys = keys, .values = 64};
+}
+
+void HadamardRotate(float* x, int64_t len, int n) {
+  const float norm = 1.0f / std::sqrt(static_cast<float>(n));
+  for (float* block = x; block < x + len; block += n) {
+    for (int h = 1; h < n; h *= 2) {
+      for (int i = 0; i < n; i += 2 * h) {
+        for (int j = i; j < i + h; ++j) {
+          const float a = block[j], b = block[j + h];
+          block[j] = a + b;
+          block[j + h] = a - b;
+        }
+      }
+    }
+    for (int i = 0; i < n; ++i) block[i] *= norm;
+  }
+}
+
 void StoreKv(const KvCacheView& kv, std::span<const int64_t> slot_mapping, const float* k,
              const float* v) {
   const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
+  std::vector<float> rotated;  // q4_0: the token's K and V rows, rotated
   for (size_t t = 0; t < slot_mapping.size(); ++t) {
     const int64_t dst = slot_mapping[t] * row;
     const float* kt = k + static_cast<int64_t>(t) * row;
@@ -38,11 +86,28 @@ void StoreKv(const KvCacheView& kv, std::span<const int64_t> slot_mapping, const
       for (int h = 0; h < kv.n_kv_heads; ++h) {
         const int64_t off = static_cast<int64_t>(h) * kv.head_dim;
         const int64_t scale_index = slot_mapping[t] * kv.n_kv_heads + h;
-        kv.k_scale[scale_index] = QuantizeKvRowInt8(
+        static_cast<float*>(kv.k_scale)[scale_index] = QuantizeKvRowInt8(
             kt + off, kv.head_dim, static_cast<int8_t*>(kv.k) + dst + off);
-        kv.v_scale[scale_index] = QuantizeKvRowInt8(
+        static_cast<float*>(kv.v_scale)[scale_index] = QuantizeKvRowInt8(
             vt + off, kv.head_dim, static_cast<int8_t*>(kv.v) + dst + off);
       }
+    } else if (kv.type == KvType::kQ4_0) {
+      TM_CHECK(kv.k_scale != nullptr && kv.v_scale != nullptr) << "q4_0 KV needs scale arrays";
+      TM_CHECK(kv.head_dim % kKvQ4Block == 0) << "q4_0 KV needs heads of a multiple of 32";
+      const KvRotation rotation = KvRotationOf(kv.type, kv.head_dim);
+      if (rotation.keys > 0) {
+        rotated.assign(kt, kt + row);
+        rotated.insert(rotated.end(), vt, vt + row);
+        HadamardRotate(rotated.data(), row, rotation.keys);
+        HadamardRotate(rotated.data() + row, row, rotation.values);
+        kt = rotated.data();
+        vt = rotated.data() + row;
+      }
+      // Codes at byte dst / 2 of the pool, scales at f16 dst / 32.
+      QuantizeKvRowQ4_0(kt, row, static_cast<uint8_t*>(kv.k) + dst / 2,
+                        static_cast<uint16_t*>(kv.k_scale) + dst / kKvQ4Block);
+      QuantizeKvRowQ4_0(vt, row, static_cast<uint8_t*>(kv.v) + dst / 2,
+                        static_cast<uint16_t*>(kv.v_scale) + dst / kKvQ4Block);
     } else if (kv.type == KvType::kF16) {
       auto* kd = static_cast<uint16_t*>(kv.k) + dst;
       auto* vd = static_cast<uint16_t*>(kv.v) + dst;
@@ -82,11 +147,26 @@ inline int64_t KvOffset(const KvCacheView& kv, const int32_t* blocks, int32_t po
   return (slot * kv.n_kv_heads + head) * kv.head_dim;
 }
 
-}  // namespace
+// Runs attend(q) with q rotated as kv's keys are (KvRotationOf), then rotates its output back.
+template <typename Attend>
+void WithKvRotation(const KvCacheView& kv, const RaggedBatch& b, int n_heads, const float* q,
+                    float* out, const Attend& attend) {
+  const KvRotation rotation = KvRotationOf(kv.type, kv.head_dim);
+  if (rotation.keys == 0) {
+    attend(q);
+    return;
+  }
+  const int64_t size = b.num_tokens() * n_heads * kv.head_dim;
+  std::vector<float> q_rotated(q, q + size);
+  HadamardRotate(q_rotated.data(), size, rotation.keys);
+  attend(q_rotated.data());
+  HadamardRotate(out, size, rotation.values);
+}
 
-void PagedAttention(const CpuContext& ctx, const KvCacheView& kv, const RaggedBatch& b,
-                    const KvBlockTable& table, const float* q, int n_heads, float scale,
-                    float* out, const AttentionVariant& variant) {
+// PagedAttention over a query already rotated as the keys are.
+void AttendAll(const CpuContext& ctx, const KvCacheView& kv, const RaggedBatch& b,
+               const KvBlockTable& table, const float* q, int n_heads, float scale, float* out,
+               const AttentionVariant& variant) {
   TM_CHECK(KvTypeOnCpu(kv.type)) << "the CPU kernels do not read " << KvTypeName(kv.type);
   TM_CHECK(variant.sinks.empty() || std::ssize(variant.sinks) == n_heads) << "one sink per head";
   const std::vector<int32_t> seq_of = SequenceOfTokens(b);
@@ -120,6 +200,16 @@ void PagedAttention(const CpuContext& ctx, const KvCacheView& kv, const RaggedBa
   });
 }
 
+}  // namespace
+
+void PagedAttention(const CpuContext& ctx, const KvCacheView& kv, const RaggedBatch& b,
+                    const KvBlockTable& table, const float* q, int n_heads, float scale,
+                    float* out, const AttentionVariant& variant) {
+  WithKvRotation(kv, b, n_heads, q, out, [&](const float* q_rotated) {
+    AttendAll(ctx, kv, b, table, q_rotated, n_heads, scale, out, variant);
+  });
+}
+
 namespace {
 
 // The value of an FP8 E4M3 ("e4m3fn") code, for the reference only: the CPU kernels do not
@@ -132,23 +222,31 @@ double E4M3Value(uint8_t code) {
   return code & 0x80 ? -magnitude : magnitude;
 }
 
-}  // namespace
-
-void PagedAttentionReference(const KvCacheView& kv, const RaggedBatch& b,
-                             const KvBlockTable& table, const float* q, int n_heads,
-                             float scale, float* out, const AttentionVariant& variant) {
+// PagedAttentionReference over a query already rotated as the keys are.
+void ReferenceAll(const KvCacheView& kv, const RaggedBatch& b, const KvBlockTable& table,
+                  const float* q, int n_heads, float scale, float* out,
+                  const AttentionVariant& variant) {
   const std::vector<int32_t> seq_of = SequenceOfTokens(b);
   const int group = n_heads / kv.n_kv_heads;
   const int64_t d = kv.head_dim;
   // Element i of K or V (scales: its scale array), as float.
-  auto load = [&](const void* base, const float* scales, int64_t i) -> double {
+  auto load = [&](const void* base, const void* scales, int64_t i) -> double {
     switch (kv.type) {
       case KvType::kF16: return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
       case KvType::kF32: return static_cast<const float*>(base)[i];
       case KvType::kInt8:
-        return static_cast<double>(static_cast<const int8_t*>(base)[i]) * scales[i / d];
+        return static_cast<double>(static_cast<const int8_t*>(base)[i]) *
+               static_cast<const float*>(scales)[i / d];
       case KvType::kFp8:
-        return E4M3Value(static_cast<const uint8_t*>(base)[i]) * scales[i / d];
+        return E4M3Value(static_cast<const uint8_t*>(base)[i]) *
+               static_cast<const float*>(scales)[i / d];
+      case KvType::kQ4_0: {
+        // Element j of a block of 32: byte j % 16 of its codes, high nibble from j = 16 on.
+        const uint8_t byte = static_cast<const uint8_t*>(base)[i / kKvQ4Block * 16 + i % 16];
+        const int code = i % kKvQ4Block < 16 ? byte & 15 : byte >> 4;
+        return (code - 8) * static_cast<double>(
+                                HalfToFloat(static_cast<const uint16_t*>(scales)[i / kKvQ4Block]));
+      }
     }
     return 0.0;
   };
@@ -191,6 +289,16 @@ void PagedAttentionReference(const KvCacheView& kv, const RaggedBatch& b,
       }
     }
   }
+}
+
+}  // namespace
+
+void PagedAttentionReference(const KvCacheView& kv, const RaggedBatch& b,
+                             const KvBlockTable& table, const float* q, int n_heads,
+                             float scale, float* out, const AttentionVariant& variant) {
+  WithKvRotation(kv, b, n_heads, q, out, [&](const float* q_rotated) {
+    ReferenceAll(kv, b, table, q_rotated, n_heads, scale, out, variant);
+  });
 }
 
 }  // namespace tokenmill

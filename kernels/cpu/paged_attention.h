@@ -12,13 +12,35 @@
 namespace tokenmill {
 
 // Writes each token's K and V rows (n_kv_heads * head_dim floats) into its slot; int8
-// quantizes each (token, KV head) row with its own scale (QuantizeKvRowInt8).
+// quantizes each (token, KV head) row with its own scale (QuantizeKvRowInt8), q4_0 each block
+// of 32 of it (QuantizeKvRowQ4_0) after KvRotationOf's rotation.
 void StoreKv(const KvCacheView& kv, std::span<const int64_t> slot_mapping, const float* k,
              const float* v);
 
 // Symmetric int8 of one row of n values: returns scale = max|x| / 127 (0 for a zero row)
 // and q[i] = round(x[i] / scale), so |x[i] - q[i] * scale| <= scale / 2.
 float QuantizeKvRowInt8(const float* x, int64_t n, int8_t* q);
+
+// llama.cpp's Q4_0 of a row of n values (a multiple of 32), bit for bit as its
+// quantize_row_q4_0_ref: per block, d = (the value of largest magnitude) / -8 stored as f16 in
+// scales[b], codes min(15, trunc(x / d + 8.5)) (with 1/d of the unrounded d), element j of the
+// block in the low nibble of codes[16b + j] and element j + 16 in its high nibble.
+void QuantizeKvRowQ4_0(const float* x, int64_t n, uint8_t* codes, uint16_t* scales);
+
+// llama.cpp's rotation of a quantized KV cache (its attn_rot, on for its quantized types):
+// queries and keys pass through an orthonormal Walsh-Hadamard transform of the largest
+// power-of-two block (64 or more) dividing head_dim, values through blocks of 64 and the
+// attention output back through the same (H · H = I), so each block's outliers spread over
+// its codes. Here for q4_0; 0 where nothing is rotated (other types, heads not of whole 64s).
+struct KvRotation {
+  int keys = 0;
+  int values = 0;
+};
+KvRotation KvRotationOf(KvType type, int head_dim);
+
+// Each block of n (a power of two) values of x[0, len) becomes H_n times it: Sylvester's
+// Hadamard matrix (H_2s = [[H_s, H_s], [H_s, -H_s]]) over sqrt(n), as llama.cpp builds it.
+void HadamardRotate(float* x, int64_t len, int n);
 
 // What some families change in attention (all off by default).
 struct AttentionVariant {
@@ -42,7 +64,9 @@ struct AttentionVariant {
 // over its sequence's cached K/V at positions <= its own (those of its window: `variant`),
 // found through `table` (the block table of the layer's KV group in `batch`); one kernel for
 // prefill chunks and decode. Query heads sharing a KV head (GQA) are processed together. int8 K/V rows
-// are dequantized in registers (q · scale), never copied out at full precision.
+// are dequantized in registers (q · scale), never copied out at full precision; a q4_0 row is
+// dequantized (exactly) into one row of scratch and read as f32, the query rotated as its keys
+// and the output rotated back (KvRotationOf).
 void PagedAttention(const CpuContext& ctx, const KvCacheView& kv, const RaggedBatch& batch,
                     const KvBlockTable& table, const float* q, int n_heads, float scale,
                     float* out, const AttentionVariant& variant = {});

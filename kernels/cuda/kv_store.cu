@@ -52,9 +52,9 @@ __global__ void StoreQuantizedKvKernel(KvCacheView kv, const int64_t* slot_mappi
     const int64_t t = r / kv.n_kv_heads;
     const int64_t dst = slot_mapping[t] * kv.n_kv_heads + r % kv.n_kv_heads;
     QuantizeRowWarp<kFp8>(k + r * d, d, lane, static_cast<uint8_t*>(kv.k) + dst * d,
-                          kv.k_scale + dst);
+                          static_cast<float*>(kv.k_scale) + dst);
     QuantizeRowWarp<kFp8>(v + r * d, d, lane, static_cast<uint8_t*>(kv.v) + dst * d,
-                          kv.v_scale + dst);
+                          static_cast<float*>(kv.v_scale) + dst);
   }
 }
 
@@ -95,6 +95,8 @@ cudaError_t StoreKv(const KvCacheView& kv, const int64_t* slot_mapping, int64_t 
       return LaunchQuantized<false>(kv, slot_mapping, n_tokens, k, v, stream);
     case KvType::kFp8:
       return LaunchQuantized<true>(kv, slot_mapping, n_tokens, k, v, stream);
+    case KvType::kQ4_0:
+      return cudaErrorInvalidValue;  // the CPU only (CudaKvCache refuses it)
   }
   return cudaErrorInvalidValue;
 }

@@ -95,8 +95,8 @@ __device__ void LoadTile(const KvCacheView& kv, const int32_t* blocks, int kv_he
 #pragma unroll 1
     for (int p = threadIdx.x; p < n_pos; p += kThreads) {
       const int64_t row = row_of(p);
-      CopyAsync4(dst.k_scale + p, kv.k_scale + row);
-      CopyAsync4(dst.v_scale + p, kv.v_scale + row);
+      CopyAsync4(dst.k_scale + p, static_cast<const float*>(kv.k_scale) + row);
+      CopyAsync4(dst.v_scale + p, static_cast<const float*>(kv.v_scale) + row);
     }
   }
 }
@@ -338,6 +338,8 @@ cudaError_t PagedAttention(const KvCacheView& kv, const DeviceBatch& batch,
     case KvType::kFp8:
       if (kv.k_scale == nullptr || kv.v_scale == nullptr) return cudaErrorInvalidValue;
       return Launch<E4M3Code>(kv, batch, table, q, n_heads, scale, variant, workspace, out, stream);
+    case KvType::kQ4_0:
+      return cudaErrorInvalidValue;  // the CPU only (CudaKvCache refuses it)
   }
   return cudaErrorInvalidValue;
 }

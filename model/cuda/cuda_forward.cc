@@ -154,7 +154,8 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
 }
 
 Status CudaForwardPass::Forward(const ForwardInput& in, const KvCacheView& kv) {
-  if (KvScaleBytes(kv.type) > 0 && (kv.k_scale == nullptr || kv.v_scale == nullptr)) {
+  if (KvRowScaleBytes(kv.type, kv.head_dim) > 0 &&
+      (kv.k_scale == nullptr || kv.v_scale == nullptr)) {
     return InvalidArgumentError(std::string(KvTypeName(kv.type)) +
                                 " KV needs its scale arrays (CudaKvCache allocates them)");
   }

@@ -8,8 +8,8 @@ namespace tokenmill::cuda {
 
 int64_t CudaKvCache::BytesPerBlock(const ModelConfig& config, KvType type, int block_size) {
   // K and V of every layer: each (token, KV head) row's elements and, for int8/fp8, its scale.
-  const int64_t row_bytes = config.head_dim * KvElementBytes(type) + KvScaleBytes(type);
-  return 2 * static_cast<int64_t>(config.n_layers) * block_size * config.n_kv_heads * row_bytes;
+  return 2 * static_cast<int64_t>(config.n_layers) * block_size * config.n_kv_heads *
+         KvRowTotalBytes(type, config.head_dim);
 }
 
 StatusOr<CudaKvCache> CudaKvCache::Create(const ModelConfig& config, KvType type,
@@ -24,6 +24,10 @@ StatusOr<CudaKvCache> CudaKvCache::Create(const ModelConfig& config, KvType type
     return InvalidArgumentError("KV pools for " + std::to_string(group_num_blocks.size()) +
                                 " groups; the model has " + std::to_string(NumKvGroups(config)));
   }
+  if (type == KvType::kQ4_0) {
+    return InvalidArgumentError("q4_0 KV runs on the CPU only: with --device cuda use f16, f32, "
+                                "int8 or fp8");
+  }
   CudaKvCache cache;
   cache.layer_blocks_.assign(1, 0);
   for (int layer = 0; layer < config.n_layers; ++layer) {
@@ -32,7 +36,7 @@ StatusOr<CudaKvCache> CudaKvCache::Create(const ModelConfig& config, KvType type
         group_num_blocks[static_cast<size_t>(KvGroupOfLayer(config, layer))]);
   }
   const int64_t rows = cache.layer_blocks_.back() * block_size * config.n_kv_heads;
-  const int64_t bytes = rows * config.head_dim * KvElementBytes(type);
+  const int64_t bytes = rows * KvRowBytes(type, config.head_dim);
   TM_ASSIGN_OR_RETURN(cache.k_, DeviceBuffer::Allocate(bytes));
   TM_ASSIGN_OR_RETURN(cache.v_, DeviceBuffer::Allocate(bytes));
   TM_RETURN_IF_ERROR(cache.k_.Zero());
@@ -46,13 +50,14 @@ StatusOr<CudaKvCache> CudaKvCache::Create(const ModelConfig& config, KvType type
                             .head_dim = config.head_dim,
                             .layer_blocks = cache.layer_blocks_.data(),
                             .n_layers = config.n_layers};
-  if (KvScaleBytes(type) > 0) {
-    TM_ASSIGN_OR_RETURN(cache.k_scale_, DeviceBuffer::Allocate(rows * KvScaleBytes(type)));
-    TM_ASSIGN_OR_RETURN(cache.v_scale_, DeviceBuffer::Allocate(rows * KvScaleBytes(type)));
+  const int64_t scale_bytes = rows * KvRowScaleBytes(type, config.head_dim);
+  if (scale_bytes > 0) {
+    TM_ASSIGN_OR_RETURN(cache.k_scale_, DeviceBuffer::Allocate(scale_bytes));
+    TM_ASSIGN_OR_RETURN(cache.v_scale_, DeviceBuffer::Allocate(scale_bytes));
     TM_RETURN_IF_ERROR(cache.k_scale_.Zero());
     TM_RETURN_IF_ERROR(cache.v_scale_.Zero());
-    cache.view_.k_scale = static_cast<float*>(cache.k_scale_.data());
-    cache.view_.v_scale = static_cast<float*>(cache.v_scale_.data());
+    cache.view_.k_scale = cache.k_scale_.data();
+    cache.view_.v_scale = cache.v_scale_.data();
   }
   return cache;
 }

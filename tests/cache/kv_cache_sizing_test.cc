@@ -15,7 +15,7 @@ using ::testing::HasSubstr;
 
 // SmolLM2-135M: 30 layers, 3 KV heads of dim 64; fp16 K/V.
 constexpr KvGeometry kSmolLm2{
-    .num_layers = 30, .num_kv_heads = 3, .head_dim = 64, .element_bytes = 2};
+    .num_layers = 30, .num_kv_heads = 3, .head_dim = 64, .element_bits = 16};
 
 TEST(KvCacheSizingTest, BytesPerTokenCountsKAndVOfEveryLayer) {
   EXPECT_EQ(kSmolLm2.BytesPerToken(), 2 * 30 * 3 * 64 * 2);  // 23040
@@ -37,7 +37,7 @@ TEST(KvCacheSizingTest, FitsWholeBlocksInTheBudget) {
 TEST(KvCacheSizingTest, Int8CountsItsScalesAndFitsAboutTwiceTheTokens) {
   // int8 K/V with a 4-byte scale per (token, KV head) for K and for V.
   KvGeometry int8 = kSmolLm2;
-  int8.element_bytes = 1;
+  int8.element_bits = 8;
   int8.scale_bytes = 4;
   EXPECT_EQ(int8.BytesPerToken(), 2 * 30 * 3 * (64 * 1 + 4));  // 12240
   const StatusOr<KvCachePlan> plan = PlanKvCache(int8, 16, *ParseByteSize("2GiB"));
@@ -73,8 +73,8 @@ TEST(KvCacheSizingTest, RejectsAnEmptyGeometry) {
 
 // Gemma 3 270M: 18 layers (every sixth global), 1 KV head of 256, a 512-token window; f16.
 const KvGroupsShape kGemma3{
-    .full = {.num_layers = 3, .num_kv_heads = 1, .head_dim = 256, .element_bytes = 2},
-    .sliding = {.num_layers = 15, .num_kv_heads = 1, .head_dim = 256, .element_bytes = 2},
+    .full = {.num_layers = 3, .num_kv_heads = 1, .head_dim = 256, .element_bits = 16},
+    .sliding = {.num_layers = 15, .num_kv_heads = 1, .head_dim = 256, .element_bits = 16},
     .sliding_window = 512};
 
 TEST(KvCacheSizingTest, GroupBlocksPerRequest) {
@@ -100,7 +100,7 @@ TEST(KvCacheSizingTest, GroupPoolsFillUpTogetherForRequestsOfTheDesignLength) {
   EXPECT_LE(std::abs(by_full - by_sliding), 1) << by_full << " vs " << by_sliding;
   // Against every layer in full: 4.5x the requests of 8k tokens in the same bytes.
   const StatusOr<KvCachePlan> whole = PlanKvCache(
-      {.num_layers = 18, .num_kv_heads = 1, .head_dim = 256, .element_bytes = 2}, 16, budget);
+      {.num_layers = 18, .num_kv_heads = 1, .head_dim = 256, .element_bits = 16}, 16, budget);
   ASSERT_TRUE(whole.ok());
   EXPECT_EQ(whole->num_blocks / 512, 7);
   EXPECT_GE(std::min(by_full, by_sliding), 31);

@@ -1,11 +1,15 @@
 // KV cache element types through the engine: --kv-cache-memory buys blocks by element size
-// (int8 and fp8 take 1 byte plus a 4-byte scale per row of head_dim), fp8 is refused on the
-// CPU, and greedy decoding over a quantized cache stays batch-invariant (each row is
-// quantized alone, so a request's K/V never depend on its neighbours). Runs in engine_test
-// on the CPU and in engine_cuda_test on the GPU, where fp8 runs too.
+// (int8 and fp8 take 1 byte plus a 4-byte scale per row of head_dim, q4_0 18 bytes per 32
+// values), fp8 is refused on the CPU and q4_0 on the GPU and for heads not a multiple of 32,
+// and greedy decoding over a quantized cache stays batch-invariant (each row is quantized
+// alone, so a request's K/V never depend on its neighbours). Runs in engine_test on the CPU
+// and in engine_cuda_test on the GPU, where fp8 runs too.
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -18,7 +22,8 @@ namespace {
 #ifdef TOKENMILL_TEST_ON_CUDA
 const std::vector<KvType> kTypes = {KvType::kF16, KvType::kInt8, KvType::kFp8};
 #else
-const std::vector<KvType> kTypes = {KvType::kF16, KvType::kInt8};
+// q4_0 needs heads of a multiple of 32: SmolLM2's 64, not stories260K's 8.
+const std::vector<KvType> kTypes = {KvType::kF16, KvType::kInt8, KvType::kQ4_0};
 #endif
 
 TEST(EngineKvDtypeTest, KvCacheMemoryBuysBlocksByElementSize) {
@@ -31,8 +36,8 @@ TEST(EngineKvDtypeTest, KvCacheMemoryBuysBlocksByElementSize) {
     auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, config);
     ASSERT_TRUE(core.ok()) << KvTypeName(type) << ": " << core.status().ToString();
     // 2 (K, V) x layers x KV heads x (head_dim elements + scale) per token, 16 per block.
-    const int64_t row_bytes = c.head_dim * KvElementBytes(type) + KvScaleBytes(type);
-    const int64_t block_bytes = 2 * int64_t{c.n_layers} * c.n_kv_heads * row_bytes * 16;
+    const int64_t block_bytes =
+        2 * int64_t{c.n_layers} * c.n_kv_heads * KvRowTotalBytes(type, c.head_dim) * 16;
     EXPECT_EQ((*core)->Stats().num_kv_blocks, (int64_t{64} << 20) / block_bytes)
         << KvTypeName(type);
     blocks.push_back((*core)->Stats().num_kv_blocks);
@@ -40,9 +45,13 @@ TEST(EngineKvDtypeTest, KvCacheMemoryBuysBlocksByElementSize) {
   // SmolLM2 (30 layers, 3 KV heads of 64): 22.50 KiB per token with f16, 11.95 with int8.
   EXPECT_EQ(blocks[0], 182);
   EXPECT_EQ(blocks[1], 342);
-  if (kTypes.size() > 2) {
-    EXPECT_EQ(blocks[2], blocks[1]);  // fp8: int8's footprint
-  }
+#ifdef TOKENMILL_TEST_ON_CUDA
+  EXPECT_EQ(blocks[2], blocks[1]);  // fp8: int8's footprint
+#else
+  // q4_0: 6.33 KiB per token, within 2% of 64 / 18 = 3.56x f16's blocks.
+  EXPECT_EQ(blocks[2], 647);
+  EXPECT_NEAR(static_cast<double>(blocks[2]) / blocks[0], 64.0 / 18.0, 0.02 * 64.0 / 18.0);
+#endif
 }
 
 #ifndef TOKENMILL_TEST_ON_CUDA
@@ -52,36 +61,58 @@ TEST(EngineKvDtypeTest, Fp8IsRefusedOnTheCpuNamingTheFlag) {
   auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
   ASSERT_FALSE(core.ok());
   EXPECT_NE(core.status().message().find("--kv-cache-dtype fp8 needs --device cuda; on the CPU "
-                                         "use f16 or int8"),
+                                         "use f16, f32, int8 or q4_0"),
             std::string::npos)
+      << core.status().message();
+}
+
+TEST(EngineKvDtypeTest, Q4_0IsRefusedForHeadsThatAreNotBlocksOf32) {
+  EngineConfig config = SmallConfig();
+  config.kv_type = KvType::kQ4_0;
+  auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
+  ASSERT_FALSE(core.ok());
+  EXPECT_NE(core.status().message().find("q4_0 KV quantizes blocks of 32 values of a head; this "
+                                         "model's heads have 8"),
+            std::string::npos)
+      << core.status().message();
+}
+#else
+TEST(EngineKvDtypeTest, Q4_0IsRefusedOnTheGpuNamingTheFlag) {
+  EngineConfig config = SmallConfig();
+  config.kv_type = KvType::kQ4_0;
+  auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, config);
+  ASSERT_FALSE(core.ok());
+  EXPECT_NE(core.status().message().find("q4_0 runs on the CPU only"), std::string::npos)
       << core.status().message();
 }
 #endif
 
 // Eight requests together vs each alone, per KV type; and how far each type's greedy
-// tokens follow f16's (printed: quantization may flip near-ties).
-TEST(EngineKvDtypeTest, QuantizedGreedyIsBatchInvariant) {
-  const int vocab = Stories().tokenizer->vocab_size();
+// tokens follow f16's (printed: quantization may flip near-ties). types[0] is f16.
+void CheckGreedyIsBatchInvariant(const TestModel& m, const std::vector<KvType>& types,
+                                 int max_tokens) {
+  const int vocab = m.tokenizer->vocab_size();
   std::vector<std::vector<TokenId>> prompts;
   for (int i = 0; i < 8; ++i) prompts.push_back(RandomPrompt(5 + 9 * i, vocab, 300 + i));
   std::vector<std::vector<TokenId>> f16_tokens;
-  for (KvType type : kTypes) {
+  for (KvType type : types) {
     EngineConfig config = SmallConfig();
     config.kv_type = type;
     std::vector<std::vector<TokenId>> alone;
     for (const std::vector<TokenId>& prompt : prompts) {
-      auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
+      auto core = BuildEngineCore(*m.model, *m.tokenizer, config);
       ASSERT_TRUE(core.ok()) << core.status().ToString();
       Collector collector;
-      ASSERT_TRUE((*core)->Add(1, Greedy(prompt, 32, collector.Sink(1))).ok());
+      ASSERT_TRUE((*core)->Add(1, Greedy(prompt, max_tokens, collector.Sink(1))).ok());
       ASSERT_TRUE(RunToCompletion(**core));
       alone.push_back(collector[1].token_ids);
     }
-    auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
+    auto core = BuildEngineCore(*m.model, *m.tokenizer, config);
     ASSERT_TRUE(core.ok()) << core.status().ToString();
     Collector collector;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      ASSERT_TRUE((*core)->Add(i + 1, Greedy(prompts[i], 32, collector.Sink(i + 1))).ok());
+      ASSERT_TRUE(
+          (*core)->Add(i + 1, Greedy(prompts[i], max_tokens, collector.Sink(i + 1))).ok());
     }
     ASSERT_TRUE(RunToCompletion(**core));
     int same_as_f16 = 0;
@@ -98,10 +129,23 @@ TEST(EngineKvDtypeTest, QuantizedGreedyIsBatchInvariant) {
       f16_tokens = alone;
     } else {
       std::printf("%s KV: %d of %d greedy tokens before the first difference from f16\n",
-                  std::string(KvTypeName(type)).c_str(), same_as_f16, 8 * 32);
+                  std::string(KvTypeName(type)).c_str(), same_as_f16, 8 * max_tokens);
     }
   }
 }
+
+TEST(EngineKvDtypeTest, QuantizedGreedyIsBatchInvariant) {
+  std::vector<KvType> types;
+  std::copy_if(kTypes.begin(), kTypes.end(), std::back_inserter(types),
+               [](KvType t) { return t != KvType::kQ4_0; });
+  CheckGreedyIsBatchInvariant(Stories(), types, 32);
+}
+
+#ifndef TOKENMILL_TEST_ON_CUDA
+TEST(EngineKvDtypeTest, Q4_0GreedyIsBatchInvariant) {
+  CheckGreedyIsBatchInvariant(SmolLm2(), {KvType::kF16, KvType::kQ4_0}, 16);
+}
+#endif
 
 }  // namespace
 }  // namespace tokenmill::testing

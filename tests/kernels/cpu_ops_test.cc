@@ -57,13 +57,13 @@ struct AttentionSetup {
 // A paged KV layer of `blocks` blocks whose every slot holds random K/V (the "cached prefix").
 struct RandomKvCache {
   std::vector<uint8_t> k_mem, v_mem;
-  std::vector<float> k_scale, v_scale;
+  std::vector<uint8_t> k_scale, v_scale;
   KvCacheView layer;
   RandomKvCache(KvType type, int blocks, int block_size, int kv_heads, int head_dim,
                 std::mt19937& rng)
-      : k_mem(size_t(blocks) * block_size * kv_heads * head_dim * KvElementBytes(type)),
+      : k_mem(size_t(blocks) * block_size * kv_heads * KvRowBytes(type, head_dim)),
         v_mem(k_mem.size()),
-        k_scale(type == KvType::kInt8 ? size_t(blocks) * block_size * kv_heads : 0),
+        k_scale(size_t(blocks) * block_size * kv_heads * KvRowScaleBytes(type, head_dim)),
         v_scale(k_scale.size()),
         layer{type,     k_mem.data(), v_mem.data(),
               blocks,   block_size,   kv_heads,
@@ -113,6 +113,60 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<1>(param_info.param));
     });
 
+// q4_0 needs heads of whole blocks of 32.
+INSTANTIATE_TEST_SUITE_P(
+    Q4_0, PagedAttentionTest,
+    ::testing::Combine(::testing::Values(KvType::kQ4_0), ::testing::Values(32, 64, 128)),
+    [](const ::testing::TestParamInfo<std::tuple<KvType, int>>& param_info) {
+      return "q4_0_d" + std::to_string(std::get<1>(param_info.param));
+    });
+
+// Against the matrix llama.cpp builds (ggml_gen_hadamard: H_1 = 1 / sqrt(n), each doubling
+// [[H, H], [H, -H]]), multiplied out in double; and H · H = I.
+TEST(KvRotationTest, HadamardRotateIsLlamaCppsMatrixAndItsOwnInverse) {
+  for (int n : {64, 128, 256}) {
+    std::vector<double> h(static_cast<size_t>(n) * n);
+    h[0] = 1.0 / std::sqrt(static_cast<double>(n));
+    for (int s = 1; s < n; s *= 2) {
+      for (int i = 0; i < s; ++i) {
+        for (int j = 0; j < s; ++j) {
+          const double v = h[i * n + j];
+          h[(i + s) * n + j] = v;
+          h[i * n + j + s] = v;
+          h[(i + s) * n + j + s] = -v;
+        }
+      }
+    }
+    std::mt19937 rng(n);
+    const std::vector<float> x = Random(2 * n, rng);  // two blocks
+    std::vector<float> y = x;
+    HadamardRotate(y.data(), 2 * n, n);
+    for (int b = 0; b < 2; ++b) {
+      for (int i = 0; i < n; ++i) {
+        double expected = 0.0;
+        for (int j = 0; j < n; ++j) expected += h[i * n + j] * x[b * n + j];
+        ASSERT_NEAR(y[b * n + i], expected, 1e-5) << "n " << n << " row " << i;
+      }
+    }
+    HadamardRotate(y.data(), 2 * n, n);
+    for (int i = 0; i < 2 * n; ++i) ASSERT_NEAR(y[i], x[i], 1e-5) << "n " << n;
+  }
+}
+
+// As llama.cpp's llama_kv_cache: keys by the largest power-of-two block of 64 or more
+// dividing the head, values by 64, nothing for heads not of whole 64s or unquantized types.
+TEST(KvRotationTest, BlocksFollowTheHeadSize) {
+  EXPECT_EQ(KvRotationOf(KvType::kQ4_0, 64).keys, 64);
+  EXPECT_EQ(KvRotationOf(KvType::kQ4_0, 128).keys, 128);
+  EXPECT_EQ(KvRotationOf(KvType::kQ4_0, 256).keys, 256);
+  EXPECT_EQ(KvRotationOf(KvType::kQ4_0, 192).keys, 64);
+  EXPECT_EQ(KvRotationOf(KvType::kQ4_0, 256).values, 64);
+  EXPECT_EQ(KvRotationOf(KvType::kQ4_0, 96).keys, 0);
+  EXPECT_EQ(KvRotationOf(KvType::kQ4_0, 32).values, 0);
+  EXPECT_EQ(KvRotationOf(KvType::kInt8, 128).keys, 0);
+  EXPECT_EQ(KvRotationOf(KvType::kF16, 128).values, 0);
+}
+
 // Makes the K and V of `slot` NaN, so that any read of it shows in the output.
 void PoisonSlot(const KvCacheView& kv, int64_t slot) {
   const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
@@ -125,9 +179,16 @@ void PoisonSlot(const KvCacheView& kv, int64_t slot) {
       default: break;
     }
   }
-  if (kv.k_scale != nullptr) {
+  if (kv.type == KvType::kInt8) {
+    auto* k_scale = static_cast<float*>(kv.k_scale);
+    auto* v_scale = static_cast<float*>(kv.v_scale);
     for (int h = 0; h < kv.n_kv_heads; ++h) {
-      kv.k_scale[slot * kv.n_kv_heads + h] = kv.v_scale[slot * kv.n_kv_heads + h] = NAN;
+      k_scale[slot * kv.n_kv_heads + h] = v_scale[slot * kv.n_kv_heads + h] = NAN;
+    }
+  }
+  if (kv.type == KvType::kQ4_0) {  // every block's f16 scale a NaN
+    for (int64_t b = slot * row / kKvQ4Block; b < (slot + 1) * row / kKvQ4Block; ++b) {
+      static_cast<uint16_t*>(kv.k_scale)[b] = static_cast<uint16_t*>(kv.v_scale)[b] = 0x7e00;
     }
   }
 }

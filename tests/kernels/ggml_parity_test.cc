@@ -1,6 +1,7 @@
 // Matmuls against llama.cpp's own CPU code, bit for bit: ggml's quantize_row_q8_1 /
-// quantize_row_q8_0 / quantize_row_q8_K and ggml_vec_dot_{q4_1_q8_1, q4_0_q8_0, q8_0_q8_0,
-// q5_0_q8_0, q5_1_q8_1, iq4_nl_q8_0, mxfp4_q8_0, q2_K..q6_K_q8_K, iq4_xs_q8_K, f32}, taken from the
+// quantize_row_q8_0 / quantize_row_q8_K, quantize_row_q4_0 (a q4_0 KV row) and
+// ggml_vec_dot_{q4_1_q8_1, q4_0_q8_0, q8_0_q8_0, q5_0_q8_0, q5_1_q8_1, iq4_nl_q8_0,
+// mxfp4_q8_0, q2_K..q6_K_q8_K, iq4_xs_q8_K, f32}, taken from the
 // libggml-cpu.so that llama-cpp-python ships (found by CMake in the project's .venv, or named by
 // TOKENMILL_GGML_CPU_LIB), through its public ggml_get_type_traits_cpu. That library is built
 // for AVX2 (scripts/setup), so its vec_dot functions run their AVX2 paths: the order our
@@ -23,6 +24,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/paged_attention.h"
 #include "kernels/dequantize_k_quants.h"
 #include "kernels/half.h"
 #include "kernels/tensor_type.h"
@@ -199,6 +201,47 @@ TEST(GgmlParityTest, QuantizedActivationsEqualGgmlQ8_1AndQ8_0) {
       EXPECT_EQ(ours[b].scaled_sum, HalfToFloat(s1)) << IsaName(isa) << " block " << b;
       EXPECT_EQ(0, std::memcmp(ours[b].q, &q8_1[b * 36 + 4], 32)) << IsaName(isa) << " " << b;
       EXPECT_EQ(0, std::memcmp(ours[b].q, &q8_0[b * 34 + 2], 32)) << IsaName(isa) << " " << b;
+    }
+  }
+}
+
+// A q4_0 KV row is what llama.cpp's cache holds with -ctk/-ctv q4_0 (its set_rows quantizes
+// through from_float), bit for bit: block_q4_0 = {f16 d, uint8 qs[16]}; our codes and scales
+// keep the same bytes in arrays of their own.
+TEST(GgmlParityTest, Q4_0KvRowsEqualGgmlQ4_0) {
+  Ggml ggml;
+  if (!ggml.loaded()) GTEST_SKIP() << "llama-cpp-python's libggml-cpu.so not found";
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr int64_t kRow = 128;
+  std::vector<std::vector<float>> rows;
+  for (int r = 0; r < 200; ++r) {  // magnitudes 1e-3 to 1e2, a row of K or V each
+    std::vector<float> row(kRow);
+    const float magnitude = std::pow(10.0f, static_cast<float>(r % 6) - 3.0f);
+    for (float& v : row) v = magnitude * normal(rng);
+    rows.push_back(row);
+  }
+  std::vector<float> special(kRow, 0.0f);  // block 0 zero
+  for (int i = 0; i < 32; ++i) special[32 + i] = 0.25f * static_cast<float>(i - 16);  // ties
+  special[64] = 3.0f;  // block 2: +3 before -3, the first largest magnitude wins
+  special[70] = -3.0f;
+  for (int i = 96; i < 128; ++i) special[i] = 1e-7f * static_cast<float>(i - 100);  // subnormal d
+  rows.push_back(special);
+  std::vector<float> huge(kRow);
+  for (float& v : huge) v = 1e6f * normal(rng);  // d past f16's range: inf, as ggml stores it
+  rows.push_back(huge);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::vector<uint8_t> ggml_blocks(kRow / 32 * 18);
+    ggml.traits(kGgmlQ4_0).from_float(rows[r].data(), ggml_blocks.data(), kRow);
+    std::vector<uint8_t> codes(kRow / 2);
+    std::vector<uint16_t> scales(kRow / 32);
+    QuantizeKvRowQ4_0(rows[r].data(), kRow, codes.data(), scales.data());
+    for (size_t b = 0; b < scales.size(); ++b) {
+      uint16_t d;
+      std::memcpy(&d, &ggml_blocks[b * 18], 2);
+      EXPECT_EQ(scales[b], d) << "row " << r << " block " << b;
+      EXPECT_EQ(0, std::memcmp(&codes[b * 16], &ggml_blocks[b * 18 + 2], 16))
+          << "row " << r << " block " << b;
     }
   }
 }

@@ -99,6 +99,12 @@ TEST(KvCacheViewTest, ALayerIsAViewOfItsOwnBlocks) {
                         nullptr, 3};
   EXPECT_EQ(static_cast<uint8_t*>(f16.Layer(1).k), k.data() + 5 * 4 * 2 * 4 * 2);
   EXPECT_EQ(f16.Layer(1).k_scale, nullptr);
+  // q4_0 rows of 64: 32 bytes of codes, two f16 scales.
+  const KvCacheView q4{KvType::kQ4_0, k.data(), v.data(), 5, 4, 2, 64, k_scale.data(),
+                       v_scale.data(), nullptr, 3};
+  EXPECT_EQ(static_cast<uint8_t*>(q4.Layer(2).k), k.data() + 2 * 5 * 4 * 2 * 32);
+  EXPECT_EQ(static_cast<uint8_t*>(q4.Layer(2).v_scale),
+            reinterpret_cast<uint8_t*>(v_scale.data()) + 2 * 5 * 4 * 2 * 4);
 }
 
 // KV groups of different pool sizes: layer 1 (a sliding-window group's, 2 blocks) sits

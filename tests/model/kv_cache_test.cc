@@ -33,11 +33,12 @@ float Load(const KvCacheView& layer, bool k, int64_t i) {
     case KvType::kF16: return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
     case KvType::kF32: return static_cast<const float*>(base)[i];
     case KvType::kInt8: {
-      const float* scales = k ? layer.k_scale : layer.v_scale;
+      const auto* scales = static_cast<const float*>(k ? layer.k_scale : layer.v_scale);
       return static_cast<const int8_t*>(base)[i] * scales[i / layer.head_dim];
     }
     case KvType::kFp8:
-      break;  // no CPU store: the CUDA tests cover it
+    case KvType::kQ4_0:
+      break;  // no CPU store (fp8: the CUDA tests cover it) or heads of 24 (q4_0)
   }
   return NAN;
 }
@@ -129,22 +130,38 @@ TEST(BatchBuilderTest, TruncateKeepsThePrefixAndReusesItsBlocks) {
   EXPECT_TRUE(ValidateRaggedBatch(b, 4, 4).ok());
 }
 
-TEST(KvTypeTest, NamesRoundTripAndFp8IsCudaOnly) {
-  for (KvType type : {KvType::kF16, KvType::kF32, KvType::kInt8, KvType::kFp8}) {
+TEST(KvTypeTest, NamesRoundTripAndEachDeviceRefusesWhatItLacks) {
+  for (KvType type : {KvType::kF16, KvType::kF32, KvType::kInt8, KvType::kFp8, KvType::kQ4_0}) {
     const StatusOr<KvType> parsed = ParseKvType(KvTypeName(type));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, type);
   }
-  EXPECT_EQ(KvElementBytes(KvType::kInt8), 1);
-  EXPECT_EQ(KvScaleBytes(KvType::kInt8), 4);
-  EXPECT_EQ(KvScaleBytes(KvType::kF16), 0);
-  EXPECT_EQ(KvElementBytes(KvType::kFp8), 1);
-  EXPECT_EQ(KvScaleBytes(KvType::kFp8), 4);
+  EXPECT_EQ(KvRowBytes(KvType::kInt8, 64), 64);
+  EXPECT_EQ(KvRowScaleBytes(KvType::kInt8, 64), 4);
+  EXPECT_EQ(KvRowScaleBytes(KvType::kF16, 64), 0);
+  EXPECT_EQ(KvRowBytes(KvType::kFp8, 64), 64);
+  EXPECT_EQ(KvRowScaleBytes(KvType::kFp8, 64), 4);
+  // llama.cpp's Q4_0: 32 values in 18 bytes, 3.56x fewer than f16's 64.
+  EXPECT_EQ(KvRowTotalBytes(KvType::kQ4_0, 32), 18);
+  EXPECT_EQ(KvRowTotalBytes(KvType::kQ4_0, 128), 4 * 18);
   EXPECT_TRUE(KvTypeOnCpu(KvType::kInt8));
+  EXPECT_TRUE(KvTypeOnCpu(KvType::kQ4_0));
   EXPECT_FALSE(KvTypeOnCpu(KvType::kFp8));
+  EXPECT_FALSE(KvTypeOnCuda(KvType::kQ4_0));
+  EXPECT_TRUE(CheckKvTypeOnDevice(KvType::kQ4_0, false, "--kv-type").ok());
+  const Status on_cuda = CheckKvTypeOnDevice(KvType::kQ4_0, true, "--kv-cache-dtype");
+  EXPECT_EQ(on_cuda.message(), "--kv-cache-dtype q4_0 runs on the CPU only; with --device cuda "
+                               "use f16, f32, int8 or fp8");
+  const Status on_cpu = CheckKvTypeOnDevice(KvType::kFp8, false, "--kv-type");
+  EXPECT_EQ(on_cpu.message(),
+            "--kv-type fp8 needs --device cuda; on the CPU use f16, f32, int8 or q4_0");
+  EXPECT_TRUE(CheckKvTypeFits(KvType::kQ4_0, 64).ok());
+  const Status fits = CheckKvTypeFits(KvType::kQ4_0, 48);
+  EXPECT_EQ(fits.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(fits.message().find("heads have 48"), std::string::npos) << fits.message();
   const StatusOr<KvType> int4 = ParseKvType("int4");
   ASSERT_FALSE(int4.ok());
-  EXPECT_NE(int4.status().message().find("f16, f32, int8 or fp8"), std::string::npos);
+  EXPECT_NE(int4.status().message().find("f16, f32, int8, q4_0"), std::string::npos);
 }
 
 }  // namespace

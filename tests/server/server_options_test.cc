@@ -181,6 +181,10 @@ TEST(MakeEngineConfig, MapsFlagsToTheEngine) {
   config = MakeEngineConfig(options, 0);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->kv_type, KvType::kInt8);
+  options.kv_cache_dtype = "q4_0";
+  config = MakeEngineConfig(options, 0);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->kv_type, KvType::kQ4_0);
 }
 
 TEST(MakeEngineConfig, FractionOfAvailableMemory) {
@@ -215,6 +219,10 @@ TEST(MakeEngineConfig, CudaWhereAGpuIsElseRefused) {
   EXPECT_EQ(cuda->device, Device::kCuda);
   EXPECT_EQ(cuda->kv_cache_fraction, 0.5);  // of the GPU's memory, not of the host's
   EXPECT_EQ(cuda->cuda_cublas_min_tokens, 64);
+  options.kv_cache_dtype = "q4_0";
+  const StatusOr<EngineConfig> q4 = MakeEngineConfig(options, int64_t{4} << 30);
+  ASSERT_FALSE(q4.ok());
+  EXPECT_THAT(q4.status().message(), HasSubstr("--kv-cache-dtype q4_0 runs on the CPU only"));
 }
 
 TEST(MakeEngineConfig, Fp8KvCacheNeedsCuda) {

@@ -689,8 +689,8 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
 
   // CPU: store every K/V row, then the reference attention over the stored values. fp8,
   // which the CPU kernels do not write, is quantized row by row with QuantizeKvRow.
-  const int64_t elem = KvElementBytes(c.kv_type);
-  const bool quantized = KvScaleBytes(c.kv_type) > 0;
+  const int64_t elem = KvRowBytes(c.kv_type, 1);  // the types here have whole-byte elements
+  const bool quantized = KvRowScaleBytes(c.kv_type, c.head_dim) > 0;
   const int64_t n_rows = num_blocks * block_size * c.n_kv_heads;
   std::vector<uint8_t> k_cache(num_blocks * block_size * row * elem),
       v_cache(num_blocks * block_size * row * elem);

@@ -103,9 +103,8 @@ TEST_P(CudaKvQuantTest, GreedyArgmaxFollowsF16) {
 TEST_P(CudaKvQuantTest, PoolBytesFollowTheElementSize) {
   const ModelConfig& c = model_->config();
   for (KvType type : {KvType::kF16, KvType::kInt8, KvType::kFp8}) {
-    const KvGeometry geometry{c.n_layers, c.n_kv_heads, c.head_dim,
-                              static_cast<int>(KvElementBytes(type)),
-                              static_cast<int>(KvScaleBytes(type))};
+    const KvGeometry geometry{c.n_layers, c.n_kv_heads, c.head_dim, KvElementBits(type),
+                              static_cast<int>(KvRowScaleBytes(type, c.head_dim))};
     auto plan = PlanKvCache(geometry, 16, int64_t{1} << 30);
     ASSERT_TRUE(plan.ok());
     const int64_t per_block = CudaKvCache::BytesPerBlock(c, type, 16);

@@ -54,6 +54,27 @@ def test_errors_say_what_to_change():
     assert out_of_vocab.returncode != 0 and "vocabulary" in out_of_vocab.stderr
     no_prompt = generate("--model", STORIES)
     assert no_prompt.returncode != 0
+    # stories260K's heads have 8 values: q4_0 KV quantizes blocks of 32.
+    q4_0 = generate("--model", STORIES, "--prompt", "hi", "--kv-type", "q4_0")
+    assert q4_0.returncode != 0 and "heads have 8" in q4_0.stderr, q4_0.stderr
+    fp8 = generate("--model", STORIES, "--prompt", "hi", "--kv-type", "fp8")
+    assert fp8.returncode != 0 and "needs --device cuda" in fp8.stderr, fp8.stderr
+
+
+def test_q4_0_kv_on_the_default_model():
+    """SmolLM2's heads of 64 take q4_0 (rotated as llama.cpp rotates them): the prompt's
+    greedy continuation still starts as f16's does."""
+    smollm2 = os.path.join(MODELS, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    prompt = golden("SmolLM2-135M-Instruct.Q4_1")["prompts"][0]
+    ids = ",".join(str(t) for t in prompt["prompt_tokens"])
+    runs = {}
+    for kv_type in ("f16", "q4_0"):
+        result = generate("--model", smollm2, "--prompt-tokens", ids, "--max-tokens", "4",
+                          "--json", "--kv-type", kv_type, "--threads", "2")
+        assert result.returncode == 0, result.stderr
+        runs[kv_type] = json.loads(result.stdout)["tokens"]
+    assert len(runs["q4_0"]) == 4
+    assert runs["q4_0"][0] == runs["f16"][0], runs
 
 
 def test_device_cuda_gives_llama_cpp_greedy_tokens_or_says_to_use_the_cpu():
