@@ -145,6 +145,33 @@ TEST(EngineKvDtypeTest, QuantizedGreedyIsBatchInvariant) {
 TEST(EngineKvDtypeTest, Q4_0GreedyIsBatchInvariant) {
   CheckGreedyIsBatchInvariant(SmolLm2(), {KvType::kF16, KvType::kQ4_0}, 16);
 }
+
+// A request that finds its prompt's q4_0 blocks cached (codes and scales reused as stored)
+// continues exactly as it does from a cold cache.
+TEST(EngineKvDtypeTest, Q4_0PrefixCacheHitEqualsMiss) {
+  const TestModel& m = SmolLm2();
+  std::vector<TokenId> prompt = RandomPrompt(48, m.tokenizer->vocab_size(), 11);
+  prompt.push_back(300);
+  EngineConfig config = SmallConfig();
+  config.kv_type = KvType::kQ4_0;
+  EngineConfig no_cache = config;
+  no_cache.enable_prefix_caching = false;
+  auto cold_core = BuildEngineCore(*m.model, *m.tokenizer, no_cache);
+  ASSERT_TRUE(cold_core.ok()) << cold_core.status().ToString();
+  Collector cold;
+  ASSERT_TRUE((*cold_core)->Add(1, Greedy(prompt, 12, cold.Sink(1))).ok());
+  ASSERT_TRUE(RunToCompletion(**cold_core));
+  auto core = BuildEngineCore(*m.model, *m.tokenizer, config);
+  ASSERT_TRUE(core.ok()) << core.status().ToString();
+  Collector warm;
+  for (RequestId id : {1, 2}) {
+    ASSERT_TRUE((*core)->Add(id, Greedy(prompt, 12, warm.Sink(id))).ok());
+    ASSERT_TRUE(RunToCompletion(**core));
+  }
+  EXPECT_EQ(warm[2].final_event.usage.cached_prompt_tokens, 48);
+  EXPECT_EQ(warm[1].token_ids, cold[1].token_ids);
+  EXPECT_EQ(warm[2].token_ids, cold[1].token_ids);
+}
 #endif
 
 }  // namespace
