@@ -227,7 +227,7 @@ Command AddGenerateCommand(CLI::App& app) {
   sub->add_option("--threads", o->threads, "CPU threads (default: all)");
   sub->add_option("--isa", o->isa, "kernels: scalar, avx2 or avx512vnni (default: best)");
   sub->add_option("--kv-type", o->kv_type,
-                  "KV cache element type: f16 (default), f32, int8, q4_0 (the CPU) or fp8 "
+                  "KV cache element type: f16 (default), f32, int8, q4_0 or int4 (the CPU) or fp8 "
                   "(--device cuda)");
   sub->add_option("--device", o->device, "cpu (default) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));

@@ -258,7 +258,7 @@ Command AddPerplexityCommand(CLI::App& app) {
   sub->add_option("--ctx", o->ctx, "tokens per chunk (default 512)");
   sub->add_option("--max-chunks", o->max_chunks, "score at most this many chunks (0: all)");
   sub->add_option("--kv-type", o->kv_type,
-                  "KV cache element type: f16 (default), f32, int8 or q4_0");
+                  "KV cache element type: f16 (default), f32, int8, q4_0 or int4");
   sub->add_option("--compare-kv-type", o->compare_kv_type,
                   "also run over this KV type; report its perplexity and mean KL divergence");
   sub->add_option("--threads", o->threads, "CPU threads (default: all)");

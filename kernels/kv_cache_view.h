@@ -15,10 +15,17 @@ namespace tokenmill {
 // of 4-bit codes a block in the row (element j in the low nibble of byte j, j + 16 in its high
 // one; x ≈ (code - 8) · d), and the blocks' f16 scales d in the scale arrays, so a row's codes
 // stay whole 16-byte pieces. 32 values in 18 bytes; the CPU only.
-enum class KvType { kF16, kF32, kInt8, kFp8, kQ4_0 };
+// kInt4: asymmetric 4-bit (LMDeploy's int4 KV): per group of kKvInt4Group values of a row, an
+// f16 scale and an f16 zero point (x ≈ code · scale + zero, codes 0..15 spanning the group's
+// min to max), the codes packed as q4_0's blocks of 32, each group's (scale, zero) pair in the
+// scale arrays. The CPU only.
+enum class KvType { kF16, kF32, kInt8, kFp8, kQ4_0, kInt4 };
 
-// Values a Q4_0 scale covers.
+// Values a Q4_0 scale covers; the packing unit of both 4-bit types' codes.
 constexpr int64_t kKvQ4Block = 32;
+// Values an int4 (scale, zero) pair covers: 32, by measurement (docs/benchmarks.md: 64 cost
+// more KL than q4_0 in the same bytes).
+constexpr int64_t kKvInt4Group = 32;
 
 // Bits of one K (or V) element's code.
 constexpr int KvElementBits(KvType type) {
@@ -28,6 +35,7 @@ constexpr int KvElementBits(KvType type) {
     case KvType::kInt8: return 8;
     case KvType::kFp8: return 8;
     case KvType::kQ4_0: return 4;
+    case KvType::kInt4: return 4;
   }
   return 0;
 }
@@ -38,12 +46,13 @@ constexpr int64_t KvRowBytes(KvType type, int64_t head_dim) {
 }
 
 // Bytes of the scales of one such row: a float for int8 and fp8, an f16 a block of 32 for
-// q4_0, else 0.
+// q4_0, two f16s a group for int4, else 0.
 constexpr int64_t KvRowScaleBytes(KvType type, int64_t head_dim) {
   switch (type) {
     case KvType::kInt8:
     case KvType::kFp8: return 4;
     case KvType::kQ4_0: return head_dim / kKvQ4Block * 2;
+    case KvType::kInt4: return head_dim / kKvInt4Group * 4;
     default: return 0;
   }
 }
@@ -56,7 +65,7 @@ constexpr int64_t KvRowTotalBytes(KvType type, int64_t head_dim) {
 // K and V blocks of n_layers layers in host or device memory; non-owning. K is
 // [layer][block][offset in block][kv head][row of head_dim], V alike; the quantized types add
 // k_scale and v_scale, KvRowScaleBytes per [layer][block][offset in block][kv head] (a float
-// for int8 and fp8, q4_0's f16s). Every layer has num_blocks blocks, unless layer_blocks says
+// for int8 and fp8, q4_0's f16s, int4's f16 pairs). Every layer has num_blocks blocks, unless layer_blocks says
 // otherwise: with KV groups of different pool sizes (kernels/paged_kv.h), layer l has the
 // blocks [layer_blocks[l], layer_blocks[l + 1]) of the whole arrays (n_layers + 1 running
 // totals, host memory). The kernels take one layer's view (n_layers 1, from Layer).

@@ -4,7 +4,7 @@ namespace tokenmill {
 
 bool KvTypeOnCpu(KvType type) { return type != KvType::kFp8; }
 
-bool KvTypeOnCuda(KvType type) { return type != KvType::kQ4_0; }
+bool KvTypeOnCuda(KvType type) { return type != KvType::kQ4_0 && type != KvType::kInt4; }
 
 Status CheckKvTypeOnDevice(KvType type, bool cuda, std::string_view flag) {
   if (cuda && !KvTypeOnCuda(type)) {
@@ -14,7 +14,8 @@ Status CheckKvTypeOnDevice(KvType type, bool cuda, std::string_view flag) {
   }
   if (!cuda && !KvTypeOnCpu(type)) {
     return InvalidArgumentError(std::string(flag) + " " + std::string(KvTypeName(type)) +
-                                " needs --device cuda; on the CPU use f16, f32, int8 or q4_0");
+                                " needs --device cuda; on the CPU use f16, f32, int8, q4_0 or "
+                                "int4");
   }
   return OkStatus();
 }
@@ -24,6 +25,11 @@ Status CheckKvTypeFits(KvType type, int head_dim) {
     return InvalidArgumentError("q4_0 KV quantizes blocks of 32 values of a head; this model's "
                                 "heads have " + std::to_string(head_dim) +
                                 ": use f16, f32 or int8");
+  }
+  if (type == KvType::kInt4 && head_dim % kKvInt4Group != 0) {
+    return InvalidArgumentError("int4 KV quantizes groups of " + std::to_string(kKvInt4Group) +
+                                " values of a head; this model's heads have " +
+                                std::to_string(head_dim) + ": use f16, f32 or int8");
   }
   return OkStatus();
 }
@@ -35,16 +41,19 @@ std::string_view KvTypeName(KvType type) {
     case KvType::kInt8: return "int8";
     case KvType::kFp8: return "fp8";
     case KvType::kQ4_0: return "q4_0";
+    case KvType::kInt4: return "int4";
   }
   return "?";
 }
 
 StatusOr<KvType> ParseKvType(std::string_view name) {
-  for (KvType type : {KvType::kF16, KvType::kF32, KvType::kInt8, KvType::kFp8, KvType::kQ4_0}) {
+  for (KvType type :
+       {KvType::kF16, KvType::kF32, KvType::kInt8, KvType::kFp8, KvType::kQ4_0, KvType::kInt4}) {
     if (name == KvTypeName(type)) return type;
   }
   return InvalidArgumentError("unknown KV cache type \"" + std::string(name) +
-                              "\": use f16, f32, int8, q4_0 (the CPU only) or fp8 (--device cuda only)");
+                              "\": use f16, f32, int8, q4_0 or int4 (the CPU only) or fp8 (--device cuda "
+                              "only)");
 }
 
 }  // namespace tokenmill

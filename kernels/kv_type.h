@@ -10,7 +10,8 @@
 
 namespace tokenmill {
 
-// Whether the CPU kernels read this type (all but fp8), and the CUDA ones (all but q4_0).
+// Whether the CPU kernels read this type (all but fp8), and the CUDA ones (all but the 4-bit
+// types).
 bool KvTypeOnCpu(KvType type);
 bool KvTypeOnCuda(KvType type);
 
@@ -18,10 +19,11 @@ bool KvTypeOnCuda(KvType type);
 // "--kv-cache-dtype") and the types that device takes.
 Status CheckKvTypeOnDevice(KvType type, bool cuda, std::string_view flag);
 
-// InvalidArgument when rows of head_dim values cannot take this type (q4_0: blocks of 32).
+// InvalidArgument when rows of head_dim values cannot take this type (q4_0: blocks of 32;
+// int4: groups of kKvInt4Group).
 Status CheckKvTypeFits(KvType type, int head_dim);
 
-// "f16", "f32", "int8", "fp8", "q4_0".
+// "f16", "f32", "int8", "fp8", "q4_0", "int4".
 std::string_view KvTypeName(KvType type);
 // The inverse of KvTypeName; InvalidArgument listing the accepted names otherwise. Callers
 // refuse a type their device lacks themselves (CheckKvTypeOnDevice), naming their flag.

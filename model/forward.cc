@@ -20,7 +20,7 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
   if (!KvTypeOnCpu(kv.type)) {
     return InvalidArgumentError("the CPU forward pass cannot read " +
                                 std::string(KvTypeName(kv.type)) +
-                                " KV: use f16, f32, int8 or q4_0");
+                                " KV: use f16, f32, int8, q4_0 or int4");
   }
   blocks_.BeginStep(in, kv, logits);
   model_.family().forward(c, w, blocks_);

@@ -42,15 +42,47 @@ void QuantizeKvRowQ4_0(const float* x, int64_t n, uint8_t* codes, uint16_t* scal
     // x · id lies in [-8, 8], so + 8.5 is positive and the cast truncates as ggml's does;
     // clamped before the cast, where ggml clamps after, so that a NaN (a broken model's K)
     // becomes code 15 instead of an undefined conversion.
-    auto code = [&](float x) { return static_cast<int>(std::min(15.0f, x * id + 8.5f)); };
+    auto code = [&](float value) {
+      return static_cast<int>(std::min(15.0f, value * id + 8.5f));
+    };
     for (int64_t j = 0; j < kHalf; ++j) {
       codes[b * kHalf + j] = static_cast<uint8_t>(code(block[j]) | (code(block[j + kHalf]) << 4));
     }
   }
 }
 
+void QuantizeKvRowInt4(const float* x, int64_t n, uint8_t* codes, uint16_t* scales) {
+  constexpr int64_t group = kKvInt4Group;
+  constexpr int64_t kHalf = kKvQ4Block / 2;
+  for (int64_t g = 0; g < n / group; ++g) {
+    const float* v = x + g * group;
+    float lo = v[0], hi = v[0];
+    for (int64_t j = 1; j < group; ++j) {
+      lo = std::min(lo, v[j]);
+      hi = std::max(hi, v[j]);
+    }
+    const uint16_t scale_h = FloatToHalf((hi - lo) / 15.0f);
+    const uint16_t zero_h = FloatToHalf(lo);
+    scales[2 * g] = scale_h;
+    scales[2 * g + 1] = zero_h;
+    const float scale = HalfToFloat(scale_h), zero = HalfToFloat(zero_h);
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    // Clamped in float before the cast: a NaN becomes code 0, never an undefined conversion.
+    auto code = [&](float e) {
+      return static_cast<int>(std::clamp(std::nearbyint((e - zero) * inv), 0.0f, 15.0f));
+    };
+    for (int64_t b = 0; b < group / kKvQ4Block; ++b) {
+      const float* block = v + b * kKvQ4Block;
+      uint8_t* out = codes + (g * group + b * kKvQ4Block) / 2;
+      for (int64_t j = 0; j < kHalf; ++j) {
+        out[j] = static_cast<uint8_t>(code(block[j]) | (code(block[j + kHalf]) << 4));
+      }
+    }
+  }
+}
+
 KvRotation KvRotationOf(KvType type, int head_dim) {
-  if (type != KvType::kQ4_0 || head_dim % 64 != 0) return {};
+  if ((type != KvType::kQ4_0 && type != KvType::kInt4) || head_dim % 64 != 0) return {};
   int keys = 64;
   while (head_dim % (2 * keys) == 0) keys *= 2;
   return {.keys = keys, .values = 64};
@@ -91,9 +123,9 @@ void StoreKv(const KvCacheView& kv, std::span<const int64_t> slot_mapping, const
         static_cast<float*>(kv.v_scale)[scale_index] = QuantizeKvRowInt8(
             vt + off, kv.head_dim, static_cast<int8_t*>(kv.v) + dst + off);
       }
-    } else if (kv.type == KvType::kQ4_0) {
-      TM_CHECK(kv.k_scale != nullptr && kv.v_scale != nullptr) << "q4_0 KV needs scale arrays";
-      TM_CHECK(kv.head_dim % kKvQ4Block == 0) << "q4_0 KV needs heads of a multiple of 32";
+    } else if (kv.type == KvType::kQ4_0 || kv.type == KvType::kInt4) {
+      TM_CHECK(kv.k_scale != nullptr && kv.v_scale != nullptr) << "4-bit KV needs scale arrays";
+      TM_CHECK(CheckKvTypeFits(kv.type, kv.head_dim).ok()) << "4-bit KV needs whole groups";
       const KvRotation rotation = KvRotationOf(kv.type, kv.head_dim);
       if (rotation.keys > 0) {
         rotated.assign(kt, kt + row);
@@ -103,11 +135,18 @@ void StoreKv(const KvCacheView& kv, std::span<const int64_t> slot_mapping, const
         kt = rotated.data();
         vt = rotated.data() + row;
       }
-      // Codes at byte dst / 2 of the pool, scales at f16 dst / 32.
-      QuantizeKvRowQ4_0(kt, row, static_cast<uint8_t*>(kv.k) + dst / 2,
-                        static_cast<uint16_t*>(kv.k_scale) + dst / kKvQ4Block);
-      QuantizeKvRowQ4_0(vt, row, static_cast<uint8_t*>(kv.v) + dst / 2,
-                        static_cast<uint16_t*>(kv.v_scale) + dst / kKvQ4Block);
+      // Codes at byte dst / 2 of the pool; q4_0's scales at f16 dst / 32, int4's pairs at
+      // f16 2 · dst / group.
+      auto* k_codes = static_cast<uint8_t*>(kv.k) + dst / 2;
+      auto* v_codes = static_cast<uint8_t*>(kv.v) + dst / 2;
+      if (kv.type == KvType::kQ4_0) {
+        QuantizeKvRowQ4_0(kt, row, k_codes, static_cast<uint16_t*>(kv.k_scale) + dst / kKvQ4Block);
+        QuantizeKvRowQ4_0(vt, row, v_codes, static_cast<uint16_t*>(kv.v_scale) + dst / kKvQ4Block);
+      } else {
+        const int64_t pair = 2 * dst / kKvInt4Group;
+        QuantizeKvRowInt4(kt, row, k_codes, static_cast<uint16_t*>(kv.k_scale) + pair);
+        QuantizeKvRowInt4(vt, row, v_codes, static_cast<uint16_t*>(kv.v_scale) + pair);
+      }
     } else if (kv.type == KvType::kF16) {
       auto* kd = static_cast<uint16_t*>(kv.k) + dst;
       auto* vd = static_cast<uint16_t*>(kv.v) + dst;
@@ -240,12 +279,17 @@ void ReferenceAll(const KvCacheView& kv, const RaggedBatch& b, const KvBlockTabl
       case KvType::kFp8:
         return E4M3Value(static_cast<const uint8_t*>(base)[i]) *
                static_cast<const float*>(scales)[i / d];
-      case KvType::kQ4_0: {
+      case KvType::kQ4_0:
+      case KvType::kInt4: {
         // Element j of a block of 32: byte j % 16 of its codes, high nibble from j = 16 on.
         const uint8_t byte = static_cast<const uint8_t*>(base)[i / kKvQ4Block * 16 + i % 16];
         const int code = i % kKvQ4Block < 16 ? byte & 15 : byte >> 4;
-        return (code - 8) * static_cast<double>(
-                                HalfToFloat(static_cast<const uint16_t*>(scales)[i / kKvQ4Block]));
+        const auto* f16 = static_cast<const uint16_t*>(scales);
+        if (kv.type == KvType::kQ4_0) {
+          return (code - 8) * static_cast<double>(HalfToFloat(f16[i / kKvQ4Block]));
+        }
+        const int64_t g = i / kKvInt4Group;
+        return code * static_cast<double>(HalfToFloat(f16[2 * g])) + HalfToFloat(f16[2 * g + 1]);
       }
     }
     return 0.0;

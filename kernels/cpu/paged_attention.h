@@ -12,8 +12,9 @@
 namespace tokenmill {
 
 // Writes each token's K and V rows (n_kv_heads * head_dim floats) into its slot; int8
-// quantizes each (token, KV head) row with its own scale (QuantizeKvRowInt8), q4_0 each block
-// of 32 of it (QuantizeKvRowQ4_0) after KvRotationOf's rotation.
+// quantizes each (token, KV head) row with its own scale (QuantizeKvRowInt8), q4_0 and int4
+// each block or group of it (QuantizeKvRowQ4_0, QuantizeKvRowInt4) after KvRotationOf's
+// rotation.
 void StoreKv(const KvCacheView& kv, std::span<const int64_t> slot_mapping, const float* k,
              const float* v);
 
@@ -27,11 +28,17 @@ float QuantizeKvRowInt8(const float* x, int64_t n, int8_t* q);
 // block in the low nibble of codes[16b + j] and element j + 16 in its high nibble.
 void QuantizeKvRowQ4_0(const float* x, int64_t n, uint8_t* codes, uint16_t* scales);
 
+// LMDeploy's asymmetric int4 of a row of n values (a multiple of kKvInt4Group): per group,
+// scale = (max - min) / 15 and zero = min, both rounded to f16 (scales[2g], scales[2g + 1]),
+// codes round((x - zero) / scale) in 0..15 packed as q4_0's (QuantizeKvRowQ4_0).
+void QuantizeKvRowInt4(const float* x, int64_t n, uint8_t* codes, uint16_t* scales);
+
 // llama.cpp's rotation of a quantized KV cache (its attn_rot, on for its quantized types):
 // queries and keys pass through an orthonormal Walsh-Hadamard transform of the largest
 // power-of-two block (64 or more) dividing head_dim, values through blocks of 64 and the
 // attention output back through the same (H · H = I), so each block's outliers spread over
-// its codes. Here for q4_0; 0 where nothing is rotated (other types, heads not of whole 64s).
+// its codes. Here for q4_0 and int4; 0 where nothing is rotated (other types, heads not of
+// whole 64s).
 struct KvRotation {
   int keys = 0;
   int values = 0;
@@ -65,8 +72,8 @@ struct AttentionVariant {
 // found through `table` (the block table of the layer's KV group in `batch`); one kernel for
 // prefill chunks and decode. Query heads sharing a KV head (GQA) are processed together. int8 K/V rows
 // are dequantized in registers (q · scale), never copied out at full precision; a q4_0 row is
-// dequantized (exactly) into one row of scratch and read as f32, the query rotated as its keys
-// and the output rotated back (KvRotationOf).
+// (or int4) row is dequantized into one row of scratch and read as f32, the query rotated as its
+// keys and the output rotated back (KvRotationOf).
 void PagedAttention(const CpuContext& ctx, const KvCacheView& kv, const RaggedBatch& batch,
                     const KvBlockTable& table, const float* q, int n_heads, float scale,
                     float* out, const AttentionVariant& variant = {});

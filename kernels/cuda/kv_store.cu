@@ -96,6 +96,7 @@ cudaError_t StoreKv(const KvCacheView& kv, const int64_t* slot_mapping, int64_t 
     case KvType::kFp8:
       return LaunchQuantized<true>(kv, slot_mapping, n_tokens, k, v, stream);
     case KvType::kQ4_0:
+    case KvType::kInt4:
       return cudaErrorInvalidValue;  // the CPU only (CudaKvCache refuses it)
   }
   return cudaErrorInvalidValue;

@@ -339,6 +339,7 @@ cudaError_t PagedAttention(const KvCacheView& kv, const DeviceBatch& batch,
       if (kv.k_scale == nullptr || kv.v_scale == nullptr) return cudaErrorInvalidValue;
       return Launch<E4M3Code>(kv, batch, table, q, n_heads, scale, variant, workspace, out, stream);
     case KvType::kQ4_0:
+    case KvType::kInt4:
       return cudaErrorInvalidValue;  // the CPU only (CudaKvCache refuses it)
   }
   return cudaErrorInvalidValue;

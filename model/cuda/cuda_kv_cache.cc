@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "kernels/kv_type.h"
 #include "model/forward_input.h"
 
 namespace tokenmill::cuda {
@@ -24,9 +25,9 @@ StatusOr<CudaKvCache> CudaKvCache::Create(const ModelConfig& config, KvType type
     return InvalidArgumentError("KV pools for " + std::to_string(group_num_blocks.size()) +
                                 " groups; the model has " + std::to_string(NumKvGroups(config)));
   }
-  if (type == KvType::kQ4_0) {
-    return InvalidArgumentError("q4_0 KV runs on the CPU only: with --device cuda use f16, f32, "
-                                "int8 or fp8");
+  if (!KvTypeOnCuda(type)) {
+    return InvalidArgumentError(std::string(KvTypeName(type)) + " KV runs on the CPU only: with "
+                                "--device cuda use f16, f32, int8 or fp8");
   }
   CudaKvCache cache;
   cache.layer_blocks_.assign(1, 0);

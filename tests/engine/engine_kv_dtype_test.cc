@@ -1,9 +1,9 @@
 // KV cache element types through the engine: --kv-cache-memory buys blocks by element size
 // (int8 and fp8 take 1 byte plus a 4-byte scale per row of head_dim, q4_0 18 bytes per 32
-// values), fp8 is refused on the CPU and q4_0 on the GPU and for heads not a multiple of 32,
-// and greedy decoding over a quantized cache stays batch-invariant (each row is quantized
-// alone, so a request's K/V never depend on its neighbours). Runs in engine_test on the CPU
-// and in engine_cuda_test on the GPU, where fp8 runs too.
+// values, int4 20), fp8 is refused on the CPU, the 4-bit types on the GPU and for heads not a
+// multiple of 32, and greedy decoding over a quantized cache stays batch-invariant (each row
+// is quantized alone, so a request's K/V never depend on its neighbours). Runs in engine_test
+// on the CPU and in engine_cuda_test on the GPU, where fp8 runs too.
 
 #include <gtest/gtest.h>
 
@@ -23,7 +23,7 @@ namespace {
 const std::vector<KvType> kTypes = {KvType::kF16, KvType::kInt8, KvType::kFp8};
 #else
 // q4_0 needs heads of a multiple of 32: SmolLM2's 64, not stories260K's 8.
-const std::vector<KvType> kTypes = {KvType::kF16, KvType::kInt8, KvType::kQ4_0};
+const std::vector<KvType> kTypes = {KvType::kF16, KvType::kInt8, KvType::kQ4_0, KvType::kInt4};
 #endif
 
 TEST(EngineKvDtypeTest, KvCacheMemoryBuysBlocksByElementSize) {
@@ -48,9 +48,11 @@ TEST(EngineKvDtypeTest, KvCacheMemoryBuysBlocksByElementSize) {
 #ifdef TOKENMILL_TEST_ON_CUDA
   EXPECT_EQ(blocks[2], blocks[1]);  // fp8: int8's footprint
 #else
-  // q4_0: 6.33 KiB per token, within 2% of 64 / 18 = 3.56x f16's blocks.
+  // q4_0: 6.33 KiB per token, within 2% of 64 / 18 = 3.56x f16's blocks; int4 64 / 20 = 3.2x.
   EXPECT_EQ(blocks[2], 647);
   EXPECT_NEAR(static_cast<double>(blocks[2]) / blocks[0], 64.0 / 18.0, 0.02 * 64.0 / 18.0);
+  EXPECT_EQ(blocks[3], 582);
+  EXPECT_NEAR(static_cast<double>(blocks[3]) / blocks[0], 64.0 / 20.0, 0.02 * 64.0 / 20.0);
 #endif
 }
 
@@ -61,7 +63,7 @@ TEST(EngineKvDtypeTest, Fp8IsRefusedOnTheCpuNamingTheFlag) {
   auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
   ASSERT_FALSE(core.ok());
   EXPECT_NE(core.status().message().find("--kv-cache-dtype fp8 needs --device cuda; on the CPU "
-                                         "use f16, f32, int8 or q4_0"),
+                                         "use f16, f32, int8, q4_0 or int4"),
             std::string::npos)
       << core.status().message();
 }
@@ -137,13 +139,13 @@ void CheckGreedyIsBatchInvariant(const TestModel& m, const std::vector<KvType>& 
 TEST(EngineKvDtypeTest, QuantizedGreedyIsBatchInvariant) {
   std::vector<KvType> types;
   std::copy_if(kTypes.begin(), kTypes.end(), std::back_inserter(types),
-               [](KvType t) { return t != KvType::kQ4_0; });
+               [](KvType t) { return t != KvType::kQ4_0 && t != KvType::kInt4; });
   CheckGreedyIsBatchInvariant(Stories(), types, 32);
 }
 
 #ifndef TOKENMILL_TEST_ON_CUDA
-TEST(EngineKvDtypeTest, Q4_0GreedyIsBatchInvariant) {
-  CheckGreedyIsBatchInvariant(SmolLm2(), {KvType::kF16, KvType::kQ4_0}, 16);
+TEST(EngineKvDtypeTest, FourBitGreedyIsBatchInvariant) {
+  CheckGreedyIsBatchInvariant(SmolLm2(), {KvType::kF16, KvType::kQ4_0, KvType::kInt4}, 16);
 }
 
 // A request that finds its prompt's q4_0 blocks cached (codes and scales reused as stored)

@@ -113,13 +113,42 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<1>(param_info.param));
     });
 
-// q4_0 needs heads of whole blocks of 32.
+// The 4-bit types need heads of whole blocks of 32 (64 and 128 rotate, 32 does not).
 INSTANTIATE_TEST_SUITE_P(
-    Q4_0, PagedAttentionTest,
-    ::testing::Combine(::testing::Values(KvType::kQ4_0), ::testing::Values(32, 64, 128)),
+    FourBit, PagedAttentionTest,
+    ::testing::Combine(::testing::Values(KvType::kQ4_0, KvType::kInt4),
+                       ::testing::Values(32, 64, 128)),
     [](const ::testing::TestParamInfo<std::tuple<KvType, int>>& param_info) {
-      return "q4_0_d" + std::to_string(std::get<1>(param_info.param));
+      return std::string(KvTypeName(std::get<0>(param_info.param))) + "_d" +
+             std::to_string(std::get<1>(param_info.param));
     });
+
+// Each group of 32 spans its min to its max in 16 steps: every value within half a step
+// (plus the f16 rounding of its zero) of its code's, a constant group exact up to f16.
+TEST(KvInt4Test, CodesSpanEachGroupWithinHalfAStep) {
+  std::mt19937 rng(21);
+  std::vector<float> x = Random(4 * 32, rng);
+  for (int i = 0; i < 32; ++i) x[32 + i] = 100.0f * x[32 + i] + 7.0f;  // offset, wide
+  std::fill(x.begin() + 64, x.begin() + 96, -0.3f);                   // constant
+  std::vector<uint8_t> codes(x.size() / 2);
+  std::vector<uint16_t> pairs(x.size() / 32 * 2);
+  QuantizeKvRowInt4(x.data(), std::ssize(x), codes.data(), pairs.data());
+  for (size_t g = 0; g < x.size() / 32; ++g) {
+    const float scale = HalfToFloat(pairs[2 * g]), zero = HalfToFloat(pairs[2 * g + 1]);
+    const auto [lo, hi] = std::minmax_element(x.begin() + 32 * g, x.begin() + 32 * (g + 1));
+    EXPECT_NEAR(zero, *lo, std::fabs(*lo) * 1e-3f) << "group " << g;
+    for (size_t j = 0; j < 32; ++j) {
+      const uint8_t byte = codes[16 * g + j % 16];
+      const int code = j < 16 ? byte & 15 : byte >> 4;
+      const float value = static_cast<float>(code) * scale + zero;
+      EXPECT_LE(std::fabs(value - x[32 * g + j]), scale / 2 + std::fabs(*lo) * 1e-3f + 1e-6f)
+          << "group " << g << " value " << j;
+      if (x[32 * g + j] == *hi && scale > 0.0f) {
+        EXPECT_EQ(code, 15) << "group " << g;
+      }
+    }
+  }
+}
 
 // Against the matrix llama.cpp builds (ggml_gen_hadamard: H_1 = 1 / sqrt(n), each doubling
 // [[H, H], [H, -H]]), multiplied out in double; and H · H = I.

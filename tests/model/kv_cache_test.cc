@@ -38,7 +38,8 @@ float Load(const KvCacheView& layer, bool k, int64_t i) {
     }
     case KvType::kFp8:
     case KvType::kQ4_0:
-      break;  // no CPU store (fp8: the CUDA tests cover it) or heads of 24 (q4_0)
+    case KvType::kInt4:
+      break;  // no CPU store (fp8: the CUDA tests cover it) or heads of 24 (the 4-bit types)
   }
   return NAN;
 }
@@ -131,7 +132,8 @@ TEST(BatchBuilderTest, TruncateKeepsThePrefixAndReusesItsBlocks) {
 }
 
 TEST(KvTypeTest, NamesRoundTripAndEachDeviceRefusesWhatItLacks) {
-  for (KvType type : {KvType::kF16, KvType::kF32, KvType::kInt8, KvType::kFp8, KvType::kQ4_0}) {
+  for (KvType type :
+       {KvType::kF16, KvType::kF32, KvType::kInt8, KvType::kFp8, KvType::kQ4_0, KvType::kInt4}) {
     const StatusOr<KvType> parsed = ParseKvType(KvTypeName(type));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, type);
@@ -144,6 +146,10 @@ TEST(KvTypeTest, NamesRoundTripAndEachDeviceRefusesWhatItLacks) {
   // llama.cpp's Q4_0: 32 values in 18 bytes, 3.56x fewer than f16's 64.
   EXPECT_EQ(KvRowTotalBytes(KvType::kQ4_0, 32), 18);
   EXPECT_EQ(KvRowTotalBytes(KvType::kQ4_0, 128), 4 * 18);
+  // int4: 16 bytes of codes and an f16 scale and zero per 32 values.
+  EXPECT_EQ(KvRowTotalBytes(KvType::kInt4, 32), 20);
+  EXPECT_FALSE(KvTypeOnCuda(KvType::kInt4));
+  EXPECT_EQ(CheckKvTypeFits(KvType::kInt4, 48).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(KvTypeOnCpu(KvType::kInt8));
   EXPECT_TRUE(KvTypeOnCpu(KvType::kQ4_0));
   EXPECT_FALSE(KvTypeOnCpu(KvType::kFp8));
@@ -154,14 +160,14 @@ TEST(KvTypeTest, NamesRoundTripAndEachDeviceRefusesWhatItLacks) {
                                "use f16, f32, int8 or fp8");
   const Status on_cpu = CheckKvTypeOnDevice(KvType::kFp8, false, "--kv-type");
   EXPECT_EQ(on_cpu.message(),
-            "--kv-type fp8 needs --device cuda; on the CPU use f16, f32, int8 or q4_0");
+            "--kv-type fp8 needs --device cuda; on the CPU use f16, f32, int8, q4_0 or int4");
   EXPECT_TRUE(CheckKvTypeFits(KvType::kQ4_0, 64).ok());
   const Status fits = CheckKvTypeFits(KvType::kQ4_0, 48);
   EXPECT_EQ(fits.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(fits.message().find("heads have 48"), std::string::npos) << fits.message();
-  const StatusOr<KvType> int4 = ParseKvType("int4");
-  ASSERT_FALSE(int4.ok());
-  EXPECT_NE(int4.status().message().find("f16, f32, int8, q4_0"), std::string::npos);
+  const StatusOr<KvType> int3 = ParseKvType("int3");
+  ASSERT_FALSE(int3.ok());
+  EXPECT_NE(int3.status().message().find("f16, f32, int8, q4_0 or int4"), std::string::npos);
 }
 
 }  // namespace

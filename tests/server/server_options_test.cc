@@ -79,7 +79,7 @@ TEST(ServerOptions, BadValuesFailAtParseTime) {
   EXPECT_THAT(Parsed({"--model", "m", "--device", "tpu"}).error, HasSubstr("--device"));
   EXPECT_THAT(Parsed({"--model", "m", "--max-queue", "0"}).error, HasSubstr("--max-queue"));
   EXPECT_THAT(Parsed({"--model", "m", "--log-level", "loud"}).error, HasSubstr("--log-level"));
-  EXPECT_THAT(Parsed({"--model", "m", "--kv-cache-dtype", "int4"}).error,
+  EXPECT_THAT(Parsed({"--model", "m", "--kv-cache-dtype", "int3"}).error,
               HasSubstr("--kv-cache-dtype"));
   // Every parser the server has is a value the flag takes (mistral_v11 was refused).
   for (const char* parser :
@@ -185,6 +185,10 @@ TEST(MakeEngineConfig, MapsFlagsToTheEngine) {
   config = MakeEngineConfig(options, 0);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->kv_type, KvType::kQ4_0);
+  options.kv_cache_dtype = "int4";
+  config = MakeEngineConfig(options, 0);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->kv_type, KvType::kInt4);
 }
 
 TEST(MakeEngineConfig, FractionOfAvailableMemory) {
