@@ -65,10 +65,11 @@ constexpr int64_t KvRowTotalBytes(KvType type, int64_t head_dim) {
 // K and V blocks of n_layers layers in host or device memory; non-owning. K is
 // [layer][block][offset in block][kv head][row of head_dim], V alike; the quantized types add
 // k_scale and v_scale, KvRowScaleBytes per [layer][block][offset in block][kv head] (a float
-// for int8 and fp8, q4_0's f16s, int4's f16 pairs). Every layer has num_blocks blocks, unless layer_blocks says
-// otherwise: with KV groups of different pool sizes (kernels/paged_kv.h), layer l has the
-// blocks [layer_blocks[l], layer_blocks[l + 1]) of the whole arrays (n_layers + 1 running
-// totals, host memory). The kernels take one layer's view (n_layers 1, from Layer).
+// for int8 and fp8, q4_0's f16s, int4's f16 pairs). Every layer has num_blocks blocks, unless
+// layer_blocks says otherwise: with KV groups of different pool sizes (kernels/paged_kv.h),
+// layer l has the blocks [layer_blocks[l], layer_blocks[l + 1]) of the whole arrays
+// (n_layers + 1 running totals, host memory). The kernels take one layer's view (n_layers 1,
+// from Layer).
 struct KvCacheView {
   KvType type = KvType::kF16;
   void* k = nullptr;

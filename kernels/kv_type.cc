@@ -52,8 +52,8 @@ StatusOr<KvType> ParseKvType(std::string_view name) {
     if (name == KvTypeName(type)) return type;
   }
   return InvalidArgumentError("unknown KV cache type \"" + std::string(name) +
-                              "\": use f16, f32, int8, q4_0 or int4 (the CPU only) or fp8 (--device cuda "
-                              "only)");
+                              "\": use f16, f32, int8, q4_0 or int4 (the CPU only) or fp8 "
+                              "(--device cuda only)");
 }
 
 }  // namespace tokenmill

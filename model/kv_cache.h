@@ -13,9 +13,10 @@
 
 namespace tokenmill {
 
-// Owns zeroed K/V memory (and the quantized types' scales) of a model's KV pools: num_blocks blocks of every
-// layer, or group_num_blocks[g] blocks of each layer of KV group g (model/forward_input.h),
-// so that a sliding-window group's smaller pool takes only its layers' bytes.
+// Owns zeroed K/V memory (and the quantized types' scales) of a model's KV pools: num_blocks
+// blocks of every layer, or group_num_blocks[g] blocks of each layer of KV group g
+// (model/forward_input.h), so that a sliding-window group's smaller pool takes only its
+// layers' bytes.
 class KvCacheStorage {
  public:
   KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks, int block_size);

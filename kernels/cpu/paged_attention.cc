@@ -67,9 +67,10 @@ void QuantizeKvRowInt4(const float* x, int64_t n, uint8_t* codes, uint16_t* scal
     scales[2 * g + 1] = zero_h;
     const float scale = HalfToFloat(scale_h), zero = HalfToFloat(zero_h);
     const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-    // Clamped in float before the cast: a NaN becomes code 0, never an undefined conversion.
+    // Clamped in float before the cast (std::max(0, NaN) is 0): a NaN becomes code 0, never an
+    // undefined conversion.
     auto code = [&](float e) {
-      return static_cast<int>(std::clamp(std::nearbyint((e - zero) * inv), 0.0f, 15.0f));
+      return static_cast<int>(std::min(15.0f, std::max(0.0f, std::nearbyint((e - zero) * inv))));
     };
     for (int64_t b = 0; b < group / kKvQ4Block; ++b) {
       const float* block = v + b * kKvQ4Block;
@@ -107,7 +108,7 @@ void HadamardRotate(float* x, int64_t len, int n) {
 void StoreKv(const KvCacheView& kv, std::span<const int64_t> slot_mapping, const float* k,
              const float* v) {
   const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
-  std::vector<float> rotated;  // q4_0: the token's K and V rows, rotated
+  std::vector<float> rotated;  // 4-bit types: the token's K and V rows, rotated
   for (size_t t = 0; t < slot_mapping.size(); ++t) {
     const int64_t dst = slot_mapping[t] * row;
     const float* kt = k + static_cast<int64_t>(t) * row;
