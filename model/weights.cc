@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -184,6 +186,21 @@ StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& c,
   }
   w.f32_copies = std::make_shared<const F32Copies>(std::move(copies));
   return w;
+}
+
+std::optional<KeyBiasPeak> LargestKeyBias(const ModelWeights& weights) {
+  std::optional<KeyBiasPeak> peak;
+  for (size_t l = 0; l < weights.layers.size(); ++l) {
+    const std::span<const float> bias = weights.layers[l].k_bias;
+    if (bias.empty()) continue;
+    std::vector<float> abs(bias.size());
+    std::transform(bias.begin(), bias.end(), abs.begin(), [](float b) { return std::fabs(b); });
+    const float max_abs = *std::max_element(abs.begin(), abs.end());
+    if (peak && max_abs <= peak->max_abs) continue;
+    std::nth_element(abs.begin(), abs.begin() + std::ssize(abs) / 2, abs.end());
+    peak = KeyBiasPeak{static_cast<int>(l), max_abs, abs[abs.size() / 2]};
+  }
+  return peak;
 }
 
 }  // namespace tokenmill

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -67,6 +68,16 @@ struct ParameterCount {
   int64_t active_per_token = 0;
 };
 ParameterCount CountParameters(const GgufFile& file, const ModelConfig& config);
+
+// The largest key bias of a model whose keys have biases (qwen2), beside the median |bias| of
+// its layer: Qwen2.5's reach hundreds of times their median, which a quantized KV cache cannot
+// hold (docs/benchmarks.md, "4-bit KV cache"). Empty without key biases.
+struct KeyBiasPeak {
+  int layer = 0;
+  float max_abs = 0.0f;
+  float median_abs = 0.0f;
+};
+std::optional<KeyBiasPeak> LargestKeyBias(const ModelWeights& weights);
 
 // context: the context the model is served with (ModelOptions::context, resolved).
 StatusOr<ModelWeights> LoadWeights(const GgufFile& file, const ModelConfig& config,

@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -186,6 +187,25 @@ TEST(ModelLoadTest, Qwen2HasBiasesAndNeoxRope) {
   const StatusOr<std::unique_ptr<Model>> missing = Load(qwen.Build());
   ASSERT_FALSE(missing.ok());
   EXPECT_THAT(missing.status().message(), HasSubstr("blk.0.attn_q.bias"));
+}
+
+// The key bias a quantized KV cache cannot hold (the server warns of it): the largest |bias|
+// of all layers, beside its own layer's median; nothing for a model without key biases.
+TEST(ModelLoadTest, LargestKeyBiasFindsTheOutlierLayer) {
+  ModelWeights weights;
+  weights.layers.resize(3);
+  const std::vector<float> small = {1.0f, -2.0f, 3.0f, 4.0f};
+  const std::vector<float> spiked = {0.5f, -0.7f, 0.6f, -354.0f};
+  weights.layers[0].k_bias = small;
+  weights.layers[2].k_bias = spiked;
+  const std::optional<KeyBiasPeak> peak = LargestKeyBias(weights);
+  ASSERT_TRUE(peak.has_value());
+  EXPECT_EQ(peak->layer, 2);
+  EXPECT_EQ(peak->max_abs, 354.0f);
+  EXPECT_EQ(peak->median_abs, 0.7f);  // the upper median of 0.5, 0.6, 0.7, 354
+  weights.layers[0].k_bias = {};
+  weights.layers[2].k_bias = {};
+  EXPECT_FALSE(LargestKeyBias(weights).has_value());
 }
 
 TEST(ModelLoadTest, Llama3RopeFrequenciesAndLinearScaling) {
