@@ -7,7 +7,6 @@
 
 #include "common/byte_size.h"
 #include "engine/grammar_vocabulary.h"
-#include "kernels/kv_type.h"
 #include "model/weights.h"
 #include "text/chat/harmony_parser.h"
 #include "text/chat/reasoning_parser.h"
