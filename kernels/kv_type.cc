@@ -21,15 +21,13 @@ Status CheckKvTypeOnDevice(KvType type, bool cuda, std::string_view flag) {
 }
 
 Status CheckKvTypeFits(KvType type, int head_dim) {
-  if (type == KvType::kQ4_0 && head_dim % kKvQ4Block != 0) {
-    return InvalidArgumentError("q4_0 KV quantizes blocks of 32 values of a head; this model's "
-                                "heads have " + std::to_string(head_dim) +
-                                ": use f16, f32 or int8");
-  }
-  if (type == KvType::kInt4 && head_dim % kKvInt4Group != 0) {
-    return InvalidArgumentError("int4 KV quantizes groups of " + std::to_string(kKvInt4Group) +
-                                " values of a head; this model's heads have " +
-                                std::to_string(head_dim) + ": use f16, f32 or int8");
+  const int64_t block = type == KvType::kQ4_0   ? kKvQ4Block
+                        : type == KvType::kInt4 ? kKvInt4Group
+                                                : 1;
+  if (head_dim % block != 0) {
+    return InvalidArgumentError(std::string(KvTypeName(type)) + " KV quantizes blocks of " +
+                                std::to_string(block) + " values of a head; this model's heads "
+                                "have " + std::to_string(head_dim) + ": use f16, f32 or int8");
   }
   return OkStatus();
 }

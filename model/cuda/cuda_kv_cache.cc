@@ -25,10 +25,7 @@ StatusOr<CudaKvCache> CudaKvCache::Create(const ModelConfig& config, KvType type
     return InvalidArgumentError("KV pools for " + std::to_string(group_num_blocks.size()) +
                                 " groups; the model has " + std::to_string(NumKvGroups(config)));
   }
-  if (!KvTypeOnCuda(type)) {
-    return InvalidArgumentError(std::string(KvTypeName(type)) + " KV runs on the CPU only: with "
-                                "--device cuda use f16, f32, int8 or fp8");
-  }
+  TM_RETURN_IF_ERROR(CheckKvTypeOnDevice(type, /*cuda=*/true, "the KV cache type"));
   CudaKvCache cache;
   cache.layer_blocks_.assign(1, 0);
   for (int layer = 0; layer < config.n_layers; ++layer) {
