@@ -45,8 +45,8 @@ static_assert(sizeof(BlockQ5_0x16) == 16 * 22);
 // One block (256 columns) of 16 Q4_K rows: their f16 scales d and dmin; their sub-block scales
 // and minimums unpacked from 6 bits to bytes, sub-block c's of row i at [c][i]; then the quants:
 // chunk [j][k] holds in byte 4i + e row i's GGUF byte qs[32j + 4k + e] (element 64j + 4k + e in
-// its low nibble, 64j + 32 + 4k + e in its high nibble), so chunk k is ggml's lane k and the
-// kernels keep ggml's 8 lanes per row (matmul_row_groups_k.inc). 2368 bytes: 2.8% more than 16
+// its low nibble, 64j + 32 + 4k + e in its high nibble): a 32-element sub-block is 8 chunks,
+// each 4 elements of 16 rows (matmul_row_groups_k.inc). 2368 bytes: 2.8% more than 16
 // GGUF Q4_K blocks.
 struct BlockQ4_Kx16 {
   uint16_t d[kRowGroup];
@@ -71,7 +71,7 @@ static_assert(sizeof(BlockQ5_Kx16) == 16 * 180);
 // ql[64h..] (low[h][k]: elements 128h + 4k + e and, high nibbles, 128h + 64 + 4k + e), of
 // ql[64h + 32..] (low[h][k + 8]: elements 128h + 32 + 4k + e and 128h + 96 + 4k + e) and of
 // qh[32h..] (high[h][k]: the top 2 bits of those four elements, in bits 0-1, 2-3, 4-5, 6-7:
-// 128h + 4k + e, + 32, + 64, + 96). The kernels keep ggml's 8 lanes per row.
+// 128h + 4k + e, + 32, + 64, + 96).
 struct BlockQ6_Kx16 {
   uint16_t d[kRowGroup];
   int8_t scales[16][kRowGroup];
@@ -85,7 +85,7 @@ static_assert(sizeof(BlockQ6_Kx16) == 16 * 210);
 bool CanRegroupRows(const WeightMatrix& w);
 
 // Whether `isa` runs the row groups of `type` faster than its file layout: the K-quants' need
-// AVX-512 VNNI (the other tables read them back into rows first, correct but slower).
+// AVX-512 VNNI (the other tables run the same order in plain loops, correct but slower).
 bool RowGroupsPay(TensorType type, CpuIsa isa);
 
 // w in the kRowGroups16 layout, stored in `storage` (resized; the result points into it).

@@ -384,13 +384,14 @@ int FileQuant(TensorType type, const uint8_t* block, int e) {
   return (j < 2 ? low & 0x0f : low >> 4) | (((block[128 + 32 * h + l] >> (2 * j)) & 3) << 4);
 }
 
-// Q4_K, Q5_K and Q6_K regrouped keep ggml's 8 lanes per row (matmul_row_groups_k.inc): every quant,
-// scale and minimum in its documented place, the file layout given back byte for byte by
-// UngroupRows, and every ISA's result bit-identical to the file layout's (ggml's order, which
-// ggml_parity_test holds to libggml) for any token count and thread split.
+// Q4_K, Q5_K and Q6_K regrouped (matmul_row_groups_k.inc): every quant, scale and minimum in
+// its documented place, the file layout given back byte for byte by UngroupRows, every ISA's
+// result bit-identical to the scalar table's (the sub-block order) for any token count and
+// thread split, and within float rounding of the file layout's (ggml's order, which
+// ggml_parity_test holds to libggml).
 class KRowGroupsTest : public ::testing::TestWithParam<TensorType> {};
 
-TEST_P(KRowGroupsTest, RegroupedEqualsTheFileLayoutBitForBitOnEveryIsa) {
+TEST_P(KRowGroupsTest, RegroupedIsOneOrderOnEveryIsaWithinRoundingOfGgmls) {
   const TensorType type = GetParam();
   const bool with_mins = type == TensorType::kQ4_K || type == TensorType::kQ5_K;
   const int64_t type_size = LayoutOf(type).type_size;
@@ -453,17 +454,25 @@ TEST_P(KRowGroupsTest, RegroupedEqualsTheFileLayoutBitForBitOnEveryIsa) {
     for (int64_t tokens : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 21}) {
       const std::vector<float> x = RandomActivations(tokens * cols, rng);
       const size_t n = static_cast<size_t>(tokens * rows);
-      std::vector<float> scalar(n, NAN);
-      Matmul(CpuContext{&KernelTable(CpuIsa::kScalar), nullptr}, w, x.data(), tokens,
-             scalar.data());
+      std::vector<float> scalar(n, NAN), scalar_grouped(n, NAN);
+      const CpuContext scalar_table{&KernelTable(CpuIsa::kScalar), nullptr};
+      Matmul(scalar_table, w, x.data(), tokens, scalar.data());
+      Matmul(scalar_table, regrouped, x.data(), tokens, scalar_grouped.data());
+      // Each block's terms are exact integers scaled once: the two orders part only in the
+      // rounding of a few float operations per block, far below 1e-5 of the row's scale.
+      float largest = 0.0f;
+      for (float v : scalar) largest = std::max(largest, std::fabs(v));
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(scalar_grouped[i], scalar[i], 1e-5f * largest) << "at " << i;
+      }
       for (CpuIsa isa : SupportedIsas()) {
         std::vector<float> file_rows(n, NAN), y(n, NAN);
         Matmul(CpuContext{&KernelTable(isa), &pool}, w, x.data(), tokens, file_rows.data());
         Matmul(CpuContext{&KernelTable(isa), &pool}, regrouped, x.data(), tokens, y.data());
         for (size_t i = 0; i < n; ++i) {
           ASSERT_EQ(file_rows[i], scalar[i]) << IsaName(isa) << " file layout at " << i;
-          ASSERT_EQ(y[i], file_rows[i]) << IsaName(isa) << " rows " << rows << " cols " << cols
-                                        << " tokens " << tokens << " at " << i;
+          ASSERT_EQ(y[i], scalar_grouped[i]) << IsaName(isa) << " rows " << rows << " cols "
+                                             << cols << " tokens " << tokens << " at " << i;
         }
       }
     }

@@ -25,7 +25,15 @@ struct LayoutCase {
   CpuWeightLayout layout;
   const char* name;
   int min_identical_continuations;  // of 12
+  float near_tie;                   // CheckGreedyContinuations'
 };
+
+// A summation order of our own moves Gemma's logits as far as llama.cpp's own builds move
+// them from each other: between its AVX2 and AVX-512 builds, the 99th percentile of |logit
+// difference| is 0.88 (docs/fidelity.md), and the AVX-512 one leaves 7 of these 12
+// continuations (tests/reference/llama_cpp_departures.py). A departure below that is a
+// near-tie.
+constexpr float kGemmaOwnOrderNearTie = 0.9f;
 
 class Gemma3GoldenTest : public ::testing::TestWithParam<LayoutCase> {};
 
@@ -46,22 +54,24 @@ TEST_P(Gemma3GoldenTest, GreedyContinuationsMatchLlamaCpp) {
   ThreadPool pool(2);
   const std::string label = std::string("gemma3 ") + GetParam().name;
   const int identical = testing::CheckGreedyContinuations(
-      **model, CpuContext{&KernelTable(BestCpuIsa()), &pool}, golden, label);
+      **model, CpuContext{&KernelTable(BestCpuIsa()), &pool}, golden, label, GetParam().near_tie);
   std::cout << label << ": " << identical << " of " << golden.prompts.size()
             << " greedy continuations identical to llama.cpp's\n";
   EXPECT_GE(identical, GetParam().min_identical_continuations);
 }
 
-// Measured on 2026-12-01: as in the file 12 of 12, bit for bit llama.cpp's sums. Regrouped
-// (Q8_0 rows 16 at a time, the tied 262k-row output among them: other summation orders) 7 of
-// 12, each of the 5 leaving llama.cpp where its top-2 gap is under 0.14: Gemma's logits of
-// ~20 hold many near-ties.
-INSTANTIATE_TEST_SUITE_P(Layouts, Gemma3GoldenTest,
-                         ::testing::Values(LayoutCase{CpuWeightLayout::kAsInFile, "AsInFile", 12},
-                                           LayoutCase{CpuWeightLayout::kFastest, "Regrouped", 7}),
-                         [](const ::testing::TestParamInfo<LayoutCase>& param_info) {
-                           return std::string(param_info.param.name);
-                         });
+// As in the file 12 of 12, bit for bit llama.cpp's sums. Regrouped (Q8_0 rows 16 at a time,
+// the tied 262k-row output among them, and the K-quants' sub-block order: other summation
+// orders) 8 of 12 on 2026-12-04, leaving llama.cpp at gaps of 0.0045-0.32; llama.cpp's own
+// AVX-512 build keeps 5 of 12, leaving at gaps up to 0.17: Gemma's logits of ~20 hold many
+// near-ties.
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, Gemma3GoldenTest,
+    ::testing::Values(LayoutCase{CpuWeightLayout::kAsInFile, "AsInFile", 12, testing::kNearTie},
+                      LayoutCase{CpuWeightLayout::kFastest, "Regrouped", 7, kGemmaOwnOrderNearTie}),
+    [](const ::testing::TestParamInfo<LayoutCase>& param_info) {
+      return std::string(param_info.param.name);
+    });
 
 }  // namespace
 }  // namespace tokenmill

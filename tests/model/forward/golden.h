@@ -61,11 +61,11 @@ float LlamaCppGap(const GoldenPrompt& p, size_t i, int32_t token);
 inline constexpr float kNearTie = 0.25f;
 
 // Runs each prompt and then its greedy continuation one decode step per token, as llama.cpp
-// produced it, until ours differs. A divergence must be at a near-tie of llama.cpp's (gtest
-// failures otherwise); prints each one under `label`. Returns how many continuations are
-// identical.
+// produced it, until ours differs. A divergence must be at a near-tie of llama.cpp's, a gap
+// below `near_tie` (gtest failures otherwise); prints each one under `label`. Returns how many
+// continuations are identical.
 int CheckGreedyContinuations(const Model& model, const CpuContext& ctx, const Golden& golden,
-                             const std::string& label);
+                             const std::string& label, float near_tie = kNearTie);
 
 // A gtest parameter name for a golden stem: its letters and digits, '_' for the rest.
 std::string TestNameOfStem(const std::string& stem);
