@@ -123,8 +123,9 @@ struct CpuKernelTable {
   MatmulRangeFn q5_0, q5_1, iq4_nl, mxfp4;
   // The 256-element block types, whose `x` is Q8KActivationBlock (kernels/cpu/matmul_k_quant*.inc).
   MatmulRangeFn q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs;
-  // QuantizeActivations.
+  // QuantizeActivations and QuantizeActivationsQ8K.
   void (*quantize)(const float* x, int64_t n, Q8ActivationBlock* out);
+  void (*quantize_q8k)(const float* x, int64_t n, Q8KActivationBlock* out);
   // One unit of PagedAttention.
   void (*attend)(const AttendArgs& args);
   // SwiGlu and SoftmaxLikeGgml (elementwise.h).

@@ -234,7 +234,7 @@ std::vector<GroupActivationsOf> QuantizeGroups(const CpuContext& ctx,
       if (wants[i] & 2) {
         const int64_t blocks = cols / kQ8KBlock;
         for (int64_t t = t_begin; t < t_end; ++t) {
-          QuantizeActivationsQ8K(g.x + t * cols, cols, out[i].q8k.data() + t * blocks);
+          ctx.kernels->quantize_q8k(g.x + t * cols, cols, out[i].q8k.data() + t * blocks);
         }
       }
     }

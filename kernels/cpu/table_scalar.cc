@@ -38,6 +38,7 @@ constexpr CpuKernelTable MakeScalarTable() {
   CpuKernelTable table{};
   table.isa = CpuIsa::kScalar;
   table.quantize = QuantizeActivations;
+  table.quantize_q8k = QuantizeActivationsQ8K;
   table.attend = AttendWith<ScalarOps>;
   table.swiglu = ScalarSwiGlu;
   table.softmax_like_ggml = ScalarSoftmaxLikeGgml;

@@ -160,17 +160,24 @@ TEST(GgmlParityTest, QuantizedActivationsEqualGgmlQ8_K) {
   for (int i = 0; i < 256; ++i) x[256 + i] = 0.25f * static_cast<float>(i - 128);  // ties
   for (int i = 0; i < 256; ++i) x[512 + i] = -std::fabs(x[512 + i]);         // max negative
   x[768 + 5] = 1e-30f;                                                        // one tiny value
+  x[1024 + 13] = -50.0f;  // the largest |x| twice: the first one's sign sets the scale
+  x[1024 + 200] = 50.0f;
   const int64_t n = static_cast<int64_t>(x.size());
   // Zeroed first: ggml leaves an all-zero block's sums unset.
   std::vector<Q8KActivationBlock> expected(static_cast<size_t>(n / 256));
   std::memset(expected.data(), 0, expected.size() * sizeof(Q8KActivationBlock));
   ggml.traits(kGgmlQ8_K).from_float(x.data(), expected.data(), n);
-  std::vector<Q8KActivationBlock> ours(expected.size());
-  QuantizeActivationsQ8K(x.data(), n, ours.data());
-  for (size_t b = 0; b < ours.size(); ++b) {
-    EXPECT_EQ(std::bit_cast<uint32_t>(ours[b].d), std::bit_cast<uint32_t>(expected[b].d)) << b;
-    EXPECT_EQ(0, std::memcmp(ours[b].q, expected[b].q, sizeof(ours[b].q))) << "block " << b;
-    EXPECT_EQ(0, std::memcmp(ours[b].bsums, expected[b].bsums, sizeof(ours[b].bsums))) << b;
+  for (CpuIsa isa : SupportedIsas()) {
+    std::vector<Q8KActivationBlock> ours(expected.size());
+    KernelTable(isa).quantize_q8k(x.data(), n, ours.data());
+    for (size_t b = 0; b < ours.size(); ++b) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(ours[b].d), std::bit_cast<uint32_t>(expected[b].d))
+          << IsaName(isa) << " block " << b;
+      EXPECT_EQ(0, std::memcmp(ours[b].q, expected[b].q, sizeof(ours[b].q)))
+          << IsaName(isa) << " block " << b;
+      EXPECT_EQ(0, std::memcmp(ours[b].bsums, expected[b].bsums, sizeof(ours[b].bsums)))
+          << IsaName(isa) << " block " << b;
+    }
   }
 }
 
