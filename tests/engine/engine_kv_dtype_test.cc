@@ -56,36 +56,30 @@ TEST(EngineKvDtypeTest, KvCacheMemoryBuysBlocksByElementSize) {
 #endif
 }
 
-#ifndef TOKENMILL_TEST_ON_CUDA
-TEST(EngineKvDtypeTest, Fp8IsRefusedOnTheCpuNamingTheFlag) {
+// Building an engine with `type` for m fails with a message holding `message`.
+void ExpectRefused(const TestModel& m, KvType type, const std::string& message) {
   EngineConfig config = SmallConfig();
-  config.kv_type = KvType::kFp8;
-  auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
-  ASSERT_FALSE(core.ok());
-  EXPECT_NE(core.status().message().find("--kv-cache-dtype fp8 needs --device cuda; on the CPU "
-                                         "use f16, f32, int8, q4_0 or int4"),
-            std::string::npos)
+  config.kv_type = type;
+  auto core = BuildEngineCore(*m.model, *m.tokenizer, config);
+  ASSERT_FALSE(core.ok()) << KvTypeName(type);
+  EXPECT_NE(core.status().message().find(message), std::string::npos)
       << core.status().message();
 }
 
+#ifndef TOKENMILL_TEST_ON_CUDA
+TEST(EngineKvDtypeTest, Fp8IsRefusedOnTheCpuNamingTheFlag) {
+  ExpectRefused(Stories(), KvType::kFp8,
+                "--kv-cache-dtype fp8 needs --device cuda; on the CPU use f16, f32, int8, q4_0 "
+                "or int4");
+}
+
 TEST(EngineKvDtypeTest, Q4_0IsRefusedForHeadsThatAreNotBlocksOf32) {
-  EngineConfig config = SmallConfig();
-  config.kv_type = KvType::kQ4_0;
-  auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
-  ASSERT_FALSE(core.ok());
-  EXPECT_NE(core.status().message().find("q4_0 KV quantizes blocks of 32 values of a head; this "
-                                         "model's heads have 8"),
-            std::string::npos)
-      << core.status().message();
+  ExpectRefused(Stories(), KvType::kQ4_0,
+                "q4_0 KV quantizes blocks of 32 values of a head; this model's heads have 8");
 }
 #else
 TEST(EngineKvDtypeTest, Q4_0IsRefusedOnTheGpuNamingTheFlag) {
-  EngineConfig config = SmallConfig();
-  config.kv_type = KvType::kQ4_0;
-  auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, config);
-  ASSERT_FALSE(core.ok());
-  EXPECT_NE(core.status().message().find("q4_0 runs on the CPU only"), std::string::npos)
-      << core.status().message();
+  ExpectRefused(SmolLm2(), KvType::kQ4_0, "q4_0 runs on the CPU only");
 }
 #endif
 
