@@ -335,10 +335,18 @@ float GgmlDotOrder(const std::vector<float>& a, const std::vector<float>& b) {
   return (h0 + h1) + (h2 + h3);
 }
 
-TEST(PagedAttentionTest, F16DecodeIsLlamaCppsOrderBitForBit) {
+struct GqaShape {
+  int heads, kv_heads, dim;
+};
+
+class F16AttentionOrderTest : public ::testing::TestWithParam<GqaShape> {};
+
+TEST_P(F16AttentionOrderTest, DecodeIsLlamaCppsOrderBitForBit) {
   // One token at position 74 over 75 positions in scattered blocks (more than 32 positions,
-  // so each V lane sums several), 9 query heads over 3 KV heads of 64, as SmolLM2 decodes.
-  constexpr int kBlock = 4, kBlocks = 19, kHeads = 9, kKvHeads = 3, kDim = 64, kLen = 75;
+  // so each V lane sums several); GQA groups of 3 to 7 heads, each split into other passes
+  // by the SIMD tables (up to 3 heads a pass on AVX2, 6 on AVX-512).
+  const auto [kHeads, kKvHeads, kDim] = GetParam();
+  constexpr int kBlock = 4, kBlocks = 19, kLen = 75;
   std::vector<int32_t> blocks(kBlocks);
   for (int b = 0; b < kBlocks; ++b) blocks[b] = (b * 7) % kBlocks;
   const std::vector<int32_t> positions = {kLen - 1}, cu_seqlens = {0, 1},
@@ -394,6 +402,19 @@ TEST(PagedAttentionTest, F16DecodeIsLlamaCppsOrderBitForBit) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Groups, F16AttentionOrderTest,
+    ::testing::Values(GqaShape{9, 3, 64},    // SmolLM2
+                      GqaShape{8, 2, 64},    // Llama 3's group of 4
+                      GqaShape{10, 2, 64},   // 5
+                      GqaShape{12, 2, 128},  // Qwen2.5-1.5B's 6
+                      GqaShape{14, 2, 32}),  // Qwen2.5-7B's 7
+    [](const ::testing::TestParamInfo<GqaShape>& param_info) {
+      const GqaShape& g = param_info.param;
+      return "h" + std::to_string(g.heads) + "_kv" + std::to_string(g.kv_heads) + "_d" +
+             std::to_string(g.dim);
+    });
 
 TEST(PagedAttentionTest, TheReferenceAttendsCausallyOverTheSequenceOnly) {
   // One KV head, head size 1, K = 0 everywhere: uniform attention, so the output is the
