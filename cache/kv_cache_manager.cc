@@ -65,14 +65,23 @@ BlockKey KvCacheManager::KeyOfBlock(const KvCacheRequest& request, const Table& 
   return key;
 }
 
+bool KvCacheManager::LooksUp(const KvCacheRequest& request) const {
+  return config_.enable_prefix_caching && request.num_computed_tokens == 0 &&
+         BlockTable(request.id).empty();
+}
+
 PrefixHit KvCacheManager::GetComputedBlocks(const KvCacheRequest& request) {
+  if (!LooksUp(request)) return {};
+  PrefixHit hit = FindComputedBlocks(request);
+  prefix_query_tokens_ += static_cast<int64_t>(request.verified_tokens.size());
+  prefix_hit_tokens_ += hit.num_tokens;
+  return hit;
+}
+
+PrefixHit KvCacheManager::FindComputedBlocks(const KvCacheRequest& request) const {
   PrefixHit hit;
-  if (!config_.enable_prefix_caching || request.num_computed_tokens > 0 ||
-      !BlockTable(request.id).empty()) {
-    return hit;
-  }
+  if (!LooksUp(request)) return hit;
   const int num_tokens = static_cast<int>(request.verified_tokens.size());
-  prefix_query_tokens_ += num_tokens;
   // The last token is always computed again: its logits pick the next token.
   const int max_blocks = num_tokens > 0 ? (num_tokens - 1) / block_size() : 0;
   BlockKey key;
@@ -106,7 +115,6 @@ PrefixHit KvCacheManager::GetComputedBlocks(const KvCacheRequest& request) {
     for (int i = first; i < num_hit; ++i) hit.sliding_blocks.push_back(*sliding[i]);
   }
   hit.num_tokens = static_cast<int>(hit.blocks.size()) * block_size();
-  prefix_hit_tokens_ += hit.num_tokens;
   return hit;
 }
 

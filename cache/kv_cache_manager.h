@@ -114,6 +114,9 @@ class KvCacheManager {
   // AllocateSlots takes them, which must follow before any other allocation. Counts a
   // prefix-cache query. Empty when prefix caching is off or the request already has blocks.
   PrefixHit GetComputedBlocks(const KvCacheRequest& request);
+  // The same lookup without counting a query: for a scheduler deciding whether to admit.
+  PrefixHit FindComputedBlocks(const KvCacheRequest& request) const;
+  bool prefix_caching() const { return config_.enable_prefix_caching; }
 
   // Makes room for num_new_tokens tokens after request.num_computed_tokens + hit.num_tokens,
   // plus num_lookahead_tokens slots for draft tokens (never hashed), in every group.
@@ -184,6 +187,8 @@ class KvCacheManager {
     int num_released_blocks = 0;
   };
 
+  // Whether GetComputedBlocks looks the request up: caching on, nothing computed or held.
+  bool LooksUp(const KvCacheRequest& request) const;
   // The key of the request's full block `index`, chained to group 0's block index-1.
   BlockKey KeyOfBlock(const KvCacheRequest& request, const Table& table, int index) const;
   // Group 1's blocks of `table` wholly before the window of position first_position, not

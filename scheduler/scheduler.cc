@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -230,6 +231,7 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
   while (!waiting_.empty() && budget > 0) {
     Request* request = waiting_.Front(running_per_tenant_);
     EvictIfOverWindow(*request);
+    if (WaitsForSharedPrefill(*request)) break;  // strict order: the queue waits with it
     PrefixHit hit;
     int num_new = 0;
     std::optional<std::vector<BlockId>> blocks;
@@ -268,6 +270,39 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
                              .first_scheduled = true,
                              .new_block_ids = std::move(*blocks)});
   }
+}
+
+bool Scheduler::WaitsForSharedPrefill(const Request& waiting) const {
+  // Cached prompt positions have no logits for prompt_logprobs: it computes them all anyway.
+  if (!kv_.prefix_caching() || waiting.sampling.prompt_logprobs) return false;
+  const KvCacheRequest view = KvView(waiting);
+  const PrefixHit hit = kv_.FindComputedBlocks(view);
+  const int block_size = kv_.block_size();
+  const int next = hit.num_tokens;  // the first position found uncached
+  // A hit never covers the block of the last token (its logits are needed).
+  if (std::ssize(view.verified_tokens) - 1 < next + block_size) return false;
+  const std::span<const TokenId> block = view.verified_tokens.subspan(next, block_size);
+  for (const Request* other : running_) {
+    // Another tenant's blocks are never shared, nor blocks after an eviction (KvView); a
+    // request past its prompt computes no prompt block (and one with the block computed
+    // would have been found cached).
+    if (other->cache_salt != waiting.cache_salt || other->num_evicted_tokens > 0 ||
+        other->num_prompt_tokens < next + block_size ||
+        other->num_computed_tokens >= next + block_size) {
+      continue;
+    }
+    // The same first `next` tokens: the same cached block ends both tables there.
+    const std::span<const BlockId> table = kv_.BlockTable(other->id);
+    if (next > 0 && (std::ssize(table) < next / block_size ||
+                     table[static_cast<size_t>(next / block_size - 1)] != hit.blocks.back())) {
+      continue;
+    }
+    if (std::ranges::equal(std::span<const TokenId>(other->token_ids).subspan(next, block_size),
+                           block)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // Ahead in the victim order: lower priority (larger), then the tenant with more running

@@ -115,6 +115,11 @@ class Scheduler {
   // Serves running requests; returns whether any was preempted.
   bool ScheduleRunning(std::vector<StepPlan>& plans, int& budget, SchedulerOutput& out);
   void AdmitWaiting(std::vector<StepPlan>& plans, int& budget, SchedulerOutput& out);
+  // Whether `waiting` should wait for a running request of its cache salt that is about to
+  // compute the next full block of its prompt (the first it finds uncached): a step later
+  // that block is cached and it computes only what is its own, so users arriving together
+  // behind a new system prompt compute the prompt once instead of once each.
+  bool WaitsForSharedPrefill(const Request& waiting) const;
   bool QueueIsFullFor(std::string_view tenant) const;
   bool PreemptsBefore(const Request& a, const Request& b) const;
   Request* PickVictim() const;

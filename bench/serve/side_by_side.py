@@ -1,5 +1,6 @@
 """tokenmill (tokenmill-server + tokenmill-gateway) against llama.cpp's OpenAI server
-(llama_cpp.server from llama-cpp-python) on the same GGUF and thread count, through the same
+(llama_cpp.server from llama-cpp-python, or with --llama-server llama.cpp's own llama-server,
+its flags in --llama-server-args) on the same GGUF and thread count, through the same
 benchmark client (benchmark.py), runs interleaved: in each repeat every scenario runs on both
 engines back to back, the order alternating, with that repeat's seed for both. Reports the
 median of each metric over the repeats and the median of the per-repeat ratios
@@ -8,7 +9,11 @@ tokenmill / llama.cpp, as JSON, a Markdown table and PNG plots.
   .venv/bin/python bench/serve/side_by_side.py --threads 2 --repeats 2 --out-dir /tmp/serve
 
 llama_cpp.server serves one request at a time (it queues the others: --interrupt_requests
-False), so from concurrency 2 on the comparison is continuous batching against a queue.
+False), so from concurrency 2 on the comparison is continuous batching against a queue;
+llama-server batches its --parallel slots and keeps a prompt cache in RAM (--cache-ram).
+
+  .venv/bin/python bench/serve/side_by_side.py --llama-server LLAMA_CPP_BUILD/bin/llama-server \
+      --scenarios shared-prefix-1k --repeats 3
 """
 import argparse
 import asyncio
@@ -39,6 +44,9 @@ SCENARIOS = {
                     request_rate=1.0),
     "shared-prefix": dict(workload="shared-prefix", num_prompts=16, prefix_len=512,
                           input_len=32, output_len=32, concurrency=4),
+    # Issue 36's: 8 users behind one 1024-token system prompt, each with its own question.
+    "shared-prefix-1k": dict(workload="shared-prefix", num_prompts=32, prefix_len=1024,
+                             input_len=32, output_len=32, concurrency=8),
     "long-prompt": dict(workload="long-prompt", concurrency=3, input_len=64, output_len=96,
                         long_input_len=1024, long_output_len=8, long_after_tokens=8),
 }
@@ -90,11 +98,17 @@ def start(args, log_dir):
                                "--metrics-port", "-1", *args.tokenmill_server_args.split()])
     gateway = spawn("tokenmill-gateway", [str(bin_dir / "tokenmill-gateway"), "--backend",
                                           f"127.0.0.1:{grpc_port}", "--port", str(http_port)])
-    llama = spawn("llama_cpp.server", [
-        sys.executable, "-m", "llama_cpp.server", "--model", args.model,
-        "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
-        "--n_ctx", "4096", "--interrupt_requests", "False", "--host", "127.0.0.1",
-        "--port", str(llama_port)])
+    if args.llama_server:
+        llama = spawn("llama-server", [
+            args.llama_server, "--model", args.model, "--threads", str(args.threads),
+            "--threads-batch", str(args.threads), *args.llama_server_args.split(),
+            "--host", "127.0.0.1", "--port", str(llama_port)])
+    else:
+        llama = spawn("llama_cpp.server", [
+            sys.executable, "-m", "llama_cpp.server", "--model", args.model,
+            "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
+            "--n_ctx", "4096", "--interrupt_requests", "False", "--host", "127.0.0.1",
+            "--port", str(llama_port)])
     urls = {"tokenmill": f"http://127.0.0.1:{http_port}",
             "llama.cpp": f"http://127.0.0.1:{llama_port}"}
     wait_http(urls["tokenmill"] + "/health", gateway)
@@ -199,6 +213,11 @@ def main():
     parser.add_argument("--goodput", nargs="*", default=["ttft:3000", "tpot:250"])
     parser.add_argument("--tokenmill-server-args", default="--max-num-batched-tokens 256",
                         help="extra tokenmill-server flags (the default chunks long prefills)")
+    parser.add_argument("--llama-server", default="",
+                        help="llama.cpp's llama-server binary, instead of llama_cpp.server")
+    parser.add_argument("--llama-server-args",
+                        default="-c 16384 -np 8 -b 2048 -ub 512 -fa on --cache-ram 8192",
+                        help="llama-server's flags besides model, threads, host and port")
     parser.add_argument("--out-dir", default="/tmp/tokenmill-serve-bench")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args()
@@ -208,7 +227,9 @@ def main():
     factory = workloads.PromptFactory(args.model)
     from llama_cpp import Llama
     eos_id = Llama(model_path=args.model, vocab_only=True, verbose=False).token_eos()
-    ignore_eos = {"tokenmill": "param", "llama.cpp": f"logit-bias:{eos_id}"}
+    # llama-server reads ignore_eos from the body; llama_cpp.server needs a logit bias.
+    ignore_eos = {"tokenmill": "param",
+                  "llama.cpp": "param" if args.llama_server else f"logit-bias:{eos_id}"}
     urls, procs = start(args, out)
     runs = {name: {e: [] for e in ENGINES} for name in args.scenarios}
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -241,6 +262,8 @@ def main():
             "repeats": args.repeats, "goodput_slos": args.goodput,
             "num_prompts_override": args.num_prompts,
             "tokenmill_server_args": args.tokenmill_server_args,
+            "llama_cpp": (f"{args.llama_server} {args.llama_server_args}" if args.llama_server
+                          else "llama_cpp.server"),
             "load_average_1min": {"min": min(loads), "max": max(loads)},
             "scenarios": {n: SCENARIOS[n] for n in args.scenarios}}
     (out / "runs.json").write_text(json.dumps(runs, indent=1))

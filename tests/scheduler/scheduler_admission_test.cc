@@ -255,6 +255,77 @@ TEST(SchedulerStatsTest, CacheSaltKeepsEqualPromptsApart) {
   sim.ExpectReferenceOutputs();
 }
 
+// Prompts of 8 shared tokens (two blocks of 4) and 3 of each request's own.
+std::vector<TokenId> SharedPrompt(TokenId own) {
+  std::vector<TokenId> prompt = {100, 101, 102, 103, 104, 105, 106, 107};
+  prompt.insert(prompt.end(), {own, own, own});
+  return prompt;
+}
+
+// Two requests arriving together behind a prompt nobody has computed: the second waits one
+// step for the first to compute the shared blocks, then computes only its own 3 tokens.
+TEST(SchedulerSharedPrefillTest, RequestsArrivingTogetherComputeTheirSharedBlocksOnce) {
+  SchedulerSim sim(Config(), MakeCacheConfig(16, 4));
+  ASSERT_TRUE(sim.Add(MakeRequest(1, SharedPrompt(1), 2)).ok());
+  ASSERT_TRUE(sim.Add(MakeRequest(2, SharedPrompt(2), 2)).ok());
+  ASSERT_TRUE(sim.Add(MakeRequest(3, 6, 2)).ok());  // behind it in the queue: waits too
+  EXPECT_EQ(sim.Step(), "1:11");
+  EXPECT_EQ(sim.Step(), "1:1 2:3 3:6");
+  EXPECT_EQ(sim.scheduler().Stats().num_prompt_tokens, 11 + 3 + 6);
+  EXPECT_EQ(sim.scheduler().Stats().num_prefix_hit_tokens, 8);
+  // Each request looked up once, at its admission, however long it waited.
+  EXPECT_EQ(sim.kv_cache().Stats().prefix_query_tokens, 11 + 11 + 6);
+  ASSERT_TRUE(sim.RunToCompletion(10));
+  sim.ExpectReferenceOutputs();
+}
+
+// A long shared prompt computed in chunks: the second request waits until the first has
+// computed every block they share, then reads them all from the cache.
+TEST(SchedulerSharedPrefillTest, ARequestWaitsOutAChunkedPrefillOfItsPrefix) {
+  SchedulerSim sim(Config(/*budget=*/8), MakeCacheConfig(16, 4));
+  std::vector<TokenId> shared(20);
+  for (int i = 0; i < 20; ++i) shared[i] = 200 + i;
+  std::vector<TokenId> first = shared, second = shared;
+  first.push_back(1);
+  second.insert(second.end(), {2, 2});
+  ASSERT_TRUE(sim.Add(MakeRequest(1, first, 1)).ok());
+  ASSERT_TRUE(sim.Add(MakeRequest(2, second, 1)).ok());
+  EXPECT_EQ(sim.Step(), "1:8");
+  EXPECT_EQ(sim.Step(), "1:8");
+  EXPECT_EQ(sim.Step(), "1:5");  // the fifth shared block is computed in this step
+  EXPECT_EQ(sim.Step(), "2:2");  // the first finished with its one token
+  EXPECT_EQ(sim.last_output().requests.at(0).num_computed_tokens, 20);
+  ASSERT_TRUE(sim.RunToCompletion(10));
+  sim.ExpectReferenceOutputs();
+}
+
+// No waiting where it would not share: another tenant's salt, prompt_logprobs (computes
+// every position), no full block of the prompt in common, prefix caching off.
+TEST(SchedulerSharedPrefillTest, NoWaitWhereNothingWouldBeShared) {
+  {
+    SchedulerSim sim(Config(), MakeCacheConfig(16, 4));
+    NewRequest other_tenant = MakeRequest(2, SharedPrompt(2), 1);
+    other_tenant.cache_salt = "tenant-b";
+    NewRequest logprobs = MakeRequest(3, SharedPrompt(3), 1);
+    logprobs.sampling.prompt_logprobs = 0;
+    std::vector<TokenId> one_block_differs = SharedPrompt(4);
+    one_block_differs[1] = 999;
+    ASSERT_TRUE(sim.Add(MakeRequest(1, SharedPrompt(1), 1)).ok());
+    ASSERT_TRUE(sim.Add(std::move(other_tenant)).ok());
+    ASSERT_TRUE(sim.Add(std::move(logprobs)).ok());
+    ASSERT_TRUE(sim.Add(MakeRequest(4, one_block_differs, 1)).ok());
+    EXPECT_EQ(sim.Step(), "1:11 2:11 3:11 4:11");
+    sim.ExpectReferenceOutputs();
+  }
+  KvCacheConfig no_caching = MakeCacheConfig(16, 4);
+  no_caching.enable_prefix_caching = false;
+  SchedulerSim sim(Config(), no_caching);
+  ASSERT_TRUE(sim.Add(MakeRequest(1, SharedPrompt(1), 1)).ok());
+  ASSERT_TRUE(sim.Add(MakeRequest(2, SharedPrompt(2), 1)).ok());
+  EXPECT_EQ(sim.Step(), "1:11 2:11");
+  sim.ExpectReferenceOutputs();
+}
+
 // A prompt_logprobs request never reads the prefix cache (cached positions have no logits)
 // and computes at most kMaxPromptLogprobsTokensPerStep tokens a step (each a row of logits).
 TEST(SchedulerPromptLogprobsTest, NoPrefixHitAndBoundedChunks) {
