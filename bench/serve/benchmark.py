@@ -120,7 +120,11 @@ async def run(args, factory=None):
     warmup = workloads.random_workload(factory, 1, 16, 4, args.seed, "warmup")[0]
     url = f"{args.base_url}/v1/completions"
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
-    async with aiohttp.ClientSession(timeout=TIMEOUT, headers=headers) as session:
+    # A connection a request: llama-server closes a kept-alive connection after a few
+    # requests (cpp-httplib's keep-alive count), and a POST written into a closed one fails.
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(timeout=TIMEOUT, headers=headers,
+                                     connector=connector) as session:
         model = args.model or await served_model(session, args.base_url)
         warm = await stream_completion(session, url, completion_body(
             model, warmup, args.seed, args.ignore_eos), warmup)
