@@ -228,10 +228,18 @@ bool Scheduler::ScheduleRunning(std::vector<StepPlan>& plans, int& budget,
 }
 
 void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, SchedulerOutput& out) {
+  // Requests waiting for another's prefill sit out this step and keep their places (the
+  // queue orders by priority and arrival): the rest of the queue, other tenants' included,
+  // goes on.
+  std::vector<Request*> sitting_out;
   while (!waiting_.empty() && budget > 0) {
     Request* request = waiting_.Front(running_per_tenant_);
     EvictIfOverWindow(*request);
-    if (WaitsForSharedPrefill(*request)) break;  // strict order: the queue waits with it
+    if (WaitsForSharedPrefill(*request)) {
+      waiting_.Remove(request);
+      sitting_out.push_back(request);
+      continue;
+    }
     PrefixHit hit;
     int num_new = 0;
     std::optional<std::vector<BlockId>> blocks;
@@ -270,6 +278,7 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
                              .first_scheduled = true,
                              .new_block_ids = std::move(*blocks)});
   }
+  for (Request* request : sitting_out) waiting_.Push(request);
 }
 
 bool Scheduler::WaitsForSharedPrefill(const Request& waiting) const {

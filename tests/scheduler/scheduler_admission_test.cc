@@ -268,9 +268,9 @@ TEST(SchedulerSharedPrefillTest, RequestsArrivingTogetherComputeTheirSharedBlock
   SchedulerSim sim(Config(), MakeCacheConfig(16, 4));
   ASSERT_TRUE(sim.Add(MakeRequest(1, SharedPrompt(1), 2)).ok());
   ASSERT_TRUE(sim.Add(MakeRequest(2, SharedPrompt(2), 2)).ok());
-  ASSERT_TRUE(sim.Add(MakeRequest(3, 6, 2)).ok());  // behind it in the queue: waits too
-  EXPECT_EQ(sim.Step(), "1:11");
-  EXPECT_EQ(sim.Step(), "1:1 2:3 3:6");
+  ASSERT_TRUE(sim.Add(MakeRequest(3, 6, 2)).ok());  // behind it in the queue: goes on
+  EXPECT_EQ(sim.Step(), "1:11 3:6");
+  EXPECT_EQ(sim.Step(), "1:1 3:1 2:3");
   EXPECT_EQ(sim.scheduler().Stats().num_prompt_tokens, 11 + 3 + 6);
   EXPECT_EQ(sim.scheduler().Stats().num_prefix_hit_tokens, 8);
   // Each request looked up once, at its admission, however long it waited.
