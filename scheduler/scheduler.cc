@@ -284,6 +284,12 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
 bool Scheduler::WaitsForSharedPrefill(const Request& waiting) const {
   // Cached prompt positions have no logits for prompt_logprobs: it computes them all anyway.
   if (!kv_.prefix_caching() || waiting.sampling.prompt_logprobs) return false;
+  // Most steps nobody of its salt is prefilling: no need to hash its prompt for a lookup.
+  const auto prefilling = [&](const Request* other) {
+    return other->cache_salt == waiting.cache_salt && other->num_evicted_tokens == 0 &&
+           other->num_computed_tokens < other->num_prompt_tokens;
+  };
+  if (std::ranges::none_of(running_, prefilling)) return false;
   const KvCacheRequest view = KvView(waiting);
   const PrefixHit hit = kv_.FindComputedBlocks(view);
   const int block_size = kv_.block_size();
@@ -295,8 +301,7 @@ bool Scheduler::WaitsForSharedPrefill(const Request& waiting) const {
     // Another tenant's blocks are never shared, nor blocks after an eviction (KvView); a
     // request past its prompt computes no prompt block (and one with the block computed
     // would have been found cached).
-    if (other->cache_salt != waiting.cache_salt || other->num_evicted_tokens > 0 ||
-        other->num_prompt_tokens < next + block_size ||
+    if (!prefilling(other) || other->num_prompt_tokens < next + block_size ||
         other->num_computed_tokens >= next + block_size) {
       continue;
     }
