@@ -201,6 +201,7 @@ void GenerateReactor::OnOutput(GenerateOutput&& output) {
         usage->set_cached_prompt_tokens(static_cast<uint32_t>(output.usage.cached_prompt_tokens));
         usage->set_completion_tokens(static_cast<uint32_t>(output.usage.completion_tokens));
         usage->set_evicted_tokens(static_cast<uint32_t>(output.usage.evicted_tokens));
+        if (output.cumulative_logprob) response.set_cumulative_logprob(*output.cumulative_logprob);
       }
       all_finished = ++num_finished_sequences_ == num_sequences_;
       if (all_finished) {

@@ -173,6 +173,25 @@ struct BadInput {
   std::string message;
 };
 
+// beam_search set: the engine's beam search of width n; length_penalty 1 unless given.
+TEST(BuildGenerateRequest, BeamSearchCarriesItsLengthPenalty) {
+  v1::GenerateRequest request = TextRequest("Hello");
+  request.set_n(4);
+  request.mutable_beam_search();
+  StatusOr<ValidatedRequest> built = BuildGenerateRequest(request, SmolLm2().Context(8192));
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  ASSERT_TRUE(built->get().beam_search.has_value());
+  EXPECT_EQ(built->get().beam_search->length_penalty, 1.0f);
+  EXPECT_EQ(built->get().n, 4);
+  request.mutable_beam_search()->set_length_penalty(-0.5f);
+  built = BuildGenerateRequest(request, SmolLm2().Context(8192));
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_EQ(built->get().beam_search->length_penalty, -0.5f);
+  built = BuildGenerateRequest(TextRequest("Hello"), SmolLm2().Context(8192));
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_FALSE(built->get().beam_search.has_value());
+}
+
 TEST(BuildGenerateRequest, RefusesBadInputSayingWhatToChange) {
   const std::vector<BadInput> cases = {
       {"no input", [](v1::GenerateRequest& r) { r.clear_input(); }, StatusCode::kInvalidArgument,
@@ -258,6 +277,13 @@ TEST(BuildGenerateRequest, RefusesBadInputSayingWhatToChange) {
        StatusCode::kInvalidArgument, "stop[1] is empty"},
       {"stop id outside vocab", [](v1::GenerateRequest& r) { r.add_stop_token_ids(100000); },
        StatusCode::kInvalidArgument, "stop_token_ids[0] = 100000"},
+      {"nan length_penalty",
+       [](v1::GenerateRequest& r) { r.mutable_beam_search()->set_length_penalty(NAN); },
+       StatusCode::kInvalidArgument, "beam_search.length_penalty must be a finite number"},
+      {"infinite length_penalty",
+       [](v1::GenerateRequest& r) { r.mutable_beam_search()->set_length_penalty(-INFINITY); },
+       StatusCode::kInvalidArgument,
+       "beam_search.length_penalty must be a finite number, got -inf"},
       {"long request id",
        [](v1::GenerateRequest& r) { r.set_request_id(std::string(300, 'x')); },
        StatusCode::kInvalidArgument, "request_id is longer than 256 bytes"},
