@@ -145,6 +145,67 @@ TEST(GatewayRequestMapping, EchoPromptLogprobsAndBestOf) {
   EXPECT_FALSE(r.generates[0].logprobs());
 }
 
+// vLLM's use_beam_search: beam_search of width n (length_penalty when given), on both
+// endpoints; not streamed, and n is the width (best_of only if equal to it). Without it,
+// length_penalty changes nothing and is logged as ignored.
+TEST(GatewayRequestMapping, BeamSearch) {
+  CompletionRequest r = ParseOk(
+      json{{"prompt", "Hi"}, {"use_beam_search", true}, {"n", 4}, {"length_penalty", 0.5}},
+      Endpoint::kCompletions);
+  ASSERT_TRUE(r.generates[0].has_beam_search());
+  EXPECT_FLOAT_EQ(r.generates[0].beam_search().length_penalty(), 0.5f);
+  EXPECT_EQ(r.generates[0].n(), 4u);
+  EXPECT_EQ(r.n, 4u);
+  EXPECT_EQ(r.best_of, 1u);
+  EXPECT_FALSE(r.generates[0].logprobs());
+  EXPECT_TRUE(r.ignored_fields.empty());
+
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                     {"use_beam_search", true},
+                     {"stream", false}};
+  r = ParseOk(chat, Endpoint::kChatCompletions);
+  ASSERT_TRUE(r.generates[0].has_beam_search());
+  EXPECT_FALSE(r.generates[0].beam_search().has_length_penalty());  // the server's 1
+  EXPECT_FALSE(r.generates[0].has_n());
+
+  r = ParseOk(json{{"prompt", "Hi"}, {"use_beam_search", true}, {"n", 2}, {"best_of", 2}},
+              Endpoint::kCompletions);
+  EXPECT_TRUE(r.generates[0].has_beam_search());
+  EXPECT_EQ(r.best_of, 1u);
+
+  r = ParseOk(json{{"prompt", "Hi"}, {"use_beam_search", false}, {"length_penalty", 2}},
+              Endpoint::kCompletions);
+  EXPECT_FALSE(r.generates[0].has_beam_search());
+  ASSERT_EQ(r.ignored_fields.size(), 1u);
+  EXPECT_EQ(r.ignored_fields[0].name, "length_penalty");
+  json chat_ignored = chat;
+  chat_ignored.erase("use_beam_search");
+  chat_ignored["length_penalty"] = 2;
+  chat_ignored["store"] = false;
+  r = ParseOk(chat_ignored, Endpoint::kChatCompletions);
+  EXPECT_FALSE(r.generates[0].has_beam_search());
+  ASSERT_EQ(r.ignored_fields.size(), 2u);  // both kept: the SDK fields join, not replace
+
+  const HttpError stream = ParseError(
+      json{{"prompt", "Hi"}, {"use_beam_search", true}, {"stream", true}}, Endpoint::kCompletions);
+  EXPECT_EQ(stream.param, "stream");
+  EXPECT_NE(stream.message.find("beam search is not streamed"), std::string::npos);
+  json chat_stream = chat;
+  chat_stream["stream"] = true;
+  EXPECT_EQ(ParseError(chat_stream, Endpoint::kChatCompletions).param, "stream");
+  const HttpError best_of =
+      ParseError(json{{"prompt", "Hi"}, {"use_beam_search", true}, {"n", 2}, {"best_of", 4}},
+                 Endpoint::kCompletions);
+  EXPECT_EQ(best_of.param, "best_of");
+  EXPECT_NE(best_of.message.find("set n"), std::string::npos) << best_of.message;
+  // Lower than n too: the beam search's refusal, not best_of's own "raise best_of".
+  const HttpError below = ParseError(
+      json{{"prompt", "Hi"}, {"use_beam_search", true}, {"n", 3}, {"best_of", 1}},
+      Endpoint::kCompletions);
+  EXPECT_EQ(below.param, "best_of");
+  EXPECT_NE(below.message.find("n = 3 is the beam width"), std::string::npos) << below.message;
+}
+
 TEST(GatewayRequestMapping, PromptShapes) {
   EXPECT_EQ(ParseOk(json{{"prompt", {1, 2, 3}}}, Endpoint::kCompletions)
                 .generates[0]
@@ -214,6 +275,12 @@ TEST(GatewayRequestMapping, RefusalsNameTheParameter) {
       {Endpoint::kCompletions, {{"best_of", 1}, {"n", 2}}, "best_of"},
       {Endpoint::kCompletions, {{"best_of", 2}, {"stream", true}}, "best_of"},
       {Endpoint::kCompletions, {{"prompt_logprobs", 21}}, "prompt_logprobs"},
+      {Endpoint::kCompletions, {{"use_beam_search", 1}}, "use_beam_search"},
+      {Endpoint::kCompletions, {{"length_penalty", "long"}}, "length_penalty"},
+      {Endpoint::kChatCompletions, {{"use_beam_search", "yes"}}, "use_beam_search"},
+      {Endpoint::kChatCompletions, {{"use_beam_search", true}, {"length_penalty", {1}}},
+       "length_penalty"},
+      {Endpoint::kChatCompletions, {{"use_beam_search", true}, {"best_of", 2}}, "best_of"},
       {Endpoint::kCompletions, {{"stream_options", {{"include_usage", true}}}}, "stream_options"},
       {Endpoint::kCompletions, {{"messages", chat_base["messages"]}}, "messages"},
       {Endpoint::kChatCompletions, {{"prompt", "x"}}, "prompt"},

@@ -7,6 +7,7 @@
 
 #include "common/request_limits.h"
 #include "gateway/api/json_fields.h"
+#include "gateway/api/openai/beam_search.h"
 #include "gateway/api/openai/sdk_fields.h"
 #include "gateway/api/openai/structured_output.h"
 #include "gateway/api/openai/tool_calls.h"
@@ -200,6 +201,8 @@ std::optional<HttpError> ParseGenerateCommon(const json& body, Endpoint endpoint
     out.n = static_cast<uint32_t>(*n);
     if (*n > 1) g.set_n(static_cast<uint32_t>(*n));
   }
+  // Before best_of: with beam search, best_of has its own refusal.
+  GW_RETURN_IF_ERROR(ParseBeamSearch(body, out.n, g, out.ignored_fields));
   if (endpoint == Endpoint::kCompletions) GW_RETURN_IF_ERROR(ParseBestOf(body, out, g));
 
   std::optional<bool> flag;
@@ -363,7 +366,7 @@ std::optional<HttpError> ParseChatInput(const json& body, CompletionRequest& out
   if (add_generation_prompt) chat.set_add_generation_prompt(*add_generation_prompt);
   SdkFields sdk;
   GW_RETURN_IF_ERROR(ParseSdkFields(body, g, sdk));
-  out.ignored_fields = std::move(sdk.ignored);
+  out.ignored_fields.insert(out.ignored_fields.end(), sdk.ignored.begin(), sdk.ignored.end());
   // OpenAI's meaning: requests that share the key share cached prefixes, so one backend.
   out.affinity_key = sdk.prompt_cache_key.empty() ? ChatAffinityKey(chat)
                                                   : "cache_key:" + sdk.prompt_cache_key;
@@ -430,6 +433,7 @@ std::optional<HttpError> ParseCompletionRequest(const json& body, Endpoint endpo
   if (!body.is_object()) return BadRequest("the request body must be a JSON object");
   std::set<std::string_view> known = CommonParams();
   known.insert(StructuredOutputParams().begin(), StructuredOutputParams().end());
+  known.insert(BeamSearchFieldParams().begin(), BeamSearchFieldParams().end());
   if (endpoint == Endpoint::kCompletions) {
     known.insert({"prompt", "best_of", "echo", "suffix", "prompt_logprobs"});
   } else {
