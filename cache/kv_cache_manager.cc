@@ -236,6 +236,47 @@ void KvCacheManager::CacheComputedBlocks(const KvCacheRequest& request) {
   }
 }
 
+std::optional<std::vector<BlockCopy>> KvCacheManager::Fork(const KvCacheRequest& request,
+                                                            uint64_t child_id) {
+  TM_CHECK(!tables_.contains(child_id)) << "request " << child_id << " already has blocks";
+  TM_CHECK_EQ(request.num_computed_tokens, static_cast<int>(request.verified_tokens.size()))
+      << "request " << request.id << " forks with tokens left to compute";
+  const auto it = tables_.find(request.id);
+  if (it == tables_.end()) return std::vector<BlockCopy>{};
+  const int num_blocks = static_cast<int>(it->second.blocks.size());
+  TM_CHECK_EQ(num_blocks, (request.num_computed_tokens + block_size() - 1) / block_size())
+      << "request " << request.id << " holds blocks past its tokens";
+  const bool partial = request.num_computed_tokens % block_size() != 0;
+  if (partial && (pool_.num_free_blocks() < 1 ||
+                  (sliding_pool_.has_value() && sliding_pool_->num_free_blocks() < 1))) {
+    return std::nullopt;
+  }
+  // The shared blocks are then cached in the parent's table as in the child's.
+  CacheComputedBlocks(request);
+  Table child = it->second;
+  const int num_shared = partial ? num_blocks - 1 : num_blocks;
+  std::vector<BlockCopy> copies;
+  pool_.Touch(std::span<const BlockId>(child.blocks).first(static_cast<size_t>(num_shared)));
+  if (partial) {
+    const BlockId dst = pool_.AllocateFresh(1)[0];
+    copies.push_back(BlockCopy{.group = 0, .src = child.blocks.back(), .dst = dst});
+    child.blocks.back() = dst;
+  }
+  if (sliding_pool_.has_value()) {
+    const std::span<const BlockId> shared =
+        std::span<const BlockId>(child.sliding_blocks).first(static_cast<size_t>(num_shared));
+    sliding_pool_->Touch(shared.subspan(static_cast<size_t>(
+        std::min(child.num_released_blocks, num_shared))));
+    if (partial) {
+      const BlockId dst = sliding_pool_->AllocateFresh(1)[0];
+      copies.push_back(BlockCopy{.group = 1, .src = child.sliding_blocks.back(), .dst = dst});
+      child.sliding_blocks.back() = dst;
+    }
+  }
+  tables_.emplace(child_id, std::move(child));
+  return copies;
+}
+
 namespace {
 
 // The ids of blocks[begin, size) tail first, released ones left out.

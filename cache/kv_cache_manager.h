@@ -10,6 +10,10 @@
 // AllocateSlots returns nothing, changing nothing, when the pool cannot serve it: the
 // scheduler then waits or preempts. That is not an error.
 //
+// Beam search forks a request: the child shares the parent's full blocks by reference and
+// gets a copy of only its partial last block (copy-on-write), which the engine copies before
+// the next forward pass (BlockCopy).
+//
 // KV groups (vLLM's hybrid KV cache manager): group 0 holds the full-attention layers (every
 // layer of a model without sliding-window layers) and keeps all of a request's blocks. A
 // model with sliding-window layers has group 1 too, with its own pool (its blocks hold only
@@ -69,6 +73,14 @@ struct PrefixHit {
   std::vector<BlockId> blocks;          // group 0's
   std::vector<BlockId> sliding_blocks;  // group 1's, as many, kReleasedBlock before the window
   int num_tokens = 0;
+};
+
+// A block whose K/V the engine copies before the next forward pass: group `group`'s block
+// src (its every layer) into dst.
+struct BlockCopy {
+  int group = 0;
+  BlockId src = 0;
+  BlockId dst = 0;
 };
 
 // Counters for metrics; the token counters only grow.
@@ -139,6 +151,14 @@ class KvCacheManager {
   // request's blocks in order, in every group. AllocateSlots and Free call it; a scheduler
   // may call it after a step to share freshly computed blocks at once.
   void CacheComputedBlocks(const KvCacheRequest& request);
+
+  // A table for `child_id` (which holds none) equal to the request's: its computed full
+  // blocks cached first (all its tokens must be computed and verified), then shared, in use
+  // -> in use (ref + 1, never copied), in every group; its partial last block, if any, a
+  // fresh block (free -> in use) into which the engine copies the request's (the returned
+  // copies, one per group). nullopt, changing nothing, when a pool has no free block for
+  // the copy (the watermark may be used: the child continues a running request).
+  std::optional<std::vector<BlockCopy>> Fork(const KvCacheRequest& request, uint64_t child_id);
 
   // Caches the request's computed full blocks, then drops its tables, tail first:
   //   in use -> in use (still shared), cached-evictable (back of the LRU queue) or free.

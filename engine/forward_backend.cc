@@ -1,6 +1,7 @@
 #include "engine/forward_backend.h"
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 #include <string>
 #include <vector>
@@ -40,6 +41,13 @@ class CpuBackend final : public ForwardBackend {
     TM_RETURN_IF_ERROR(CheckKvTypeFits(type, model_.config().head_dim));
     kv_ = std::make_unique<KvCacheStorage>(model_.config(), type, group_num_blocks, block_size);
     return OkStatus();
+  }
+  Status CopyKvBlocks(std::span<const KvBlockCopy> copies) override {
+    return tokenmill::CopyKvBlocks(kv_->view(), model_.config(), copies,
+                                   [](void* dst, const void* src, int64_t bytes) {
+                                     std::memcpy(dst, src, static_cast<size_t>(bytes));
+                                     return OkStatus();
+                                   });
   }
   Status Run(const ForwardInput& input, std::span<float> logits) override {
     return forward_.Run(input, kv_->view(), logits);
@@ -89,6 +97,9 @@ class CudaBackend final : public ForwardBackend {
                                                                         block_size));
     kv_ = std::make_unique<cuda::CudaKvCache>(std::move(kv));
     return OkStatus();
+  }
+  Status CopyKvBlocks(std::span<const KvBlockCopy> copies) override {
+    return tokenmill::CopyKvBlocks(kv_->view(), model_.config(), copies, cuda::CopyDeviceToDevice);
   }
   Status Run(const ForwardInput& input, std::span<float> logits) override {
     return forward_->Run(input, kv_->view(), logits);

@@ -25,6 +25,8 @@ class ForwardBackend {
   // (model/forward_input.h: NumKvGroups entries); called once, before the first Run.
   virtual Status AllocateKv(KvType type, std::span<const int64_t> group_num_blocks,
                             int block_size) = 0;
+  // Copies blocks of the pool (kernels/kv_cache_view.h), in order, before the next Run.
+  virtual Status CopyKvBlocks(std::span<const KvBlockCopy> copies) = 0;
   // ForwardPass::Run over the pool; logits are host memory.
   virtual Status Run(const ForwardInput& input, std::span<float> logits) = 0;
   // Run, but only each logit row's argmax (the first largest) comes back, one id per logit

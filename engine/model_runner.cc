@@ -84,6 +84,13 @@ StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
   logprobs.clear();
   ended.clear();
   prompt_logprobs_.clear();
+  if (!step.block_copies.empty()) {
+    std::vector<KvBlockCopy> copies;
+    for (const BlockCopy& c : step.block_copies) {
+      copies.push_back(KvBlockCopy{.group = c.group, .src = c.src, .dst = c.dst});
+    }
+    TM_RETURN_IF_ERROR(backend_->CopyKvBlocks(copies));
+  }
   const std::vector<int> prompt_rows = PromptLogitRows(step, scheduler);
   // A step that computes prompt rows of such a request takes every row's logits (its prompt
   // entries come from them); its decode steps may take the argmax alone.

@@ -35,13 +35,14 @@ class ModelRunner {
   ModelRunner(const Model& model, std::unique_ptr<ForwardBackend> backend, int64_t num_blocks,
               int block_size);
 
-  // Computes `step` (from scheduler.Schedule()) and samples a token for each request with
-  // num_logits > 0: accepted drafts then one more token, verified by rejection sampling
-  // (engine/sampling/rejection_sampler.h) against `draft_probs` (the draft model's q rows of
-  // the requests whose drafts were sampled; none: drafts are deterministic). `logprobs`
-  // gets, for each request that asked, one entry per sampled token (cleared first). The rows
-  // of requests `grammars` constrains are masked first, and their sampled tokens accepted;
-  // `ended` gets those whose grammar ended (cleared first).
+  // Copies step.block_copies' K/V, then computes `step` (from scheduler.Schedule()) and
+  // samples a token for each request with num_logits > 0: accepted drafts then one more
+  // token, verified by rejection sampling (engine/sampling/rejection_sampler.h) against
+  // `draft_probs` (the draft model's q rows of the requests whose drafts were sampled; none:
+  // drafts are deterministic). `logprobs` gets, for each request that asked, one entry per
+  // sampled token (cleared first). The rows of requests `grammars` constrains are masked
+  // first, and their sampled tokens accepted; `ended` gets those whose grammar ended
+  // (cleared first).
   StatusOr<ModelOutput> Execute(const SchedulerOutput& step, const Scheduler& scheduler,
                                 Sampler& sampler, StepLogprobs& logprobs,
                                 GrammarConstraints& grammars, std::vector<RequestId>& ended,

@@ -62,6 +62,14 @@ constexpr int64_t KvRowTotalBytes(KvType type, int64_t head_dim) {
   return KvRowBytes(type, head_dim) + KvRowScaleBytes(type, head_dim);
 }
 
+// One block's K/V, codes and scales of every layer of KV group `group`, copied into another
+// block of that group: beam search's copy-on-write of a forked sequence's partial last block.
+struct KvBlockCopy {
+  int32_t group = 0;
+  int32_t src = 0;
+  int32_t dst = 0;
+};
+
 // K and V blocks of n_layers layers in host or device memory; non-owning. K is
 // [layer][block][offset in block][kv head][row of head_dim], V alike; the quantized types add
 // k_scale and v_scale, KvRowScaleBytes per [layer][block][offset in block][kv head] (a float

@@ -48,6 +48,42 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
 
 KvCacheView KvCacheStorage::view() { return view_; }
 
+Status CopyKvBlocks(const KvCacheView& view, const ModelConfig& config,
+                    std::span<const KvBlockCopy> copies,
+                    const std::function<Status(void* dst, const void* src, int64_t bytes)>& copy_bytes) {
+  const int64_t rows_per_block = int64_t{view.block_size} * view.n_kv_heads;
+  const int64_t code_bytes = rows_per_block * KvRowBytes(view.type, view.head_dim);
+  const int64_t scale_bytes = rows_per_block * KvRowScaleBytes(view.type, view.head_dim);
+  for (const KvBlockCopy& copy : copies) {
+    if (copy.group < 0 || copy.group >= NumKvGroups(config)) {
+      return InvalidArgumentError("a KV block copy names group " + std::to_string(copy.group) +
+                                  ", which this model does not have");
+    }
+    for (int layer = 0; layer < config.n_layers; ++layer) {
+      if (KvGroupOfLayer(config, layer) != copy.group) continue;
+      const KvCacheView kv = view.Layer(layer);
+      if (copy.src < 0 || copy.dst < 0 || copy.src >= kv.num_blocks || copy.dst >= kv.num_blocks) {
+        return InvalidArgumentError("a KV block copy from " + std::to_string(copy.src) + " to " +
+                                    std::to_string(copy.dst) + " is outside the pool of " +
+                                    std::to_string(kv.num_blocks) + " blocks");
+      }
+      const auto at = [](void* base, int64_t block, int64_t bytes) {
+        return static_cast<uint8_t*>(base) + block * bytes;
+      };
+      TM_RETURN_IF_ERROR(copy_bytes(at(kv.k, copy.dst, code_bytes), at(kv.k, copy.src, code_bytes),
+                                    code_bytes));
+      TM_RETURN_IF_ERROR(copy_bytes(at(kv.v, copy.dst, code_bytes), at(kv.v, copy.src, code_bytes),
+                                    code_bytes));
+      if (scale_bytes == 0) continue;
+      TM_RETURN_IF_ERROR(copy_bytes(at(kv.k_scale, copy.dst, scale_bytes),
+                                    at(kv.k_scale, copy.src, scale_bytes), scale_bytes));
+      TM_RETURN_IF_ERROR(copy_bytes(at(kv.v_scale, copy.dst, scale_bytes),
+                                    at(kv.v_scale, copy.src, scale_bytes), scale_bytes));
+    }
+  }
+  return OkStatus();
+}
+
 BatchBuilder::BatchBuilder(int block_size, int64_t num_blocks, int num_kv_groups)
     : block_size_(block_size),
       num_blocks_(num_blocks),

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -32,6 +33,14 @@ class KvCacheStorage {
   std::vector<uint8_t> k_scale_;  // the quantized types' scales
   std::vector<uint8_t> v_scale_;
 };
+
+// Copies each of `copies` in order through copy_bytes(dst, src, bytes), once per array (K, V
+// and their scales) of each layer of the copy's group, over `view` (host or device memory:
+// the caller's copy_bytes says which). InvalidArgument for a block outside the group's pool
+// or a group the model does not have; copy_bytes's first error stops it.
+Status CopyKvBlocks(const KvCacheView& view, const ModelConfig& config,
+                    std::span<const KvBlockCopy> copies,
+                    const std::function<Status(void* dst, const void* src, int64_t bytes)>& copy_bytes);
 
 // Sequences that take fresh blocks from a bump allocator, and the step inputs for them. Every
 // KV group gets the same tables (nothing is released: all layers keep every block), so give

@@ -139,6 +139,10 @@ struct Request {
   // are dropped on preemption.
   std::vector<TokenId> draft_token_ids;
 
+  // Its sampled token was taken back (Update got none): it waits, running or preempted, for
+  // the engine to give it its next token (Scheduler::Extend) and computes nothing till then.
+  bool parked = false;
+
   RequestState state = RequestState::kWaiting;
   int num_cached_prompt_tokens = 0;  // prompt tokens served by the prefix cache at admission
   int num_preemptions = 0;

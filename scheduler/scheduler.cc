@@ -165,6 +165,8 @@ SchedulerOutput Scheduler::Schedule() {
     out.requests.push_back(Commit(plan));
     out.num_batched_tokens += out.requests.back().num_new_tokens;
   }
+  // Kept until a step runs: nothing writes K/V before that.
+  if (!out.requests.empty()) out.block_copies = std::exchange(block_copies_, {});
   DebugCheckInvariants();
   return out;
 }
@@ -183,7 +185,11 @@ bool Scheduler::ScheduleRunning(std::vector<StepPlan>& plans, int& budget,
     Request* request = running_[i];
     EvictIfOverWindow(*request);
     const int num_missing = request->num_cache_tokens() - request->num_computed_tokens;
-    // Update() leaves every running request at least its next token to compute.
+    if (request->parked) {
+      ++i;
+      continue;
+    }
+    // Update() leaves every running request it did not park at least its next token.
     TM_CHECK_GT(num_missing, 0) << "running request " << request->id;
     int num_verified = 0;
     int num_drafts = 0;
@@ -235,7 +241,8 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
   while (!waiting_.empty() && budget > 0) {
     Request* request = waiting_.Front(running_per_tenant_);
     EvictIfOverWindow(*request);
-    if (WaitsForSharedPrefill(*request)) {
+    // A parked request has nothing to compute before its next token comes.
+    if (request->parked || WaitsForSharedPrefill(*request)) {
       waiting_.Remove(request);
       sitting_out.push_back(request);
       continue;
@@ -253,8 +260,10 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
         blocks = kv_.AllocateSlots(KvView(*request), num_new, 0, hit);
         if (blocks) break;
       }
-      // No seat or no blocks: a tenant below its share takes them from one above it.
+      // No seat or no blocks: a tenant below its share takes them from one above it, or from a
+      // parked request.
       Request* victim = FairShareVictim(*request);
+      if (victim == nullptr) victim = ParkedVictim(*request);
       if (victim == nullptr) break;
       Preempt(victim, plans, budget, out);
     }
@@ -353,6 +362,17 @@ Request* Scheduler::FairShareVictim(const Request& waiting) const {
   return victim;
 }
 
+Request* Scheduler::ParkedVictim(const Request& waiting) const {
+  Request* victim = nullptr;
+  for (Request* candidate : running_) {
+    if (!candidate->parked || candidate->priority < waiting.priority) {
+      continue;
+    }
+    if (victim == nullptr || PreemptsBefore(*candidate, *victim)) victim = candidate;
+  }
+  return victim;
+}
+
 void Scheduler::Preempt(Request* victim, std::vector<StepPlan>& plans, int& budget,
                         SchedulerOutput& out) {
   const auto plan = std::find_if(plans.begin(), plans.end(),
@@ -426,6 +446,12 @@ std::vector<RequestEvent> Scheduler::Update(const ModelOutput& output) {
     Request& request = *it->second;
 
     const int num_sampled = static_cast<int>(sampled.token_ids.size());
+    if (num_sampled == 0) {  // parked until Extend
+      TM_CHECK_EQ(scheduled.num_draft_tokens, 0) << "request " << request.id << " parked";
+      request.draft_token_ids.clear();
+      request.parked = true;
+      continue;
+    }
     TM_CHECK(num_sampled >= 1 && num_sampled <= 1 + scheduled.num_draft_tokens)
         << num_sampled << " tokens for request " << request.id << " after "
         << scheduled.num_draft_tokens << " drafts";
@@ -463,6 +489,55 @@ std::vector<RequestEvent> Scheduler::Update(const ModelOutput& output) {
   last_step_.clear();
   DebugCheckInvariants();
   return events;
+}
+
+Status Scheduler::Fork(RequestId parent_id, RequestId child_id) {
+  const auto it = requests_.find(parent_id);
+  if (it == requests_.end()) {
+    return NotFoundError("no live request " + std::to_string(parent_id) + " to fork");
+  }
+  if (requests_.contains(child_id)) {
+    return InvalidArgumentError("request id " + std::to_string(child_id) + " is already in use");
+  }
+  Request& parent = *it->second;
+  TM_CHECK(parent.parked && parent.draft_token_ids.empty() && parent.num_evicted_tokens == 0)
+      << "request " << parent_id << " forks unparked, with drafts or with evictions";
+  auto owned = std::make_unique<Request>(parent);
+  Request* child = owned.get();
+  child->id = child_id;
+  child->arrival_order = next_arrival_order_++;
+  requests_.emplace(child_id, std::move(owned));
+  std::optional<std::vector<BlockCopy>> copies;
+  if (parent.state == RequestState::kRunning &&
+      static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    copies = kv_.Fork(KvView(parent), child_id);
+  }
+  if (copies.has_value()) {
+    block_copies_.insert(block_copies_.end(), copies->begin(), copies->end());
+    running_.insert(std::find(running_.begin(), running_.end(), &parent) + 1, child);
+    running_per_tenant_.Add(child->tenant, 1);
+  } else {
+    // No seat or no block for the copy: it recomputes, from the parent's cached prefix.
+    if (child->state == RequestState::kRunning) child->state = RequestState::kPreempted;
+    child->num_computed_tokens = 0;
+    waiting_.Push(child);
+  }
+  DebugCheckInvariants();
+  return OkStatus();
+}
+
+StatusOr<std::optional<FinishReason>> Scheduler::Extend(RequestId id, TokenId token) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) {
+    return NotFoundError("no live request " + std::to_string(id) + " to extend");
+  }
+  Request& request = *it->second;
+  TM_CHECK(request.parked) << "request " << id << " is extended without being parked";
+  request.parked = false;
+  const std::optional<FinishReason> reason = AppendToken(request, token);
+  if (reason.has_value()) Finish(&request, *reason);
+  DebugCheckInvariants();
+  return reason;
 }
 
 std::optional<FinishReason> Scheduler::AppendToken(Request& request, TokenId token) {
@@ -516,8 +591,9 @@ Status Scheduler::CheckInvariants() const {
     if (request->state != RequestState::kRunning || request->num_computed_tokens > slots ||
         request->num_computed_tokens >
             request->num_cache_tokens() + static_cast<int>(request->draft_token_ids.size()) ||
-        request->num_cache_tokens() > max_model_len_ + 1) {
-      return InternalError(name + ": state " + std::string(RequestStateName(request->state)) +
+        request->num_cache_tokens() > max_model_len_ + 1 ||
+        (request->parked && request->num_computed_tokens != request->num_cache_tokens())) {
+      return InternalError(name + (request->parked ? " (parked)" : "") + ": state " + std::string(RequestStateName(request->state)) +
                            ", " + Num(request->num_computed_tokens) + " computed of " +
                            Num(request->num_tokens()) + " tokens, " + Num(slots) + " slots");
     }

@@ -84,6 +84,18 @@ class Scheduler {
   // blocks. Returns one event per request that got tokens.
   std::vector<RequestEvent> Update(const ModelOutput& output);
 
+  // Beam search: Update parks a request it gets no token for (Request::parked). Fork adds
+  // `child_id` as a copy of the live parked request `parent_id`, parked too: when the parent
+  // runs and a seat is free, running beside it with the parent's full KV blocks shared and
+  // its partial last block copied (the next step's block_copies), else waiting to recompute
+  // (from its cached prefix blocks). InvalidArgument for a used child id, NotFound for no
+  // such parent.
+  Status Fork(RequestId parent_id, RequestId child_id);
+  // Appends `token` to the live parked request `id`, which then computes it; a stop
+  // condition (max_tokens, the context length, an end-of-generation or stop id) finishes it
+  // at once and is returned.
+  StatusOr<std::optional<FinishReason>> Extend(RequestId id, TokenId token);
+
   // The live (not finished) request, or null.
   const Request* Find(RequestId id) const;
   bool has_unfinished_requests() const { return !requests_.empty(); }
@@ -123,6 +135,11 @@ class Scheduler {
   bool QueueIsFullFor(std::string_view tenant) const;
   bool PreemptsBefore(const Request& a, const Request& b) const;
   Request* PickVictim() const;
+  // A running request parked with all its tokens computed (beam search: waiting for its
+  // siblings), of no higher priority than `waiting`, that may give it its seat and blocks
+  // (it recomputes later): parked beams must not hold the pool from the sibling they wait
+  // for. Null when none.
+  Request* ParkedVictim(const Request& waiting) const;
   // A running request of another tenant, above its share, that `waiting` may take the seat
   // and blocks of; null when none (the waiting request then waits its turn).
   Request* FairShareVictim(const Request& waiting) const;
@@ -143,6 +160,7 @@ class Scheduler {
   WaitingQueue waiting_;
   uint64_t next_arrival_order_ = 0;
   std::vector<RequestId> finished_since_schedule_;
+  std::vector<BlockCopy> block_copies_;  // Fork's, until a step runs
   std::unordered_map<RequestId, ScheduledLogits> last_step_;
   SchedulerStats stats_;
 };

@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "cache/kv_cache_manager.h"
 #include "cache/types.h"
 #include "scheduler/request.h"
 
@@ -42,6 +43,9 @@ struct SchedulerOutput {
   std::vector<RequestId> preempted_ids;
   // Finished or aborted since the previous Schedule(); the runner drops their state.
   std::vector<RequestId> finished_ids;
+  // K/V the runner copies, in order, before this step's forward pass: the partial last blocks
+  // of requests forked since the last step that ran (Scheduler::Fork).
+  std::vector<BlockCopy> block_copies;
 
   bool empty() const { return requests.empty(); }
 };
@@ -49,7 +53,9 @@ struct SchedulerOutput {
 // What the runner and sampler return for one request that had num_logits > 0.
 struct SampledTokens {
   RequestId id = 0;
-  // Accepted draft tokens then one sampled token: 1 to 1 + num_draft_tokens ids.
+  // Accepted draft tokens then one sampled token: 1 to 1 + num_draft_tokens ids. None: the
+  // request is parked, all its tokens computed, until the engine gives it its next token
+  // (Scheduler::Extend; beam search decides the tokens of all of a request's beams at once).
   std::vector<TokenId> token_ids;
   // Proposals to verify next step (speculative decoding); empty without a drafter.
   std::vector<TokenId> next_draft_token_ids;

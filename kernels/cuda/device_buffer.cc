@@ -87,4 +87,13 @@ StatusOr<std::pair<int64_t, int64_t>> DeviceMemoryInfo() {
                                      static_cast<int64_t>(total_bytes));
 }
 
+Status CopyDeviceToDevice(void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return OkStatus();
+  TM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice),
+      "copying a KV block on the device");
+  TM_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "copying a KV block on the device");
+  return OkStatus();
+}
+
 }  // namespace tokenmill::cuda

@@ -66,6 +66,10 @@ class PinnedBuffer {
   int64_t bytes_ = 0;
 };
 
+// Copies `bytes` bytes from device memory `src` to device memory `dst`, finished on return
+// (ordered before any later work on any stream).
+Status CopyDeviceToDevice(void* dst, const void* src, int64_t bytes);
+
 // (free, total) bytes of the current device.
 StatusOr<std::pair<int64_t, int64_t>> DeviceMemoryInfo();
 
