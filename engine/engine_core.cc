@@ -25,7 +25,8 @@ EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManage
       sampler_(tokenizer.end_of_generation_ids()),
       grammars_(tokenizer.end_of_generation_ids()),
       seed_source_(std::random_device{}()),
-      fan_out_(prefix_caching) {}
+      fan_out_(prefix_caching),
+      beams_(tokenizer.end_of_generation_ids()) {}
 
 Status EngineCore::Add(RequestId id, GenerateRequest request, Clock::time_point submit_time) {
   TM_RETURN_IF_ERROR(RequireSink(request));
@@ -48,6 +49,18 @@ Status EngineCore::Add(RequestId id, ValidatedRequest valid, Clock::time_point s
   }
   const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
   if (!request.sampling.seed) request.sampling.seed = seed_source_();
+  if (request.beam_search) {
+    TM_RETURN_IF_ERROR(scheduler_->Add(
+        beams_.Start(id, request, scheduler_->max_model_len(), submit_time)));
+    for (int i = 0; i < n; ++i) {
+      std::optional<OutputParserOptions> parsing = request.output_parsing;
+      if (parsing) parsing->seed += static_cast<uint64_t>(i);
+      outputs_.emplace(id + static_cast<RequestId>(i),
+                       RequestOutput(id, i, tokenizer_, {}, request.sink, num_prompt,
+                                     submit_time, request.rendered_control_tokens, parsing));
+    }
+    return OkStatus();
+  }
   std::vector<NewRequest> sequences = SplitIntoSequences(id, request, submit_time);
   TM_RETURN_IF_ERROR(scheduler_->Add(std::move(sequences[0])));
   for (int i = 0; i < n; ++i) {
@@ -85,6 +98,10 @@ void EngineCore::ReleaseHeldSequences() {
 }
 
 bool EngineCore::Abort(RequestId id) {
+  if (beams_.HasSearch(id)) {
+    EndBeamSearch(id, CompletionReason::kAbort, OkStatus());
+    return true;
+  }
   const int n = fan_out_.GroupSize(id);
   if (n == 0) return AbortSequence(id);
   fan_out_.DropHeld(id);
@@ -114,6 +131,35 @@ void EngineCore::EraseOutput(OutputMap::iterator it) {
   fan_out_.SequenceEnded(first_id);
 }
 
+void EngineCore::EndBeamSearch(RequestId id, CompletionReason reason, const Status& error) {
+  const int n = beams_.Width(id);
+  beams_.Abort(id, *scheduler_);
+  for (int i = 0; i < n; ++i) {
+    const auto it = outputs_.find(id + static_cast<RequestId>(i));
+    if (it == outputs_.end()) continue;
+    it->second.Finish(reason, error, Clock::now());
+    EraseOutput(it);
+  }
+}
+
+void EngineCore::EmitBeamResult(const BeamSearchResult& result) {
+  const Clock::time_point now = Clock::now();
+  for (size_t i = 0;; ++i) {
+    const auto it = outputs_.find(result.id + static_cast<RequestId>(i));
+    if (it == outputs_.end() || it->second.sequence_index() != static_cast<int>(i)) break;
+    if (i < result.hypotheses.size()) {
+      const BeamHypothesis& hypothesis = result.hypotheses[i];
+      it->second.SetCumulativeLogprob(hypothesis.cumulative_logprob);
+      it->second.OnTokens(hypothesis.token_ids, {},
+                          hypothesis.ended ? FinishReason::kStop : FinishReason::kLength,
+                          result.num_cached_prompt_tokens, now);
+    } else {  // fewer hypotheses than beams: a vocabulary of fewer than n tokens
+      it->second.OnTokens({}, {}, FinishReason::kLength, result.num_cached_prompt_tokens, now);
+    }
+    EraseOutput(it);
+  }
+}
+
 void EngineCore::AbortAll() {
   std::vector<RequestId> ids;
   for (const auto& [id, output] : outputs_) ids.push_back(id);
@@ -132,6 +178,7 @@ bool EngineCore::Step(const std::function<void()>& on_scheduled) {
   std::vector<RequestEvent> events = scheduler_->Update(*sampled);
   FinishEndedGrammars(events);
   Emit(events);
+  for (const BeamSearchResult& result : beams_.Decide(*scheduler_)) EmitBeamResult(result);
   ReleaseHeldSequences();
   return true;
 }
@@ -142,7 +189,16 @@ SchedulerOutput EngineCore::Schedule(const std::function<void()>& on_scheduled) 
   for (const RequestId id : step.preempted_ids) grammars_.Release(id);
   if (on_scheduled) on_scheduled();
   const Clock::time_point now = Clock::now();
-  for (const ScheduledRequest& r : step.requests) outputs_.at(r.id).MarkScheduled(now);
+  for (const ScheduledRequest& r : step.requests) {
+    if (!beams_.IsBeam(r.id)) {
+      outputs_.at(r.id).MarkScheduled(now);
+      continue;
+    }
+    const RequestId id = beams_.RequestOf(r.id);
+    for (int i = 0; i < beams_.Width(id); ++i) {
+      outputs_.at(id + static_cast<RequestId>(i)).MarkScheduled(now);
+    }
+  }
   return step;
 }
 
@@ -153,6 +209,7 @@ StatusOr<ModelOutput> EngineCore::Execute(const SchedulerOutput& step) {
                                        ended_grammars_,
                                        speculator_ ? speculator_->draft_probs() : DraftProbs{}));
   if (speculator_) TM_RETURN_IF_ERROR(speculator_->AfterStep(step, *scheduler_, sampled));
+  beams_.TakeCandidates(sampled, step_logprobs_, *scheduler_);
   for (const auto& [id, chunk] : runner_->prompt_logprobs()) {
     outputs_.at(id).AddPromptLogprobs(chunk);
   }
@@ -200,6 +257,10 @@ void EngineCore::Emit(const std::vector<RequestEvent>& events) {
 void EngineCore::FailStep(const SchedulerOutput& step, const Status& error) {
   const Status reported = InternalError("the forward pass failed: " + error.ToString());
   for (const ScheduledRequest& r : step.requests) {
+    if (beams_.IsBeam(r.id)) {
+      EndBeamSearch(beams_.RequestOf(r.id), CompletionReason::kError, reported);
+      continue;
+    }
     const auto it = outputs_.find(r.id);
     if (it == outputs_.end()) continue;
     const Status status = scheduler_->FinishRequest(r.id, FinishReason::kAbort);
@@ -214,7 +275,7 @@ void EngineCore::FailStep(const SchedulerOutput& step, const Status& error) {
 Status EngineCore::CheckIdle() {
   ++idle_checks_;
   Status status = scheduler_->CheckInvariants();
-  if (status.ok() && !outputs_.empty()) {
+  if (status.ok() && (!outputs_.empty() || beams_.num_searches() > 0)) {
     status = InternalError("the idle check ran with " + std::to_string(outputs_.size()) +
                            " sequences live");
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cache/kv_cache_manager.h"
+#include "engine/beam_search.h"
 #include "common/status.h"
 #include "engine/engine_stats.h"
 #include "engine/generate_request.h"
@@ -92,6 +93,11 @@ class EngineCore {
   void ReleaseHeldSequences();
   // Drops a sequence's output and its group's count.
   void EraseOutput(OutputMap::iterator it);
+  // Ends the beam search of request `id`: its beams leave the scheduler, its n outputs end
+  // with `reason` (and `error`).
+  void EndBeamSearch(RequestId id, CompletionReason reason, const Status& error);
+  // Emits a finished search's hypotheses, best first, as sequences 0..n-1.
+  void EmitBeamResult(const BeamSearchResult& result);
 
   const Tokenizer& tokenizer_;
   std::unique_ptr<KvCacheManager> kv_;
@@ -106,6 +112,7 @@ class EngineCore {
   std::mt19937_64 seed_source_;  // seeds for requests that bring none
   OutputMap outputs_;  // live sequences, held ones too
   SequenceFanOut fan_out_;
+  BeamSearch beams_;
   int64_t num_steps_ = 0;
   int64_t idle_checks_ = 0;
   int64_t idle_check_failures_ = 0;

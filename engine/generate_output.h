@@ -67,6 +67,8 @@ struct GenerateOutput {
   std::string stop_string;  // the stop string that matched, if that was the reason
   Status error;             // why, when finish_reason is kError
   RequestUsage usage;       // running totals of this sequence
+  // Beam search, on the final event: the hypothesis's summed log-probabilities.
+  std::optional<double> cumulative_logprob;
   RequestTimings timings;   // complete on the final event only
 };
 

@@ -15,6 +15,16 @@
 
 namespace tokenmill {
 
+// Beam search (GenerateRequest::beam_search), vLLM's: each step every live beam's 2n most
+// likely next tokens are candidates; those ending in an end-of-generation or stop token id
+// become finished hypotheses (unless ignore_eos), the n best of the rest the next beams; after
+// max_tokens steps the n best of all hypotheses are the result. A hypothesis's score is
+// cumulative_logprob / length ** length_penalty, the length counting the prompt and not an
+// ending end-of-generation token.
+struct BeamSearchParams {
+  float length_penalty = 1.0f;
+};
+
 struct GenerateRequest {
   std::vector<TokenId> prompt_token_ids;
   // Stop conditions and the sampler's parameters (scheduler/request.h). An unset seed is
@@ -25,6 +35,10 @@ struct GenerateRequest {
   // blocks. Every event carries its sequence's index; each sequence ends with its own final
   // event. The request takes the ids id..id+n-1 in the engine.
   int n = 1;
+  // Set: beam search of width n instead of n sampled sequences (sampling must be greedy and
+  // neutral: request_validation.h). Sequence i's one final event is the i-th best hypothesis,
+  // all its tokens at once, with its cumulative_logprob.
+  std::optional<BeamSearchParams> beam_search;
   // Finish (stop) when the generated text contains one of these; the text streamed stops
   // right before it, even when it spans several tokens. Each must be non-empty.
   std::vector<std::string> stop_strings;

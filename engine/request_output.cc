@@ -141,6 +141,7 @@ void RequestOutput::FillFinal(GenerateOutput& out, CompletionReason reason,
   }
   out.finished = true;
   out.finish_reason = reason;
+  out.cumulative_logprob = cumulative_logprob_;
   timings_.total_seconds = Seconds(now - submit_time_);
   out.timings = timings_;
 }

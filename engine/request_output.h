@@ -56,6 +56,9 @@ class RequestOutput {
   // Tokens the request's kv_window evicted so far, reported in the usage of later events.
   void SetEvictedTokens(int num_evicted_tokens) { usage_.evicted_tokens = num_evicted_tokens; }
 
+  // A beam search hypothesis's score, carried by the final event.
+  void SetCumulativeLogprob(double value) { cumulative_logprob_ = value; }
+
   // Emits the final event for an abort or an error (`error` says why).
   void Finish(CompletionReason reason, Status error, Clock::time_point now);
 
@@ -82,6 +85,7 @@ class RequestOutput {
   bool scheduled_ = false;
   std::vector<TokenLogprobs> prompt_logprobs_;  // not emitted yet
   int num_prompt_logprobs_ = 0;                 // received so far
+  std::optional<double> cumulative_logprob_;
 };
 
 }  // namespace tokenmill

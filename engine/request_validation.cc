@@ -188,6 +188,43 @@ Status CheckGrammar(const grammar::CompiledGrammar* grammar, const SamplingParam
   return OkStatus();
 }
 
+// Beam search ranks hypotheses by the model's raw log-probabilities of token ids: what would
+// change the distribution, the text or the ending is refused rather than ignored.
+Status CheckBeamSearch(const GenerateRequest& request, const RequestLimits& limits) {
+  if (!request.beam_search) return OkStatus();
+  const float penalty = request.beam_search->length_penalty;
+  if (!std::isfinite(penalty)) {
+    return InvalidArgumentError("length_penalty must be a finite number, got " + Num(penalty));
+  }
+  const SamplingParams& s = request.sampling;
+  std::string field;
+  if (!s.greedy()) field = "sampling.temperature";
+  else if (s.top_k > 0) field = "sampling.top_k";
+  else if (s.top_p != 1.0f) field = "sampling.top_p";
+  else if (s.min_p != 0.0f) field = "sampling.min_p";
+  else if (s.repetition_penalty != 1.0f) field = "sampling.repetition_penalty";
+  else if (s.presence_penalty != 0.0f) field = "sampling.presence_penalty";
+  else if (s.frequency_penalty != 0.0f) field = "sampling.frequency_penalty";
+  else if (!s.logit_bias.empty()) field = "sampling.logit_bias";
+  else if (s.min_tokens > 0) field = "sampling.min_tokens";
+  else if (s.wants_logprobs()) field = "logprobs";
+  else if (s.prompt_logprobs) field = "prompt_logprobs";
+  else if (!request.stop_strings.empty()) field = "stop_strings";
+  else if (request.kv_window) field = "kv_window";
+  else if (!request.predicted_token_ids.empty()) field = "prediction";
+  else if (request.grammar) field = "structured output";
+  if (!field.empty()) {
+    return InvalidArgumentError(field + " does not combine with beam search, which ranks "
+                                "hypotheses by the model's raw log-probabilities and ends them "
+                                "at token ids: drop " + field + " or beam search");
+  }
+  if (limits.speculative_decoding) {
+    return InvalidArgumentError("beam search does not work with speculative decoding yet: run "
+                                "the server without --spec to use it");
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 Status ValidateConstrainedSampling(const SamplingParams& sampling) {
@@ -204,6 +241,7 @@ Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimi
   TM_RETURN_IF_ERROR(CheckCountsAndStops(request, limits));
   TM_RETURN_IF_ERROR(CheckSampling(request.sampling, limits.vocab_size));
   TM_RETURN_IF_ERROR(CheckGrammar(request.grammar.get(), request.sampling, limits));
+  TM_RETURN_IF_ERROR(CheckBeamSearch(request, limits));
   if (request.kv_window.has_value() && limits.speculative_decoding) {
     return InvalidArgumentError(
         "kv_window does not work with speculative decoding yet: drop kv_window or run the "
@@ -228,6 +266,10 @@ Status ValidatedRequest::Constrain(std::shared_ptr<const grammar::CompiledGramma
                                    std::vector<TokenId> reasoning_opens,
                                    const RequestLimits& limits) {
   TM_RETURN_IF_ERROR(CheckGrammar(grammar.get(), request_.sampling, limits));
+  if (request_.beam_search && grammar) {
+    return InvalidArgumentError("structured output does not combine with beam search: drop "
+                                "response_format or beam search");
+  }
   request_.grammar = std::move(grammar);
   request_.grammar_starts_after = std::move(starts_after);
   request_.grammar_reasoning_opens = std::move(reasoning_opens);

@@ -41,7 +41,10 @@ Status ValidateConstrainedSampling(const SamplingParams& sampling);
 // its range (temperature < 0, top_p outside (0, 1], top_k < -1, min_p outside [0, 1],
 // repetition_penalty <= 0, presence or frequency penalties outside [-2, 2], a logit_bias id
 // outside the vocabulary or value outside [-100, 100], any NaN or infinity), a grammar with
-// min_tokens or compiled for another vocabulary, a kv_window under speculative decoding. The
+// min_tokens or compiled for another vocabulary, a kv_window under speculative decoding, beam
+// search with a non-finite length_penalty or with what it does not combine with (sampling
+// parameters other than the seed, min_tokens, logprobs, prompt_logprobs, stop strings,
+// kv_window, a prediction, a grammar, speculative decoding). The
 // sink is not checked here (an edge may validate before it has one): Submit and
 // EngineCore::Add require it.
 Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimits& limits);
