@@ -281,6 +281,9 @@ TEST(GatewayRequestMapping, RefusalsNameTheParameter) {
       {Endpoint::kChatCompletions, {{"use_beam_search", true}, {"length_penalty", {1}}},
        "length_penalty"},
       {Endpoint::kChatCompletions, {{"use_beam_search", true}, {"best_of", 2}}, "best_of"},
+      // Past float's range (the wire's type): refused, not converted.
+      {Endpoint::kChatCompletions, {{"use_beam_search", true}, {"length_penalty", 1e308}},
+       "length_penalty"},
       {Endpoint::kCompletions, {{"stream_options", {{"include_usage", true}}}}, "stream_options"},
       {Endpoint::kCompletions, {{"messages", chat_base["messages"]}}, "messages"},
       {Endpoint::kChatCompletions, {{"prompt", "x"}}, "prompt"},

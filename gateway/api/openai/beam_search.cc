@@ -1,5 +1,6 @@
 #include "gateway/api/openai/beam_search.h"
 
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -46,6 +47,10 @@ std::optional<HttpError> ParseBeamSearch(const json& body, uint32_t n,
                           " is the beam width and the number of choices, best first; set n "
                           "and leave best_of unset",
                       "best_of");
+  }
+  if (length_penalty && std::abs(*length_penalty) > std::numeric_limits<float>::max()) {
+    return BadRequest("length_penalty must be a number within +-3.4e38 (the default is 1)",
+                      "length_penalty");
   }
   v1::BeamSearch& beam = *generate.mutable_beam_search();
   if (length_penalty) beam.set_length_penalty(static_cast<float>(*length_penalty));
