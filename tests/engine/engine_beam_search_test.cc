@@ -169,6 +169,18 @@ TEST(EngineBeamSearchTest, EqualsReferenceOnSmolLm2) {
   CheckAgainstReference(SmolLm2(), SmallConfig(), {4, 6, 20, false, 1.0f}, 21);
 }
 
+TEST(EngineBeamSearchTest, EqualsReferenceOnGemma3WithItsSlidingWindowGroup) {
+#ifdef TOKENMILL_TEST_ON_CUDA
+  GTEST_SKIP() << "the GPU bundle carries stories260K only";
+#endif
+  // Past its 512-token window group 1 has released its first blocks: forks share the rest
+  // and copy their partial block in both groups.
+  const TestModel& gemma = LoadTestModel("gemma-3-270m-q4_k_m.gguf");
+  auto probe = NewCore(gemma, SmallConfig());
+  ASSERT_EQ(probe->kv_cache().num_groups(), 2);
+  CheckAgainstReference(gemma, SmallConfig(), {3, 4, 530, false, 1.0f}, 25);
+}
+
 TEST(EngineBeamSearchTest, EqualsReferenceUnderPreemptionAndFewSeats) {
   // Beams wait for seats (forks recompute from the cached prefix) and preempt each other.
   EngineConfig seats = SmallConfig();
