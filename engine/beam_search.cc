@@ -189,7 +189,8 @@ bool BeamSearch::Advance(Search& search, Scheduler& scheduler) {
   }
   // The forks copied their parents' tokens; now every successor takes its own.
   for (const Beam& beam : next) {
-    const StatusOr<std::optional<FinishReason>> stopped = scheduler.Extend(beam.id, beam.output.back());
+    const StatusOr<std::optional<FinishReason>> stopped =
+        scheduler.Extend(beam.id, beam.output.back());
     TM_CHECK(stopped.ok()) << stopped.status().ToString();
     TM_CHECK(!stopped->has_value()) << "beam " << beam.id << " stopped inside its search";
   }

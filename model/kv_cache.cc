@@ -49,8 +49,7 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
 KvCacheView KvCacheStorage::view() { return view_; }
 
 Status CopyKvBlocks(const KvCacheView& view, const ModelConfig& config,
-                    std::span<const KvBlockCopy> copies,
-                    const std::function<Status(void* dst, const void* src, int64_t bytes)>& copy_bytes) {
+                    std::span<const KvBlockCopy> copies, const CopyBytes& copy_bytes) {
   const int64_t rows_per_block = int64_t{view.block_size} * view.n_kv_heads;
   const int64_t code_bytes = rows_per_block * KvRowBytes(view.type, view.head_dim);
   const int64_t scale_bytes = rows_per_block * KvRowScaleBytes(view.type, view.head_dim);

@@ -38,9 +38,9 @@ class KvCacheStorage {
 // and their scales) of each layer of the copy's group, over `view` (host or device memory:
 // the caller's copy_bytes says which). InvalidArgument for a block outside the group's pool
 // or a group the model does not have; copy_bytes's first error stops it.
+using CopyBytes = std::function<Status(void* dst, const void* src, int64_t bytes)>;
 Status CopyKvBlocks(const KvCacheView& view, const ModelConfig& config,
-                    std::span<const KvBlockCopy> copies,
-                    const std::function<Status(void* dst, const void* src, int64_t bytes)>& copy_bytes);
+                    std::span<const KvBlockCopy> copies, const CopyBytes& copy_bytes);
 
 // Sequences that take fresh blocks from a bump allocator, and the step inputs for them. Every
 // KV group gets the same tables (nothing is released: all layers keep every block), so give

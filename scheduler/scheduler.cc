@@ -183,12 +183,12 @@ bool Scheduler::ScheduleRunning(std::vector<StepPlan>& plans, int& budget,
   size_t i = 0;
   while (i < running_.size() && budget > 0) {
     Request* request = running_[i];
-    EvictIfOverWindow(*request);
-    const int num_missing = request->num_cache_tokens() - request->num_computed_tokens;
     if (request->parked) {
       ++i;
       continue;
     }
+    EvictIfOverWindow(*request);
+    const int num_missing = request->num_cache_tokens() - request->num_computed_tokens;
     // Update() leaves every running request it did not park at least its next token.
     TM_CHECK_GT(num_missing, 0) << "running request " << request->id;
     int num_verified = 0;
@@ -365,9 +365,7 @@ Request* Scheduler::FairShareVictim(const Request& waiting) const {
 Request* Scheduler::ParkedVictim(const Request& waiting) const {
   Request* victim = nullptr;
   for (Request* candidate : running_) {
-    if (!candidate->parked || candidate->priority < waiting.priority) {
-      continue;
-    }
+    if (!candidate->parked || candidate->priority < waiting.priority) continue;
     if (victim == nullptr || PreemptsBefore(*candidate, *victim)) victim = candidate;
   }
   return victim;
@@ -593,8 +591,9 @@ Status Scheduler::CheckInvariants() const {
             request->num_cache_tokens() + static_cast<int>(request->draft_token_ids.size()) ||
         request->num_cache_tokens() > max_model_len_ + 1 ||
         (request->parked && request->num_computed_tokens != request->num_cache_tokens())) {
-      return InternalError(name + (request->parked ? " (parked)" : "") + ": state " + std::string(RequestStateName(request->state)) +
-                           ", " + Num(request->num_computed_tokens) + " computed of " +
+      return InternalError(name + (request->parked ? " (parked)" : "") + ": state " +
+                           std::string(RequestStateName(request->state)) + ", " +
+                           Num(request->num_computed_tokens) + " computed of " +
                            Num(request->num_tokens()) + " tokens, " + Num(slots) + " slots");
     }
   }

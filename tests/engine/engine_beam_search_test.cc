@@ -43,8 +43,9 @@ std::vector<TokenLogprob> TeacherForcedTop(EngineCore& core, const std::vector<T
 }
 
 // vLLM's beam search, written out: BeamSearch's contract in engine/generate_request.h.
-std::vector<BeamHypothesis> ReferenceBeamSearch(EngineCore& core, const std::vector<TokenId>& prompt,
-                                                int width, int max_tokens, bool ignore_eos,
+std::vector<BeamHypothesis> ReferenceBeamSearch(EngineCore& core,
+                                                const std::vector<TokenId>& prompt, int width,
+                                                int max_tokens, bool ignore_eos,
                                                 float length_penalty,
                                                 const std::vector<TokenId>& eos_ids) {
   const int n_prompt = static_cast<int>(prompt.size());
