@@ -94,6 +94,7 @@ std::vector<BeamSearchResult> BeamSearch::Decide(Scheduler& scheduler) {
       continue;
     }
     BeamSearchResult result{.id = it->first,
+                            .width = search.width,
                             .hypotheses = std::move(search.finished),
                             .num_cached_prompt_tokens = search.num_cached_prompt_tokens};
     for (const Beam& beam : search.beams) beam_owner_.erase(beam.id);

@@ -35,6 +35,7 @@ struct BeamHypothesis {
 // A finished search: its hypotheses, best first (at most n).
 struct BeamSearchResult {
   RequestId id = 0;
+  int width = 0;
   std::vector<BeamHypothesis> hypotheses;
   int num_cached_prompt_tokens = 0;
 };

@@ -13,7 +13,7 @@ namespace tokenmill {
 
 EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManager> kv,
                        std::unique_ptr<Scheduler> scheduler, std::unique_ptr<ModelRunner> runner,
-                       std::unique_ptr<Speculator> speculator, bool prefix_caching)
+                       std::unique_ptr<Speculator> speculator)
     : tokenizer_(tokenizer),
       kv_(std::move(kv)),
       scheduler_(std::move(scheduler)),
@@ -25,7 +25,6 @@ EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManage
       sampler_(tokenizer.end_of_generation_ids()),
       grammars_(tokenizer.end_of_generation_ids()),
       seed_source_(std::random_device{}()),
-      fan_out_(prefix_caching),
       beams_(tokenizer.end_of_generation_ids()) {}
 
 Status EngineCore::Add(RequestId id, GenerateRequest request, Clock::time_point submit_time) {
@@ -61,8 +60,17 @@ Status EngineCore::Add(RequestId id, ValidatedRequest valid, Clock::time_point s
     }
     return OkStatus();
   }
+  // All or none: a sequence the queue refuses takes back those queued before it.
   std::vector<NewRequest> sequences = SplitIntoSequences(id, request, submit_time);
-  TM_RETURN_IF_ERROR(scheduler_->Add(std::move(sequences[0])));
+  for (int i = 0; i < n; ++i) {
+    const Status queued = scheduler_->Add(std::move(sequences[static_cast<size_t>(i)]));
+    if (queued.ok()) continue;
+    for (int j = 0; j < i; ++j) {
+      const Status aborted = scheduler_->Abort(id + static_cast<RequestId>(j));
+      TM_CHECK(aborted.ok()) << aborted.ToString();
+    }
+    return queued;
+  }
   for (int i = 0; i < n; ++i) {
     std::optional<OutputParserOptions> parsing = request.output_parsing;
     if (parsing) parsing->seed += static_cast<uint64_t>(i);  // each its own tool-call ids
@@ -75,26 +83,8 @@ Status EngineCore::Add(RequestId id, ValidatedRequest valid, Clock::time_point s
                     request.grammar_starts_after, request.grammar_reasoning_opens);
     }
   }
-  if (n > 1) {
-    sequences.erase(sequences.begin());
-    fan_out_.Hold(id, std::move(sequences));
-    // Without a prefix cache there is nothing to wait for.
-    if (!fan_out_.waits_for_prompt()) ReleaseHeldSequences();
-  }
+  if (n > 1) fan_out_.AddGroup(id, n);
   return OkStatus();
-}
-
-void EngineCore::ReleaseHeldSequences() {
-  for (NewRequest& sequence : fan_out_.TakeReleased(*scheduler_)) {
-    const RequestId id = sequence.id;
-    const Status status = scheduler_->Add(std::move(sequence));
-    if (status.ok()) continue;
-    // The queue filled up meanwhile: this sequence ends with the error.
-    const auto it = outputs_.find(id);
-    TM_CHECK(it != outputs_.end());
-    it->second.Finish(CompletionReason::kError, status, Clock::now());
-    EraseOutput(it);
-  }
 }
 
 bool EngineCore::Abort(RequestId id) {
@@ -104,7 +94,6 @@ bool EngineCore::Abort(RequestId id) {
   }
   const int n = fan_out_.GroupSize(id);
   if (n == 0) return AbortSequence(id);
-  fan_out_.DropHeld(id);
   bool any = false;
   for (int i = 0; i < n; ++i) any = AbortSequence(id + static_cast<RequestId>(i)) || any;
   return any;
@@ -113,8 +102,8 @@ bool EngineCore::Abort(RequestId id) {
 bool EngineCore::AbortSequence(RequestId id) {
   const auto it = outputs_.find(id);
   if (it == outputs_.end()) return false;
-  // Frees the blocks now; the scheduler reports the id in the next step's finished_ids.
-  // A held-back sequence is not in the scheduler yet.
+  // Frees the blocks now; the scheduler reports the id in the next step's finished_ids. A
+  // beam search's output (by its id + i) is not in the scheduler: its beams are.
   if (scheduler_->Find(id) != nullptr) {
     const Status status = scheduler_->Abort(id);
     TM_CHECK(status.ok()) << status.ToString();
@@ -144,9 +133,9 @@ void EngineCore::EndBeamSearch(RequestId id, CompletionReason reason, const Stat
 
 void EngineCore::EmitBeamResult(const BeamSearchResult& result) {
   const Clock::time_point now = Clock::now();
-  for (size_t i = 0;; ++i) {
+  for (size_t i = 0; i < static_cast<size_t>(result.width); ++i) {
     const auto it = outputs_.find(result.id + static_cast<RequestId>(i));
-    if (it == outputs_.end() || it->second.sequence_index() != static_cast<int>(i)) break;
+    if (it == outputs_.end()) continue;
     if (i < result.hypotheses.size()) {
       const BeamHypothesis& hypothesis = result.hypotheses[i];
       it->second.SetCumulativeLogprob(hypothesis.cumulative_logprob);
@@ -179,12 +168,10 @@ bool EngineCore::Step(const std::function<void()>& on_scheduled) {
   FinishEndedGrammars(events);
   Emit(events);
   for (const BeamSearchResult& result : beams_.Decide(*scheduler_)) EmitBeamResult(result);
-  ReleaseHeldSequences();
   return true;
 }
 
 SchedulerOutput EngineCore::Schedule(const std::function<void()>& on_scheduled) {
-  ReleaseHeldSequences();
   SchedulerOutput step = scheduler_->Schedule();
   for (const RequestId id : step.preempted_ids) grammars_.Release(id);
   if (on_scheduled) on_scheduled();
@@ -297,8 +284,7 @@ EngineStats EngineCore::Stats() const {
   const KvCacheStats k = kv_->Stats();
   EngineStats stats;
   stats.num_running = s.num_running;
-  // Plus the n > 1 sequences not in the scheduler yet.
-  stats.num_waiting = s.num_waiting + fan_out_.num_held();
+  stats.num_waiting = s.num_waiting;
   stats.kv_usage = k.usage;
   stats.num_kv_blocks = k.num_blocks;
   stats.num_kv_blocks_in_use = k.num_in_use_blocks;

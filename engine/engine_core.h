@@ -32,20 +32,20 @@ class EngineCore {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `scheduler` runs over `kv`; `speculator` is null without speculative decoding;
-  // `prefix_caching` is kv's (sequences 1..n-1 wait for sequence 0 only with it).
+  // `scheduler` runs over `kv`; `speculator` is null without speculative decoding.
   // `tokenizer` must outlive the core.
   EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManager> kv,
              std::unique_ptr<Scheduler> scheduler, std::unique_ptr<ModelRunner> runner,
-             std::unique_ptr<Speculator> speculator, bool prefix_caching);
+             std::unique_ptr<Speculator> speculator);
 
   // What Add's requests are validated against.
   const RequestLimits& limits() const { return limits_; }
 
   // Queues a request under `id`; its n sequences take the ids id..id+n-1 (all unused) and
-  // their events carry `id` and their index. On error the sink is not called. A request
-  // without a seed gets a random one here. Sequences 1..n-1 wait until sequence 0 has
-  // computed the prompt, so the prefix cache serves them its full blocks.
+  // their events carry `id` and their index. On error (the queue refusing any of them) the
+  // sink is not called and nothing is queued. A request without a seed gets a random one
+  // here. Sequences 1..n-1 wait while sequence 0 computes the prompt's full blocks, which the
+  // prefix cache then serves them (Scheduler::WaitsForSharedPrefill).
   Status Add(RequestId id, ValidatedRequest request, Clock::time_point submit_time = Clock::now());
   // Validates `request` against limits() (and requires its sink) first: for callers that
   // drive the core themselves.
@@ -76,7 +76,7 @@ class EngineCore {
  private:
   using OutputMap = std::unordered_map<RequestId, RequestOutput>;
 
-  // Step's phases. Schedule releases held sequences, picks the batch and runs on_scheduled;
+  // Step's phases. Schedule picks the batch and runs on_scheduled;
   // Execute runs the forward pass, samples and asks for the next drafts; Emit streams the
   // scheduler's events to their requests' outputs.
   SchedulerOutput Schedule(const std::function<void()>& on_scheduled);
@@ -87,10 +87,8 @@ class EngineCore {
   // Ends every request of a step that could not run with an error event.
   void FailStep(const SchedulerOutput& step, const Status& error);
 
-  // Aborts one sequence (live or held back).
+  // Aborts one sequence.
   bool AbortSequence(RequestId id);
-  // Adds the held-back sequences of requests whose sequence 0 has computed its prompt.
-  void ReleaseHeldSequences();
   // Drops a sequence's output and its group's count.
   void EraseOutput(OutputMap::iterator it);
   // Ends the beam search of request `id`: its beams leave the scheduler, its n outputs end
@@ -110,7 +108,7 @@ class EngineCore {
   GrammarConstraints grammars_;  // the constrained sequences' matchers
   std::vector<RequestId> ended_grammars_;  // the last step's, reused
   std::mt19937_64 seed_source_;  // seeds for requests that bring none
-  OutputMap outputs_;  // live sequences, held ones too
+  OutputMap outputs_;  // live sequences
   SequenceFanOut fan_out_;
   BeamSearch beams_;
   int64_t num_steps_ = 0;

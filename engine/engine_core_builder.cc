@@ -158,8 +158,7 @@ StatusOr<std::unique_ptr<EngineCore>> BuildEngineCore(const Model& model,
     speculator = std::make_unique<Speculator>(config.spec, std::move(proposer));
   }
   return std::make_unique<EngineCore>(tokenizer, std::move(kv), std::move(scheduler),
-                                      std::move(runner), std::move(speculator),
-                                      config.enable_prefix_caching);
+                                      std::move(runner), std::move(speculator));
 }
 
 }  // namespace tokenmill

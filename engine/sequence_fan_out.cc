@@ -1,6 +1,5 @@
 #include "engine/sequence_fan_out.h"
 
-#include <iterator>
 #include <utility>
 
 namespace tokenmill {
@@ -26,31 +25,8 @@ std::vector<NewRequest> SplitIntoSequences(RequestId id, const GenerateRequest& 
   return sequences;
 }
 
-void SequenceFanOut::Hold(RequestId first_id, std::vector<NewRequest> rest) {
-  const int n = static_cast<int>(rest.size()) + 1;
+void SequenceFanOut::AddGroup(RequestId first_id, int n) {
   groups_.emplace(first_id, Group{.n = n, .num_live = n});
-  held_.push_back(Held{.first_id = first_id, .sequences = std::move(rest)});
-}
-
-std::vector<NewRequest> SequenceFanOut::TakeReleased(const Scheduler& scheduler) {
-  std::vector<NewRequest> released;
-  for (auto held = held_.begin(); held != held_.end();) {
-    const Request* first = scheduler.Find(held->first_id);
-    const bool ready = first == nullptr || !prefix_caching_ ||
-                       first->num_computed_tokens >= first->num_prompt_tokens;
-    if (!ready) {
-      ++held;
-      continue;
-    }
-    released.insert(released.end(), std::make_move_iterator(held->sequences.begin()),
-                    std::make_move_iterator(held->sequences.end()));
-    held = held_.erase(held);
-  }
-  return released;
-}
-
-void SequenceFanOut::DropHeld(RequestId first_id) {
-  std::erase_if(held_, [first_id](const Held& held) { return held.first_id == first_id; });
 }
 
 int SequenceFanOut::GroupSize(RequestId id) const {
@@ -61,12 +37,6 @@ int SequenceFanOut::GroupSize(RequestId id) const {
 void SequenceFanOut::SequenceEnded(RequestId first_id) {
   const auto group = groups_.find(first_id);
   if (group != groups_.end() && --group->second.num_live == 0) groups_.erase(group);
-}
-
-int SequenceFanOut::num_held() const {
-  int num = 0;
-  for (const Held& held : held_) num += static_cast<int>(held.sequences.size());
-  return num;
 }
 
 }  // namespace tokenmill
