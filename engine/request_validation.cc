@@ -194,7 +194,9 @@ Status CheckBeamSearch(const GenerateRequest& request, const RequestLimits& limi
   if (!request.beam_search) return OkStatus();
   const float penalty = request.beam_search->length_penalty;
   if (!std::isfinite(penalty)) {
-    return InvalidArgumentError("length_penalty must be a finite number, got " + Num(penalty));
+    return InvalidArgumentError("beam_search.length_penalty must be a finite number, got " +
+                                Num(penalty) + ": give a number, or leave it unset for the "
+                                "default, 1");
   }
   const SamplingParams& s = request.sampling;
   std::string field;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <deque>
 #include <limits>
 #include <optional>
@@ -34,23 +33,6 @@ Status InWireTerms(const Status& status) {
     }
   }
   return status;
-}
-
-// The wire's beam search (GenerateRequest.beam_search) as the engine's; the engine checks the
-// rest (greedy sampling, n).
-StatusOr<BeamSearchParams> BeamSearchFromWire(const v1::BeamSearch& wire) {
-  BeamSearchParams out;
-  if (wire.has_length_penalty()) {
-    if (!std::isfinite(wire.length_penalty())) {
-      char value[32];
-      std::snprintf(value, sizeof(value), "%g", wire.length_penalty());
-      return InvalidArgumentError(
-          std::string("beam_search.length_penalty must be a finite number, got ") + value +
-          ": give a number, or leave it unset for the default, 1");
-    }
-    out.length_penalty = wire.length_penalty();
-  }
-  return out;
 }
 
 // The chat prompt carries its own markup ("<|im_start|>"): parse it, add nothing more.
@@ -497,7 +479,10 @@ StatusOr<ValidatedRequest> BuildGenerateRequest(const v1::GenerateRequest& reque
   }
   out.n = request.has_n() ? Saturated(request.n()) : 1;
   if (request.has_beam_search()) {
-    TM_ASSIGN_OR_RETURN(out.beam_search, BeamSearchFromWire(request.beam_search()));
+    out.beam_search = BeamSearchParams{};
+    if (request.beam_search().has_length_penalty()) {
+      out.beam_search->length_penalty = request.beam_search().length_penalty();
+    }
   }
   CopySampling(request.sampling(), out.sampling);
   out.sampling.stop_token_ids.assign(request.stop_token_ids().begin(),
