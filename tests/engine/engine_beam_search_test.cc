@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <vector>
 
 #include "engine/beam_search.h"
@@ -84,19 +83,6 @@ std::vector<BeamHypothesis> ReferenceBeamSearch(EngineCore& core,
   return finished;
 }
 
-// A beam request's events, by sequence index (hypothesis i).
-class Hypotheses {
- public:
-  OutputSink Sink() {
-    return [this](GenerateOutput&& out) { Accumulate(by_index_[out.index], std::move(out)); };
-  }
-  const Collected& operator[](int index) const { return by_index_.at(index); }
-  size_t size() const { return by_index_.size(); }
-
- private:
-  std::map<int, Collected> by_index_;
-};
-
 // Runs the request on `core` to completion, checking the pool's invariants after every step.
 void RunChecked(EngineCore& core) {
   for (int steps = 0; core.has_unfinished_requests(); ++steps) {
@@ -108,7 +94,7 @@ void RunChecked(EngineCore& core) {
   EXPECT_TRUE(core.CheckIdle().ok());
 }
 
-void ExpectEqualHypotheses(const Hypotheses& hypotheses,
+void ExpectEqualHypotheses(const SequenceCollector& hypotheses,
                            const std::vector<BeamHypothesis>& expected) {
   ASSERT_EQ(hypotheses.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
@@ -140,7 +126,7 @@ EngineStats CheckAgainstReference(const TestModel& model, EngineConfig config, c
   auto reference_core = NewCore(model, SmallConfig());
   const std::vector<TokenId> prompt =
       RandomPrompt(c.prompt_length, model.tokenizer->vocab_size(), seed);
-  Hypotheses hypotheses;
+  SequenceCollector hypotheses;
   EXPECT_TRUE(core->Add(100, Beam(prompt, c.width, c.max_tokens, hypotheses.Sink(),
                                   c.ignore_eos, c.length_penalty)).ok());
   RunChecked(*core);
@@ -199,7 +185,7 @@ TEST(EngineBeamSearchTest, EqualsReferenceUnderPreemptionAndFewSeats) {
 TEST(EngineBeamSearchTest, WidthOneIsGreedy) {
   auto core = NewCore(Stories(), SmallConfig());
   const std::vector<TokenId> prompt = RandomPrompt(25, Stories().tokenizer->vocab_size(), 41);
-  Hypotheses beam;
+  SequenceCollector beam;
   Collector collector;
   ASSERT_TRUE(core->Add(1, Beam(prompt, 1, 20, beam.Sink(), true)).ok());
   ASSERT_TRUE(core->Add(2, Greedy(prompt, 20, collector.Sink(2), true)).ok());
@@ -213,7 +199,7 @@ TEST(EngineBeamSearchTest, ForksShareFullBlocksAndCopyOnlyThePartialOne) {
   // beam into four: the parent keeps its blocks, three forks share the two full ones and
   // each copies the partial one.
   auto core = NewCore(Stories(), SmallConfig());
-  Hypotheses hypotheses;
+  SequenceCollector hypotheses;
   ASSERT_TRUE(core->Add(1, Beam(RandomPrompt(40, Stories().tokenizer->vocab_size(), 51), 4, 5,
                                 hypotheses.Sink(), true)).ok());
   ASSERT_TRUE(core->Step());  // the prompt, then the first decision
@@ -237,7 +223,7 @@ TEST(EngineBeamSearchTest, ForksShareFullBlocksAndCopyOnlyThePartialOne) {
 
 TEST(EngineBeamSearchTest, AbortFreesEveryBeam) {
   auto core = NewCore(Stories(), SmallConfig());
-  Hypotheses hypotheses;
+  SequenceCollector hypotheses;
   ASSERT_TRUE(core->Add(1, Beam(RandomPrompt(30, Stories().tokenizer->vocab_size(), 61), 6, 50,
                                 hypotheses.Sink(), true)).ok());
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(core->Step());
@@ -259,7 +245,7 @@ TEST(EngineBeamSearchTest, OrdinaryRequestsBesideBeamsAreUnchanged) {
   const auto run = [&](bool with_beams) {
     auto core = NewCore(Stories(), SmallConfig());
     Collector collector;
-    std::vector<Hypotheses> beams(3);
+    std::vector<SequenceCollector> beams(3);
     for (RequestId id = 1; id <= 3; ++id) {
       GenerateRequest request =
           Greedy(RandomPrompt(20 + static_cast<int>(id), vocab, 70 + static_cast<uint32_t>(id)),
@@ -290,7 +276,7 @@ TEST(EngineBeamSearchTest, OrdinaryRequestsBesideBeamsAreUnchanged) {
 
 TEST(EngineBeamSearchTest, RefusesWhatItDoesNotCombineWith) {
   auto core = NewCore(Stories(), SmallConfig());
-  Hypotheses collector;
+  SequenceCollector collector;
   GenerateRequest hot = Beam({1, 2, 3}, 2, 4, collector.Sink());
   hot.sampling.temperature = 0.7f;
   const Status status = core->Add(1, std::move(hot));

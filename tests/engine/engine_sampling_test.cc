@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <map>
 #include <set>
 #include <utility>
 #include <vector>
@@ -17,19 +16,6 @@ namespace tokenmill::testing {
 namespace {
 
 int Vocab() { return SmolLm2().tokenizer->vocab_size(); }
-
-// A request's sequences by index.
-class SequenceCollector {
- public:
-  OutputSink Sink() {
-    return [this](GenerateOutput&& out) { Accumulate(sequences_[out.index], std::move(out)); };
-  }
-  const Collected& operator[](int index) const { return sequences_.at(index); }
-  size_t size() const { return sequences_.size(); }
-
- private:
-  std::map<int, Collected> sequences_;
-};
 
 GenerateRequest Sampled(std::vector<TokenId> prompt, int max_tokens, OutputSink sink,
                         std::optional<uint64_t> seed, float temperature = 0.9f) {

@@ -49,6 +49,19 @@ class Collector {
   std::map<RequestId, Collected> requests_;
 };
 
+// Collects the events of one request with n sequences (or beam search hypotheses), by index.
+class SequenceCollector {
+ public:
+  OutputSink Sink() {
+    return [this](GenerateOutput&& out) { Accumulate(sequences_[out.index], std::move(out)); };
+  }
+  const Collected& operator[](int index) const { return sequences_.at(index); }
+  size_t size() const { return sequences_.size(); }
+
+ private:
+  std::map<int, Collected> sequences_;
+};
+
 // `length` prompt tokens drawn from [3, vocab) by a generator seeded with `seed`.
 std::vector<TokenId> RandomPrompt(int length, int vocab, uint32_t seed);
 
