@@ -8,8 +8,9 @@
 namespace tokenmill {
 
 int64_t KvGeometry::BytesPerToken() const {
-  return int64_t{2} * num_layers * num_kv_heads *
-         (int64_t{head_dim} * element_bits / 8 + scale_bytes);
+  const int64_t k_row = int64_t{head_dim} * element_bits / 8 + scale_bytes;
+  const int64_t v_row = split() ? int64_t{head_dim} * v_element_bits / 8 + v_scale_bytes : k_row;
+  return int64_t{num_layers} * num_kv_heads * (k_row + v_row);
 }
 
 namespace {
@@ -23,20 +24,27 @@ std::string ElementSize(int bits) {
 
 std::string KvCachePlan::Describe() const {
   const KvGeometry& g = geometry;
+  // One row's bytes: "64 head dim x 2 B", or "(64 head dim x 1 B + 4 B scale)".
+  const auto row = [&](int bits, int scale_bytes) {
+    std::string text = std::to_string(g.head_dim) + " head dim x " + ElementSize(bits) + " B";
+    if (scale_bytes > 0) text = "(" + text + " + " + std::to_string(scale_bytes) + " B scale)";
+    return text;
+  };
+  std::string rows = row(g.element_bits, g.scale_bytes);
+  if (g.split()) rows = "(K " + rows + " + V " + row(g.v_element_bits, g.v_scale_bytes) + ")";
   return "KV cache: " + std::to_string(num_blocks) + " blocks x " + std::to_string(block_size) +
          " tokens = " + std::to_string(num_token_slots()) + " tokens in " +
-         FormatBytes(total_bytes) + " (" + FormatBytes(g.BytesPerToken()) + "/token = 2 x " +
-         std::to_string(g.num_layers) + " layers x " + std::to_string(g.num_kv_heads) +
-         " KV heads x " + (g.scale_bytes > 0 ? "(" : "") + std::to_string(g.head_dim) +
-         " head dim x " + ElementSize(g.element_bits) + " B" +
-         (g.scale_bytes > 0 ? " + " + std::to_string(g.scale_bytes) + " B scale)" : "") + ")";
+         FormatBytes(total_bytes) + " (" + FormatBytes(g.BytesPerToken()) + "/token = " +
+         (g.split() ? "" : "2 x ") + std::to_string(g.num_layers) + " layers x " +
+         std::to_string(g.num_kv_heads) + " KV heads x " + rows + ")";
 }
 
 StatusOr<KvCachePlan> PlanKvCache(const KvGeometry& geometry, int block_size,
                                   int64_t budget_bytes) {
   if (geometry.num_layers <= 0 || geometry.num_kv_heads <= 0 || geometry.head_dim <= 0 ||
       geometry.element_bits <= 0 || geometry.element_bits % 4 != 0 || geometry.scale_bytes < 0 ||
-      block_size <= 0) {
+      geometry.v_element_bits < 0 || geometry.v_element_bits % 4 != 0 ||
+      geometry.v_scale_bytes < 0 || block_size <= 0) {
     return InvalidArgumentError(
         "KV cache geometry must be positive: " + std::to_string(geometry.num_layers) + " layers, " +
         std::to_string(geometry.num_kv_heads) + " KV heads, head dim " +

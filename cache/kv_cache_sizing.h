@@ -15,8 +15,12 @@ struct KvGeometry {
   int head_dim = 0;
   int element_bits = 0;  // 16 for fp16/bf16, 32 for f32, 8 for int8, 4 for q4_0
   int scale_bytes = 0;   // per (token, KV head) row of K (and of V): 4 for int8, else 0
+  // V's, where its type differs from K's (element_bits and scale_bytes are then K's); 0: as K.
+  int v_element_bits = 0;
+  int v_scale_bytes = 0;
 
-  // K and V: 2 x layers x KV heads x (head dim x element size + scale bytes).
+  bool split() const { return v_element_bits > 0; }
+  // K and V: layers x KV heads x (K's and V's head dim x element size + scale bytes).
   int64_t BytesPerToken() const;
 };
 

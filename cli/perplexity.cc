@@ -1,9 +1,11 @@
-// `tokenmill perplexity --model PATH --file TEXT [--ctx N] [--kv-type T]
-//  [--compare-kv-type T | --kv-window N [--sink-tokens S]] [--max-chunks N] [--json]`:
+// `tokenmill perplexity --model PATH --file TEXT [--ctx N] [--kv-type T [--kv-type-v T]]
+//  [--compare-kv-type T [--compare-kv-type-v T] | --kv-window N [--sink-tokens S]]
+//  [--max-chunks N] [--json]`:
 // perplexity of the model over a text, as llama.cpp's perplexity tool measures it: the
 // tokens are cut into chunks of --ctx, each chunk runs from an empty KV cache, and only the
 // second half of each chunk is scored (every scored token then sees at least ctx/2 tokens
 // of context).
+// --kv-type-v (--compare-kv-type-v) gives V a type of its own in the first (second) run.
 // With --compare-kv-type the same chunks also run over a second KV cache of that type and
 // the tool reports both perplexities, the mean KL divergence KL(first || second) of the
 // next-token distributions and how often their top-1 tokens agree.
@@ -20,6 +22,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -41,7 +44,9 @@ struct PerplexityOptions {
   int ctx = 512;
   int max_chunks = 0;  // 0: all
   std::string kv_type = "f16";
+  std::string kv_type_v;        // empty: kv_type's
   std::string compare_kv_type;  // empty: no comparison
+  std::string compare_kv_type_v;  // empty: compare_kv_type's
   int threads = 0;
   bool json = false;
   int kv_window = -1;  // < 0: full context; else KvWindow::window_tokens
@@ -62,11 +67,12 @@ std::vector<double> LogSoftmax(std::span<const float> logits) {
 // One KV cache type's pass over a chunk: the logits of every token of the chunk.
 class ChunkRunner {
  public:
-  ChunkRunner(const Model& model, CpuContext ctx, KvType type, int chunk_tokens)
+  ChunkRunner(const Model& model, CpuContext ctx, KvType type, int chunk_tokens,
+              std::optional<KvType> v_type = std::nullopt)
       : model_(model),
         forward_(model, ctx),
         blocks_((chunk_tokens + kBlockSize - 1) / kBlockSize),
-        storage_(model.config(), type, blocks_, kBlockSize) {}
+        storage_(model.config(), type, blocks_, kBlockSize, v_type) {}
 
   // Fills logits (tokens.size() x n_vocab) from an empty cache.
   Status Run(std::span<const int32_t> tokens, std::vector<float>& logits) {
@@ -102,20 +108,34 @@ int RunPerplexity(const PerplexityOptions& o) {
   const StatusOr<KvType> type = ParseKvType(o.kv_type);
   if (!type.ok()) return Fail(InvalidArgumentError("--kv-type: " + type.status().message()));
   if (Status s = CheckKvTypeOnDevice(*type, /*cuda=*/false, "--kv-type"); !s.ok()) return Fail(s);
-  std::optional<KvType> compare;
-  if (!o.compare_kv_type.empty()) {
-    const StatusOr<KvType> t = ParseKvType(o.compare_kv_type);
-    if (!t.ok()) return Fail(InvalidArgumentError("--compare-kv-type: " + t.status().message()));
-    if (Status s = CheckKvTypeOnDevice(*t, /*cuda=*/false, "--compare-kv-type"); !s.ok()) {
-      return Fail(s);
-    }
-    compare = *t;
+  // An optional type flag's value, checked for the CPU.
+  const auto parse = [](const std::string& name,
+                        std::string_view flag) -> StatusOr<std::optional<KvType>> {
+    if (name.empty()) return std::optional<KvType>();
+    const StatusOr<KvType> t = ParseKvType(name);
+    if (!t.ok()) return InvalidArgumentError(std::string(flag) + ": " + t.status().message());
+    TM_RETURN_IF_ERROR(CheckKvTypeOnDevice(*t, /*cuda=*/false, flag));
+    return std::optional<KvType>(*t);
+  };
+  const StatusOr<std::optional<KvType>> v_type = parse(o.kv_type_v, "--kv-type-v");
+  const StatusOr<std::optional<KvType>> compare = parse(o.compare_kv_type, "--compare-kv-type");
+  const StatusOr<std::optional<KvType>> compare_v =
+      parse(o.compare_kv_type_v, "--compare-kv-type-v");
+  for (const auto* parsed : {&v_type, &compare, &compare_v}) {
+    if (!parsed->ok()) return Fail(parsed->status());
+  }
+  if (*compare_v && !*compare) {
+    return Fail(InvalidArgumentError("--compare-kv-type-v needs --compare-kv-type (K's type)"));
   }
   if (o.ctx < 4) return Fail(InvalidArgumentError("--ctx must be at least 4"));
   const bool windowed = o.kv_window >= 0;
-  if (windowed && compare) {
+  if (windowed && *compare) {
     return Fail(InvalidArgumentError("--compare-kv-type and --kv-window do not go together: "
                                      "run the two configurations separately"));
+  }
+  if (windowed && *v_type) {
+    return Fail(InvalidArgumentError("--kv-type-v and --kv-window do not go together yet: "
+                                     "drop one of them"));
   }
   std::ifstream in(o.file, std::ios::binary);
   if (!in) return Fail(NotFoundError("cannot read --file " + o.file));
@@ -125,7 +145,8 @@ int RunPerplexity(const PerplexityOptions& o) {
   StatusOr<std::unique_ptr<Model>> model = Model::Load(o.model_path);
   if (!model.ok()) return Fail(model.status());
   const ModelConfig& c = (*model)->config();
-  for (const std::optional<KvType> t : {std::optional<KvType>(*type), compare}) {
+  for (const std::optional<KvType> t : {std::optional<KvType>(*type), *v_type, *compare,
+                                        *compare_v}) {
     if (!t) continue;
     if (Status s = CheckKvTypeFits(*t, c.head_dim); !s.ok()) return Fail(s);
   }
@@ -189,9 +210,11 @@ int RunPerplexity(const PerplexityOptions& o) {
     return 0;
   }
 
-  ChunkRunner base(**model, ctx, *type, o.ctx);
+  ChunkRunner base(**model, ctx, *type, o.ctx, *v_type);
   std::unique_ptr<ChunkRunner> other;
-  if (compare) other = std::make_unique<ChunkRunner>(**model, ctx, *compare, o.ctx);
+  if (*compare) {
+    other = std::make_unique<ChunkRunner>(**model, ctx, **compare, o.ctx, *compare_v);
+  }
   std::vector<float> base_logits, other_logits;
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const std::span<const int32_t> window(tokens->data() + chunk * o.ctx, o.ctx);
@@ -230,9 +253,12 @@ int RunPerplexity(const PerplexityOptions& o) {
                         {"scored_tokens", scored},
                         {"kv_type", o.kv_type},
                         {"perplexity", base_totals.Perplexity(scored)}};
+  if (*v_type) out["kv_type_v"] = o.kv_type_v;
   if (other) {
     const double p0 = base_totals.Perplexity(scored), p1 = other_totals.Perplexity(scored);
     out["compare"] = {{"kv_type", o.compare_kv_type},
+                      {"kv_type_v", o.compare_kv_type_v.empty() ? o.compare_kv_type
+                                                                : o.compare_kv_type_v},
                       {"perplexity", p1},
                       {"perplexity_change_percent", 100.0 * (p1 / p0 - 1.0)},
                       {"mean_kl_divergence", kl_sum / static_cast<double>(scored)},
@@ -259,8 +285,13 @@ Command AddPerplexityCommand(CLI::App& app) {
   sub->add_option("--max-chunks", o->max_chunks, "score at most this many chunks (0: all)");
   sub->add_option("--kv-type", o->kv_type,
                   "KV cache element type: f16 (default), f32, int8, q4_0 or int4");
+  sub->add_option("--kv-type-v", o->kv_type_v,
+                  "V's element type when it should differ from --kv-type's (K's then): f16, "
+                  "f32, int8, q4_0 or int4");
   sub->add_option("--compare-kv-type", o->compare_kv_type,
                   "also run over this KV type; report its perplexity and mean KL divergence");
+  sub->add_option("--compare-kv-type-v", o->compare_kv_type_v,
+                  "V's element type of the --compare-kv-type run when it should differ");
   sub->add_option("--threads", o->threads, "CPU threads (default: all)");
   sub->add_option("--kv-window", o->kv_window,
                   "stream each chunk under the kv_window policy with this window_tokens "

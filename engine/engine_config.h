@@ -26,7 +26,10 @@ struct EngineConfig {
   int block_size = 16;
   int64_t kv_cache_bytes = int64_t{256} << 20;
   int num_kv_blocks = 0;  // > 0: exactly this many blocks, kv_cache_bytes ignored
-  KvType kv_type = KvType::kF16;
+  KvType kv_type = KvType::kF16;  // K's, and V's unless kv_type_v is set
+  // V's type where it differs from K's (--kv-cache-dtype-v; keys are the sensitive half).
+  std::optional<KvType> kv_type_v;
+  KvType v_type() const { return kv_type_v.value_or(kv_type); }
   bool enable_prefix_caching = true;
   // Blocks an admission must leave free so running requests can grow.
   int watermark_blocks = 1;

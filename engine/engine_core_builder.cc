@@ -37,10 +37,15 @@ Status CheckFits(const Model& model, const Tokenizer& tokenizer, const EngineCon
   return OkStatus();
 }
 
-// The K/V geometry of `num_layers` of the model's layers under config's KV type.
+// The K/V geometry of `num_layers` of the model's layers under config's KV types.
 KvGeometry GeometryOf(const ModelConfig& mc, const EngineConfig& config, int num_layers) {
-  return KvGeometry{num_layers, mc.n_kv_heads, mc.head_dim, KvElementBits(config.kv_type),
-                    static_cast<int>(KvRowScaleBytes(config.kv_type, mc.head_dim))};
+  KvGeometry geometry{num_layers, mc.n_kv_heads, mc.head_dim, KvElementBits(config.kv_type),
+                      static_cast<int>(KvRowScaleBytes(config.kv_type, mc.head_dim))};
+  if (config.v_type() != config.kv_type) {
+    geometry.v_element_bits = KvElementBits(config.v_type());
+    geometry.v_scale_bytes = static_cast<int>(KvRowScaleBytes(config.v_type(), mc.head_dim));
+  }
+  return geometry;
 }
 
 // Each KV group's pool (model/forward_input.h): the configured block count in every group, or
@@ -105,7 +110,8 @@ StatusOr<std::unique_ptr<DraftProposer>> MakeProposer(const Tokenizer& tokenizer
       num_blocks + DraftModelProposer::NumScratchBlocks(max_drafting,
                                                         config.spec.num_speculative_tokens,
                                                         config.block_size));
-  TM_RETURN_IF_ERROR(draft_backend->AllocateKv(config.kv_type, draft_blocks, config.block_size));
+  TM_RETURN_IF_ERROR(draft_backend->AllocateKv(config.kv_type, config.v_type(), draft_blocks,
+                                                config.block_size));
   return std::unique_ptr<DraftProposer>(std::make_unique<DraftModelProposer>(
       *draft_model, std::move(draft_backend), num_blocks, config.block_size, max_drafting,
       config.spec.num_speculative_tokens, tokenizer.end_of_generation_ids()));
@@ -148,7 +154,8 @@ StatusOr<std::unique_ptr<EngineCore>> BuildEngineCore(const Model& model,
   auto kv = std::make_unique<KvCacheManager>(kv_config);
   sc.eos_token_ids = tokenizer.end_of_generation_ids();
   auto scheduler = std::make_unique<Scheduler>(sc, *kv);
-  TM_RETURN_IF_ERROR(backend->AllocateKv(config.kv_type, num_blocks, config.block_size));
+  TM_RETURN_IF_ERROR(
+      backend->AllocateKv(config.kv_type, config.v_type(), num_blocks, config.block_size));
   auto runner =
       std::make_unique<ModelRunner>(model, std::move(backend), num_blocks[0], config.block_size);
   std::unique_ptr<Speculator> speculator;

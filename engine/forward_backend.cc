@@ -30,16 +30,19 @@ class CpuBackend final : public ForwardBackend {
   StatusOr<int64_t> FreeMemoryBytes() const override {
     return UnimplementedError("a fractional KV budget on the CPU is resolved by the caller");
   }
-  int64_t KvBytesPerBlock(KvType type, int block_size) const override {
+  int64_t KvBytesPerBlock(KvType k_type, KvType v_type, int block_size) const override {
     const ModelConfig& c = model_.config();
-    return 2 * static_cast<int64_t>(c.n_layers) * block_size * c.n_kv_heads *
-           KvRowTotalBytes(type, c.head_dim);
+    return static_cast<int64_t>(c.n_layers) * block_size * c.n_kv_heads *
+           (KvRowTotalBytes(k_type, c.head_dim) + KvRowTotalBytes(v_type, c.head_dim));
   }
-  Status AllocateKv(KvType type, std::span<const int64_t> group_num_blocks,
+  Status AllocateKv(KvType k_type, KvType v_type, std::span<const int64_t> group_num_blocks,
                     int block_size) override {
-    TM_RETURN_IF_ERROR(CheckKvTypeOnDevice(type, /*cuda=*/false, "--kv-cache-dtype"));
-    TM_RETURN_IF_ERROR(CheckKvTypeFits(type, model_.config().head_dim));
-    kv_ = std::make_unique<KvCacheStorage>(model_.config(), type, group_num_blocks, block_size);
+    TM_RETURN_IF_ERROR(CheckKvTypeOnDevice(k_type, /*cuda=*/false, "--kv-cache-dtype"));
+    TM_RETURN_IF_ERROR(CheckKvTypeOnDevice(v_type, /*cuda=*/false, "--kv-cache-dtype-v"));
+    TM_RETURN_IF_ERROR(CheckKvTypeFits(k_type, model_.config().head_dim));
+    TM_RETURN_IF_ERROR(CheckKvTypeFits(v_type, model_.config().head_dim));
+    kv_ = std::make_unique<KvCacheStorage>(model_.config(), k_type, group_num_blocks, block_size,
+                                           v_type);
     return OkStatus();
   }
   Status CopyKvBlocks(std::span<const KvBlockCopy> copies) override {
@@ -87,11 +90,18 @@ class CudaBackend final : public ForwardBackend {
     TM_ASSIGN_OR_RETURN(auto info, cuda::DeviceMemoryInfo());
     return info.first;
   }
-  int64_t KvBytesPerBlock(KvType type, int block_size) const override {
-    return cuda::CudaKvCache::BytesPerBlock(model_.config(), type, block_size);
+  int64_t KvBytesPerBlock(KvType k_type, KvType v_type, int block_size) const override {
+    return (cuda::CudaKvCache::BytesPerBlock(model_.config(), k_type, block_size) +
+            cuda::CudaKvCache::BytesPerBlock(model_.config(), v_type, block_size)) /
+           2;
   }
-  Status AllocateKv(KvType type, std::span<const int64_t> group_num_blocks,
+  Status AllocateKv(KvType type, KvType v_type, std::span<const int64_t> group_num_blocks,
                     int block_size) override {
+    if (v_type != type) {
+      return InvalidArgumentError(
+          "--kv-cache-dtype-v: the CUDA backend keeps K and V in one type; drop "
+          "--kv-cache-dtype-v, or run on the CPU (--device cpu)");
+    }
     TM_ASSIGN_OR_RETURN(cuda::CudaKvCache kv, cuda::CudaKvCache::Create(model_.config(), type,
                                                                         group_num_blocks,
                                                                         block_size));

@@ -20,11 +20,12 @@ class ForwardBackend {
   // The memory a fractional KV budget is a fraction of, measured now (after the weights).
   virtual StatusOr<int64_t> FreeMemoryBytes() const = 0;
   // Bytes of one KV block (K and V of every layer).
-  virtual int64_t KvBytesPerBlock(KvType type, int block_size) const = 0;
-  // Allocates the zeroed KV pools, group_num_blocks[g] blocks for each layer of KV group g
-  // (model/forward_input.h: NumKvGroups entries); called once, before the first Run.
-  virtual Status AllocateKv(KvType type, std::span<const int64_t> group_num_blocks,
-                            int block_size) = 0;
+  virtual int64_t KvBytesPerBlock(KvType k_type, KvType v_type, int block_size) const = 0;
+  // Allocates the zeroed KV pools, K of k_type and V of v_type, group_num_blocks[g] blocks for
+  // each layer of KV group g (model/forward_input.h: NumKvGroups entries); called once, before
+  // the first Run. InvalidArgument naming the flag for a type the device does not take.
+  virtual Status AllocateKv(KvType k_type, KvType v_type,
+                            std::span<const int64_t> group_num_blocks, int block_size) = 0;
   // Copies blocks of the pool (kernels/kv_cache_view.h), in order, before the next Run.
   virtual Status CopyKvBlocks(std::span<const KvBlockCopy> copies) = 0;
   // ForwardPass::Run over the pool; logits are host memory.

@@ -79,7 +79,7 @@ struct KvBlockCopy {
 // (n_layers + 1 running totals, host memory). The kernels take one layer's view (n_layers 1,
 // from Layer).
 struct KvCacheView {
-  KvType type = KvType::kF16;
+  KvType type = KvType::kF16;  // K's element type, and V's unless v_type differs
   void* k = nullptr;
   void* v = nullptr;
   int64_t num_blocks = 0;
@@ -90,6 +90,9 @@ struct KvCacheView {
   void* v_scale = nullptr;
   const int64_t* layer_blocks = nullptr;
   int n_layers = 1;
+  // V's element type (llama.cpp's -ctv beside -ctk): its codes and scales are laid out as
+  // K's are for `type`, each array by its own row sizes.
+  KvType v_type = type;
 
   // The blocks of layer `layer` alone.
   KvCacheView Layer(int layer) const {
@@ -97,20 +100,22 @@ struct KvCacheView {
     const int64_t count =
         layer_blocks != nullptr ? layer_blocks[layer + 1] - layer_blocks[layer] : num_blocks;
     const int64_t rows_before = first * block_size * n_kv_heads;
-    const int64_t bytes_before = rows_before * KvRowBytes(type, head_dim);
-    const int64_t scale_bytes_before = rows_before * KvRowScaleBytes(type, head_dim);
-    const bool scaled = KvRowScaleBytes(type, head_dim) > 0;
+    // One of K's or V's arrays (codes or scales), `bytes` a row, from layer `layer` on.
+    const auto skip = [rows_before](void* data, int64_t bytes) -> void* {
+      return bytes > 0 ? static_cast<uint8_t*>(data) + rows_before * bytes : nullptr;
+    };
     return KvCacheView{type,
-                       static_cast<uint8_t*>(k) + bytes_before,
-                       static_cast<uint8_t*>(v) + bytes_before,
+                       skip(k, KvRowBytes(type, head_dim)),
+                       skip(v, KvRowBytes(v_type, head_dim)),
                        count,
                        block_size,
                        n_kv_heads,
                        head_dim,
-                       scaled ? static_cast<uint8_t*>(k_scale) + scale_bytes_before : nullptr,
-                       scaled ? static_cast<uint8_t*>(v_scale) + scale_bytes_before : nullptr,
+                       skip(k_scale, KvRowScaleBytes(type, head_dim)),
+                       skip(v_scale, KvRowScaleBytes(v_type, head_dim)),
                        nullptr,
-                       1};
+                       1,
+                       v_type};
   }
 };
 

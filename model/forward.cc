@@ -17,10 +17,12 @@ Status ForwardPass::Run(const ForwardInput& in, const KvCacheView& kv, std::span
   const ModelWeights& w =
       mode_ == KernelMode::kReference ? model_.weights() : model_.cpu_weights();
   TM_RETURN_IF_ERROR(ValidateForwardInput(c, in, kv, logits.size()));
-  if (!KvTypeOnCpu(kv.type)) {
-    return InvalidArgumentError("the CPU forward pass cannot read " +
-                                std::string(KvTypeName(kv.type)) +
-                                " KV: use f16, f32, int8, q4_0 or int4");
+  for (const KvType type : {kv.type, kv.v_type}) {
+    if (!KvTypeOnCpu(type)) {
+      return InvalidArgumentError("the CPU forward pass cannot read " +
+                                  std::string(KvTypeName(type)) +
+                                  " KV: use f16, f32, int8, q4_0 or int4");
+    }
   }
   blocks_.BeginStep(in, kv, logits);
   model_.family().forward(c, w, blocks_);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "common/check.h"
 #include "kernels/kv_type.h"
@@ -10,12 +11,13 @@
 namespace tokenmill {
 
 KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks,
-                               int block_size)
+                               int block_size, std::optional<KvType> v_type)
     : KvCacheStorage(config, type, std::vector<int64_t>(NumKvGroups(config), num_blocks),
-                     block_size) {}
+                     block_size, v_type) {}
 
 KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
-                               std::span<const int64_t> group_num_blocks, int block_size) {
+                               std::span<const int64_t> group_num_blocks, int block_size,
+                               std::optional<KvType> v_type) {
   TM_CHECK_EQ(static_cast<int>(group_num_blocks.size()), NumKvGroups(config));
   layer_blocks_.assign(1, 0);
   for (int layer = 0; layer < config.n_layers; ++layer) {
@@ -28,22 +30,23 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
                       .n_kv_heads = config.n_kv_heads,
                       .head_dim = config.head_dim,
                       .layer_blocks = layer_blocks_.data(),
-                      .n_layers = config.n_layers};
+                      .n_layers = config.n_layers,
+                      .v_type = v_type.value_or(type)};
   const int64_t rows = layer_blocks_.back() * block_size * config.n_kv_heads;
-  const Status fits = CheckKvTypeFits(type, config.head_dim);
-  TM_CHECK(fits.ok()) << fits.ToString();
-  const int64_t bytes = rows * KvRowBytes(type, config.head_dim);
-  k_.assign(static_cast<size_t>(bytes), 0);
-  v_.assign(static_cast<size_t>(bytes), 0);
-  view_.k = k_.data();
-  view_.v = v_.data();
-  const int64_t scale_bytes = rows * KvRowScaleBytes(type, config.head_dim);
-  if (scale_bytes > 0) {  // new[]'s alignment holds floats
-    k_scale_.assign(static_cast<size_t>(scale_bytes), 0);
-    v_scale_.assign(static_cast<size_t>(scale_bytes), 0);
-    view_.k_scale = k_scale_.data();
-    view_.v_scale = v_scale_.data();
-  }
+  // One side's codes and scales (new[]'s alignment holds floats).
+  const auto allocate = [&](KvType side, std::vector<uint8_t>& codes,
+                            std::vector<uint8_t>& scales, void*& codes_at, void*& scales_at) {
+    const Status fits = CheckKvTypeFits(side, config.head_dim);
+    TM_CHECK(fits.ok()) << fits.ToString();
+    codes.assign(static_cast<size_t>(rows * KvRowBytes(side, config.head_dim)), 0);
+    codes_at = codes.data();
+    const int64_t scale_bytes = rows * KvRowScaleBytes(side, config.head_dim);
+    if (scale_bytes == 0) return;
+    scales.assign(static_cast<size_t>(scale_bytes), 0);
+    scales_at = scales.data();
+  };
+  allocate(view_.type, k_, k_scale_, view_.k, view_.k_scale);
+  allocate(view_.v_type, v_, v_scale_, view_.v, view_.v_scale);
 }
 
 KvCacheView KvCacheStorage::view() { return view_; }
@@ -51,8 +54,10 @@ KvCacheView KvCacheStorage::view() { return view_; }
 Status CopyKvBlocks(const KvCacheView& view, const ModelConfig& config,
                     std::span<const KvBlockCopy> copies, const CopyBytes& copy_bytes) {
   const int64_t rows_per_block = int64_t{view.block_size} * view.n_kv_heads;
-  const int64_t code_bytes = rows_per_block * KvRowBytes(view.type, view.head_dim);
-  const int64_t scale_bytes = rows_per_block * KvRowScaleBytes(view.type, view.head_dim);
+  const int64_t k_bytes = rows_per_block * KvRowBytes(view.type, view.head_dim);
+  const int64_t v_bytes = rows_per_block * KvRowBytes(view.v_type, view.head_dim);
+  const int64_t k_scale_bytes = rows_per_block * KvRowScaleBytes(view.type, view.head_dim);
+  const int64_t v_scale_bytes = rows_per_block * KvRowScaleBytes(view.v_type, view.head_dim);
   for (const KvBlockCopy& copy : copies) {
     if (copy.group < 0 || copy.group >= NumKvGroups(config)) {
       return InvalidArgumentError("a KV block copy names group " + std::to_string(copy.group) +
@@ -69,15 +74,12 @@ Status CopyKvBlocks(const KvCacheView& view, const ModelConfig& config,
       const auto at = [](void* base, int64_t block, int64_t bytes) {
         return static_cast<uint8_t*>(base) + block * bytes;
       };
-      TM_RETURN_IF_ERROR(copy_bytes(at(kv.k, copy.dst, code_bytes), at(kv.k, copy.src, code_bytes),
-                                    code_bytes));
-      TM_RETURN_IF_ERROR(copy_bytes(at(kv.v, copy.dst, code_bytes), at(kv.v, copy.src, code_bytes),
-                                    code_bytes));
-      if (scale_bytes == 0) continue;
-      TM_RETURN_IF_ERROR(copy_bytes(at(kv.k_scale, copy.dst, scale_bytes),
-                                    at(kv.k_scale, copy.src, scale_bytes), scale_bytes));
-      TM_RETURN_IF_ERROR(copy_bytes(at(kv.v_scale, copy.dst, scale_bytes),
-                                    at(kv.v_scale, copy.src, scale_bytes), scale_bytes));
+      for (const auto& [data, bytes] : {std::pair{kv.k, k_bytes}, std::pair{kv.v, v_bytes},
+                                        std::pair{kv.k_scale, k_scale_bytes},
+                                        std::pair{kv.v_scale, v_scale_bytes}}) {
+        if (bytes == 0) continue;
+        TM_RETURN_IF_ERROR(copy_bytes(at(data, copy.dst, bytes), at(data, copy.src, bytes), bytes));
+      }
     }
   }
   return OkStatus();

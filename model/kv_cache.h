@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -17,12 +18,13 @@ namespace tokenmill {
 // Owns zeroed K/V memory (and the quantized types' scales) of a model's KV pools: num_blocks
 // blocks of every layer, or group_num_blocks[g] blocks of each layer of KV group g
 // (model/forward_input.h), so that a sliding-window group's smaller pool takes only its
-// layers' bytes.
+// layers' bytes. `type` is K's, and V's unless v_type is given.
 class KvCacheStorage {
  public:
-  KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks, int block_size);
+  KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks, int block_size,
+                 std::optional<KvType> v_type = std::nullopt);
   KvCacheStorage(const ModelConfig& config, KvType type, std::span<const int64_t> group_num_blocks,
-                 int block_size);
+                 int block_size, std::optional<KvType> v_type = std::nullopt);
   KvCacheView view();
 
  private:

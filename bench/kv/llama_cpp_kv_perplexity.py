@@ -43,7 +43,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True)
     p.add_argument("--file", required=True)
-    p.add_argument("--type", default="q4_0", choices=sorted(GGML_TYPES))
+    p.add_argument("--type", default="q4_0", choices=sorted(GGML_TYPES),
+                   help="the KV type (K's only, with --type-v)")
+    p.add_argument("--type-v", choices=sorted(GGML_TYPES), help="V's type (-ctv), if not --type's")
     p.add_argument("--ctx", type=int, default=512)
     p.add_argument("--max-chunks", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
@@ -56,13 +58,14 @@ def main():
     if a.max_chunks > 0:
         chunks = min(chunks, a.max_chunks)
 
-    def load(kv_type):
+    def load(type_k, type_v):
         return Llama(model_path=a.model, n_ctx=a.ctx, n_batch=a.ctx, n_ubatch=a.ctx,
                      n_threads=a.threads, logits_all=True, flash_attn=True, verbose=False,
-                     type_k=GGML_TYPES[kv_type], type_v=GGML_TYPES[kv_type])
+                     type_k=GGML_TYPES[type_k], type_v=GGML_TYPES[type_v])
 
-    base, other = load("f16"), load(a.type)
-    nll = {"f16": 0.0, a.type: 0.0}
+    name = a.type if not a.type_v else f"{a.type}/{a.type_v}"
+    base, other = load("f16", "f16"), load(a.type, a.type_v or a.type)
+    nll = {"f16": 0.0, name: 0.0}
     kl_sum, kl_max, same, scored = 0.0, 0.0, 0, 0
     for c in range(chunks):
         chunk = tokens[c * a.ctx:(c + 1) * a.ctx]
@@ -71,7 +74,7 @@ def main():
         lp_other = scored_log_probs(other, chunk)
         rows = np.arange(len(targets))
         nll["f16"] -= lp_base[rows, targets].sum()
-        nll[a.type] -= lp_other[rows, targets].sum()
+        nll[name] -= lp_other[rows, targets].sum()
         kl = (np.exp(lp_base) * (lp_base - lp_other)).sum(axis=-1)
         kl_sum += kl.sum()
         kl_max = max(kl_max, float(kl.max()))

@@ -80,7 +80,8 @@ using MatmulRangeFn = void (*)(const MatmulRange&);
 struct AttendArgs {
   const void* k;
   const void* v;
-  KvType kv_type;
+  KvType k_type;
+  KvType v_type;
   const void* k_scale;
   const void* v_scale;
   int block_size;
@@ -90,7 +91,7 @@ struct AttendArgs {
   int32_t begin;
   int32_t len;
   int kv_head;
-  const float* q_group;  // group × head_dim, already rounded to f16 when K/V are f16
+  const float* q_group;  // group × head_dim, already rounded to f16 when K is f16
   int group;
   float scale;
   float softcap;  // > 0: each score is softcap · tanh(score / softcap) before the scale

@@ -82,11 +82,12 @@ void QuantizeKvRowInt4(const float* x, int64_t n, uint8_t* codes, uint16_t* scal
   }
 }
 
-KvRotation KvRotationOf(KvType type, int head_dim) {
-  if ((type != KvType::kQ4_0 && type != KvType::kInt4) || head_dim % 64 != 0) return {};
+KvRotation KvRotationOf(KvType k_type, KvType v_type, int head_dim) {
+  const auto four_bit = [](KvType t) { return t == KvType::kQ4_0 || t == KvType::kInt4; };
+  if (head_dim % 64 != 0) return {};
   int keys = 64;
   while (head_dim % (2 * keys) == 0) keys *= 2;
-  return {.keys = keys, .values = 64};
+  return {.keys = four_bit(k_type) ? keys : 0, .values = four_bit(v_type) ? 64 : 0};
 }
 
 void HadamardRotate(float* x, int64_t len, int n) {
@@ -105,60 +106,67 @@ void HadamardRotate(float* x, int64_t len, int n) {
   }
 }
 
-void StoreKv(const KvCacheView& kv, std::span<const int64_t> slot_mapping, const float* k,
-             const float* v) {
+namespace {
+
+// Writes row x (n_kv_heads * head_dim floats) of one token as `type` at element offset dst
+// of `data` (int8: one scale per KV head at `slot` * n_kv_heads + head of `scales`; 4-bit:
+// codes at byte dst / 2, q4_0's scales at f16 dst / 32, int4's pairs at f16 2 · dst / group).
+void StoreKvRow(const KvCacheView& kv, KvType type, const float* x, int64_t slot, int64_t dst,
+                void* data, void* scales) {
   const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
-  std::vector<float> rotated;  // 4-bit types: the token's K and V rows, rotated
-  for (size_t t = 0; t < slot_mapping.size(); ++t) {
-    const int64_t dst = slot_mapping[t] * row;
-    const float* kt = k + static_cast<int64_t>(t) * row;
-    const float* vt = v + static_cast<int64_t>(t) * row;
-    TM_CHECK(KvTypeOnCpu(kv.type)) << "the CPU kernels do not write " << KvTypeName(kv.type);
-    if (kv.type == KvType::kInt8) {
-      TM_CHECK(kv.k_scale != nullptr && kv.v_scale != nullptr) << "int8 KV needs scale arrays";
+  switch (type) {
+    case KvType::kInt8:
+      TM_CHECK(scales != nullptr) << "int8 KV needs scale arrays";
       for (int h = 0; h < kv.n_kv_heads; ++h) {
         const int64_t off = static_cast<int64_t>(h) * kv.head_dim;
-        const int64_t scale_index = slot_mapping[t] * kv.n_kv_heads + h;
-        static_cast<float*>(kv.k_scale)[scale_index] = QuantizeKvRowInt8(
-            kt + off, kv.head_dim, static_cast<int8_t*>(kv.k) + dst + off);
-        static_cast<float*>(kv.v_scale)[scale_index] = QuantizeKvRowInt8(
-            vt + off, kv.head_dim, static_cast<int8_t*>(kv.v) + dst + off);
+        static_cast<float*>(scales)[slot * kv.n_kv_heads + h] =
+            QuantizeKvRowInt8(x + off, kv.head_dim, static_cast<int8_t*>(data) + dst + off);
       }
-    } else if (kv.type == KvType::kQ4_0 || kv.type == KvType::kInt4) {
-      TM_CHECK(kv.k_scale != nullptr && kv.v_scale != nullptr) << "4-bit KV needs scale arrays";
-      TM_CHECK(CheckKvTypeFits(kv.type, kv.head_dim).ok()) << "4-bit KV needs whole groups";
-      const KvRotation rotation = KvRotationOf(kv.type, kv.head_dim);
-      if (rotation.keys > 0) {
-        rotated.assign(kt, kt + row);
-        rotated.insert(rotated.end(), vt, vt + row);
-        HadamardRotate(rotated.data(), row, rotation.keys);
-        HadamardRotate(rotated.data() + row, row, rotation.values);
-        kt = rotated.data();
-        vt = rotated.data() + row;
-      }
-      // Codes at byte dst / 2 of the pool; q4_0's scales at f16 dst / 32, int4's pairs at
-      // f16 2 · dst / group.
-      auto* k_codes = static_cast<uint8_t*>(kv.k) + dst / 2;
-      auto* v_codes = static_cast<uint8_t*>(kv.v) + dst / 2;
-      if (kv.type == KvType::kQ4_0) {
-        QuantizeKvRowQ4_0(kt, row, k_codes, static_cast<uint16_t*>(kv.k_scale) + dst / kKvQ4Block);
-        QuantizeKvRowQ4_0(vt, row, v_codes, static_cast<uint16_t*>(kv.v_scale) + dst / kKvQ4Block);
+      return;
+    case KvType::kQ4_0:
+    case KvType::kInt4: {
+      TM_CHECK(scales != nullptr) << "4-bit KV needs scale arrays";
+      TM_CHECK(CheckKvTypeFits(type, kv.head_dim).ok()) << "4-bit KV needs whole groups";
+      auto* codes = static_cast<uint8_t*>(data) + dst / 2;
+      if (type == KvType::kQ4_0) {
+        QuantizeKvRowQ4_0(x, row, codes, static_cast<uint16_t*>(scales) + dst / kKvQ4Block);
       } else {
-        const int64_t pair = 2 * dst / kKvInt4Group;
-        QuantizeKvRowInt4(kt, row, k_codes, static_cast<uint16_t*>(kv.k_scale) + pair);
-        QuantizeKvRowInt4(vt, row, v_codes, static_cast<uint16_t*>(kv.v_scale) + pair);
+        QuantizeKvRowInt4(x, row, codes, static_cast<uint16_t*>(scales) + 2 * dst / kKvInt4Group);
       }
-    } else if (kv.type == KvType::kF16) {
-      auto* kd = static_cast<uint16_t*>(kv.k) + dst;
-      auto* vd = static_cast<uint16_t*>(kv.v) + dst;
-      for (int64_t i = 0; i < row; ++i) {
-        kd[i] = FloatToHalf(kt[i]);
-        vd[i] = FloatToHalf(vt[i]);
-      }
-    } else {
-      std::copy(kt, kt + row, static_cast<float*>(kv.k) + dst);
-      std::copy(vt, vt + row, static_cast<float*>(kv.v) + dst);
+      return;
     }
+    case KvType::kF16: {
+      auto* out = static_cast<uint16_t*>(data) + dst;
+      for (int64_t i = 0; i < row; ++i) out[i] = FloatToHalf(x[i]);
+      return;
+    }
+    default:
+      std::copy(x, x + row, static_cast<float*>(data) + dst);
+  }
+}
+
+}  // namespace
+
+void StoreKv(const KvCacheView& kv, std::span<const int64_t> slot_mapping, const float* k,
+             const float* v) {
+  TM_CHECK(KvTypeOnCpu(kv.type) && KvTypeOnCpu(kv.v_type))
+      << "the CPU kernels do not write " << KvTypeName(kv.type) << " / " << KvTypeName(kv.v_type);
+  const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
+  const KvRotation rotation = KvRotationOf(kv.type, kv.v_type, kv.head_dim);
+  std::vector<float> rotated;  // 4-bit types: the token's row, rotated
+  const auto rotate = [&](const float* x, int n) {
+    if (n == 0) return x;
+    rotated.assign(x, x + row);
+    HadamardRotate(rotated.data(), row, n);
+    return static_cast<const float*>(rotated.data());
+  };
+  for (size_t t = 0; t < slot_mapping.size(); ++t) {
+    const int64_t slot = slot_mapping[t];
+    const int64_t dst = slot * row;
+    StoreKvRow(kv, kv.type, rotate(k + static_cast<int64_t>(t) * row, rotation.keys), slot, dst,
+               kv.k, kv.k_scale);
+    StoreKvRow(kv, kv.v_type, rotate(v + static_cast<int64_t>(t) * row, rotation.values), slot,
+               dst, kv.v, kv.v_scale);
   }
 }
 
@@ -191,23 +199,24 @@ inline int64_t KvOffset(const KvCacheView& kv, const int32_t* blocks, int32_t po
 template <typename Attend>
 void WithKvRotation(const KvCacheView& kv, const RaggedBatch& b, int n_heads, const float* q,
                     float* out, const Attend& attend) {
-  const KvRotation rotation = KvRotationOf(kv.type, kv.head_dim);
-  if (rotation.keys == 0) {
-    attend(q);
-    return;
-  }
+  const KvRotation rotation = KvRotationOf(kv.type, kv.v_type, kv.head_dim);
   const int64_t size = b.num_tokens() * n_heads * kv.head_dim;
-  std::vector<float> q_rotated(q, q + size);
-  HadamardRotate(q_rotated.data(), size, rotation.keys);
-  attend(q_rotated.data());
-  HadamardRotate(out, size, rotation.values);
+  std::vector<float> q_rotated;
+  if (rotation.keys > 0) {
+    q_rotated.assign(q, q + size);
+    HadamardRotate(q_rotated.data(), size, rotation.keys);
+    q = q_rotated.data();
+  }
+  attend(q);
+  if (rotation.values > 0) HadamardRotate(out, size, rotation.values);
 }
 
 // PagedAttention over a query already rotated as the keys are.
 void AttendAll(const CpuContext& ctx, const KvCacheView& kv, const RaggedBatch& b,
                const KvBlockTable& table, const float* q, int n_heads, float scale, float* out,
                const AttentionVariant& variant) {
-  TM_CHECK(KvTypeOnCpu(kv.type)) << "the CPU kernels do not read " << KvTypeName(kv.type);
+  TM_CHECK(KvTypeOnCpu(kv.type) && KvTypeOnCpu(kv.v_type))
+      << "the CPU kernels do not read " << KvTypeName(kv.type) << " / " << KvTypeName(kv.v_type);
   TM_CHECK(variant.sinks.empty() || std::ssize(variant.sinks) == n_heads) << "one sink per head";
   const std::vector<int32_t> seq_of = SequenceOfTokens(b);
   const int group = n_heads / kv.n_kv_heads;
@@ -226,14 +235,14 @@ void AttendAll(const CpuContext& ctx, const KvCacheView& kv, const RaggedBatch& 
       const int32_t first = FirstVisible(variant, b.positions[t]);
       scores.resize(static_cast<size_t>(group) * (len - ScoresBase(first)));
       const float* q_group = q + (t * n_heads + kv_head * group) * d;
-      if (kv.type == KvType::kF16) {
+      if (kv.type == KvType::kF16) {  // K's
         q_rounded.resize(static_cast<size_t>(group * d));
         for (int64_t i = 0; i < group * d; ++i) q_rounded[i] = RoundToHalf(q_group[i]);
         q_group = q_rounded.data();
       }
-      k.attend(AttendArgs{kv.k, kv.v, kv.type, kv.k_scale, kv.v_scale, kv.block_size,
-                          kv.n_kv_heads, kv.head_dim, blocks, first, len, kv_head, q_group, group,
-                          scale, variant.softcap,
+      k.attend(AttendArgs{kv.k, kv.v, kv.type, kv.v_type, kv.k_scale, kv.v_scale,
+                          kv.block_size, kv.n_kv_heads, kv.head_dim, blocks, first, len, kv_head,
+                          q_group, group, scale, variant.softcap,
                           variant.sinks.empty() ? nullptr : variant.sinks.data() + kv_head * group,
                           scores.data(), out + (t * n_heads + kv_head * group) * d});
     }
@@ -269,9 +278,9 @@ void ReferenceAll(const KvCacheView& kv, const RaggedBatch& b, const KvBlockTabl
   const std::vector<int32_t> seq_of = SequenceOfTokens(b);
   const int group = n_heads / kv.n_kv_heads;
   const int64_t d = kv.head_dim;
-  // Element i of K or V (scales: its scale array), as float.
-  auto load = [&](const void* base, const void* scales, int64_t i) -> double {
-    switch (kv.type) {
+  // Element i of K or V (of type `type`; scales: its scale array), as float.
+  auto load = [&](KvType type, const void* base, const void* scales, int64_t i) -> double {
+    switch (type) {
       case KvType::kF16: return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
       case KvType::kF32: return static_cast<const float*>(base)[i];
       case KvType::kInt8:
@@ -286,7 +295,7 @@ void ReferenceAll(const KvCacheView& kv, const RaggedBatch& b, const KvBlockTabl
         const uint8_t byte = static_cast<const uint8_t*>(base)[i / kKvQ4Block * 16 + i % 16];
         const int code = i % kKvQ4Block < 16 ? byte & 15 : byte >> 4;
         const auto* f16 = static_cast<const uint16_t*>(scales);
-        if (kv.type == KvType::kQ4_0) {
+        if (type == KvType::kQ4_0) {
           return (code - 8) * static_cast<double>(HalfToFloat(f16[i / kKvQ4Block]));
         }
         const int64_t g = i / kKvInt4Group;
@@ -302,7 +311,7 @@ void ReferenceAll(const KvCacheView& kv, const RaggedBatch& b, const KvBlockTabl
     for (int h = 0; h < n_heads; ++h) {
       const int kv_head = h / group;
       std::vector<float> qh(q + (t * n_heads + h) * d, q + (t * n_heads + h + 1) * d);
-      if (kv.type == KvType::kF16) {
+      if (kv.type == KvType::kF16) {  // K's
         for (float& x : qh) x = RoundToHalf(x);
       }
       // p[j - begin]: position j's score, then its probability.
@@ -311,7 +320,7 @@ void ReferenceAll(const KvCacheView& kv, const RaggedBatch& b, const KvBlockTabl
       for (int32_t j = begin; j < len; ++j) {
         const int64_t off = KvOffset(kv, blocks, j, kv_head);
         double dot = 0.0;
-        for (int64_t i = 0; i < d; ++i) dot += qh[i] * load(kv.k, kv.k_scale, off + i);
+        for (int64_t i = 0; i < d; ++i) dot += qh[i] * load(kv.type, kv.k, kv.k_scale, off + i);
         if (variant.softcap > 0.0f) dot = std::tanh(dot / variant.softcap) * variant.softcap;
         p[j - begin] = dot * scale;
         max = std::max(max, p[j - begin]);
@@ -322,13 +331,14 @@ void ReferenceAll(const KvCacheView& kv, const RaggedBatch& b, const KvBlockTabl
       for (double& v : p) sum += (v = std::exp(v - max));
       for (double& v : p) {
         v /= sum;
-        if (kv.type == KvType::kF16) v = RoundToHalf(static_cast<float>(v));
+        if (kv.v_type == KvType::kF16) v = RoundToHalf(static_cast<float>(v));
       }
       float* o = out + (t * n_heads + h) * d;
       for (int64_t i = 0; i < d; ++i) {
         double acc = 0.0;
         for (int32_t j = begin; j < len; ++j) {
-          acc += p[j - begin] * load(kv.v, kv.v_scale, KvOffset(kv, blocks, j, kv_head) + i);
+          acc += p[j - begin] *
+                 load(kv.v_type, kv.v, kv.v_scale, KvOffset(kv, blocks, j, kv_head) + i);
         }
         o[i] = static_cast<float>(acc);
       }

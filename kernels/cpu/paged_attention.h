@@ -37,13 +37,16 @@ void QuantizeKvRowInt4(const float* x, int64_t n, uint8_t* codes, uint16_t* scal
 // queries and keys pass through an orthonormal Walsh-Hadamard transform of the largest
 // power-of-two block (64 or more) dividing head_dim, values through blocks of 64 and the
 // attention output back through the same (H · H = I), so each block's outliers spread over
-// its codes. Here for q4_0 and int4; 0 where nothing is rotated (other types, heads not of
-// whole 64s).
+// its codes. Here for q4_0 and int4, K and V each by its own type; 0 where nothing is rotated
+// (other types, heads not of whole 64s).
 struct KvRotation {
   int keys = 0;
   int values = 0;
 };
-KvRotation KvRotationOf(KvType type, int head_dim);
+KvRotation KvRotationOf(KvType k_type, KvType v_type, int head_dim);
+inline KvRotation KvRotationOf(KvType type, int head_dim) {
+  return KvRotationOf(type, type, head_dim);
+}
 
 // Each block of n (a power of two) values of x[0, len) becomes H_n times it: Sylvester's
 // Hadamard matrix (H_2s = [[H_s, H_s], [H_s, -H_s]]) over sqrt(n), as llama.cpp builds it.
@@ -65,7 +68,9 @@ struct AttentionVariant {
 
 // With f16 K/V the query and the attention probabilities are rounded to f16 too, as the
 // dot products take f16 operands, and the whole computation is llama.cpp's (non-flash CPU
-// attention) bit for bit: see AttendF16LikeGgml in attend.inc.
+// attention) bit for bit: see AttendF16LikeGgml in attend.inc. K and V may differ in type
+// (KvCacheView::v_type): the query is rounded to f16 when K is f16, the probabilities when V
+// is.
 //
 // Causal attention of each token's n_heads query heads (row stride n_heads * head_dim)
 // over its sequence's cached K/V at positions <= its own (those of its window: `variant`),

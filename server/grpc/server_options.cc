@@ -91,6 +91,11 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "only), int4 (4-bit with a scale and zero per 32 values: 3.2x, closer to f16 than "
             "q4_0; the CPU only) or fp8 (E4M3 in int8's layout; needs --device cuda)")
       ->check(CLI::IsMember({"f16", "int8", "q4_0", "int4", "fp8"}));
+  AddOption(app, "--kv-cache-dtype-v", o.kv_cache_dtype_v,
+            "V's element type when it should differ from --kv-cache-dtype's, which is then K's "
+            "alone (llama.cpp's -ctk/-ctv: keys are the sensitive half, e.g. int8 keys with "
+            "q4_0 values); f16, int8, q4_0 or int4; the CPU only")
+      ->check(CLI::IsMember({"f16", "int8", "q4_0", "int4"}));
   AddOption(app, "--block-size", o.block_size, "tokens per KV block")
       ->check(CLI::Range(1, 1024));
   AddOption(app, "--max-num-seqs", o.max_num_seqs, "requests running at once")
@@ -246,6 +251,18 @@ StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t availabl
   config.device = device;
   config.cuda_cublas_min_tokens = o.cublas_min_tokens;
   config.kv_type = *kv_type;
+  if (!o.kv_cache_dtype_v.empty()) {
+    StatusOr<KvType> v_type = ParseKvType(o.kv_cache_dtype_v);
+    if (!v_type.ok()) {
+      return InvalidArgumentError("--kv-cache-dtype-v: " + v_type.status().message());
+    }
+    if (*v_type != *kv_type && device == Device::kCuda) {
+      return InvalidArgumentError(
+          "--kv-cache-dtype-v: the CUDA backend keeps K and V in one type; drop "
+          "--kv-cache-dtype-v, or run on the CPU (--device cpu)");
+    }
+    config.kv_type_v = *v_type;
+  }
   if (device == Device::kCuda && budget->is_fraction()) {
     config.kv_cache_fraction = budget->fraction();  // of the GPU's memory, once weights are in
     config.kv_cache_bytes = 0;

@@ -37,6 +37,7 @@ struct ServerOptions {
   int cublas_min_tokens = 0;  // --device cuda: steps of >= this many tokens use cuBLAS; 0 never
   std::string kv_cache_memory = "256MiB";  // a size, or a fraction of free memory
   std::string kv_cache_dtype = "f16";      // f16, int8 (CPU and CUDA) or fp8 (CUDA only)
+  std::string kv_cache_dtype_v;            // V's, when not kv_cache_dtype's (the CPU only)
   int block_size = 16;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;

@@ -181,7 +181,11 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
       engine_config.kv_cache_fraction > 0
           ? MemoryBudget::FractionOfFree(engine_config.kv_cache_fraction).ToString()
           : FormatBytes(engine_config.kv_cache_bytes),
-      KvTypeName(engine_config.kv_type), engine_config.block_size,
+      engine_config.v_type() == engine_config.kv_type
+          ? std::string(KvTypeName(engine_config.kv_type))
+          : "K " + std::string(KvTypeName(engine_config.kv_type)) + " / V " +
+                std::string(KvTypeName(engine_config.v_type())),
+      engine_config.block_size,
       engine_config.enable_prefix_caching ? "on" : "off");
   TM_ASSIGN_OR_RETURN(serving->engine,
                       Engine::Create(*serving->model, serving->tokenizer, engine_config,

@@ -178,7 +178,7 @@ std::vector<TokenId> GenerateAlone(const Model& model, std::span<const TokenId> 
   auto backend = CreateForwardBackend(model, SmallConfig());
   TM_CHECK(backend.ok()) << backend.status().ToString();
   const int64_t num_blocks[] = {16};
-  TM_CHECK((*backend)->AllocateKv(KvType::kF16, num_blocks, 16).ok());
+  TM_CHECK((*backend)->AllocateKv(KvType::kF16, KvType::kF16, num_blocks, 16).ok());
   BatchBuilder builder(16, 16);
   const int seq = builder.AddSequence();
   std::vector<float> logits(static_cast<size_t>(model.config().n_vocab));
@@ -232,7 +232,7 @@ TEST(EngineDeterminismTest, RunGreedyGivesEachRowsArgmax) {
   auto backend = CreateForwardBackend(model, SmallConfig());
   ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   const int64_t num_blocks[] = {16};
-  ASSERT_TRUE((*backend)->AllocateKv(KvType::kF16, num_blocks, 16).ok());
+  ASSERT_TRUE((*backend)->AllocateKv(KvType::kF16, KvType::kF16, num_blocks, 16).ok());
   BatchBuilder builder(16, 16);
   for (uint32_t s = 0; s < 3; ++s) {
     const int seq = builder.AddSequence();

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,12 +85,24 @@ TEST(EngineKvDtypeTest, FourBitTypesAreRefusedOnTheGpuNamingTheFlag) {
   ExpectRefused(Stories(), KvType::kQ4_0, "q4_0 runs on the CPU only");
   ExpectRefused(Stories(), KvType::kInt4, "int4 runs on the CPU only");
 }
+
+TEST(EngineKvDtypeTest, KAndVApartAreRefusedOnTheGpuNamingTheFlag) {
+  EngineConfig config = SmallConfig();
+  config.kv_type = KvType::kInt8;
+  config.kv_type_v = KvType::kF16;
+  auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
+  ASSERT_FALSE(core.ok());
+  EXPECT_NE(core.status().message().find("--kv-cache-dtype-v: the CUDA backend keeps K and V"),
+            std::string::npos)
+      << core.status().message();
+}
 #endif
 
 // Eight requests together vs each alone, per KV type; and how far each type's greedy
-// tokens follow the first type's (printed: quantization may flip near-ties).
+// tokens follow the first type's (printed: quantization may flip near-ties). With v_type, V
+// is of that type and `types` are K's.
 void CheckGreedyIsBatchInvariant(const TestModel& m, const std::vector<KvType>& types,
-                                 int max_tokens) {
+                                 int max_tokens, std::optional<KvType> v_type = std::nullopt) {
   const int vocab = m.tokenizer->vocab_size();
   std::vector<std::vector<TokenId>> prompts;
   for (int i = 0; i < 8; ++i) prompts.push_back(RandomPrompt(5 + 9 * i, vocab, 300 + i));
@@ -97,6 +110,7 @@ void CheckGreedyIsBatchInvariant(const TestModel& m, const std::vector<KvType>& 
   for (KvType type : types) {
     EngineConfig config = SmallConfig();
     config.kv_type = type;
+    config.kv_type_v = v_type;
     std::vector<std::vector<TokenId>> alone;
     for (const std::vector<TokenId>& prompt : prompts) {
       auto core = BuildEngineCore(*m.model, *m.tokenizer, config);
@@ -144,6 +158,27 @@ TEST(EngineKvDtypeTest, QuantizedGreedyIsBatchInvariant) {
 #ifndef TOKENMILL_TEST_ON_CUDA
 TEST(EngineKvDtypeTest, FourBitGreedyIsBatchInvariant) {
   CheckGreedyIsBatchInvariant(SmolLm2(), {KvType::kQ4_0, KvType::kInt4}, 8);
+}
+
+// K and V apart (--kv-cache-dtype-v): a block holds K's bytes plus V's, and greedy decoding
+// stays batch-invariant.
+TEST(EngineKvDtypeTest, KAndVApartBuyBlocksByTheirSumAndStayBatchInvariant) {
+  const ModelConfig& c = SmolLm2().model->config();
+  EngineConfig config = SmallConfig(0);
+  config.kv_cache_bytes = int64_t{64} << 20;
+  config.kv_type = KvType::kInt8;
+  config.kv_type_v = KvType::kQ4_0;
+  auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, config);
+  ASSERT_TRUE(core.ok()) << core.status().ToString();
+  const int64_t block_bytes = int64_t{c.n_layers} * c.n_kv_heads * 16 *
+                              (KvRowTotalBytes(KvType::kInt8, c.head_dim) +
+                               KvRowTotalBytes(KvType::kQ4_0, c.head_dim));
+  EXPECT_EQ((*core)->Stats().num_kv_blocks, (int64_t{64} << 20) / block_bytes);
+  // int8 K (68 bytes a row of 64) and q4_0 V (36): 64 MiB / (30 x 3 x 104 x 16) blocks, 2.46x
+  // f16's 182.
+  EXPECT_EQ((*core)->Stats().num_kv_blocks, 448);
+  CheckGreedyIsBatchInvariant(SmolLm2(), {KvType::kInt8, KvType::kF16}, 8, KvType::kQ4_0);
+  CheckGreedyIsBatchInvariant(SmolLm2(), {KvType::kQ4_0}, 8, KvType::kF16);
 }
 
 // A request that finds its prompt's q4_0 blocks cached (codes and scales reused as stored)

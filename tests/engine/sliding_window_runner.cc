@@ -66,7 +66,7 @@ class Run {
     TM_CHECK(backend.ok()) << backend.status().ToString();
     const std::vector<int64_t> blocks = {
         layout.num_blocks, layout.sliding_group ? layout.sliding_num_blocks : layout.num_blocks};
-    TM_CHECK((*backend)->AllocateKv(KvType::kF16, blocks, kBlockSize).ok());
+    TM_CHECK((*backend)->AllocateKv(KvType::kF16, KvType::kF16, blocks, kBlockSize).ok());
     runner_ = std::make_unique<ModelRunner>(model, std::move(*backend), layout.num_blocks,
                                             kBlockSize);
   }

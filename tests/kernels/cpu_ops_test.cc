@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -54,21 +55,30 @@ struct AttentionSetup {
   RaggedBatch batch() const { return {positions, cu_seqlens, {&table, 1}}; }
 };
 
-// A paged KV layer of `blocks` blocks whose every slot holds random K/V (the "cached prefix").
+// A paged KV layer of `blocks` blocks whose every slot holds random K/V (the "cached prefix"):
+// K of `type`, V of v_type (`type` unless given).
 struct RandomKvCache {
   std::vector<uint8_t> k_mem, v_mem;
   std::vector<uint8_t> k_scale, v_scale;
   KvCacheView layer;
   RandomKvCache(KvType type, int blocks, int block_size, int kv_heads, int head_dim,
-                std::mt19937& rng)
+                std::mt19937& rng, std::optional<KvType> v_type = std::nullopt)
       : k_mem(size_t(blocks) * block_size * kv_heads * KvRowBytes(type, head_dim)),
-        v_mem(k_mem.size()),
+        v_mem(size_t(blocks) * block_size * kv_heads *
+              KvRowBytes(v_type.value_or(type), head_dim)),
         k_scale(size_t(blocks) * block_size * kv_heads * KvRowScaleBytes(type, head_dim)),
-        v_scale(k_scale.size()),
-        layer{type,     k_mem.data(), v_mem.data(),
-              blocks,   block_size,   kv_heads,
-              head_dim, k_scale.empty() ? nullptr : k_scale.data(),
-              v_scale.empty() ? nullptr : v_scale.data()} {
+        v_scale(size_t(blocks) * block_size * kv_heads *
+                KvRowScaleBytes(v_type.value_or(type), head_dim)),
+        layer{.type = type,
+              .k = k_mem.data(),
+              .v = v_mem.data(),
+              .num_blocks = blocks,
+              .block_size = block_size,
+              .n_kv_heads = kv_heads,
+              .head_dim = head_dim,
+              .k_scale = k_scale.empty() ? nullptr : k_scale.data(),
+              .v_scale = v_scale.empty() ? nullptr : v_scale.data(),
+              .v_type = v_type.value_or(type)} {
     const size_t elements = size_t(blocks) * block_size * kv_heads * head_dim;
     std::vector<int64_t> all_slots(size_t(blocks) * block_size);
     std::iota(all_slots.begin(), all_slots.end(), 0);
@@ -77,14 +87,13 @@ struct RandomKvCache {
   RandomKvCache(const RandomKvCache&) = delete;  // `layer` points into the vectors
 };
 
-class PagedAttentionTest : public ::testing::TestWithParam<std::tuple<KvType, int>> {};
-
-TEST_P(PagedAttentionTest, EveryIsaMatchesTheReference) {
-  const KvType kv_type = std::get<0>(GetParam());
-  AttentionSetup s(std::get<1>(GetParam()));  // 64 takes the SIMD head-size-64 path
+// PagedAttention of every ISA over K of k_type and V of v_type with heads of head_dim equals
+// PagedAttentionReference.
+void ExpectEveryIsaMatchesTheReference(KvType k_type, KvType v_type, int head_dim) {
+  AttentionSetup s(head_dim);  // 64 takes the SIMD head-size-64 path
   ASSERT_TRUE(ValidateRaggedBatch(s.batch(), s.kBlockSize, 11).ok());
   std::mt19937 rng(5);
-  const RandomKvCache cache(kv_type, 11, s.kBlockSize, s.kKvHeads, s.head_dim, rng);
+  const RandomKvCache cache(k_type, 11, s.kBlockSize, s.kKvHeads, s.head_dim, rng, v_type);
   const KvCacheView& kv = cache.layer;
   const std::vector<float> q = Random(14 * s.kHeads * s.head_dim, rng);
   std::vector<float> expected(q.size());
@@ -97,10 +106,33 @@ TEST_P(PagedAttentionTest, EveryIsaMatchesTheReference) {
                    s.kHeads, 0.2f, out.data());
     // With f16 K/V the probabilities are rounded to f16; float vs double softmax can round
     // one of them to the neighbouring f16 value.
-    const float tolerance = kv_type == KvType::kF16 ? 5e-4f : 1e-5f;
+    const bool f16 = k_type == KvType::kF16 || v_type == KvType::kF16;
+    const float tolerance = f16 ? 5e-4f : 1e-5f;
     for (size_t i = 0; i < out.size(); ++i) {
       ASSERT_NEAR(out[i], expected[i], tolerance) << IsaName(isa) << " at " << i;
     }
+  }
+}
+
+class PagedAttentionTest : public ::testing::TestWithParam<std::tuple<KvType, int>> {};
+
+TEST_P(PagedAttentionTest, EveryIsaMatchesTheReference) {
+  const KvType kv_type = std::get<0>(GetParam());
+  ExpectEveryIsaMatchesTheReference(kv_type, kv_type, std::get<1>(GetParam()));
+}
+
+// K and V of different types (--kv-cache-dtype-v): each side read, and rotated, by its own.
+TEST(PagedAttentionMixedTest, EveryIsaMatchesTheReferenceForKAndVApart) {
+  const std::tuple<KvType, KvType, int> cases[] = {
+      {KvType::kInt8, KvType::kQ4_0, 64},  {KvType::kInt8, KvType::kQ4_0, 128},
+      {KvType::kF16, KvType::kQ4_0, 64},   {KvType::kF16, KvType::kInt8, 64},
+      {KvType::kInt8, KvType::kF16, 64},   {KvType::kQ4_0, KvType::kF16, 128},
+      {KvType::kInt4, KvType::kInt8, 64},  {KvType::kF16, KvType::kInt4, 32},
+      {KvType::kF32, KvType::kQ4_0, 64},   {KvType::kInt8, KvType::kInt4, 64}};
+  for (const auto& [k_type, v_type, head_dim] : cases) {
+    SCOPED_TRACE(std::string(KvTypeName(k_type)) + " K, " + std::string(KvTypeName(v_type)) +
+                 " V, d " + std::to_string(head_dim));
+    ExpectEveryIsaMatchesTheReference(k_type, v_type, head_dim);
   }
 }
 

@@ -237,6 +237,21 @@ TEST(MakeEngineConfig, Fp8KvCacheNeedsCuda) {
   EXPECT_THAT(fp8.status().message(), HasSubstr("--kv-cache-dtype fp8 needs --device cuda"));
 }
 
+TEST(MakeEngineConfig, KvCacheDtypeVSetsVsTypeApartFromKs) {
+  Parsed apart({"--model", "m", "--kv-cache-dtype", "int8", "--kv-cache-dtype-v", "q4_0"});
+  ASSERT_EQ(apart.error, "");
+  StatusOr<EngineConfig> config = MakeEngineConfig(apart.options, 0);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->kv_type, KvType::kInt8);
+  EXPECT_EQ(config->v_type(), KvType::kQ4_0);
+  Parsed same({"--model", "m", "--kv-cache-dtype", "int8"});
+  config = MakeEngineConfig(same.options, 0);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->v_type(), KvType::kInt8);
+  EXPECT_THAT(Parsed({"--model", "m", "--kv-cache-dtype-v", "fp8"}).error,
+              HasSubstr("--kv-cache-dtype-v"));
+}
+
 TEST(MakeEngineConfig, SpeculativeDecodingFlags) {
   Parsed ngram({"--model", "m", "--spec", "ngram", "--spec-tokens", "6"});
   ASSERT_EQ(ngram.error, "");
