@@ -48,6 +48,23 @@ TEST(KvCacheSizingTest, Int8CountsItsScalesAndFitsAboutTwiceTheTokens) {
             "2 x 30 layers x 3 KV heads x (64 head dim x 1 B + 4 B scale))");
 }
 
+TEST(KvCacheSizingTest, KAndVApartCountEachSidesBytes) {
+  // int8 K (64 B + a 4 B scale a row) beside q4_0 V (32 B + two 2 B block scales).
+  KvGeometry apart = kSmolLm2;
+  apart.element_bits = 8;
+  apart.scale_bytes = 4;
+  apart.v_element_bits = 4;
+  apart.v_scale_bytes = 4;
+  EXPECT_EQ(apart.BytesPerToken(), 30 * 3 * ((64 + 4) + (32 + 4)));  // 9360
+  const StatusOr<KvCachePlan> plan = PlanKvCache(apart, 16, *ParseByteSize("2GiB"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->num_blocks, 14339);  // floor(2147483648 / (9360 * 16)), 2.46x fp16's 5825
+  EXPECT_EQ(plan->Describe(),
+            "KV cache: 14339 blocks x 16 tokens = 229424 tokens in 2.00 GiB (9.14 KiB/token = "
+            "30 layers x 3 KV heads x (K (64 head dim x 1 B + 4 B scale) + V (64 head dim x "
+            "0.5 B + 4 B scale)))");
+}
+
 TEST(KvCacheSizingTest, AFractionOfFreeMemoryResolvesBeforePlanning) {
   const StatusOr<MemoryBudget> budget = ParseMemoryBudget("0.5");
   ASSERT_TRUE(budget.ok());
