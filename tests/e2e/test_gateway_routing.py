@@ -2,6 +2,8 @@
 prompt to the same backend (whose prefix cache then hits), and a backend that goes away loses
 its requests to the other one."""
 
+import time
+
 import pytest
 
 from gateway_harness import Gateway, backend_address, model_name
@@ -21,8 +23,19 @@ def routed(gateway, servers):
             for s in servers]
 
 
+def wait_all_healthy(gateway, servers, timeout=120):
+    """Until the gateway counts every backend healthy: its /health turns 200 with the first, and
+    a request sent before the second is up goes to the first whatever its affinity."""
+    deadline = time.monotonic() + timeout
+    names = [f"tokenmill_gateway:backend_healthy{{backend={backend_address(s)}}}" for s in servers]
+    while not all(gateway.metrics().get(name) == 1 for name in names):
+        assert time.monotonic() < deadline, "a backend never became healthy"
+        time.sleep(0.05)
+
+
 def test_same_system_prompt_goes_to_the_same_backend(servers):
     with Gateway(*map(backend_address, servers)) as g:
+        wait_all_healthy(g, servers)
         client = g.client()
         model = model_name(g)
         for system_index in range(3):
@@ -47,6 +60,7 @@ def test_same_system_prompt_goes_to_the_same_backend(servers):
 
 def test_different_system_prompts_spread_over_the_backends(servers):
     with Gateway(*map(backend_address, servers)) as g:
+        wait_all_healthy(g, servers)
         client = g.client()
         model = model_name(g)
         for i in range(16):
