@@ -73,8 +73,7 @@ void BeamSearch::TakeCandidates(ModelOutput& sampled, const StepLogprobs& logpro
     const Request* request = scheduler.Find(tokens.id);
     TM_CHECK(request != nullptr);
     // A beam recomputed after a preemption may bring its candidates again: the same ones.
-    if (!beam->has_candidates &&
-        request->num_output_tokens() == static_cast<int>(beam->output.size())) {
+    if (!beam->has_candidates && request->num_output_tokens() == search.num_output) {
       beam->candidates = logprobs.at(tokens.id).back().top;
       beam->has_candidates = true;
     }
@@ -104,6 +103,17 @@ std::vector<BeamSearchResult> BeamSearch::Decide(Scheduler& scheduler) {
   return results;
 }
 
+void BeamSearch::KeepBest(Search& search) {
+  std::stable_sort(search.finished.begin(), search.finished.end(),
+                   [&](const BeamHypothesis& a, const BeamHypothesis& b) {
+                     return BeamScore(a, search.num_prompt_tokens, search.length_penalty) >
+                            BeamScore(b, search.num_prompt_tokens, search.length_penalty);
+                   });
+  if (search.finished.size() > static_cast<size_t>(search.width)) {
+    search.finished.resize(static_cast<size_t>(search.width));
+  }
+}
+
 bool BeamSearch::Advance(Search& search, Scheduler& scheduler) {
   struct Candidate {
     size_t parent;
@@ -111,7 +121,16 @@ bool BeamSearch::Advance(Search& search, Scheduler& scheduler) {
     double cumulative_logprob;
     double score;
   };
-  const int length = search.num_prompt_tokens + static_cast<int>(search.beams[0].output.size()) + 1;
+  // A beam's output followed by `token`, as a hypothesis.
+  const auto hypothesis = [&](const Beam& beam, TokenId token, double cumulative, bool ended) {
+    const Request* request = scheduler.Find(beam.id);
+    TM_CHECK(request != nullptr) << "beam " << beam.id << " is not in the scheduler";
+    BeamHypothesis h{.token_ids = {}, .cumulative_logprob = cumulative, .ended = ended};
+    h.token_ids.assign(request->output_token_ids().begin(), request->output_token_ids().end());
+    h.token_ids.push_back(token);
+    return h;
+  };
+  const int length = search.num_prompt_tokens + search.num_output + 1;
   const double divisor =
       std::pow(static_cast<double>(length), static_cast<double>(search.length_penalty));
   std::vector<Candidate> candidates;
@@ -124,10 +143,7 @@ bool BeamSearch::Advance(Search& search, Scheduler& scheduler) {
     for (const TokenLogprob& c : beam.candidates) {
       const double cumulative = beam.cumulative_logprob + static_cast<double>(c.logprob);
       if (Ends(search, c.token_id)) {
-        BeamHypothesis ended{.token_ids = beam.output, .cumulative_logprob = cumulative,
-                             .ended = true};
-        ended.token_ids.push_back(c.token_id);
-        search.finished.push_back(std::move(ended));
+        search.finished.push_back(hypothesis(beam, c.token_id, cumulative, /*ended=*/true));
       } else {
         candidates.push_back(Candidate{b, c.token_id, cumulative, cumulative / divisor});
       }
@@ -142,25 +158,19 @@ bool BeamSearch::Advance(Search& search, Scheduler& scheduler) {
   const bool last = length - search.num_prompt_tokens >= search.max_output_tokens;
   if (last || candidates.empty()) {
     for (const Candidate& c : candidates) {
-      BeamHypothesis hypothesis{.token_ids = search.beams[c.parent].output,
-                                .cumulative_logprob = c.cumulative_logprob, .ended = false};
-      hypothesis.token_ids.push_back(c.token);
-      search.finished.push_back(std::move(hypothesis));
+      search.finished.push_back(hypothesis(search.beams[c.parent], c.token,
+                                           c.cumulative_logprob, /*ended=*/false));
     }
     for (const Beam& beam : search.beams) {
       const Status status = scheduler.FinishRequest(beam.id, FinishReason::kStop);
       TM_CHECK(status.ok()) << status.ToString();
     }
-    std::stable_sort(search.finished.begin(), search.finished.end(),
-                     [&](const BeamHypothesis& a, const BeamHypothesis& b) {
-                       return BeamScore(a, search.num_prompt_tokens, search.length_penalty) >
-                              BeamScore(b, search.num_prompt_tokens, search.length_penalty);
-                     });
-    if (search.finished.size() > static_cast<size_t>(search.width)) {
-      search.finished.resize(static_cast<size_t>(search.width));
-    }
+    KeepBest(search);
     return true;
   }
+  // Pruned after the beams' ended candidates joined: the same result as at the end, as an
+  // ended hypothesis behind `width` better ones stays behind them.
+  KeepBest(search);
 
   // Dropped beams go first (their blocks may serve the forks' copies), then each parent forks
   // its extra successors from its tokens as they are, then takes its first successor's token.
@@ -179,8 +189,6 @@ bool BeamSearch::Advance(Search& search, Scheduler& scheduler) {
     const bool first = successors[c.parent].front() == &c;
     Beam beam;
     beam.id = first ? parent.id : NewBeamId(owner);
-    beam.output = parent.output;
-    beam.output.push_back(c.token);
     beam.cumulative_logprob = c.cumulative_logprob;
     if (!first) {
       const Status status = scheduler.Fork(parent.id, beam.id);
@@ -189,13 +197,14 @@ bool BeamSearch::Advance(Search& search, Scheduler& scheduler) {
     next.push_back(std::move(beam));
   }
   // The forks copied their parents' tokens; now every successor takes its own.
-  for (const Beam& beam : next) {
+  for (size_t i = 0; i < next.size(); ++i) {
     const StatusOr<std::optional<FinishReason>> stopped =
-        scheduler.Extend(beam.id, beam.output.back());
+        scheduler.Extend(next[i].id, candidates[i].token);
     TM_CHECK(stopped.ok()) << stopped.status().ToString();
-    TM_CHECK(!stopped->has_value()) << "beam " << beam.id << " stopped inside its search";
+    TM_CHECK(!stopped->has_value()) << "beam " << next[i].id << " stopped inside its search";
   }
   search.beams = std::move(next);
+  ++search.num_output;
   return false;
 }
 

@@ -81,9 +81,9 @@ class BeamSearch {
   bool Abort(RequestId id, Scheduler& scheduler);
 
  private:
+  // A live beam; its tokens are its scheduler request's.
   struct Beam {
     RequestId id = 0;  // the scheduler's
-    std::vector<TokenId> output;
     double cumulative_logprob = 0.0;
     bool has_candidates = false;
     std::vector<TokenLogprob> candidates;  // most likely first
@@ -96,11 +96,17 @@ class BeamSearch {
     bool ignore_eos = false;
     std::vector<TokenId> stop_token_ids;
     std::vector<Beam> beams;
+    int num_output = 0;  // tokens every live beam has generated
+    // The best `width` ended hypotheses, best first: only they can be among the result, so
+    // the rest are dropped as they come (a long search would otherwise keep every ended
+    // candidate of every step, each with its whole output).
     std::vector<BeamHypothesis> finished;
     int num_cached_prompt_tokens = 0;
   };
 
   bool Ends(const Search& search, TokenId token) const;
+  // `search.finished`, stably sorted by score, cut to its width.
+  static void KeepBest(Search& search);
   RequestId NewBeamId(RequestId owner);
   // One step of `search`; true when it ended (its beams are then finished in `scheduler`).
   bool Advance(Search& search, Scheduler& scheduler);
