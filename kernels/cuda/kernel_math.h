@@ -1,8 +1,8 @@
 // Per-element math of the CUDA kernels, written once for the device and the host so the CPU
 // unit tests (tests/kernels/cuda/kernel_math_test.cc) check it against the CPU kernels:
-// weight dequantization, KV quantization (int8 and FP8 E4M3), RoPE angles, the online-softmax
-// merge of flash-decoding, the split-K partition of attention, its shared-memory tiles and
-// launch geometry. Plain C++ when not compiled by nvcc.
+// weight dequantization, KV quantization (int8, FP8 E4M3, q4_0, int4) and the 4-bit types'
+// rotation, RoPE angles, the online-softmax merge of flash-decoding, the split-K partition of
+// attention, its shared-memory tiles and launch geometry. Plain C++ when not compiled by nvcc.
 #pragma once
 
 #include <cstdint>
@@ -286,6 +286,200 @@ TM_HOST_DEVICE inline float QuantizeKvRow(const float* x, int n, bool fp8, uint8
   return KvRowScale(amax, qmax);
 }
 
+// ---- KV cache quantization: 4-bit (q4_0 and int4), per block of 32 -------------------------
+//
+// The CPU's QuantizeKvRowQ4_0 and QuantizeKvRowInt4 (kernels/cpu/paged_attention.cc) bit for
+// bit, in the pieces the device's StoreKv runs over a warp (lane j: element j of a block): a
+// reduction that picks the block's extreme element, then each element's code from the
+// block's parameters. Rows of values that are not NaN give identical bytes; a NaN's f16 may
+// differ in its payload (the device's __float2half_rn has one NaN). Reading back, element j of
+// a block (Nibble's layout) is DequantQ4_0 for q4_0 ((code - 8) · d) and DequantQ4_1 for int4
+// (code · scale + zero): exact products, one rounding, the values the CPU's attention reads.
+
+// The arithmetic the CPU code compiles to (its x86-64 baseline has no FMA), rounded one
+// operation at a time on the device too, where nvcc would otherwise fuse a * b + c.
+TM_HOST_DEVICE inline float MulRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+TM_HOST_DEVICE inline float AddRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+TM_HOST_DEVICE inline float SubRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+TM_HOST_DEVICE inline float DivRn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+// float -> f16 bits, round to nearest even (kernels/half.h's FloatToHalf on the host).
+TM_HOST_DEVICE inline uint16_t FloatToHalfBits(float x) {
+#ifdef __CUDACC__
+  const __half_raw raw = __float2half_rn(x);
+  return raw.x;
+#else
+  return FloatToHalf(x);
+#endif
+}
+
+// A candidate of a block's reduction: a key (never NaN) and its element's index. Merged by
+// key, ties to the lower index: a total order, so a serial scan and a warp's butterfly pick
+// the same element, the first of the extreme ones, as the CPU's loops do (they replace their
+// pick only on a strictly greater value).
+struct KvPick {
+  float key;
+  int index;
+};
+TM_HOST_DEVICE inline KvPick PickGreater(KvPick a, KvPick b) {
+  return b.key > a.key || (b.key == a.key && b.index < a.index) ? b : a;
+}
+
+// q4_0's candidate: |x|, a NaN never picked (the CPU's amax < |x| is false for it).
+TM_HOST_DEVICE inline KvPick Q4_0Pick(float x, int index) {
+  const float a = x < 0.0f ? -x : x;
+  return KvPick{a == a ? a : -1.0f, index};
+}
+// The block's value of largest magnitude from its pick (`value`: the picked element), +0 for
+// a block of zeros, as the CPU's max starts.
+TM_HOST_DEVICE inline float Q4_0BlockMax(KvPick pick, float value) {
+  return pick.key > 0.0f ? value : 0.0f;
+}
+
+// q4_0's d = max / -8, stored as f16, and 1/d of the unrounded d (0 for a zero block).
+struct Q4_0Params {
+  uint16_t d_bits;
+  float inv;
+};
+TM_HOST_DEVICE inline Q4_0Params Q4_0BlockParams(float max) {
+  const float d = max / -8.0f;  // exact but for subnormals, as on the CPU
+  return Q4_0Params{FloatToHalfBits(d), d != 0.0f ? DivRn(1.0f, d) : 0.0f};
+}
+// trunc(min(15, x / d + 8.5)): a NaN gives 15 (the CPU's std::min(15.0f, NaN)). Below 0 only
+// when 1/d overflowed (values under 2^-125): 0, the low nibble of x86's cast of -inf there.
+TM_HOST_DEVICE inline int Q4_0Code(float x, float inv) {
+  const float s = AddRn(MulRn(x, inv), 8.5f);
+  const float c = s < 15.0f ? s : 15.0f;
+  return c > 0.0f ? static_cast<int>(c) : 0;
+}
+
+// int4's candidates for the group's minimum and maximum. A NaN is never picked (key -inf,
+// after every real element of that key); only a NaN first element makes the CPU's min and
+// max NaN (they start from it): Int4GroupBounds.
+TM_HOST_DEVICE inline KvPick Int4MinPick(float x, int index) {
+  return x == x ? KvPick{-x, index} : KvPick{-INFINITY, index + kQuantBlock};
+}
+TM_HOST_DEVICE inline KvPick Int4MaxPick(float x, int index) {
+  return x == x ? KvPick{x, index} : KvPick{-INFINITY, index + kQuantBlock};
+}
+
+// int4's scale = (max - min) / 15 and zero = min, each rounded to f16, and the codes'
+// arithmetic over the rounded ones.
+struct Int4Params {
+  uint16_t scale_bits;
+  uint16_t zero_bits;
+  float zero;
+  float inv;  // 1 / scale, 0 for a constant group
+};
+TM_HOST_DEVICE inline Int4Params Int4GroupParams(float lo, float hi) {
+  Int4Params p;
+  p.scale_bits = FloatToHalfBits(DivRn(SubRn(hi, lo), 15.0f));
+  p.zero_bits = FloatToHalfBits(lo);
+  const float scale = HalfBitsToFloat(p.scale_bits);
+  p.zero = HalfBitsToFloat(p.zero_bits);
+  p.inv = scale > 0.0f ? DivRn(1.0f, scale) : 0.0f;
+  return p;
+}
+// min(15, max(0, round((x - zero) / scale))), clamped in float as the CPU: a NaN gives 0.
+TM_HOST_DEVICE inline int Int4Code(float x, const Int4Params& p) {
+  const float r = RoundHalfEven(MulRn(SubRn(x, p.zero), p.inv));
+  const float c = 0.0f < r ? r : 0.0f;
+  return static_cast<int>(c < 15.0f ? c : 15.0f);
+}
+
+// Codes of elements j and j + 16 of a block, as its byte j.
+TM_HOST_DEVICE inline uint8_t PackNibbles(int low, int high) {
+  return static_cast<uint8_t>(low | (high << 4));
+}
+
+// One block of 32 values as q4_0: 16 bytes of codes; returns d's f16 bits. Serial, for the
+// host; the device's StoreKv takes the same steps over a warp.
+TM_HOST_DEVICE inline uint16_t QuantizeKvBlockQ4_0(const float* x, uint8_t* codes) {
+  KvPick pick = Q4_0Pick(x[0], 0);
+  for (int j = 1; j < kQuantBlock; ++j) pick = PickGreater(pick, Q4_0Pick(x[j], j));
+  const Q4_0Params p = Q4_0BlockParams(Q4_0BlockMax(pick, x[pick.index]));
+  for (int j = 0; j < kQuantBlock / 2; ++j) {
+    codes[j] = PackNibbles(Q4_0Code(x[j], p.inv), Q4_0Code(x[j + kQuantBlock / 2], p.inv));
+  }
+  return p.d_bits;
+}
+
+// The bounds of an int4 group from its picks (`lo`, `hi`: the picked elements' values;
+// `first`: element 0).
+TM_HOST_DEVICE inline Int4Params Int4GroupBounds(float first, float lo, float hi) {
+  return first == first ? Int4GroupParams(lo, hi) : Int4GroupParams(first, first);
+}
+
+// One group of 32 values as int4: 16 bytes of codes and scale_zero[0, 1] the f16 scale and
+// zero. Serial, for the host; the device's StoreKv takes the same steps over a warp.
+TM_HOST_DEVICE inline void QuantizeKvGroupInt4(const float* x, uint8_t* codes,
+                                               uint16_t* scale_zero) {
+  KvPick lo = Int4MinPick(x[0], 0), hi = Int4MaxPick(x[0], 0);
+  for (int j = 1; j < kQuantBlock; ++j) {
+    lo = PickGreater(lo, Int4MinPick(x[j], j));
+    hi = PickGreater(hi, Int4MaxPick(x[j], j));
+  }
+  // A NaN first element leaves picks past the block (index + 32): not read then.
+  const bool nan_first = x[0] != x[0];
+  const Int4Params p = Int4GroupBounds(x[0], nan_first ? x[0] : x[lo.index],
+                                       nan_first ? x[0] : x[hi.index]);
+  for (int j = 0; j < kQuantBlock / 2; ++j) {
+    codes[j] = PackNibbles(Int4Code(x[j], p), Int4Code(x[j + kQuantBlock / 2], p));
+  }
+  scale_zero[0] = p.scale_bits;
+  scale_zero[1] = p.zero_bits;
+}
+
+// ---- KV rotation (llama.cpp's attn_rot over 4-bit K and V) ----------------------------------
+
+// The block of the Walsh-Hadamard rotation of 4-bit keys, as the CPU's KvRotationOf: the
+// largest power of two of 64 or more dividing head_dim; 0 (none) for heads not of whole 64s.
+// Values (and the attention output) rotate in blocks of kKvValueRotation.
+TM_HOST_DEVICE constexpr int KvKeyRotation(int head_dim) {
+  if (head_dim % 64 != 0) return 0;
+  int n = 64;
+  while (head_dim % (2 * n) == 0) n *= 2;
+  return n;
+}
+TM_HOST_DEVICE constexpr int KvValueRotation(int head_dim) { return head_dim % 64 == 0 ? 64 : 0; }
+
+// 1 / sqrt(n), the rotation's normalization, computed on the host as the CPU's HadamardRotate
+// computes it (the kernels take it as an argument).
+inline float HadamardNorm(int n) { return 1.0f / std::sqrt(static_cast<float>(n)); }
+
+// One butterfly of the rotation: the pair (a, b) at (j, j + h) becomes (a + b, a - b). `self`
+// is this element's value, `other` its partner's; upper: this is element j + h. The device
+// rotates a row held as element lane + 32 i in register i of each lane, strides 1..16 across
+// lanes (a shuffle) and 32 and up across registers, each stage whole before the next, as the
+// CPU's loops: the same sums, so the same bits.
+TM_HOST_DEVICE inline float HadamardButterfly(float self, float other, bool upper) {
+  return upper ? SubRn(other, self) : AddRn(self, other);
+}
+
 // ---- RoPE ----------------------------------------------------------------------------------
 
 // The angle of rotation pair i at `position`, as kernels/cpu/elementwise.cc computes it:
@@ -454,11 +648,13 @@ constexpr int64_t kDefaultSharedBytes = 48 * 1024;
 
 TM_HOST_DEVICE constexpr int64_t RoundUp(int64_t x, int64_t m) { return CeilDiv(x, m) * m; }
 
-// One stage is [K rows][V rows][K scales][V scales], each part a kCopyBytes multiple so every
-// part of every stage starts 16-byte aligned; the stages follow one another.
+// One stage is [K rows][V rows][K scales][V scales], the K rows, the V rows and the scales
+// each a kCopyBytes multiple so each starts 16-byte aligned (V's scales follow K's, positions x
+// scale_bytes on); the stages follow one another.
 struct AttentionTilePlan {
   int positions;         // per tile
   int row_bytes;         // one (slot, KV head) row of K or of V: head_dim elements
+  int scale_bytes;       // one row's scales (int8/fp8: a float; 4-bit: KvRowScaleBytes)
   bool vector_rows;      // rows copied in kCopyBytes pieces (else element by element)
   int64_t kv_bytes;      // K (or V) rows of one stage
   int64_t stage_bytes;   // one stage, its scales included
@@ -474,19 +670,26 @@ struct AttentionTilePlan {
 // have to be made (and remembered) before the first launch, graph captures included, and
 // leaves room for more blocks per SM; 8 positions of 1 KiB K and V rows still put 16 KiB in
 // flight per stage. The shared memory is sized by the real head_dim, not kMaxHeadDim.
-TM_HOST_DEVICE constexpr AttentionTilePlan PlanAttentionTiles(int head_dim, int elem_bytes,
-                                                              bool aligned_bases) {
+// PlanAttentionTileRows takes the rows' bytes (the 4-bit types' head_dim / 2) and their
+// scales' (q4_0's and int4's f16s; int8/fp8, and the float types where they go unused: 4).
+TM_HOST_DEVICE constexpr AttentionTilePlan PlanAttentionTileRows(int row_bytes, int scale_bytes,
+                                                                 bool aligned_bases) {
   AttentionTilePlan plan{};
-  plan.row_bytes = head_dim * elem_bytes;
+  plan.row_bytes = row_bytes;
+  plan.scale_bytes = scale_bytes;
   plan.vector_rows = aligned_bases && plan.row_bytes % kCopyBytes == 0;
   for (plan.positions = kAttentionTile;; plan.positions /= 2) {
     plan.kv_bytes = RoundUp(int64_t{plan.positions} * plan.row_bytes, kCopyBytes);
     plan.stage_bytes =
-        2 * plan.kv_bytes + RoundUp(2 * int64_t{plan.positions} * 4, kCopyBytes);
+        2 * plan.kv_bytes + RoundUp(2 * int64_t{plan.positions} * scale_bytes, kCopyBytes);
     plan.shared_bytes = kAttentionStages * plan.stage_bytes;
     if (plan.shared_bytes <= kDefaultSharedBytes || plan.positions == 1) break;
   }
   return plan;
+}
+TM_HOST_DEVICE constexpr AttentionTilePlan PlanAttentionTiles(int head_dim, int elem_bytes,
+                                                              bool aligned_bases) {
+  return PlanAttentionTileRows(head_dim * elem_bytes, 4, aligned_bases);
 }
 
 }  // namespace tokenmill::cuda

@@ -359,6 +359,26 @@ TEST(AttentionTilePlanTest, StagesFitTheDefaultSharedMemoryAndStayAligned) {
   EXPECT_FALSE(PlanAttentionTiles(128, 2, false).vector_rows); // an offset pool
 }
 
+// The 4-bit types' stages: rows of head_dim / 2 bytes, always whole 16-byte pieces (heads of
+// whole blocks of 32) in an aligned pool, and their f16 scales (q4_0: head_dim / 16 bytes a
+// row, int4: head_dim / 8) after K's and V's rows, V's after K's.
+TEST(AttentionTilePlanTest, FourBitStagesHoldTheirScales) {
+  for (int head_dim = 32; head_dim <= kMaxHeadDim; head_dim += 32) {
+    for (const int scale_bytes : {head_dim / 16, head_dim / 8}) {
+      const AttentionTilePlan plan = PlanAttentionTileRows(head_dim / 2, scale_bytes, true);
+      ASSERT_TRUE(plan.vector_rows) << head_dim;
+      ASSERT_EQ(plan.positions, kAttentionTile);
+      ASSERT_EQ(plan.scale_bytes, scale_bytes);
+      ASSERT_EQ(plan.kv_bytes, kAttentionTile * head_dim / 2);
+      ASSERT_GE(plan.stage_bytes, 2 * plan.kv_bytes + 2 * plan.positions * scale_bytes);
+      ASSERT_EQ(plan.stage_bytes % kCopyBytes, 0);
+      ASSERT_LE(plan.shared_bytes, kDefaultSharedBytes);
+    }
+  }
+  EXPECT_EQ(PlanAttentionTiles(128, 1, true).scale_bytes, 4);  // int8's float, as before
+  EXPECT_FALSE(PlanAttentionTileRows(64, 8, false).vector_rows);
+}
+
 TEST(LaunchGeometryTest, GemvGridCoversRowsAndTokens) {
   for (int64_t rows : {1, 3, 4, 5, 576, 49152}) {
     for (int64_t tokens : {1, 7, 8, 9, 2048}) {

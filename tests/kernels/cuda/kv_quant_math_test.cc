@@ -1,10 +1,14 @@
 // The KV quantization math of the CUDA backend (kernels/cuda/kernel_math.h), on the CPU:
 // FP8 E4M3 against ml_dtypes' golden table (tests/reference/make_e4m3_golden.py), int8
 // against the CPU kernels' QuantizeKvRowInt8, round trips, saturation, NaN, and how much
-// quantized K/V move attention (the tolerance the GPU tests use).
+// quantized K/V move attention (the tolerance the GPU tests use); q4_0 and int4 against the
+// CPU's QuantizeKvRowQ4_0 / QuantizeKvRowInt4 and its attention's reading, bit for bit, their
+// reductions in a warp's butterfly order, and the rotation as the device runs it against the
+// CPU's HadamardRotate.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -15,8 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cuda/kernel_math.h"
+#include "kernels/half.h"
 
 namespace tokenmill::cuda {
 namespace {
@@ -221,6 +227,249 @@ TEST(KvQuantAttentionTest, ErrorStaysWithinTheGpuTestsTolerance) {
   EXPECT_LT(fp8, 0.025f);
   EXPECT_GT(fp8, int8);  // 3 mantissa bits vs ~7 bits: the test can tell them apart
   std::printf("max |quantized - exact| attention: int8 %.4f, fp8 %.4f\n", int8, fp8);
+}
+
+// ---- 4-bit: q4_0 and int4 ------------------------------------------------------------------
+
+constexpr int kRow = 128;  // 4 blocks
+
+// Rows that stress the 4-bit quantizers: normal values from tiny to huge, zeros of both
+// signs, constant rows, ties of the largest magnitude, f16's and float's edges, values whose
+// 1 / d overflows (q4_0 of values under 2^-125).
+std::vector<std::vector<float>> FourBitRows() {
+  std::mt19937 rng(39);
+  std::vector<std::vector<float>> rows;
+  for (float sigma : {1e-39f, 1e-30f, 1e-6f, 1e-3f, 1.0f, 100.0f, 6e4f, 1e30f}) {
+    for (int i = 0; i < 20; ++i) rows.push_back(RandomRow(kRow, rng, sigma));
+  }
+  rows.push_back(std::vector<float>(kRow, 0.0f));
+  rows.push_back(std::vector<float>(kRow, 3.0f));
+  rows.push_back(std::vector<float>(kRow, -1e-20f));
+  std::vector<float> zeros(kRow);  // signed zeros: which one the picks keep shows in int4's zero
+  std::bernoulli_distribution coin(0.5);
+  for (float& x : zeros) x = coin(rng) ? -0.0f : 0.0f;
+  rows.push_back(zeros);
+  for (int i = 0; i < 20; ++i) {
+    // The largest magnitude twice or more, with both signs, in every block.
+    std::vector<float> ties = RandomRow(kRow, rng, 1.0f);
+    std::uniform_int_distribution<int> at(0, kKvQ4Block - 1);
+    for (int b = 0; b < kRow / kKvQ4Block; ++b) {
+      for (int k = 0; k < 3; ++k) ties[b * kKvQ4Block + at(rng)] = (k % 2 ? -5.0f : 5.0f);
+      if (i % 2) ties[b * kKvQ4Block] = -5.0f;
+    }
+    rows.push_back(ties);
+  }
+  const float max = std::numeric_limits<float>::max();
+  const float denorm = std::numeric_limits<float>::denorm_min();
+  const std::vector<float> edges = {65504.0f, -65504.0f, 65519.0f, 65520.0f, -65520.0f,
+                                    max,      -max,      denorm,   -denorm,   1e-45f,
+                                    6.1e-5f,  5.9e-8f,   -3e-8f,   1.0f,      -1.0f};
+  for (int i = 0; i < 40; ++i) {
+    std::vector<float> row = RandomRow(kRow, rng, i % 2 ? 1.0f : 1e4f);
+    std::uniform_int_distribution<size_t> pick(0, edges.size() - 1);
+    for (int k = 0; k < 12; ++k) row[static_cast<size_t>(k * 11 % kRow)] = edges[pick(rng)];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// A row through the serial block functions of kernel_math.h, in QuantizeKvRowQ4_0's layout.
+void Q4_0RowOnTheHost(const float* x, int n, uint8_t* codes, uint16_t* scales) {
+  for (int b = 0; b < n / kKvQ4Block; ++b) {
+    scales[b] = QuantizeKvBlockQ4_0(x + b * kKvQ4Block, codes + b * kKvQ4Block / 2);
+  }
+}
+void Int4RowOnTheHost(const float* x, int n, uint8_t* codes, uint16_t* scales) {
+  for (int g = 0; g < n / kKvInt4Group; ++g) {
+    QuantizeKvGroupInt4(x + g * kKvInt4Group, codes + g * kKvInt4Group / 2, scales + 2 * g);
+  }
+}
+
+template <typename Cpu, typename Host>
+void ExpectRowsAsTheCpu(const std::vector<std::vector<float>>& rows, int scales_per_block,
+                        Cpu cpu, Host host) {
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const std::vector<float>& x = rows[r];
+    const int n = static_cast<int>(x.size());
+    std::vector<uint8_t> want_codes(n / 2), got_codes(n / 2, 0xaa);
+    std::vector<uint16_t> want_scales(n / 32 * scales_per_block),
+        got_scales(want_scales.size(), 0xaaaa);
+    cpu(x.data(), n, want_codes.data(), want_scales.data());
+    host(x.data(), n, got_codes.data(), got_scales.data());
+    ASSERT_EQ(got_codes, want_codes) << "row " << r;
+    ASSERT_EQ(got_scales, want_scales) << "row " << r;
+  }
+}
+
+TEST(KvFourBitMathTest, Q4_0RowsEqualTheCpuKernelsBitForBit) {
+  ExpectRowsAsTheCpu(FourBitRows(), 1, QuantizeKvRowQ4_0, Q4_0RowOnTheHost);
+}
+
+TEST(KvFourBitMathTest, Int4RowsEqualTheCpuKernelsBitForBit) {
+  ExpectRowsAsTheCpu(FourBitRows(), 2, QuantizeKvRowInt4, Int4RowOnTheHost);
+}
+
+// NaN (a broken model's K): the CPU's rules (q4_0: code 15, never the block's maximum; int4:
+// code 0, the group's bounds NaN only when its first element is) hold on the host's bits; the
+// device's f16 of a NaN may differ in its payload only.
+TEST(KvFourBitMathTest, NaNsFollowTheCpuRules) {
+  std::mt19937 rng(3);
+  std::vector<std::vector<float>> rows;
+  for (int at : {0, 1, 17, 31}) {
+    std::vector<float> row = RandomRow(kRow, rng, 1.0f);
+    row[static_cast<size_t>(at)] = std::nanf("");
+    row[static_cast<size_t>(at + 64)] = -std::nanf("");
+    rows.push_back(row);
+  }
+  rows.push_back(std::vector<float>(kRow, std::nanf("")));
+  ExpectRowsAsTheCpu(rows, 1, QuantizeKvRowQ4_0, Q4_0RowOnTheHost);
+  ExpectRowsAsTheCpu(rows, 2, QuantizeKvRowInt4, Int4RowOnTheHost);
+}
+
+// The device reduces each block's picks over a warp with __shfl_xor_sync (offsets 16, 8, 4,
+// 2, 1): emulated here, every lane ends on the serial scan's pick.
+TEST(KvFourBitMathTest, PicksInAWarpsButterflyOrderEqualTheSerialScan) {
+  const auto butterfly = [](std::array<KvPick, kKvQ4Block> lanes) {
+    for (int offset = kKvQ4Block / 2; offset > 0; offset /= 2) {
+      std::array<KvPick, kKvQ4Block> next;
+      for (int l = 0; l < kKvQ4Block; ++l) next[l] = PickGreater(lanes[l], lanes[l ^ offset]);
+      lanes = next;
+    }
+    return lanes;
+  };
+  std::vector<std::vector<float>> rows = FourBitRows();
+  std::vector<float> with_nan = rows[100];
+  with_nan[3] = with_nan[40] = std::nanf("");
+  rows.push_back(with_nan);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (int b = 0; b < kRow / kKvQ4Block; ++b) {
+      const float* x = rows[r].data() + b * kKvQ4Block;
+      for (auto candidate : {Q4_0Pick, Int4MinPick, Int4MaxPick}) {
+        std::array<KvPick, kKvQ4Block> lanes;
+        KvPick serial = candidate(x[0], 0);
+        for (int j = 0; j < kKvQ4Block; ++j) {
+          lanes[j] = candidate(x[j], j);
+          serial = PickGreater(serial, lanes[j]);
+        }
+        for (const KvPick& got : butterfly(lanes)) {
+          ASSERT_EQ(got.index, serial.index) << "row " << r << " block " << b;
+          ASSERT_EQ(Bits(got.key), Bits(serial.key)) << "row " << r << " block " << b;
+        }
+      }
+    }
+  }
+}
+
+// What the CPU's attention reads back (DequantizeKvRowQ4_0 / DequantizeKvRowInt4 of
+// attend.inc): one position's V, whose probability is 1, comes out of PagedAttention as is
+// (added to 0).
+// The device's DequantQ4_0 / DequantQ4_1 over the same bytes give the same bits.
+TEST(KvFourBitMathTest, DequantizationEqualsTheCpuAttentionsReading) {
+  const int d = 96;  // no rotation (heads not of whole 64s): V comes out as stored
+  const std::vector<int32_t> pos = {0}, cu = {0, 1}, indptr = {0, 1}, indices = {0},
+                             last = {1};
+  const std::vector<int64_t> slot = {0};
+  const KvBlockTable table{slot, indptr, indices, last};
+  const RaggedBatch batch{pos, cu, {&table, 1}};
+  const CpuContext ctx{&KernelTable(CpuIsa::kScalar), nullptr};
+  std::mt19937 rng(8);
+  for (KvType type : {KvType::kQ4_0, KvType::kInt4}) {
+    for (int trial = 0; trial < 50; ++trial) {
+      const std::vector<float> k = RandomRow(d, rng, 1.0f);
+      const std::vector<float> v = RandomRow(d, rng, trial % 2 ? 0.01f : 300.0f);
+      std::vector<uint8_t> k_codes(d / 2), v_codes(d / 2);
+      std::vector<uint16_t> k_scales(d / 16), v_scales(d / 16);
+      const KvCacheView kv{type, k_codes.data(), v_codes.data(), 1, 1, 1, d,
+                           k_scales.data(), v_scales.data()};
+      ASSERT_EQ(KvRotationOf(type, d).values, 0);
+      tokenmill::StoreKv(kv, slot, k.data(), v.data());
+      std::vector<float> out(d);
+      PagedAttention(ctx, kv, batch, table, k.data(), 1, 0.125f, out.data());
+      for (int i = 0; i < d; ++i) {
+        const int block = i / kQuantBlock, j = i % kQuantBlock;
+        const uint8_t* codes = v_codes.data() + block * kQuantBlock / 2;
+        const float got =
+            type == KvType::kQ4_0
+                ? DequantQ4_0(codes, j, HalfBitsToFloat(v_scales[block]))
+                : DequantQ4_1(codes, j, HalfBitsToFloat(v_scales[2 * block]),
+                              HalfBitsToFloat(v_scales[2 * block + 1]));
+        // The output is 0 + 1 · v: a -0 comes out +0.
+        ASSERT_EQ(Bits(0.0f + got), Bits(out[i]))
+            << KvTypeName(type) << " trial " << trial << " i " << i;
+      }
+    }
+  }
+}
+
+TEST(KvRotationMathTest, BlocksAreTheCpusKvRotationOf) {
+  for (int d = 1; d <= 1024; ++d) {
+    const KvRotation cpu = KvRotationOf(KvType::kQ4_0, d);
+    ASSERT_EQ(KvKeyRotation(d), cpu.keys) << d;
+    ASSERT_EQ(KvValueRotation(d), cpu.values) << d;
+    ASSERT_EQ(KvRotationOf(KvType::kInt8, d).keys, 0);
+  }
+  EXPECT_EQ(KvKeyRotation(64), 64);
+  EXPECT_EQ(KvKeyRotation(192), 64);
+  EXPECT_EQ(KvKeyRotation(256), 256);
+  EXPECT_EQ(KvKeyRotation(96), 0);
+}
+
+// The device's two ways of rotating, emulated with HadamardButterfly in their orders: a warp
+// holding element lane + 32 i in register i (HadamardRotateWarp: keys before they are
+// quantized, queries), and a block's threads over the pairs of a head in shared memory
+// (HadamardRotateBlock: the attention output). Both equal the CPU's HadamardRotate bit for bit.
+TEST(KvRotationMathTest, TheDevicesOrdersEqualTheCpusRotation) {
+  std::mt19937 rng(64);
+  for (int d : {64, 128, 192, 256}) {
+    for (int n : {KvKeyRotation(d), KvValueRotation(d)}) {
+      for (int trial = 0; trial < 20; ++trial) {
+        const std::vector<float> x = RandomRow(d, rng, trial % 2 ? 1.0f : 1e3f);
+        std::vector<float> want = x;
+        HadamardRotate(want.data(), d, n);
+        const float norm = HadamardNorm(n);
+
+        constexpr int kRegs = 8;  // kMaxHeadDim / 32
+        float reg[32][kRegs] = {};
+        for (int e = 0; e < d; ++e) reg[e % 32][e / 32] = x[static_cast<size_t>(e)];
+        for (int h = 1; h < 32; h *= 2) {
+          float next[32][kRegs];
+          for (int lane = 0; lane < 32; ++lane) {
+            for (int i = 0; i < kRegs; ++i) {
+              next[lane][i] = HadamardButterfly(reg[lane][i], reg[lane ^ h][i], (lane & h) != 0);
+            }
+          }
+          std::memcpy(reg, next, sizeof reg);
+        }
+        for (int m = 1; m < kRegs; m *= 2) {
+          if (32 * m >= n) continue;
+          for (int lane = 0; lane < 32; ++lane) {
+            for (int i = 0; i < kRegs; ++i) {
+              if ((i & m) != 0) continue;
+              const float a = reg[lane][i], b = reg[lane][i | m];
+              reg[lane][i] = HadamardButterfly(a, b, false);
+              reg[lane][i | m] = HadamardButterfly(b, a, true);
+            }
+          }
+        }
+        std::vector<float> block = x;
+        for (int h = 1; h < n; h *= 2) {
+          for (int pair = 0; pair < d / 2; ++pair) {
+            const int j = pair / h * 2 * h + pair % h;
+            const float a = block[static_cast<size_t>(j)], b = block[static_cast<size_t>(j + h)];
+            block[static_cast<size_t>(j)] = HadamardButterfly(a, b, false);
+            block[static_cast<size_t>(j + h)] = HadamardButterfly(b, a, true);
+          }
+        }
+        for (int e = 0; e < d; ++e) {
+          ASSERT_EQ(Bits(MulRn(reg[e % 32][e / 32], norm)), Bits(want[static_cast<size_t>(e)]))
+              << "warp: d " << d << " n " << n << " element " << e;
+          ASSERT_EQ(Bits(MulRn(block[static_cast<size_t>(e)], norm)),
+                    Bits(want[static_cast<size_t>(e)]))
+              << "block: d " << d << " n " << n << " element " << e;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
