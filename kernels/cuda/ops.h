@@ -113,7 +113,9 @@ cudaError_t SoftcapInPlace(float* x, int64_t n, float cap, cudaStream_t stream);
 
 // Writes each token's K and V rows (n_kv_heads * head_dim floats) into its slot (StoreKv);
 // int8/fp8 quantize each (token, KV head) row with its own scale, bit for bit as
-// QuantizeKvRow (so int8 equals the CPU's StoreKv).
+// QuantizeKvRow (so int8 equals the CPU's StoreKv); q4_0 and int4 each block of 32 of a row
+// after the CPU's rotation (KvRotationOf), equal to the CPU's StoreKv (kernel_math.h; heads of
+// a multiple of 32 up to kMaxHeadDim). K and V of one type (kv.v_type == kv.type).
 cudaError_t StoreKv(const KvCacheView& kv, const int64_t* slot_mapping, int64_t n_tokens,
                     const float* k, const float* v, cudaStream_t stream);
 
@@ -139,8 +141,10 @@ struct DeviceAttentionVariant {
 // chunks of SplitPositions(len) merged with online softmax (kernel_math.h). One kernel for
 // decode and prefill chunks on top of a cached prefix; a token's result depends only on its
 // own query and K/V, never on its tile. int8/fp8 K/V are dequantized in registers (code x
-// row scale) as they are used. head_dim <= kMaxHeadDim, group <= kMaxGroup; the tiles must
-// come from BuildAttentionTiles with this group.
+// row scale) as they are used, q4_0/int4 too (code and block scales), the query rotated as
+// their keys and the output back as their values (KvRotationOf), as the CPU does.
+// head_dim <= kMaxHeadDim, group <= kMaxGroup, K and V of one type; the tiles must come from
+// BuildAttentionTiles with this group.
 cudaError_t PagedAttention(const KvCacheView& kv, const DeviceBatch& batch,
                            const DeviceBlockTable& table, const float* q, int n_heads,
                            float scale, float* workspace, float* out, cudaStream_t stream,

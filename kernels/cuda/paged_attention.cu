@@ -5,6 +5,8 @@
 // split partition depends only on a token's own length (kernel_math.h), so prefill chunks,
 // decode steps and batch neighbours never change a token's result. int8/fp8 tiles stay
 // codes in shared memory, beside their rows' scales; each use is dequantized in registers.
+// q4_0 and int4 tiles too (two codes a byte, a block's f16 scales), their keys read by a query
+// rotated as they were (KvRotationOf) and the output rotated back in the merge, as the CPU.
 // K/V rows come in 16-byte cp.async pieces where their size and the pool's alignment allow
 // (else element by element), double-buffered: tile i + 1 is in flight while tile i is used.
 // A sliding window (DeviceAttentionVariant) only moves where each pair starts: splits stay
@@ -23,7 +25,9 @@ using internal::CommitCopies;
 using internal::CopyAsync16;
 using internal::CopyAsync4;
 using internal::E4M3Code;
+using internal::Int4Codes;
 using internal::KvElement;
+using internal::Q4_0Codes;
 using internal::kWarp;
 using internal::WaitCopies;
 using internal::WarpSum;
@@ -35,12 +39,14 @@ constexpr int kDimsPerLane = kMaxHeadDim / kWarp;
 // Floats per (token, head, split) partial: the unnormalized output, then m and l.
 __host__ __device__ constexpr int64_t PartialFloats(int head_dim) { return head_dim + 2; }
 
-// One stage of the dynamic shared memory (PlanAttentionTiles' layout).
+// One stage of the dynamic shared memory (PlanAttentionTileRows' layout).
 template <typename T>
 struct TileStage {
-  T* k;  // positions x head_dim, row after row
+  T* k;  // positions x row_bytes, row after row
   T* v;
-  float* k_scale;  // int8/fp8: each position's row scale
+  // int8/fp8: each position's row scale. 4-bit: each position's plan.scale_bytes of f16s
+  // (ScaleBytes). Typed float for all (as bytes the int8 kernels took more registers).
+  float* k_scale;
   float* v_scale;
 };
 
@@ -48,9 +54,20 @@ template <typename T>
 __device__ TileStage<T> StageAt(unsigned char* shared, const AttentionTilePlan& plan,
                                 int stage) {
   unsigned char* base = shared + stage * plan.stage_bytes;
-  float* scales = reinterpret_cast<float*>(base + 2 * plan.kv_bytes);
+  float* k_scales = reinterpret_cast<float*>(base + 2 * plan.kv_bytes);
+  float* v_scales = KvElement<T>::kFourBit
+                        ? reinterpret_cast<float*>(base + 2 * plan.kv_bytes +
+                                                   plan.positions * plan.scale_bytes)
+                        : k_scales + plan.positions;
   return TileStage<T>{reinterpret_cast<T*>(base), reinterpret_cast<T*>(base + plan.kv_bytes),
-                      scales, scales + plan.positions};
+                      k_scales, v_scales};
+}
+
+__device__ inline unsigned char* ScaleBytes(float* scales) {
+  return reinterpret_cast<unsigned char*>(scales);
+}
+__device__ inline const unsigned char* ScaleBytes(const float* scales) {
+  return reinterpret_cast<const unsigned char*>(scales);
 }
 
 // Issues this thread's share of the copies of positions [tile, tile + n_pos) of KV head
@@ -80,11 +97,11 @@ __device__ void LoadTile(const KvCacheView& kv, const int32_t* blocks, int kv_he
       CopyAsync16(v_dst + c * kCopyBytes, v_src + at);
     }
   } else {
-    const int d_head = kv.head_dim;
+    const int row_elems = KvElement<T>::kFourBit ? plan.row_bytes : kv.head_dim;
     const T* k_cache = static_cast<const T*>(kv.k);
     const T* v_cache = static_cast<const T*>(kv.v);
-    for (int e = threadIdx.x; e < n_pos * d_head; e += kThreads) {
-      const int64_t offset = row_of(e / d_head) * d_head + e % d_head;
+    for (int e = threadIdx.x; e < n_pos * row_elems; e += kThreads) {
+      const int64_t offset = row_of(e / row_elems) * row_elems + e % row_elems;
       dst.k[e] = k_cache[offset];
       dst.v[e] = v_cache[offset];
     }
@@ -99,6 +116,56 @@ __device__ void LoadTile(const KvCacheView& kv, const int32_t* blocks, int kv_he
       CopyAsync4(dst.v_scale + p, static_cast<const float*>(kv.v_scale) + row);
     }
   }
+  if constexpr (KvElement<T>::kFourBit) {
+    // A row's f16 scales in 4-byte pieces (int4: d / 8 bytes; q4_0: d / 16), else one by one
+    // (q4_0 rows of an odd number of blocks).
+    const int bytes = plan.scale_bytes;
+    const auto* k_src = static_cast<const unsigned char*>(kv.k_scale);
+    const auto* v_src = static_cast<const unsigned char*>(kv.v_scale);
+    unsigned char* k_dst = ScaleBytes(dst.k_scale);
+    unsigned char* v_dst = ScaleBytes(dst.v_scale);
+    if (bytes % 4 == 0) {
+#pragma unroll 1
+      for (int c = threadIdx.x; c < n_pos * (bytes / 4); c += kThreads) {
+        const int64_t at = row_of(c / (bytes / 4)) * bytes + (c % (bytes / 4)) * 4;
+        CopyAsync4(k_dst + c * 4, k_src + at);
+        CopyAsync4(v_dst + c * 4, v_src + at);
+      }
+    } else {
+#pragma unroll 1
+      for (int c = threadIdx.x; c < n_pos * (bytes / 2); c += kThreads) {
+        const int64_t at = row_of(c / (bytes / 2)) * bytes + (c % (bytes / 2)) * 2;
+        *reinterpret_cast<uint16_t*>(k_dst + c * 2) =
+            *reinterpret_cast<const uint16_t*>(k_src + at);
+        *reinterpret_cast<uint16_t*>(v_dst + c * 2) =
+            *reinterpret_cast<const uint16_t*>(v_src + at);
+      }
+    }
+  }
+}
+
+// Element lane + 32 i of a 4-bit row of a tile (block i, element `lane` of it): its codes at
+// `row` (16 bytes a block), its scales at `scales` (kScaleHalves f16s a block).
+template <typename T>
+__device__ float FourBitElement(const T* row, const unsigned char* scales, int i, int lane) {
+  return KvElement<T>::Load4(reinterpret_cast<const uint8_t*>(row) + i * (kWarp / 2), lane,
+                             reinterpret_cast<const uint16_t*>(scales) +
+                                 i * KvElement<T>::kScaleHalves);
+}
+
+// Each head's output (d_head values at out, in shared memory) rotated in blocks of n as the
+// CPU's HadamardRotate does it (HadamardButterfly); the block's threads together, stage after
+// stage. Every thread of the block calls it.
+__device__ void HadamardRotateBlock(float* out, int d_head, int n) {
+  for (int h = 1; h < n; h *= 2) {
+    for (int pair = threadIdx.x; pair < d_head / 2; pair += blockDim.x) {
+      const int j = pair / h * 2 * h + pair % h;  // the lower of the pair (j, j + h)
+      const float a = out[j], b = out[j + h];
+      out[j] = HadamardButterfly(a, b, false);
+      out[j + h] = HadamardButterfly(b, a, true);
+    }
+    __syncthreads();
+  }
 }
 
 // One block per (query tile, KV head, split): the tile's tokens x the group's query heads are
@@ -109,7 +176,7 @@ template <typename T, bool kVectorRows>
 __global__ void __launch_bounds__(kThreads)
     SplitKernel(KvCacheView kv, DeviceBatch b, DeviceBlockTable table, const float* q,
                 int n_heads, float scale, int max_splits, DeviceAttentionVariant variant,
-                AttentionTilePlan plan, float* workspace) {
+                AttentionTilePlan plan, int q_rotation, float q_norm, float* workspace) {
   const int32_t first = b.tiles[2 * blockIdx.x];
   const int count = b.tiles[2 * blockIdx.x + 1];
   const int kv_head = blockIdx.y;
@@ -156,6 +223,11 @@ __global__ void __launch_bounds__(kThreads)
       q_reg[pi][i] = pair < n_pairs && d < d_head
                          ? KvElement<T>::RoundQuery(__fmul_rn(q_pair[d], variant.query_scale))
                          : 0.0f;
+    }
+    // 4-bit keys were rotated before they were quantized: the query (scaled as the CPU's
+    // graph scales it before its attention) rotates as they did. The same for every lane.
+    if constexpr (KvElement<T>::kFourBit) {
+      if (q_rotation > 0) internal::HadamardRotateWarp(q_reg[pi], q_rotation, q_norm, lane);
     }
   }
 
@@ -210,7 +282,14 @@ __global__ void __launch_bounds__(kThreads)
         for (int i = 0; i < kDimsPerLane; ++i) {
           const int d = lane + i * kWarp;
           if (d < d_head) {
-            partial = __fmaf_rn(q_reg[pi][i], KvElement<T>::Load(k_s[p * d_head + d]), partial);
+            float k_value;
+            if constexpr (KvElement<T>::kFourBit) {
+              k_value = FourBitElement(k_s + p * plan.row_bytes,
+                                       ScaleBytes(k_scale_s) + p * plan.scale_bytes, i, lane);
+            } else {
+              k_value = KvElement<T>::Load(k_s[p * d_head + d]);
+            }
+            partial = __fmaf_rn(q_reg[pi][i], k_value, partial);
           }
         }
         float dot = WarpSum(partial);
@@ -228,8 +307,14 @@ __global__ void __launch_bounds__(kThreads)
         for (int i = 0; i < kDimsPerLane; ++i) {
           const int d = lane + i * kWarp;
           if (d < d_head) {
-            acc[pi][i] = __fmaf_rn(v_weight, KvElement<T>::Load(v_s[p * d_head + d]),
-                                   __fmul_rn(acc[pi][i], factor));
+            float v_value;
+            if constexpr (KvElement<T>::kFourBit) {
+              v_value = FourBitElement(v_s + p * plan.row_bytes,
+                                       ScaleBytes(v_scale_s) + p * plan.scale_bytes, i, lane);
+            } else {
+              v_value = KvElement<T>::Load(v_s[p * d_head + d]);
+            }
+            acc[pi][i] = __fmaf_rn(v_weight, v_value, __fmul_rn(acc[pi][i], factor));
           }
         }
       }
@@ -256,13 +341,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One block per (token, head); threads over head dimensions; splits merged in order.
+// One block per (token, head); threads over head dimensions; splits merged in order. 4-bit V
+// (out_rotation > 0): the output rotated back in blocks of out_rotation (the CPU rotates its
+// output after attending).
 __global__ void MergeKernel(DeviceBatch b, int n_heads, int d_head, int max_splits,
-                            const float* workspace, float* out) {
+                            const float* workspace, int out_rotation, float out_norm,
+                            float* out) {
+  __shared__ float rotated[kMaxHeadDim];
   const int64_t t = blockIdx.x;
   const int64_t head = blockIdx.y;
   const int n_splits = NumSplits(b.positions[t] + 1);
   const float* partials = workspace + (t * n_heads + head) * max_splits * PartialFloats(d_head);
+  float* dst = out + (t * n_heads + head) * d_head;
   for (int d = threadIdx.x; d < d_head; d += blockDim.x) {
     SoftmaxPartial state = EmptyPartial();
     float acc = 0.0f;
@@ -272,8 +362,16 @@ __global__ void MergeKernel(DeviceBatch b, int n_heads, int d_head, int max_spli
       acc = MulAdd(acc, merge.scale_a, src[d] * merge.scale_b);
       state = merge.merged;
     }
-    out[(t * n_heads + head) * d_head + d] = acc / state.l;
+    if (out_rotation > 0) {
+      rotated[d] = acc / state.l;
+    } else {
+      dst[d] = acc / state.l;
+    }
   }
+  if (out_rotation == 0) return;  // the whole block's
+  __syncthreads();
+  HadamardRotateBlock(rotated, d_head, out_rotation);
+  for (int d = threadIdx.x; d < d_head; d += blockDim.x) dst[d] = MulRn(rotated[d], out_norm);
 }
 
 template <typename T>
@@ -286,17 +384,27 @@ cudaError_t Launch(const KvCacheView& kv, const DeviceBatch& b, const DeviceBloc
   const bool aligned = reinterpret_cast<uintptr_t>(kv.k) % kCopyBytes == 0 &&
                        reinterpret_cast<uintptr_t>(kv.v) % kCopyBytes == 0;
   const AttentionTilePlan plan =
-      PlanAttentionTiles(kv.head_dim, static_cast<int>(sizeof(T)), aligned);
+      KvElement<T>::kFourBit
+          ? PlanAttentionTileRows(static_cast<int>(KvRowBytes(kv.type, kv.head_dim)),
+                                  static_cast<int>(KvRowScaleBytes(kv.type, kv.head_dim)),
+                                  aligned)
+          : PlanAttentionTiles(kv.head_dim, static_cast<int>(sizeof(T)), aligned);
   if (plan.shared_bytes > kDefaultSharedBytes) return cudaErrorInvalidValue;
+  // The 4-bit types' rotations (KvRotationOf): the query as K, the output back as V.
+  const int q_rotation = KvElement<T>::kFourBit ? KvKeyRotation(kv.head_dim) : 0;
+  const int out_rotation = KvElement<T>::kFourBit ? KvValueRotation(kv.head_dim) : 0;
+  const float q_norm = q_rotation > 0 ? HadamardNorm(q_rotation) : 0.0f;
+  const float out_norm = out_rotation > 0 ? HadamardNorm(out_rotation) : 0.0f;
   // Each row path a kernel of its own: the other's code would only add registers.
   auto* kernel = plan.vector_rows ? SplitKernel<T, true> : SplitKernel<T, false>;
   kernel<<<grid, kThreads, static_cast<size_t>(plan.shared_bytes), stream>>>(
-      kv, b, table, q, n_heads, scale, max_splits, variant, plan, workspace);
+      kv, b, table, q, n_heads, scale, max_splits, variant, plan, q_rotation, q_norm,
+      workspace);
   const cudaError_t err = internal::LaunchStatus();
   if (err != cudaSuccess) return err;
   const dim3 merge_grid(static_cast<unsigned>(b.n_tokens), static_cast<unsigned>(n_heads));
   MergeKernel<<<merge_grid, kv.head_dim <= 128 ? 128 : 256, 0, stream>>>(
-      b, n_heads, kv.head_dim, max_splits, workspace, out);
+      b, n_heads, kv.head_dim, max_splits, workspace, out_rotation, out_norm, out);
   return internal::LaunchStatus();
 }
 
@@ -324,7 +432,7 @@ cudaError_t PagedAttention(const KvCacheView& kv, const DeviceBatch& batch,
   if (batch.tiles == nullptr || batch.n_tiles < 1) return cudaErrorInvalidValue;
   if (kv.head_dim > kMaxHeadDim || kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 ||
       n_heads / kv.n_kv_heads > kMaxGroup || batch.max_splits < 1 ||
-      batch.max_splits > kMaxSplits) {
+      batch.max_splits > kMaxSplits || kv.v_type != kv.type) {  // K and V of one type
     return cudaErrorInvalidValue;
   }
   switch (kv.type) {
@@ -340,7 +448,15 @@ cudaError_t PagedAttention(const KvCacheView& kv, const DeviceBatch& batch,
       return Launch<E4M3Code>(kv, batch, table, q, n_heads, scale, variant, workspace, out, stream);
     case KvType::kQ4_0:
     case KvType::kInt4:
-      return cudaErrorInvalidValue;  // the CPU only (CudaKvCache refuses it)
+      if (kv.k_scale == nullptr || kv.v_scale == nullptr || kv.head_dim % kKvQ4Block != 0) {
+        return cudaErrorInvalidValue;
+      }
+      if (kv.type == KvType::kQ4_0) {
+        return Launch<Q4_0Codes>(kv, batch, table, q, n_heads, scale, variant, workspace, out,
+                                 stream);
+      }
+      return Launch<Int4Codes>(kv, batch, table, q, n_heads, scale, variant, workspace, out,
+                               stream);
   }
   return cudaErrorInvalidValue;
 }
