@@ -120,7 +120,7 @@ int RunGenerate(const GenerateOptions& o) {
   StatusOr<std::unique_ptr<Model>> model = Model::Load(o.model_path);
   if (!model.ok()) return Fail(model.status());
   const ModelConfig& c = (*model)->config();
-  if (Status s = CheckKvTypeFits(*kv_type, c.head_dim); !s.ok()) return Fail(s);
+  if (Status s = CheckKvTypeFitsLayers(c, *kv_type); !s.ok()) return Fail(s);
   // A vocabulary is needed for --prompt and for text; with --prompt-tokens a model file
   // without one still runs (its continuation is printed as ids).
   StatusOr<Tokenizer> tokenizer = Tokenizer::FromGguf((*model)->file());
@@ -227,8 +227,8 @@ Command AddGenerateCommand(CLI::App& app) {
   sub->add_option("--threads", o->threads, "CPU threads (default: all)");
   sub->add_option("--isa", o->isa, "kernels: scalar, avx2 or avx512vnni (default: best)");
   sub->add_option("--kv-type", o->kv_type,
-                  "KV cache element type: f16 (default), f32, int8, q4_0 or int4 (the CPU) or fp8 "
-                  "(--device cuda)");
+                  "KV cache element type: f16 (default), f32, int8, q4_0, int4 or fp8 "
+                  "(--device cuda only)");
   sub->add_option("--device", o->device, "cpu (default) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   return {sub, [o] { return RunGenerate(*o); }};

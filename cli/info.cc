@@ -1,14 +1,16 @@
-// `tokenmill info --model PATH`: metadata, the type mix (tensors and bytes per type) and the
-// tensor table as JSON.
+// `tokenmill info --model PATH`: metadata, the type mix (tensors and bytes per type), a model's
+// parameters and KV bytes per token, and the tensor table as JSON.
 #include <nlohmann/json.hpp>
 
 #include <iostream>
 #include <memory>
+#include <vector>
 
 #include "cli/command.h"
 #include "gguf/gguf.h"
 #include "model/arch/family.h"
 #include "model/config.h"
+#include "model/forward_input.h"
 #include "model/weights.h"
 
 namespace tokenmill::cli {
@@ -19,6 +21,20 @@ int Fail(const Status& status) {
 }
 
 namespace {
+
+// What a token's KV takes: its bytes in f16 (only the layers that store KV count) and, for each
+// layer, the layer whose KV it reads (itself when it stores).
+nlohmann::ordered_json KvCacheInfo(const ModelConfig& c) {
+  std::vector<int> reads;
+  int storing = 0;
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    reads.push_back(c.KvSourceLayer(layer));
+    storing += c.StoresKv(layer);
+  }
+  return {{"bytes_per_token_f16", KvBytesPerToken(c, KvType::kF16, KvType::kF16)},
+          {"storing_layers", storing},
+          {"layer_reads_kv_of", reads}};
+}
 
 int RunInfo(const std::string& model_path) {
   StatusOr<GgufFile> file = GgufFile::Open(model_path);
@@ -40,6 +56,7 @@ int RunInfo(const std::string& model_path) {
                            {"active_per_token", count.active_per_token},
                            {"experts", config->experts.n_expert},
                            {"experts_per_token", config->experts.n_used}};
+      out["kv_cache"] = KvCacheInfo(*config);
     }
   }
   nlohmann::ordered_json& tensors = out["tensors"];

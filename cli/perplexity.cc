@@ -148,7 +148,7 @@ int RunPerplexity(const PerplexityOptions& o) {
   for (const std::optional<KvType> t : {std::optional<KvType>(*type), *v_type, *compare,
                                         *compare_v}) {
     if (!t) continue;
-    if (Status s = CheckKvTypeFits(*t, c.head_dim); !s.ok()) return Fail(s);
+    if (Status s = CheckKvTypeFitsLayers(c, *t); !s.ok()) return Fail(s);
   }
   if (!windowed && o.ctx > c.context_length) {
     return Fail(InvalidArgumentError("--ctx " + std::to_string(o.ctx) +

@@ -37,15 +37,32 @@ Status CheckFits(const Model& model, const Tokenizer& tokenizer, const EngineCon
   return OkStatus();
 }
 
-// The K/V geometry of `num_layers` of the model's layers under config's KV types.
-KvGeometry GeometryOf(const ModelConfig& mc, const EngineConfig& config, int num_layers) {
-  KvGeometry geometry{num_layers, mc.n_kv_heads, mc.head_dim, KvElementBits(config.kv_type),
-                      static_cast<int>(KvRowScaleBytes(config.kv_type, mc.head_dim))};
+// The K/V geometry under config's KV types of the layers of KV group `group` that store KV,
+// or of every storing layer (-1: the groups then share one shape, which the caller checks).
+KvGeometry GeometryOf(const ModelConfig& mc, const EngineConfig& config, int group) {
+  const ModelConfig::LayerShape shape = KvGroupShape(mc, std::max(group, 0));
+  int num_layers = 0;
+  for (int g = 0; g < NumKvGroups(mc); ++g) {
+    if (group < 0 || g == group) num_layers += NumStoringLayersInKvGroup(mc, g);
+  }
+  KvGeometry geometry{num_layers, shape.n_kv_heads, shape.head_dim,
+                      KvElementBits(config.kv_type),
+                      static_cast<int>(KvRowScaleBytes(config.kv_type, shape.head_dim))};
   if (config.v_type() != config.kv_type) {
     geometry.v_element_bits = KvElementBits(config.v_type());
-    geometry.v_scale_bytes = static_cast<int>(KvRowScaleBytes(config.v_type(), mc.head_dim));
+    geometry.v_scale_bytes = static_cast<int>(KvRowScaleBytes(config.v_type(), shape.head_dim));
   }
   return geometry;
+}
+
+// Whether every storing layer's K/V rows have one shape (else the KV groups differ in it).
+bool OneKvShape(const ModelConfig& mc) {
+  const ModelConfig::LayerShape first = KvGroupShape(mc, 0);
+  for (int g = 1; g < NumKvGroups(mc); ++g) {
+    const ModelConfig::LayerShape other = KvGroupShape(mc, g);
+    if (other.head_dim != first.head_dim || other.n_kv_heads != first.n_kv_heads) return false;
+  }
+  return true;
 }
 
 // Each KV group's pool (model/forward_input.h): the configured block count in every group, or
@@ -64,12 +81,17 @@ StatusOr<std::vector<int64_t>> NumKvBlocks(const ModelConfig& mc, const EngineCo
       kv_bytes = static_cast<int64_t>(static_cast<double>(free_bytes) * config.kv_cache_fraction);
     }
     if (!split) {
-      TM_ASSIGN_OR_RETURN(KvCachePlan plan, PlanKvCache(GeometryOf(mc, config, mc.n_layers),
+      if (!OneKvShape(mc)) {
+        return InvalidArgumentError(
+            "this model's sliding-window and full-attention layers store K/V rows of "
+            "different shapes, which need their own KV pools: drop --no-sliding-window-kv");
+      }
+      TM_ASSIGN_OR_RETURN(KvCachePlan plan, PlanKvCache(GeometryOf(mc, config, -1),
                                                         config.block_size, kv_bytes));
       num_blocks.assign(num_blocks.size(), plan.num_blocks);
     } else {
-      const KvGroupsShape shape{.full = GeometryOf(mc, config, NumLayersInKvGroup(mc, 0)),
-                                .sliding = GeometryOf(mc, config, NumLayersInKvGroup(mc, 1)),
+      const KvGroupsShape shape{.full = GeometryOf(mc, config, 0),
+                                .sliding = GeometryOf(mc, config, 1),
                                 .sliding_window = mc.sliding_window};
       // One step of a request alone: its window and a whole token budget (KvCacheManager).
       const int min_sliding_blocks =

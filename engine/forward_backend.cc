@@ -8,6 +8,7 @@
 
 #include "engine/sampling/logits_processors.h"
 #include "kernels/cpu/thread_pool.h"
+#include "model/forward_input.h"
 #include "model/kv_cache.h"
 
 #if TOKENMILL_HAVE_CUDA
@@ -31,16 +32,14 @@ class CpuBackend final : public ForwardBackend {
     return UnimplementedError("a fractional KV budget on the CPU is resolved by the caller");
   }
   int64_t KvBytesPerBlock(KvType k_type, KvType v_type, int block_size) const override {
-    const ModelConfig& c = model_.config();
-    return static_cast<int64_t>(c.n_layers) * block_size * c.n_kv_heads *
-           (KvRowTotalBytes(k_type, c.head_dim) + KvRowTotalBytes(v_type, c.head_dim));
+    return KvBytesPerToken(model_.config(), k_type, v_type) * block_size;
   }
   Status AllocateKv(KvType k_type, KvType v_type, std::span<const int64_t> group_num_blocks,
                     int block_size) override {
     TM_RETURN_IF_ERROR(CheckKvTypeOnDevice(k_type, /*cuda=*/false, "--kv-cache-dtype"));
     TM_RETURN_IF_ERROR(CheckKvTypeOnDevice(v_type, /*cuda=*/false, "--kv-cache-dtype-v"));
-    TM_RETURN_IF_ERROR(CheckKvTypeFits(k_type, model_.config().head_dim));
-    TM_RETURN_IF_ERROR(CheckKvTypeFits(v_type, model_.config().head_dim));
+    TM_RETURN_IF_ERROR(CheckKvTypeFitsLayers(model_.config(), k_type));
+    TM_RETURN_IF_ERROR(CheckKvTypeFitsLayers(model_.config(), v_type));
     kv_ = std::make_unique<KvCacheStorage>(model_.config(), k_type, group_num_blocks, block_size,
                                            v_type);
     return OkStatus();

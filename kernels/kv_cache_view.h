@@ -14,11 +14,11 @@ namespace tokenmill {
 // kQ4_0: llama.cpp's Q4_0 over each row's blocks of 32 (head_dim a multiple of 32): 16 bytes
 // of 4-bit codes a block in the row (element j in the low nibble of byte j, j + 16 in its high
 // one; x ≈ (code - 8) · d), and the blocks' f16 scales d in the scale arrays, so a row's codes
-// stay whole 16-byte pieces. 32 values in 18 bytes; the CPU only.
+// stay whole 16-byte pieces. 32 values in 18 bytes; the CPU and CUDA.
 // kInt4: asymmetric 4-bit (LMDeploy's int4 KV): per group of kKvInt4Group values of a row, an
 // f16 scale and an f16 zero point (x ≈ code · scale + zero, codes 0..15 spanning the group's
 // min to max), the codes packed as q4_0's blocks of 32, each group's (scale, zero) pair in the
-// scale arrays. The CPU only.
+// scale arrays. The CPU and CUDA.
 enum class KvType { kF16, kF32, kInt8, kFp8, kQ4_0, kInt4 };
 
 // Values a Q4_0 scale covers; the packing unit of both 4-bit types' codes.
@@ -76,8 +76,10 @@ struct KvBlockCopy {
 // for int8 and fp8, q4_0's f16s, int4's f16 pairs). Every layer has num_blocks blocks, unless
 // layer_blocks says otherwise: with KV groups of different pool sizes (kernels/paged_kv.h),
 // layer l has the blocks [layer_blocks[l], layer_blocks[l + 1]) of the whole arrays
-// (n_layers + 1 running totals, host memory). The kernels take one layer's view (n_layers 1,
-// from Layer).
+// (n_layers + 1 running totals, host memory). Where layers differ in shape or read another
+// layer's KV (ModelConfig::kv_source_layers), layer_views holds each layer's own view
+// (n_layers of them, host memory; a reader's is its source's) and the fields above describe
+// layer 0. The kernels take one layer's view (n_layers 1, from Layer).
 struct KvCacheView {
   KvType type = KvType::kF16;  // K's element type, and V's unless v_type differs
   void* k = nullptr;
@@ -93,9 +95,11 @@ struct KvCacheView {
   // V's element type (llama.cpp's -ctv beside -ctk): its codes and scales are laid out as
   // K's are for `type`, each array by its own row sizes.
   KvType v_type = type;
+  const KvCacheView* layer_views = nullptr;
 
   // The blocks of layer `layer` alone.
   KvCacheView Layer(int layer) const {
+    if (layer_views != nullptr) return layer_views[layer];
     const int64_t first = layer_blocks != nullptr ? layer_blocks[layer] : layer * num_blocks;
     const int64_t count =
         layer_blocks != nullptr ? layer_blocks[layer + 1] - layer_blocks[layer] : num_blocks;
@@ -115,7 +119,8 @@ struct KvCacheView {
                        skip(v_scale, KvRowScaleBytes(v_type, head_dim)),
                        nullptr,
                        1,
-                       v_type};
+                       v_type,
+                       nullptr};
   }
 };
 

@@ -1,13 +1,22 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "model/arch/family.h"
+#include "model/forward_input.h"
 
 namespace tokenmill {
 namespace {
+
+// More layers than any model has (the largest have about 130): a bound on what the metadata
+// makes us allocate per layer before the tensors are checked.
+constexpr uint32_t kMaxLayers = 4096;
 
 // The RoPE scaling keys as llama.cpp reads them (llama_model::load_hparams, llama_context's
 // YaRN set-up): a missing type means linear, a missing or zero factor means 1.
@@ -44,16 +53,49 @@ Status ReadRopeScaling(const GgufFile& file, const std::string& p, ModelConfig& 
   return OkStatus();
 }
 
+// A per-layer size as llama.cpp's get_key_or_arr reads it: one value for every layer, or an
+// array of one per layer (head_count_kv, feed_forward_length); `fallback` when absent, an
+// error when required and absent. Each value must be positive.
+StatusOr<std::vector<int>> PerLayerOr(const GgufFile& file, const std::string& key,
+                                      uint32_t n_layers, std::optional<uint32_t> fallback) {
+  const GgufValue* value = file.Find(key);
+  std::vector<int> values;
+  if (value != nullptr && value->type() == GgufValueType::kArray) {
+    TM_ASSIGN_OR_RETURN(std::vector<int32_t> items, file.GetI32Array(key));
+    if (items.size() != n_layers) {
+      return InvalidArgumentError(key + " has " + std::to_string(items.size()) +
+                                  " values: it must be one, or one per layer (" +
+                                  std::to_string(n_layers) + ")");
+    }
+    values.assign(items.begin(), items.end());
+  } else {
+    uint32_t one = 0;
+    if (value == nullptr && fallback) {
+      one = *fallback;
+    } else {
+      TM_ASSIGN_OR_RETURN(one, file.GetU32(key));
+    }
+    values.assign(n_layers, static_cast<int>(std::min<uint32_t>(one, 1u << 30)));
+  }
+  for (int v : values) {
+    if (v <= 0) return InvalidArgumentError(key + " must be positive");
+  }
+  return values;
+}
+
 }  // namespace
 
 RopeParams LayerRope(const ModelConfig& c, int layer, std::span<const float> freq_factors) {
   const bool own = layer < static_cast<int>(c.rope_layers.size());
+  const ModelConfig::LayerShape shape = c.Shape(layer);
   RopeParams p{.style = c.rope_style,
-               .head_dim = c.head_dim,
-               .n_rot = c.n_rot,
+               .head_dim = shape.head_dim,
+               .n_rot = shape.n_rot,
                .freq_base = own ? c.rope_layers[layer].freq_base : c.rope_freq_base,
                .position_scale = own ? c.rope_layers[layer].position_scale : c.rope_position_scale,
-               .freq_factors = freq_factors,
+               .freq_factors = own && !c.rope_layers[layer].freq_factors
+                                   ? std::span<const float>()
+                                   : freq_factors,
                .ext_factor = c.rope_ext_factor,
                .attn_factor = c.rope_attn_factor};
   const std::array<float, 2> corr =
@@ -62,6 +104,41 @@ RopeParams LayerRope(const ModelConfig& c, int layer, std::span<const float> fre
   p.corr_low = corr[0];
   p.corr_high = corr[1];
   return p;
+}
+
+Status CheckLayerShapes(const ModelConfig& c) {
+  const auto sized = [&](size_t n, const char* what) -> Status {
+    if (n != 0 && n != static_cast<size_t>(c.n_layers)) {
+      return InvalidArgumentError(std::string(what) + " has " + std::to_string(n) +
+                                  " entries for " + std::to_string(c.n_layers) + " layers");
+    }
+    return OkStatus();
+  };
+  TM_RETURN_IF_ERROR(sized(c.layer_shapes.size(), "the per-layer shape"));
+  TM_RETURN_IF_ERROR(sized(c.kv_source_layers.size(), "the KV sharing"));
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const ModelConfig::LayerShape s = c.Shape(layer);
+    const std::string where = "layer " + std::to_string(layer);
+    if (s.head_dim <= 0 || s.head_dim > c.head_dim || s.n_kv_heads <= 0 ||
+        s.n_kv_heads > c.n_kv_heads || c.n_heads % s.n_kv_heads != 0 || s.n_ff <= 0 ||
+        s.n_ff > c.n_ff || s.n_rot < 0 || s.n_rot % 2 != 0 || s.n_rot > s.head_dim) {
+      return InvalidArgumentError(
+          where + " has impossible sizes: head size " + std::to_string(s.head_dim) + ", " +
+          std::to_string(s.n_kv_heads) + " KV heads (of " + std::to_string(c.n_heads) +
+          " heads), " + std::to_string(s.n_rot) + " rotated dimensions, feed-forward " +
+          std::to_string(s.n_ff));
+    }
+    const int source = c.KvSourceLayer(layer);
+    if (source == layer) continue;
+    if (source < 0 || source > layer || !c.StoresKv(source) ||
+        c.IsSlidingLayer(source) != c.IsSlidingLayer(layer) ||
+        c.Shape(source).head_dim != s.head_dim || c.Shape(source).n_kv_heads != s.n_kv_heads) {
+      return InvalidArgumentError(where + " reads the KV of layer " + std::to_string(source) +
+                                  ", which must be an earlier layer of the same kind and "
+                                  "shape that stores its own");
+    }
+  }
+  return OkStatus();
 }
 
 float AttentionTemperature(const ModelConfig& c, int32_t position) {
@@ -77,10 +154,18 @@ StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& f
   c.arch_name = std::string(family.name);
   const std::string p = c.arch_name + ".";
   TM_ASSIGN_OR_RETURN(uint32_t n_layers, file.GetU32(p + "block_count"));
+  if (n_layers == 0 || n_layers > kMaxLayers) {
+    return InvalidArgumentError(p + "block_count is " + std::to_string(n_layers) +
+                                ": a model has 1 to " + std::to_string(kMaxLayers) + " layers");
+  }
   TM_ASSIGN_OR_RETURN(uint32_t n_embd, file.GetU32(p + "embedding_length"));
   TM_ASSIGN_OR_RETURN(uint32_t n_heads, file.GetU32(p + "attention.head_count"));
-  TM_ASSIGN_OR_RETURN(uint32_t n_kv_heads, U32Or(file, p + "attention.head_count_kv", n_heads));
-  TM_ASSIGN_OR_RETURN(uint32_t n_ff, file.GetU32(p + "feed_forward_length"));
+  TM_ASSIGN_OR_RETURN(const std::vector<int> kv_heads,
+                      PerLayerOr(file, p + "attention.head_count_kv", n_layers, n_heads));
+  TM_ASSIGN_OR_RETURN(const std::vector<int> ffs,
+                      PerLayerOr(file, p + "feed_forward_length", n_layers, std::nullopt));
+  const uint32_t n_kv_heads = static_cast<uint32_t>(*std::max_element(kv_heads.begin(), kv_heads.end()));
+  const uint32_t n_ff = static_cast<uint32_t>(*std::max_element(ffs.begin(), ffs.end()));
   TM_ASSIGN_OR_RETURN(uint32_t context, U32Or(file, p + "context_length", 2048));
   TM_ASSIGN_OR_RETURN(c.rms_eps, file.GetF32(p + "attention.layer_norm_rms_epsilon"));
   TM_ASSIGN_OR_RETURN(c.rope_freq_base, F32Or(file, p + "rope.freq_base", 10000.0f));
@@ -110,6 +195,14 @@ StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& f
                                 " must be even and at most the head size " +
                                 std::to_string(c.head_dim));
   }
+  if (std::adjacent_find(kv_heads.begin(), kv_heads.end(), std::not_equal_to<>()) !=
+          kv_heads.end() ||
+      std::adjacent_find(ffs.begin(), ffs.end(), std::not_equal_to<>()) != ffs.end()) {
+    for (int layer = 0; layer < c.n_layers; ++layer) {
+      c.layer_shapes.push_back({c.head_dim, kv_heads[static_cast<size_t>(layer)], c.n_rot,
+                                ffs[static_cast<size_t>(layer)]});
+    }
+  }
   TM_RETURN_IF_ERROR(ReadRopeScaling(file, p, c));
   const GgufTensor* embd = file.FindTensor("token_embd.weight");
   if (embd == nullptr || embd->shape.size() != 2) {
@@ -118,6 +211,8 @@ StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& f
   c.n_vocab = static_cast<int>(embd->shape[1]);
   c.tied_output = file.FindTensor("output.weight") == nullptr;
   TM_RETURN_IF_ERROR(family.read_config(file, c));
+  TM_RETURN_IF_ERROR(CheckLayerShapes(c));
+  TM_RETURN_IF_ERROR(CheckKvGroupShapes(c));
   return c;
 }
 

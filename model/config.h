@@ -68,10 +68,12 @@ struct ModelConfig {
   float rope_attn_factor = 1.0f;
   // A layer's own RoPE base and linear scale (gemma2's and gemma3's sliding-window layers),
   // set by its family; a layer past the end of rope_layers uses rope_freq_base and
-  // rope_position_scale.
+  // rope_position_scale. freq_factors false: the layer ignores the model's rope_freqs
+  // (gemma4's sliding layers; its full ones take them).
   struct LayerRope {
     float freq_base;
     float position_scale;
+    bool freq_factors = true;
   };
   std::vector<LayerRope> rope_layers;
   bool qkv_bias = false;      // Q/K/V projections with biases (qwen2)
@@ -87,10 +89,44 @@ struct ModelConfig {
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
   ExpertConfig experts;  // n_expert > 0: every layer's feed-forward is a mixture of experts
+  // Per-layer embeddings' width (gemma4's embedding_length_per_layer_input): each layer gets
+  // an input of its own per token (ModelWeights::per_layer); 0: none.
+  int n_embd_per_layer = 0;
   // Llama 4's attention temperature (mistral3's attention.temperature_scale): after RoPE, the
   // query of the token at position p is multiplied by AttentionTemperature(p); 0: none.
   float attn_temp_scale = 0.0f;
   int attn_temp_length = 0;  // positions per step of the temperature (> 0 when it is set)
+
+  // What a layer's attention and feed-forward are made of where layers differ (gemma4's
+  // sliding and full layers in head size, KV heads and rotated dimensions; per-layer
+  // feed_forward_length or head_count_kv arrays): one entry per layer, or empty when every
+  // layer has head_dim, n_kv_heads, n_rot and n_ff. Those are then the largest of any layer.
+  struct LayerShape {
+    int head_dim = 0;
+    int n_kv_heads = 0;
+    int n_rot = 0;
+    int n_ff = 0;
+    int q_dim(int n_heads) const { return n_heads * head_dim; }
+    int kv_dim() const { return n_kv_heads * head_dim; }
+  };
+  std::vector<LayerShape> layer_shapes;
+  // Cross-layer KV sharing (gemma3n, gemma4): kv_source_layers[l] is the layer whose K/V
+  // layer l attends over, l itself when it stores its own. A layer that reads an earlier
+  // one's computes no K or V, stores nothing and owns no KV blocks; the source is of the
+  // same kind (sliding or not) and stores. Empty: every layer stores.
+  std::vector<int> kv_source_layers;
+
+  LayerShape Shape(int layer) const {
+    return layer >= 0 && layer < static_cast<int>(layer_shapes.size())
+               ? layer_shapes[static_cast<size_t>(layer)]
+               : LayerShape{head_dim, n_kv_heads, n_rot, n_ff};
+  }
+  int KvSourceLayer(int layer) const {
+    return layer >= 0 && layer < static_cast<int>(kv_source_layers.size())
+               ? kv_source_layers[static_cast<size_t>(layer)]
+               : layer;
+  }
+  bool StoresKv(int layer) const { return KvSourceLayer(layer) == layer; }
 
   bool IsSlidingLayer(int layer) const {
     return sliding_window > 0 && layer < static_cast<int>(sliding_layers.size()) &&
@@ -101,8 +137,14 @@ struct ModelConfig {
   int kv_dim() const { return n_kv_heads * head_dim; }
 };
 
-// Layer `layer`'s RoPE: the model's, or the base and scale its family gave the layer, with
-// YaRN's correction range for that base; `freq_factors` as ModelWeights::rope_freqs.
+// Checks what a family set per layer: layer_shapes and kv_source_layers of n_layers entries
+// when set, positive sizes no larger than the model's, and each KV source an earlier storing
+// layer of the same kind whose KV heads and head size the reader has.
+Status CheckLayerShapes(const ModelConfig& c);
+
+// Layer `layer`'s RoPE: the model's, or the base and scale its family gave the layer, over the
+// layer's head size and rotated dimensions, with YaRN's correction range for that base;
+// `freq_factors` as ModelWeights::rope_freqs (dropped for a layer whose LayerRope says so).
 RopeParams LayerRope(const ModelConfig& c, int layer, std::span<const float> freq_factors);
 
 // The factor attn_temp_scale multiplies the query of position `position` by, as llama.cpp's

@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kv_type.h"
+
 namespace tokenmill {
 
 int NumKvGroups(const ModelConfig& config) {
@@ -21,14 +23,75 @@ int NumLayersInKvGroup(const ModelConfig& config, int group) {
   return group == 1 ? sliding : config.n_layers - sliding;
 }
 
+int NumStoringLayersInKvGroup(const ModelConfig& config, int group) {
+  int n = 0;
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    n += KvGroupOfLayer(config, layer) == group && config.StoresKv(layer);
+  }
+  return n;
+}
+
+ModelConfig::LayerShape KvGroupShape(const ModelConfig& config, int group) {
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    if (KvGroupOfLayer(config, layer) == group && config.StoresKv(layer)) {
+      return config.Shape(layer);
+    }
+  }
+  return config.Shape(0);
+}
+
+Status CheckKvGroupShapes(const ModelConfig& config) {
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    const int group = KvGroupOfLayer(config, layer);
+    const ModelConfig::LayerShape mine = config.Shape(layer);
+    const ModelConfig::LayerShape group_shape = KvGroupShape(config, group);
+    if (config.StoresKv(layer) && (mine.head_dim != group_shape.head_dim ||
+                                   mine.n_kv_heads != group_shape.n_kv_heads)) {
+      return UnimplementedError(
+          "layer " + std::to_string(layer) + " stores K/V rows of " +
+          std::to_string(mine.n_kv_heads) + " KV heads of " + std::to_string(mine.head_dim) +
+          " values, other layers of its KV group " + std::to_string(group_shape.n_kv_heads) +
+          " of " + std::to_string(group_shape.head_dim) +
+          ": tokenmill needs one KV shape per group (sliding-window or full-attention layers)");
+    }
+  }
+  return OkStatus();
+}
+
+int64_t KvBytesPerToken(const ModelConfig& config, KvType k_type, KvType v_type, int group) {
+  int64_t bytes = 0;
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    if (!config.StoresKv(layer) || (group >= 0 && KvGroupOfLayer(config, layer) != group)) {
+      continue;
+    }
+    const ModelConfig::LayerShape s = config.Shape(layer);
+    bytes += int64_t{s.n_kv_heads} *
+             (KvRowTotalBytes(k_type, s.head_dim) + KvRowTotalBytes(v_type, s.head_dim));
+  }
+  return bytes;
+}
+
+Status CheckKvTypeFitsLayers(const ModelConfig& config, KvType type) {
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    TM_RETURN_IF_ERROR(CheckKvTypeFits(type, config.Shape(layer).head_dim));
+  }
+  return OkStatus();
+}
+
 Status ValidateForwardInput(const ModelConfig& c, const ForwardInput& in, const KvCacheView& kv,
                             size_t logits_size) {
   const int64_t n = static_cast<int64_t>(in.token_ids.size());
   if (in.batch.num_tokens() != n) {
     return InvalidArgumentError("token_ids and positions differ in length");
   }
-  if (kv.n_layers != c.n_layers || kv.n_kv_heads != c.n_kv_heads || kv.head_dim != c.head_dim) {
+  if (kv.n_layers != c.n_layers) {
     return InvalidArgumentError("the KV cache was made for another model shape");
+  }
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const KvCacheView view = kv.Layer(layer);
+    if (view.n_kv_heads != c.Shape(layer).n_kv_heads || view.head_dim != c.Shape(layer).head_dim) {
+      return InvalidArgumentError("the KV cache was made for another model shape");
+    }
   }
   if (static_cast<int64_t>(in.batch.block_tables.size()) != NumKvGroups(c)) {
     return InvalidArgumentError("the batch has block tables for " +

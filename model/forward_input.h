@@ -23,6 +23,21 @@ namespace tokenmill {
 int NumKvGroups(const ModelConfig& config);
 int KvGroupOfLayer(const ModelConfig& config, int layer);
 int NumLayersInKvGroup(const ModelConfig& config, int group);
+// Of those, the layers that store their own KV (ModelConfig::StoresKv): only they own blocks.
+int NumStoringLayersInKvGroup(const ModelConfig& config, int group);
+// The shape of KV group `group`'s rows (its storing layers share it: CheckKvGroupShapes).
+ModelConfig::LayerShape KvGroupShape(const ModelConfig& config, int group);
+// InvalidArgument unless the storing layers of each KV group have one KV shape (KV heads and
+// head size), which each group's pool and its block sizes assume.
+Status CheckKvGroupShapes(const ModelConfig& config);
+
+// Bytes one token's K and V take in KV group `group` (every group: -1): each storing layer's
+// KV heads times K's row under k_type plus V's under v_type, codes and scales (the founding
+// notes' 2 x layers x KV heads x head size x bytes, for the layers that store).
+int64_t KvBytesPerToken(const ModelConfig& config, KvType k_type, KvType v_type,
+                        int group = -1);
+// CheckKvTypeFits for every layer's head size.
+Status CheckKvTypeFitsLayers(const ModelConfig& config, KvType type);
 
 struct ForwardInput {
   std::span<const int32_t> token_ids;   // one per token of the batch

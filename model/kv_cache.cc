@@ -19,53 +19,61 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
                                std::span<const int64_t> group_num_blocks, int block_size,
                                std::optional<KvType> v_type) {
   TM_CHECK_EQ(static_cast<int>(group_num_blocks.size()), NumKvGroups(config));
-  layer_blocks_.assign(1, 0);
-  for (int layer = 0; layer < config.n_layers; ++layer) {
-    layer_blocks_.push_back(layer_blocks_.back() +
-                            group_num_blocks[static_cast<size_t>(KvGroupOfLayer(config, layer))]);
-  }
-  view_ = KvCacheView{.type = type,
-                      .num_blocks = group_num_blocks[0],
-                      .block_size = block_size,
-                      .n_kv_heads = config.n_kv_heads,
-                      .head_dim = config.head_dim,
-                      .layer_blocks = layer_blocks_.data(),
-                      .n_layers = config.n_layers,
-                      .v_type = v_type.value_or(type)};
-  const int64_t rows = layer_blocks_.back() * block_size * config.n_kv_heads;
-  // One side's codes and scales (new[]'s alignment holds floats).
-  const auto allocate = [&](KvType side, std::vector<uint8_t>& codes,
-                            std::vector<uint8_t>& scales, void*& codes_at, void*& scales_at) {
-    const Status fits = CheckKvTypeFits(side, config.head_dim);
+  const KvType v = v_type.value_or(type);
+  // One side's codes and scales of `rows` rows of head_dim (new[]'s alignment holds floats).
+  const auto allocate = [&](KvType side, int64_t rows, int head_dim, void*& codes_at,
+                            void*& scales_at) {
+    const Status fits = CheckKvTypeFits(side, head_dim);
     TM_CHECK(fits.ok()) << fits.ToString();
-    codes.assign(static_cast<size_t>(rows * KvRowBytes(side, config.head_dim)), 0);
-    codes_at = codes.data();
-    const int64_t scale_bytes = rows * KvRowScaleBytes(side, config.head_dim);
-    if (scale_bytes == 0) return;
-    scales.assign(static_cast<size_t>(scale_bytes), 0);
-    scales_at = scales.data();
+    codes_at = arrays_.emplace_back(static_cast<size_t>(rows * KvRowBytes(side, head_dim)), 0)
+                   .data();
+    const int64_t scale_bytes = rows * KvRowScaleBytes(side, head_dim);
+    if (scale_bytes > 0) {
+      scales_at = arrays_.emplace_back(static_cast<size_t>(scale_bytes), 0).data();
+    }
   };
-  allocate(view_.type, k_, k_scale_, view_.k, view_.k_scale);
-  allocate(view_.v_type, v_, v_scale_, view_.v, view_.v_scale);
+  layer_views_.resize(static_cast<size_t>(config.n_layers));
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    const ModelConfig::LayerShape shape = config.Shape(layer);
+    KvCacheView& own = layer_views_[static_cast<size_t>(layer)];
+    own = KvCacheView{
+        .type = type,
+        .num_blocks = group_num_blocks[static_cast<size_t>(KvGroupOfLayer(config, layer))],
+        .block_size = block_size,
+        .n_kv_heads = shape.n_kv_heads,
+        .head_dim = shape.head_dim,
+        .v_type = v};
+    if (!config.StoresKv(layer)) continue;  // its source's view, below (the source is earlier)
+    const int64_t rows = own.num_blocks * block_size * shape.n_kv_heads;
+    allocate(type, rows, shape.head_dim, own.k, own.k_scale);
+    allocate(v, rows, shape.head_dim, own.v, own.v_scale);
+  }
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    layer_views_[static_cast<size_t>(layer)] =
+        layer_views_[static_cast<size_t>(config.KvSourceLayer(layer))];
+  }
+  view_ = layer_views_[0];
+  view_.n_layers = config.n_layers;
+  view_.layer_views = layer_views_.data();
 }
 
 KvCacheView KvCacheStorage::view() { return view_; }
 
 Status CopyKvBlocks(const KvCacheView& view, const ModelConfig& config,
                     std::span<const KvBlockCopy> copies, const CopyBytes& copy_bytes) {
-  const int64_t rows_per_block = int64_t{view.block_size} * view.n_kv_heads;
-  const int64_t k_bytes = rows_per_block * KvRowBytes(view.type, view.head_dim);
-  const int64_t v_bytes = rows_per_block * KvRowBytes(view.v_type, view.head_dim);
-  const int64_t k_scale_bytes = rows_per_block * KvRowScaleBytes(view.type, view.head_dim);
-  const int64_t v_scale_bytes = rows_per_block * KvRowScaleBytes(view.v_type, view.head_dim);
   for (const KvBlockCopy& copy : copies) {
     if (copy.group < 0 || copy.group >= NumKvGroups(config)) {
       return InvalidArgumentError("a KV block copy names group " + std::to_string(copy.group) +
                                   ", which this model does not have");
     }
     for (int layer = 0; layer < config.n_layers; ++layer) {
-      if (KvGroupOfLayer(config, layer) != copy.group) continue;
+      if (KvGroupOfLayer(config, layer) != copy.group || !config.StoresKv(layer)) continue;
       const KvCacheView kv = view.Layer(layer);
+      const int64_t rows_per_block = int64_t{kv.block_size} * kv.n_kv_heads;
+      const int64_t k_bytes = rows_per_block * KvRowBytes(kv.type, kv.head_dim);
+      const int64_t v_bytes = rows_per_block * KvRowBytes(kv.v_type, kv.head_dim);
+      const int64_t k_scale_bytes = rows_per_block * KvRowScaleBytes(kv.type, kv.head_dim);
+      const int64_t v_scale_bytes = rows_per_block * KvRowScaleBytes(kv.v_type, kv.head_dim);
       if (copy.src < 0 || copy.dst < 0 || copy.src >= kv.num_blocks || copy.dst >= kv.num_blocks) {
         return InvalidArgumentError("a KV block copy from " + std::to_string(copy.src) + " to " +
                                     std::to_string(copy.dst) + " is outside the pool of " +

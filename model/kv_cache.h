@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <span>
@@ -18,7 +19,8 @@ namespace tokenmill {
 // Owns zeroed K/V memory (and the quantized types' scales) of a model's KV pools: num_blocks
 // blocks of every layer, or group_num_blocks[g] blocks of each layer of KV group g
 // (model/forward_input.h), so that a sliding-window group's smaller pool takes only its
-// layers' bytes. `type` is K's, and V's unless v_type is given.
+// layers' bytes; each layer's rows of its own shape, none for a layer that reads another's
+// KV (ModelConfig::kv_source_layers). `type` is K's, and V's unless v_type is given.
 class KvCacheStorage {
  public:
   KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks, int block_size,
@@ -28,12 +30,10 @@ class KvCacheStorage {
   KvCacheView view();
 
  private:
-  std::vector<int64_t> layer_blocks_;  // the view's running totals (kv_cache_view.h)
+  std::vector<KvCacheView> layer_views_;  // the view's (kv_cache_view.h)
   KvCacheView view_;
-  std::vector<uint8_t> k_;
-  std::vector<uint8_t> v_;
-  std::vector<uint8_t> k_scale_;  // the quantized types' scales
-  std::vector<uint8_t> v_scale_;
+  // Each storing layer's K and V codes and scales; a deque, so that adding one moves none.
+  std::deque<std::vector<uint8_t>> arrays_;
 };
 
 // Copies each of `copies` in order through copy_bytes(dst, src, bytes), once per array (K, V

@@ -52,6 +52,17 @@ Status LoadAll(const GgufFile& file, const ModelConfig& c, const ModelFamily& fa
   if (file.FindTensor(factors) != nullptr) {
     TM_ASSIGN_OR_RETURN(w.rope_freqs, LoadVector(file, factors, c.n_rot / 2, copies));
   }
+  if (c.n_embd_per_layer > 0) {
+    PerLayerEmbeddings& p = w.per_layer;
+    const int64_t all_layers = int64_t{c.n_layers} * c.n_embd_per_layer;
+    p.width = c.n_embd_per_layer;
+    TM_ASSIGN_OR_RETURN(p.token_embd,
+                        LoadMatrix(file, "per_layer_token_embd.weight", all_layers, c.n_vocab));
+    TM_ASSIGN_OR_RETURN(p.model_proj,
+                        LoadMatrix(file, "per_layer_model_proj.weight", c.n_embd, all_layers));
+    TM_ASSIGN_OR_RETURN(p.proj_norm, LoadVector(file, "per_layer_proj_norm.weight",
+                                                c.n_embd_per_layer, copies));
+  }
   for (int i = 0; i < c.n_layers; ++i) {
     TM_ASSIGN_OR_RETURN(LayerWeights l, family.load_layer(file, c, i, copies));
     w.layers.push_back(l);

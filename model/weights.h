@@ -46,6 +46,20 @@ struct LayerWeights {
   WeightMatrix gate, up, down;
   std::span<const float> ffn_post_norm;  // of the feed-forward's output (gemma2, gemma3)
   MoeWeights moe;  // ModelConfig::experts.n_expert > 0, instead of gate, up and down
+  // The per-layer embedding's gate (inp_gate: width rows of n_embd), projection back (proj:
+  // n_embd rows of width) and its norm (post_norm) (gemma4); empty without.
+  WeightMatrix per_layer_gate, per_layer_proj;
+  std::span<const float> per_layer_post_norm;
+  std::span<const float> out_scale;  // one factor of the layer's output (gemma4), or empty
+};
+
+// Per-layer embeddings (gemma3n, gemma4): each token's input of every layer, `width` values
+// each, from its row of token_embd and the embedding projected through model_proj.
+struct PerLayerEmbeddings {
+  int width = 0;            // 0: none
+  WeightMatrix token_embd;  // per_layer_token_embd: n_vocab rows of n_layers x width
+  WeightMatrix model_proj;  // per_layer_model_proj: n_layers x width rows of n_embd
+  std::span<const float> proj_norm;  // per_layer_proj_norm: width
 };
 
 // Norms and biases converted to f32 at load; the spans of the weights point into them (a moved
@@ -57,6 +71,7 @@ struct ModelWeights {
   std::span<const float> output_norm;
   WeightMatrix output;  // token_embd when tied
   std::span<const float> rope_freqs;  // empty unless the file has rope_freqs.weight
+  PerLayerEmbeddings per_layer;
   std::vector<LayerWeights> layers;
   std::shared_ptr<const F32Copies> f32_copies;  // shared by copies of these weights
 };

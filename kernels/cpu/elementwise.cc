@@ -106,20 +106,31 @@ std::vector<uint16_t> MakeGeluTable() {
   return table;
 }
 
+// GELU-tanh of x as ggml's CPU backend computes it (GGML_GELU_FP16): 0 below -10, x above
+// 10, else the table's value of x rounded to f16.
+float GeluTanhOne(const std::vector<uint16_t>& table, float x) {
+  if (x <= -10.0f) return 0.0f;
+  if (x >= 10.0f) return x;
+  return HalfToFloat(table[FloatToHalf(x)]);
+}
+
+const std::vector<uint16_t>& GeluTable() {
+  static const std::vector<uint16_t> table = MakeGeluTable();  // immutable once made
+  return table;
+}
+
 }  // namespace
 
 void GeluTanhGlu(const float* gate, const float* up, int64_t n, float* out) {
-  static const std::vector<uint16_t> gelu = MakeGeluTable();  // immutable once made
+  const std::vector<uint16_t>& table = GeluTable();
   for (int64_t i = 0; i < n; ++i) {
-    const float x = gate[i];
-    if (x <= -10.0f) {
-      out[i] = 0.0f;
-    } else if (x >= 10.0f) {
-      out[i] = x * up[i];
-    } else {
-      out[i] = HalfToFloat(gelu[FloatToHalf(x)]) * up[i];
-    }
+    out[i] = gate[i] <= -10.0f ? 0.0f : GeluTanhOne(table, gate[i]) * up[i];
   }
+}
+
+void GeluTanh(const float* x, int64_t n, float* out) {
+  const std::vector<uint16_t>& table = GeluTable();
+  for (int64_t i = 0; i < n; ++i) out[i] = GeluTanhOne(table, x[i]);
 }
 
 void AddInPlace(float* x, const float* y, int64_t n) {

@@ -28,9 +28,14 @@ CpuForwardBlocks::CpuForwardBlocks(const ModelConfig& config,
                                    KernelMode mode)
     : c_(config),
       layer_rope_(LayerRopes(config, rope_freqs)),
-      attention_scale_(1.0f / std::sqrt(static_cast<float>(config.head_dim))),
       ctx_(ctx),
-      mode_(mode) {}
+      mode_(mode),
+      ones_(static_cast<size_t>(config.head_dim), 1.0f) {}
+
+void CpuForwardBlocks::BeginLayer(int layer) {
+  layer_ = layer;
+  shape_ = c_.Shape(layer);
+}
 
 void CpuForwardBlocks::BeginStep(const ForwardInput& input, const KvCacheView& kv,
                                  std::span<float> logits) {
@@ -38,7 +43,7 @@ void CpuForwardBlocks::BeginStep(const ForwardInput& input, const KvCacheView& k
   kv_ = &kv;
   logits_ = logits;
   n_ = static_cast<int64_t>(input.token_ids.size());
-  layer_ = 0;
+  BeginLayer(0);
   h_norm_ = nullptr;
   const int64_t d = c_.n_embd;
   Grow(x_, n_ * d);
@@ -134,10 +139,38 @@ void CpuForwardBlocks::Norm(std::span<const float> weight, const char* name) {
   Tap(name, layer_, h_, n_, d);
 }
 
+void CpuForwardBlocks::PerLayerInputs(const PerLayerEmbeddings& w) {
+  const int64_t d = c_.n_embd;
+  const int64_t row = int64_t{c_.n_layers} * w.width;
+  Grow(per_layer_, n_ * row);
+  Grow(per_layer_gate_, n_ * w.width);
+  Grow(gate_, n_ * row);
+  // In llama.cpp's order and float constants (project_per_layer_inputs).
+  const float embd_scale = std::sqrt(static_cast<float>(w.width));
+  const float proj_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float mix_scale = 1.0f / std::sqrt(2.0f);
+  MatmulOp(w.model_proj, x_.data(), n_, gate_.data());
+  ForTokens([&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* proj = gate_.data() + t * row;
+      float* out = per_layer_.data() + t * row;
+      DequantizeReference(w.token_embd.type,
+                          w.token_embd.data + in_->token_ids[t] * w.token_embd.row_bytes,
+                          std::span<float>(out, static_cast<size_t>(row)));
+      for (int64_t i = 0; i < row; ++i) proj[i] *= proj_scale;
+      RmsNorm(proj, w.proj_norm, c_.rms_eps, c_.n_layers, proj);
+      for (int64_t i = 0; i < row; ++i) out[i] = (proj[i] + out[i] * embd_scale) * mix_scale;
+    }
+  });
+  Tap("inp_per_layer", -1, per_layer_, n_, row);
+}
+
 void CpuForwardBlocks::ProjectQkv(const WeightMatrix& wq, const WeightMatrix& wk,
                                const WeightMatrix& wv) {
   MatmulOps({{&wq, q_.data()}, {&wk, k_.data()}, {&wv, v_.data()}}, h_.data(), n_);
 }
+
+void CpuForwardBlocks::ProjectQ(const WeightMatrix& wq) { MatmulOp(wq, h_.data(), n_, q_.data()); }
 
 void CpuForwardBlocks::AddQkvBias(std::span<const float> q_bias, std::span<const float> k_bias,
                                std::span<const float> v_bias) {
@@ -148,19 +181,30 @@ void CpuForwardBlocks::AddQkvBias(std::span<const float> q_bias, std::span<const
 
 void CpuForwardBlocks::HeadNorms(std::span<const float> q_norm, std::span<const float> k_norm) {
   ForTokens([&](int64_t b, int64_t e) {
-    RmsNorm(q_.data() + b * c_.q_dim(), q_norm, c_.rms_eps, (e - b) * c_.n_heads,
-            q_.data() + b * c_.q_dim());
-    RmsNorm(k_.data() + b * c_.kv_dim(), k_norm, c_.rms_eps, (e - b) * c_.n_kv_heads,
-            k_.data() + b * c_.kv_dim());
+    RmsNorm(q_.data() + b * q_dim(), q_norm, c_.rms_eps, (e - b) * c_.n_heads,
+            q_.data() + b * q_dim());
+    if (k_norm.empty()) return;
+    RmsNorm(k_.data() + b * kv_dim(), k_norm, c_.rms_eps, (e - b) * shape_.n_kv_heads,
+            k_.data() + b * kv_dim());
   });
-  Tap("Qcur_normed", layer_, q_, n_, c_.q_dim());
-  Tap("Kcur_normed", layer_, k_, n_, c_.kv_dim());
+  Tap("Qcur_normed", layer_, q_, n_, q_dim());
+  if (!k_norm.empty()) Tap("Kcur_normed", layer_, k_, n_, kv_dim());
+}
+
+void CpuForwardBlocks::ValueNorm() {
+  const std::span<const float> ones(ones_.data(), static_cast<size_t>(shape_.head_dim));
+  ForTokens([&](int64_t b, int64_t e) {
+    RmsNorm(v_.data() + b * kv_dim(), ones, c_.rms_eps, (e - b) * shape_.n_kv_heads,
+            v_.data() + b * kv_dim());
+  });
+  Tap("Vcur_normed", layer_, v_, n_, kv_dim());
 }
 
 void CpuForwardBlocks::Attention(QueryScale scale, std::span<const float> sinks) {
   const float query_scale = scale.factor;
-  Tap("Qraw", layer_, q_, n_, c_.q_dim());
-  Tap("Kraw", layer_, k_, n_, c_.kv_dim());
+  const bool stores = c_.StoresKv(layer_);
+  Tap("Qraw", layer_, q_, n_, q_dim());
+  if (stores) Tap("Kraw", layer_, k_, n_, kv_dim());
   const RopeParams& rope = layer_rope_[static_cast<size_t>(layer_)];
   const AttentionVariant variant{
       .softcap = c_.attn_softcap,
@@ -171,29 +215,34 @@ void CpuForwardBlocks::Attention(QueryScale scale, std::span<const float> sinks)
   const KvBlockTable& blocks = in_->batch.block_tables[KvGroupOfLayer(c_, layer_)];
   const std::span<const int64_t> slots = blocks.slot_mapping;
   auto store_kv = [&](int64_t b, int64_t e) {
-    StoreKv(kv_layer, slots.subspan(b, e - b), k_.data() + b * c_.kv_dim(),
-            v_.data() + b * c_.kv_dim());
+    if (!stores) return;
+    StoreKv(kv_layer, slots.subspan(b, e - b), k_.data() + b * kv_dim(),
+            v_.data() + b * kv_dim());
   };
   ForTokens([&](int64_t b, int64_t e) {
-    ApplyRope(rope, positions.subspan(b, e - b), c_.n_heads, q_.data() + b * c_.q_dim());
+    ApplyRope(rope, positions.subspan(b, e - b), c_.n_heads, q_.data() + b * q_dim());
     if (query_scale > 0.0f) {
-      for (int64_t i = b * c_.q_dim(); i < e * c_.q_dim(); ++i) q_[i] *= query_scale;
+      for (int64_t i = b * q_dim(); i < e * q_dim(); ++i) q_[i] *= query_scale;
     }
     if (c_.attn_temp_scale != 0.0f) {
       for (int64_t t = b; t < e; ++t) {
         const float temperature = AttentionTemperature(c_, positions[t]);
-        float* q = q_.data() + t * c_.q_dim();
-        for (int i = 0; i < c_.q_dim(); ++i) q[i] *= temperature;
+        float* q = q_.data() + t * q_dim();
+        for (int i = 0; i < q_dim(); ++i) q[i] *= temperature;
       }
     }
-    ApplyRope(rope, positions.subspan(b, e - b), c_.n_kv_heads, k_.data() + b * c_.kv_dim());
+    if (!stores) return;
+    ApplyRope(rope, positions.subspan(b, e - b), shape_.n_kv_heads, k_.data() + b * kv_dim());
     if (fuse()) store_kv(b, e);
   });
-  Tap("Qcur", layer_, q_, n_, c_.q_dim());
-  Tap("Kcur", layer_, k_, n_, c_.kv_dim());
-  Tap("Vcur", layer_, v_, n_, c_.kv_dim());
+  Tap("Qcur", layer_, q_, n_, q_dim());
+  if (stores) {
+    Tap("Kcur", layer_, k_, n_, kv_dim());
+    Tap("Vcur", layer_, v_, n_, kv_dim());
+  }
   if (!fuse()) ForTokens(store_kv);
-  const float score_scale = query_scale > 0.0f ? 1.0f : attention_scale_;
+  const float score_scale =
+      query_scale > 0.0f ? 1.0f : 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
   if (mode_ == KernelMode::kReference) {
     PagedAttentionReference(kv_layer, in_->batch, blocks, q_.data(), c_.n_heads, score_scale,
                             attn_.data(), variant);
@@ -201,7 +250,7 @@ void CpuForwardBlocks::Attention(QueryScale scale, std::span<const float> sinks)
     PagedAttention(ctx_, kv_layer, in_->batch, blocks, q_.data(), c_.n_heads, score_scale,
                    attn_.data(), variant);
   }
-  Tap("kqv_out", layer_, attn_, n_, c_.q_dim());
+  Tap("kqv_out", layer_, attn_, n_, q_dim());
 }
 
 void CpuForwardBlocks::AttentionOutput(const WeightMatrix& wo, std::span<const float> bias) {
@@ -224,10 +273,10 @@ void CpuForwardBlocks::GatedFeedForward(
     const std::function<void(const float*, const float*, int64_t, int64_t, float*)>&
         activation) {
   MatmulOps({{&gate, gate_.data()}, {&up, up_.data()}}, h_.data(), n_);
-  Tap("ffn_gate", layer_, gate_, n_, c_.n_ff);
-  Tap("ffn_up", layer_, up_, n_, c_.n_ff);
-  activation(gate_.data(), up_.data(), n_, c_.n_ff, gate_.data());
-  Tap(activation_name, layer_, gate_, n_, c_.n_ff);
+  Tap("ffn_gate", layer_, gate_, n_, shape_.n_ff);
+  Tap("ffn_up", layer_, up_, n_, shape_.n_ff);
+  activation(gate_.data(), up_.data(), n_, shape_.n_ff, gate_.data());
+  Tap(activation_name, layer_, gate_, n_, shape_.n_ff);
   MatmulOp(down, gate_.data(), n_, proj_.data());
   Tap("ffn_out", layer_, proj_, n_, c_.n_embd);
 }
@@ -260,6 +309,28 @@ void CpuForwardBlocks::AddResidual(const char* name, std::span<const float> next
   });
   h_norm_ = norm_next ? next_norm.data() : nullptr;
   Tap(name, layer_, x_, n_, d);
+}
+
+void CpuForwardBlocks::PerLayerEmbedding(const WeightMatrix& gate, const WeightMatrix& proj) {
+  const int64_t width = gate.rows;
+  const int64_t row = int64_t{c_.n_layers} * width;
+  MatmulOp(gate, x_.data(), n_, per_layer_gate_.data());
+  ForTokens([&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* g = per_layer_gate_.data() + t * width;
+      const float* input = per_layer_.data() + t * row + int64_t{layer_} * width;
+      GeluTanh(g, width, g);
+      for (int64_t i = 0; i < width; ++i) g[i] *= input[i];
+    }
+  });
+  MatmulOp(proj, per_layer_gate_.data(), n_, proj_.data());
+  Tap("per_layer_embd", layer_, proj_, n_, c_.n_embd);
+}
+
+void CpuForwardBlocks::ScaleResidual(std::span<const float> scale) {
+  const float s = scale[0];
+  for (int64_t i = 0; i < n_ * c_.n_embd; ++i) x_[i] *= s;
+  Tap("out_scaled", layer_, x_, n_, c_.n_embd);
 }
 
 void CpuForwardBlocks::Logits(std::span<const float> output_norm, const WeightMatrix& output) {

@@ -43,21 +43,27 @@ class CpuForwardBlocks final : public ForwardBlocks {
   // BeginStep: its tokens, the KV cache and where its logits go (logit_rows.size() rows of
   // n_vocab). All three must outlive the step.
   void BeginStep(const ForwardInput& input, const KvCacheView& kv, std::span<float> logits);
-  void BeginLayer(int layer) override { layer_ = layer; }
+  void BeginLayer(int layer) override;
 
   // x = the rows of token_embd for the step's tokens, times `scale` (Gemma's √n_embd) unless
   // 1, shown as inp_scaled.
   void Embed(const WeightMatrix& token_embd, float scale) override;
   // h = RmsNorm(x) with `weight`, shown as `name`.
   void Norm(std::span<const float> weight, const char* name) override;
+  // The per-layer embeddings' inputs of every layer, shown as inp_per_layer (n_layers x
+  // width a token).
+  void PerLayerInputs(const PerLayerEmbeddings& w) override;
   // q, k, v = h times each matrix (one parallel pass on the fast path).
   void ProjectQkv(const WeightMatrix& wq, const WeightMatrix& wk,
                   const WeightMatrix& wv) override;
+  void ProjectQ(const WeightMatrix& wq) override;
   void AddQkvBias(std::span<const float> q_bias, std::span<const float> k_bias,
                   std::span<const float> v_bias) override;
   // Each head of q and of k RMS-normed with its weight (head_dim), before RoPE: Qcur_normed,
   // Kcur_normed.
   void HeadNorms(std::span<const float> q_norm, std::span<const float> k_norm) override;
+  // Vcur_normed.
+  void ValueNorm() override;
   // RoPE on q and k (the layer's own, ModelConfig::rope_layers), k and v stored in this
   // layer's KV slots, then attention of each token over its sequence's KV (its window in a
   // sliding-window layer, scores soft-capped by attn_softcap): the attention output. Shows
@@ -96,6 +102,10 @@ class CpuForwardBlocks final : public ForwardBlocks {
   // next (empty if none); when no tap watches, it is computed in the same parallel region
   // and that Norm finds it done.
   void AddResidual(const char* name, std::span<const float> next_norm) override;
+  // Shows per_layer_embd (before the family's PostNorm).
+  void PerLayerEmbedding(const WeightMatrix& gate, const WeightMatrix& proj) override;
+  // Shows out_scaled.
+  void ScaleResidual(std::span<const float> scale) override;
   // The final norm of x's logit rows (result_norm), then the logits: those rows times output,
   // soft-capped by final_softcap if set.
   void Logits(std::span<const float> output_norm, const WeightMatrix& output) override;
@@ -129,9 +139,12 @@ class CpuForwardBlocks final : public ForwardBlocks {
   // overwrite what it is shown, so each op must wait for the tap before it.
   bool fuse() const { return !tap_; }
 
+  // The current layer's widths (ModelConfig::Shape).
+  int q_dim() const { return shape_.q_dim(c_.n_heads); }
+  int kv_dim() const { return shape_.kv_dim(); }
+
   const ModelConfig& c_;
   const std::vector<RopeParams> layer_rope_;  // each layer's (ModelConfig::rope_layers)
-  const float attention_scale_;
   CpuContext ctx_;
   KernelMode mode_;
   ActivationTap tap_;
@@ -140,9 +153,13 @@ class CpuForwardBlocks final : public ForwardBlocks {
   std::span<float> logits_;
   int64_t n_ = 0;  // tokens of the step
   int layer_ = 0;
+  ModelConfig::LayerShape shape_;  // layer_'s
   // The norm weight h already holds RmsNorm(x) with (AddResidual's fusion), or null.
   const float* h_norm_ = nullptr;
   std::vector<float> x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, final_;
+  // PerLayerInputs' rows (n_layers x width a token) and a layer's gate of them.
+  std::vector<float> per_layer_, per_layer_gate_;
+  std::vector<float> ones_;  // head_dim ones: RmsNorm without a weight
   // The mixture of experts' scratch: router logits (then probs), each (token, choice) pair's
   // expert, weight and row of the grouped activations, the shared expert's gate and output.
   std::vector<float> moe_logits_, moe_weights_, moe_x_, moe_gate_, moe_up_, moe_down_;

@@ -10,7 +10,7 @@ namespace {
 
 constexpr const ModelFamily* kFamilies[] = {
     &kLlamaFamily,  &kQwen2Family, &kQwen3Family,    &kGemmaFamily,    &kGemma2Family,
-    &kGemma3Family, &kPhi3Family,  &kQwen2MoeFamily, &kQwen3MoeFamily, &kGptOssFamily,
+    &kGemma3Family, &kGemma4Family, &kPhi3Family,  &kQwen2MoeFamily, &kQwen3MoeFamily, &kGptOssFamily,
     &kMistral3Family};
 
 // "'llama' and 'qwen2'": the names of the families, for the refusal.
@@ -48,29 +48,32 @@ StatusOr<float> F32Or(const GgufFile& file, const std::string& key, float fallba
 StatusOr<LayerWeights> LoadLlamaLayer(const GgufFile& file, const ModelConfig& c, int layer,
                                       F32Copies& copies) {
   const std::string p = "blk." + std::to_string(layer) + ".";
+  const ModelConfig::LayerShape shape = c.Shape(layer);
+  const int q_dim = shape.q_dim(c.n_heads);
   LayerWeights l;
   TM_ASSIGN_OR_RETURN(l.attn_norm, LoadVector(file, p + "attn_norm.weight", c.n_embd, copies));
-  TM_ASSIGN_OR_RETURN(l.q, LoadMatrix(file, p + "attn_q.weight", c.n_embd, c.q_dim()));
-  TM_ASSIGN_OR_RETURN(l.k, LoadMatrix(file, p + "attn_k.weight", c.n_embd, c.kv_dim()));
-  TM_ASSIGN_OR_RETURN(l.v, LoadMatrix(file, p + "attn_v.weight", c.n_embd, c.kv_dim()));
-  TM_ASSIGN_OR_RETURN(l.o, LoadMatrix(file, p + "attn_output.weight", c.q_dim(), c.n_embd));
+  TM_ASSIGN_OR_RETURN(l.q, LoadMatrix(file, p + "attn_q.weight", c.n_embd, q_dim));
+  TM_ASSIGN_OR_RETURN(l.k, LoadMatrix(file, p + "attn_k.weight", c.n_embd, shape.kv_dim()));
+  TM_ASSIGN_OR_RETURN(l.v, LoadMatrix(file, p + "attn_v.weight", c.n_embd, shape.kv_dim()));
+  TM_ASSIGN_OR_RETURN(l.o, LoadMatrix(file, p + "attn_output.weight", q_dim, c.n_embd));
   TM_ASSIGN_OR_RETURN(l.ffn_norm, LoadVector(file, p + "ffn_norm.weight", c.n_embd, copies));
   if (c.experts.n_expert > 0) {
     TM_RETURN_IF_ERROR(LoadExperts(file, c, layer, l));
     return l;
   }
-  TM_ASSIGN_OR_RETURN(l.gate, LoadMatrix(file, p + "ffn_gate.weight", c.n_embd, c.n_ff));
-  TM_ASSIGN_OR_RETURN(l.up, LoadMatrix(file, p + "ffn_up.weight", c.n_embd, c.n_ff));
-  TM_ASSIGN_OR_RETURN(l.down, LoadMatrix(file, p + "ffn_down.weight", c.n_ff, c.n_embd));
+  TM_ASSIGN_OR_RETURN(l.gate, LoadMatrix(file, p + "ffn_gate.weight", c.n_embd, shape.n_ff));
+  TM_ASSIGN_OR_RETURN(l.up, LoadMatrix(file, p + "ffn_up.weight", c.n_embd, shape.n_ff));
+  TM_ASSIGN_OR_RETURN(l.down, LoadMatrix(file, p + "ffn_down.weight", shape.n_ff, c.n_embd));
   return l;
 }
 
 Status LoadQkvBiases(const GgufFile& file, const ModelConfig& c, int layer, F32Copies& copies,
                      LayerWeights& l) {
   const std::string p = "blk." + std::to_string(layer) + ".";
-  TM_ASSIGN_OR_RETURN(l.q_bias, LoadVector(file, p + "attn_q.bias", c.q_dim(), copies));
-  TM_ASSIGN_OR_RETURN(l.k_bias, LoadVector(file, p + "attn_k.bias", c.kv_dim(), copies));
-  TM_ASSIGN_OR_RETURN(l.v_bias, LoadVector(file, p + "attn_v.bias", c.kv_dim(), copies));
+  const ModelConfig::LayerShape shape = c.Shape(layer);
+  TM_ASSIGN_OR_RETURN(l.q_bias, LoadVector(file, p + "attn_q.bias", shape.q_dim(c.n_heads), copies));
+  TM_ASSIGN_OR_RETURN(l.k_bias, LoadVector(file, p + "attn_k.bias", shape.kv_dim(), copies));
+  TM_ASSIGN_OR_RETURN(l.v_bias, LoadVector(file, p + "attn_v.bias", shape.kv_dim(), copies));
   return OkStatus();
 }
 
@@ -137,8 +140,9 @@ Status LoadExperts(const GgufFile& file, const ModelConfig& c, int layer, LayerW
 Status LoadHeadNorms(const GgufFile& file, const ModelConfig& c, int layer, F32Copies& copies,
                      LayerWeights& l) {
   const std::string p = "blk." + std::to_string(layer) + ".";
-  TM_ASSIGN_OR_RETURN(l.q_norm, LoadVector(file, p + "attn_q_norm.weight", c.head_dim, copies));
-  TM_ASSIGN_OR_RETURN(l.k_norm, LoadVector(file, p + "attn_k_norm.weight", c.head_dim, copies));
+  const int head_dim = c.Shape(layer).head_dim;
+  TM_ASSIGN_OR_RETURN(l.q_norm, LoadVector(file, p + "attn_q_norm.weight", head_dim, copies));
+  TM_ASSIGN_OR_RETURN(l.k_norm, LoadVector(file, p + "attn_k_norm.weight", head_dim, copies));
   return OkStatus();
 }
 

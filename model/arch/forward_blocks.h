@@ -39,17 +39,28 @@ class ForwardBlocks {
   virtual void Embed(const WeightMatrix& token_embd, float scale = 1.0f) = 0;
   // h = RmsNorm(x) with `weight`.
   virtual void Norm(std::span<const float> weight, const char* name) = 0;
-  // q, k, v = h times each matrix.
+  // The inputs of every layer's PerLayerEmbedding for the step's tokens, from x (after Embed)
+  // as llama.cpp's gemma4 forms them: each token's row of w.token_embd times √width, plus
+  // RmsNorm(w.model_proj · x / √n_embd) with proj_norm (each layer's width apart), over √2.
+  virtual void PerLayerInputs(const PerLayerEmbeddings& w) = 0;
+  // q, k, v = h times each matrix (the layer's shape: ModelConfig::Shape).
   virtual void ProjectQkv(const WeightMatrix& wq, const WeightMatrix& wk,
                           const WeightMatrix& wv) = 0;
+  // q = h times wq alone: a layer that reads an earlier layer's KV
+  // (ModelConfig::kv_source_layers) projects no K or V.
+  virtual void ProjectQ(const WeightMatrix& wq) = 0;
   // Each of q, k and v plus its bias, where that bias is not empty.
   virtual void AddQkvBias(std::span<const float> q_bias, std::span<const float> k_bias,
                           std::span<const float> v_bias) = 0;
-  // Each head of q and of k RMS-normed with its weight (head_dim), before RoPE.
+  // Each head of q and of k RMS-normed with its weight (head_dim), before RoPE; k untouched
+  // when k_norm is empty (a layer reading another's KV).
   virtual void HeadNorms(std::span<const float> q_norm, std::span<const float> k_norm) = 0;
+  // Each head of v RMS-normed with no weight (gemma4).
+  virtual void ValueNorm() = 0;
   // RoPE on q and k (the layer's own, ModelConfig::rope_layers), k and v stored in this
   // layer's KV slots, then attention of each token over its sequence's KV (its window in a
-  // sliding-window layer, scores soft-capped by attn_softcap): the attention output. q·k is
+  // sliding-window layer, scores soft-capped by attn_softcap): the attention output. A layer
+  // that reads another's KV ropes and stores nothing of its own but q. q·k is
   // scaled as `scale` says; then, when the config sets attn_temp_scale (mistral3), each
   // token's q is multiplied by its AttentionTemperature. `sinks`: the layer's attention-sink
   // logits, one per query head (gpt-oss), or none.
@@ -73,9 +84,14 @@ class ForwardBlocks {
   // (ggml_swiglu_oai, alpha 1.702 and limit 7) and MoeWeights' biases where llama.cpp's
   // ggml_add_id adds them.
   virtual void OaiMoeFeedForward(const MoeWeights& w) = 0;
+  // Block output = proj · (GELU-tanh(gate · x) * this layer's PerLayerInputs row): the
+  // per-layer embedding (gemma4), before its PostNorm.
+  virtual void PerLayerEmbedding(const WeightMatrix& gate, const WeightMatrix& proj) = 0;
   // x += block output. `next_norm`: the weight of the Norm the graph takes next (empty if
   // none), which an implementation may compute here, fused, so that Norm finds it done.
   virtual void AddResidual(const char* name, std::span<const float> next_norm) = 0;
+  // x *= scale[0] (gemma4's layer_output_scale).
+  virtual void ScaleResidual(std::span<const float> scale) = 0;
   // The final norm of x's logit rows, then the logits: those rows times output, soft-capped
   // by final_softcap if set.
   virtual void Logits(std::span<const float> output_norm, const WeightMatrix& output) = 0;

@@ -329,6 +329,26 @@ void CudaForwardBlocks::OaiMoeFeedForward(const MoeWeights&) {
   Run([] { return NotPlanned("OaiMoeFeedForward"); });
 }
 
+void CudaForwardBlocks::PerLayerInputs(const PerLayerEmbeddings&) {
+  Run([] { return NotPlanned("PerLayerInputs"); });
+}
+
+void CudaForwardBlocks::ProjectQ(const WeightMatrix&) {
+  Run([] { return NotPlanned("ProjectQ"); });
+}
+
+void CudaForwardBlocks::ValueNorm() {
+  Run([] { return NotPlanned("ValueNorm"); });
+}
+
+void CudaForwardBlocks::PerLayerEmbedding(const WeightMatrix&, const WeightMatrix&) {
+  Run([] { return NotPlanned("PerLayerEmbedding"); });
+}
+
+void CudaForwardBlocks::ScaleResidual(std::span<const float>) {
+  Run([] { return NotPlanned("ScaleResidual"); });
+}
+
 Status CudaForwardBlocks::GroupedMatmul(const DeviceWeight& w, const float* x,
                                         const uint8_t* x_q8, bool per_token,
                                         const DeviceExpertGroups& groups, float* y) {

@@ -66,6 +66,13 @@ class CudaForwardBlocks final : public ForwardBlocks {
   void AddQkvBias(std::span<const float> q_bias, std::span<const float> k_bias,
                   std::span<const float> v_bias) override;
   void HeadNorms(std::span<const float> q_norm, std::span<const float> k_norm) override;
+  // Refused by PlanCudaGraph (no kernels yet): per-layer embeddings, a Q-only projection
+  // (KV read from another layer), the value norm and the residual's scale.
+  void PerLayerInputs(const PerLayerEmbeddings& w) override;
+  void ProjectQ(const WeightMatrix& wq) override;
+  void ValueNorm() override;
+  void PerLayerEmbedding(const WeightMatrix& gate, const WeightMatrix& proj) override;
+  void ScaleResidual(std::span<const float> scale) override;
   void Attention(QueryScale scale, std::span<const float> sinks) override;
   void AttentionOutput(const WeightMatrix& wo, std::span<const float> bias) override;
   void PostNorm(std::span<const float> weight, const char* name) override;

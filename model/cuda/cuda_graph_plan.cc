@@ -27,9 +27,34 @@ class PlanningBlocks final : public ForwardBlocks {
     Call("AddQkvBias");
   }
   void HeadNorms(std::span<const float>, std::span<const float>) override { Call("HeadNorms"); }
+  void PerLayerInputs(const PerLayerEmbeddings&) override {
+    Call("PerLayerInputs", -1);
+    Lacks("PerLayerInputs (per-layer embeddings)");
+  }
+  void ProjectQ(const WeightMatrix&) override {
+    Call("ProjectQ");
+    Lacks("ProjectQ (a layer reading another layer's KV)");
+  }
+  void ValueNorm() override {
+    Call("ValueNorm");
+    Lacks("ValueNorm");
+  }
+  void PerLayerEmbedding(const WeightMatrix&, const WeightMatrix&) override {
+    Call("PerLayerEmbedding");
+    Lacks("PerLayerEmbedding");
+  }
+  void ScaleResidual(std::span<const float>) override {
+    Call("ScaleResidual");
+    Lacks("ScaleResidual");
+  }
   void Attention(QueryScale scale, std::span<const float> sinks) override {
     Call("Attention");
     if (!sinks.empty()) Lacks("Attention (attention sinks)");
+    if (!c_.StoresKv(layer_)) Lacks("Attention (KV of another layer)");
+    if (c_.Shape(layer_).head_dim != c_.head_dim || c_.Shape(layer_).n_kv_heads != c_.n_kv_heads ||
+        c_.Shape(layer_).n_rot != c_.n_rot) {
+      Lacks("Attention (layers of different head sizes)");
+    }
     if (c_.attn_temp_scale != 0.0f) Lacks("Attention (attention temperature)");
     if (layer_ >= 0 && layer_ < static_cast<int>(plan_.layers.size())) {
       plan_.layers[static_cast<size_t>(layer_)].attention = AttentionScalesOnCuda(c_, scale);
@@ -43,9 +68,11 @@ class PlanningBlocks final : public ForwardBlocks {
   void SwiGluFeedForward(const WeightMatrix&, const WeightMatrix&,
                          const WeightMatrix&) override {
     Call("SwiGluFeedForward");
+    if (c_.Shape(layer_).n_ff != c_.n_ff) Lacks("SwiGluFeedForward (per-layer widths)");
   }
   void GeluFeedForward(const WeightMatrix&, const WeightMatrix&, const WeightMatrix&) override {
     Call("GeluFeedForward");
+    if (c_.Shape(layer_).n_ff != c_.n_ff) Lacks("GeluFeedForward (per-layer widths)");
     plan_.gelu = true;
   }
   void MoeFeedForward(const MoeWeights& w) override {

@@ -9,8 +9,7 @@ namespace tokenmill::cuda {
 
 int64_t CudaKvCache::BytesPerBlock(const ModelConfig& config, KvType type, int block_size) {
   // K and V of every layer: each (token, KV head) row's elements and, for int8/fp8, its scale.
-  return 2 * static_cast<int64_t>(config.n_layers) * block_size * config.n_kv_heads *
-         KvRowTotalBytes(type, config.head_dim);
+  return KvBytesPerToken(config, type, type) * block_size;
 }
 
 StatusOr<CudaKvCache> CudaKvCache::Create(const ModelConfig& config, KvType type,
@@ -26,6 +25,7 @@ StatusOr<CudaKvCache> CudaKvCache::Create(const ModelConfig& config, KvType type
                                 " groups; the model has " + std::to_string(NumKvGroups(config)));
   }
   TM_RETURN_IF_ERROR(CheckKvTypeOnDevice(type, /*cuda=*/true, "the KV cache type"));
+  TM_RETURN_IF_ERROR(CheckKvTypeFits(type, config.head_dim));  // q4_0 / int4: blocks of 32
   CudaKvCache cache;
   cache.layer_blocks_.assign(1, 0);
   for (int layer = 0; layer < config.n_layers; ++layer) {

@@ -247,6 +247,30 @@ TEST(CudaGraphPlanTest, ExpertOrRouterBiasesAreRefusedByTheirBlock) {
       << message;
 }
 
+TEST(CudaGraphPlanTest, Gemma4IsRefusedByItsBlocks) {
+  // Sliding layers of a smaller head, the last two reading layers 0's and 1's KV, per-layer
+  // embeddings and output scales: none has a CUDA kernel yet.
+  ModelConfig c = Config("gemma4", 4);
+  c.n_ff = 128;
+  c.sliding_window = 8;
+  c.sliding_layers = {true, false, true, false};
+  for (int layer = 0; layer < 4; ++layer) {
+    const bool sliding = c.sliding_layers[static_cast<size_t>(layer)];
+    c.layer_shapes.push_back({sliding ? 16 : 32, 2, sliding ? 16 : 32, 128});
+  }
+  c.kv_source_layers = {0, 1, 0, 1};
+  Weights weights(c);
+  weights.w.per_layer.width = 8;
+  for (LayerWeights& l : weights.w.layers) l.out_scale = weights.some();
+  const std::string message = Refusal(PlanCudaGraph(kGemma4Family, c, weights.w), "gemma4");
+  EXPECT_NE(message.find("CUDA has no kernel for blocks PerLayerInputs (per-layer embeddings), "
+                         "ValueNorm, Attention (layers of different head sizes), "
+                         "PerLayerEmbedding, ScaleResidual, ProjectQ (a layer reading another "
+                         "layer's KV) and Attention (KV of another layer)"),
+            std::string::npos)
+      << message;
+}
+
 TEST(CudaGraphPlanTest, AMixtureGraphWithoutExpertsIsMalformed) {
   EXPECT_EQ(Plan(kQwen3MoeFamily, Config("qwen3moe", 2)).status().code(),
             StatusCode::kInvalidArgument);

@@ -1,0 +1,69 @@
+"""KV shared across layers (gemma4's attention.shared_kv_layers): `tokenmill info` says which
+layer's KV each layer reads, as llama.cpp's reuse rule gives it (with K the first of the last N
+layers, a sliding one reads layer K - 2, a full one K - 1), and counts a token's KV bytes over
+the layers that store only; a model without sharing stores every layer; sharing llama.cpp
+cannot run is refused at load naming the key (never a crash). The files are the tiny models of
+tests/reference/tiny_families/, the expectations worked out here from their shapes. That the
+shared layers then give llama.cpp's logits is test_tiny_families.py's, through the engine's
+KV groups test_sliding_window_kv.py's."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+from tiny_families import gemma3, gemma4  # noqa: E402
+
+BIN = os.path.join(os.environ["TOKENMILL_BIN_DIR"], "tokenmill")
+F16 = 2
+
+
+def info(path):
+    result = subprocess.run([BIN, "info", "--model", path], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["kv_cache"]
+
+
+def test_info_counts_the_storing_layers_only(tmp_path):
+    path = str(tmp_path / "gemma4.gguf")
+    gemma4.write(path)
+    first_shared = gemma4.N_LAYER - gemma4.N_SHARED
+    reads = [layer if layer < first_shared else first_shared - (2 if gemma4.SLIDING[layer] else 1)
+             for layer in range(gemma4.N_LAYER)]
+    head = [gemma4.HEAD_SWA if sliding else gemma4.HEAD_FULL for sliding in gemma4.SLIDING]
+    stored = sum(2 * gemma4.N_KV * head[layer] * F16 for layer in range(first_shared))
+    every_layer = sum(2 * gemma4.N_KV * h * F16 for h in head)
+    kv = info(path)
+    assert kv["layer_reads_kv_of"] == reads
+    assert kv["storing_layers"] == first_shared
+    assert kv["bytes_per_token_f16"] == stored
+    assert stored < every_layer
+
+
+def test_a_model_without_sharing_stores_every_layer(tmp_path):
+    path = str(tmp_path / "gemma3.gguf")
+    gemma3.write(path)
+    kv = info(path)
+    assert kv["layer_reads_kv_of"] == list(range(gemma3.N_LAYER))
+    assert kv["bytes_per_token_f16"] == 2 * gemma3.N_LAYER * gemma3.N_KV * gemma3.HEAD_DIM * F16
+
+
+@pytest.mark.parametrize("shared,message", [
+    # Only layer 0 would store: llama.cpp asserts at least 2.
+    (11, "gemma4.attention.shared_kv_layers 11 leaves fewer than 2 of 12 layers storing KV"),
+    # The first shared layer is 10, so the full layer 11 would read layer 9, a sliding one.
+    (2, "layer 11 reads the KV of layer 9, which must be an earlier layer of the same kind and "
+        "shape that stores its own"),
+])
+def test_sharing_llama_cpp_cannot_run_is_refused_by_name(tmp_path, monkeypatch, shared, message):
+    monkeypatch.setattr(gemma4, "N_SHARED", shared)
+    path = str(tmp_path / "gemma4.gguf")
+    gemma4.write(path)
+    result = subprocess.run([BIN, "generate", "--model", path, "--prompt-tokens", "1,2,3",
+                             "--max-tokens", "1"], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "terminate" not in result.stderr
