@@ -164,8 +164,9 @@ StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& f
                       PerLayerOr(file, p + "attention.head_count_kv", n_layers, n_heads));
   TM_ASSIGN_OR_RETURN(const std::vector<int> ffs,
                       PerLayerOr(file, p + "feed_forward_length", n_layers, std::nullopt));
-  const uint32_t n_kv_heads = static_cast<uint32_t>(*std::max_element(kv_heads.begin(), kv_heads.end()));
-  const uint32_t n_ff = static_cast<uint32_t>(*std::max_element(ffs.begin(), ffs.end()));
+  // The largest of each (ModelConfig::layer_shapes holds every layer's where they differ).
+  const uint32_t n_kv_heads = static_cast<uint32_t>(std::ranges::max(kv_heads));
+  const uint32_t n_ff = static_cast<uint32_t>(std::ranges::max(ffs));
   TM_ASSIGN_OR_RETURN(uint32_t context, U32Or(file, p + "context_length", 2048));
   TM_ASSIGN_OR_RETURN(c.rms_eps, file.GetF32(p + "attention.layer_norm_rms_epsilon"));
   TM_ASSIGN_OR_RETURN(c.rope_freq_base, F32Or(file, p + "rope.freq_base", 10000.0f));

@@ -89,7 +89,8 @@ Status ValidateForwardInput(const ModelConfig& c, const ForwardInput& in, const 
   }
   for (int layer = 0; layer < c.n_layers; ++layer) {
     const KvCacheView view = kv.Layer(layer);
-    if (view.n_kv_heads != c.Shape(layer).n_kv_heads || view.head_dim != c.Shape(layer).head_dim) {
+    const ModelConfig::LayerShape shape = c.Shape(layer);
+    if (view.n_kv_heads != shape.n_kv_heads || view.head_dim != shape.head_dim) {
       return InvalidArgumentError("the KV cache was made for another model shape");
     }
   }

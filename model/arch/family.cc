@@ -9,9 +9,9 @@ namespace tokenmill {
 namespace {
 
 constexpr const ModelFamily* kFamilies[] = {
-    &kLlamaFamily,  &kQwen2Family, &kQwen3Family,    &kGemmaFamily,    &kGemma2Family,
-    &kGemma3Family, &kGemma4Family, &kPhi3Family,  &kQwen2MoeFamily, &kQwen3MoeFamily, &kGptOssFamily,
-    &kMistral3Family};
+    &kLlamaFamily,    &kQwen2Family,    &kQwen3Family,    &kGemmaFamily,
+    &kGemma2Family,   &kGemma3Family,   &kGemma4Family,   &kPhi3Family,
+    &kQwen2MoeFamily, &kQwen3MoeFamily, &kGptOssFamily,   &kMistral3Family};
 
 // "'llama' and 'qwen2'": the names of the families, for the refusal.
 std::string FamilyNames() {
@@ -71,7 +71,8 @@ Status LoadQkvBiases(const GgufFile& file, const ModelConfig& c, int layer, F32C
                      LayerWeights& l) {
   const std::string p = "blk." + std::to_string(layer) + ".";
   const ModelConfig::LayerShape shape = c.Shape(layer);
-  TM_ASSIGN_OR_RETURN(l.q_bias, LoadVector(file, p + "attn_q.bias", shape.q_dim(c.n_heads), copies));
+  TM_ASSIGN_OR_RETURN(l.q_bias,
+                      LoadVector(file, p + "attn_q.bias", shape.q_dim(c.n_heads), copies));
   TM_ASSIGN_OR_RETURN(l.k_bias, LoadVector(file, p + "attn_k.bias", shape.kv_dim(), copies));
   TM_ASSIGN_OR_RETURN(l.v_bias, LoadVector(file, p + "attn_v.bias", shape.kv_dim(), copies));
   return OkStatus();

@@ -62,7 +62,9 @@ TEST(KvSharingTest, OnlyStoringLayersOwnMemoryAndReadersGetTheirSourcesView) {
 }
 
 TEST(KvSharingTest, ImpossibleSharingIsRefusedNamingTheLayer) {
-  const auto refusal = [](const ModelConfig& c) { return std::string(CheckLayerShapes(c).message()); };
+  const auto refusal = [](const ModelConfig& c) {
+    return std::string(CheckLayerShapes(c).message());
+  };
   ModelConfig later = SharedConfig();
   later.kv_source_layers = {0, 4, 2, 1, 4, 2};  // layer 1 reads a later layer
   EXPECT_NE(refusal(later).find("layer 1 reads the KV of layer 4"), std::string::npos);
