@@ -4,13 +4,13 @@ namespace tokenmill {
 
 bool KvTypeOnCpu(KvType type) { return type != KvType::kFp8; }
 
-bool KvTypeOnCuda(KvType type) { return type != KvType::kQ4_0 && type != KvType::kInt4; }
+bool KvTypeOnCuda(KvType /*type*/) { return true; }
 
 Status CheckKvTypeOnDevice(KvType type, bool cuda, std::string_view flag) {
   if (cuda && !KvTypeOnCuda(type)) {
     return InvalidArgumentError(std::string(flag) + " " + std::string(KvTypeName(type)) +
-                                " runs on the CPU only; with --device cuda use f16, f32, int8 "
-                                "or fp8");
+                                " does not run on CUDA; with --device cuda use f16, f32, "
+                                "int8, fp8, q4_0 or int4");
   }
   if (!cuda && !KvTypeOnCpu(type)) {
     return InvalidArgumentError(std::string(flag) + " " + std::string(KvTypeName(type)) +
@@ -50,8 +50,8 @@ StatusOr<KvType> ParseKvType(std::string_view name) {
     if (name == KvTypeName(type)) return type;
   }
   return InvalidArgumentError("unknown KV cache type \"" + std::string(name) +
-                              "\": use f16, f32, int8, q4_0 or int4 (the CPU only) or fp8 "
-                              "(--device cuda only)");
+                              "\": use f16, f32, int8, q4_0, int4 or fp8 (--device cuda "
+                              "only)");
 }
 
 }  // namespace tokenmill

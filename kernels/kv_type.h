@@ -10,8 +10,7 @@
 
 namespace tokenmill {
 
-// Whether the CPU kernels read this type (all but fp8), and the CUDA ones (all but the 4-bit
-// types).
+// Whether the CPU kernels read this type (all but fp8), and the CUDA ones (all).
 bool KvTypeOnCpu(KvType type);
 bool KvTypeOnCuda(KvType type);
 

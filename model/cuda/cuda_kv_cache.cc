@@ -25,7 +25,7 @@ StatusOr<CudaKvCache> CudaKvCache::Create(const ModelConfig& config, KvType type
                                 " groups; the model has " + std::to_string(NumKvGroups(config)));
   }
   TM_RETURN_IF_ERROR(CheckKvTypeOnDevice(type, /*cuda=*/true, "the KV cache type"));
-  TM_RETURN_IF_ERROR(CheckKvTypeFits(type, config.head_dim));  // q4_0 / int4: blocks of 32
+  TM_RETURN_IF_ERROR(CheckKvTypeFitsLayers(config, type));  // q4_0 / int4: blocks of 32
   CudaKvCache cache;
   cache.layer_blocks_.assign(1, 0);
   for (int layer = 0; layer < config.n_layers; ++layer) {

@@ -87,9 +87,9 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "KV cache size (\"2GiB\") or fraction of available memory (\"0.5\")");
   AddOption(app, "--kv-cache-dtype", o.kv_cache_dtype,
             "KV cache element type: f16, int8 (a scale per token and KV head: about twice "
-            "the tokens), q4_0 (llama.cpp's 4-bit blocks of 32: 3.56x the tokens; the CPU "
-            "only), int4 (4-bit with a scale and zero per 32 values: 3.2x, closer to f16 than "
-            "q4_0; the CPU only) or fp8 (E4M3 in int8's layout; needs --device cuda)")
+            "the tokens), q4_0 (llama.cpp's 4-bit blocks of 32: 3.56x the tokens), int4 "
+            "(4-bit with a scale and zero per 32 values: 3.2x, closer to f16 than q4_0) or "
+            "fp8 (E4M3 in int8's layout; needs --device cuda)")
       ->check(CLI::IsMember({"f16", "int8", "q4_0", "int4", "fp8"}));
   AddOption(app, "--kv-cache-dtype-v", o.kv_cache_dtype_v,
             "V's element type when it should differ from --kv-cache-dtype's, which is then K's "
