@@ -633,8 +633,8 @@ struct AttentionCase {
   int n_kv_heads;
   // The Gemmas' variants: Q pre-scaled (then q.k scaled by 1), soft-capped scores, a window.
   DeviceAttentionVariant variant = {};
-  // Elements by which the K and V pools start past a 16-byte boundary: > 0 keeps rows that
-  // are whole 16-byte pieces off the cp.async path (PlanAttentionTiles).
+  // Bytes by which the K and V pools start past a 16-byte boundary: > 0 keeps rows that are
+  // whole 16-byte pieces off the cp.async path (PlanAttentionTiles).
   int pool_offset = 0;
   int32_t decode_length = 1030;  // the long decode's KV length
 };
@@ -688,26 +688,31 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   const std::vector<float> q = Random(n_tokens * c.n_heads * c.head_dim, rng_);
 
   // CPU: store every K/V row, then the reference attention over the stored values. fp8,
-  // which the CPU kernels do not write, is quantized row by row with QuantizeKvRow.
-  const int64_t elem = KvRowBytes(c.kv_type, 1);  // the types here have whole-byte elements
-  const bool quantized = KvRowScaleBytes(c.kv_type, c.head_dim) > 0;
+  // which the CPU kernels do not write, is quantized row by row with QuantizeKvRow. Each
+  // (slot, KV head) row has row_bytes of codes (q4_0 / int4: head_dim / 2) and scale_bytes of
+  // scales (int8 / fp8: a float; q4_0 / int4: f16s per block of 32).
+  const int64_t row_bytes = KvRowBytes(c.kv_type, c.head_dim);
+  const int64_t scale_bytes = KvRowScaleBytes(c.kv_type, c.head_dim);
+  const bool quantized = scale_bytes > 0;
+  const bool four_bit = c.kv_type == KvType::kQ4_0 || c.kv_type == KvType::kInt4;
   const int64_t n_rows = num_blocks * block_size * c.n_kv_heads;
-  std::vector<uint8_t> k_cache(num_blocks * block_size * row * elem),
-      v_cache(num_blocks * block_size * row * elem);
-  std::vector<float> k_scales(quantized ? n_rows : 0), v_scales(quantized ? n_rows : 0);
+  std::vector<uint8_t> k_cache(n_rows * row_bytes), v_cache(n_rows * row_bytes);
+  std::vector<uint8_t> k_scales(n_rows * scale_bytes), v_scales(n_rows * scale_bytes);
   const KvCacheView cpu_kv{c.kv_type,    k_cache.data(), v_cache.data(),
                            num_blocks,   block_size,     c.n_kv_heads,
                            c.head_dim,   quantized ? k_scales.data() : nullptr,
                            quantized ? v_scales.data() : nullptr};
   if (c.kv_type == KvType::kFp8) {
+    auto* k_row_scales = reinterpret_cast<float*>(k_scales.data());
+    auto* v_row_scales = reinterpret_cast<float*>(v_scales.data());
     for (size_t t = 0; t < all_slots.size(); ++t) {
       for (int h = 0; h < c.n_kv_heads; ++h) {
         const int64_t dst = all_slots[t] * c.n_kv_heads + h;
         const int64_t src = static_cast<int64_t>(t) * c.n_kv_heads + h;
-        k_scales[dst] = QuantizeKvRow(k.data() + src * c.head_dim, c.head_dim, true,
-                                      k_cache.data() + dst * c.head_dim);
-        v_scales[dst] = QuantizeKvRow(v.data() + src * c.head_dim, c.head_dim, true,
-                                      v_cache.data() + dst * c.head_dim);
+        k_row_scales[dst] = QuantizeKvRow(k.data() + src * c.head_dim, c.head_dim, true,
+                                          k_cache.data() + dst * c.head_dim);
+        v_row_scales[dst] = QuantizeKvRow(v.data() + src * c.head_dim, c.head_dim, true,
+                                          v_cache.data() + dst * c.head_dim);
       }
     }
   } else {
@@ -728,20 +733,26 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   PagedAttentionReference(cpu_kv, batch, table, q_scaled.data(), c.n_heads, scale, want.data(),
                           cpu_variant);
 
-  // GPU: store through the device kernel (must give the same bytes), then attend.
-  const int64_t pool_offset = c.pool_offset * elem;
+  // GPU: store through the device kernel (must give the same bytes), then attend. The pools
+  // and scale arrays start zeroed as the CPU's, so the slots past each sequence's last
+  // position compare too.
+  const int64_t pool_offset = c.pool_offset;
   DeviceBuffer dk_cache = Scratch(static_cast<int64_t>(k_cache.size()) + pool_offset);
   DeviceBuffer dv_cache = Scratch(static_cast<int64_t>(v_cache.size()) + pool_offset);
-  DeviceBuffer dk_scales = Scratch(std::max<int64_t>(1, n_rows) * 4);
-  DeviceBuffer dv_scales = Scratch(std::max<int64_t>(1, n_rows) * 4);
+  DeviceBuffer dk_scales = Scratch(std::max<int64_t>(1, n_rows * scale_bytes));
+  DeviceBuffer dv_scales = Scratch(std::max<int64_t>(1, n_rows * scale_bytes));
   ASSERT_TRUE(dk_cache.Zero().ok() && dv_cache.Zero().ok());
+  ASSERT_TRUE(dk_scales.Zero().ok() && dv_scales.Zero().ok());
   uint8_t* const k_pool = static_cast<uint8_t*>(dk_cache.data()) + pool_offset;
   uint8_t* const v_pool = static_cast<uint8_t*>(dv_cache.data()) + pool_offset;
   const bool aligned_pools = reinterpret_cast<uintptr_t>(k_pool) % kCopyBytes == 0 &&
                             reinterpret_cast<uintptr_t>(v_pool) % kCopyBytes == 0;
   ASSERT_EQ(aligned_pools, pool_offset % kCopyBytes == 0);  // cudaMalloc's are aligned
   const AttentionTilePlan plan =
-      PlanAttentionTiles(c.head_dim, static_cast<int>(elem), aligned_pools);
+      four_bit ? PlanAttentionTileRows(static_cast<int>(row_bytes), static_cast<int>(scale_bytes),
+                                       aligned_pools)
+               : PlanAttentionTiles(c.head_dim, static_cast<int>(row_bytes / c.head_dim),
+                                    aligned_pools);
   std::printf("K/V rows of %d bytes %s, tiles of %d positions, splits of up to %d\n",
               plan.row_bytes, plan.vector_rows ? "in 16-byte pieces" : "element by element",
               plan.positions, SplitPositions(c.decode_length));
@@ -752,20 +763,17 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
                            block_size,
                            c.n_kv_heads,
                            c.head_dim,
-                           quantized ? dk_scales.as<float>() : nullptr,
-                           quantized ? dv_scales.as<float>() : nullptr};
+                           quantized ? dk_scales.data() : nullptr,
+                           quantized ? dv_scales.data() : nullptr};
   DeviceBuffer dall_slots = ToDevice(all_slots), dk = ToDevice(k), dv = ToDevice(v);
   ASSERT_EQ(StoreKv(gpu_kv, dall_slots.as<int64_t>(), static_cast<int64_t>(all_slots.size()),
                     dk.as<float>(), dv.as<float>(), nullptr),
             cudaSuccess);
   EXPECT_EQ(PoolBytes(k_pool, k_cache.size()), k_cache);
   EXPECT_EQ(PoolBytes(v_pool, v_cache.size()), v_cache);
-  if (quantized) {
-    // Every slot is written, so the whole scale arrays compare (bit for bit).
-    const std::vector<float> got_k = ToHost<float>(dk_scales, k_scales.size());
-    const std::vector<float> got_v = ToHost<float>(dv_scales, v_scales.size());
-    EXPECT_EQ(std::memcmp(got_k.data(), k_scales.data(), k_scales.size() * 4), 0);
-    EXPECT_EQ(std::memcmp(got_v.data(), v_scales.data(), v_scales.size() * 4), 0);
+  if (quantized) {  // the whole scale arrays, bit for bit
+    EXPECT_EQ(ToHost<uint8_t>(dk_scales, k_scales.size()), k_scales);
+    EXPECT_EQ(ToHost<uint8_t>(dv_scales, v_scales.size()), v_scales);
   }
 
   std::vector<int32_t> seq_of(static_cast<size_t>(n_tokens));
@@ -791,18 +799,23 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   DeviceBuffer out = Scratch(static_cast<int64_t>(q.size()) * 4);
   if (c.variant.sliding_window > 0) {
     // Blocks wholly before every window are never read: poison them (NaN), so a read shows.
-    std::vector<uint8_t> nan_block(static_cast<size_t>(block_size * row * elem), 0xff);
+    // Codes and scales: an int8 or 4-bit code of all ones is a number, its scale a NaN.
+    const int64_t block_rows = int64_t{block_size} * c.n_kv_heads;
+    std::vector<uint8_t> nan_block(static_cast<size_t>(block_rows * row_bytes), 0xff);
+    std::vector<uint8_t> nan_scales(static_cast<size_t>(block_rows * scale_bytes), 0xff);
+    const auto poison = [](uint8_t* dst, const std::vector<uint8_t>& bytes) {
+      return bytes.empty() || cudaMemcpy(dst, bytes.data(), bytes.size(),
+                                         cudaMemcpyHostToDevice) == cudaSuccess;
+    };
     for (size_t seq = 0; seq < lengths.size(); ++seq) {
       const int32_t first = FirstVisible(c.variant.sliding_window,
                                          lengths[seq] - new_tokens[seq]);
       for (int32_t b = 0; b < first / block_size; ++b) {
-        const int64_t at = int64_t{kv_indices[kv_indptr[seq] + b]} * block_size * row * elem;
-        ASSERT_EQ(cudaMemcpy(k_pool + at, nan_block.data(),
-                             nan_block.size(), cudaMemcpyHostToDevice),
-                  cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(v_pool + at, nan_block.data(),
-                             nan_block.size(), cudaMemcpyHostToDevice),
-                  cudaSuccess);
+        const int64_t block = kv_indices[kv_indptr[seq] + b];
+        ASSERT_TRUE(poison(k_pool + block * block_rows * row_bytes, nan_block));
+        ASSERT_TRUE(poison(v_pool + block * block_rows * row_bytes, nan_block));
+        ASSERT_TRUE(poison(dk_scales.as<uint8_t>() + block * block_rows * scale_bytes, nan_scales));
+        ASSERT_TRUE(poison(dv_scales.as<uint8_t>() + block * block_rows * scale_bytes, nan_scales));
       }
     }
   }
@@ -817,7 +830,7 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
     // same codes and scales) up to the comparison above. The fixed bounds this replaces
     // (0.01 int8, 0.04 fp8) were below the CPU's own error on these shapes (0.013-0.032 and
     // 0.09-0.12, measured here): the short prefill's first tokens average a few rows only.
-    std::vector<float> k_exact(k_cache.size() / elem), v_exact(v_cache.size() / elem);
+    std::vector<float> k_exact(n_rows * c.head_dim), v_exact(n_rows * c.head_dim);
     for (size_t t = 0; t < all_slots.size(); ++t) {
       std::copy_n(k.data() + t * row, row, k_exact.data() + all_slots[t] * row);
       std::copy_n(v.data() + t * row, row, v_exact.data() + all_slots[t] * row);
@@ -887,7 +900,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
                                            AttentionCase{KvType::kInt8, 40, 8, 2},
                                            AttentionCase{KvType::kFp8, 24, 8, 2,
                                                          {1.0f, 0.0f, 50}},
-                                           AttentionCase{KvType::kF16, 64, 8, 2, {}, 1},
+                                           AttentionCase{KvType::kF16, 64, 8, 2, {}, 2},
                                            AttentionCase{KvType::kInt8, 64, 9, 3, {}, 4},
                                            // Many tiles a split, so the two stages take
                                            // turns many times (4500: splits of 128, 8 tiles;
@@ -897,7 +910,30 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
                                            AttentionCase{KvType::kInt8, 64, 16, 2, {}, 0, 4500},
                                            AttentionCase{KvType::kFp8, 128, 8, 2,
                                                          {1.0f, 0.0f, 1000}, 0, 4500},
-                                           AttentionCase{KvType::kF16, 13, 6, 2, {}, 0, 4500}));
+                                           AttentionCase{KvType::kF16, 13, 6, 2, {}, 0, 4500},
+                                           // q4_0 and int4 (issue 39): keys rotated in blocks
+                                           // of 64, 128, 256 (192: of 64), none for heads of
+                                           // 32 and 96 (q4_0's 2 and 6 bytes of scales a row,
+                                           // copied f16 by f16); the Gemmas' variants and
+                                           // windows; pools 4 and 8 bytes off (codes byte by
+                                           // byte); many tiles a split.
+                                           AttentionCase{KvType::kQ4_0, 64, 9, 3},
+                                           AttentionCase{KvType::kInt4, 64, 9, 3},
+                                           AttentionCase{KvType::kQ4_0, 128, 32, 8},
+                                           AttentionCase{KvType::kInt4, 128, 16, 8,
+                                                         {1.0f, 0.0f, 64}},
+                                           AttentionCase{KvType::kQ4_0, 256, 16, 1,
+                                                         {0.0625f, 0.0f, 300}},
+                                           AttentionCase{KvType::kInt4, 256, 8, 4},
+                                           AttentionCase{KvType::kQ4_0, 192, 8, 2},
+                                           AttentionCase{KvType::kQ4_0, 32, 4, 2,
+                                                         {0.25f, 5.0f, 7}},
+                                           AttentionCase{KvType::kInt4, 96, 6, 2},
+                                           AttentionCase{KvType::kQ4_0, 96, 8, 2, {}, 4},
+                                           AttentionCase{KvType::kInt4, 64, 8, 2, {}, 8},
+                                           AttentionCase{KvType::kQ4_0, 64, 16, 2, {}, 0, 4500},
+                                           AttentionCase{KvType::kInt4, 128, 8, 2,
+                                                         {1.0f, 0.0f, 1000}, 0, 4500}));
 
 }  // namespace
 }  // namespace tokenmill::cuda
