@@ -99,10 +99,15 @@ TEST_P(CudaKvQuantTest, GreedyArgmaxFollowsF16) {
 }
 
 // A pool of N blocks takes N x BytesPerBlock of device memory, and BytesPerBlock is what
-// the engine's sizing (PlanKvCache) charges per block: int8 and fp8 about half of f16.
+// the engine's sizing (PlanKvCache) charges per block: int8 and fp8 about half of f16, q4_0
+// and int4 (heads of a multiple of 32: not stories260K's) 18 and 20 bytes per 32 values.
 TEST_P(CudaKvQuantTest, PoolBytesFollowTheElementSize) {
   const ModelConfig& c = model_->config();
-  for (KvType type : {KvType::kF16, KvType::kInt8, KvType::kFp8}) {
+  for (KvType type : {KvType::kF16, KvType::kInt8, KvType::kFp8, KvType::kQ4_0, KvType::kInt4}) {
+    if (!CheckKvTypeFits(type, c.head_dim).ok()) {
+      EXPECT_FALSE(CudaKvCache::Create(c, type, 16, 16).ok()) << KvTypeName(type);
+      continue;
+    }
     const KvGeometry geometry{c.n_layers, c.n_kv_heads, c.head_dim, KvElementBits(type),
                               static_cast<int>(KvRowScaleBytes(type, c.head_dim))};
     auto plan = PlanKvCache(geometry, 16, int64_t{1} << 30);
