@@ -92,6 +92,8 @@ struct ModelConfig {
   // Per-layer embeddings' width (gemma4's embedding_length_per_layer_input): each layer gets
   // an input of its own per token (ModelWeights::per_layer); 0: none.
   int n_embd_per_layer = 0;
+  // AltUp's residual streams (gemma3n: ModelWeights::altup_proj); 0: none.
+  int altup_streams = 0;
   // Llama 4's attention temperature (mistral3's attention.temperature_scale): after RoPE, the
   // query of the token at position p is multiplied by AttentionTemperature(p); 0: none.
   float attn_temp_scale = 0.0f;

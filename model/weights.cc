@@ -63,6 +63,14 @@ Status LoadAll(const GgufFile& file, const ModelConfig& c, const ModelFamily& fa
     TM_ASSIGN_OR_RETURN(p.proj_norm, LoadVector(file, "per_layer_proj_norm.weight",
                                                 c.n_embd_per_layer, copies));
   }
+  if (c.altup_streams > 0) {
+    // AltUp's projections (gemma3n), one n_embd x n_embd matrix per stream after the first.
+    TM_ASSIGN_OR_RETURN(w.altup_proj, LoadExpertMatrices(file, "altup_proj.weight", c.n_embd,
+                                                         c.n_embd, c.altup_streams - 1));
+    TM_ASSIGN_OR_RETURN(w.altup_unembd_proj,
+                        LoadExpertMatrices(file, "altup_unembd_proj.weight", c.n_embd, c.n_embd,
+                                           c.altup_streams - 1));
+  }
   for (int i = 0; i < c.n_layers; ++i) {
     TM_ASSIGN_OR_RETURN(LayerWeights l, family.load_layer(file, c, i, copies));
     w.layers.push_back(l);

@@ -32,6 +32,23 @@ struct MoeWeights {
   WeightMatrix shared_gate, shared_up, shared_down, shared_gate_inp;
 };
 
+// A layer's AltUp (gemma3n: several residual streams, the first of them the active one the
+// layer computes on): the router over a normed stream (router_norm, router: n_streams rows of
+// n_embd), the prediction's coefficients (predict_coef: n_streams² rows of n_streams), the
+// correction's (correct_coef: n_streams rows of n_streams) and the scale of the corrected
+// active stream before the per-layer embedding (correct_scale: n_embd).
+struct AltUpWeights {
+  std::span<const float> router_norm;
+  WeightMatrix router, predict_coef, correct_coef;
+  std::span<const float> correct_scale;
+};
+
+// A layer's LAuReL (gemma3n): a low-rank residual, post_norm(right · left · h) + h.
+struct LaurelWeights {
+  WeightMatrix left, right;  // laurel_l: rank rows of n_embd; laurel_r: n_embd rows of rank
+  std::span<const float> post_norm;
+};
+
 // The tensors a layer may have (as llama.cpp's llama_layer); its family loads those it uses
 // and leaves the others empty.
 struct LayerWeights {
@@ -47,10 +64,12 @@ struct LayerWeights {
   std::span<const float> ffn_post_norm;  // of the feed-forward's output (gemma2, gemma3)
   MoeWeights moe;  // ModelConfig::experts.n_expert > 0, instead of gate, up and down
   // The per-layer embedding's gate (inp_gate: width rows of n_embd), projection back (proj:
-  // n_embd rows of width) and its norm (post_norm) (gemma4); empty without.
+  // n_embd rows of width) and its norm (post_norm) (gemma3n, gemma4); empty without.
   WeightMatrix per_layer_gate, per_layer_proj;
   std::span<const float> per_layer_post_norm;
   std::span<const float> out_scale;  // one factor of the layer's output (gemma4), or empty
+  AltUpWeights altup;    // gemma3n
+  LaurelWeights laurel;  // gemma3n
 };
 
 // Per-layer embeddings (gemma3n, gemma4): each token's input of every layer, `width` values
@@ -72,6 +91,9 @@ struct ModelWeights {
   WeightMatrix output;  // token_embd when tied
   std::span<const float> rope_freqs;  // empty unless the file has rope_freqs.weight
   PerLayerEmbeddings per_layer;
+  // AltUp's projections of the embedding into the streams after the first and of those
+  // streams back at the end (gemma3n's altup_proj, altup_unembd_proj), or empty.
+  std::vector<WeightMatrix> altup_proj, altup_unembd_proj;
   std::vector<LayerWeights> layers;
   std::shared_ptr<const F32Copies> f32_copies;  // shared by copies of these weights
 };

@@ -1,5 +1,6 @@
 #include "model/arch/cpu_blocks.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/paged_attention.h"
@@ -311,10 +312,11 @@ void CpuForwardBlocks::AddResidual(const char* name, std::span<const float> next
   Tap(name, layer_, x_, n_, d);
 }
 
-void CpuForwardBlocks::PerLayerEmbedding(const WeightMatrix& gate, const WeightMatrix& proj) {
+void CpuForwardBlocks::PerLayerTerm(const float* in, const WeightMatrix& gate,
+                                    const WeightMatrix& proj) {
   const int64_t width = gate.rows;
   const int64_t row = int64_t{c_.n_layers} * width;
-  MatmulOp(gate, x_.data(), n_, per_layer_gate_.data());
+  MatmulOp(gate, in, n_, per_layer_gate_.data());
   ForTokens([&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       float* g = per_layer_gate_.data() + t * width;
@@ -324,7 +326,191 @@ void CpuForwardBlocks::PerLayerEmbedding(const WeightMatrix& gate, const WeightM
     }
   });
   MatmulOp(proj, per_layer_gate_.data(), n_, proj_.data());
+}
+
+void CpuForwardBlocks::PerLayerEmbedding(const WeightMatrix& gate, const WeightMatrix& proj) {
+  PerLayerTerm(x_.data(), gate, proj);
   Tap("per_layer_embd", layer_, proj_, n_, c_.n_embd);
+}
+
+namespace {
+
+// √Σx² of n values, as ggml_sqrt(ggml_sum_rows(ggml_sqr(x))): float squares summed in double.
+float Magnitude(const float* x, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  return std::sqrt(static_cast<float>(sum));
+}
+
+// y *= target / |y| as ggml_div(ggml_mul(y, target), |y|), over n values.
+void RescaleTo(float target, float* y, int64_t n) {
+  const float magnitude = Magnitude(y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] * target / magnitude;
+}
+
+}  // namespace
+
+void CpuForwardBlocks::SparseGeluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
+                                             const WeightMatrix& down, float std_multiplier) {
+  GatedFeedForward(
+      gate, up, down, "ffn_geglu",
+      [&](const float* g, const float* u, int64_t, int64_t size, float* out) {
+        ForTokens([&](int64_t b, int64_t e) {
+          for (int64_t t = b; t < e; ++t) {
+            // In ggml's ops and types (gaussian_topk): the mean and the sum of squares in
+            // double, rounded to float; the deviation over n - 1.
+            float* row = out + t * size;
+            const float* gate_row = g + t * size;
+            double sum = 0.0;
+            for (int64_t i = 0; i < size; ++i) sum += static_cast<double>(gate_row[i]);
+            const float mean = static_cast<float>(sum) / static_cast<float>(size);
+            double squares = 0.0;
+            for (int64_t i = 0; i < size; ++i) {
+              const float deviation = gate_row[i] - mean;
+              squares += static_cast<double>(deviation * deviation);
+            }
+            const float std = std::sqrt(static_cast<float>(squares) *
+                                        (1.0f / static_cast<float>(size - 1)));
+            const float cutoff = mean + std * std_multiplier;
+            for (int64_t i = 0; i < size; ++i) {
+              const float above = gate_row[i] - cutoff;
+              row[i] = above > 0.0f ? above : 0.0f;
+            }
+            GeluTanhGlu(row, u + t * size, size, row);
+          }
+        });
+      });
+}
+
+void CpuForwardBlocks::AltUpStreams(std::span<const WeightMatrix> proj) {
+  const int64_t d = c_.n_embd;
+  n_streams_ = static_cast<int64_t>(proj.size()) + 1;
+  Grow(streams_, n_streams_ * n_ * d);
+  Grow(predictions_, n_streams_ * n_ * d);
+  Grow(laurel_, n_ * d);
+  Grow(modalities_, n_ * n_streams_);
+  Grow(coefs_, n_ * n_streams_ * n_streams_);
+  std::copy(x_.begin(), x_.begin() + n_ * d, streams_.begin());
+  for (int64_t s = 1; s < n_streams_; ++s) {
+    float* stream = Stream(streams_, s);
+    MatmulOp(proj[static_cast<size_t>(s - 1)], x_.data(), n_, stream);
+    ForTokens([&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) RescaleTo(Magnitude(x_.data() + t * d, d), stream + t * d, d);
+    });
+  }
+  Tap("inp_stacked", -1, streams_, n_streams_ * n_, d);
+}
+
+void CpuForwardBlocks::AltUpModalities(const AltUpWeights& w, const float* in, float* out) {
+  const int64_t d = c_.n_embd;
+  const float scale = 1.0f / static_cast<float>(d);
+  ForTokens([&](int64_t b, int64_t e) {
+    RmsNorm(in + b * d, w.router_norm, c_.rms_eps, e - b, h_.data() + b * d);
+    for (int64_t i = b * d; i < e * d; ++i) h_[i] *= scale;
+  });
+  MatmulOp(w.router, h_.data(), n_, out);
+  for (int64_t i = 0; i < n_ * n_streams_; ++i) out[i] = std::tanh(out[i]);
+}
+
+void CpuForwardBlocks::AltUpPredict(const AltUpWeights& w) {
+  const int64_t d = c_.n_embd, n = n_streams_;
+  AltUpModalities(w, Stream(streams_, 0), modalities_.data());
+  MatmulOp(w.predict_coef, modalities_.data(), n_, coefs_.data());
+  // P_j = X_j + Σ_k c[j·n + k] X_k, the sum over k in float from 0 as ggml's mul_mat of the
+  // permuted streams takes it (dot products of n < 32 values: its vec_dot's leftover loop).
+  ForTokens([&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const float* c = coefs_.data() + t * n * n;
+      for (int64_t j = 0; j < n; ++j) {
+        float* prediction = Stream(predictions_, j) + t * d;
+        const float* own = Stream(streams_, j) + t * d;
+        for (int64_t i = 0; i < d; ++i) {
+          float sum = 0.0f;
+          for (int64_t k = 0; k < n; ++k) sum += Stream(streams_, k)[t * d + i] * c[j * n + k];
+          prediction[i] = sum + own[i];
+        }
+      }
+    }
+  });
+  std::copy(predictions_.begin(), predictions_.begin() + n_ * d, x_.begin());
+  h_norm_ = nullptr;
+  Tap("predictions", layer_, predictions_, n * n_, d);
+}
+
+void CpuForwardBlocks::Laurel(const LaurelWeights& w) {
+  const int64_t d = c_.n_embd;
+  Grow(per_layer_gate_, n_ * w.left.rows);
+  MatmulOp(w.left, h_.data(), n_, per_layer_gate_.data());
+  MatmulOp(w.right, per_layer_gate_.data(), n_, laurel_.data());
+  ForTokens([&](int64_t b, int64_t e) {
+    RmsNorm(laurel_.data() + b * d, w.post_norm, c_.rms_eps, e - b, laurel_.data() + b * d);
+    AddInPlace(laurel_.data() + b * d, h_.data() + b * d, (e - b) * d);
+  });
+  Tap("laurel_out", layer_, laurel_, n_, d);
+}
+
+void CpuForwardBlocks::AddLaurel() {
+  const float scale = 1.0f / std::sqrt(2.0f);
+  for (int64_t i = 0; i < n_ * c_.n_embd; ++i) x_[i] = (x_[i] + laurel_[i]) * scale;
+  h_norm_ = nullptr;
+  Tap("attn_laurel", layer_, x_, n_, c_.n_embd);
+}
+
+void CpuForwardBlocks::AltUpCorrect(const AltUpWeights& w, const WeightMatrix& per_layer_gate,
+                                    const WeightMatrix& per_layer_proj,
+                                    std::span<const float> per_layer_post_norm) {
+  const int64_t d = c_.n_embd, n = n_streams_;
+  AltUpModalities(w, x_.data(), modalities_.data());
+  MatmulOp(w.correct_coef, modalities_.data(), n_, coefs_.data());
+  for (int64_t i = 0; i < n_ * n; ++i) coefs_[i] += 1.0f;
+  // The corrected streams go where the streams were; C_0 * correct_scale into h.
+  ForTokens([&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const float* active = Stream(predictions_, 0) + t * d;
+      const float* output = x_.data() + t * d;
+      for (int64_t s = 0; s < n; ++s) {
+        const float coef = coefs_[t * n + s];
+        const float* prediction = Stream(predictions_, s) + t * d;
+        float* corrected = Stream(streams_, s) + t * d;
+        for (int64_t i = 0; i < d; ++i) {
+          corrected[i] = (output[i] - active[i]) * coef + prediction[i];
+        }
+      }
+      const float* first = Stream(streams_, 0) + t * d;
+      for (int64_t i = 0; i < d; ++i) {
+        h_[t * d + i] = first[i] * w.correct_scale[static_cast<size_t>(i)];
+      }
+    }
+  });
+  Tap("corrected", layer_, streams_, n * n_, d);
+  PerLayerTerm(h_.data(), per_layer_gate, per_layer_proj);
+  ForTokens([&](int64_t b, int64_t e) {
+    RmsNorm(proj_.data() + b * d, per_layer_post_norm, c_.rms_eps, e - b, proj_.data() + b * d);
+    for (int64_t s = 1; s < n; ++s) {
+      AddInPlace(Stream(streams_, s) + b * d, proj_.data() + b * d, (e - b) * d);
+    }
+  });
+  h_norm_ = nullptr;
+  Tap("first_prediction_out", layer_, proj_, n_, d);
+}
+
+void CpuForwardBlocks::AltUpMerge(std::span<const WeightMatrix> unembd) {
+  const int64_t d = c_.n_embd, n = n_streams_;
+  std::copy(streams_.begin(), streams_.begin() + n_ * d, x_.begin());
+  for (int64_t s = 1; s < n; ++s) {
+    float* stream = Stream(predictions_, s);  // free until the next step's AltUpPredict
+    MatmulOp(unembd[static_cast<size_t>(s - 1)], Stream(streams_, s), n_, stream);
+    ForTokens([&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        RescaleTo(Magnitude(Stream(streams_, 0) + t * d, d), stream + t * d, d);
+      }
+    });
+    AddInPlace(x_.data(), stream, n_ * d);
+  }
+  const float scale = 1.0f / static_cast<float>(n);
+  for (int64_t i = 0; i < n_ * d; ++i) x_[i] *= scale;
+  h_norm_ = nullptr;
+  Tap("unembd_merged", -1, x_, n_, d);
 }
 
 void CpuForwardBlocks::ScaleResidual(std::span<const float> scale) {

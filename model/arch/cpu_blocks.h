@@ -106,6 +106,19 @@ class CpuForwardBlocks final : public ForwardBlocks {
   void PerLayerEmbedding(const WeightMatrix& gate, const WeightMatrix& proj) override;
   // Shows out_scaled.
   void ScaleResidual(std::span<const float> scale) override;
+  // Shows ffn_gate, ffn_up, ffn_geglu (after the sparsity), ffn_out.
+  void SparseGeluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
+                             const WeightMatrix& down, float std_multiplier) override;
+  // Show inp_stacked (every stream), predictions, corrected, altup_merged.
+  void AltUpStreams(std::span<const WeightMatrix> proj) override;
+  void AltUpPredict(const AltUpWeights& w) override;
+  void AltUpCorrect(const AltUpWeights& w, const WeightMatrix& per_layer_gate,
+                    const WeightMatrix& per_layer_proj,
+                    std::span<const float> per_layer_post_norm) override;
+  void AltUpMerge(std::span<const WeightMatrix> unembd) override;
+  // Shows laurel_out; AddLaurel attn_laurel.
+  void Laurel(const LaurelWeights& w) override;
+  void AddLaurel() override;
   // The final norm of x's logit rows (result_norm), then the logits: those rows times output,
   // soft-capped by final_softcap if set.
   void Logits(std::span<const float> output_norm, const WeightMatrix& output) override;
@@ -135,6 +148,16 @@ class CpuForwardBlocks final : public ForwardBlocks {
                           const Activation& activation);
   // MatmulGroups, or each matrix by MatmulReference in KernelMode::kReference.
   void MatmulGroupsOp(std::span<const MatmulGroup> groups);
+  // proj_ = proj · (GELU-tanh(gate · in) * the layer's PerLayerInputs row), `in` n_ rows of
+  // n_embd: the per-layer embedding of gemma4 (in = x) and of gemma3n's AltUp.
+  void PerLayerTerm(const float* in, const WeightMatrix& gate, const WeightMatrix& proj);
+  // out = tanh(router · RmsNorm(in, router_norm) / n_embd), n_ rows of n_streams: AltUp's
+  // modalities.
+  void AltUpModalities(const AltUpWeights& w, const float* in, float* out);
+  // Stream s of AltUp's streams (n_ rows of n_embd) in `streams`.
+  float* Stream(std::vector<float>& streams, int64_t s) {
+    return streams.data() + s * n_ * c_.n_embd;
+  }
   // Several row ops share one parallel region only when no tap watches: a tap may
   // overwrite what it is shown, so each op must wait for the tap before it.
   bool fuse() const { return !tap_; }
@@ -160,6 +183,11 @@ class CpuForwardBlocks final : public ForwardBlocks {
   // PerLayerInputs' rows (n_layers x width a token) and a layer's gate of them.
   std::vector<float> per_layer_, per_layer_gate_;
   std::vector<float> ones_;  // head_dim ones: RmsNorm without a weight
+  // AltUp's streams and the layer's predictions of them (n_streams_ of n_ rows of n_embd),
+  // its router's modalities and coefficients; LAuReL's output.
+  int64_t n_streams_ = 0;
+  std::vector<float> streams_, predictions_, modalities_, coefs_;
+  std::vector<float> laurel_;
   // The mixture of experts' scratch: router logits (then probs), each (token, choice) pair's
   // expert, weight and row of the grouped activations, the shared expert's gate and output.
   std::vector<float> moe_logits_, moe_weights_, moe_x_, moe_gate_, moe_up_, moe_down_;

@@ -38,7 +38,8 @@ extern const ModelFamily kQwen3Family;   // qwen3.cc
 extern const ModelFamily kGemmaFamily;   // gemma.cc
 extern const ModelFamily kGemma2Family;  // gemma2.cc
 extern const ModelFamily kGemma3Family;  // gemma3.cc
-extern const ModelFamily kGemma4Family;  // gemma4.cc
+extern const ModelFamily kGemma3nFamily;  // gemma3n.cc
+extern const ModelFamily kGemma4Family;   // gemma4.cc
 extern const ModelFamily kPhi3Family;    // phi3.cc
 extern const ModelFamily kQwen2MoeFamily;  // qwen2moe.cc
 extern const ModelFamily kQwen3MoeFamily;  // qwen3moe.cc

@@ -87,6 +87,31 @@ class ForwardBlocks {
   // Block output = proj · (GELU-tanh(gate · x) * this layer's PerLayerInputs row): the
   // per-layer embedding (gemma4), before its PostNorm.
   virtual void PerLayerEmbedding(const WeightMatrix& gate, const WeightMatrix& proj) = 0;
+  // Block output = down(GELU-tanh(sparse(gate(h))) * up(h)): GeluFeedForward with gemma3n's
+  // activation sparsity, each token's gate row g become relu(g - (mean + std_multiplier ·
+  // std)), std over n - 1, as llama.cpp's gaussian_topk.
+  virtual void SparseGeluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
+                                     const WeightMatrix& down, float std_multiplier) = 0;
+  // AltUp (gemma3n), as llama.cpp's with its active stream 0. AltUpStreams: the streams from x
+  // (after Embed): x itself, then each of `proj` · x rescaled to x's magnitude (√Σx²).
+  virtual void AltUpStreams(std::span<const WeightMatrix> proj) = 0;
+  // The layer's predicted streams, P_j = X_j + Σ_k c[j·n + k] X_k with c = predict_coef ·
+  // tanh(router · RmsNorm(X_0, router_norm) / n_embd); x = P_0, which the layer computes on.
+  virtual void AltUpPredict(const AltUpWeights& w) = 0;
+  // The layer's corrected streams from x (its output): C_j = (x - P_0) · (correct_coef · m +
+  // 1)_j + P_j, m the router's output over x; then X_0 = C_0 and X_j = C_j + q for the
+  // others, q = RmsNorm(per_layer_proj · (GELU-tanh(per_layer_gate · (C_0 * correct_scale)) *
+  // the layer's PerLayerInputs row)) with per_layer_post_norm.
+  virtual void AltUpCorrect(const AltUpWeights& w, const WeightMatrix& per_layer_gate,
+                            const WeightMatrix& per_layer_proj,
+                            std::span<const float> per_layer_post_norm) = 0;
+  // x = the streams merged: X_0 plus each other stream times `unembd`, rescaled to X_0's
+  // magnitude, in order, over their count.
+  virtual void AltUpMerge(std::span<const WeightMatrix> unembd) = 0;
+  // LAuReL (gemma3n): keeps post_norm(right · left · h) + h for AddLaurel.
+  virtual void Laurel(const LaurelWeights& w) = 0;
+  // x = (x + the kept LAuReL output) · 1/√2.
+  virtual void AddLaurel() = 0;
   // x += block output. `next_norm`: the weight of the Norm the graph takes next (empty if
   // none), which an implementation may compute here, fused, so that Norm finds it done.
   virtual void AddResidual(const char* name, std::span<const float> next_norm) = 0;

@@ -349,6 +349,36 @@ void CudaForwardBlocks::ScaleResidual(std::span<const float>) {
   Run([] { return NotPlanned("ScaleResidual"); });
 }
 
+void CudaForwardBlocks::SparseGeluFeedForward(const WeightMatrix&, const WeightMatrix&,
+                                              const WeightMatrix&, float) {
+  Run([] { return NotPlanned("SparseGeluFeedForward"); });
+}
+
+void CudaForwardBlocks::AltUpStreams(std::span<const WeightMatrix>) {
+  Run([] { return NotPlanned("AltUpStreams"); });
+}
+
+void CudaForwardBlocks::AltUpPredict(const AltUpWeights&) {
+  Run([] { return NotPlanned("AltUpPredict"); });
+}
+
+void CudaForwardBlocks::AltUpCorrect(const AltUpWeights&, const WeightMatrix&,
+                                     const WeightMatrix&, std::span<const float>) {
+  Run([] { return NotPlanned("AltUpCorrect"); });
+}
+
+void CudaForwardBlocks::AltUpMerge(std::span<const WeightMatrix>) {
+  Run([] { return NotPlanned("AltUpMerge"); });
+}
+
+void CudaForwardBlocks::Laurel(const LaurelWeights&) {
+  Run([] { return NotPlanned("Laurel"); });
+}
+
+void CudaForwardBlocks::AddLaurel() {
+  Run([] { return NotPlanned("AddLaurel"); });
+}
+
 Status CudaForwardBlocks::GroupedMatmul(const DeviceWeight& w, const float* x,
                                         const uint8_t* x_q8, bool per_token,
                                         const DeviceExpertGroups& groups, float* y) {

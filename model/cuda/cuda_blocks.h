@@ -73,6 +73,17 @@ class CudaForwardBlocks final : public ForwardBlocks {
   void ValueNorm() override;
   void PerLayerEmbedding(const WeightMatrix& gate, const WeightMatrix& proj) override;
   void ScaleResidual(std::span<const float> scale) override;
+  // Refused by PlanCudaGraph too: activation sparsity, AltUp and LAuReL (gemma3n).
+  void SparseGeluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
+                             const WeightMatrix& down, float std_multiplier) override;
+  void AltUpStreams(std::span<const WeightMatrix> proj) override;
+  void AltUpPredict(const AltUpWeights& w) override;
+  void AltUpCorrect(const AltUpWeights& w, const WeightMatrix& per_layer_gate,
+                    const WeightMatrix& per_layer_proj,
+                    std::span<const float> per_layer_post_norm) override;
+  void AltUpMerge(std::span<const WeightMatrix> unembd) override;
+  void Laurel(const LaurelWeights& w) override;
+  void AddLaurel() override;
   void Attention(QueryScale scale, std::span<const float> sinks) override;
   void AttentionOutput(const WeightMatrix& wo, std::span<const float> bias) override;
   void PostNorm(std::span<const float> weight, const char* name) override;

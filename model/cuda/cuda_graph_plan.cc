@@ -47,6 +47,26 @@ class PlanningBlocks final : public ForwardBlocks {
     Call("ScaleResidual");
     Lacks("ScaleResidual");
   }
+  void SparseGeluFeedForward(const WeightMatrix&, const WeightMatrix&, const WeightMatrix&,
+                             float) override {
+    Call("SparseGeluFeedForward");
+    Lacks("SparseGeluFeedForward (activation sparsity)");
+  }
+  void AltUpStreams(std::span<const WeightMatrix>) override {
+    Call("AltUpStreams", -1);
+    Lacks("AltUp");
+  }
+  void AltUpPredict(const AltUpWeights&) override { Call("AltUpPredict"); }
+  void AltUpCorrect(const AltUpWeights&, const WeightMatrix&, const WeightMatrix&,
+                    std::span<const float>) override {
+    Call("AltUpCorrect");
+  }
+  void AltUpMerge(std::span<const WeightMatrix>) override { Call("AltUpMerge", -1); }
+  void Laurel(const LaurelWeights&) override {
+    Call("Laurel");
+    Lacks("Laurel");
+  }
+  void AddLaurel() override { Call("AddLaurel"); }
   void Attention(QueryScale scale, std::span<const float> sinks) override {
     Call("Attention");
     if (!sinks.empty()) Lacks("Attention (attention sinks)");

@@ -24,7 +24,7 @@ GOLDEN_DIR = os.path.join(os.environ.get("TOKENMILL_TEST_DATA_DIR",
 NEAR_TIE = 2e-3  # as test_tiny_families.py: 2 x its logit bound
 
 
-@pytest.mark.parametrize("name", ["gemma2", "gemma3", "gemma4"])
+@pytest.mark.parametrize("name", ["gemma2", "gemma3", "gemma3n", "gemma4"])
 def test_every_kv_layout_and_schedule_gives_the_full_allocation_tokens(tmp_path, name):
     with open(os.path.join(GOLDEN_DIR, name + ".json")) as f:
         golden = json.load(f)

@@ -271,6 +271,17 @@ TEST(CudaGraphPlanTest, Gemma4IsRefusedByItsBlocks) {
       << message;
 }
 
+TEST(CudaGraphPlanTest, Gemma3nIsRefusedByItsBlocks) {
+  ModelConfig c = Config("gemma3n", 2);
+  c.n_ff = 128;
+  const std::string message = Refusal(Plan(kGemma3nFamily, c), "gemma3n");
+  EXPECT_NE(message.find("CUDA has no kernel for blocks PerLayerInputs (per-layer embeddings), "
+                         "AltUp, Laurel, ValueNorm and SparseGeluFeedForward (activation "
+                         "sparsity)"),
+            std::string::npos)
+      << message;
+}
+
 TEST(CudaGraphPlanTest, AMixtureGraphWithoutExpertsIsMalformed) {
   EXPECT_EQ(Plan(kQwen3MoeFamily, Config("qwen3moe", 2)).status().code(),
             StatusCode::kInvalidArgument);

@@ -1,7 +1,8 @@
-"""KV shared across layers (gemma4's attention.shared_kv_layers): `tokenmill info` says which
-layer's KV each layer reads, as llama.cpp's reuse rule gives it (with K the first of the last N
-layers, a sliding one reads layer K - 2, a full one K - 1), and counts a token's KV bytes over
-the layers that store only; a model without sharing stores every layer; sharing llama.cpp
+"""KV shared across layers (gemma4's attention.shared_kv_layers, gemma3n's 20 storing layers
+that llama.cpp hard-codes): `tokenmill info` says which layer's KV each layer reads, as
+llama.cpp's reuse rule gives it (with K the first layer that stores nothing, a sliding one
+reads layer K - 2, a full one K - 1), and counts a token's KV bytes over the layers that store
+only; a model without sharing stores every layer; sharing llama.cpp
 cannot run is refused at load naming the key (never a crash). The files are the tiny models of
 tests/reference/tiny_families/, the expectations worked out here from their shapes. That the
 shared layers then give llama.cpp's logits is test_tiny_families.py's, through the engine's
@@ -15,7 +16,7 @@ import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
-from tiny_families import gemma3, gemma4  # noqa: E402
+from tiny_families import gemma3, gemma3n, gemma4  # noqa: E402
 
 BIN = os.path.join(os.environ["TOKENMILL_BIN_DIR"], "tokenmill")
 F16 = 2
@@ -41,6 +42,17 @@ def test_info_counts_the_storing_layers_only(tmp_path):
     assert kv["storing_layers"] == first_shared
     assert kv["bytes_per_token_f16"] == stored
     assert stored < every_layer
+
+
+def test_gemma3n_stores_its_first_20_layers(tmp_path):
+    path = str(tmp_path / "gemma3n.gguf")
+    gemma3n.write(path)
+    reads = [layer if layer < 20 else 20 - (2 if gemma3n.SLIDING[layer] else 1)
+             for layer in range(gemma3n.N_LAYER)]
+    kv = info(path)
+    assert kv["layer_reads_kv_of"] == reads
+    assert kv["storing_layers"] == 20
+    assert kv["bytes_per_token_f16"] == 20 * 2 * gemma3n.N_KV * gemma3n.HEAD_DIM * F16
 
 
 def test_a_model_without_sharing_stores_every_layer(tmp_path):
