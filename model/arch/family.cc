@@ -147,6 +147,27 @@ Status LoadHeadNorms(const GgufFile& file, const ModelConfig& c, int layer, F32C
   return OkStatus();
 }
 
+Status LoadPostNorms(const GgufFile& file, const ModelConfig& c, int layer, F32Copies& copies,
+                     LayerWeights& l) {
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  TM_ASSIGN_OR_RETURN(l.attn_post_norm,
+                      LoadVector(file, p + "post_attention_norm.weight", c.n_embd, copies));
+  TM_ASSIGN_OR_RETURN(l.ffn_post_norm,
+                      LoadVector(file, p + "post_ffw_norm.weight", c.n_embd, copies));
+  return OkStatus();
+}
+
+void NormedQkvOrQ(const ModelConfig& c, int layer, const LayerWeights& l, ForwardBlocks& b) {
+  if (c.StoresKv(layer)) {
+    b.ProjectQkv(l.q, l.k, l.v);
+    b.HeadNorms(l.q_norm, l.k_norm);
+    b.ValueNorm();
+  } else {
+    b.ProjectQ(l.q);
+    b.HeadNorms(l.q_norm, {});
+  }
+}
+
 Status ReadSlidingLayers(const GgufFile& file, ModelConfig& c, uint32_t default_period) {
   const std::string key = c.arch_name + ".attention.sliding_window_pattern";
   c.sliding_layers.assign(static_cast<size_t>(c.n_layers), false);

@@ -87,6 +87,16 @@ std::span<const float> NextAttnNorm(const ModelWeights& weights, int layer);
 Status LoadHeadNorms(const GgufFile& file, const ModelConfig& config, int layer,
                      F32Copies& f32_copies, LayerWeights& weights);
 
+// Gemma's post-norms of the attention's and the feed-forward's outputs
+// (post_attention_norm, post_ffw_norm).
+Status LoadPostNorms(const GgufFile& file, const ModelConfig& config, int layer,
+                     F32Copies& f32_copies, LayerWeights& weights);
+
+// Gemma 3n's and Gemma 4's attention inputs: Q, K and V, Q and K normed per head with their
+// weights and V without, or Q alone (normed) in a layer that reads another layer's KV.
+void NormedQkvOrQ(const ModelConfig& config, int layer, const LayerWeights& weights,
+                  ForwardBlocks& blocks);
+
 // Which layers slide, as llama.cpp's load_swa_pattern reads them: the key
 // <arch>.attention.sliding_window_pattern as one bool per layer, or as a period n (layer i
 // slides unless i % n == n - 1; 0: every layer), `default_period` when the key is absent.

@@ -36,12 +36,8 @@ Status ReadGemma2Config(const GgufFile& file, ModelConfig& c) {
 
 StatusOr<LayerWeights> LoadGemma2Layer(const GgufFile& file, const ModelConfig& c, int layer,
                                         F32Copies& copies) {
-  const std::string p = "blk." + std::to_string(layer) + ".";
   TM_ASSIGN_OR_RETURN(LayerWeights l, LoadLlamaLayer(file, c, layer, copies));
-  TM_ASSIGN_OR_RETURN(l.attn_post_norm,
-                      LoadVector(file, p + "post_attention_norm.weight", c.n_embd, copies));
-  TM_ASSIGN_OR_RETURN(l.ffn_post_norm,
-                      LoadVector(file, p + "post_ffw_norm.weight", c.n_embd, copies));
+  TM_RETURN_IF_ERROR(LoadPostNorms(file, c, layer, copies, l));
   return l;
 }
 

@@ -56,10 +56,7 @@ StatusOr<LayerWeights> LoadGemma3nLayer(const GgufFile& file, const ModelConfig&
   // K, V and the K norm even where the layer reads another's KV: llama.cpp requires them.
   TM_ASSIGN_OR_RETURN(LayerWeights l, LoadLlamaLayer(file, c, layer, copies));
   TM_RETURN_IF_ERROR(LoadHeadNorms(file, c, layer, copies, l));
-  TM_ASSIGN_OR_RETURN(l.attn_post_norm,
-                      LoadVector(file, p + "post_attention_norm.weight", c.n_embd, copies));
-  TM_ASSIGN_OR_RETURN(l.ffn_post_norm,
-                      LoadVector(file, p + "post_ffw_norm.weight", c.n_embd, copies));
+  TM_RETURN_IF_ERROR(LoadPostNorms(file, c, layer, copies, l));
   TM_ASSIGN_OR_RETURN(l.per_layer_gate,
                       LoadMatrix(file, p + "inp_gate.weight", c.n_embd, kPerLayerWidth));
   TM_ASSIGN_OR_RETURN(l.per_layer_proj,
@@ -95,14 +92,7 @@ void Gemma3nForward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& 
     b.AltUpPredict(l.altup);
     b.Norm(l.attn_norm, "attn_norm");
     b.Laurel(l.laurel);
-    if (c.StoresKv(layer)) {
-      b.ProjectQkv(l.q, l.k, l.v);
-      b.HeadNorms(l.q_norm, l.k_norm);
-      b.ValueNorm();
-    } else {
-      b.ProjectQ(l.q);
-      b.HeadNorms(l.q_norm, {});
-    }
+    NormedQkvOrQ(c, layer, l, b);
     b.Attention({.factor = 1.0f});
     b.AttentionOutput(l.o);
     b.PostNorm(l.attn_post_norm, "attn_post_norm");

@@ -105,14 +105,11 @@ StatusOr<LayerWeights> LoadGemma4Layer(const GgufFile& file, const ModelConfig& 
                         LoadVector(file, p + "attn_k_norm.weight", shape.head_dim, copies));
   }
   TM_ASSIGN_OR_RETURN(l.o, LoadMatrix(file, p + "attn_output.weight", q_dim, c.n_embd));
-  TM_ASSIGN_OR_RETURN(l.attn_post_norm,
-                      LoadVector(file, p + "post_attention_norm.weight", c.n_embd, copies));
+  TM_RETURN_IF_ERROR(LoadPostNorms(file, c, layer, copies, l));
   TM_ASSIGN_OR_RETURN(l.ffn_norm, LoadVector(file, p + "ffn_norm.weight", c.n_embd, copies));
   TM_ASSIGN_OR_RETURN(l.gate, LoadMatrix(file, p + "ffn_gate.weight", c.n_embd, shape.n_ff));
   TM_ASSIGN_OR_RETURN(l.up, LoadMatrix(file, p + "ffn_up.weight", c.n_embd, shape.n_ff));
   TM_ASSIGN_OR_RETURN(l.down, LoadMatrix(file, p + "ffn_down.weight", shape.n_ff, c.n_embd));
-  TM_ASSIGN_OR_RETURN(l.ffn_post_norm,
-                      LoadVector(file, p + "post_ffw_norm.weight", c.n_embd, copies));
   if (file.FindTensor(p + "layer_output_scale.weight") != nullptr) {
     TM_ASSIGN_OR_RETURN(l.out_scale, LoadVector(file, p + "layer_output_scale.weight", 1, copies));
   }
@@ -134,14 +131,7 @@ void Gemma4Forward(const ModelConfig& c, const ModelWeights& w, ForwardBlocks& b
     const LayerWeights& l = w.layers[layer];
     b.BeginLayer(layer);
     b.Norm(l.attn_norm, "attn_norm");
-    if (c.StoresKv(layer)) {
-      b.ProjectQkv(l.q, l.k, l.v);
-      b.HeadNorms(l.q_norm, l.k_norm);
-      b.ValueNorm();
-    } else {
-      b.ProjectQ(l.q);
-      b.HeadNorms(l.q_norm, {});
-    }
+    NormedQkvOrQ(c, layer, l, b);
     b.Attention({.factor = 1.0f});
     b.AttentionOutput(l.o);
     b.PostNorm(l.attn_post_norm, "attn_post_norm");
