@@ -147,6 +147,15 @@ Status LoadHeadNorms(const GgufFile& file, const ModelConfig& c, int layer, F32C
   return OkStatus();
 }
 
+void SetSlidingLayerRope(ModelConfig& c, ModelConfig::LayerRope sliding) {
+  c.rope_layers.clear();
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    c.rope_layers.push_back(c.IsSlidingLayer(layer)
+                                ? sliding
+                                : ModelConfig::LayerRope{c.rope_freq_base, c.rope_position_scale});
+  }
+}
+
 Status LoadPostNorms(const GgufFile& file, const ModelConfig& c, int layer, F32Copies& copies,
                      LayerWeights& l) {
   const std::string p = "blk." + std::to_string(layer) + ".";

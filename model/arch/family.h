@@ -87,6 +87,10 @@ std::span<const float> NextAttnNorm(const ModelWeights& weights, int layer);
 Status LoadHeadNorms(const GgufFile& file, const ModelConfig& config, int layer,
                      F32Copies& f32_copies, LayerWeights& weights);
 
+// Each layer's RoPE (ModelConfig::rope_layers): `sliding` for the sliding-window layers, the
+// model's base and scale for the others.
+void SetSlidingLayerRope(ModelConfig& config, ModelConfig::LayerRope sliding);
+
 // Gemma's post-norms of the attention's and the feed-forward's outputs
 // (post_attention_norm, post_ffw_norm).
 Status LoadPostNorms(const GgufFile& file, const ModelConfig& config, int layer,

@@ -21,10 +21,7 @@ Status ReadGemma2Config(const GgufFile& file, ModelConfig& c) {
   c.sliding_window = static_cast<int>(window);
   TM_RETURN_IF_ERROR(ReadSlidingLayers(file, c, 2));
   TM_ASSIGN_OR_RETURN(float base_swa, F32Or(file, p + "rope.freq_base_swa", c.rope_freq_base));
-  for (int layer = 0; layer < c.n_layers; ++layer) {
-    c.rope_layers.push_back({c.IsSlidingLayer(layer) ? base_swa : c.rope_freq_base,
-                             c.rope_position_scale});
-  }
+  SetSlidingLayerRope(c, {base_swa, c.rope_position_scale});
   TM_ASSIGN_OR_RETURN(c.attn_softcap, F32Or(file, p + "attn_logit_softcapping", 50.0f));
   TM_ASSIGN_OR_RETURN(c.final_softcap, F32Or(file, p + "final_logit_softcapping", 30.0f));
   if (!(c.attn_softcap > 0.0f) || !(c.final_softcap > 0.0f)) {

@@ -22,13 +22,7 @@ Status ReadGemma3Config(const GgufFile& file, ModelConfig& c) {
     c.sliding_window = static_cast<int>(window);
     TM_RETURN_IF_ERROR(ReadSlidingLayers(file, c, 6));
     TM_ASSIGN_OR_RETURN(float base_swa, F32Or(file, p + "rope.freq_base_swa", 10000.0f));
-    for (int layer = 0; layer < c.n_layers; ++layer) {
-      if (c.IsSlidingLayer(layer)) {
-        c.rope_layers.push_back({base_swa, 1.0f});
-      } else {
-        c.rope_layers.push_back({c.rope_freq_base, c.rope_position_scale});
-      }
-    }
+    SetSlidingLayerRope(c, {base_swa, 1.0f});
   }
   TM_ASSIGN_OR_RETURN(c.final_softcap, F32Or(file, p + "final_logit_softcapping", 0.0f));
   return OkStatus();

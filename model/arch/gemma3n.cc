@@ -32,17 +32,11 @@ Status ReadGemma3nConfig(const GgufFile& file, ModelConfig& c) {
   c.sliding_window = static_cast<int>(window);
   TM_RETURN_IF_ERROR(ReadSlidingLayers(file, c, 5));
   TM_ASSIGN_OR_RETURN(float base_swa, F32Or(file, p + "rope.freq_base_swa", 10000.0f));
-  for (int layer = 0; layer < c.n_layers; ++layer) {
-    if (c.IsSlidingLayer(layer)) {
-      c.rope_layers.push_back({base_swa, 1.0f});
-    } else {
-      c.rope_layers.push_back({c.rope_freq_base, c.rope_position_scale});
-    }
-    if (c.n_layers > kStoringLayers) {
-      c.kv_source_layers.push_back(layer < kStoringLayers
-                                       ? layer
-                                       : kStoringLayers - (c.IsSlidingLayer(layer) ? 2 : 1));
-    }
+  SetSlidingLayerRope(c, {base_swa, 1.0f});
+  for (int layer = 0; layer < c.n_layers && c.n_layers > kStoringLayers; ++layer) {
+    c.kv_source_layers.push_back(layer < kStoringLayers
+                                     ? layer
+                                     : kStoringLayers - (c.IsSlidingLayer(layer) ? 2 : 1));
   }
   c.n_embd_per_layer = kPerLayerWidth;
   c.altup_streams = kStreams;

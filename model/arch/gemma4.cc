@@ -54,13 +54,11 @@ Status ReadGemma4Config(const GgufFile& file, ModelConfig& c) {
     if (c.IsSlidingLayer(layer)) {
       shape.head_dim = static_cast<int>(head_swa);
       shape.n_rot = static_cast<int>(rot_swa);
-      c.rope_layers.push_back({base_swa, 1.0f, /*freq_factors=*/false});
-    } else {
-      c.rope_layers.push_back({c.rope_freq_base, c.rope_position_scale});
     }
     shapes.push_back(shape);
   }
   c.layer_shapes = std::move(shapes);
+  SetSlidingLayerRope(c, {base_swa, 1.0f, /*freq_factors=*/false});
 
   TM_ASSIGN_OR_RETURN(uint32_t shared, U32Or(file, p + "attention.shared_kv_layers", 0));
   if (shared > 0) {

@@ -49,10 +49,7 @@ Status ReadGptOssConfig(const GgufFile& file, ModelConfig& c) {
   TM_RETURN_IF_ERROR(ReadSlidingLayers(file, c, 2));
   if (file.Has(p + "rope.freq_base_swa")) {
     TM_ASSIGN_OR_RETURN(float base_swa, file.GetF32(p + "rope.freq_base_swa"));
-    for (int layer = 0; layer < c.n_layers; ++layer) {
-      c.rope_layers.push_back({c.IsSlidingLayer(layer) ? base_swa : c.rope_freq_base,
-                               c.rope_position_scale});
-    }
+    SetSlidingLayerRope(c, {base_swa, c.rope_position_scale});
   }
   return OkStatus();
 }
