@@ -3,7 +3,9 @@ that llama.cpp hard-codes): `tokenmill info` says which layer's KV each layer re
 llama.cpp's reuse rule gives it (with K the first layer that stores nothing, a sliding one
 reads layer K - 2, a full one K - 1), and counts a token's KV bytes over the layers that store
 only; a model without sharing stores every layer; sharing llama.cpp
-cannot run is refused at load naming the key (never a crash). The files are the tiny models of
+cannot run, and hostile per-layer metadata (a huge block_count, per-layer arrays of the wrong
+length or with zeros, a sliding head larger than the full one), are refused at load naming the
+key (never a crash). The files are the tiny models of
 tests/reference/tiny_families/, the expectations worked out here from their shapes. That the
 shared layers then give llama.cpp's logits is test_tiny_families.py's, through the engine's
 KV groups test_sliding_window_kv.py's."""
@@ -17,6 +19,7 @@ import pytest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 from tiny_families import gemma3, gemma3n, gemma4  # noqa: E402
+from tiny_families.common import TinyWriter  # noqa: E402
 
 BIN = os.path.join(os.environ["TOKENMILL_BIN_DIR"], "tokenmill")
 F16 = 2
@@ -74,8 +77,35 @@ def test_sharing_llama_cpp_cannot_run_is_refused_by_name(tmp_path, monkeypatch, 
     monkeypatch.setattr(gemma4, "N_SHARED", shared)
     path = str(tmp_path / "gemma4.gguf")
     gemma4.write(path)
+    assert message in load_error(path)
+
+
+def load_error(path):
     result = subprocess.run([BIN, "generate", "--model", path, "--prompt-tokens", "1,2,3",
                              "--max-tokens", "1"], capture_output=True, text=True)
     assert result.returncode != 0
-    assert message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and "terminate" not in result.stderr
+    return result.stderr
+
+
+@pytest.mark.parametrize("n_layer,n_ff,n_kv,message", [
+    (100000, 64, 2, "llama.block_count is 100000: a model has 1 to 4096 layers"),
+    (2, [64, 64, 64], 2, "llama.feed_forward_length has 3 values: it must be one, or one per "
+                         "layer (2)"),
+    (2, 64, [2, 0], "llama.attention.head_count_kv must be positive"),
+    (2, 64, [2, 3], "KV heads 3 (heads must be a multiple)"),
+])
+def test_hostile_per_layer_metadata_is_refused_by_name(tmp_path, n_layer, n_ff, n_kv, message):
+    path = str(tmp_path / "llama.gguf")
+    w = TinyWriter(path, "llama", seed=1)
+    w.hparams(n_layer=n_layer, n_embd=64, n_ff=n_ff, n_head=4, n_kv=n_kv)
+    w.embedding(64)
+    w.close()
+    assert message in load_error(path)
+
+
+def test_a_sliding_head_larger_than_the_full_one_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(gemma4, "HEAD_SWA", 2 * gemma4.HEAD_FULL)
+    path = str(tmp_path / "gemma4.gguf")
+    gemma4.write(path)
+    assert "gemma4.attention.key_length_swa 128" in load_error(path)
