@@ -292,6 +292,24 @@ def write_pre_tokenizer_splits(corpus):
 PRE_VARIANTS = {
     "pre_variants.json": (MODELS[0], ["gpt-2", "llama-bpe", "qwen2", "default", "tekken"]),
     "pre_variants_o200k.json": ("ggml-vocab-llama-bpe.gguf", ["gpt-4o"]),
+    # DeepSeek-V3's and Kimi K2's splits (no vocabulary of theirs is reachable here) on Llama
+    # 3's, whose CJK, kana and three-digit tokens show where they split.
+    "pre_variants_deepseek_kimi.json": ("ggml-vocab-llama-bpe.gguf", ["deepseek-v3", "kimi-k2"]),
+}
+
+# What those two split apart and the corpus has little of: Han beside kana, hangul and Latin,
+# the Han of CJK extensions and compatibility blocks (Kimi's own ranges, not \p{Han}),
+# half-width kana, marks after letters, punctuation before ASCII words (DeepSeek's first
+# alternative), case changes inside a word (one run for Kimi) and contractions after non-ASCII.
+PRE_VARIANT_EXTRAS = {
+    "pre_variants_deepseek_kimi.json": [
+        "中文English混合テキスト", "日本語のカタカナとひらがな、漢字。", "ﾊﾝｶｸｶﾀｶﾅ", "〇々〆ヶ",
+        "㐀㐁 䶵 鿿 豈更 𠀀𠀁 𪜀 𫝀 𫠠 𬺰 丽", "한국어와 中文", "HelloWorld camelCaseX", "ÀÉÎõü déjà-vu",
+        "e\u0301\u0302x", "नमस्ते दुनिया", ".NET #include @user $HOME ~/x", "'s 'T 'Re café's",
+        "naïve's Ünïcode'LL", "１２３４５６７ 1234567 ١٢٣٤٥", "a\u00a0\u00a0b", "x²³ ½¾ Ⅻ",
+        "你好，世界！Hello, world!", " 中 文 ", "\n\n中文\n", "([{中}])", "——中文——", "🙂中🙂",
+        "₿100 €5", "ab\u200bcd", "\u3000\u3000全角", "A\u0300\u0301B",
+    ],
 }
 
 
@@ -322,7 +340,7 @@ def write_pre_variant(corpus, golden, vocabulary, pres):
     import tempfile
     from llama_cpp import Llama
     source = os.path.join(MODELS_DIR, vocabulary)
-    texts = corpus[:450]
+    texts = corpus[:450] + PRE_VARIANT_EXTRAS.get(golden, [])
     variants = {}
     with tempfile.TemporaryDirectory() as tmp:
         for pre in pres:

@@ -46,12 +46,35 @@ constexpr const char* kGpt4o =
     "|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*" TM_CONTRACTION
     "|\\p{N}{1,3}| ?[^" TM_WS "\\p{L}\\p{N}]+[\\r\\n/]*|[" TM_WS "]*[\\r\\n]+|[" TM_WS
     "]+(?![^" TM_WS "])|[" TM_WS "]+";
+// DeepSeek-V3 (LLAMA_VOCAB_PRE_TYPE_DEEPSEEK3_LLM): digits by threes, then runs of CJK
+// ideographs and kana, then the words; llama.cpp runs the last over its category-collapsed
+// text, which PCRE2's \p{..} classes match the same way.
+constexpr const char* kDeepSeekCjkRuns =
+    "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}]+";
+constexpr const char* kDeepSeekV3Words =
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+"
+    "|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
+    "| ?[\\p{P}\\p{S}]+[\\r\\n]*|[" TM_WS "]*[\\r\\n]+|[" TM_WS "]+(?![^" TM_WS "])|[" TM_WS "]+";
+// Kimi K2: llama.cpp splits it by hand (unicode.cpp's unicode_regex_split_custom_kimi_k2), not
+// by the expression of its tokenization_kimi.py; this is what that code does: Han runs (its
+// unicode_cpt_is_han ranges, not \p{Han}), then letters other than Han (marks not among
+// them, and one run whatever the case) with an optional leading character and English
+// contraction, digits by threes, and llama3's punctuation and whitespace.
+#define TM_HAN \
+  "\\x{3400}-\\x{4DBF}\\x{4E00}-\\x{9FFF}\\x{F900}-\\x{FAFF}\\x{20000}-\\x{2A6DF}" \
+  "\\x{2A700}-\\x{2EBEF}\\x{2F800}-\\x{2FA1F}"
+constexpr const char* kKimiK2 =
+    "[" TM_HAN "]+|[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}" TM_HAN "]+" TM_CONTRACTION
+    "|\\p{N}{1,3}| ?[^" TM_WS "\\p{L}\\p{N}]+[\\r\\n]*|[" TM_WS "]*[\\r\\n]+|[" TM_WS
+    "]+(?![^" TM_WS "])|[" TM_WS "]+";
+#undef TM_HAN
 #undef TM_CONTRACTION
 #undef TM_WS
 constexpr const char* kPunctuationRuns = "[\\p{P}\\$\\+<=>\\^~\\|`]+";
 constexpr const char* kAsciiDigitTriples = "[0-9][0-9][0-9]";
 constexpr const char* kEachDigit = "\\p{N}";
 constexpr const char* kDigitRuns = "\\p{N}+";
+constexpr const char* kDigitTriples = "\\p{N}{1,3}";
 
 struct PreTokenizerSpec {
   std::string_view name;
@@ -73,6 +96,8 @@ const std::vector<PreTokenizerSpec>& Specs() {
       {"tekken", {kTekken}, true, true},
       {"gpt-4o", {kGpt4o}},
       {"deepseek-r1-qwen", {kQwen2}},
+      {"deepseek-v3", {kDigitTriples, kDeepSeekCjkRuns, kDeepSeekV3Words}},
+      {"kimi-k2", {kKimiK2}},
   };
   return specs;
 }

@@ -61,6 +61,26 @@ TEST(PreTokenizerTest, MissingNameMeansLlamaCppDefault) {
   EXPECT_THAT(pieces, ::testing::ElementsAre("hi", ",", " 東京", " ", "123", "45", "~~", "  "));
 }
 
+// DeepSeek-V3's three splits in turn and Kimi K2's hand-written one, traced through llama.cpp's
+// code (llama-vocab.cpp, unicode.cpp); pre_variants_test holds the ids to llama.cpp itself.
+TEST(PreTokenizerTest, DeepSeekV3AndKimiK2SplitAsLlamaCpp) {
+  std::vector<std::string_view> pieces;
+  StatusOr<PreTokenizer> deepseek = PreTokenizer::ForName("deepseek-v3");
+  ASSERT_TRUE(deepseek.ok()) << deepseek.status().ToString();
+  // Digits by threes, then ideograph and kana runs, then words: an ASCII punctuation
+  // character takes the ASCII letters after it, a mark stays with its letter.
+  ASSERT_TRUE(deepseek->Split("中文abc 12345 日本語カタカナ a.NET e\u0301!", pieces).ok());
+  EXPECT_THAT(pieces, ::testing::ElementsAre("中文", "abc", " ", "123", "45", " ", "日本語カタカナ",
+                                             " a", ".NET", " e\u0301", "!"));
+  StatusOr<PreTokenizer> kimi = PreTokenizer::ForName("kimi-k2");
+  ASSERT_TRUE(kimi.ok()) << kimi.status().ToString();
+  // Han runs (U+3005 is no Han to llama.cpp, an extension-B ideograph is) apart from other
+  // letters, one letter run whatever its case, a mark apart, contractions kept.
+  ASSERT_TRUE(kimi->Split("你好world 12345 it's HelloWorld\n\n𠀀々abc e\u0301", pieces).ok());
+  EXPECT_THAT(pieces, ::testing::ElementsAre("你好", "world", " ", "123", "45", " it's",
+                                             " HelloWorld", "\n\n", "𠀀", "々abc", " e", "\u0301"));
+}
+
 // Long runs must not make the split quadratic; this only checks the pieces (speed is measured
 // outside the tests).
 TEST(PreTokenizerTest, LongRunsSplitIntoFewPieces) {
@@ -77,9 +97,10 @@ TEST(PreTokenizerTest, LongRunsSplitIntoFewPieces) {
 // Any text must split, however long its runs: tekken's repeated letter groups once ran out of
 // PCRE2's JIT stack at about 1000 letters. Single-class runs are one piece under every split.
 TEST(PreTokenizerTest, HundredThousandCharacterRunsSplitUnderEveryPreTokenizer) {
-  const std::vector<std::string> names = {"default", "gpt-2",  "smollm", "starcoder",
+  const std::vector<std::string> names = {"default",   "gpt-2",  "smollm",   "starcoder",
                                           "llama-bpe", "llama3", "llama-v3", "qwen2",
-                                          "tekken", "gpt-4o", "deepseek-r1-qwen"};
+                                          "tekken",    "gpt-4o", "deepseek-r1-qwen",
+                                          "deepseek-v3", "kimi-k2"};
   auto repeat = [](std::string_view unit, size_t chars) {
     std::string s;
     for (size_t i = 0; i < chars; ++i) s += unit;

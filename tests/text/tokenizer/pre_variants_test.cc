@@ -1,7 +1,8 @@
 // Every pre-tokenizer we support, end to end against llama.cpp: SmolLM2's vocabulary with
 // tokenizer.ggml.pre replaced (tests/data/tokenizer/pre_variants.json, written by
 // make_tokenizer_golden.py from llama.cpp on a tensor-less copy of the GGUF's metadata), and
-// o200k's (gpt-4o) on Llama 3's vocabulary (pre_variants_o200k.json).
+// o200k's (gpt-4o) on Llama 3's vocabulary (pre_variants_o200k.json), and DeepSeek-V3's and
+// Kimi K2's there too (pre_variants_deepseek_kimi.json: the corpus and CJK-heavy extras).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -46,6 +47,7 @@ std::vector<uint8_t> VocabularyWithPre(const GgufFile& source, const std::string
 struct VariantsGolden {
   const char* file;
   size_t variants;
+  const char* name;
 };
 
 class PreVariantsTest : public ::testing::TestWithParam<VariantsGolden> {};
@@ -90,10 +92,13 @@ TEST_P(PreVariantsTest, SameIdsAsLlamaCppForEveryPreTokenizer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, PreVariantsTest,
-                         ::testing::Values(VariantsGolden{"pre_variants.json", 5},
-                                           VariantsGolden{"pre_variants_o200k.json", 1}),
+                         ::testing::Values(
+                             VariantsGolden{"pre_variants.json", 5, "smollm2"},
+                             VariantsGolden{"pre_variants_o200k.json", 1, "o200k_on_llama3"},
+                             VariantsGolden{"pre_variants_deepseek_kimi.json", 2,
+                                            "deepseek_kimi_on_llama3"}),
                          [](const ::testing::TestParamInfo<VariantsGolden>& param_info) {
-                           return param_info.index == 0 ? "smollm2" : "o200k_on_llama3";
+                           return std::string(param_info.param.name);
                          });
 
 }  // namespace
