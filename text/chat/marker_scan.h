@@ -1,6 +1,8 @@
 // Finding a marker in streamed text: how much of the text is surely not (part of) the marker.
 #pragma once
 
+#include <algorithm>
+#include <span>
 #include <string_view>
 
 namespace tokenmill {
@@ -20,6 +22,23 @@ inline MarkerScan ScanForMarker(std::string_view text, std::string_view marker) 
     }
   }
   return {false, text.size()};
+}
+
+// The earliest of several markers (`which`: its index), or the text before a suffix that may
+// begin any of them.
+inline MarkerScan ScanForMarkers(std::string_view text, std::span<const std::string_view> markers,
+                                 size_t& which) {
+  MarkerScan first{false, text.size()};
+  for (size_t i = 0; i < markers.size(); ++i) {
+    const MarkerScan scan = ScanForMarker(text, markers[i]);
+    if (scan.found && (!first.found || scan.safe_end < first.safe_end)) {
+      first = scan;
+      which = i;
+    } else if (!first.found && !scan.found) {
+      first.safe_end = std::min(first.safe_end, scan.safe_end);
+    }
+  }
+  return first;
 }
 
 }  // namespace tokenmill

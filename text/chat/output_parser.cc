@@ -8,7 +8,11 @@ OutputParser::OutputParser(const OutputParserOptions& options)
     harmony_.emplace(options.tool_calls.has_value(), options.seed);
     return;
   }
-  if (options.reasoning) reasoning_.emplace(options.starts_in_reasoning);
+  if (options.reasoning) {
+    reasoning_.emplace(options.starts_in_reasoning,
+                       options.tool_calls ? ToolCallOpeners(*options.tool_calls)
+                                          : std::vector<std::string_view>());
+  }
   if (options.tool_calls) tools_.emplace(*options.tool_calls, options.seed);
 }
 

@@ -49,11 +49,19 @@ void ReasoningParser::Step(std::string& reasoning, std::string& content, bool fi
         break;
       }
       case State::kReasoning: {
-        const MarkerScan scan = ScanForMarker(pending_, kThinkClose);
+        std::vector<std::string_view> ends = {kThinkClose};
+        ends.insert(ends.end(), call_openers_.begin(), call_openers_.end());
+        size_t which = 0;
+        const MarkerScan scan = ScanForMarkers(pending_, ends, which);
         reasoning.append(pending_, 0, scan.safe_end);
         if (!scan.found) {
           pending_.erase(0, scan.safe_end);
           return;
+        }
+        if (which > 0) {  // a call's marker: the calls are content
+          pending_.erase(0, scan.safe_end);
+          state_ = State::kContent;
+          break;
         }
         pending_.erase(0, scan.safe_end + kThinkClose.size());
         state_ = State::kAfterReasoning;

@@ -1,11 +1,15 @@
 // Splits a reasoning model's output into reasoning and content as it streams:
 // <think>...</think> (Qwen3, DeepSeek-R1 distills), tags removed. A template that opens
 // <think> in the prompt makes the output start inside the reasoning, with no opening tag.
-// Tags split across pieces are held back until they can be told apart from text.
+// Tags split across pieces are held back until they can be told apart from text. A model
+// that opens its tool calls inside the reasoning without closing it (Kimi K2 Thinking) ends
+// the reasoning with the calls' marker (`call_openers`), which stays for the content.
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace tokenmill {
 
@@ -19,8 +23,10 @@ bool PromptOpensThink(std::string_view prompt);
 
 class ReasoningParser {
  public:
-  explicit ReasoningParser(bool starts_in_reasoning)
-      : state_(starts_in_reasoning ? State::kReasoning : State::kStart) {}
+  explicit ReasoningParser(bool starts_in_reasoning,
+                           std::vector<std::string_view> call_openers = {})
+      : state_(starts_in_reasoning ? State::kReasoning : State::kStart),
+        call_openers_(std::move(call_openers)) {}
 
   // Appends the next piece's reasoning and content.
   void Feed(std::string_view text, std::string& reasoning, std::string& content);
@@ -35,6 +41,7 @@ class ReasoningParser {
   void Step(std::string& reasoning, std::string& content, bool final);
 
   State state_;
+  std::vector<std::string_view> call_openers_;  // static strings (ToolCallOpeners)
   std::string pending_;
 };
 

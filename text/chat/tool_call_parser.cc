@@ -5,8 +5,10 @@
 #include <cctype>
 
 #include "common/json_nesting.h"
+#include "text/chat/call_scan.h"
 #include "text/chat/harmony_parser.h"
 #include "text/chat/marker_scan.h"
+#include "text/chat/section_tool_calls.h"
 
 namespace tokenmill {
 namespace {
@@ -17,10 +19,13 @@ constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kMistralMarker = "[TOOL_CALLS]";
 constexpr std::string_view kMistralArgs = "[ARGS]";
 constexpr std::string_view kMistralCallId = "[CALL_ID]";
-constexpr std::string_view kWhitespace = " \t\r\n";
 
-// Outcome of matching a prefix of the text against a pattern that may still be arriving.
-enum class Match { kYes, kNeedMore, kNo };
+using call_scan::IsNameChar;
+using call_scan::kFence;
+using call_scan::kWhitespace;
+using call_scan::Match;
+using call_scan::ScanJsonFence;
+using call_scan::SkipSpace;
 
 // A cursor over the head of a call object: {"name": "<name>", "arguments": {
 class HeadScanner {
@@ -89,10 +94,6 @@ class HeadScanner {
   size_t pos_ = 0;
 };
 
-bool IsNameChar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
-}
-
 // The head of a Mistral v11 call, after its [TOOL_CALLS]: name[ARGS] or
 // name[CALL_ID]id[ARGS], then the arguments object's '{' (where `pos` ends).
 Match ScanNamedHead(std::string_view text, std::string& name, std::string& id, size_t& pos) {
@@ -141,28 +142,6 @@ size_t ObjectEnd(std::string_view text) {
   return std::string_view::npos;
 }
 
-size_t SkipSpace(std::string_view text) {
-  const size_t at = text.find_first_not_of(kWhitespace);
-  return at == std::string_view::npos ? text.size() : at;
-}
-
-constexpr std::string_view kFence = "```";
-
-// A Markdown fence's opening line at text[0] that may hold JSON: ``` or ```json, then the line
-// break (`size`: up to after it).
-Match ScanJsonFence(std::string_view text, size_t& size) {
-  constexpr size_t kLongest = 16;  // ```json and some spaces: anything longer is another fence
-  if (text.size() < kFence.size()) return kFence.starts_with(text) ? Match::kNeedMore : Match::kNo;
-  if (!text.starts_with(kFence)) return Match::kNo;
-  const size_t end = text.find('\n');
-  if (end == std::string_view::npos) return text.size() < kLongest ? Match::kNeedMore : Match::kNo;
-  std::string_view info = text.substr(kFence.size(), end - kFence.size());
-  info = info.substr(0, info.find_last_not_of(" \t\r") + 1);
-  if (!info.empty() && info != "json" && info != "JSON") return Match::kNo;
-  size = end + 1;
-  return Match::kYes;
-}
-
 }  // namespace
 
 std::string_view ToolCallFormatName(ToolCallFormat format) {
@@ -172,6 +151,9 @@ std::string_view ToolCallFormatName(ToolCallFormat format) {
     case ToolCallFormat::kMistral: return "mistral";
     case ToolCallFormat::kMistralV11: return "mistral_v11";
     case ToolCallFormat::kHarmony: return "harmony";
+    case ToolCallFormat::kDeepSeekV3: return "deepseek_v3";
+    case ToolCallFormat::kDeepSeekV31: return "deepseek_v31";
+    case ToolCallFormat::kKimiK2: return "kimi_k2";
     case ToolCallFormat::kJson: break;
   }
   return "json";
@@ -180,7 +162,9 @@ std::string_view ToolCallFormatName(ToolCallFormat format) {
 std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name) {
   for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json,
                            ToolCallFormat::kMistral, ToolCallFormat::kMistralV11,
-                           ToolCallFormat::kJson, ToolCallFormat::kHarmony}) {
+                           ToolCallFormat::kJson, ToolCallFormat::kHarmony,
+                           ToolCallFormat::kDeepSeekV3, ToolCallFormat::kDeepSeekV31,
+                           ToolCallFormat::kKimiK2}) {
     if (ToolCallFormatName(f) == name) return f;
   }
   return std::nullopt;
@@ -189,6 +173,14 @@ std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name) {
 ToolCallFormat DetectToolCallFormat(std::string_view source) {
   const auto has = [&](std::string_view s) { return source.find(s) != std::string_view::npos; };
   if (TemplateUsesHarmony(source)) return ToolCallFormat::kHarmony;
+  // Kimi K2's first template shows no calls, only its tool_declare turn.
+  if ((has(kKimiK2Markup.section_begin) && has(kKimiK2Markup.call_begin)) ||
+      has("tool_declare<|im_middle|>")) {
+    return ToolCallFormat::kKimiK2;
+  }
+  if (has(kDeepSeekMarkup.section_begin)) {
+    return has("```json") ? ToolCallFormat::kDeepSeekV3 : ToolCallFormat::kDeepSeekV31;
+  }
   if (has(kHermesOpen)) return ToolCallFormat::kHermes;
   if (has(kMistralMarker)) {
     return has(kMistralArgs) ? ToolCallFormat::kMistralV11 : ToolCallFormat::kMistral;
@@ -205,10 +197,24 @@ std::vector<std::string_view> ToolCallMarkers(ToolCallFormat format) {
     case ToolCallFormat::kLlama3Json: return {kPythonTag};
     case ToolCallFormat::kMistral: return {kMistralMarker};
     case ToolCallFormat::kMistralV11: return {kMistralMarker, kMistralCallId, kMistralArgs};
+    case ToolCallFormat::kDeepSeekV3:
+    case ToolCallFormat::kDeepSeekV31:
+    case ToolCallFormat::kKimiK2: {
+      const SectionMarkup& m = SectionMarkupOf(format);
+      return {m.section_begin, m.section_end, m.call_begin, m.call_end, m.separator};
+    }
     // Harmony's markers come out as text by the tokenizer's own rule (as llama.cpp's).
     case ToolCallFormat::kHarmony:
     case ToolCallFormat::kJson: break;
   }
+  return {};
+}
+
+std::vector<std::string_view> ToolCallOpeners(ToolCallFormat format) {
+  if (format == ToolCallFormat::kKimiK2) {
+    return {kKimiK2Markup.section_begin, kKimiK2Markup.call_begin};
+  }
+  if (IsSectionFormat(format)) return {kDeepSeekMarkup.section_begin};
   return {};
 }
 
@@ -268,6 +274,9 @@ void ToolCallParser::Step(ParsedOutput& out, bool final) {
         EmitContent(pending_, out);
         pending_.clear();
         break;
+      case State::kSection: progressed = StepSection(out, final); break;
+      case State::kSectionHead: progressed = StepSectionHead(out, final); break;
+      case State::kSectionTail: progressed = StepSectionTail(final); break;
     }
     if (!progressed) return;
   }
@@ -275,7 +284,8 @@ void ToolCallParser::Step(ParsedOutput& out, bool final) {
 
 bool ToolCallParser::StepStart(bool final) {
   if (format_ == ToolCallFormat::kHermes) return StepHermesStart(final);
-  if (format_ == ToolCallFormat::kMistral || format_ == ToolCallFormat::kMistralV11) {
+  if (format_ == ToolCallFormat::kMistral || format_ == ToolCallFormat::kMistralV11 ||
+      IsSectionFormat(format_)) {
     state_ = State::kText;  // their marker may come anywhere
     return true;
   }
@@ -342,6 +352,7 @@ bool ToolCallParser::StepHermesStart(bool final) {
 }
 
 bool ToolCallParser::StepText(ParsedOutput& out, bool final) {
+  if (IsSectionFormat(format_)) return StepSectionText(out, final);
   const std::string_view marker =
       format_ == ToolCallFormat::kHermes ? kHermesOpen : kMistralMarker;
   const MarkerScan scan = ScanForMarker(pending_, marker);
@@ -485,7 +496,9 @@ bool ToolCallParser::StepArguments(ParsedOutput& out) {
   if (!done) return false;
   ++num_complete_calls_;
   // v11 calls have no object around their arguments: the next one has its own marker.
-  state_ = format_ == ToolCallFormat::kMistralV11 ? State::kText : State::kCallTail;
+  state_ = format_ == ToolCallFormat::kMistralV11 ? State::kText
+           : IsSectionFormat(format_)             ? State::kSectionTail
+                                                  : State::kCallTail;
   raw_markup_.clear();
   return true;
 }

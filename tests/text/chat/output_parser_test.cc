@@ -1,12 +1,15 @@
 // The output parsers on transcripts in each family's own format (from the model cards' and
 // vLLM's examples of Qwen2.5, Qwen3, Hermes 2 Pro, Llama 3.1/3.2, Mistral 7B v0.3 and
-// DeepSeek-R1 distills, and OpenAI's harmony guide for gpt-oss), fed whole, split at every
-// position, and one byte at a time.
+// DeepSeek-R1 distills, OpenAI's harmony guide for gpt-oss, and DeepSeek's and Kimi K2's
+// templates' markup), fed whole, split at every position, and one byte at a time.
 #include "text/chat/output_parser.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+#include <iterator>
+#include <random>
 #include <regex>
 #include <string>
 #include <vector>
@@ -344,6 +347,155 @@ TEST(OutputParserTest, ReasoningTagsOnlyAtTheStart) {
   ExpectTurn(options, "<think>still thinking", {"", "still thinking", {}, {}});
 }
 
+// DeepSeek V3.1's calls (its template's markup), and V3/R1's: function<｜tool▁sep｜>NAME, the
+// arguments in a ```json fence, a line break between calls. Each parser reads both forms.
+const std::string kDeepSeekV31Calls =
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"location\": "
+    "\"Tokyo\"}<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"zone\": \"JST\"}"
+    "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+const std::string kDeepSeekR1Calls =
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+    "{\"location\": \"Tokyo\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+    "get_time\n```json\n{\"zone\": \"JST\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+
+TEST(OutputParserTest, DeepSeekCallsInBothForms) {
+  const std::vector<Call> calls = {{"get_weather", {{"location", "Tokyo"}}},
+                                   {"get_time", {{"zone", "JST"}}}};
+  for (const ToolCallFormat format : {ToolCallFormat::kDeepSeekV31, ToolCallFormat::kDeepSeekV3}) {
+    SCOPED_TRACE(std::string(ToolCallFormatName(format)));
+    ExpectTurn(Tools(format), "Let me check." + kDeepSeekV31Calls,
+               {"Let me check.", "", calls, {}});
+    ExpectTurn(Tools(format), kDeepSeekR1Calls, {"", "", calls, {}});
+    // Text after the section is content; a call without its <｜tool▁call▁begin｜> (as
+    // llama.cpp's parser takes it), and with spaces around the V3 name.
+    ExpectTurn(Tools(format), kDeepSeekV31Calls + "\nDone.", {"Done.", "", calls, {}});
+    ExpectTurn(Tools(format),
+               "<｜tool▁calls▁begin｜>function<｜tool▁sep｜> get_time \n```\n{\"zone\": \"JST\"}"
+               "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+               {"", "", {calls[1]}, {}});
+    const Turn turn = Parse(Tools(format), {kDeepSeekV31Calls});
+    for (const std::string& id : turn.ids) {
+      EXPECT_TRUE(std::regex_match(id, std::regex("call_[A-Za-z0-9]{24}"))) << id;
+    }
+  }
+}
+
+TEST(OutputParserTest, DeepSeekR1ThinksThenCalls) {
+  // R1's template opens <think> in the prompt; V3.1's thinking mode too.
+  OutputParserOptions options = Tools(ToolCallFormat::kDeepSeekV3);
+  options.reasoning = true;
+  options.starts_in_reasoning = true;
+  ExpectTurn(options, "The user wants Tokyo's weather.\n</think>\n\n" + kDeepSeekR1Calls,
+             {"", "The user wants Tokyo's weather.\n",
+              {{"get_weather", {{"location", "Tokyo"}}}, {"get_time", {{"zone", "JST"}}}},
+              {}});
+  // V3.1's non-thinking prompt ends with </think>: the output is content from the start.
+  options.starts_in_reasoning = false;
+  ExpectTurn(options, "Hello!", {"Hello!", "", {}, {}});
+}
+
+TEST(OutputParserTest, DeepSeekMalformedCallsStayText) {
+  const std::string head = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>";
+  for (const ToolCallFormat format : {ToolCallFormat::kDeepSeekV31, ToolCallFormat::kDeepSeekV3}) {
+    for (const std::string& output : std::vector<std::string>{
+             "<｜tool▁calls▁begin｜>oops", "<｜tool▁calls▁begin｜>", head + "get weather<｜tool▁sep｜>{}",
+          head + "f<｜tool▁sep｜>[1]", head + "<｜tool▁sep｜>{}",
+          head + "function<｜tool▁sep｜>f\n```python\n{}\n```",
+          head + "tool<｜tool▁sep｜>f\n```json\n{}\n```", head + "function<｜tool▁sep｜>f{}",
+          head + std::string(600, 'a') + "<｜tool▁sep｜>{}", "a <｜tool▁calls▁end｜> b"}) {
+      ExpectTurn(Tools(format), output, {output, "", {}, {}});
+    }
+  }
+  // A call is committed once its head parses: a bad tail after it is content.
+  ExpectTurn(Tools(ToolCallFormat::kDeepSeekV31), head + "f<｜tool▁sep｜>{} and more",
+             {" and more", "", {{"f", Json::object()}}, {}});
+}
+
+// Kimi K2's calls: the model's own functions.NAME:IDX is the call's id.
+const std::string kKimiCalls =
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+    "<|tool_call_argument_begin|>{\"city\": \"Beijing\"}<|tool_call_end|><|tool_call_begin|>"
+    "functions.get_time:1<|tool_call_argument_begin|>{\"zone\": \"CST\"}<|tool_call_end|>"
+    "<|tool_calls_section_end|>";
+
+TEST(OutputParserTest, KimiK2CallsKeepTheirIds) {
+  const std::vector<Call> calls = {{"get_weather", {{"city", "Beijing"}}},
+                                   {"get_time", {{"zone", "CST"}}}};
+  ExpectTurn(Tools(ToolCallFormat::kKimiK2), "I will look." + kKimiCalls,
+             {"I will look.", "", calls, {}});
+  EXPECT_EQ(Parse(Tools(ToolCallFormat::kKimiK2), {kKimiCalls}).ids,
+            (std::vector<std::string>{"functions.get_weather:0", "functions.get_time:1"}));
+  // As llama.cpp takes them: a call without the section's marker or its own end marker.
+  ExpectTurn(Tools(ToolCallFormat::kKimiK2),
+             "<|tool_call_begin|>functions.get_time:3<|tool_call_argument_begin|>{\"zone\": "
+             "\"CST\"}",
+             {"", "", {calls[1]}, {}});
+  // Kimi K2 Thinking: reasoning, then content and calls; or calls opened inside the reasoning,
+  // which llama.cpp says the model does.
+  OutputParserOptions thinking = Tools(ToolCallFormat::kKimiK2);
+  thinking.reasoning = true;
+  ExpectTurn(thinking, "<think>The user wants weather.</think>I will look." + kKimiCalls,
+             {"I will look.", "The user wants weather.", calls, {}});
+  ExpectTurn(thinking, "<think>Call it." + kKimiCalls, {"", "Call it.", calls, {}});
+  ExpectTurn(thinking, "<think>No calls, no end", {"", "No calls, no end", {}, {}});
+}
+
+TEST(OutputParserTest, KimiK2MalformedCallsStayText) {
+  for (const std::string output :
+       {"<|tool_calls_section_begin|>oops", "<|tool_calls_section_begin|>",
+        "<|tool_call_begin|>functions.:0<|tool_call_argument_begin|>{}",
+        "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>nope",
+        "<|tool_call_begin|>functions.a:b:0<|tool_call_argument_begin|>{}",
+        "<|tool_call_begin|>functions get<|tool_call_argument_begin|>{}",
+        "text <|tool_calls_section_end|> text"}) {
+    ExpectTurn(Tools(ToolCallFormat::kKimiK2), output, {output, "", {}, {}});
+  }
+  // Control-token markers never show, even in text that formed no call.
+  OutputParserOptions hidden = Tools(ToolCallFormat::kKimiK2);
+  for (const std::string_view marker : ToolCallMarkers(ToolCallFormat::kKimiK2)) {
+    hidden.hidden_markers.emplace_back(marker);
+  }
+  ExpectTurn(hidden, "Sure.<|tool_calls_section_begin|> oops", {"Sure. oops", "", {}, {}});
+}
+
+// Any bytes, the formats' markup in pieces among them, never crash the parsers, and whatever
+// formed no call comes back as it was (but for whitespace before markup).
+TEST(OutputParserTest, SectionFormatsSurviveMarkupSoup) {
+  const std::vector<std::string> parts = {
+      "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
+      "<｜tool▁calls▁end｜>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>",
+      "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<think>", "</think>", "function",
+      "functions.f:0", "f", "\n```json\n", "```", "{", "}", "\"", "\\", " ", "\n", "<｜", "<|",
+      "\xff", "x"};
+  std::mt19937 random(38);
+  for (const ToolCallFormat format :
+       {ToolCallFormat::kDeepSeekV3, ToolCallFormat::kDeepSeekV31, ToolCallFormat::kKimiK2}) {
+    for (int round = 0; round < 300; ++round) {
+      std::string output;
+      const int count = std::uniform_int_distribution<int>(1, 12)(random);
+      for (int i = 0; i < count; ++i) {
+        output += parts[std::uniform_int_distribution<size_t>(0, parts.size() - 1)(random)];
+      }
+      OutputParserOptions options = Tools(format);
+      options.reasoning = round % 2 == 1;
+      OutputParser parser(options);
+      ParsedOutput out;
+      for (const char c : output) out.Append(parser.Feed(std::string(1, c)));
+      out.Append(parser.Finish());
+      // Whitespace around calls belongs to neither; the rest is kept.
+      const auto visible = [](std::string text) {
+        std::erase_if(text, [](char c) { return c == ' ' || c == '\n'; });
+        return text;
+      };
+      if (out.tool_calls.empty() && !options.reasoning) {
+        EXPECT_EQ(visible(out.content), visible(output))
+            << ToolCallFormatName(format) << " "
+            << Json(output).dump(-1, ' ', false, Json::error_handler_t::replace);
+      }
+    }
+  }
+}
+
 TEST(OutputParserTest, FormatsFromTemplates) {
   EXPECT_EQ(DetectToolCallFormat("{{- '<tool_call>\\n' }}"), ToolCallFormat::kHermes);
   EXPECT_EQ(DetectToolCallFormat("{{ '[TOOL_CALLS]' }}"), ToolCallFormat::kMistral);
@@ -361,6 +513,29 @@ TEST(OutputParserTest, FormatsFromTemplates) {
             ToolCallFormat::kHarmony);
   EXPECT_TRUE(TemplateUsesHarmony("<|channel|>analysis<|message|>"));
   EXPECT_FALSE(TemplateUsesHarmony("<think>"));
+  // DeepSeek's and Kimi's templates (tests/data/chat_templates, as llama.cpp vendors them).
+  const auto detected = [](const std::string& file) {
+    std::ifstream in(std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/" + file);
+    EXPECT_TRUE(in.good()) << file;
+    return DetectToolCallFormat(std::string(std::istreambuf_iterator<char>(in), {}));
+  };
+  EXPECT_EQ(detected("deepseek_r1_distill.jinja"), ToolCallFormat::kDeepSeekV3);
+  EXPECT_EQ(detected("deepseek_v31.jinja"), ToolCallFormat::kDeepSeekV31);
+  EXPECT_EQ(detected("kimi_k2.jinja"), ToolCallFormat::kKimiK2);  // only its tool_declare turn
+  EXPECT_EQ(detected("kimi_k2_thinking.jinja"), ToolCallFormat::kKimiK2);
+  EXPECT_EQ(detected("qwen2.5.jinja"), ToolCallFormat::kHermes);
+  for (const ToolCallFormat format :
+       {ToolCallFormat::kDeepSeekV3, ToolCallFormat::kDeepSeekV31, ToolCallFormat::kKimiK2}) {
+    EXPECT_EQ(ToolCallFormatFromName(ToolCallFormatName(format)), format);
+  }
+  EXPECT_EQ(ToolCallFormatName(ToolCallFormat::kDeepSeekV3), "deepseek_v3");
+  EXPECT_EQ(ToolCallFormatName(ToolCallFormat::kKimiK2), "kimi_k2");
+  EXPECT_EQ(ToolCallMarkers(ToolCallFormat::kKimiK2),
+            (std::vector<std::string_view>{"<|tool_calls_section_begin|>",
+                                           "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+                                           "<|tool_call_end|>", "<|tool_call_argument_begin|>"}));
+  EXPECT_EQ(ToolCallMarkers(ToolCallFormat::kDeepSeekV31).size(), 5u);
+  EXPECT_TRUE(ToolCallOpeners(ToolCallFormat::kHermes).empty());
 }
 
 // gpt-oss: the harmony parser with tools offered (or not) and its reasoning.
