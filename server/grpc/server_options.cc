@@ -44,10 +44,13 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
   AddOption(app, "--tool-call-parser", o.tool_call_parser,
             "how chat output's tool calls are parsed (and forced calls written): auto (from "
             "the chat template: <tool_call> hermes, [TOOL_CALLS] mistral, with [ARGS] "
-            "mistral_v11, <|python_tag|> llama3_json, <|channel|> harmony, else json), hermes, "
-            "llama3_json, mistral, mistral_v11, json, harmony (gpt-oss) or none")
+            "mistral_v11, <|python_tag|> llama3_json, <|channel|> harmony, "
+            "DeepSeek's tool-calls marker deepseek_v3 (with ```json) or deepseek_v31, "
+            "<|tool_calls_section_begin|> kimi_k2, else json), hermes, llama3_json, mistral, "
+            "mistral_v11, json, harmony (gpt-oss), deepseek_v3 (V3, R1), deepseek_v31, kimi_k2 "
+            "or none")
       ->check(CLI::IsMember({"auto", "hermes", "llama3_json", "mistral", "mistral_v11", "json",
-                             "harmony", "none"}));
+                             "harmony", "deepseek_v3", "deepseek_v31", "kimi_k2", "none"}));
   AddOption(app, "--reasoning-parser", o.reasoning_parser,
             "how chat output's reasoning is split off: auto (think when the chat template uses "
             "<think>, harmony when it writes <|channel|>), think (<think>...</think>), harmony "

@@ -59,8 +59,14 @@ void ChooseOutputParsers(const ServerOptions& options, ServingModel& serving) {
   if (options.tool_call_parser == "auto") {
     serving.tool_call_format = DetectToolCallFormat(source);
     // A template that ignores `tools` would drop them: our preamble asks for plain JSON calls.
-    serving.generic_tool_preamble = serving.chat_template && !TemplateRendersTools(source) &&
-                                    serving.tool_call_format == ToolCallFormat::kJson;
+    // So too where it shows DeepSeek's markup but never the tools (R1's, V3.1's): its model
+    // would not know them.
+    const bool markup_only = serving.tool_call_format == ToolCallFormat::kDeepSeekV3 ||
+                             serving.tool_call_format == ToolCallFormat::kDeepSeekV31;
+    serving.generic_tool_preamble =
+        serving.chat_template && !TemplateRendersTools(source) &&
+        (serving.tool_call_format == ToolCallFormat::kJson || markup_only);
+    if (serving.generic_tool_preamble) serving.tool_call_format = ToolCallFormat::kJson;
   } else if (options.tool_call_parser != "none") {
     serving.tool_call_format = ToolCallFormatFromName(options.tool_call_parser);
   }

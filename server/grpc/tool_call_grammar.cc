@@ -8,6 +8,7 @@
 
 #include "common/json_nesting.h"
 #include "grammar/json_schema.h"
+#include "text/chat/section_tool_calls.h"
 
 namespace tokenmill::server {
 namespace {
@@ -34,6 +35,16 @@ std::string CallsRule(ToolCallFormat format, bool parallel) {
     // One call: <|call|> ends a harmony turn (an end-of-generation token), so a model calls
     // one function per turn and sees its result before the next.
     case ToolCallFormat::kHarmony: return "tool-call";
+    // A section around named calls (NamedCallsGbnf); V3's template breaks the line between them.
+    case ToolCallFormat::kDeepSeekV3:
+      return std::string("\"<｜tool▁calls▁begin｜>\" tool-call") +
+             (parallel ? " (\"\\n\" tool-call)*" : "") + " \"<｜tool▁calls▁end｜>\"";
+    case ToolCallFormat::kDeepSeekV31:
+      return std::string("\"<｜tool▁calls▁begin｜>\" tool-call") + (parallel ? "+" : "") +
+             " \"<｜tool▁calls▁end｜>\"";
+    case ToolCallFormat::kKimiK2:
+      return std::string("\"<|tool_calls_section_begin|>\" tool-call") + (parallel ? "+" : "") +
+             " \"<|tool_calls_section_end|>\"";
     case ToolCallFormat::kJson: break;
   }
   return parallel ? "\"[\" tool-call (\", \" tool-call)* \"]\"" : "tool-call";
@@ -71,15 +82,33 @@ std::string PrefixRuleNames(std::string_view gbnf, const std::string& prefix) {
 }
 
 // The markup before and after a call's arguments where the function's name stands outside
-// the JSON: Mistral v11's [TOOL_CALLS]name[ARGS]{...} and harmony's
-// <|channel|>commentary to=functions.name <|constrain|>json<|message|>{...}<|call|>.
+// the JSON, as GBNF: Mistral v11's [TOOL_CALLS]name[ARGS]{...}, harmony's
+// <|channel|>commentary to=functions.name <|constrain|>json<|message|>{...}<|call|>,
+// DeepSeek's <｜tool▁call▁begin｜>name<｜tool▁sep｜>{...}<｜tool▁call▁end｜> (V3:
+// function<｜tool▁sep｜>name and the arguments in a ```json fence) and Kimi K2's
+// <|tool_call_begin|>functions.name:IDX<|tool_call_argument_begin|>{...}<|tool_call_end|>, its
+// index the model's to write (its template counts the conversation's calls).
 std::pair<std::string, std::string> NamedCallMarkup(ToolCallFormat format,
                                                     const std::string& name) {
-  if (format == ToolCallFormat::kHarmony) {
-    return {"<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>",
-            "<|call|>"};
+  const auto literal = [](const std::string& text) { return Json(text).dump(); };
+  switch (format) {
+    case ToolCallFormat::kHarmony:
+      return {literal("<|channel|>commentary to=functions." + name +
+                      " <|constrain|>json<|message|>"),
+              literal("<|call|>")};
+    case ToolCallFormat::kDeepSeekV3:
+      return {literal("<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n"),
+              literal("\n```<｜tool▁call▁end｜>")};
+    case ToolCallFormat::kDeepSeekV31:
+      return {literal("<｜tool▁call▁begin｜>" + name + "<｜tool▁sep｜>"),
+              literal("<｜tool▁call▁end｜>")};
+    case ToolCallFormat::kKimiK2:
+      return {literal("<|tool_call_begin|>functions." + name + ":") + " [0-9]{1,6} " +
+                  literal("<|tool_call_argument_begin|>"),
+              literal("<|tool_call_end|>")};
+    default: break;
   }
-  return {"[TOOL_CALLS]" + name + "[ARGS]", ""};
+  return {literal("[TOOL_CALLS]" + name + "[ARGS]"), ""};
 }
 
 // Calls whose name is outside the JSON (NamedCallMarkup): each tool's parameters are a
@@ -99,11 +128,11 @@ StatusOr<std::string> NamedCallsGbnf(ToolCallFormat format, const std::vector<To
     prefix += '-';
     const auto [before, after] = NamedCallMarkup(format, tools[i].name);
     if (i > 0) call += " | ";
-    call += Json(before).dump();
+    call += before;
     call += ' ';
     call += prefix;
     call += "root";
-    if (!after.empty()) call += ' ' + Json(after).dump();
+    if (!after.empty()) call += ' ' + after;
     rules += PrefixRuleNames(*gbnf, prefix);
   }
   return std::string(kRootRule) + CallsRule(format, parallel) + "\n" + call + "\n" + rules;
@@ -168,7 +197,8 @@ StatusOr<std::string> ForcedToolCallGbnf(ToolCallFormat format, std::string_view
     return InvalidArgumentError("chat.tool_choice names the function '" +
                                 std::string(function_name) + "', which is not in chat.tools_json");
   }
-  if (format == ToolCallFormat::kMistralV11 || format == ToolCallFormat::kHarmony) {
+  if (format == ToolCallFormat::kMistralV11 || format == ToolCallFormat::kHarmony ||
+      IsSectionFormat(format)) {
     return NamedCallsGbnf(format, offered, parallel, limits);
   }
   const char* arguments_key = format == ToolCallFormat::kLlama3Json ? "parameters" : "arguments";

@@ -66,8 +66,9 @@ def test_a_doc_with_a_made_up_flag_fails():
     assert errors == [
         "tokenmill-server: --no-such-flag is not in its --help",
         "tokenmill-server: --port needs a value",
-        "tokenmill-server: --tool-call-parser mistral_v12: not one of ['auto', 'harmony', "
-        "'hermes', 'json', 'llama3_json', 'mistral', 'mistral_v11', 'none']",
+        "tokenmill-server: --tool-call-parser mistral_v12: not one of ['auto', 'deepseek_v3', "
+        "'deepseek_v31', 'harmony', 'hermes', 'json', 'kimi_k2', 'llama3_json', 'mistral', "
+        "'mistral_v11', 'none']",
         "scripts/serve: --made-up is not in its --help",
     ]
     table = "## Flags\n\n| flag | default | meaning |\n| --- | --- | --- |\n" \

@@ -62,6 +62,21 @@ def test_a_template_with_tools_keeps_its_own_format():
         assert "<the tool's name>" not in prompt and "get_weather" in prompt
 
 
+def test_deepseek_and_kimi_templates():
+    # DeepSeek V3.1's shows its calls' markup but never the tools: the generic preamble.
+    with Server("--chat-template", TEMPLATES / "deepseek_v31.jinja") as server:
+        assert server.stub.GetModelInfo(pb2.GetModelInfoRequest()).tool_call_format == "generic"
+    # Named, the format is taken as is (the client's system message then lists the tools).
+    with Server("--chat-template", TEMPLATES / "deepseek_v31.jinja",
+                "--tool-call-parser", "deepseek_v31") as server:
+        assert server.stub.GetModelInfo(
+            pb2.GetModelInfoRequest()).tool_call_format == "deepseek_v31"
+    # Kimi K2 Thinking's template declares the tools and writes the calls: its own format.
+    with Server("--chat-template", TEMPLATES / "kimi_k2_thinking.jinja") as server:
+        assert server.stub.GetModelInfo(pb2.GetModelInfoRequest()).tool_call_format == "kimi_k2"
+        server.wait_for_log(r"tool calls: kimi_k2 \(from the chat template\), reasoning <think>")
+
+
 def test_the_prompt_carries_the_preamble_as_client_text(served):
     server, _ = served
     chat = pb2.Chat(messages=[pb2.ChatMessage(role="user", content="Hi")],

@@ -207,13 +207,16 @@ TEST(TokenizeChat, TakesToolsTemplateKwargsAndContinueFinalMessage) {
   EXPECT_EQ(error->param, "tools");
 }
 
-TEST(AnthropicToolUseIds, StartWithTooluAndMistralsComeBack) {
+TEST(AnthropicToolUseIds, StartWithTooluAndMistralsAndKimisComeBack) {
   EXPECT_EQ(ToolUseId("call_abcdefghijklmnopqrstuvwx"), "toolu_abcdefghijklmnopqrstuvwx");
   EXPECT_EQ(ToolUseId("abcdefghi"), "toolu_abcdefghi");  // Mistral's nine letters
   EXPECT_EQ(CallIdOfToolUse("toolu_abcdefghi"), "abcdefghi");
   EXPECT_EQ(CallIdOfToolUse("toolu_abcdefghijklmnopqrstuvwx"), "toolu_abcdefghijklmnopqrstuvwx");
   EXPECT_EQ(CallIdOfToolUse("toolu_1"), "toolu_1");
   EXPECT_EQ(CallIdOfToolUse("call_1"), "call_1");
+  // Kimi K2's functions.NAME:IDX, which its template writes back verbatim.
+  EXPECT_EQ(ToolUseId("functions.get_weather:0"), "toolu_functions.get_weather:0");
+  EXPECT_EQ(CallIdOfToolUse("toolu_functions.get_weather:0"), "functions.get_weather:0");
 }
 
 TEST(ContextLengthExceeded, OutOfRangeFromTheServerCarriesOpenAIsCode) {

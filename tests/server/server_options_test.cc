@@ -83,7 +83,8 @@ TEST(ServerOptions, BadValuesFailAtParseTime) {
               HasSubstr("--kv-cache-dtype"));
   // Every parser the server has is a value the flag takes (mistral_v11 was refused).
   for (const char* parser :
-       {"hermes", "llama3_json", "mistral", "mistral_v11", "json", "harmony"}) {
+       {"hermes", "llama3_json", "mistral", "mistral_v11", "json", "harmony", "deepseek_v3",
+        "deepseek_v31", "kimi_k2"}) {
     EXPECT_EQ(Parsed({"--model", "m", "--tool-call-parser", parser}).error, "") << parser;
   }
   ScopedEnv env("TOKENMILL_BLOCK_SIZE", "zero");

@@ -1,6 +1,7 @@
-// Forced tool calls: the grammar tool_call_grammar writes for each family accepts that
-// family's real markup around a call whose arguments validate, refuses other names,
-// arguments and markup, and what it accepts parses back (OutputParser) into the same call.
+// Forced tool calls: the grammar tool_call_grammar writes for each family (DeepSeek's and Kimi
+// K2's as their templates write calls) accepts that family's real markup around a call whose
+// arguments validate, refuses other names, arguments and markup, and what it accepts parses
+// back (OutputParser) into the same call.
 // BuildGenerateRequest's choices around it: the parsing options, the trigger after a prompt
 // that opens <think>, and the refusals.
 #include "server/grpc/tool_call_grammar.h"
@@ -107,6 +108,27 @@ const std::vector<FamilyCase>& Families() {
        "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"unit\": \"celsius\"}",
        "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"unit\": \"celsius\"}"
        "[TOOL_CALLS]get_time[ARGS]{\"zone\": \"Europe/Paris\"}"},
+      {ToolCallFormat::kDeepSeekV3,
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+       "{\"city\": \"Paris\", \"unit\": \"celsius\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+       "{\"city\": \"Paris\", \"unit\": \"celsius\"}\n```<｜tool▁call▁end｜>\n"
+       "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{\"zone\": \"Europe/Paris\"}"
+       "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+      {ToolCallFormat::kDeepSeekV31,
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\", "
+       "\"unit\": \"celsius\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\", "
+       "\"unit\": \"celsius\"}<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>"
+       "{\"zone\": \"Europe/Paris\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+      {ToolCallFormat::kKimiK2,
+       "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+       "<|tool_call_argument_begin|>{\"city\": \"Paris\", \"unit\": \"celsius\"}"
+       "<|tool_call_end|><|tool_calls_section_end|>",
+       "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+       "<|tool_call_argument_begin|>{\"city\": \"Paris\", \"unit\": \"celsius\"}"
+       "<|tool_call_end|><|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>"
+       "{\"zone\": \"Europe/Paris\"}<|tool_call_end|><|tool_calls_section_end|>"},
       {ToolCallFormat::kJson,
        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": "
        "\"celsius\"}}",
@@ -214,6 +236,36 @@ TEST(ForcedToolCallGbnf, HarmonyForcesOneCommentaryMessageToTheFunction) {
   EXPECT_EQ(out.tool_calls[0].name, "get_weather");
   EXPECT_EQ(Json::parse(out.tool_calls[1].arguments),
             Json::parse(R"({"city": "Paris", "unit": "celsius"})"));
+}
+
+// DeepSeek's and Kimi's markers are control tokens in their vocabularies: the grammar spells
+// them in text, which the parsers read. Kimi's id must carry the index the model writes.
+TEST(ForcedToolCallGbnf, SectionFormatsNeedTheirWholeMarkup) {
+  const std::string arguments = R"({"city": "Paris", "unit": "celsius"})";
+  const auto kimi = [&](std::string_view id) {
+    return "<|tool_calls_section_begin|><|tool_call_begin|>" + std::string(id) +
+           "<|tool_call_argument_begin|>" + arguments +
+           "<|tool_call_end|><|tool_calls_section_end|>";
+  };
+  EXPECT_TRUE(Accepts(ToolCallFormat::kKimiK2, "", false, kimi("functions.get_weather:12")));
+  EXPECT_FALSE(Accepts(ToolCallFormat::kKimiK2, "", false, kimi("functions.get_weather:")));
+  EXPECT_FALSE(Accepts(ToolCallFormat::kKimiK2, "", false, kimi("get_weather:0")));
+  // The forms are apart: V3's fenced call is no V3.1 call, nor the other way round.
+  const std::string v31 = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>" +
+                          arguments + "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  EXPECT_TRUE(Accepts(ToolCallFormat::kDeepSeekV31, "", true, v31));
+  EXPECT_FALSE(Accepts(ToolCallFormat::kDeepSeekV3, "", true, v31));
+  EXPECT_FALSE(Accepts(ToolCallFormat::kDeepSeekV31, "", true,  // the section must end
+                       v31.substr(0, v31.size() - std::string("<｜tool▁calls▁end｜>").size())));
+  // What is forced parses back with the model's id, under reasoning that ended first.
+  OutputParser parser({.tool_calls = ToolCallFormat::kKimiK2, .reasoning = true,
+                       .starts_in_reasoning = false, .parallel = true, .seed = 1});
+  ParsedOutput out = parser.Feed("<think>Paris, then.</think>" + kimi("functions.get_weather:3"));
+  out.Append(parser.Finish());
+  EXPECT_EQ(out.reasoning, "Paris, then.");
+  ASSERT_EQ(out.tool_calls.size(), 2u);
+  EXPECT_EQ(out.tool_calls[0].id, "functions.get_weather:3");
+  EXPECT_EQ(out.tool_calls[0].name, "get_weather");
 }
 
 v1::GenerateRequest ChatRequest(bool forced) {

@@ -475,6 +475,7 @@ namespace {
 constexpr std::string_view kToolUsePrefix = "toolu_";
 constexpr std::string_view kCallPrefix = "call_";
 constexpr size_t kMistralIdLetters = 9;
+constexpr std::string_view kKimiIdPrefix = "functions.";
 }  // namespace
 
 std::string ToolUseId(std::string_view call_id) {
@@ -485,7 +486,8 @@ std::string ToolUseId(std::string_view call_id) {
 std::string CallIdOfToolUse(std::string_view tool_use_id) {
   const std::string_view letters = tool_use_id.substr(std::min(tool_use_id.size(),
                                                                kToolUsePrefix.size()));
-  if (tool_use_id.starts_with(kToolUsePrefix) && letters.size() == kMistralIdLetters) {
+  if (tool_use_id.starts_with(kToolUsePrefix) &&
+      (letters.size() == kMistralIdLetters || letters.starts_with(kKimiIdPrefix))) {
     return std::string(letters);
   }
   return std::string(tool_use_id);

@@ -40,8 +40,10 @@ std::optional<HttpError> ParseCountTokensRequest(const nlohmann::json& body, Tok
 
 // A tool_use block's id for the server's call id, as Anthropic spells them: "toolu_" then
 // the call's own letters ("call_abc" -> "toolu_abc"; Mistral's "abcdefghi" ->
-// "toolu_abcdefghi"). CallIdOfToolUse gives Mistral's nine letters back for such an id sent
-// back (its templates refuse other ids); every other id passes unchanged.
+// "toolu_abcdefghi"; Kimi K2's "functions.f:0" -> "toolu_functions.f:0"). CallIdOfToolUse gives
+// Mistral's nine letters back for such an id sent back (its templates refuse other ids), and
+// Kimi's functions.NAME:IDX (its template writes the id back where the model wrote it); every
+// other id passes unchanged.
 std::string ToolUseId(std::string_view call_id);
 std::string CallIdOfToolUse(std::string_view tool_use_id);
 
