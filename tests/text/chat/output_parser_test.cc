@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "text/chat/chat_template.h"
+
 namespace tokenmill {
 namespace {
 
@@ -494,6 +496,62 @@ TEST(OutputParserTest, SectionFormatsSurviveMarkupSoup) {
       }
     }
   }
+}
+
+// DeepSeek's and Kimi's own templates: the calls they write back into a conversation parse
+// into the same calls under the format detected from them, and their generation prompts open
+// the reasoning where the model thinks (R1; V3.1 with `thinking`) and not elsewhere.
+TEST(OutputParserTest, DeepSeekAndKimiTemplatesRoundTrip) {
+  const auto load = [](const std::string& file) {
+    StatusOr<ChatTemplate> t = ChatTemplate::FromFile(
+        std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/" + file,
+        {.bos_token = "<｜begin▁of▁sentence｜>", .eos_token = "<｜end▁of▁sentence｜>"});
+    EXPECT_TRUE(t.ok()) << file << ": " << t.status().ToString();
+    return std::move(*t);
+  };
+  const nlohmann::ordered_json call_messages = nlohmann::ordered_json::parse(R"([
+    {"role": "user", "content": "Weather in Paris and the time?"},
+    {"role": "assistant", "content": null, "tool_calls": [
+      {"id": "functions.get_weather:0", "type": "function",
+       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+      {"id": "functions.get_time:1", "type": "function",
+       "function": {"name": "get_time", "arguments": "{\"zone\": \"CET\"}"}}]},
+    {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "21C"}])");
+  const std::vector<Call> calls = {{"get_weather", {{"city", "Paris"}}},
+                                   {"get_time", {{"zone", "CET"}}}};
+  for (const std::string file : {"deepseek_r1_distill.jinja", "deepseek_v31.jinja",
+                                 "kimi_k2_thinking.jinja"}) {
+    SCOPED_TRACE(file);
+    const ChatTemplate t = load(file);
+    const ToolCallFormat format = DetectToolCallFormat(t.source());
+    const std::vector<std::string_view> markers = ToolCallMarkers(format);
+    StatusOr<std::string> rendered =
+        t.Render({.messages = call_messages, .add_generation_prompt = false});
+    ASSERT_TRUE(rendered.ok()) << rendered.status().ToString();
+    const size_t begin = rendered->find(markers[0]);  // the section, as the template wrote it
+    const size_t end = rendered->find(markers[1], begin);
+    ASSERT_NE(end, std::string::npos) << *rendered;
+    const std::string section = rendered->substr(begin, end + markers[1].size() - begin);
+    ExpectTurn(Tools(format), section, {"", "", calls, {}});
+    if (format == ToolCallFormat::kKimiK2) {
+      EXPECT_EQ(Parse(Tools(format), {section}).ids,
+                (std::vector<std::string>{"functions.get_weather:0", "functions.get_time:1"}));
+    }
+    EXPECT_TRUE(TemplateHasThinkTags(t.source()));
+  }
+  const nlohmann::ordered_json question =
+      nlohmann::ordered_json::parse(R"([{"role": "user", "content": "2+2?"}])");
+  const auto opens_think = [&](const std::string& file, nlohmann::ordered_json variables) {
+    StatusOr<std::string> prompt =
+        load(file).Render({.messages = question, .extra_variables = std::move(variables)});
+    EXPECT_TRUE(prompt.ok()) << prompt.status().ToString();
+    return PromptOpensThink(*prompt);
+  };
+  EXPECT_TRUE(opens_think("deepseek_r1_distill.jinja", nlohmann::ordered_json::object()));
+  EXPECT_TRUE(opens_think("deepseek_v31.jinja", {{"thinking", true}}));
+  EXPECT_FALSE(opens_think("deepseek_v31.jinja", nlohmann::ordered_json::object()));  // </think>
+  EXPECT_FALSE(opens_think("kimi_k2_thinking.jinja", nlohmann::ordered_json::object()));
+  EXPECT_FALSE(TemplateHasThinkTags(load("kimi_k2.jinja").source()));
 }
 
 TEST(OutputParserTest, FormatsFromTemplates) {
