@@ -49,10 +49,8 @@ void ReasoningParser::Step(std::string& reasoning, std::string& content, bool fi
         break;
       }
       case State::kReasoning: {
-        std::vector<std::string_view> ends = {kThinkClose};
-        ends.insert(ends.end(), call_openers_.begin(), call_openers_.end());
         size_t which = 0;
-        const MarkerScan scan = ScanForMarkers(pending_, ends, which);
+        const MarkerScan scan = ScanForMarkers(pending_, reasoning_ends_, which);
         reasoning.append(pending_, 0, scan.safe_end);
         if (!scan.found) {
           pending_.erase(0, scan.safe_end);

@@ -26,7 +26,9 @@ class ReasoningParser {
   explicit ReasoningParser(bool starts_in_reasoning,
                            std::vector<std::string_view> call_openers = {})
       : state_(starts_in_reasoning ? State::kReasoning : State::kStart),
-        call_openers_(std::move(call_openers)) {}
+        reasoning_ends_(std::move(call_openers)) {
+    reasoning_ends_.insert(reasoning_ends_.begin(), kThinkClose);
+  }
 
   // Appends the next piece's reasoning and content.
   void Feed(std::string_view text, std::string& reasoning, std::string& content);
@@ -41,7 +43,8 @@ class ReasoningParser {
   void Step(std::string& reasoning, std::string& content, bool final);
 
   State state_;
-  std::vector<std::string_view> call_openers_;  // static strings (ToolCallOpeners)
+  // </think>, then the call openers (static strings: ToolCallOpeners).
+  std::vector<std::string_view> reasoning_ends_;
   std::string pending_;
 };
 
