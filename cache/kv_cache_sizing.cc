@@ -10,7 +10,7 @@ namespace tokenmill {
 int64_t KvGeometry::BytesPerToken() const {
   const int64_t k_row = int64_t{head_dim} * element_bits / 8 + scale_bytes;
   const int64_t v_row = split() ? int64_t{head_dim} * v_element_bits / 8 + v_scale_bytes : k_row;
-  return int64_t{num_layers} * num_kv_heads * (k_row + v_row);
+  return int64_t{num_layers} * num_kv_heads * (k_row + (latent_dim > 0 ? 0 : v_row));
 }
 
 namespace {
@@ -32,6 +32,16 @@ std::string KvCachePlan::Describe() const {
   };
   std::string rows = row(g.element_bits, g.scale_bytes);
   if (g.split()) rows = "(K " + rows + " + V " + row(g.v_element_bits, g.v_scale_bytes) + ")";
+  if (g.latent_dim > 0) {
+    return "KV cache: " + std::to_string(num_blocks) + " blocks x " + std::to_string(block_size) +
+           " tokens = " + std::to_string(num_token_slots()) + " tokens in " +
+           FormatBytes(total_bytes) + " (" + FormatBytes(g.BytesPerToken()) + "/token = " +
+           std::to_string(g.num_layers) + " layers x (" + std::to_string(g.latent_dim) +
+           " latent + " + std::to_string(g.head_dim - g.latent_dim) + " rope) x " +
+           ElementSize(g.element_bits) + " B" +
+           (g.scale_bytes > 0 ? " + " + std::to_string(g.scale_bytes) + " B scale" : "") +
+           ": multi-head latent attention, V within K)";
+  }
   return "KV cache: " + std::to_string(num_blocks) + " blocks x " + std::to_string(block_size) +
          " tokens = " + std::to_string(num_token_slots()) + " tokens in " +
          FormatBytes(total_bytes) + " (" + FormatBytes(g.BytesPerToken()) + "/token = " +

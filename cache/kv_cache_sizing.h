@@ -18,9 +18,13 @@ struct KvGeometry {
   // V's, where its type differs from K's (element_bits and scale_bytes are then K's); 0: as K.
   int v_element_bits = 0;
   int v_scale_bytes = 0;
+  // > 0: multi-head latent attention's cache (ModelConfig::mla): one K row a layer of this
+  // latent and head_dim - latent_dim roped values, no V (it is the latent).
+  int latent_dim = 0;
 
   bool split() const { return v_element_bits > 0; }
-  // K and V: layers x KV heads x (K's and V's head dim x element size + scale bytes).
+  // K and V: layers x KV heads x (K's and V's head dim x element size + scale bytes); a
+  // latent cache's K alone.
   int64_t BytesPerToken() const;
 };
 

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "cache/kv_cache_sizing.h"
 #include "engine/forward_backend.h"
 #include "engine/speculative/draft_model_proposer.h"
@@ -48,6 +50,7 @@ KvGeometry GeometryOf(const ModelConfig& mc, const EngineConfig& config, int gro
   KvGeometry geometry{num_layers, shape.n_kv_heads, shape.head_dim,
                       KvElementBits(config.kv_type),
                       static_cast<int>(KvRowScaleBytes(config.kv_type, shape.head_dim))};
+  if (mc.HasLatentKv()) geometry.latent_dim = mc.mla.kv_lora_rank;
   if (config.v_type() != config.kv_type) {
     geometry.v_element_bits = KvElementBits(config.v_type());
     geometry.v_scale_bytes = static_cast<int>(KvRowScaleBytes(config.v_type(), shape.head_dim));
@@ -89,6 +92,7 @@ StatusOr<std::vector<int64_t>> NumKvBlocks(const ModelConfig& mc, const EngineCo
       TM_ASSIGN_OR_RETURN(KvCachePlan plan, PlanKvCache(GeometryOf(mc, config, -1),
                                                         config.block_size, kv_bytes));
       num_blocks.assign(num_blocks.size(), plan.num_blocks);
+      spdlog::info("{}", plan.Describe());
     } else {
       const KvGroupsShape shape{.full = GeometryOf(mc, config, 0),
                                 .sliding = GeometryOf(mc, config, 1),
@@ -102,6 +106,7 @@ StatusOr<std::vector<int64_t>> NumKvBlocks(const ModelConfig& mc, const EngineCo
                           PlanKvCacheGroups(shape, config.block_size, kv_bytes, max_model_len,
                                             min_sliding_blocks));
       num_blocks = {plan.full.num_blocks, plan.sliding.num_blocks};
+      spdlog::info("{}", plan.Describe());
     }
   }
   if (num_blocks[0] <= config.watermark_blocks) {

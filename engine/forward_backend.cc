@@ -38,6 +38,11 @@ class CpuBackend final : public ForwardBackend {
                     int block_size) override {
     TM_RETURN_IF_ERROR(CheckKvTypeOnDevice(k_type, /*cuda=*/false, "--kv-cache-dtype"));
     TM_RETURN_IF_ERROR(CheckKvTypeOnDevice(v_type, /*cuda=*/false, "--kv-cache-dtype-v"));
+    if (model_.config().HasLatentKv() && v_type != k_type) {
+      return InvalidArgumentError(
+          "--kv-cache-dtype-v: this model's multi-head latent attention keeps V within K (one "
+          "latent row a token), so V takes --kv-cache-dtype's type; drop --kv-cache-dtype-v");
+    }
     TM_RETURN_IF_ERROR(CheckKvTypeFitsLayers(model_.config(), k_type));
     TM_RETURN_IF_ERROR(CheckKvTypeFitsLayers(model_.config(), v_type));
     kv_ = std::make_unique<KvCacheStorage>(model_.config(), k_type, group_num_blocks, block_size,

@@ -80,6 +80,10 @@ struct KvBlockCopy {
 // layer's KV (ModelConfig::kv_source_layers), layer_views holds each layer's own view
 // (n_layers of them, host memory; a reader's is its source's) and the fields above describe
 // layer 0. The kernels take one layer's view (n_layers 1, from Layer).
+//
+// v_in_k: multi-head latent attention's cache (ModelConfig::mla): no V arrays; each K row is
+// the latent then the roped key, and V is that same row (v and v_scale point at K's, v_type
+// is K's), of which attention's consumer reads the latent part.
 struct KvCacheView {
   KvType type = KvType::kF16;  // K's element type, and V's unless v_type differs
   void* k = nullptr;
@@ -96,6 +100,7 @@ struct KvCacheView {
   // K's are for `type`, each array by its own row sizes.
   KvType v_type = type;
   const KvCacheView* layer_views = nullptr;
+  bool v_in_k = false;
 
   // The blocks of layer `layer` alone.
   KvCacheView Layer(int layer) const {
@@ -108,19 +113,25 @@ struct KvCacheView {
     const auto skip = [rows_before](void* data, int64_t bytes) -> void* {
       return bytes > 0 ? static_cast<uint8_t*>(data) + rows_before * bytes : nullptr;
     };
-    return KvCacheView{type,
-                       skip(k, KvRowBytes(type, head_dim)),
-                       skip(v, KvRowBytes(v_type, head_dim)),
-                       count,
-                       block_size,
-                       n_kv_heads,
-                       head_dim,
-                       skip(k_scale, KvRowScaleBytes(type, head_dim)),
-                       skip(v_scale, KvRowScaleBytes(v_type, head_dim)),
-                       nullptr,
-                       1,
-                       v_type,
-                       nullptr};
+    KvCacheView layer_view{type,
+                           skip(k, KvRowBytes(type, head_dim)),
+                           skip(v, KvRowBytes(v_type, head_dim)),
+                           count,
+                           block_size,
+                           n_kv_heads,
+                           head_dim,
+                           skip(k_scale, KvRowScaleBytes(type, head_dim)),
+                           skip(v_scale, KvRowScaleBytes(v_type, head_dim)),
+                           nullptr,
+                           1,
+                           v_type,
+                           nullptr,
+                           v_in_k};
+    if (v_in_k) {
+      layer_view.v = layer_view.k;
+      layer_view.v_scale = layer_view.k_scale;
+    }
+    return layer_view;
   }
 };
 

@@ -185,10 +185,8 @@ StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& f
   TM_ASSIGN_OR_RETURN(uint32_t head_dim,
                       U32Or(file, p + "attention.key_length", n_embd / n_heads));
   TM_ASSIGN_OR_RETURN(uint32_t value_dim, U32Or(file, p + "attention.value_length", head_dim));
-  if (value_dim != head_dim) {
-    return UnimplementedError("attention.value_length differs from attention.key_length");
-  }
   c.head_dim = static_cast<int>(head_dim);
+  c.v_head_dim = static_cast<int>(std::min<uint32_t>(value_dim, 1u << 30));
   TM_ASSIGN_OR_RETURN(uint32_t n_rot, U32Or(file, p + "rope.dimension_count", head_dim));
   c.n_rot = static_cast<int>(n_rot);
   if (c.n_rot % 2 != 0 || c.n_rot > c.head_dim) {
@@ -212,6 +210,9 @@ StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& f
   c.n_vocab = static_cast<int>(embd->shape[1]);
   c.tied_output = file.FindTensor("output.weight") == nullptr;
   TM_RETURN_IF_ERROR(family.read_config(file, c));
+  if (c.v_head_dim != (c.HasLatentKv() ? c.mla.kv_lora_rank : c.head_dim)) {
+    return UnimplementedError("attention.value_length differs from attention.key_length");
+  }
   TM_RETURN_IF_ERROR(CheckLayerShapes(c));
   TM_RETURN_IF_ERROR(CheckKvGroupShapes(c));
   return c;

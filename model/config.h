@@ -24,7 +24,10 @@ enum class ExpertGating { kSoftmax, kSigmoid, kSoftmaxSelected };
 // A mixture-of-experts feed-forward (llama.cpp's build_moe_ffn): n_expert experts of n_ff_exp
 // each, n_used of them chosen per token by the router; their weights are renormalized to sum
 // 1 when `normalize` and then multiplied by `scale` unless it is 0 or 1. A shared expert of
-// n_ff_shexp (qwen2moe) runs for every token; 0: none.
+// n_ff_shexp (qwen2moe; deepseek2's shared experts as one) runs for every token; 0: none.
+// With n_groups > 1 (DeepSeek-V3's group-limited routing) the experts form n_groups groups of
+// consecutive experts and a token chooses only among the n_groups_used groups whose two best
+// experts score highest.
 struct ExpertConfig {
   int n_expert = 0;  // 0: a dense feed-forward
   int n_used = 0;
@@ -33,6 +36,14 @@ struct ExpertConfig {
   ExpertGating gating = ExpertGating::kSoftmax;
   bool normalize = false;
   float scale = 0.0f;
+  int n_groups = 0;
+  int n_groups_used = 0;
+  // The shared expert's output is scaled by the sigmoid of its gate (ffn_gate_inp_shexp:
+  // qwen2moe), or added as it is (deepseek2).
+  bool shared_gated = true;
+  // The first n_dense_leading layers have a dense feed-forward (deepseek2's
+  // leading_dense_block_count).
+  int n_dense_leading = 0;
 };
 
 struct ModelConfig {
@@ -43,6 +54,9 @@ struct ModelConfig {
   int n_kv_heads = 0;  // < n_heads: grouped-query attention (1: multi-query)
   int head_dim = 0;
   int n_ff = 0;
+  // Each head's V width (attention.value_length): head_dim, but for multi-head latent
+  // attention (mla), whose V is the latent.
+  int v_head_dim = 0;
   int n_vocab = 0;
   int context_length = 0;
   float rms_eps = 1e-5f;
@@ -88,7 +102,9 @@ struct ModelConfig {
   // logits (gemma2, and gemma3 files that set it).
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
-  ExpertConfig experts;  // n_expert > 0: every layer's feed-forward is a mixture of experts
+  // n_expert > 0: every layer's feed-forward is a mixture of experts (but the leading dense
+  // ones).
+  ExpertConfig experts;
   // Per-layer embeddings' width (gemma4's embedding_length_per_layer_input): each layer gets
   // an input of its own per token (ModelWeights::per_layer); 0: none.
   int n_embd_per_layer = 0;
@@ -98,6 +114,28 @@ struct ModelConfig {
   // query of the token at position p is multiplied by AttentionTemperature(p); 0: none.
   float attn_temp_scale = 0.0f;
   int attn_temp_length = 0;  // positions per step of the temperature (> 0 when it is set)
+
+  // Multi-head latent attention (deepseek2, as llama.cpp runs it absorbed): K and V of every
+  // head come from one latent of kv_lora_rank a token, and the cache holds only that latent
+  // (normed) and the token's roped key of n_rot, one row of head_dim = kv_lora_rank + n_rot
+  // (n_kv_heads 1); V is the row's latent part (KvCacheView::v_in_k, v_head_dim
+  // kv_lora_rank). Each head's query, qk_nope values and n_rot roped ones, reaches the latent
+  // space through attn_k_b; its attention output leaves it through attn_v_b, v_head wide.
+  // kv_lora_rank 0: none.
+  struct LatentAttention {
+    int q_lora_rank = 0;  // the query's LoRA rank (attn_q_a, attn_q_b); 0: a plain attn_q
+    int kv_lora_rank = 0;
+    int qk_nope = 0;
+    int v_head = 0;
+    float score_scale = 0.0f;  // of q·k: YaRN's mscale² / √(qk_nope + n_rot)
+    // The file's K and V matrices are one attn_kv_b (older files), split at load.
+    bool kv_b_fused = false;
+  };
+  LatentAttention mla;
+  bool HasLatentKv() const { return mla.kv_lora_rank > 0; }
+  bool HasExperts(int layer) const {
+    return experts.n_expert > 0 && layer >= experts.n_dense_leading;
+  }
 
   // What a layer's attention and feed-forward are made of where layers differ (gemma4's
   // sliding and full layers in head size, KV heads and rotated dimensions; per-layer

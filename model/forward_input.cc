@@ -65,8 +65,10 @@ int64_t KvBytesPerToken(const ModelConfig& config, KvType k_type, KvType v_type,
       continue;
     }
     const ModelConfig::LayerShape s = config.Shape(layer);
+    // A latent cache's V is within its K (KvCacheView::v_in_k).
     bytes += int64_t{s.n_kv_heads} *
-             (KvRowTotalBytes(k_type, s.head_dim) + KvRowTotalBytes(v_type, s.head_dim));
+             (KvRowTotalBytes(k_type, s.head_dim) +
+              (config.HasLatentKv() ? 0 : KvRowTotalBytes(v_type, s.head_dim)));
   }
   return bytes;
 }

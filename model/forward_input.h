@@ -33,7 +33,8 @@ Status CheckKvGroupShapes(const ModelConfig& config);
 
 // Bytes one token's K and V take in KV group `group` (every group: -1): each storing layer's
 // KV heads times K's row under k_type plus V's under v_type, codes and scales (the founding
-// notes' 2 x layers x KV heads x head size x bytes, for the layers that store).
+// notes' 2 x layers x KV heads x head size x bytes, for the layers that store; MLA's latent
+// cache, K alone: layers x (latent + rope) x bytes).
 int64_t KvBytesPerToken(const ModelConfig& config, KvType k_type, KvType v_type,
                         int group = -1);
 // CheckKvTypeFits for every layer's head size.

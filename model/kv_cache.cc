@@ -19,6 +19,9 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
                                std::span<const int64_t> group_num_blocks, int block_size,
                                std::optional<KvType> v_type) {
   TM_CHECK_EQ(static_cast<int>(group_num_blocks.size()), NumKvGroups(config));
+  // MLA's latent cache has no V of its own (KvCacheView::v_in_k).
+  const bool v_in_k = config.HasLatentKv();
+  TM_CHECK(!v_in_k || v_type.value_or(type) == type) << "a latent KV cache has one type";
   const KvType v = v_type.value_or(type);
   // One side's codes and scales of `rows` rows of head_dim (new[]'s alignment holds floats).
   const auto allocate = [&](KvType side, int64_t rows, int head_dim, void*& codes_at,
@@ -42,11 +45,17 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
         .block_size = block_size,
         .n_kv_heads = shape.n_kv_heads,
         .head_dim = shape.head_dim,
-        .v_type = v};
+        .v_type = v,
+        .v_in_k = v_in_k};
     if (!config.StoresKv(layer)) continue;  // its source's view, below (the source is earlier)
     const int64_t rows = own.num_blocks * block_size * shape.n_kv_heads;
     allocate(type, rows, shape.head_dim, own.k, own.k_scale);
-    allocate(v, rows, shape.head_dim, own.v, own.v_scale);
+    if (v_in_k) {
+      own.v = own.k;
+      own.v_scale = own.k_scale;
+    } else {
+      allocate(v, rows, shape.head_dim, own.v, own.v_scale);
+    }
   }
   for (int layer = 0; layer < config.n_layers; ++layer) {
     layer_views_[static_cast<size_t>(layer)] =
@@ -71,9 +80,11 @@ Status CopyKvBlocks(const KvCacheView& view, const ModelConfig& config,
       const KvCacheView kv = view.Layer(layer);
       const int64_t rows_per_block = int64_t{kv.block_size} * kv.n_kv_heads;
       const int64_t k_bytes = rows_per_block * KvRowBytes(kv.type, kv.head_dim);
-      const int64_t v_bytes = rows_per_block * KvRowBytes(kv.v_type, kv.head_dim);
+      // V within K (MLA) moves with it.
+      const int64_t v_bytes = kv.v_in_k ? 0 : rows_per_block * KvRowBytes(kv.v_type, kv.head_dim);
       const int64_t k_scale_bytes = rows_per_block * KvRowScaleBytes(kv.type, kv.head_dim);
-      const int64_t v_scale_bytes = rows_per_block * KvRowScaleBytes(kv.v_type, kv.head_dim);
+      const int64_t v_scale_bytes =
+          kv.v_in_k ? 0 : rows_per_block * KvRowScaleBytes(kv.v_type, kv.head_dim);
       if (copy.src < 0 || copy.dst < 0 || copy.src >= kv.num_blocks || copy.dst >= kv.num_blocks) {
         return InvalidArgumentError("a KV block copy from " + std::to_string(copy.src) + " to " +
                                     std::to_string(copy.dst) + " is outside the pool of " +

@@ -20,7 +20,8 @@ namespace tokenmill {
 // blocks of every layer, or group_num_blocks[g] blocks of each layer of KV group g
 // (model/forward_input.h), so that a sliding-window group's smaller pool takes only its
 // layers' bytes; each layer's rows of its own shape, none for a layer that reads another's
-// KV (ModelConfig::kv_source_layers). `type` is K's, and V's unless v_type is given.
+// KV (ModelConfig::kv_source_layers), no V arrays for a latent cache (ModelConfig::mla). `type`
+// is K's, and V's unless v_type is given.
 class KvCacheStorage {
  public:
   KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks, int block_size,

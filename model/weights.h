@@ -24,11 +24,14 @@ namespace tokenmill {
 struct MoeWeights {
   WeightMatrix router;                 // ffn_gate_inp: n_expert rows of n_embd
   std::span<const float> router_bias;  // ffn_gate_inp.bias (gpt-oss), or empty
+  // Added to the probabilities for choosing experts only, not to their weights
+  // (exp_probs_b.bias: DeepSeek-V3's score correction), or empty.
+  std::span<const float> selection_bias;
   std::vector<WeightMatrix> gate, up, down;  // one per expert
   // Per-expert biases (gpt-oss), n_expert rows of the matrix's outputs each, or empty.
   std::span<const float> gate_bias, up_bias, down_bias;
-  // The shared expert (qwen2moe), rows = 0 when none; shared_gate_inp is one row of n_embd
-  // whose sigmoid scales its output.
+  // The shared expert (qwen2moe, deepseek2), rows = 0 when none; shared_gate_inp is one row of
+  // n_embd whose sigmoid scales its output (qwen2moe), or rows = 0: added as it is.
   WeightMatrix shared_gate, shared_up, shared_down, shared_gate_inp;
 };
 
@@ -49,6 +52,20 @@ struct LaurelWeights {
   std::span<const float> post_norm;
 };
 
+// A layer's multi-head latent attention (ModelConfig::mla, deepseek2).
+struct LatentAttentionWeights {
+  // The query's LoRA: attn_q_a (q_lora_rank rows of n_embd), its norm, attn_q_b (n_heads x
+  // (qk_nope + n_rot) rows of q_lora_rank); without one (q_lora_rank 0), attn_q (as many rows
+  // of n_embd).
+  WeightMatrix q_a, q_b, q;
+  std::span<const float> q_a_norm;
+  WeightMatrix kv_a;  // attn_kv_a_mqa: kv_lora_rank + n_rot rows of n_embd
+  std::span<const float> kv_a_norm;  // of the latent: kv_lora_rank
+  // Per head: attn_k_b (kv_lora_rank rows of qk_nope: the query into the latent space) and
+  // attn_v_b (v_head rows of kv_lora_rank: the attention output out of it).
+  std::vector<WeightMatrix> k_b, v_b;
+};
+
 // The tensors a layer may have (as llama.cpp's llama_layer); its family loads those it uses
 // and leaves the others empty.
 struct LayerWeights {
@@ -63,6 +80,7 @@ struct LayerWeights {
   WeightMatrix gate, up, down;
   std::span<const float> ffn_post_norm;  // of the feed-forward's output (gemma2, gemma3)
   MoeWeights moe;  // ModelConfig::experts.n_expert > 0, instead of gate, up and down
+  LatentAttentionWeights mla;  // ModelConfig::mla (deepseek2), instead of k and v
   // The per-layer embedding's gate (inp_gate: width rows of n_embd), projection back (proj:
   // n_embd rows of width) and its norm (post_norm) (gemma3n, gemma4); empty without.
   WeightMatrix per_layer_gate, per_layer_proj;

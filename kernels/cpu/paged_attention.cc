@@ -165,6 +165,7 @@ void StoreKv(const KvCacheView& kv, std::span<const int64_t> slot_mapping, const
     const int64_t dst = slot * row;
     StoreKvRow(kv, kv.type, rotate(k + static_cast<int64_t>(t) * row, rotation.keys), slot, dst,
                kv.k, kv.k_scale);
+    if (kv.v_in_k) continue;  // V is K's row (MLA's latent)
     StoreKvRow(kv, kv.v_type, rotate(v + static_cast<int64_t>(t) * row, rotation.values), slot,
                dst, kv.v, kv.v_scale);
   }
@@ -199,7 +200,9 @@ inline int64_t KvOffset(const KvCacheView& kv, const int32_t* blocks, int32_t po
 template <typename Attend>
 void WithKvRotation(const KvCacheView& kv, const RaggedBatch& b, int n_heads, const float* q,
                     float* out, const Attend& attend) {
-  const KvRotation rotation = KvRotationOf(kv.type, kv.v_type, kv.head_dim);
+  KvRotation rotation = KvRotationOf(kv.type, kv.v_type, kv.head_dim);
+  // V read from K's rows (MLA) was rotated as the keys were.
+  if (kv.v_in_k) rotation.values = rotation.keys;
   const int64_t size = b.num_tokens() * n_heads * kv.head_dim;
   std::vector<float> q_rotated;
   if (rotation.keys > 0) {

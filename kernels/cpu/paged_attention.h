@@ -11,7 +11,8 @@
 
 namespace tokenmill {
 
-// Writes each token's K and V rows (n_kv_heads * head_dim floats) into its slot; int8
+// Writes each token's K and V rows (n_kv_heads * head_dim floats) into its slot (K's alone in
+// a latent cache, KvCacheView::v_in_k, whose V is K's row); int8
 // quantizes each (token, KV head) row with its own scale (QuantizeKvRowInt8), q4_0 and int4
 // each block or group of it (QuantizeKvRowQ4_0, QuantizeKvRowInt4) after KvRotationOf's
 // rotation.

@@ -10,10 +10,6 @@
 namespace tokenmill {
 namespace {
 
-void Grow(std::vector<float>& buffer, int64_t n) {
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
-}
-
 std::vector<RopeParams> LayerRopes(const ModelConfig& c, std::span<const float> rope_freqs) {
   std::vector<RopeParams> ropes;
   for (int layer = 0; layer < c.n_layers; ++layer) {
@@ -23,6 +19,10 @@ std::vector<RopeParams> LayerRopes(const ModelConfig& c, std::span<const float> 
 }
 
 }  // namespace
+
+void CpuForwardBlocks::Grow(std::vector<float>& buffer, int64_t n) {
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+}
 
 CpuForwardBlocks::CpuForwardBlocks(const ModelConfig& config,
                                    std::span<const float> rope_freqs, CpuContext ctx,

@@ -73,6 +73,9 @@ class CpuForwardBlocks final : public ForwardBlocks {
   // (mistral3), each token's q is multiplied by its AttentionTemperature (Qcur shows q after
   // both). `sinks`: the layer's attention-sink logits, one per query head (gpt-oss), or none.
   void Attention(QueryScale scale, std::span<const float> sinks) override;
+  // Shows q (the query before its heads are split), kv_cmpr_pe, Qcur and Kcur (absorbed and
+  // roped, as stored) and kqv_out (after v_b).
+  void LatentAttention(const LatentAttentionWeights& w) override;
   // Block output = attention output times wo, plus `bias` unless empty (gpt-oss), shown as
   // attn_out.
   void AttentionOutput(const WeightMatrix& wo, std::span<const float> bias) override;
@@ -91,8 +94,8 @@ class CpuForwardBlocks final : public ForwardBlocks {
   // together, all experts in one parallel pass (MatmulGroups; experts no token chose are not
   // read), then each token's expert outputs times their weights summed in the order of its
   // choices (ffn_moe_out): the same sum whatever else the step routes. With a shared expert,
-  // its SwiGLU times the sigmoid of shared_gate_inp · h (as silu(g) / g, llama.cpp's) is
-  // added, shown as ffn_out.
+  // its SwiGLU is added, times the sigmoid of shared_gate_inp · h (as silu(g) / g,
+  // llama.cpp's) where it has a gate, shown as ffn_out.
   void MoeFeedForward(const MoeWeights& w) override;
   // The same mixture with gpt-oss's clamped SwiGLU between each expert's projections
   // (ggml_swiglu_oai with llama.cpp's alpha 1.702 and limit 7; ffn_moe_swiglu_oai) and the
@@ -124,6 +127,8 @@ class CpuForwardBlocks final : public ForwardBlocks {
   void Logits(std::span<const float> output_norm, const WeightMatrix& output) override;
 
  private:
+  // The scratch `buffer` holds at least n floats.
+  static void Grow(std::vector<float>& buffer, int64_t n);
   // fn(begin, end) over token ranges covering [0, n_tokens): spread over the pool when the
   // step has enough tokens to pay for the barrier, else one call on this thread.
   void ForTokens(const std::function<void(int64_t, int64_t)>& fn);
@@ -192,6 +197,9 @@ class CpuForwardBlocks final : public ForwardBlocks {
   // expert, weight and row of the grouped activations, the shared expert's gate and output.
   std::vector<float> moe_logits_, moe_weights_, moe_x_, moe_gate_, moe_up_, moe_down_;
   std::vector<float> shared_gate_, shared_out_;
+  // Multi-head latent attention's scratch: the query's LoRA, the query's heads as projected,
+  // kv_a's output, the roped parts, and each head's inputs and outputs of k_b and v_b.
+  std::vector<float> mla_q_a_, mla_q_, mla_kv_, mla_pe_, mla_in_, mla_out_;
   std::vector<int32_t> moe_experts_, moe_row_;
   ExpertGroups moe_groups_;
 };

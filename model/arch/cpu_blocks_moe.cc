@@ -59,7 +59,7 @@ void CpuForwardBlocks::ExpertsFeedForward(const MoeWeights& w, const char* activ
     for (int64_t t = b; t < end; ++t) {
       RouteToken(e, std::span<float>(moe_logits_.data() + t * e.n_expert, e.n_expert),
                  std::span<int32_t>(moe_experts_.data() + t * k, k),
-                 std::span<float>(moe_weights_.data() + t * k, k));
+                 std::span<float>(moe_weights_.data() + t * k, k), w.selection_bias);
     }
   });
   Tap("ffn_moe_weights", layer_, moe_weights_, n_, k);
@@ -94,9 +94,11 @@ void CpuForwardBlocks::ExpertsFeedForward(const MoeWeights& w, const char* activ
               {moe_gate_.data() + row * ff, moe_up_.data() + row * ff, nullptr}, 2,
               moe_x_.data() + row * d, moe_groups_.size(x));
   }
+  const bool shared_gated = shared && w.shared_gate_inp.rows > 0;
   if (shared) {
     add_group({&w.shared_gate, &w.shared_up, &w.shared_gate_inp},
-              {gate_.data(), up_.data(), shared_gate_.data()}, 3, h_.data(), n_);
+              {gate_.data(), up_.data(), shared_gate_.data()}, shared_gated ? 3 : 2, h_.data(),
+              n_);
   }
   MatmulGroupsOp(groups);
   AddExpertBias(moe_gate_.data(), w.gate_bias, ff, moe_groups_);
@@ -138,10 +140,14 @@ void CpuForwardBlocks::ExpertsFeedForward(const MoeWeights& w, const char* activ
   if (!shared) return;
   ForTokens([&](int64_t b, int64_t end) {
     for (int64_t t = b; t < end; ++t) {
-      const float g = shared_gate_[t];
-      const float gate = g / (1.0f + std::exp(-g)) / g;  // ggml_div(ggml_silu(g), g)
       float* out = proj_.data() + t * d;
       const float* expert = shared_out_.data() + t * d;
+      if (!shared_gated) {  // deepseek2's: ggml_add(moe_out, ffn_shexp)
+        for (int64_t j = 0; j < d; ++j) out[j] += expert[j];
+        continue;
+      }
+      const float g = shared_gate_[t];
+      const float gate = g / (1.0f + std::exp(-g)) / g;  // ggml_div(ggml_silu(g), g)
       for (int64_t j = 0; j < d; ++j) out[j] += expert[j] * gate;
     }
   });

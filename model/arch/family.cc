@@ -11,7 +11,7 @@ namespace {
 constexpr const ModelFamily* kFamilies[] = {
     &kLlamaFamily,    &kQwen2Family,    &kQwen3Family,    &kGemmaFamily,   &kGemma2Family,
     &kGemma3Family,   &kGemma3nFamily,  &kGemma4Family,   &kPhi3Family,    &kQwen2MoeFamily,
-    &kQwen3MoeFamily, &kGptOssFamily,   &kMistral3Family};
+    &kQwen3MoeFamily, &kGptOssFamily,   &kMistral3Family, &kDeepseek2Family};
 
 // "'llama' and 'qwen2'": the names of the families, for the refusal.
 std::string FamilyNames() {
@@ -133,6 +133,7 @@ Status LoadExperts(const GgufFile& file, const ModelConfig& c, int layer, LayerW
                                               e.n_ff_shexp));
   TM_ASSIGN_OR_RETURN(m.shared_down, LoadMatrix(file, p + "ffn_down_shexp.weight",
                                                 e.n_ff_shexp, c.n_embd));
+  if (!e.shared_gated) return OkStatus();
   TM_ASSIGN_OR_RETURN(m.shared_gate_inp,
                       LoadRowVector(file, p + "ffn_gate_inp_shexp.weight", c.n_embd));
   return OkStatus();

@@ -45,6 +45,7 @@ extern const ModelFamily kQwen2MoeFamily;  // qwen2moe.cc
 extern const ModelFamily kQwen3MoeFamily;  // qwen3moe.cc
 extern const ModelFamily kGptOssFamily;    // gpt_oss.cc
 extern const ModelFamily kMistral3Family;  // mistral3.cc
+extern const ModelFamily kDeepseek2Family;  // deepseek2.cc
 
 // The family of the file's general.architecture; an error naming it if tokenmill runs none.
 StatusOr<const ModelFamily*> FindModelFamily(const GgufFile& file);

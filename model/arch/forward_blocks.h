@@ -65,6 +65,14 @@ class ForwardBlocks {
   // token's q is multiplied by its AttentionTemperature. `sinks`: the layer's attention-sink
   // logits, one per query head (gpt-oss), or none.
   virtual void Attention(QueryScale scale = {}, std::span<const float> sinks = {}) = 0;
+  // Multi-head latent attention (ModelConfig::mla: deepseek2) from h to the attention output
+  // (n_heads x v_head a token), absorbed as llama.cpp runs it: each head's query (qk_nope
+  // values, then n_rot roped ones) from h through the query's LoRA or its plain matrix;
+  // kv_a · h split into the latent, RMS-normed with kv_a_norm, and the roped key, which are
+  // stored as the token's one K row (V is its latent part); each head's qk_nope part taken into
+  // the latent space through its k_b; multi-query attention over the K rows, q·k scaled by
+  // mla.score_scale; each head's output, the latent part, through its v_b.
+  virtual void LatentAttention(const LatentAttentionWeights& w) = 0;
   // Block output = attention output times wo, plus `bias` unless empty (gpt-oss).
   virtual void AttentionOutput(const WeightMatrix& wo, std::span<const float> bias = {}) = 0;
   // Block output = RmsNorm(block output) with `weight` (Gemma's post-norms).
@@ -76,9 +84,10 @@ class ForwardBlocks {
   virtual void GeluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
                                const WeightMatrix& down) = 0;
   // Block output = the mixture of experts of h (ModelConfig::experts, model/arch/moe.h): the
-  // router's logits routed per token (RouteToken), each routed expert's SwiGLU over its
-  // tokens, each token's expert outputs times their weights summed in the order of its
-  // choices; with a shared expert, its SwiGLU times the sigmoid of shared_gate_inp · h added.
+  // router's logits routed per token (RouteToken, with MoeWeights::selection_bias), each
+  // routed expert's SwiGLU over its tokens, each token's expert outputs times their weights
+  // summed in the order of its choices; with a shared expert, its SwiGLU added, times the
+  // sigmoid of shared_gate_inp · h where the model gates it (ExpertConfig::shared_gated).
   virtual void MoeFeedForward(const MoeWeights& w) = 0;
   // The same mixture with gpt-oss's clamped SwiGLU between each expert's projections
   // (ggml_swiglu_oai, alpha 1.702 and limit 7) and MoeWeights' biases where llama.cpp's

@@ -29,9 +29,46 @@ void SoftmaxRowLikeGgml(std::span<float> x) {
   for (float& v : x) v *= inv;
 }
 
+namespace {
+
+// Indices of `scores` by descending score, as ggml_argsort_top_k orders them (std::sort under
+// "greater"), so that ties fall as llama.cpp's do.
+std::vector<int32_t> Descending(std::span<const float> scores) {
+  std::vector<int32_t> order(scores.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+  return order;
+}
+
+// DeepSeek-V3's group-limited routing as build_moe_ffn masks it: each group of consecutive
+// experts scores the sum of its two best (ggml_sum_rows: in double), and the experts outside
+// the n_groups_used best groups become -inf.
+void MaskAllButBestGroups(const ExpertConfig& c, std::span<float> selection) {
+  const int per_group = c.n_expert / c.n_groups;
+  std::vector<float> group_scores(static_cast<size_t>(c.n_groups));
+  for (int g = 0; g < c.n_groups; ++g) {
+    const std::span<const float> group = selection.subspan(static_cast<size_t>(g) * per_group,
+                                                           static_cast<size_t>(per_group));
+    const std::vector<int32_t> best = Descending(group);
+    double sum = 0.0;
+    for (int i = 0; i < std::min(2, per_group); ++i) sum += static_cast<double>(group[best[i]]);
+    group_scores[static_cast<size_t>(g)] = static_cast<float>(sum);
+  }
+  const std::vector<int32_t> groups = Descending(group_scores);
+  std::vector<bool> kept(static_cast<size_t>(c.n_groups), false);
+  for (int i = 0; i < c.n_groups_used; ++i) kept[static_cast<size_t>(groups[i])] = true;
+  for (int x = 0; x < c.n_expert; ++x) {
+    if (!kept[static_cast<size_t>(x / per_group)]) selection[static_cast<size_t>(x)] = -INFINITY;
+  }
+}
+
+}  // namespace
+
 void RouteToken(const ExpertConfig& c, std::span<float> logits, std::span<int32_t> experts,
-                std::span<float> weights) {
+                std::span<float> weights, std::span<const float> selection_bias) {
   TM_CHECK_EQ(static_cast<int>(logits.size()), c.n_expert);
+  TM_CHECK(selection_bias.empty() || selection_bias.size() == logits.size());
   TM_CHECK(static_cast<int>(experts.size()) == c.n_used &&
            static_cast<int>(weights.size()) == c.n_used);
   switch (c.gating) {
@@ -41,11 +78,18 @@ void RouteToken(const ExpertConfig& c, std::span<float> logits, std::span<int32_
       break;
     case ExpertGating::kSoftmaxSelected: break;
   }
-  // ggml_argsort_top_k: all indices sorted by descending prob, then the first n_used.
-  std::vector<int32_t> sorted(logits.size());
-  std::iota(sorted.begin(), sorted.end(), 0);
-  std::sort(sorted.begin(), sorted.end(),
-            [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  // The experts are chosen by the probs plus the selection bias, within the best groups;
+  // their weights are the probs alone.
+  std::span<const float> selection = logits;
+  std::vector<float> biased;
+  if (!selection_bias.empty() || c.n_groups > 1) {
+    biased.assign(logits.begin(), logits.end());
+    for (size_t i = 0; i < selection_bias.size(); ++i) biased[i] += selection_bias[i];
+    if (c.n_groups > 1) MaskAllButBestGroups(c, biased);
+    selection = biased;
+  }
+  // ggml_argsort_top_k: all indices sorted by descending score, then the first n_used.
+  const std::vector<int32_t> sorted = Descending(selection);
   for (int k = 0; k < c.n_used; ++k) {
     experts[k] = sorted[k];
     weights[k] = logits[sorted[k]];

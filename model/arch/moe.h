@@ -19,12 +19,14 @@ namespace tokenmill {
 //    8-float vectors with GgmlVectorExpf, the rest with expf, summed in double), or the sigmoid
 //    1 / (1 + expf(-x)), or the logits themselves (kSoftmaxSelected);
 //  - the n_used largest probs: ggml's argsort (std::sort of the indices under "greater
-//    prob"), its first n_used, so ties fall as llama.cpp's do;
+//    prob"), its first n_used, so ties fall as llama.cpp's do; chosen by the probs plus
+//    `selection_bias` where given (DeepSeek-V3's exp_probs_b), among the experts of the
+//    best groups where c.n_groups > 1 (each group scored by its two best such sums);
 //  - weights: those probs (kSoftmaxSelected: their softmax), divided by their sum (in double,
 //    clamped below to 6.1035e-5) when `normalize`, times `scale` unless it is 0 or 1.
 // `logits` is overwritten by the probs; experts and weights take n_used entries.
 void RouteToken(const ExpertConfig& c, std::span<float> logits, std::span<int32_t> experts,
-                std::span<float> weights);
+                std::span<float> weights, std::span<const float> selection_bias = {});
 
 // ggml's soft_max of one row (ggml_vec_soft_max_f32, AVX2 build) in place.
 void SoftmaxRowLikeGgml(std::span<float> x);

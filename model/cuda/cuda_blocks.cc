@@ -337,6 +337,10 @@ void CudaForwardBlocks::ProjectQ(const WeightMatrix&) {
   Run([] { return NotPlanned("ProjectQ"); });
 }
 
+void CudaForwardBlocks::LatentAttention(const LatentAttentionWeights&) {
+  Run([] { return NotPlanned("LatentAttention"); });
+}
+
 void CudaForwardBlocks::ValueNorm() {
   Run([] { return NotPlanned("ValueNorm"); });
 }

@@ -71,6 +71,7 @@ class CudaForwardBlocks final : public ForwardBlocks {
   void PerLayerInputs(const PerLayerEmbeddings& w) override;
   void ProjectQ(const WeightMatrix& wq) override;
   void ValueNorm() override;
+  void LatentAttention(const LatentAttentionWeights& w) override;
   void PerLayerEmbedding(const WeightMatrix& gate, const WeightMatrix& proj) override;
   void ScaleResidual(std::span<const float> scale) override;
   // Refused by PlanCudaGraph too: activation sparsity, AltUp and LAuReL (gemma3n).

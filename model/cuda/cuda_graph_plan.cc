@@ -80,6 +80,10 @@ class PlanningBlocks final : public ForwardBlocks {
       plan_.layers[static_cast<size_t>(layer_)].attention = AttentionScalesOnCuda(c_, scale);
     }
   }
+  void LatentAttention(const LatentAttentionWeights&) override {
+    Call("LatentAttention");
+    Lacks("LatentAttention (multi-head latent attention)");
+  }
   void AttentionOutput(const WeightMatrix&, std::span<const float> bias) override {
     Call("AttentionOutput");
     if (!bias.empty()) Lacks("AttentionOutput (output bias)");
@@ -101,6 +105,12 @@ class PlanningBlocks final : public ForwardBlocks {
     if (!w.router_bias.empty() || !w.gate_bias.empty() || !w.up_bias.empty() ||
         !w.down_bias.empty()) {
       Lacks("MoeFeedForward (expert or router biases)");
+    }
+    if (!w.selection_bias.empty() || c_.experts.n_groups > 1) {
+      Lacks("MoeFeedForward (selection bias or expert groups)");
+    }
+    if (w.shared_gate.rows > 0 && w.shared_gate_inp.rows == 0) {
+      Lacks("MoeFeedForward (a shared expert without a gate)");
     }
   }
   void OaiMoeFeedForward(const MoeWeights&) override {

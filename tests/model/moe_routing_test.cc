@@ -72,6 +72,33 @@ TEST(RouteToken, SigmoidGatingScalesAndClampsTheSum) {
   EXPECT_EQ(weights[0], 1.0f / (1.0f + std::exp(30.0f)) / 6.103515625e-5f * 2.5f);
 }
 
+TEST(RouteToken, GroupLimitedRoutingChoosesByTheBiasedProbsAndWeighsByTheProbs) {
+  // DeepSeek-V3's routing: 8 experts in 4 groups of 2, the 2 groups of the largest top-2 sums
+  // kept, top 3 by prob + bias, weighted by the probs alone, renormalized and scaled.
+  ExpertConfig c{.n_expert = 8, .n_used = 3, .gating = ExpertGating::kSigmoid,
+                 .normalize = true, .scale = 2.5f, .n_groups = 4, .n_groups_used = 2};
+  std::vector<float> logits = {3.0f, -3.0f, 1.0f, 0.9f, 0.5f, 0.4f, -1.0f, 2.0f};
+  const std::vector<float> bias = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.2f, 0.0f, -0.5f};
+  std::vector<float> p;
+  for (float x : logits) p.push_back(1.0f / (1.0f + std::exp(-x)));
+  std::vector<int32_t> experts(3);
+  std::vector<float> weights(3);
+  RouteToken(c, logits, experts, weights, bias);
+  // Group 0 holds the most probable expert (0) but sums 1.0 with its partner; groups 1 (1.44)
+  // and 2 (0.62 + 0.80 biased) are kept, group 3 (0.27 + 0.38 biased) is not. Expert 5 leads on
+  // its bias; its weight is its unbiased prob.
+  EXPECT_EQ(experts, (std::vector<int32_t>{5, 2, 3}));
+  const float sum = static_cast<float>(static_cast<double>(p[5]) + static_cast<double>(p[2]) +
+                                       static_cast<double>(p[3]));
+  EXPECT_EQ(weights, (std::vector<float>{p[5] / sum * 2.5f, p[2] / sum * 2.5f,
+                                         p[3] / sum * 2.5f}));
+  // Without groups, expert 0 and the biased 7 take part.
+  c.n_groups = 0;
+  logits = {3.0f, -3.0f, 1.0f, 0.9f, 0.5f, 0.4f, -1.0f, 2.0f};
+  RouteToken(c, logits, experts, weights, bias);
+  EXPECT_EQ(experts, (std::vector<int32_t>{0, 5, 2}));
+}
+
 TEST(RouteToken, SoftmaxOverTheSelectedLogits) {
   // gpt-oss: the top k chosen on the raw logits, then their softmax.
   ExpertConfig c{.n_expert = 5, .n_used = 2, .gating = ExpertGating::kSoftmaxSelected};

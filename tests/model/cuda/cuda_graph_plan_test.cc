@@ -282,6 +282,26 @@ TEST(CudaGraphPlanTest, Gemma3nIsRefusedByItsBlocks) {
       << message;
 }
 
+TEST(CudaGraphPlanTest, Deepseek2IsRefusedByItsLatentAttentionAndRouting) {
+  // A dense leading layer, then experts with DeepSeek-V3's selection bias, groups and shared
+  // experts added without a gate.
+  ModelConfig c = WithExperts(Config("deepseek2", 2), 8, 2);
+  c.mla = {.kv_lora_rank = 24, .qk_nope = 16, .v_head = 16, .score_scale = 0.1f};
+  c.experts.n_dense_leading = 1;
+  c.experts.n_groups = 4;
+  c.experts.n_groups_used = 2;
+  Weights weights(c);
+  weights.w.layers[1].moe.selection_bias = weights.some();
+  weights.w.layers[1].moe.shared_gate.rows = 32;
+  const std::string message = Refusal(PlanCudaGraph(kDeepseek2Family, c, weights.w),
+                                      "deepseek2");
+  EXPECT_NE(message.find("CUDA has no kernel for blocks LatentAttention (multi-head latent "
+                         "attention), MoeFeedForward (selection bias or expert groups) and "
+                         "MoeFeedForward (a shared expert without a gate)"),
+            std::string::npos)
+      << message;
+}
+
 TEST(CudaGraphPlanTest, AMixtureGraphWithoutExpertsIsMalformed) {
   EXPECT_EQ(Plan(kQwen3MoeFamily, Config("qwen3moe", 2)).status().code(),
             StatusCode::kInvalidArgument);
