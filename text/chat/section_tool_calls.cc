@@ -69,8 +69,8 @@ Match ScanDeepSeekAfterSeparator(std::string_view text, std::string_view head_ty
   return Match::kYes;
 }
 
-}  // namespace
-
+// Kimi's call id functions.NAME:IDX as the function's name: NAME (an id without the prefix or
+// the index gives what it has). Empty where nothing is left or a ':' stays.
 std::string_view KimiCallName(std::string_view id) {
   if (id.starts_with(kKimiIdPrefix)) id.remove_prefix(kKimiIdPrefix.size());
   const size_t colon = id.rfind(':');
@@ -80,6 +80,8 @@ std::string_view KimiCallName(std::string_view id) {
   }
   return id.find(':') == std::string_view::npos ? id : std::string_view();
 }
+
+}  // namespace
 
 // Content until the section's marker (Kimi: or a call's own, its section marker left out).
 bool ToolCallParser::StepSectionText(ParsedOutput& out, bool final) {

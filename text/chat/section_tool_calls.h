@@ -42,8 +42,4 @@ inline const SectionMarkup& SectionMarkupOf(ToolCallFormat format) {
   return format == ToolCallFormat::kKimiK2 ? kKimiK2Markup : kDeepSeekMarkup;
 }
 
-// Kimi's call id functions.NAME:IDX as the function's name: NAME (an id without the prefix or
-// the index gives what it has). Empty where nothing is left.
-std::string_view KimiCallName(std::string_view id);
-
 }  // namespace tokenmill
