@@ -1,7 +1,8 @@
 """Tools on a chat template that has none (the default model's, SmolLM2): the server writes a
 generic preamble listing the tools and the JSON a call must be into the system message, and
 parses that JSON back into tool calls. Driven through the official `openai` client and an
-`openai-agents` agent on the gateway, and grpcio on the server for the prompt it renders."""
+`openai-agents` agent on the gateway, and grpcio on the server for the prompt it renders.
+Beside them, the formats DeepSeek's and Kimi's templates get, and a call forced in each."""
 import asyncio
 import json
 from pathlib import Path
@@ -75,6 +76,28 @@ def test_deepseek_and_kimi_templates():
     with Server("--chat-template", TEMPLATES / "kimi_k2_thinking.jinja") as server:
         assert server.stub.GetModelInfo(pb2.GetModelInfoRequest()).tool_call_format == "kimi_k2"
         server.wait_for_log(r"tool calls: kimi_k2 \(from the chat template\), reasoning <think>")
+
+
+@pytest.mark.parametrize("template,parser", [("deepseek_r1_distill.jinja", "deepseek_v3"),
+                                             ("deepseek_v31.jinja", "deepseek_v31"),
+                                             ("kimi_k2_thinking.jinja", "kimi_k2")])
+def test_a_forced_call_in_deepseeks_and_kimis_markup(template, parser):
+    # The grammar writes the family's markup (in text tokens: SmolLM2 has no such control
+    # tokens) and the server parses it back; no reasoning parser, so the grammar starts at once.
+    with Server("--chat-template", TEMPLATES / template, "--tool-call-parser", parser,
+                "--reasoning-parser", "none") as server, \
+            Gateway(backend_address(server)) as gateway:
+        choice = create(gateway, tool_choice="required", parallel_tool_calls=False,
+                        max_tokens=200).choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert not choice.message.content
+    [call] = choice.message.tool_calls
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+    if parser == "kimi_k2":  # the model's own functions.NAME:IDX
+        assert call.id.startswith("functions.get_weather:"), call.id
+    else:
+        assert call.id.startswith("call_"), call.id
 
 
 def test_the_prompt_carries_the_preamble_as_client_text(served):
