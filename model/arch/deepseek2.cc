@@ -65,6 +65,9 @@ Status ReadExperts(const GgufFile& file, ModelConfig& c) {
   e.n_ff_shexp = static_cast<int>(shared) * e.n_ff_exp;
   e.shared_gated = false;
   TM_ASSIGN_OR_RETURN(e.scale, F32Or(file, p + "expert_weights_scale", 0.0f));
+  if (!std::isfinite(e.scale)) {
+    return InvalidArgumentError(p + "expert_weights_scale must be a finite number");
+  }
   e.normalize = false;
   if (file.Has(p + "expert_weights_norm")) {
     TM_ASSIGN_OR_RETURN(e.normalize, file.GetBool(p + "expert_weights_norm"));
@@ -97,6 +100,10 @@ Status ReadYarn(const GgufFile& file, ModelConfig& c, float head_k) {
   TM_ASSIGN_OR_RETURN(float log_mul, F32Or(file, p + "rope.scaling.yarn_log_multiplier", 0.0f));
   log_mul /= 0.1f;
   TM_ASSIGN_OR_RETURN(float attn_factor, F32Or(file, p + "rope.scaling.attn_factor", 1.0f));
+  if (!std::isfinite(log_mul) || !std::isfinite(attn_factor)) {
+    return InvalidArgumentError(p + "rope.scaling.yarn_log_multiplier and attn_factor must be "
+                                "finite numbers");
+  }
   const float factor = 1.0f / c.rope_position_scale;
   if (c.rope_ext_factor != 0.0f && log_mul != 0.0f) {
     // get_mscale(factor, m) / get_mscale(factor, m) is 1 whichever m llama.cpp takes.
