@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/logging.h"
 #include "engine/engine_core_builder.h"
 
 namespace tokenmill {
@@ -112,5 +113,7 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--threads", o.threads, "CPU threads of the forward pass (default 2)");
   CLI11_PARSE(app, argc, argv);
+  // The engine's log (its KV plan) on stderr: stdout holds the results.
+  (void)tokenmill::SetupLogging("info");
   return tokenmill::Run(o);
 }

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/byte_size.h"
+#include "common/logging.h"
 #include "engine/engine.h"
 
 namespace tokenmill {
@@ -133,5 +134,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "CPU threads of the forward pass (default 2)");
   app.add_flag("!--no-run", o.run, "only predict from the block count");
   CLI11_PARSE(app, argc, argv);
+  // The engine's log (its KV plan) on stderr: stdout holds the results.
+  (void)tokenmill::SetupLogging("info");
   return tokenmill::Run(o);
 }

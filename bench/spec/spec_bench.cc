@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/cpu_time.h"
+#include "common/logging.h"
 #include "engine/engine_core.h"
 #include "engine/engine_core_builder.h"
 #include "kernels/cpu/thread_pool.h"
@@ -303,6 +304,8 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", o.rounds, "interleaved repetitions")->check(CLI::PositiveNumber);
   app.add_option("--threads", o.threads, "CPU threads")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  // The engine's log (its KV plan) on stderr: stdout holds the results.
+  (void)tokenmill::SetupLogging("info");
   const tokenmill::Status status = tokenmill::Main(o);
   if (!status.ok()) {
     std::cerr << status.ToString() << "\n";

@@ -31,6 +31,7 @@
 
 #include "bench/cpu_time.h"
 #include "common/byte_size.h"
+#include "common/logging.h"
 #include "engine/engine.h"
 #include "engine/grammar_vocabulary.h"
 #include "grammar/compiler.h"
@@ -258,5 +259,7 @@ int main(int argc, char** argv) {
   app.add_option("--json-schema", o.json_schema_path,
                  "constrain every request to this JSON Schema (structured output)");
   CLI11_PARSE(app, argc, argv);
+  // The engine's log (its KV plan) on stderr: stdout holds the results.
+  (void)tokenmill::SetupLogging("info");
   return tokenmill::Run(o);
 }
