@@ -94,6 +94,16 @@ __global__ void RopeKernel(DeviceRope rope, const int32_t* positions, int n_head
   }
 }
 
+__global__ void CopyStridedKernel(const float* in, int64_t in_a, int64_t in_b, float* out,
+                                  int64_t out_a, int64_t out_b, int64_t n_b, int64_t width,
+                                  int64_t total) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = e % width, ab = e / width, b = ab % n_b, a = ab / n_b;
+    out[a * out_a + b * out_b + j] = in[a * in_a + b * in_b + j];
+  }
+}
+
 __global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -214,6 +224,16 @@ cudaError_t Rope(const DeviceRope& rope, const int32_t* positions, int64_t n_tok
   const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
   RopeKernel<<<grid, 64, 0, stream>>>(rope, positions, n_heads, x);
   return LaunchStatus();
+}
+
+cudaError_t CopyStrided(const float* in, int64_t in_a, int64_t in_b, float* out, int64_t out_a,
+                        int64_t out_b, int64_t n_a, int64_t n_b, int64_t width,
+                        cudaStream_t stream) {
+  const int64_t total = n_a * n_b * width;
+  if (total == 0) return cudaSuccess;
+  CopyStridedKernel<<<internal::GridStrideBlocks(total, 256), 256, 0, stream>>>(
+      in, in_a, in_b, out, out_a, out_b, n_b, width, total);
+  return internal::LaunchStatus();
 }
 
 cudaError_t SwiGlu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {

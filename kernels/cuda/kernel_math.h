@@ -611,9 +611,46 @@ constexpr int kMaxGroup = 16;  // query heads per KV head processed together
 // (token, query head) pairs one attention block holds: 4 per warp (attention_tiles.h).
 constexpr int kMaxTilePairs = 16;
 
+// Multi-head latent attention (KvCacheView::v_in_k: deepseek2's one row a token, the latent
+// then the roped key, V the latent part) runs a wider instance of the same kernel: rows up to
+// kMaxLatentHeadDim (DeepSeek's 512 + 64), kLatentWarps warps of 2 pairs (16 pairs a block
+// still: registers for 18 dimensions a lane), V read from K's rows in shared memory (no V
+// tiles), and any number of query heads a multiple of kMaxTilePairs (all 16 of V2-Lite in one
+// block, V3's 128 in 8 blocks a token that each read the same rows).
+constexpr int kMaxLatentHeadDim = 576;
+constexpr int kLatentWarps = 8;
+
 // Tokens per query tile for `group` query heads per KV head (>= 1).
 TM_HOST_DEVICE constexpr int TileTokens(int group) {
   return group >= kMaxTilePairs ? 1 : kMaxTilePairs / group;
+}
+
+// Query heads of one KV head that one attention block takes (the rest of the group in
+// further blocks along the grid's y), and how many such blocks a KV head has.
+TM_HOST_DEVICE constexpr int BlockGroup(int group) {
+  return group < kMaxTilePairs ? group : kMaxTilePairs;
+}
+TM_HOST_DEVICE constexpr int HeadChunks(int group) { return group / BlockGroup(group); }
+// The query head of (token, head) pair `pair` of the block at grid row y (KV head y /
+// HeadChunks, chunk y % HeadChunks of its group), and the pair's token in the block's tile.
+TM_HOST_DEVICE constexpr int ChunkPairHead(int group, int y, int pair) {
+  return y / HeadChunks(group) * group + y % HeadChunks(group) * BlockGroup(group) +
+         pair % BlockGroup(group);
+}
+TM_HOST_DEVICE constexpr int ChunkPairToken(int group, int pair) {
+  return pair / BlockGroup(group);
+}
+
+// Whether the attention kernel takes rows of head_dim for `group` query heads a KV head:
+// GQA up to kMaxHeadDim and kMaxGroup; the latent rows (v_in_k) up to kMaxLatentHeadDim,
+// any group up to kMaxGroup or a multiple of kMaxTilePairs, value_dim (V's width, the row's
+// first value_dim elements; 0: all of it) at most head_dim.
+TM_HOST_DEVICE constexpr bool AttentionShapeFits(int head_dim, int group, bool v_in_k,
+                                                 int value_dim) {
+  if (head_dim < 1 || group < 1) return false;
+  if (!v_in_k) return head_dim <= kMaxHeadDim && group <= kMaxGroup && value_dim == 0;
+  return head_dim <= kMaxLatentHeadDim && value_dim >= 0 && value_dim <= head_dim &&
+         (group <= kMaxGroup || group % kMaxTilePairs == 0);
 }
 
 // ---- launch geometry -----------------------------------------------------------------------
@@ -650,7 +687,7 @@ TM_HOST_DEVICE constexpr int64_t RoundUp(int64_t x, int64_t m) { return CeilDiv(
 
 // One stage is [K rows][V rows][K scales][V scales], the K rows, the V rows and the scales
 // each a kCopyBytes multiple so each starts 16-byte aligned (V's scales follow K's, positions x
-// scale_bytes on); the stages follow one another.
+// scale_bytes on); the stages follow one another. V within K (v_in_k): [K rows][K scales].
 struct AttentionTilePlan {
   int positions;         // per tile
   int row_bytes;         // one (slot, KV head) row of K or of V: head_dim elements
@@ -659,6 +696,7 @@ struct AttentionTilePlan {
   int64_t kv_bytes;      // K (or V) rows of one stage
   int64_t stage_bytes;   // one stage, its scales included
   int64_t shared_bytes;  // all stages: the launch's dynamic shared memory
+  bool v_in_k;           // no V rows or scales: V is read from the K rows
 };
 
 // Rows of head_dim elements of elem_bytes; aligned_bases: the pool's K and V start 16-byte
@@ -672,24 +710,30 @@ struct AttentionTilePlan {
 // flight per stage. The shared memory is sized by the real head_dim, not kMaxHeadDim.
 // PlanAttentionTileRows takes the rows' bytes (the 4-bit types' head_dim / 2) and their
 // scales' (q4_0's and int4's f16s; int8/fp8, and the float types where they go unused: 4).
+// v_in_k: the stages hold K alone (latent rows of 576: 16 positions of f16 are 18 KiB a
+// stage, f32's 8 positions as many).
 TM_HOST_DEVICE constexpr AttentionTilePlan PlanAttentionTileRows(int row_bytes, int scale_bytes,
-                                                                 bool aligned_bases) {
+                                                                 bool aligned_bases,
+                                                                 bool v_in_k = false) {
   AttentionTilePlan plan{};
   plan.row_bytes = row_bytes;
   plan.scale_bytes = scale_bytes;
   plan.vector_rows = aligned_bases && plan.row_bytes % kCopyBytes == 0;
+  plan.v_in_k = v_in_k;
+  const int arrays = v_in_k ? 1 : 2;  // K and V, or K alone
   for (plan.positions = kAttentionTile;; plan.positions /= 2) {
     plan.kv_bytes = RoundUp(int64_t{plan.positions} * plan.row_bytes, kCopyBytes);
-    plan.stage_bytes =
-        2 * plan.kv_bytes + RoundUp(2 * int64_t{plan.positions} * scale_bytes, kCopyBytes);
+    plan.stage_bytes = arrays * plan.kv_bytes +
+                       RoundUp(arrays * int64_t{plan.positions} * scale_bytes, kCopyBytes);
     plan.shared_bytes = kAttentionStages * plan.stage_bytes;
     if (plan.shared_bytes <= kDefaultSharedBytes || plan.positions == 1) break;
   }
   return plan;
 }
 TM_HOST_DEVICE constexpr AttentionTilePlan PlanAttentionTiles(int head_dim, int elem_bytes,
-                                                              bool aligned_bases) {
-  return PlanAttentionTileRows(head_dim * elem_bytes, 4, aligned_bases);
+                                                              bool aligned_bases,
+                                                              bool v_in_k = false) {
+  return PlanAttentionTileRows(head_dim * elem_bytes, 4, aligned_bases, v_in_k);
 }
 
 }  // namespace tokenmill::cuda

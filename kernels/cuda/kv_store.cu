@@ -18,7 +18,7 @@ __global__ void StoreKvKernel(T* k_cache, T* v_cache, const int64_t* slot_mappin
     const int64_t t = e / row;
     const int64_t dst = slot_mapping[t] * row + e % row;
     k_cache[dst] = internal::KvElement<T>::Store(k[e]);
-    v_cache[dst] = internal::KvElement<T>::Store(v[e]);
+    if (v_cache != nullptr) v_cache[dst] = internal::KvElement<T>::Store(v[e]);
   }
 }
 
@@ -39,7 +39,7 @@ __device__ void QuantizeRowWarp(const float* x, int n, int lane, uint8_t* codes,
   if (lane == 0) *scale = KvRowScale(amax, qmax);
 }
 
-// One warp per (token, KV head) row of K and of V.
+// One warp per (token, KV head) row of K and of V (K alone with V within K).
 template <bool kFp8>
 __global__ void StoreQuantizedKvKernel(KvCacheView kv, const int64_t* slot_mapping,
                                        int64_t n_rows, const float* k, const float* v) {
@@ -53,6 +53,7 @@ __global__ void StoreQuantizedKvKernel(KvCacheView kv, const int64_t* slot_mappi
     const int64_t dst = slot_mapping[t] * kv.n_kv_heads + r % kv.n_kv_heads;
     QuantizeRowWarp<kFp8>(k + r * d, d, lane, static_cast<uint8_t*>(kv.k) + dst * d,
                           static_cast<float*>(kv.k_scale) + dst);
+    if (kv.v_in_k) continue;
     QuantizeRowWarp<kFp8>(v + r * d, d, lane, static_cast<uint8_t*>(kv.v) + dst * d,
                           static_cast<float*>(kv.v_scale) + dst);
   }
@@ -141,7 +142,8 @@ cudaError_t Launch(const KvCacheView& kv, const int64_t* slot_mapping, int64_t n
   const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
   const int64_t total = n_tokens * row;
   StoreKvKernel<T><<<internal::GridStrideBlocks(total, 256), 256, 0, stream>>>(
-      static_cast<T*>(kv.k), static_cast<T*>(kv.v), slot_mapping, row, total, k, v);
+      static_cast<T*>(kv.k), kv.v_in_k ? nullptr : static_cast<T*>(kv.v), slot_mapping, row,
+      total, k, v);
   return internal::LaunchStatus();
 }
 
@@ -162,7 +164,7 @@ template <bool kInt4>
 cudaError_t LaunchFourBit(const KvCacheView& kv, const int64_t* slot_mapping, int64_t n_tokens,
                           const float* k, const float* v, cudaStream_t stream) {
   if (kv.k_scale == nullptr || kv.v_scale == nullptr || kv.head_dim % kKvQ4Block != 0 ||
-      kv.head_dim > kMaxHeadDim) {
+      kv.head_dim > kMaxHeadDim || kv.v_in_k) {
     return cudaErrorInvalidValue;
   }
   const int k_rotation = KvKeyRotation(kv.head_dim), v_rotation = KvValueRotation(kv.head_dim);

@@ -36,6 +36,13 @@ __global__ void __launch_bounds__(kGroupThreads)
   }
 }
 
+__global__ void UniformGroupsKernel(DeviceExpertGroups g) {
+  for (int32_t e = blockIdx.x * blockDim.x + threadIdx.x; e <= g.n_expert;
+       e += gridDim.x * blockDim.x) {
+    g.begin[e] = static_cast<int32_t>(e * g.n_tokens);
+  }
+}
+
 __global__ void CombineKernel(const float* expert_out, const float* weights,
                               const int32_t* slot_of_pair, int64_t n_tokens, int n_used,
                               int64_t d, const float* shared_out, const float* shared_gate,
@@ -44,7 +51,11 @@ __global__ void CombineKernel(const float* expert_out, const float* weights,
        i < n_tokens * d; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / d, j = i % d;
     float v = CombineExperts(expert_out, weights, slot_of_pair, t, n_used, d, j);
-    if (shared_out != nullptr) v = v + MulRounded(shared_out[i], SharedExpertGate(shared_gate[t]));
+    if (shared_gate != nullptr) {
+      v = v + MulRounded(shared_out[i], SharedExpertGate(shared_gate[t]));
+    } else if (shared_out != nullptr) {
+      v = v + shared_out[i];  // deepseek2's ungated shared experts: ggml_add(moe_out, ffn_shexp)
+    }
     out[i] = v;
   }
 }
@@ -54,6 +65,10 @@ __global__ void CombineKernel(const float* expert_out, const float* weights,
 cudaError_t RouteTokens(const DeviceRouting& r, float* logits, int64_t n_tokens, int32_t* experts,
                         float* weights, cudaStream_t stream) {
   if (r.n_used < 1 || r.n_used > r.n_expert) return cudaErrorInvalidValue;
+  if (r.n_groups > 1 && (r.n_groups > kMaxRoutingGroups || r.n_expert % r.n_groups != 0 ||
+                         r.n_groups_used < 1 || r.n_groups_used > r.n_groups)) {
+    return cudaErrorInvalidValue;
+  }
   if (n_tokens == 0) return cudaSuccess;
   RouteTokensKernel<<<internal::GridStrideBlocks(n_tokens, kRouteThreads), kRouteThreads, 0,
                       stream>>>(r, logits, n_tokens, experts, weights);
@@ -67,11 +82,17 @@ cudaError_t GroupExpertPairs(const int32_t* experts, const DeviceExpertGroups& g
   return internal::LaunchStatus();
 }
 
+cudaError_t UniformExpertGroups(const DeviceExpertGroups& g, cudaStream_t stream) {
+  if (g.n_expert < 1 || g.begin == nullptr) return cudaErrorInvalidValue;
+  UniformGroupsKernel<<<internal::GridStrideBlocks(g.n_expert + 1, 128), 128, 0, stream>>>(g);
+  return internal::LaunchStatus();
+}
+
 cudaError_t CombineExpertOutputs(const float* expert_out, const float* weights,
                                  const int32_t* slot_of_pair, int64_t n_tokens, int n_used,
                                  int64_t d, const float* shared_out, const float* shared_gate,
                                  float* out, cudaStream_t stream) {
-  if ((shared_out == nullptr) != (shared_gate == nullptr)) return cudaErrorInvalidValue;
+  if (shared_out == nullptr && shared_gate != nullptr) return cudaErrorInvalidValue;
   if (n_tokens * d == 0) return cudaSuccess;
   CombineKernel<<<internal::GridStrideBlocks(n_tokens * d, 256), 256, 0, stream>>>(
       expert_out, weights, slot_of_pair, n_tokens, n_used, d, shared_out, shared_gate, out);

@@ -18,14 +18,23 @@ namespace tokenmill::cuda {
 enum class RoutingGating : int32_t { kSoftmax = 0, kSigmoid = 1, kSoftmaxSelected = 2 };
 
 // ExpertConfig's routing: n_used of n_expert experts a token, their weights renormalized to sum
-// 1 when `normalize`, then times `scale` unless it is 0 or 1.
+// 1 when `normalize`, then times `scale` unless it is 0 or 1. DeepSeek's choice: by the probs
+// plus selection_bias (n_expert floats in the kernel's memory, or null: MoeWeights'
+// exp_probs_b), among the experts of the n_groups_used best of n_groups groups of consecutive
+// experts when n_groups > 1 (at most kMaxRoutingGroups).
 struct DeviceRouting {
   int32_t n_expert = 0;
   int32_t n_used = 0;
   RoutingGating gating = RoutingGating::kSoftmax;
   bool normalize = false;
   float scale = 0.0f;
+  const float* selection_bias = nullptr;
+  int32_t n_groups = 0;
+  int32_t n_groups_used = 0;
 };
+
+// Groups a token's routing takes (a bit each in RouteTokenOnDevice's mask).
+constexpr int kMaxRoutingGroups = 64;
 
 TM_HOST_DEVICE inline uint32_t FloatBits(float f) {
   uint32_t bits;
@@ -148,11 +157,58 @@ TM_HOST_DEVICE inline void RoutingSoftmax(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] = MulRounded(x[i], inv);
 }
 
+// Expert i's biased prob, what it is chosen by: probs[i] + bias[i] (RouteToken's float add),
+// or probs[i] without a bias.
+TM_HOST_DEVICE inline float SelectionScore(const float* probs, const float* bias, int i) {
+  return bias != nullptr ? probs[i] + bias[i] : probs[i];
+}
+
+// Group g's score (RouteToken's MaskAllButBestGroups): the sum of its two best selection
+// scores (its one with groups of one expert), added in double from 0 and rounded to float.
+// The two best as values, whichever of tied experts holds them.
+TM_HOST_DEVICE inline float GroupScore(const float* probs, const float* bias, int per_group,
+                                       int g) {
+  float best = -INFINITY, second = -INFINITY;
+  for (int i = g * per_group; i < (g + 1) * per_group; ++i) {
+    const float s = SelectionScore(probs, bias, i);
+    if (s > best) {
+      second = best;
+      best = s;
+    } else if (s > second) {
+      second = s;
+    }
+  }
+  double sum = 0.0;
+  sum += static_cast<double>(best);
+  if (per_group > 1) sum += static_cast<double>(second);
+  return static_cast<float>(sum);
+}
+
+// The groups whose experts take part (bit g), the n_groups_used best by GroupScore, ties to
+// the lower group as a stable sort puts them (RouteToken's std::sort of up to 16 groups).
+// All groups without groups (n_groups <= 1).
+TM_HOST_DEVICE inline uint64_t KeptGroups(const DeviceRouting& r, const float* probs) {
+  if (r.n_groups <= 1) return ~uint64_t{0};
+  const int per_group = r.n_expert / r.n_groups;
+  uint64_t kept = 0;
+  for (int g = 0; g < r.n_groups; ++g) {
+    const float score = GroupScore(probs, r.selection_bias, per_group, g);
+    int place = 0;
+    for (int o = 0; o < r.n_groups && place < r.n_groups_used; ++o) {
+      const float other = GroupScore(probs, r.selection_bias, per_group, o);
+      place += other > score || (other == score && o < g) ? 1 : 0;
+    }
+    if (place < r.n_groups_used) kept |= uint64_t{1} << g;
+  }
+  return kept;
+}
+
 // One token's routing, RouteToken's steps with its arithmetic (its probs and weights equal
-// bit for bit): probs (in place of `logits`), the n_used largest in descending order -- ties
+// bit for bit): probs (in place of `logits`), the n_used largest selection scores (the probs,
+// plus the bias, among the kept groups' experts: the others -inf) in descending order -- ties
 // to the lower index, as a stable sort puts them (RouteToken's std::sort is libstdc++'s
 // insertion sort up to 16 elements, stable; past 16 it may order exact ties otherwise) --
-// then the weights. Expert i's place is the number of experts ahead
+// then the weights, from the unbiased probs. Expert i's place is the number of experts ahead
 // of it (larger, or equal and of a lower index), so no scratch is needed: O(n_expert^2) a
 // token. experts/weights: n_used entries.
 TM_HOST_DEVICE inline void RouteTokenOnDevice(const DeviceRouting& r, float* logits,
@@ -167,15 +223,22 @@ TM_HOST_DEVICE inline void RouteTokenOnDevice(const DeviceRouting& r, float* log
     experts[c] = c;
     weights[c] = logits[c];
   }
+  const uint64_t kept = KeptGroups(r, logits);
+  const int per_group = r.n_groups > 1 ? r.n_expert / r.n_groups : n;
+  const auto score = [&](int i) {
+    return (kept >> (i / per_group) & 1u) != 0 ? SelectionScore(logits, r.selection_bias, i)
+                                              : -INFINITY;
+  };
   for (int i = 0; i < n; ++i) {
-    const float p = logits[i];
+    const float p = score(i);
     int place = 0;
     for (int j = 0; j < n && place < k; ++j) {
-      place += logits[j] > p || (logits[j] == p && j < i) ? 1 : 0;
+      const float s = score(j);
+      place += s > p || (s == p && j < i) ? 1 : 0;
     }
     if (place < k) {
       experts[place] = i;
-      weights[place] = p;
+      weights[place] = logits[i];
     }
   }
   if (r.gating == RoutingGating::kSoftmaxSelected) RoutingSoftmax(weights, k);
@@ -245,7 +308,7 @@ TM_HOST_DEVICE inline float CombineExperts(const float* expert_out, const float*
 }
 
 // qwen2moe's shared-expert factor from its gate logit g: ggml_div(ggml_silu(g), g), as the
-// CPU's g / (1 + e^-g) / g.
+// CPU's g / (1 + e^-g) / g. (deepseek2's shared experts have no gate: added as they are.)
 TM_HOST_DEVICE inline float SharedExpertGate(float g) {
   return g / (1.0f + GlibcExpf(-g)) / g;
 }

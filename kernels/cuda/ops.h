@@ -93,6 +93,14 @@ struct DeviceRope {
 cudaError_t Rope(const DeviceRope& rope, const int32_t* positions, int64_t n_tokens, int n_heads,
                  float* x, cudaStream_t stream);
 
+// out[a * out_a + b * out_b + j] = in[a * in_a + b * in_b + j] for a < n_a, b < n_b and
+// j < width: rows of `width` floats gathered or scattered (multi-head latent attention's
+// per-head views: [token][head] to [head][token] and back, a head's roped part). in and out
+// must not overlap.
+cudaError_t CopyStrided(const float* in, int64_t in_a, int64_t in_b, float* out, int64_t out_a,
+                        int64_t out_b, int64_t n_a, int64_t n_b, int64_t width,
+                        cudaStream_t stream);
+
 // out[i] = silu(gate[i]) * up[i] (out may alias gate).
 cudaError_t SwiGlu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
 
@@ -115,11 +123,13 @@ cudaError_t SoftcapInPlace(float* x, int64_t n, float cap, cudaStream_t stream);
 // int8/fp8 quantize each (token, KV head) row with its own scale, bit for bit as
 // QuantizeKvRow (so int8 equals the CPU's StoreKv); q4_0 and int4 each block of 32 of a row
 // after the CPU's rotation (KvRotationOf), equal to the CPU's StoreKv (kernel_math.h; heads of
-// a multiple of 32 up to kMaxHeadDim). K and V of one type (kv.v_type == kv.type).
+// a multiple of 32 up to kMaxHeadDim). K and V of one type (kv.v_type == kv.type). With
+// kv.v_in_k only K is written (v is not read; 4-bit types refused).
 cudaError_t StoreKv(const KvCacheView& kv, const int64_t* slot_mapping, int64_t n_tokens,
                     const float* k, const float* v, cudaStream_t stream);
 
-// Floats of the split-K workspace PagedAttention needs.
+// Floats of the split-K workspace PagedAttention needs; head_dim: the output's width a head
+// (value_dim with v_in_k).
 int64_t AttentionWorkspaceFloats(int64_t n_tokens, int n_heads, int head_dim, int max_splits);
 
 // What some families change in attention (AttentionVariant of kernels/cpu/paged_attention.h,
@@ -133,6 +143,10 @@ struct DeviceAttentionVariant {
   // > 0: each token attends only to its sliding_window most recent positions, its own
   // included; the KV before them is never read.
   int32_t sliding_window = 0;
+  // Multi-head latent attention (kv.v_in_k): V is the first value_dim elements of each K row
+  // (the latent, kv_lora_rank of them) and each head's output is value_dim wide; 0: V is the
+  // whole row. 0 without v_in_k.
+  int32_t value_dim = 0;
 };
 
 // Causal paged attention (PagedAttention of kernels/cpu): each token's n_heads query heads
@@ -144,7 +158,12 @@ struct DeviceAttentionVariant {
 // row scale) as they are used, q4_0/int4 too (code and block scales), the query rotated as
 // their keys and the output back as their values (KvRotationOf), as the CPU does.
 // head_dim <= kMaxHeadDim, group <= kMaxGroup, K and V of one type; the tiles must come from
-// BuildAttentionTiles with this group.
+// BuildAttentionTiles with this group. With kv.v_in_k (multi-head latent attention: one K
+// row a token, V its first variant.value_dim elements, n_kv_heads 1 for deepseek2) the wider
+// instance (kernel_math.h: rows up to kMaxLatentHeadDim, a group of up to kMaxGroup heads or
+// any multiple of kMaxTilePairs) reads V from the K tiles; out then holds value_dim floats a
+// (token, head), and the KV types are f16, f32, int8 and fp8 (4-bit is refused).
+// AttentionShapeFits says which shapes it takes.
 cudaError_t PagedAttention(const KvCacheView& kv, const DeviceBatch& batch,
                            const DeviceBlockTable& table, const float* q, int n_heads,
                            float scale, float* workspace, float* out, cudaStream_t stream,
@@ -191,6 +210,11 @@ struct DeviceExpertGroups {
 };
 cudaError_t GroupExpertPairs(const int32_t* experts, const DeviceExpertGroups& g,
                              cudaStream_t stream);
+// Groups of g.n_tokens slots each, expert e's slots [e * n_tokens, (e + 1) * n_tokens): g.begin
+// alone (order and slot_of_pair are not written), for the grouped GEMVs of per_token false
+// over rows laid out expert after expert (multi-head latent attention's heads: each head's
+// k_b or v_b over its n_tokens rows).
+cudaError_t UniformExpertGroups(const DeviceExpertGroups& g, cudaStream_t stream);
 
 // The grouped expert GEMV: for each slot s of expert e (g.begin), y[s * w.rows + r] = row r of
 // expert e's matrix (w: w.n_experts == g.n_expert stacked matrices) times activation row
@@ -208,7 +232,9 @@ cudaError_t GroupedGemv(const DeviceWeight& w, const float* x, bool per_token,
 
 // out[t * d + j] = CombineExperts (each token's choices in order) over expert_out (one row of d
 // per slot) and weights (n_tokens rows of n_used); with a shared expert (shared_out: n_tokens
-// rows of d, shared_gate: one logit a token; else null), plus shared_out * SharedExpertGate.
+// rows of d, shared_gate: one logit a token; else null), plus shared_out * SharedExpertGate,
+// or plus shared_out as it is where shared_gate is null (deepseek2's ungated shared experts).
+// RouteTokens' r.selection_bias is device memory.
 cudaError_t CombineExpertOutputs(const float* expert_out, const float* weights,
                                  const int32_t* slot_of_pair, int64_t n_tokens, int n_used,
                                  int64_t d, const float* shared_out, const float* shared_gate,

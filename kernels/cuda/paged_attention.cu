@@ -11,6 +11,10 @@
 // (else element by element), double-buffered: tile i + 1 is in flight while tile i is used.
 // A sliding window (DeviceAttentionVariant) only moves where each pair starts: splits stay
 // those of the token's length, and a split wholly before the window leaves an empty partial.
+// Multi-head latent attention (KvCacheView::v_in_k) is the same kernel, wider (kLatent: rows
+// up to kMaxLatentHeadDim, 8 warps of 2 pairs): all the query heads of a token over its one
+// latent row, the V weights applied to the K tile's first value_dim elements in shared memory,
+// no V tile loaded; groups past kMaxTilePairs heads in several blocks along y.
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/async_copy.cuh"
@@ -32,9 +36,15 @@ using internal::kWarp;
 using internal::WaitCopies;
 using internal::WarpSum;
 
-constexpr int kThreads = kAttentionWarps * kWarp;
-constexpr int kPairsPerWarp = kMaxTilePairs / kAttentionWarps;
-constexpr int kDimsPerLane = kMaxHeadDim / kWarp;
+// The kernel's shape: the GQA instance, or the latent one (kernel_math.h).
+template <bool kLatent>
+struct Shape {
+  static constexpr int kWarps = kLatent ? kLatentWarps : kAttentionWarps;
+  static constexpr int kThreads = kWarps * kWarp;
+  static constexpr int kPairsPerWarp = kMaxTilePairs / kWarps;
+  static constexpr int kDimsPerLane = (kLatent ? kMaxLatentHeadDim : kMaxHeadDim) / kWarp;
+};
+static_assert(kMaxTilePairs % kLatentWarps == 0 && kMaxLatentHeadDim % kWarp == 0);
 
 // Floats per (token, head, split) partial: the unnormalized output, then m and l.
 __host__ __device__ constexpr int64_t PartialFloats(int head_dim) { return head_dim + 2; }
@@ -50,10 +60,16 @@ struct TileStage {
   float* v_scale;
 };
 
-template <typename T>
+// kVInK: the stage holds K alone, and V is K.
+template <typename T, bool kVInK>
 __device__ TileStage<T> StageAt(unsigned char* shared, const AttentionTilePlan& plan,
                                 int stage) {
   unsigned char* base = shared + stage * plan.stage_bytes;
+  if constexpr (kVInK) {
+    float* k_scales = reinterpret_cast<float*>(base + plan.kv_bytes);
+    return TileStage<T>{reinterpret_cast<T*>(base), reinterpret_cast<T*>(base), k_scales,
+                        k_scales};
+  }
   float* k_scales = reinterpret_cast<float*>(base + 2 * plan.kv_bytes);
   float* v_scales = KvElement<T>::kFourBit
                         ? reinterpret_cast<float*>(base + 2 * plan.kv_bytes +
@@ -73,8 +89,8 @@ __device__ inline const unsigned char* ScaleBytes(const float* scales) {
 // Issues this thread's share of the copies of positions [tile, tile + n_pos) of KV head
 // kv_head into a stage; the caller commits, waits and synchronizes. Vector rows: the stage's
 // rows lie back to back as whole 16-byte pieces, so piece c of the tile (piece c % pieces of
-// its row c / pieces) goes to byte c * 16.
-template <typename T, bool kVectorRows>
+// its row c / pieces) goes to byte c * 16. kVInK: K's rows and scales alone.
+template <typename T, bool kVectorRows, int kThreads, bool kVInK>
 __device__ void LoadTile(const KvCacheView& kv, const int32_t* blocks, int kv_head,
                          int32_t tile, int n_pos, const AttentionTilePlan& plan,
                          TileStage<T> dst) {
@@ -94,7 +110,7 @@ __device__ void LoadTile(const KvCacheView& kv, const int32_t* blocks, int kv_he
     for (int c = threadIdx.x; c < n_pos * pieces; c += kThreads) {
       const int64_t at = row_of(c / pieces) * plan.row_bytes + (c % pieces) * kCopyBytes;
       CopyAsync16(k_dst + c * kCopyBytes, k_src + at);
-      CopyAsync16(v_dst + c * kCopyBytes, v_src + at);
+      if constexpr (!kVInK) CopyAsync16(v_dst + c * kCopyBytes, v_src + at);
     }
   } else {
     const int row_elems = KvElement<T>::kFourBit ? plan.row_bytes : kv.head_dim;
@@ -103,7 +119,7 @@ __device__ void LoadTile(const KvCacheView& kv, const int32_t* blocks, int kv_he
     for (int e = threadIdx.x; e < n_pos * row_elems; e += kThreads) {
       const int64_t offset = row_of(e / row_elems) * row_elems + e % row_elems;
       dst.k[e] = k_cache[offset];
-      dst.v[e] = v_cache[offset];
+      if constexpr (!kVInK) dst.v[e] = v_cache[offset];
     }
   }
   if constexpr (KvElement<T>::kScaled) {
@@ -113,10 +129,12 @@ __device__ void LoadTile(const KvCacheView& kv, const int32_t* blocks, int kv_he
     for (int p = threadIdx.x; p < n_pos; p += kThreads) {
       const int64_t row = row_of(p);
       CopyAsync4(dst.k_scale + p, static_cast<const float*>(kv.k_scale) + row);
-      CopyAsync4(dst.v_scale + p, static_cast<const float*>(kv.v_scale) + row);
+      if constexpr (!kVInK) {
+        CopyAsync4(dst.v_scale + p, static_cast<const float*>(kv.v_scale) + row);
+      }
     }
   }
-  if constexpr (KvElement<T>::kFourBit) {
+  if constexpr (KvElement<T>::kFourBit && !kVInK) {
     // A row's f16 scales in 4-byte pieces (int4: d / 8 bytes; q4_0: d / 16), else one by one
     // (q4_0 rows of an odd number of blocks).
     const int bytes = plan.scale_bytes;
@@ -168,18 +186,32 @@ __device__ void HadamardRotateBlock(float* out, int d_head, int n) {
   }
 }
 
-// One block per (query tile, KV head, split): the tile's tokens x the group's query heads are
-// (token, head) pairs, up to kPairsPerWarp per warp. Every pair walks the positions of its own
-// split range in order with the same operations (explicitly rounded, no contraction left to
-// the compiler), so a token's result does not depend on the tile it lands in.
-template <typename T, bool kVectorRows>
-__global__ void __launch_bounds__(kThreads)
+// One block per (query tile, KV head and chunk of its heads, split): the tile's tokens x the
+// chunk's query heads are (token, head) pairs, up to kPairsPerWarp per warp. Every pair walks
+// the positions of its own split range in order with the same operations (explicitly rounded,
+// no contraction left to the compiler), so a token's result does not depend on the tile it
+// lands in. d_v: V's width (the latent's with V within K, else head_dim).
+template <typename T, bool kVectorRows, bool kLatent>
+__global__ void __launch_bounds__(Shape<kLatent>::kThreads, 1)
     SplitKernel(KvCacheView kv, DeviceBatch b, DeviceBlockTable table, const float* q,
                 int n_heads, float scale, int max_splits, DeviceAttentionVariant variant,
-                AttentionTilePlan plan, int q_rotation, float q_norm, float* workspace) {
+                AttentionTilePlan plan, int q_rotation, float q_norm, int d_v, float* workspace) {
+  constexpr int kThreads = Shape<kLatent>::kThreads;
+  constexpr int kWarps = Shape<kLatent>::kWarps;
+  constexpr int kPairsPerWarp = Shape<kLatent>::kPairsPerWarp;
+  constexpr int kDimsPerLane = Shape<kLatent>::kDimsPerLane;
   const int32_t first = b.tiles[2 * blockIdx.x];
   const int count = b.tiles[2 * blockIdx.x + 1];
-  const int kv_head = blockIdx.y;
+  const int group = n_heads / kv.n_kv_heads;
+  // GQA's groups (<= kMaxGroup) are one chunk: its arithmetic kept as it was (registers).
+  const int block_group = kLatent ? BlockGroup(group) : group;
+  const int kv_head =
+      kLatent ? static_cast<int>(blockIdx.y) / HeadChunks(group) : static_cast<int>(blockIdx.y);
+  // The query head of a pair: its place in this block's chunk of the KV head's group.
+  const auto head_of = [&](int pair) -> int64_t {
+    if constexpr (kLatent) return ChunkPairHead(group, static_cast<int>(blockIdx.y), pair);
+    return static_cast<int64_t>(blockIdx.y) * group + pair % group;
+  };
   const int split = blockIdx.z;
   // Tokens of a tile share the split size; the last one is the longest. Positions before
   // the earliest window start of the tile's tokens are read by none of them.
@@ -192,14 +224,14 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (split >= NumSplits(max_len)) return;
   const int d_head = kv.head_dim;
-  const int group = n_heads / kv.n_kv_heads;
+  if constexpr (!kLatent) d_v = d_head;  // the same predicates for K and V: fewer registers
   const int32_t* blocks = table.kv_indices + table.kv_indptr[b.seq_of_token[first]];
 
   extern __shared__ __align__(16) unsigned char shared[];  // plan.shared_bytes
 
   const int warp = threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
-  const int n_pairs = count * group < kMaxTilePairs ? count * group : kMaxTilePairs;
+  const int n_pairs = count * block_group < kMaxTilePairs ? count * block_group : kMaxTilePairs;
   SoftmaxPartial state[kPairsPerWarp];
   float acc[kPairsPerWarp][kDimsPerLane];
   float q_reg[kPairsPerWarp][kDimsPerLane];
@@ -208,14 +240,13 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int pi = 0; pi < kPairsPerWarp; ++pi) {
     state[pi] = EmptyPartial();
-    const int pair = warp + pi * kAttentionWarps;
-    const int token = pair / group;
+    const int pair = warp + pi * kWarps;
+    const int token = pair / block_group;
     const int32_t len = pair < n_pairs ? b.positions[first + token] + 1 : 0;
     pair_end[pi] = pair < n_pairs ? SplitEnd(split, len) : 0;
     pair_begin[pi] = pair < n_pairs ? FirstVisible(variant.sliding_window, len - 1) : 0;
     const float* q_pair =
-        q + ((static_cast<int64_t>(first) + token) * n_heads +
-             static_cast<int64_t>(kv_head) * group + pair % group) * d_head;
+        q + ((static_cast<int64_t>(first) + token) * n_heads + head_of(pair)) * d_head;
 #pragma unroll
     for (int i = 0; i < kDimsPerLane; ++i) {
       const int d = lane + i * kWarp;
@@ -250,8 +281,8 @@ __global__ void __launch_bounds__(kThreads)
   // waits for all but it, so no copy is in flight at exit.
   if (first_tile < end) {
     const int n_first = end - first_tile < tile_positions ? end - first_tile : tile_positions;
-    LoadTile<T, kVectorRows>(kv, blocks, kv_head, first_tile, n_first, plan,
-                             StageAt<T>(shared, plan, 0));
+    LoadTile<T, kVectorRows, kThreads, kLatent>(kv, blocks, kv_head, first_tile, n_first, plan,
+                                                StageAt<T, kLatent>(shared, plan, 0));
   }
   CommitCopies();
   int stage = 0;
@@ -260,13 +291,13 @@ __global__ void __launch_bounds__(kThreads)
     const int32_t next = tile + tile_positions;
     if (next < end) {
       const int n_next = end - next < tile_positions ? end - next : tile_positions;
-      LoadTile<T, kVectorRows>(kv, blocks, kv_head, next, n_next, plan,
-                               StageAt<T>(shared, plan, stage ^ 1));
+      LoadTile<T, kVectorRows, kThreads, kLatent>(kv, blocks, kv_head, next, n_next, plan,
+                                                  StageAt<T, kLatent>(shared, plan, stage ^ 1));
     }
     CommitCopies();
     WaitCopies<1>();
     __syncthreads();  // A: tile `tile` is complete in stage `stage`
-    const TileStage<T> cur = StageAt<T>(shared, plan, stage);
+    const TileStage<T> cur = StageAt<T, kLatent>(shared, plan, stage);
     const T* k_s = cur.k;
     const T* v_s = cur.v;
     const float* k_scale_s = cur.k_scale;
@@ -306,7 +337,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int i = 0; i < kDimsPerLane; ++i) {
           const int d = lane + i * kWarp;
-          if (d < d_head) {
+          if (d < d_v) {
             float v_value;
             if constexpr (KvElement<T>::kFourBit) {
               v_value = FourBitElement(v_s + p * plan.row_bytes,
@@ -324,26 +355,26 @@ __global__ void __launch_bounds__(kThreads)
 
 #pragma unroll
   for (int pi = 0; pi < kPairsPerWarp; ++pi) {
-    const int pair = warp + pi * kAttentionWarps;
+    const int pair = warp + pi * kWarps;
     if (pair >= n_pairs || pair_end[pi] <= SplitBegin(split, max_len)) continue;
-    const int64_t t = static_cast<int64_t>(first) + pair / group;
-    const int64_t head = static_cast<int64_t>(kv_head) * group + pair % group;
-    float* dst = workspace + ((t * n_heads + head) * max_splits + split) * PartialFloats(d_head);
+    const int64_t t = static_cast<int64_t>(first) + pair / block_group;
+    const int64_t head = head_of(pair);
+    float* dst = workspace + ((t * n_heads + head) * max_splits + split) * PartialFloats(d_v);
 #pragma unroll
     for (int i = 0; i < kDimsPerLane; ++i) {
       const int d = lane + i * kWarp;
-      if (d < d_head) dst[d] = acc[pi][i];
+      if (d < d_v) dst[d] = acc[pi][i];
     }
     if (lane == 0) {
-      dst[d_head] = state[pi].m;
-      dst[d_head + 1] = state[pi].l;
+      dst[d_v] = state[pi].m;
+      dst[d_v + 1] = state[pi].l;
     }
   }
 }
 
-// One block per (token, head); threads over head dimensions; splits merged in order. 4-bit V
-// (out_rotation > 0): the output rotated back in blocks of out_rotation (the CPU rotates its
-// output after attending).
+// One block per (token, head); threads over head dimensions (d_head: V's width); splits
+// merged in order. 4-bit V (out_rotation > 0, d_head <= kMaxHeadDim): the output rotated back
+// in blocks of out_rotation (the CPU rotates its output after attending).
 __global__ void MergeKernel(DeviceBatch b, int n_heads, int d_head, int max_splits,
                             const float* workspace, int out_rotation, float out_norm,
                             float* out) {
@@ -374,12 +405,15 @@ __global__ void MergeKernel(DeviceBatch b, int n_heads, int d_head, int max_spli
   for (int d = threadIdx.x; d < d_head; d += blockDim.x) dst[d] = MulRn(rotated[d], out_norm);
 }
 
-template <typename T>
+template <typename T, bool kLatent = false>
 cudaError_t Launch(const KvCacheView& kv, const DeviceBatch& b, const DeviceBlockTable& table,
                    const float* q, int n_heads, float scale, const DeviceAttentionVariant& variant,
                    float* workspace, float* out, cudaStream_t stream) {
+  static_assert(!(kLatent && KvElement<T>::kFourBit), "4-bit latent rows are refused");
   const int max_splits = b.max_splits;
-  const dim3 grid(static_cast<unsigned>(b.n_tiles), static_cast<unsigned>(kv.n_kv_heads),
+  const int group = n_heads / kv.n_kv_heads;
+  const dim3 grid(static_cast<unsigned>(b.n_tiles),
+                  static_cast<unsigned>(kv.n_kv_heads * HeadChunks(group)),
                   static_cast<unsigned>(max_splits));
   const bool aligned = reinterpret_cast<uintptr_t>(kv.k) % kCopyBytes == 0 &&
                        reinterpret_cast<uintptr_t>(kv.v) % kCopyBytes == 0;
@@ -388,23 +422,25 @@ cudaError_t Launch(const KvCacheView& kv, const DeviceBatch& b, const DeviceBloc
           ? PlanAttentionTileRows(static_cast<int>(KvRowBytes(kv.type, kv.head_dim)),
                                   static_cast<int>(KvRowScaleBytes(kv.type, kv.head_dim)),
                                   aligned)
-          : PlanAttentionTiles(kv.head_dim, static_cast<int>(sizeof(T)), aligned);
+          : PlanAttentionTiles(kv.head_dim, static_cast<int>(sizeof(T)), aligned, kLatent);
   if (plan.shared_bytes > kDefaultSharedBytes) return cudaErrorInvalidValue;
+  const int d_v = kLatent && variant.value_dim > 0 ? variant.value_dim : kv.head_dim;
   // The 4-bit types' rotations (KvRotationOf): the query as K, the output back as V.
   const int q_rotation = KvElement<T>::kFourBit ? KvKeyRotation(kv.head_dim) : 0;
   const int out_rotation = KvElement<T>::kFourBit ? KvValueRotation(kv.head_dim) : 0;
   const float q_norm = q_rotation > 0 ? HadamardNorm(q_rotation) : 0.0f;
   const float out_norm = out_rotation > 0 ? HadamardNorm(out_rotation) : 0.0f;
   // Each row path a kernel of its own: the other's code would only add registers.
-  auto* kernel = plan.vector_rows ? SplitKernel<T, true> : SplitKernel<T, false>;
-  kernel<<<grid, kThreads, static_cast<size_t>(plan.shared_bytes), stream>>>(
-      kv, b, table, q, n_heads, scale, max_splits, variant, plan, q_rotation, q_norm,
+  auto* kernel =
+      plan.vector_rows ? SplitKernel<T, true, kLatent> : SplitKernel<T, false, kLatent>;
+  kernel<<<grid, Shape<kLatent>::kThreads, static_cast<size_t>(plan.shared_bytes), stream>>>(
+      kv, b, table, q, n_heads, scale, max_splits, variant, plan, q_rotation, q_norm, d_v,
       workspace);
   const cudaError_t err = internal::LaunchStatus();
   if (err != cudaSuccess) return err;
   const dim3 merge_grid(static_cast<unsigned>(b.n_tokens), static_cast<unsigned>(n_heads));
-  MergeKernel<<<merge_grid, kv.head_dim <= 128 ? 128 : 256, 0, stream>>>(
-      b, n_heads, kv.head_dim, max_splits, workspace, out_rotation, out_norm, out);
+  MergeKernel<<<merge_grid, d_v <= 128 ? 128 : 256, 0, stream>>>(
+      b, n_heads, d_v, max_splits, workspace, out_rotation, out_norm, out);
   return internal::LaunchStatus();
 }
 
@@ -430,10 +466,31 @@ cudaError_t PagedAttention(const KvCacheView& kv, const DeviceBatch& batch,
   if (batch.n_tokens == 0) return cudaSuccess;
   if (variant.sliding_window < 0 || !(variant.softcap >= 0.0f)) return cudaErrorInvalidValue;
   if (batch.tiles == nullptr || batch.n_tiles < 1) return cudaErrorInvalidValue;
-  if (kv.head_dim > kMaxHeadDim || kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 ||
-      n_heads / kv.n_kv_heads > kMaxGroup || batch.max_splits < 1 ||
-      batch.max_splits > kMaxSplits || kv.v_type != kv.type) {  // K and V of one type
+  if (kv.n_kv_heads <= 0 || n_heads % kv.n_kv_heads != 0 ||
+      !AttentionShapeFits(kv.head_dim, n_heads / kv.n_kv_heads, kv.v_in_k, variant.value_dim) ||
+      batch.max_splits < 1 || batch.max_splits > kMaxSplits ||
+      kv.v_type != kv.type) {  // K and V of one type
     return cudaErrorInvalidValue;
+  }
+  if (kv.v_in_k) {  // multi-head latent attention: the wide instance, V within K
+    switch (kv.type) {
+      case KvType::kF16:
+        return Launch<__half, true>(kv, batch, table, q, n_heads, scale, variant, workspace, out,
+                                    stream);
+      case KvType::kF32:
+        return Launch<float, true>(kv, batch, table, q, n_heads, scale, variant, workspace, out,
+                                   stream);
+      case KvType::kInt8:
+        if (kv.k_scale == nullptr) return cudaErrorInvalidValue;
+        return Launch<int8_t, true>(kv, batch, table, q, n_heads, scale, variant, workspace, out,
+                                    stream);
+      case KvType::kFp8:
+        if (kv.k_scale == nullptr) return cudaErrorInvalidValue;
+        return Launch<E4M3Code, true>(kv, batch, table, q, n_heads, scale, variant, workspace,
+                                      out, stream);
+      default:
+        return cudaErrorInvalidValue;  // 4-bit latent rows: refused (KvTypeFitsLatentOnCuda)
+    }
   }
   switch (kv.type) {
     case KvType::kF16:

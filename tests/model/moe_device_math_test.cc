@@ -32,9 +32,12 @@ namespace {
 using cuda::DeviceRouting;
 using cuda::RoutingGating;
 
-DeviceRouting ToDevice(const ExpertConfig& c) {
-  return DeviceRouting{c.n_expert, c.n_used, static_cast<RoutingGating>(c.gating), c.normalize,
-                       c.scale};
+DeviceRouting ToDevice(const ExpertConfig& c, const std::vector<float>& bias = {}) {
+  return DeviceRouting{c.n_expert,     c.n_used,
+                       static_cast<RoutingGating>(c.gating),
+                       c.normalize,    c.scale,
+                       bias.empty() ? nullptr : bias.data(),
+                       c.n_groups,     c.n_groups_used};
 }
 
 struct Routed {
@@ -42,15 +45,18 @@ struct Routed {
   std::vector<float> weights;
 };
 
-Routed OnCpu(const ExpertConfig& c, std::vector<float> logits) {
+Routed OnCpu(const ExpertConfig& c, std::vector<float> logits,
+             const std::vector<float>& bias = {}) {
   Routed r{std::vector<int32_t>(c.n_used), std::vector<float>(c.n_used)};
-  RouteToken(c, logits, r.experts, r.weights);
+  RouteToken(c, logits, r.experts, r.weights, bias);
   return r;
 }
 
-Routed OnDevice(const ExpertConfig& c, std::vector<float> logits) {
+Routed OnDevice(const ExpertConfig& c, std::vector<float> logits,
+                const std::vector<float>& bias = {}) {
   Routed r{std::vector<int32_t>(c.n_used), std::vector<float>(c.n_used)};
-  cuda::RouteTokenOnDevice(ToDevice(c), logits.data(), r.experts.data(), r.weights.data());
+  cuda::RouteTokenOnDevice(ToDevice(c, bias), logits.data(), r.experts.data(),
+                           r.weights.data());
   return r;
 }
 
@@ -186,6 +192,66 @@ TEST(RouteTokenOnDevice, TiesPast16ExpertsFallToTheLowerIndex) {
   }
 }
 
+// DeepSeek's routing: the selection bias (exp_probs_b) for choosing only, group-limited top-k
+// (each group scored by its two best biased probs), with sigmoid or softmax probs; V3's shape
+// (256 experts in 8 groups, 4 kept, top-8, renormalized x 2.5), V2's (160 in 8, 3 kept, top-6),
+// the tiny deepseek2's (24 in 4, 2 kept, top-3), groups of one and of two experts.
+TEST(RouteTokenOnDevice, EqualsRouteTokenWithTheSelectionBiasAndExpertGroups) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> logit(0.0f, 2.0f);
+  std::normal_distribution<float> bias_value(0.0f, 0.3f);
+  struct Shape {
+    int n_expert, n_used, n_groups, n_groups_used;
+  };
+  const std::vector<Shape> shapes = {{256, 8, 8, 4}, {160, 6, 8, 3}, {24, 3, 4, 2},
+                                     {16, 4, 16, 5}, {16, 3, 8, 2},  {64, 6, 0, 0},
+                                     {12, 2, 3, 1},  {32, 4, 4, 4}};
+  int cases = 0;
+  for (const Shape& shape : shapes) {
+    for (ExpertGating gating : {ExpertGating::kSigmoid, ExpertGating::kSoftmax}) {
+      for (bool with_bias : {true, false}) {
+        ExpertConfig c{.n_expert = shape.n_expert, .n_used = shape.n_used, .gating = gating,
+                       .normalize = gating == ExpertGating::kSigmoid, .scale = 2.5f,
+                       .n_groups = shape.n_groups, .n_groups_used = shape.n_groups_used};
+        std::vector<float> bias;
+        if (with_bias) {
+          for (int i = 0; i < c.n_expert; ++i) bias.push_back(bias_value(rng));
+        }
+        for (int token = 0; token < 40; ++token) {
+          std::vector<float> logits(c.n_expert);
+          for (float& x : logits) x = logit(rng);
+          const Routed cpu = OnCpu(c, logits, bias), device = OnDevice(c, logits, bias);
+          const std::string what = std::to_string(c.n_expert) + " experts in " +
+                                   std::to_string(c.n_groups) + " groups, gating " +
+                                   std::to_string(static_cast<int>(gating)) +
+                                   (with_bias ? ", biased" : "");
+          ASSERT_EQ(device.experts, cpu.experts) << what;
+          ExpectWeightsEqual(device, cpu, what);
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 8 * 2 * 2 * 40);
+}
+
+// Tied groups and tied experts within them (up to 16 of each, where RouteToken's sort is
+// stable): the lower group, then the lower expert, as RouteToken.
+TEST(RouteTokenOnDevice, TiedGroupsFallAsRouteTokens) {
+  std::mt19937 rng(31);
+  std::uniform_int_distribution<int> level(0, 3);
+  const ExpertConfig c{.n_expert = 16, .n_used = 3, .gating = ExpertGating::kSoftmaxSelected,
+                       .normalize = true, .n_groups = 8, .n_groups_used = 3};
+  for (int token = 0; token < 300; ++token) {
+    std::vector<float> logits(c.n_expert), bias(c.n_expert);
+    for (float& x : logits) x = 0.25f * static_cast<float>(level(rng));
+    for (float& x : bias) x = token % 2 == 0 ? 0.0f : 0.125f * static_cast<float>(level(rng));
+    const Routed cpu = OnCpu(c, logits, bias), device = OnDevice(c, logits, bias);
+    ASSERT_EQ(device.experts, cpu.experts) << "token " << token;
+    ExpectWeightsEqual(device, cpu, "tied groups");
+  }
+}
+
 TEST(RouteTokenOnDevice, MatchesLlamaCppsCapturedRouting) {
   std::ifstream in(std::string(TOKENMILL_TEST_DATA_DIR) + "/moe/routing.json");
   ASSERT_TRUE(in.good()) << "run tests/reference/make_moe_routing_golden.py";
@@ -286,6 +352,8 @@ TEST(CombineExperts, EqualsTheCpusWeightedSumAndSharedExpert) {
       const float with_shared = device + cuda::MulRounded(shared[t * d + j],
                                                           cuda::SharedExpertGate(gate[t]));
       ASSERT_EQ(with_shared, cpu + shared[t * d + j] * shared_gate);
+      // deepseek2's ungated shared experts: added as they are (CombineKernel's other branch).
+      ASSERT_EQ(device + shared[t * d + j], cpu + shared[t * d + j]);
     }
   }
 }

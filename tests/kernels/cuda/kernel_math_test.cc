@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/paged_attention.h"
 #include "kernels/cuda/attention_tiles.h"
 #include "kernels/dequantize.h"
 #include "tests/kernels/cuda/rope_bound.h"
@@ -377,6 +378,158 @@ TEST(AttentionTilePlanTest, FourBitStagesHoldTheirScales) {
   }
   EXPECT_EQ(PlanAttentionTiles(128, 1, true).scale_bytes, 4);  // int8's float, as before
   EXPECT_FALSE(PlanAttentionTileRows(64, 8, false).vector_rows);
+}
+
+// Multi-head latent attention's stages (v_in_k): K's rows and scales alone, so DeepSeek's
+// 576-value rows keep 16 positions a tile in f16 (18 KiB a stage) and 8 in f32, within the
+// default 48 KiB for every row up to kMaxLatentHeadDim; the tiny test families' rows of 56
+// are 16-byte pieces in f16 (7) but not in int8 (56 bytes: element by element).
+TEST(AttentionTilePlanTest, LatentStagesHoldKAlone) {
+  for (const int elem_bytes : {1, 2, 4}) {
+    for (int head_dim = 1; head_dim <= kMaxLatentHeadDim; ++head_dim) {
+      const AttentionTilePlan plan = PlanAttentionTiles(head_dim, elem_bytes, true, true);
+      const int row_bytes = head_dim * elem_bytes;
+      ASSERT_TRUE(plan.v_in_k);
+      ASSERT_EQ(plan.vector_rows, row_bytes % 16 == 0) << row_bytes;
+      ASSERT_GE(plan.kv_bytes, int64_t{plan.positions} * row_bytes);
+      ASSERT_EQ(plan.stage_bytes % kCopyBytes, 0);
+      ASSERT_GE(plan.stage_bytes, plan.kv_bytes + plan.positions * 4);  // K's scales
+      ASSERT_LT(plan.stage_bytes, plan.kv_bytes + plan.positions * 4 + kCopyBytes);
+      ASSERT_LE(plan.shared_bytes, kDefaultSharedBytes);
+      ASSERT_GE(plan.positions, 8);
+      if (head_dim <= kMaxHeadDim) {  // never more than the GQA plan of the same rows
+        ASSERT_LE(plan.shared_bytes, PlanAttentionTiles(head_dim, elem_bytes, true).shared_bytes);
+      }
+    }
+  }
+  const AttentionTilePlan f16 = PlanAttentionTiles(576, 2, true, true);
+  EXPECT_EQ(f16.positions, 16);
+  EXPECT_TRUE(f16.vector_rows);
+  EXPECT_EQ(f16.kv_bytes, 16 * 1152);
+  EXPECT_EQ(f16.shared_bytes, 2 * (16 * 1152 + 64));
+  const AttentionTilePlan f32 = PlanAttentionTiles(576, 4, true, true);
+  EXPECT_EQ(f32.positions, 8);
+  EXPECT_EQ(f32.shared_bytes, 2 * (8 * 2304 + 32));
+  EXPECT_TRUE(PlanAttentionTiles(576, 1, true, true).vector_rows);  // int8: 36 pieces
+  EXPECT_TRUE(PlanAttentionTiles(56, 2, true, true).vector_rows);
+  EXPECT_FALSE(PlanAttentionTiles(56, 1, true, true).vector_rows);
+}
+
+// Which shapes the kernel takes: GQA as before; latent rows up to 576, any group up to 16 or a
+// multiple of 16 (V2-Lite's 16 heads, V3's 128, Kimi K2's 64), V no wider than the row.
+TEST(AttentionShapeTest, LatentRowsTakeManyHeadsAndGqaStaysAsItWas) {
+  EXPECT_TRUE(AttentionShapeFits(128, 4, false, 0));
+  EXPECT_TRUE(AttentionShapeFits(256, 16, false, 0));
+  EXPECT_FALSE(AttentionShapeFits(257, 1, false, 0));
+  EXPECT_FALSE(AttentionShapeFits(128, 17, false, 0));
+  EXPECT_FALSE(AttentionShapeFits(576, 16, false, 0));  // a GQA head of 576: no
+  EXPECT_FALSE(AttentionShapeFits(128, 4, false, 64));
+  EXPECT_TRUE(AttentionShapeFits(576, 16, true, 512));
+  EXPECT_TRUE(AttentionShapeFits(576, 128, true, 512));
+  EXPECT_TRUE(AttentionShapeFits(576, 64, true, 512));
+  EXPECT_TRUE(AttentionShapeFits(56, 4, true, 40));
+  EXPECT_TRUE(AttentionShapeFits(56, 3, true, 0));
+  EXPECT_FALSE(AttentionShapeFits(577, 16, true, 512));
+  EXPECT_FALSE(AttentionShapeFits(576, 24, true, 512));  // past 16, not a multiple of 16
+  EXPECT_FALSE(AttentionShapeFits(576, 16, true, 577));
+}
+
+// The blocks of a KV head (grid rows y, HeadChunks of them) and their pairs cover every
+// (token, query head) of the batch once: the tiles' tokens x BlockGroup heads, at most
+// kMaxTilePairs pairs a block, for GQA groups and the latent's 16, 64 and 128 heads.
+TEST(AttentionShapeTest, ChunksAndPairsCoverEveryTokenAndHeadOnce) {
+  std::vector<int32_t> positions = {700};
+  for (int32_t p = 60; p < 80; ++p) positions.push_back(p);
+  const std::vector<int32_t> cu_seqlens = {0, 1, 21};
+  for (const int n_kv_heads : {1, 2}) {
+    for (const int group : {1, 3, 4, 16, 32, 64, 128}) {
+      const int n_heads = n_kv_heads * group;
+      const std::vector<int32_t> tiles = BuildAttentionTiles(positions, cu_seqlens, group);
+      std::vector<int> seen(positions.size() * static_cast<size_t>(n_heads), 0);
+      for (size_t i = 0; i < tiles.size(); i += 2) {
+        const int32_t first = tiles[i], count = tiles[i + 1];
+        const int n_pairs = std::min(count * BlockGroup(group), kMaxTilePairs);
+        ASSERT_EQ(n_pairs, count * BlockGroup(group)) << "a tile's pairs fit one block";
+        for (int y = 0; y < n_kv_heads * HeadChunks(group); ++y) {
+          for (int pair = 0; pair < n_pairs; ++pair) {
+            const int head = ChunkPairHead(group, y, pair);
+            ASSERT_EQ(head / group, y / HeadChunks(group)) << "a head of the block's KV head";
+            ++seen[static_cast<size_t>(first + ChunkPairToken(group, pair)) * n_heads + head];
+          }
+        }
+      }
+      for (int n : seen) ASSERT_EQ(n, 1) << n_kv_heads << " KV heads, group " << group;
+    }
+  }
+}
+
+// The latent kernel's arithmetic for one (token, head) pair, emulated on the host: the token's
+// splits (SplitPositions of its length), each position's score q.k x scale, AddScore and the
+// weighted V (the row's first value_dim elements, V within K), the splits merged in order with
+// MergePartials; the CPU's PagedAttentionReference over the same f32 latent cache (v_in_k,
+// one KV head) gives the same output to float rounding. 16 heads of rows of 576 (V2-Lite:
+// V of 512) and the tiny families' 4 heads of 56 (V of 40), at lengths crossing splits.
+TEST(OnlineSoftmaxTest, LatentSplitsEqualTheCpusMultiQueryAttentionOverTheLatentRows) {
+  std::mt19937 rng(19);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  struct Shape {
+    int head_dim, value_dim, n_heads;
+  };
+  for (const Shape shape : {Shape{576, 512, 16}, Shape{56, 40, 4}}) {
+    for (const int32_t len : {1, 63, 65, 300, 1500}) {
+      const int block_size = 16;
+      const int64_t n_blocks = (len + block_size - 1) / block_size;
+      const int d = shape.head_dim;
+      std::vector<float> k(static_cast<size_t>(n_blocks * block_size) * d);
+      for (float& x : k) x = normal(rng);
+      // One token, the last position of its sequence; blocks in order.
+      std::vector<float> q(static_cast<size_t>(shape.n_heads) * d);
+      for (float& x : q) x = 0.2f * normal(rng);
+      std::vector<int32_t> indices(static_cast<size_t>(n_blocks));
+      for (int32_t b = 0; b < n_blocks; ++b) indices[static_cast<size_t>(b)] = b;
+      const std::vector<int32_t> positions = {len - 1}, cu = {0, 1},
+                                 indptr = {0, static_cast<int32_t>(n_blocks)},
+                                 last = {len - (static_cast<int32_t>(n_blocks) - 1) * block_size};
+      const std::vector<int64_t> slots = {int64_t{len - 1}};
+      const KvBlockTable table{slots, indptr, indices, last};
+      const RaggedBatch batch{positions, cu, {&table, 1}};
+      KvCacheView kv{.type = KvType::kF32, .k = k.data(), .v = k.data(), .num_blocks = n_blocks,
+                     .block_size = block_size, .n_kv_heads = 1, .head_dim = d};
+      kv.v_in_k = true;
+      const float scale = 0.07f;
+      std::vector<float> want(q.size());
+      PagedAttentionReference(kv, batch, table, q.data(), shape.n_heads, scale, want.data());
+      for (int h = 0; h < shape.n_heads; ++h) {
+        const float* qh = q.data() + static_cast<size_t>(h) * d;
+        SoftmaxPartial total = EmptyPartial();
+        std::vector<float> acc(static_cast<size_t>(shape.value_dim), 0.0f);
+        for (int split = 0; split < NumSplits(len); ++split) {
+          SoftmaxPartial state = EmptyPartial();
+          std::vector<float> part(acc.size(), 0.0f);
+          for (int32_t p = SplitBegin(split, len); p < SplitEnd(split, len); ++p) {
+            const float* row = k.data() + static_cast<size_t>(p) * d;
+            float dot = 0.0f;
+            for (int i = 0; i < d; ++i) dot = MulAdd(qh[i], row[i], dot);
+            float w;
+            const float factor = AddScore(&state, MulRn(dot, scale), &w);
+            for (int i = 0; i < shape.value_dim; ++i) {
+              part[i] = MulAdd(w, row[i], MulRn(part[i], factor));
+            }
+          }
+          const SoftmaxMerge merge = MergePartials(total, state);
+          for (size_t i = 0; i < acc.size(); ++i) {
+            acc[i] = MulAdd(acc[i], merge.scale_a, part[i] * merge.scale_b);
+          }
+          total = merge.merged;
+        }
+        for (int i = 0; i < shape.value_dim; ++i) {
+          const float cpu = want[static_cast<size_t>(h) * d + i];
+          ASSERT_NEAR(acc[static_cast<size_t>(i)] / total.l, cpu, 2e-5f * (1.0f + std::fabs(cpu)))
+              << "rows of " << d << ", length " << len << ", head " << h << ", element " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(LaunchGeometryTest, GemvGridCoversRowsAndTokens) {
