@@ -40,6 +40,8 @@ SCENARIOS = {
     "c1": dict(workload="random", num_prompts=8, input_len=128, output_len=32, concurrency=1),
     "c4": dict(workload="random", num_prompts=16, input_len=128, output_len=32, concurrency=4),
     "c8": dict(workload="random", num_prompts=16, input_len=128, output_len=32, concurrency=8),
+    "c16": dict(workload="random", num_prompts=32, input_len=128, output_len=32,
+                concurrency=16),
     "poisson": dict(workload="random", num_prompts=16, input_len=128, output_len=32,
                     request_rate=1.0),
     "shared-prefix": dict(workload="shared-prefix", num_prompts=16, prefix_len=512,

@@ -136,8 +136,9 @@ Status ReadDeepseek2Config(const GgufFile& file, ModelConfig& c) {
   m.kv_b_fused = k_mla == 0 || v_mla == 0;
   const int head_k = m.kv_b_fused ? c.head_dim : static_cast<int>(k_mla);
   const int head_v = m.kv_b_fused ? c.v_head_dim : static_cast<int>(v_mla);
-  TM_RETURN_IF_ERROR(CheckSize(p + "attention.key_length_mla", head_k, 2));
-  TM_RETURN_IF_ERROR(CheckSize(p + "attention.value_length_mla", head_v, 1));
+  const std::string heads_keys = m.kv_b_fused ? "" : "_mla";
+  TM_RETURN_IF_ERROR(CheckSize(p + "attention.key_length" + heads_keys, head_k, 2));
+  TM_RETURN_IF_ERROR(CheckSize(p + "attention.value_length" + heads_keys, head_v, 1));
   if (c.n_rot <= 0 || c.n_rot >= head_k) {
     return InvalidArgumentError(p + "rope.dimension_count " + std::to_string(c.n_rot) +
                                 " must be positive and less than the key's head size " +
