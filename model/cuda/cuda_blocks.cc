@@ -69,6 +69,11 @@ Status CudaForwardBlocks::Init() {
         .corr_low = l.rope.corr_low,
         .corr_high = l.rope.corr_high,
         .cos_sin_scale = RopeCosSinScale(l.rope)});
+    // Multi-head latent attention ropes heads of n_rot (the query's and the key's roped
+    // parts, each gathered apart), as the CPU's LatentAttention sets its head_dim.
+    DeviceRope latent = layer_rope_.back();
+    latent.head_dim = l.rope.n_rot;
+    latent_rope_.push_back(latent);
   }
   if (plan_.gelu) {
     // The CPU's GELU of every f16 value (its own table, read through GeluTanhGlu with up = 1),
@@ -101,9 +106,27 @@ Status CudaForwardBlocks::GrowScratch(int64_t n, int64_t n_logits, int max_split
   TM_RETURN_IF_ERROR(Grow(final_, std::max<int64_t>(1, n_logits) * d * kF));
   TM_RETURN_IF_ERROR(Grow(logits_, std::max<int64_t>(1, n_logits) * c_.n_vocab * kF));
   const int64_t pairs = n * e.n_used;  // 0 without experts
-  TM_RETURN_IF_ERROR(Grow(q8_, std::max(Q8_1Bytes(std::max(n, n_logits),
-                                                  std::max({d, ff, int64_t{c_.q_dim()}})),
-                                        Q8_1Bytes(pairs, e.n_ff_exp))));
+  const ModelConfig::LatentAttention& m = c_.mla;
+  const int64_t heads = c_.n_heads;
+  TM_RETURN_IF_ERROR(Grow(q8_, std::max({Q8_1Bytes(std::max(n, n_logits),
+                                                   std::max({d, ff, int64_t{c_.q_dim()}})),
+                                         Q8_1Bytes(pairs, e.n_ff_exp),
+                                         Q8_1Bytes(n * heads, std::max(m.qk_nope,
+                                                                       m.kv_lora_rank))})));
+  if (c_.HasLatentKv()) {
+    const int64_t rot = c_.n_rot, q_head = m.qk_nope + rot, row = m.kv_lora_rank + rot;
+    const int64_t in = std::max(m.qk_nope, m.kv_lora_rank);
+    const int64_t out = std::max(m.kv_lora_rank, m.v_head);
+    TM_RETURN_IF_ERROR(Grow(mla_q_a_, std::max<int64_t>(1, n * m.q_lora_rank) * kF));
+    TM_RETURN_IF_ERROR(Grow(mla_q_, n * heads * q_head * kF));
+    TM_RETURN_IF_ERROR(Grow(mla_kv_, n * row * kF));
+    TM_RETURN_IF_ERROR(Grow(mla_pe_, n * heads * rot * kF));
+    TM_RETURN_IF_ERROR(Grow(mla_kpe_, n * rot * kF));
+    TM_RETURN_IF_ERROR(Grow(mla_latent_, n * m.kv_lora_rank * kF));
+    TM_RETURN_IF_ERROR(Grow(mla_in_, n * heads * in * kF));
+    TM_RETURN_IF_ERROR(Grow(mla_out_, n * heads * out * kF));
+    TM_RETURN_IF_ERROR(Grow(mla_begin_, (heads + 1) * int64_t{sizeof(int32_t)}));
+  }
   if (e.n_expert > 0) {
     constexpr int64_t kI = sizeof(int32_t);
     TM_RETURN_IF_ERROR(Grow(moe_logits_, n * e.n_expert * kF));
@@ -118,7 +141,9 @@ Status CudaForwardBlocks::GrowScratch(int64_t n, int64_t n_logits, int max_split
     TM_RETURN_IF_ERROR(Grow(shared_logit_, n * kF));
     TM_RETURN_IF_ERROR(Grow(shared_out_, n * d * kF));
   }
-  return Grow(workspace_, AttentionWorkspaceFloats(n, c_.n_heads, c_.head_dim, max_splits) * kF);
+  // The attention's output a head: V's width (the latent with multi-head latent attention).
+  const int value_width = c_.HasLatentKv() ? m.kv_lora_rank : c_.head_dim;
+  return Grow(workspace_, AttentionWorkspaceFloats(n, c_.n_heads, value_width, max_splits) * kF);
 }
 
 Status CudaForwardBlocks::Grow(DeviceBuffer& buffer, int64_t bytes) {
@@ -271,7 +296,8 @@ void CudaForwardBlocks::AttentionOutput(const WeightMatrix& wo, std::span<const 
   Run([&]() -> Status {
     if (!bias.empty()) return NotPlanned("an AttentionOutput bias");
     const int64_t n = step_.n_tokens;
-    TM_ASSIGN_OR_RETURN(const MatmulInput attended, PrepareInput(attn_.as<float>(), n, c_.q_dim()));
+    // Its input's width: n_heads x head_dim, or n_heads x v_head after LatentAttention.
+    TM_ASSIGN_OR_RETURN(const MatmulInput attended, PrepareInput(attn_.as<float>(), n, wo.cols));
     return Matmul(wo, attended, n, proj_.as<float>());
   });
 }
@@ -337,8 +363,114 @@ void CudaForwardBlocks::ProjectQ(const WeightMatrix&) {
   Run([] { return NotPlanned("ProjectQ"); });
 }
 
-void CudaForwardBlocks::LatentAttention(const LatentAttentionWeights&) {
-  Run([] { return NotPlanned("LatentAttention"); });
+
+void CudaForwardBlocks::LatentAttention(const LatentAttentionWeights& w) {
+  Run([&]() -> Status {
+    const auto found = index_.latent.find(&w);
+    if (found == index_.latent.end()) {
+      return InternalError("a latent attention the CUDA pass did not upload");
+    }
+    return LatentAttentionSteps(*found->second);
+  });
+}
+
+Status CudaForwardBlocks::PerHeadMatmul(const DeviceWeight& w, const float* x, int64_t n_tokens,
+                                        float* y) {
+  // The heads as a mixture's experts, each over its own n_tokens rows (per_token false): the
+  // grouped GEMV's sums, each (token, row) that of the head's matrix over that row alone.
+  const DeviceExpertGroups groups{mla_begin_.as<int32_t>(), nullptr, nullptr, c_.n_heads, 1,
+                                  n_tokens};
+  TM_CUDA_RETURN_IF_ERROR(UniformExpertGroups(groups, stream_), "per-head groups");
+  const uint8_t* x_q8 = nullptr;
+  if (TakesQ8_1(w.type)) {
+    TM_CUDA_RETURN_IF_ERROR(QuantizeQ8_1(x, n_tokens * c_.n_heads, w.cols, q8_.as<uint8_t>(),
+                                         stream_),
+                            "quantizing to q8_1");
+    x_q8 = q8_.as<const uint8_t>();
+  }
+  return GroupedMatmul(w, x, x_q8, /*per_token=*/false, groups, y);
+}
+
+Status CudaForwardBlocks::LatentAttentionSteps(const DeviceLatentAttentionWeights& w) {
+  const ModelConfig::LatentAttention& m = c_.mla;
+  const int64_t n = step_.n_tokens, heads = c_.n_heads, rot = c_.n_rot, nope = m.qk_nope,
+                lora = m.kv_lora_rank, v_head = m.v_head;
+  const int64_t q_head = nope + rot;  // a head of the projected query
+  const int64_t row = lora + rot;     // a K row, and a head of the absorbed query
+  cudaStream_t s = stream_;
+  float* q = mla_q_.as<float>();
+  float* kv = mla_kv_.as<float>();
+  // The query (through its LoRA, normed between, or a plain q) and the latent with its key.
+  TM_ASSIGN_OR_RETURN(const MatmulInput in, PrepareInput(h_.as<float>(), n, c_.n_embd));
+  if (m.q_lora_rank > 0) {
+    float* q_a = mla_q_a_.as<float>();
+    TM_RETURN_IF_ERROR(Matmul(w.q_a.view, in, n, q_a));
+    TM_RETURN_IF_ERROR(Matmul(w.kv_a.view, in, n, kv));  // before q8_ holds q_a
+    TM_CUDA_RETURN_IF_ERROR(RmsNorm(q_a, w.q_a_norm.data(), nullptr, n, m.q_lora_rank,
+                                    c_.rms_eps, q_a, s),
+                            "query LoRA RMSNorm");
+    TM_ASSIGN_OR_RETURN(const MatmulInput q_in, PrepareInput(q_a, n, m.q_lora_rank));
+    TM_RETURN_IF_ERROR(Matmul(w.q_b.view, q_in, n, q));
+  } else {
+    TM_RETURN_IF_ERROR(Matmul(w.q.view, in, n, q));
+    TM_RETURN_IF_ERROR(Matmul(w.kv_a.view, in, n, kv));
+  }
+  // RoPE of the query's roped parts (a head of rot each) and of the key's.
+  const int32_t* positions = step_.batch->positions;
+  const DeviceRope& rope = latent_rope_[static_cast<size_t>(layer_)];
+  float* pe = mla_pe_.as<float>();
+  TM_CUDA_RETURN_IF_ERROR(
+      CopyStrided(q + nope, q_head, 0, pe, rot, 0, n * heads, 1, rot, s), "query's rope part");
+  TM_CUDA_RETURN_IF_ERROR(Rope(rope, positions, n, static_cast<int>(heads), pe, s), "RoPE");
+  // The K row: the normed latent, then the roped key.
+  float* k = k_.as<float>();
+  float* latent = mla_latent_.as<float>();
+  float* k_pe = mla_kpe_.as<float>();
+  TM_CUDA_RETURN_IF_ERROR(CopyStrided(kv, row, 0, latent, lora, 0, n, 1, lora, s), "latent");
+  TM_CUDA_RETURN_IF_ERROR(RmsNorm(latent, w.kv_a_norm.data(), nullptr, n,
+                                  static_cast<int>(lora), c_.rms_eps, latent, s),
+                          "latent RMSNorm");
+  TM_CUDA_RETURN_IF_ERROR(CopyStrided(latent, lora, 0, k, row, 0, n, 1, lora, s), "K rows");
+  TM_CUDA_RETURN_IF_ERROR(CopyStrided(kv + lora, row, 0, k_pe, rot, 0, n, 1, rot, s),
+                          "key's rope part");
+  TM_CUDA_RETURN_IF_ERROR(Rope(rope, positions, n, 1, k_pe, s), "RoPE");
+  TM_CUDA_RETURN_IF_ERROR(CopyStrided(k_pe, rot, 0, k + lora, row, 0, n, 1, rot, s), "K rows");
+
+  // Each head's q_nope into the latent space through its k_b: the absorbed query is
+  // [k_b q_nope, q_pe] a head. Per-head rows are [head][token].
+  float* per_head_in = mla_in_.as<float>();
+  float* per_head_out = mla_out_.as<float>();
+  TM_CUDA_RETURN_IF_ERROR(
+      CopyStrided(q, q_head, heads * q_head, per_head_in, n * nope, nope, heads, n, nope, s),
+      "per-head queries");
+  TM_RETURN_IF_ERROR(PerHeadMatmul(w.k_b.view, per_head_in, n, per_head_out));
+  float* absorbed = q_.as<float>();
+  TM_CUDA_RETURN_IF_ERROR(CopyStrided(per_head_out, n * lora, lora, absorbed, row, heads * row,
+                                      heads, n, lora, s),
+                          "absorbed queries");
+  TM_CUDA_RETURN_IF_ERROR(CopyStrided(pe, rot, 0, absorbed + lora, row, 0, n * heads, 1, rot, s),
+                          "absorbed queries");
+
+  // The latent rows stored, then multi-query attention over them: each head's output is the
+  // latent part (V within K), lora wide.
+  const KvCacheView kv_layer = step_.kv->Layer(layer_);
+  const DeviceBlockTable& blocks = step_.tables[static_cast<size_t>(KvGroupOfLayer(c_, layer_))];
+  TM_CUDA_RETURN_IF_ERROR(StoreKv(kv_layer, blocks.slot_mapping, n, k, k, s), "KV append");
+  const DeviceAttentionVariant variant{.value_dim = static_cast<int32_t>(lora)};
+  float* attn = attn_.as<float>();
+  TM_CUDA_RETURN_IF_ERROR(PagedAttention(kv_layer, *step_.batch, blocks, absorbed,
+                                         static_cast<int>(heads), m.score_scale,
+                                         workspace_.as<float>(), attn, s, variant),
+                          "paged attention");
+
+  // Each head's latent output out of the latent space through its v_b, into [token][head].
+  TM_CUDA_RETURN_IF_ERROR(
+      CopyStrided(attn, lora, heads * lora, per_head_in, n * lora, lora, heads, n, lora, s),
+      "per-head latent outputs");
+  TM_RETURN_IF_ERROR(PerHeadMatmul(w.v_b.view, per_head_in, n, per_head_out));
+  return CudaStatus(CopyStrided(per_head_out, n * v_head, v_head, attn, v_head, heads * v_head,
+                                heads, n, v_head, s),
+                    "attention output");
 }
 
 void CudaForwardBlocks::ValueNorm() {
@@ -402,8 +534,14 @@ Status CudaForwardBlocks::ExpertsFeedForward(const DeviceMoeWeights& w) {
   // The router's logits, then each token's experts and weights (RouteToken's arithmetic).
   float* logits = moe_logits_.as<float>();
   TM_RETURN_IF_ERROR(Matmul(w.router.view, in, n, logits));
-  const DeviceRouting routing{e.n_expert, e.n_used, static_cast<RoutingGating>(e.gating),
-                              e.normalize, e.scale};
+  const DeviceRouting routing{e.n_expert,
+                              e.n_used,
+                              static_cast<RoutingGating>(e.gating),
+                              e.normalize,
+                              e.scale,
+                              w.selection_bias.empty() ? nullptr : w.selection_bias.data(),
+                              e.n_groups,
+                              e.n_groups_used};
   TM_CUDA_RETURN_IF_ERROR(RouteTokens(routing, logits, n, moe_experts_.as<int32_t>(),
                                       moe_weights_.as<float>(), s),
                           "routing");
@@ -423,13 +561,17 @@ Status CudaForwardBlocks::ExpertsFeedForward(const DeviceMoeWeights& w) {
   TM_RETURN_IF_ERROR(GroupedMatmul(w.gate.view, h, h_q8, true, groups, gate));
   TM_RETURN_IF_ERROR(GroupedMatmul(w.up.view, h, h_q8, true, groups, up));
   const bool shared = w.has_shared();
+  const bool shared_gated = shared && w.shared_gated();  // deepseek2's are not
   float* shared_gate = gate_.as<float>();
   float* shared_up = up_.as<float>();
   if (shared) {  // before q8_ holds anything but h
     const MatmulInput shared_in{h, h_q8};
     TM_RETURN_IF_ERROR(Matmul(w.shared_gate.view, shared_in, n, shared_gate));
     TM_RETURN_IF_ERROR(Matmul(w.shared_up.view, shared_in, n, shared_up));
-    TM_RETURN_IF_ERROR(Matmul(w.shared_gate_inp.view, shared_in, n, shared_logit_.as<float>()));
+    if (shared_gated) {
+      TM_RETURN_IF_ERROR(
+          Matmul(w.shared_gate_inp.view, shared_in, n, shared_logit_.as<float>()));
+    }
   }
   TM_CUDA_RETURN_IF_ERROR(SwiGlu(gate, up, n * k * ff, gate, s), "SwiGLU");
   // Down over the slots' own rows.
@@ -452,7 +594,7 @@ Status CudaForwardBlocks::ExpertsFeedForward(const DeviceMoeWeights& w) {
   return CudaStatus(
       CombineExpertOutputs(down, moe_weights_.as<const float>(), moe_slot_.as<const int32_t>(), n,
                            e.n_used, d, shared ? shared_out_.as<const float>() : nullptr,
-                           shared ? shared_logit_.as<const float>() : nullptr,
+                           shared_gated ? shared_logit_.as<const float>() : nullptr,
                            proj_.as<float>(), s),
       "the experts' weighted sum");
 }

@@ -71,7 +71,6 @@ class CudaForwardBlocks final : public ForwardBlocks {
   void PerLayerInputs(const PerLayerEmbeddings& w) override;
   void ProjectQ(const WeightMatrix& wq) override;
   void ValueNorm() override;
-  void LatentAttention(const LatentAttentionWeights& w) override;
   void PerLayerEmbedding(const WeightMatrix& gate, const WeightMatrix& proj) override;
   void ScaleResidual(std::span<const float> scale) override;
   // Refused by PlanCudaGraph too: activation sparsity, AltUp and LAuReL (gemma3n).
@@ -86,6 +85,11 @@ class CudaForwardBlocks final : public ForwardBlocks {
   void Laurel(const LaurelWeights& w) override;
   void AddLaurel() override;
   void Attention(QueryScale scale, std::span<const float> sinks) override;
+  // Multi-head latent attention (deepseek2), the CPU's steps: the query (its LoRA or a plain
+  // q) and kv_a, the latent's norm, RoPE of the roped parts, each head's k_b on its q_nope
+  // (all heads in one grouped GEMV), the latent rows stored and attended (PagedAttention's
+  // v_in_k instance, scores times mla.score_scale), each head's v_b on its latent output.
+  void LatentAttention(const LatentAttentionWeights& w) override;
   void AttentionOutput(const WeightMatrix& wo, std::span<const float> bias) override;
   void PostNorm(std::span<const float> weight, const char* name) override;
   void SwiGluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
@@ -126,6 +130,10 @@ class CudaForwardBlocks final : public ForwardBlocks {
   Status GatedFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
                           const WeightMatrix& down, bool gelu);
   Status ExpertsFeedForward(const DeviceMoeWeights& w);
+  Status LatentAttentionSteps(const DeviceLatentAttentionWeights& w);
+  // Each head's matrix of w (n_heads stacked) over its rows of x ([head][token], cols each):
+  // y gets [head][token] rows of w.rows.
+  Status PerHeadMatmul(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y);
   // Each expert's GEMV over its grouped slots (quantized experts over q8_1 activations).
   Status GroupedMatmul(const DeviceWeight& w, const float* x, const uint8_t* x_q8, bool per_token,
                        const DeviceExpertGroups& groups, float* y);
@@ -139,6 +147,7 @@ class CudaForwardBlocks final : public ForwardBlocks {
   const int cublas_min_tokens_;
   std::vector<DeviceBuffer> rope_inv_freq_;  // per plan_.rope_bases
   std::vector<DeviceRope> layer_rope_;       // per layer, pointing into rope_inv_freq_
+  std::vector<DeviceRope> latent_rope_;      // the same over heads of n_rot (mla)
   DeviceBuffer gelu_table_;                  // GeluTanhGlu's, when plan_.gelu
   // Scratch activations, grown to the largest step.
   DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, final_, logits_, workspace_;
@@ -148,6 +157,11 @@ class CudaForwardBlocks final : public ForwardBlocks {
   // and output.
   DeviceBuffer moe_logits_, moe_experts_, moe_weights_, moe_begin_, moe_order_, moe_slot_;
   DeviceBuffer moe_gate_, moe_up_, moe_down_, shared_logit_, shared_out_;
+  // Multi-head latent attention's step: the query's LoRA and the query, kv_a's rows, the
+  // query's and the key's roped parts, the latent, the per-head inputs and outputs
+  // ([head][token]) and their groups (UniformExpertGroups).
+  DeviceBuffer mla_q_a_, mla_q_, mla_kv_, mla_pe_, mla_kpe_, mla_latent_, mla_in_, mla_out_;
+  DeviceBuffer mla_begin_;
   int64_t generation_ = 0;
   // The step.
   CudaStep step_;

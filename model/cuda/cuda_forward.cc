@@ -45,8 +45,19 @@ StatusOr<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(const Model& 
   const ModelConfig& c = model.config();
   // The family's own graph, refused by the blocks CUDA has no kernel for.
   TM_ASSIGN_OR_RETURN(CudaGraphPlan plan, PlanCudaGraph(model.family(), c, model.weights()));
-  if (c.head_dim > kMaxHeadDim || c.n_heads % c.n_kv_heads != 0 ||
-      c.n_heads / c.n_kv_heads > kMaxGroup) {
+  if (c.HasLatentKv()) {
+    // Multi-head latent attention: one latent row a token (multi-query), V within K.
+    if (c.n_kv_heads != 1 ||
+        !AttentionShapeFits(c.head_dim, c.n_heads, true, c.mla.kv_lora_rank)) {
+      return InvalidArgumentError(
+          "the CUDA attention kernel takes latent rows (kv_lora_rank + rope) of up to " +
+          std::to_string(kMaxLatentHeadDim) + " values and up to " + std::to_string(kMaxGroup) +
+          " query heads or a multiple of " + std::to_string(kMaxTilePairs) +
+          "; this model has rows of " + std::to_string(c.head_dim) + " and " +
+          std::to_string(c.n_heads) + " heads: use --device cpu");
+    }
+  } else if (c.n_heads % c.n_kv_heads != 0 ||
+             !AttentionShapeFits(c.head_dim, c.n_heads / c.n_kv_heads, false, 0)) {
     return InvalidArgumentError("the CUDA attention kernel takes head_dim <= " +
                                 std::to_string(kMaxHeadDim) + " and <= " +
                                 std::to_string(kMaxGroup) +
@@ -203,7 +214,8 @@ std::vector<int64_t> CapturedKvFields(const KvCacheView& kv) {
                                  kv.block_size,
                                  kv.n_kv_heads,
                                  kv.head_dim,
-                                 kv.n_layers};
+                                 kv.n_layers,
+                                 kv.v_in_k ? 1 : 0};
   if (kv.layer_blocks != nullptr) {
     fields.insert(fields.end(), kv.layer_blocks, kv.layer_blocks + kv.n_layers + 1);
   }

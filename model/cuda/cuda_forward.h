@@ -46,7 +46,7 @@ class CudaForwardPass {
   // Uploads the weights; FailedPrecondition without a CUDA device, Unimplemented naming the
   // blocks of the model's graph that CUDA has no kernel for (PlanCudaGraph), InvalidArgument
   // for a model shape the kernels do not take (head_dim > 256, more than 16 query heads per
-  // KV head).
+  // KV head; latent rows past 576 values: AttentionShapeFits of kernel_math.h).
   static StatusOr<std::unique_ptr<CudaForwardPass>> Create(const Model& model,
                                                            CudaForwardOptions options = {});
   ~CudaForwardPass();

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <string>
+
+#include "kernels/cuda/moe_math.h"
 
 namespace tokenmill::cuda {
 namespace {
@@ -82,7 +85,10 @@ class PlanningBlocks final : public ForwardBlocks {
   }
   void LatentAttention(const LatentAttentionWeights&) override {
     Call("LatentAttention");
-    Lacks("LatentAttention (multi-head latent attention)");
+    if (!c_.StoresKv(layer_)) Lacks("LatentAttention (KV of another layer)");
+    if (c_.Shape(layer_).head_dim != c_.head_dim || c_.Shape(layer_).n_rot != c_.n_rot) {
+      Lacks("LatentAttention (layers of different head sizes)");
+    }
   }
   void AttentionOutput(const WeightMatrix&, std::span<const float> bias) override {
     Call("AttentionOutput");
@@ -106,11 +112,9 @@ class PlanningBlocks final : public ForwardBlocks {
         !w.down_bias.empty()) {
       Lacks("MoeFeedForward (expert or router biases)");
     }
-    if (!w.selection_bias.empty() || c_.experts.n_groups > 1) {
-      Lacks("MoeFeedForward (selection bias or expert groups)");
-    }
-    if (w.shared_gate.rows > 0 && w.shared_gate_inp.rows == 0) {
-      Lacks("MoeFeedForward (a shared expert without a gate)");
+    if (c_.experts.n_groups > kMaxRoutingGroups) {
+      Lacks("MoeFeedForward (more than " + std::to_string(kMaxRoutingGroups) +
+            " expert groups)");
     }
   }
   void OaiMoeFeedForward(const MoeWeights&) override {

@@ -23,6 +23,7 @@ StatusOr<DeviceVector> UploadVector(std::span<const float> host, int64_t& bytes)
 }
 
 StatusOr<DeviceMatrix> UploadMatrix(const WeightMatrix& w, bool with_bf16, int64_t& bytes) {
+  if (w.rows == 0) return DeviceMatrix{};  // a tensor the family does not have
   // The device kernels know the float types, the block-32 quantized ones (IsQuantized of
   // kernel_math.h: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL) and Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS
   // (mmvq_kquant_math.h); the CPU runs more (CpuComputesWith), so a
@@ -52,7 +53,8 @@ StatusOr<DeviceMatrix> UploadMatrix(const WeightMatrix& w, bool with_bf16, int64
   return m;
 }
 
-// n_expert matrices of one shape (experts[e]) stacked on the device.
+// n_expert matrices of one shape (experts[e]) stacked on the device (a mixture's experts, or
+// multi-head latent attention's per-head matrices).
 StatusOr<DeviceMatrix> UploadExpertMatrices(const std::vector<WeightMatrix>& experts,
                                             int64_t& bytes) {
   if (experts.empty()) return InternalError("a mixture-of-experts layer without experts");
@@ -95,8 +97,25 @@ StatusOr<DeviceMoeWeights> UploadMoe(const MoeWeights& w, bool with_bf16, int64_
     TM_ASSIGN_OR_RETURN(d.shared_gate, UploadMatrix(w.shared_gate, with_bf16, bytes));
     TM_ASSIGN_OR_RETURN(d.shared_up, UploadMatrix(w.shared_up, with_bf16, bytes));
     TM_ASSIGN_OR_RETURN(d.shared_down, UploadMatrix(w.shared_down, with_bf16, bytes));
+    // None for deepseek2's shared experts (added as they are).
     TM_ASSIGN_OR_RETURN(d.shared_gate_inp, UploadMatrix(w.shared_gate_inp, with_bf16, bytes));
   }
+  TM_ASSIGN_OR_RETURN(d.selection_bias, UploadVector(w.selection_bias, bytes));
+  return d;
+}
+
+StatusOr<DeviceLatentAttentionWeights> UploadLatentAttention(const LatentAttentionWeights& w,
+                                                             bool with_bf16, int64_t& bytes) {
+  DeviceLatentAttentionWeights d;
+  TM_ASSIGN_OR_RETURN(d.q_a, UploadMatrix(w.q_a, with_bf16, bytes));
+  TM_ASSIGN_OR_RETURN(d.q_b, UploadMatrix(w.q_b, with_bf16, bytes));
+  TM_ASSIGN_OR_RETURN(d.q, UploadMatrix(w.q, with_bf16, bytes));
+  TM_ASSIGN_OR_RETURN(d.kv_a, UploadMatrix(w.kv_a, with_bf16, bytes));
+  TM_ASSIGN_OR_RETURN(d.q_a_norm, UploadVector(w.q_a_norm, bytes));
+  TM_ASSIGN_OR_RETURN(d.kv_a_norm, UploadVector(w.kv_a_norm, bytes));
+  // Per head, in the grouped GEMV's stacked layout (no bf16 copies: cuBLAS does not take them).
+  TM_ASSIGN_OR_RETURN(d.k_b, UploadExpertMatrices(w.k_b, bytes));
+  TM_ASSIGN_OR_RETURN(d.v_b, UploadExpertMatrices(w.v_b, bytes));
   return d;
 }
 
@@ -129,7 +148,10 @@ StatusOr<DeviceModelWeights> UploadWeights(const Model& model, bool with_bf16) {
     TM_ASSIGN_OR_RETURN(dl.k, UploadMatrix(l.k, with_bf16, bytes));
     TM_ASSIGN_OR_RETURN(dl.v, UploadMatrix(l.v, with_bf16, bytes));
     TM_ASSIGN_OR_RETURN(dl.o, UploadMatrix(l.o, with_bf16, bytes));
-    if (model.config().experts.n_expert > 0) {
+    if (l.mla.kv_a.rows > 0) {
+      TM_ASSIGN_OR_RETURN(dl.mla, UploadLatentAttention(l.mla, with_bf16, bytes));
+    }
+    if (model.config().HasExperts(static_cast<int>(d.layers.size()))) {
       TM_ASSIGN_OR_RETURN(dl.moe, UploadMoe(l.moe, with_bf16, bytes));
     } else {
       TM_ASSIGN_OR_RETURN(dl.gate, UploadMatrix(l.gate, with_bf16, bytes));
@@ -169,7 +191,15 @@ DeviceWeightIndex IndexWeights(const ModelWeights& host, const DeviceModelWeight
                           std::pair{&h.up, &d.up}, std::pair{&h.down, &d.down}}) {
       if (dm->view.rows > 0) matrix(*hm, *dm);
     }
-    if (d.moe.router.view.rows > 0) index.mixtures[&h.moe] = &d.moe;
+    if (d.moe.router.view.rows > 0) {
+      index.mixtures[&h.moe] = &d.moe;
+      vector(h.moe.selection_bias, d.moe.selection_bias);
+    }
+    if (d.mla.kv_a.view.rows > 0) {
+      index.latent[&h.mla] = &d.mla;
+      vector(h.mla.q_a_norm, d.mla.q_a_norm);
+      vector(h.mla.kv_a_norm, d.mla.kv_a_norm);
+    }
   }
   return index;
 }

@@ -1,6 +1,6 @@
 // PlanCudaGraph on the CPU (label unit): each family's own graph (model/arch/*.cc) traced into
 // the blocks the CUDA pass runs, the attention's scales and RoPE tables, and the refusals by
-// the block CUDA has no kernel for.
+// the block CUDA has no kernel for; the device KV pool's host-side sizing and refusals.
 #include "model/cuda/cuda_graph_plan.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +8,10 @@
 #include <cmath>
 #include <string>
 #include <vector>
+
+#include "kernels/kv_type.h"
+#include "model/cuda/cuda_kv_cache.h"
+#include "model/forward_input.h"
 
 namespace tokenmill::cuda {
 namespace {
@@ -282,9 +286,10 @@ TEST(CudaGraphPlanTest, Gemma3nIsRefusedByItsBlocks) {
       << message;
 }
 
-TEST(CudaGraphPlanTest, Deepseek2IsRefusedByItsLatentAttentionAndRouting) {
+TEST(CudaGraphPlanTest, Deepseek2RunsItsLatentAttentionAndDeepSeeksRouting) {
   // A dense leading layer, then experts with DeepSeek-V3's selection bias, groups and shared
-  // experts added without a gate.
+  // experts added without a gate: all of it has CUDA kernels (LatentAttention over the latent
+  // cache, RouteTokens with the bias and the groups, the ungated shared expert's add).
   ModelConfig c = WithExperts(Config("deepseek2", 2), 8, 2);
   c.mla = {.kv_lora_rank = 24, .qk_nope = 16, .v_head = 16, .score_scale = 0.1f};
   c.experts.n_dense_leading = 1;
@@ -293,13 +298,60 @@ TEST(CudaGraphPlanTest, Deepseek2IsRefusedByItsLatentAttentionAndRouting) {
   Weights weights(c);
   weights.w.layers[1].moe.selection_bias = weights.some();
   weights.w.layers[1].moe.shared_gate.rows = 32;
+  auto plan = PlanCudaGraph(kDeepseek2Family, c, weights.w);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(LayerBlocks(*plan, -1), (Blocks{"Embed", "Logits"}));
+  EXPECT_EQ(LayerBlocks(*plan, 0),
+            (Blocks{"Norm", "LatentAttention", "AttentionOutput", "AddResidual", "Norm",
+                    "SwiGluFeedForward", "AddResidual"}));
+  EXPECT_EQ(LayerBlocks(*plan, 1),
+            (Blocks{"Norm", "LatentAttention", "AttentionOutput", "AddResidual", "Norm",
+                    "MoeFeedForward", "AddResidual"}));
+  ASSERT_EQ(plan->layers.size(), 2u);
+  for (const CudaLayerPlan& l : plan->layers) EXPECT_EQ(l.sliding_window, 0);
+  // More groups than RouteTokens' mask holds are refused by the block.
+  c.experts = WithExperts(Config("deepseek2", 2), 130, 2).experts;
+  c.experts.n_dense_leading = 1;
+  c.experts.n_groups = 65;
+  c.experts.n_groups_used = 2;
   const std::string message = Refusal(PlanCudaGraph(kDeepseek2Family, c, weights.w),
                                       "deepseek2");
-  EXPECT_NE(message.find("CUDA has no kernel for blocks LatentAttention (multi-head latent "
-                         "attention), MoeFeedForward (selection bias or expert groups) and "
-                         "MoeFeedForward (a shared expert without a gate)"),
+  EXPECT_NE(message.find("CUDA has no kernel for block MoeFeedForward (more than 64 expert "
+                         "groups)"),
             std::string::npos)
       << message;
+}
+
+// The device pool of a latent cache (host logic, no device): a block counts K alone (one row
+// of kv_lora_rank + n_rot a token and layer, as the CPU's pool), and 4-bit types, which CUDA's
+// latent attention has no kernel for, are refused naming the type and the way out.
+TEST(CudaKvCacheTest, LatentCachesCountKAloneAndRefuseFourBitTypesByName) {
+  ModelConfig c = Config("deepseek2", 3);
+  c.n_kv_heads = 1;
+  c.head_dim = 576;
+  c.n_rot = 64;
+  c.mla = {.kv_lora_rank = 512, .qk_nope = 128, .v_head = 128, .score_scale = 0.1f};
+  EXPECT_EQ(CudaKvCache::BytesPerBlock(c, KvType::kF16, 16), 3 * 576 * 2 * 16);
+  EXPECT_EQ(CudaKvCache::BytesPerBlock(c, KvType::kInt8, 16), 3 * (576 + 4) * 16);
+  EXPECT_EQ(CudaKvCache::BytesPerBlock(c, KvType::kF16, 16),
+            KvBytesPerToken(c, KvType::kF16, KvType::kF16) * 16);
+  ModelConfig gqa = c;
+  gqa.mla = {};
+  EXPECT_EQ(CudaKvCache::BytesPerBlock(gqa, KvType::kF16, 16),
+            2 * CudaKvCache::BytesPerBlock(c, KvType::kF16, 16));
+  for (KvType type : {KvType::kF16, KvType::kF32, KvType::kInt8, KvType::kFp8}) {
+    EXPECT_TRUE(CheckKvTypeForLatentOnCuda(c, type).ok());
+  }
+  for (KvType type : {KvType::kQ4_0, KvType::kInt4}) {
+    const Status s = CheckKvTypeForLatentOnCuda(c, type);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find(std::string(KvTypeName(type)) +
+                               " does not run on CUDA for multi-head latent attention"),
+              std::string::npos)
+        << s.ToString();
+    EXPECT_NE(s.message().find("'deepseek2'"), std::string::npos) << s.ToString();
+    EXPECT_TRUE(CheckKvTypeForLatentOnCuda(gqa, type).ok());  // GQA's 4-bit rows run
+  }
 }
 
 TEST(CudaGraphPlanTest, AMixtureGraphWithoutExpertsIsMalformed) {
