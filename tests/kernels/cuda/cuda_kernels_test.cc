@@ -935,5 +935,189 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
                                            AttentionCase{KvType::kInt4, 128, 8, 2,
                                                          {1.0f, 0.0f, 1000}, 0, 4500}));
 
+// Multi-head latent attention (KvCacheView::v_in_k): one K row a token (deepseek2's latent and
+// roped key), V its first value_dim elements, every query head over it. The same three
+// sequences (a long decode across splits, a prefill chunk after a cached prefix, a prefill from
+// scratch) against PagedAttentionReference over the CPU's latent cache; StoreKv writes K alone,
+// the CPU's bytes; every token alone gives its batch's bits.
+struct LatentCase {
+  KvType kv_type;
+  int head_dim;   // kv_lora_rank + n_rot
+  int value_dim;  // kv_lora_rank
+  int n_heads;
+  int pool_offset = 0;
+  int32_t decode_length = 1030;
+};
+
+class LatentAttentionTest : public CudaKernelsTest,
+                            public ::testing::WithParamInterface<LatentCase> {};
+
+TEST_P(LatentAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
+  const LatentCase c = GetParam();
+  const int block_size = 16;
+  const std::vector<int32_t> lengths = {c.decode_length, 340, 9};
+  const std::vector<int32_t> new_tokens = {1, 40, 9};
+  std::vector<int32_t> kv_indptr = {0}, kv_indices, last_len, positions, cu_seqlens = {0};
+  std::vector<int64_t> slots, all_slots;
+  int64_t num_blocks = 0;
+  for (int32_t len : lengths) num_blocks += (len + block_size - 1) / block_size;
+  std::vector<int32_t> order(static_cast<size_t>(num_blocks));
+  for (int64_t i = 0; i < num_blocks; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  std::shuffle(order.begin(), order.end(), rng_);
+  size_t next = 0;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const int32_t n_blocks = (lengths[s] + block_size - 1) / block_size;
+    for (int32_t b = 0; b < n_blocks; ++b) kv_indices.push_back(order[next++]);
+    kv_indptr.push_back(static_cast<int32_t>(kv_indices.size()));
+    last_len.push_back(lengths[s] - (n_blocks - 1) * block_size);
+    for (int32_t pos = 0; pos < lengths[s]; ++pos) {
+      const int64_t slot =
+          int64_t{kv_indices[kv_indptr[s] + pos / block_size]} * block_size + pos % block_size;
+      all_slots.push_back(slot);
+      if (pos >= lengths[s] - new_tokens[s]) {
+        positions.push_back(pos);
+        slots.push_back(slot);
+      }
+    }
+    cu_seqlens.push_back(static_cast<int32_t>(positions.size()));
+  }
+  const int64_t n_tokens = static_cast<int64_t>(positions.size());
+  const int d = c.head_dim;
+  const std::vector<float> k = Random(all_slots.size() * d, rng_);
+  const std::vector<float> q = Random(n_tokens * c.n_heads * d, rng_, 0.3f);
+
+  // CPU: the latent cache (K alone, V within it), fp8 quantized row by row as the device does.
+  const int64_t row_bytes = KvRowBytes(c.kv_type, d);
+  const int64_t scale_bytes = KvRowScaleBytes(c.kv_type, d);
+  const bool quantized = scale_bytes > 0;
+  const int64_t n_rows = num_blocks * block_size;
+  std::vector<uint8_t> k_cache(n_rows * row_bytes), k_scales(n_rows * scale_bytes);
+  KvCacheView cpu_kv{c.kv_type,  k_cache.data(), k_cache.data(),
+                     num_blocks, block_size,     1,
+                     d,          quantized ? k_scales.data() : nullptr,
+                     quantized ? k_scales.data() : nullptr};
+  cpu_kv.v_in_k = true;
+  if (c.kv_type == KvType::kFp8) {
+    for (size_t t = 0; t < all_slots.size(); ++t) {
+      reinterpret_cast<float*>(k_scales.data())[all_slots[t]] =
+          QuantizeKvRow(k.data() + t * d, d, true, k_cache.data() + all_slots[t] * d);
+    }
+  } else {
+    tokenmill::StoreKv(cpu_kv, all_slots, k.data(), k.data());
+  }
+  const KvBlockTable table{slots, kv_indptr, kv_indices, last_len};
+  const RaggedBatch batch{positions, cu_seqlens, {&table, 1}};
+  ASSERT_TRUE(ValidateRaggedBatch(batch, block_size, num_blocks).ok());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> cpu_out(q.size());  // a row wide a head: its first value_dim are V's
+  PagedAttentionReference(cpu_kv, batch, table, q.data(), c.n_heads, scale, cpu_out.data());
+  std::vector<float> want(static_cast<size_t>(n_tokens * c.n_heads * c.value_dim));
+  for (int64_t r = 0; r < n_tokens * c.n_heads; ++r) {
+    std::copy_n(cpu_out.data() + r * d, c.value_dim, want.data() + r * c.value_dim);
+  }
+
+  // GPU: K alone (no V array: v points at K), stored by the device kernel.
+  DeviceBuffer dk_cache = Scratch(static_cast<int64_t>(k_cache.size()) + c.pool_offset);
+  DeviceBuffer dk_scales = Scratch(std::max<int64_t>(1, n_rows * scale_bytes));
+  ASSERT_TRUE(dk_cache.Zero().ok() && dk_scales.Zero().ok());
+  uint8_t* const k_pool = static_cast<uint8_t*>(dk_cache.data()) + c.pool_offset;
+  const AttentionTilePlan plan =
+      PlanAttentionTiles(d, static_cast<int>(row_bytes / d),
+                         reinterpret_cast<uintptr_t>(k_pool) % kCopyBytes == 0, true);
+  std::printf("latent rows of %d bytes %s, tiles of %d positions, %d KiB of shared memory\n",
+              plan.row_bytes, plan.vector_rows ? "in 16-byte pieces" : "element by element",
+              plan.positions, static_cast<int>(plan.shared_bytes / 1024));
+  KvCacheView gpu_kv{c.kv_type,  k_pool,     k_pool, num_blocks,
+                     block_size, 1,          d,      quantized ? dk_scales.data() : nullptr,
+                     quantized ? dk_scales.data() : nullptr};
+  gpu_kv.v_in_k = true;
+  DeviceBuffer dall_slots = ToDevice(all_slots), dk = ToDevice(k);
+  ASSERT_EQ(StoreKv(gpu_kv, dall_slots.as<int64_t>(), static_cast<int64_t>(all_slots.size()),
+                    dk.as<float>(), nullptr, nullptr),
+            cudaSuccess);
+  EXPECT_EQ(PoolBytes(k_pool, k_cache.size()), k_cache);
+  if (quantized) {
+    EXPECT_EQ(ToHost<uint8_t>(dk_scales, k_scales.size()), k_scales);
+  }
+
+  std::vector<int32_t> seq_of(static_cast<size_t>(n_tokens));
+  for (size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
+    for (int32_t t = cu_seqlens[s]; t < cu_seqlens[s + 1]; ++t) seq_of[t] = static_cast<int32_t>(s);
+  }
+  DeviceBuffer dpos = ToDevice(positions), dseq = ToDevice(seq_of), dslots = ToDevice(slots),
+               dindptr = ToDevice(kv_indptr), dindices = ToDevice(kv_indices), dq = ToDevice(q);
+  const int max_splits = MaxSplits(positions.data(), n_tokens);
+  ASSERT_GT(max_splits, 1);
+  const std::vector<int32_t> tiles = BuildAttentionTiles(positions, cu_seqlens, c.n_heads);
+  DeviceBuffer dtiles = ToDevice(tiles), done_tile = ToDevice(std::vector<int32_t>{0, 1});
+  const DeviceBatch db{dpos.as<int32_t>(), dseq.as<int32_t>(), n_tokens, max_splits,
+                       dtiles.as<int32_t>(), static_cast<int64_t>(tiles.size() / 2)};
+  const DeviceBlockTable dtable{dslots.as<int64_t>(), dindptr.as<int32_t>(),
+                                dindices.as<int32_t>()};
+  DeviceBuffer ws =
+      Scratch(AttentionWorkspaceFloats(n_tokens, c.n_heads, c.value_dim, max_splits) * 4);
+  DeviceBuffer out = Scratch(static_cast<int64_t>(want.size()) * 4);
+  const DeviceAttentionVariant variant{.value_dim = c.value_dim};
+  ASSERT_EQ(PagedAttention(gpu_kv, db, dtable, dq.as<float>(), c.n_heads, scale, ws.as<float>(),
+                           out.as<float>(), nullptr, variant),
+            cudaSuccess);
+  const std::vector<float> got = ToHost<float>(out, want.size());
+  // f16 KV: the CPU rounds the probabilities to f16, the online softmax cannot.
+  ExpectNear(got, want, c.kv_type == KvType::kF16 ? 3e-3f : 1e-4f, "latent attention");
+
+  const int64_t q_per_token = int64_t{c.n_heads} * d;
+  const int64_t out_per_token = int64_t{c.n_heads} * c.value_dim;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    DeviceBatch one = db;
+    one.positions += t;
+    one.seq_of_token += t;
+    one.n_tokens = 1;
+    one.max_splits = NumSplits(positions[t] + 1);
+    one.tiles = done_tile.as<int32_t>();
+    one.n_tiles = 1;
+    DeviceBlockTable one_table = dtable;
+    one_table.slot_mapping += t;
+    ASSERT_EQ(PagedAttention(gpu_kv, one, one_table, dq.as<float>() + t * q_per_token, c.n_heads,
+                             scale, ws.as<float>(), out.as<float>(), nullptr, variant),
+              cudaSuccess);
+    const std::vector<float> alone = ToHost<float>(out, static_cast<size_t>(out_per_token));
+    ASSERT_EQ(std::memcmp(alone.data(), got.data() + t * out_per_token, out_per_token * 4), 0)
+        << "token " << t;
+  }
+}
+
+// A 4-bit latent cache is refused (the pool refuses it by name first: CudaKvCache).
+TEST_F(CudaKernelsTest, FourBitLatentRowsAreRefused) {
+  DeviceBuffer pool = Scratch(1 << 16), scales = Scratch(1 << 12);
+  KvCacheView kv{KvType::kQ4_0, pool.data(), pool.data(), 4, 16, 1, 576, scales.data(),
+                 scales.data()};
+  kv.v_in_k = true;
+  DeviceBuffer positions = ToDevice(std::vector<int32_t>{0});
+  DeviceBuffer seqs = ToDevice(std::vector<int32_t>{0});
+  DeviceBuffer tiles = ToDevice(std::vector<int32_t>{0, 1});
+  DeviceBuffer q = Scratch(16 * 576 * 4), ws = Scratch(1 << 16), out = Scratch(16 * 512 * 4);
+  const DeviceBatch b{positions.as<int32_t>(), seqs.as<int32_t>(), 1, 1, tiles.as<int32_t>(), 1};
+  EXPECT_EQ(PagedAttention(kv, b, DeviceBlockTable{}, q.as<float>(), 16, 1.0f, ws.as<float>(),
+                           out.as<float>(), nullptr, DeviceAttentionVariant{.value_dim = 512}),
+            cudaErrorInvalidValue);
+}
+
+// DeepSeek-V2-Lite's rows (512 + 64, 16 heads) in every KV type the latent kernel takes, V3's
+// 128 heads (8 chunks of 16 a token), Kimi K2's 64; the tiny families' 40 + 16 with 4 heads
+// (f16 rows of 7 pieces; int8 rows element by element); a pool 2 bytes off (element by
+// element); many tiles a split (4500).
+INSTANTIATE_TEST_SUITE_P(Shapes, LatentAttentionTest,
+                         ::testing::Values(LatentCase{KvType::kF16, 576, 512, 16},
+                                           LatentCase{KvType::kF32, 576, 512, 16},
+                                           LatentCase{KvType::kInt8, 576, 512, 16},
+                                           LatentCase{KvType::kFp8, 576, 512, 16},
+                                           LatentCase{KvType::kF16, 576, 512, 128},
+                                           LatentCase{KvType::kInt8, 576, 512, 64},
+                                           LatentCase{KvType::kF16, 56, 40, 4},
+                                           LatentCase{KvType::kInt8, 56, 40, 4},
+                                           LatentCase{KvType::kF16, 576, 512, 16, 2},
+                                           LatentCase{KvType::kF16, 576, 512, 16, 0, 4500},
+                                           LatentCase{KvType::kInt8, 56, 40, 4, 0, 4500}));
+
 }  // namespace
 }  // namespace tokenmill::cuda

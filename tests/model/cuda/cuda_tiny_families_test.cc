@@ -6,8 +6,9 @@
 // prefill and one token per step (decode steps replay CUDA graphs). Both must lie within a
 // bound derived on the CPU of the CPU's fast kernels, and within that plus the CPU's own bound
 // (test_tiny_families.py's LOGIT_BOUND) of llama.cpp's logits. The mixtures of experts (Mixtral,
-// qwen3moe, qwen2moe; routing, grouping and the grouped expert GEMVs on the device) also run 16
-// sequences of a batch, which must give the bits of each sequence run alone.
+// qwen3moe, qwen2moe, deepseek2; routing, grouping and the grouped expert GEMVs on the device)
+// and the others also run 16 sequences of a batch, which must give the bits of each sequence
+// run alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -275,14 +276,19 @@ TEST_P(CudaTinyFamilyTest, SixteenSequencesEqualTheirLoneRuns) {
   }
 }
 
-// Every tiny family and variant the CUDA pass runs: the dense ones and the mixtures of experts
-// but gpt-oss and mistral3 (refused by name: test_tiny_families_cuda.py, cuda_graph_plan_test).
+// Every tiny family and variant the CUDA pass runs: the dense ones, the mixtures of experts
+// but gpt-oss and mistral3 (refused by name: test_tiny_families_cuda.py, cuda_graph_plan_test),
+// and deepseek2's four (multi-head latent attention over the latent cache, DeepSeek's routing:
+// V3's shape with the query LoRA, bias, groups, shared experts and a dense leading layer,
+// V2-Lite's, and both in the older fused attn_kv_b layout, held to their LOGIT_BOUND).
 INSTANTIATE_TEST_SUITE_P(Families, CudaTinyFamilyTest,
                          ::testing::Values("llama", "llama_rope_freqs", "llama_yarn", "qwen2",
                                            "qwen3", "phi3", "phi3_configured", "phi3_short",
                                            "gemma", "gemma2", "gemma3",
                                            "gemma3_layer_pattern", "mixtral", "qwen3moe",
-                                           "qwen3moe_q8_0", "qwen2moe"),
+                                           "qwen3moe_q8_0", "qwen2moe", "deepseek2",
+                                           "deepseek2_lite", "deepseek2_fused_kv",
+                                           "deepseek2_v3_fused"),
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                            return param_info.param;
                          });
