@@ -19,16 +19,13 @@ import json
 import os
 import subprocess
 
+from batched_decode import tokenmill_decode
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def tokenmill_step_ms(build, model, streams, prompt, decode, threads):
-    out = subprocess.run(
-        [os.path.join(build, "bin", "tokenmill_throughput"), "--model", model,
-         "--concurrency", str(streams), "--prompt-tokens", str(prompt),
-         "--max-tokens", str(decode + 1), "--threads", str(threads), "--repeats", "1"],
-        check=True, capture_output=True, text=True)
-    rate = json.loads(out.stdout.splitlines()[0])["decode_tokens_per_second"]
+    rate = tokenmill_decode(build, model, streams, prompt, decode, threads)
     return 1000.0 * streams / rate
 
 

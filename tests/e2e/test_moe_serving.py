@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from llama_cpp import Llama
 
+from llama_reference import llama_cpp_greedy
 from server_harness import REPO, TINY_MODEL, Server, generate, pb2
 
 sys.path.insert(0, str(REPO / "tests" / "reference"))
@@ -48,22 +48,6 @@ def request(i):
                                ignore_eos=True, request_id=f"moe{i}")
 
 
-def llama_cpp_greedy(path, prompt):
-    """llama.cpp's greedy continuation and its top-2 gap at each step."""
-    llm = Llama(model_path=str(path), n_ctx=128, n_threads=1, n_batch=1, n_ubatch=1,
-                logits_all=True, verbose=False, seed=0)
-    for token in prompt:
-        llm.eval([token])
-    tokens, gaps = [], []
-    while len(tokens) < MAX_TOKENS:
-        logits = np.array(llm.scores[llm.n_tokens - 1])
-        top2 = np.sort(logits)[-2:]
-        gaps.append(float(top2[1] - top2[0]))
-        tokens.append(int(np.argmax(logits)))
-        llm.eval([tokens[-1]])
-    return tokens, gaps
-
-
 def test_sixteen_concurrent_streams_equal_their_lone_runs_and_llama_cpp(model):
     with Server(model=model, metrics=True) as server:
         log = server.log_text()
@@ -77,7 +61,7 @@ def test_sixteen_concurrent_streams_equal_their_lone_runs_and_llama_cpp(model):
         samples = server.wait_for_metrics(lambda m: m["tokenmill:num_requests_running"] == 0)
         assert samples["tokenmill:kv_cache_blocks_in_use"] == 0
     for i in range(0, 16, 5):
-        want, gaps = llama_cpp_greedy(model, PROMPTS[i])
+        want, gaps = llama_cpp_greedy(model, PROMPTS[i], MAX_TOKENS)
         differ = [k for k in range(MAX_TOKENS) if lone[i][k] != want[k]]
         if differ:  # after a first difference the contexts differ: only a near-tie may
             assert gaps[differ[0]] < NEAR_TIE, (

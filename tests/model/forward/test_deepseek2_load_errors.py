@@ -6,7 +6,6 @@ per-head matrix. The files are tests/reference/tiny_families/deepseek2.py's with
 changed.
 NaN YaRN multipliers too, which would scale every score by NaN."""
 import os
-import subprocess
 import sys
 
 import pytest
@@ -15,7 +14,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 from tiny_families import deepseek2  # noqa: E402
 
-BIN = os.path.join(os.environ["TOKENMILL_BIN_DIR"], "tokenmill")
+from load_errors import load_error  # noqa: E402
 
 
 def mla_keys(kv_lora=deepseek2.KV_LORA, key_length=deepseek2.KV_LORA + deepseek2.QK_ROPE,
@@ -85,11 +84,3 @@ def test_a_missing_per_head_matrix_is_named(tmp_path, monkeypatch):
     path = str(tmp_path / "deepseek2.gguf")
     deepseek2.write(path)
     assert "no tensor 'blk.0.attn_v_b.weight'" in load_error(path)
-
-
-def load_error(path):
-    result = subprocess.run([BIN, "generate", "--model", path, "--prompt-tokens", "1,2,3",
-                             "--max-tokens", "1"], capture_output=True, text=True)
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr and "terminate" not in result.stderr
-    return result.stderr

@@ -21,6 +21,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 from tiny_families import gemma3, gemma3n, gemma4  # noqa: E402
 from tiny_families.common import TinyWriter  # noqa: E402
 
+from load_errors import load_error  # noqa: E402
+
 BIN = os.path.join(os.environ["TOKENMILL_BIN_DIR"], "tokenmill")
 F16 = 2
 
@@ -78,16 +80,6 @@ def test_sharing_llama_cpp_cannot_run_is_refused_by_name(tmp_path, monkeypatch, 
     path = str(tmp_path / "gemma4.gguf")
     gemma4.write(path)
     assert message in load_error(path)
-
-
-def load_error(path):
-    result = subprocess.run([BIN, "generate", "--model", path, "--prompt-tokens", "1,2,3",
-                             "--max-tokens", "1"], capture_output=True, text=True)
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr and "terminate" not in result.stderr
-    return result.stderr
-
-
 @pytest.mark.parametrize("n_layer,n_ff,n_kv,message", [
     (100000, 64, 2, "llama.block_count is 100000: a model has 1 to 4096 layers"),
     (2, [64, 64, 64], 2, "llama.feed_forward_length has 3 values: it must be one, or one per "

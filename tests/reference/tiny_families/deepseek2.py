@@ -45,27 +45,51 @@ YARN_FACTOR, YARN_ORIG_CTX, MSCALE_ALL_DIM = 4.0, 64, 0.707
 
 def write(path, vocabulary_from=None):
     """vocabulary_from: as TinyWriter's (the e2e tests' server tokenizes)."""
-    w = TinyWriter(path, ARCH, seed=77, vocabulary_from=vocabulary_from)
-    # head_count_kv 1: MLA absorbed is MQA (the converter sets num_key_value_heads 1).
-    w.hparams(n_layer=N_LAYER, n_embd=N_EMBD, n_ff=N_FF, n_head=N_HEAD, n_kv=1,
-              rope_base=10000.0)
+    write_variant(path, seed=77, q_lora=Q_LORA, fused=False, yarn=True, v3_routing=True,
+                  vocabulary_from=vocabulary_from)
+
+
+def write_variant(path, *, seed, q_lora, fused, yarn, v3_routing, vocabulary_from=None):
+    """A deepseek2 file of these widths: the query LoRA of rank q_lora (0: a plain attn_q),
+    attn_kv_b whole and the heads' widths in the keys (fused, the older layout) or the MLA
+    layout, YaRN or none, and V3's routing (this module's experts, groups, sigmoid with the
+    selection bias, renormalized and scaled) or V2's (16 experts top-4, 1 shared, softmax, the
+    weights as they are)."""
+    w = TinyWriter(path, ARCH, seed=seed, vocabulary_from=vocabulary_from)
+    # head_count_kv 1: MLA absorbed is MQA (the converter sets num_key_value_heads 1); the
+    # older converters stated the heads.
+    w.hparams(n_layer=N_LAYER, n_embd=N_EMBD, n_ff=N_FF, n_head=N_HEAD,
+              n_kv=N_HEAD if fused else 1, rope_base=10000.0)
     w.w.add_leading_dense_block_count(N_DENSE_LEAD)
-    w.w.add_q_lora_rank(Q_LORA)
-    mla_keys(w)
-    yarn_keys(w)
-    w.expert_keys(N_EXPERT, N_USED, n_ff_exp=N_FF_EXP)
-    v3_expert_keys(w)
+    w.w.add_q_lora_rank(q_lora)
+    if fused:
+        fused_keys(w)
+    else:
+        mla_keys(w)
+    if yarn:
+        yarn_keys(w)
+    if v3_routing:
+        n_expert, n_used, n_shared = N_EXPERT, N_USED, N_SHARED
+        w.expert_keys(n_expert, n_used, n_ff_exp=N_FF_EXP)
+        v3_expert_keys(w)
+        routing = dict(router_gain=2.0, bias_spread=0.3)
+    else:
+        n_expert, n_used, n_shared = 16, 4, 1
+        w.expert_keys(n_expert, n_used, n_ff_exp=N_FF_EXP)
+        w.w.add_expert_shared_count(n_shared)
+        w.w.add_expert_weights_scale(1.0)
+        routing = dict(router_gain=3.0)
 
     w.embedding(N_EMBD, gain=16.0)
     w.vector("output_norm.weight", N_EMBD)
     w.matrix("output.weight", w.vocab, N_EMBD, gain=4.0)
     for i in range(N_LAYER):
         p = f"blk.{i}."
-        attention(w, p, q_lora=Q_LORA, fused=False)
+        attention(w, p, q_lora=q_lora, fused=fused)
         if i < N_DENSE_LEAD:
             w.feed_forward(p, N_EMBD, N_FF)
         else:
-            moe(w, p, N_EMBD, N_EXPERT, N_FF_EXP, N_SHARED, router_gain=2.0, bias_spread=0.3)
+            moe(w, p, N_EMBD, n_expert, N_FF_EXP, n_shared, **routing)
     w.close()
 
 
