@@ -647,6 +647,43 @@ std::vector<uint8_t> PoolBytes(const uint8_t* pool, size_t n) {
   return host;
 }
 
+// Sequences of `lengths` tokens of KV in shuffled blocks of block_size, the last new_tokens[s]
+// of sequence s this step's: the step's positions and slots, and every position's slot (the
+// cached prefix's and the step's), as the paged attention tests lay them out.
+struct PagedBatch {
+  std::vector<int32_t> kv_indptr{0}, kv_indices, last_len, positions, cu_seqlens{0};
+  std::vector<int64_t> slots, all_slots;
+  int64_t num_blocks = 0;
+};
+
+PagedBatch ShuffledPagedBatch(const std::vector<int32_t>& lengths,
+                              const std::vector<int32_t>& new_tokens, int block_size,
+                              std::mt19937& rng) {
+  PagedBatch b;
+  for (int32_t len : lengths) b.num_blocks += (len + block_size - 1) / block_size;
+  std::vector<int32_t> order(static_cast<size_t>(b.num_blocks));
+  for (int64_t i = 0; i < b.num_blocks; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  std::shuffle(order.begin(), order.end(), rng);
+  size_t next = 0;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const int32_t n_blocks = (lengths[s] + block_size - 1) / block_size;
+    for (int32_t i = 0; i < n_blocks; ++i) b.kv_indices.push_back(order[next++]);
+    b.kv_indptr.push_back(static_cast<int32_t>(b.kv_indices.size()));
+    b.last_len.push_back(lengths[s] - (n_blocks - 1) * block_size);
+    for (int32_t pos = 0; pos < lengths[s]; ++pos) {
+      const int64_t slot =
+          int64_t{b.kv_indices[b.kv_indptr[s] + pos / block_size]} * block_size + pos % block_size;
+      b.all_slots.push_back(slot);
+      if (pos >= lengths[s] - new_tokens[s]) {
+        b.positions.push_back(pos);
+        b.slots.push_back(slot);
+      }
+    }
+    b.cu_seqlens.push_back(static_cast<int32_t>(b.positions.size()));
+  }
+  return b;
+}
+
 class PagedAttentionTest : public CudaKernelsTest,
                            public ::testing::WithParamInterface<AttentionCase> {};
 
@@ -655,32 +692,9 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   const int block_size = 16;
   const std::vector<int32_t> lengths = {c.decode_length, 340, 9};  // KV length after this step
   const std::vector<int32_t> new_tokens = {1, 40, 9};              // tokens of this step
-  std::vector<int32_t> kv_indptr = {0}, kv_indices, last_len, positions, cu_seqlens = {0};
-  std::vector<int64_t> slots;
-  int64_t num_blocks = 0;
-  for (int32_t len : lengths) num_blocks += (len + block_size - 1) / block_size;
-  std::vector<int32_t> order(static_cast<size_t>(num_blocks));
-  for (int64_t i = 0; i < num_blocks; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  std::shuffle(order.begin(), order.end(), rng_);
-  // Every position of every sequence gets K/V (the cached prefix and this step's tokens).
-  std::vector<int64_t> all_slots;
-  size_t next = 0;
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    const int32_t n_blocks = (lengths[s] + block_size - 1) / block_size;
-    for (int32_t b = 0; b < n_blocks; ++b) kv_indices.push_back(order[next++]);
-    kv_indptr.push_back(static_cast<int32_t>(kv_indices.size()));
-    last_len.push_back(lengths[s] - (n_blocks - 1) * block_size);
-    for (int32_t pos = 0; pos < lengths[s]; ++pos) {
-      const int64_t slot =
-          int64_t{kv_indices[kv_indptr[s] + pos / block_size]} * block_size + pos % block_size;
-      all_slots.push_back(slot);
-      if (pos >= lengths[s] - new_tokens[s]) {
-        positions.push_back(pos);
-        slots.push_back(slot);
-      }
-    }
-    cu_seqlens.push_back(static_cast<int32_t>(positions.size()));
-  }
+  const PagedBatch paged = ShuffledPagedBatch(lengths, new_tokens, block_size, rng_);
+  const auto& [kv_indptr, kv_indices, last_len, positions, cu_seqlens, slots, all_slots,
+               num_blocks] = paged;
   const int64_t n_tokens = static_cast<int64_t>(positions.size());
   const int64_t row = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
   const std::vector<float> k = Random(all_slots.size() * row, rng_);
@@ -957,30 +971,9 @@ TEST_P(LatentAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   const int block_size = 16;
   const std::vector<int32_t> lengths = {c.decode_length, 340, 9};
   const std::vector<int32_t> new_tokens = {1, 40, 9};
-  std::vector<int32_t> kv_indptr = {0}, kv_indices, last_len, positions, cu_seqlens = {0};
-  std::vector<int64_t> slots, all_slots;
-  int64_t num_blocks = 0;
-  for (int32_t len : lengths) num_blocks += (len + block_size - 1) / block_size;
-  std::vector<int32_t> order(static_cast<size_t>(num_blocks));
-  for (int64_t i = 0; i < num_blocks; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  std::shuffle(order.begin(), order.end(), rng_);
-  size_t next = 0;
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    const int32_t n_blocks = (lengths[s] + block_size - 1) / block_size;
-    for (int32_t b = 0; b < n_blocks; ++b) kv_indices.push_back(order[next++]);
-    kv_indptr.push_back(static_cast<int32_t>(kv_indices.size()));
-    last_len.push_back(lengths[s] - (n_blocks - 1) * block_size);
-    for (int32_t pos = 0; pos < lengths[s]; ++pos) {
-      const int64_t slot =
-          int64_t{kv_indices[kv_indptr[s] + pos / block_size]} * block_size + pos % block_size;
-      all_slots.push_back(slot);
-      if (pos >= lengths[s] - new_tokens[s]) {
-        positions.push_back(pos);
-        slots.push_back(slot);
-      }
-    }
-    cu_seqlens.push_back(static_cast<int32_t>(positions.size()));
-  }
+  const PagedBatch paged = ShuffledPagedBatch(lengths, new_tokens, block_size, rng_);
+  const auto& [kv_indptr, kv_indices, last_len, positions, cu_seqlens, slots, all_slots,
+               num_blocks] = paged;
   const int64_t n_tokens = static_cast<int64_t>(positions.size());
   const int d = c.head_dim;
   const std::vector<float> k = Random(all_slots.size() * d, rng_);
