@@ -3,6 +3,7 @@
 // stored once, copied with K; and the planner's geometry, which counts K alone.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -100,6 +101,52 @@ TEST(LatentKvTest, AttentionReadsTheLatentAsValueAndCopiesMoveKOnly) {
   EXPECT_EQ(std::memcmp(static_cast<const float*>(kv.k) + 2 * 12, k.data(),
                         k.size() * sizeof(float)),
             0);
+}
+
+TEST(LatentKvTest, FourBitRowsAreRotatedOnceForKeyAndValue) {
+  // q4_0 rotates K's rows (KvRotationOf: blocks of 128 here) and V's by its own rule (64);
+  // V read from K's rows must be rotated back as K was. A latent of 96 and 32 roped, one token over
+  // 3 rows: the output's latent part is Σ p_j · row_j up to 4-bit rounding.
+  ModelConfig c = LatentConfig();
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.head_dim = 96 + 32;
+  c.v_head_dim = 96;
+  c.n_rot = 32;
+  c.mla = {.kv_lora_rank = 96, .qk_nope = 32, .v_head = 16, .score_scale = 0.1f};
+  const int d = c.head_dim;
+  KvCacheStorage storage(c, KvType::kQ4_0, /*num_blocks=*/1, /*block_size=*/4);
+  const KvCacheView kv = storage.view().Layer(0);
+  std::vector<float> k(3 * d);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = std::sin(0.37f * static_cast<float>(i));
+  StoreKv(kv, std::vector<int64_t>{0, 1, 2}, k.data(), k.data());
+  const std::vector<int32_t> positions = {2}, cu_seqlens = {0, 1};
+  KvBlockTableBuilder tables;
+  tables.AddSequence(std::vector<int32_t>{0}, 4, 2, 1);
+  const std::vector<KvBlockTable> groups = {tables.table()};
+  const RaggedBatch batch{positions, cu_seqlens, groups};
+  std::vector<float> q(2 * d);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::cos(0.11f * static_cast<float>(i));
+  std::vector<float> out(2 * d);
+  PagedAttentionReference(kv, batch, groups[0], q.data(), 2, 0.1f, out.data());
+  for (int h = 0; h < 2; ++h) {
+    double s[3], sum = 0.0;
+    for (int j = 0; j < 3; ++j) {
+      s[j] = 0.0;
+      for (int i = 0; i < d; ++i) s[j] += q[h * d + i] * k[j * d + i];
+      sum += (s[j] = std::exp(0.1 * s[j]));
+    }
+    double err = 0.0, size = 0.0;
+    for (int i = 0; i < 96; ++i) {
+      double want = 0.0;
+      for (int j = 0; j < 3; ++j) want += s[j] / sum * k[j * d + i];
+      err += std::fabs(out[h * d + i] - want);
+      size += std::fabs(want);
+    }
+    // Measured 0.037 and 0.029 (values of 0.37 and 0.06 on average); V rotated back by V's
+    // own rule (blocks of 64, K's are 128 here) gives 0.40 for head 0.
+    EXPECT_LT(err / 96, 0.1) << "head " << h << ", values of " << size / 96 << " on average";
+  }
 }
 
 TEST(LatentKvTest, ThePlannerCountsTheLatentRowOnlyAndSaysSo) {
