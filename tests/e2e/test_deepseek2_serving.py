@@ -6,7 +6,9 @@ the latent cache (K alone: layers x (latent + rope) x 2 B); 16 concurrent greedy
 tokens share every step's attention and expert groups, each equal the same request run alone;
 the lone runs equal llama.cpp's greedy continuation (llama-cpp-python fed one token at a time)
 up to a near-tie of its own; a repeated prompt is served from the prefix cache with the same
-tokens; int8 KV takes the latent rows; no block is left in use."""
+tokens; int8 KV takes the latent rows; no block is left in use; `tokenmill info` counts the
+latent row alone."""
+import json
 import re
 import subprocess
 import sys
@@ -16,7 +18,8 @@ import numpy as np
 import pytest
 
 from llama_reference import llama_cpp_greedy
-from server_harness import EXIT_TIMEOUT_S, REPO, SERVER_BIN, TINY_MODEL, Server, generate, pb2
+from server_harness import (CLI_BIN, EXIT_TIMEOUT_S, REPO, SERVER_BIN, TINY_MODEL, Server,
+                            generate, pb2)
 
 sys.path.insert(0, str(REPO / "tests" / "reference"))
 from tiny_families import deepseek2  # noqa: E402
@@ -90,3 +93,14 @@ def test_a_separate_value_type_is_refused_naming_the_flag(model):
         capture_output=True, text=True, timeout=EXIT_TIMEOUT_S)
     assert result.returncode != 0
     assert re.search(r"--kv-cache-dtype-v: .*latent", result.stderr), result.stderr
+
+
+def test_info_counts_the_latent_row_alone(model):
+    result = subprocess.run([str(CLI_BIN), "info", "--model", str(model)], capture_output=True,
+                            text=True, timeout=EXIT_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    kv = json.loads(result.stdout)["kv_cache"]
+    # 3 layers x 56 x 2 B, where the 4 heads' K (44 each) and V (20 each) would take 4.6 times
+    # as much.
+    assert kv["bytes_per_token_f16"] == deepseek2.N_LAYER * LATENT_ROW * 2
+    assert kv["storing_layers"] == deepseek2.N_LAYER
