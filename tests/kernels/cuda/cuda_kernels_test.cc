@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
@@ -684,6 +685,23 @@ PagedBatch ShuffledPagedBatch(const std::vector<int32_t>& lengths,
   return b;
 }
 
+// Token t of a device batch alone: a one-token batch over the same blocks and a tile of one
+// (`tile`), to hold it to its result in the whole batch.
+std::pair<DeviceBatch, DeviceBlockTable> OneTokenOf(const DeviceBatch& batch,
+                                                    const DeviceBlockTable& table, int64_t t,
+                                                    int32_t position, const int32_t* tile) {
+  DeviceBatch one = batch;
+  one.positions += t;
+  one.seq_of_token += t;
+  one.n_tokens = 1;
+  one.max_splits = NumSplits(position + 1);
+  one.tiles = tile;
+  one.n_tiles = 1;
+  DeviceBlockTable one_table = table;
+  one_table.slot_mapping += t;
+  return {one, one_table};
+}
+
 class PagedAttentionTest : public CudaKernelsTest,
                            public ::testing::WithParamInterface<AttentionCase> {};
 
@@ -869,15 +887,8 @@ TEST_P(PagedAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   // as in its prefill tile.
   const int64_t per_token = static_cast<int64_t>(c.n_heads) * c.head_dim;
   for (int64_t t = 0; t < n_tokens; ++t) {
-    DeviceBatch one = db;
-    one.positions += t;
-    one.seq_of_token += t;
-    one.n_tokens = 1;
-    one.max_splits = NumSplits(positions[t] + 1);
-    one.tiles = done_tile.as<int32_t>();
-    one.n_tiles = 1;
-    DeviceBlockTable one_table = dtable;
-    one_table.slot_mapping += t;
+    const auto [one, one_table] =
+        OneTokenOf(db, dtable, t, positions[t], done_tile.as<int32_t>());
     ASSERT_EQ(PagedAttention(gpu_kv, one, one_table, dq.as<float>() + t * per_token, c.n_heads,
                              scale, ws.as<float>(), out.as<float>(), nullptr, c.variant),
               cudaSuccess);
@@ -1061,15 +1072,8 @@ TEST_P(LatentAttentionTest, MatchesTheCpuReferenceAndEachTokenAlone) {
   const int64_t q_per_token = int64_t{c.n_heads} * d;
   const int64_t out_per_token = int64_t{c.n_heads} * c.value_dim;
   for (int64_t t = 0; t < n_tokens; ++t) {
-    DeviceBatch one = db;
-    one.positions += t;
-    one.seq_of_token += t;
-    one.n_tokens = 1;
-    one.max_splits = NumSplits(positions[t] + 1);
-    one.tiles = done_tile.as<int32_t>();
-    one.n_tiles = 1;
-    DeviceBlockTable one_table = dtable;
-    one_table.slot_mapping += t;
+    const auto [one, one_table] =
+        OneTokenOf(db, dtable, t, positions[t], done_tile.as<int32_t>());
     ASSERT_EQ(PagedAttention(gpu_kv, one, one_table, dq.as<float>() + t * q_per_token, c.n_heads,
                              scale, ws.as<float>(), out.as<float>(), nullptr, variant),
               cudaSuccess);
