@@ -363,7 +363,6 @@ void CudaForwardBlocks::ProjectQ(const WeightMatrix&) {
   Run([] { return NotPlanned("ProjectQ"); });
 }
 
-
 void CudaForwardBlocks::LatentAttention(const LatentAttentionWeights& w) {
   Run([&]() -> Status {
     const auto found = index_.latent.find(&w);
@@ -374,13 +373,8 @@ void CudaForwardBlocks::LatentAttention(const LatentAttentionWeights& w) {
   });
 }
 
-Status CudaForwardBlocks::PerHeadMatmul(const DeviceWeight& w, const float* x, int64_t n_tokens,
-                                        float* y) {
-  // The heads as a mixture's experts, each over its own n_tokens rows (per_token false): the
-  // grouped GEMV's sums, each (token, row) that of the head's matrix over that row alone.
-  const DeviceExpertGroups groups{mla_begin_.as<int32_t>(), nullptr, nullptr, c_.n_heads, 1,
-                                  n_tokens};
-  TM_CUDA_RETURN_IF_ERROR(UniformExpertGroups(groups, stream_), "per-head groups");
+Status CudaForwardBlocks::PerHeadMatmul(const DeviceWeight& w, const DeviceExpertGroups& groups,
+                                        const float* x, int64_t n_tokens, float* y) {
   const uint8_t* x_q8 = nullptr;
   if (TakesQ8_1(w.type)) {
     TM_CUDA_RETURN_IF_ERROR(QuantizeQ8_1(x, n_tokens * c_.n_heads, w.cols, q8_.as<uint8_t>(),
@@ -437,13 +431,16 @@ Status CudaForwardBlocks::LatentAttentionSteps(const DeviceLatentAttentionWeight
   TM_CUDA_RETURN_IF_ERROR(CopyStrided(k_pe, rot, 0, k + lora, row, 0, n, 1, rot, s), "K rows");
 
   // Each head's q_nope into the latent space through its k_b: the absorbed query is
-  // [k_b q_nope, q_pe] a head. Per-head rows are [head][token].
+  // [k_b q_nope, q_pe] a head. Per-head rows are [head][token]: the heads as a mixture's
+  // experts, each over its own n rows (per_token false), for k_b and v_b alike.
+  const DeviceExpertGroups groups{mla_begin_.as<int32_t>(), nullptr, nullptr, c_.n_heads, 1, n};
+  TM_CUDA_RETURN_IF_ERROR(UniformExpertGroups(groups, s), "per-head groups");
   float* per_head_in = mla_in_.as<float>();
   float* per_head_out = mla_out_.as<float>();
   TM_CUDA_RETURN_IF_ERROR(
       CopyStrided(q, q_head, heads * q_head, per_head_in, n * nope, nope, heads, n, nope, s),
       "per-head queries");
-  TM_RETURN_IF_ERROR(PerHeadMatmul(w.k_b.view, per_head_in, n, per_head_out));
+  TM_RETURN_IF_ERROR(PerHeadMatmul(w.k_b.view, groups, per_head_in, n, per_head_out));
   float* absorbed = q_.as<float>();
   TM_CUDA_RETURN_IF_ERROR(CopyStrided(per_head_out, n * lora, lora, absorbed, row, heads * row,
                                       heads, n, lora, s),
@@ -467,7 +464,7 @@ Status CudaForwardBlocks::LatentAttentionSteps(const DeviceLatentAttentionWeight
   TM_CUDA_RETURN_IF_ERROR(
       CopyStrided(attn, lora, heads * lora, per_head_in, n * lora, lora, heads, n, lora, s),
       "per-head latent outputs");
-  TM_RETURN_IF_ERROR(PerHeadMatmul(w.v_b.view, per_head_in, n, per_head_out));
+  TM_RETURN_IF_ERROR(PerHeadMatmul(w.v_b.view, groups, per_head_in, n, per_head_out));
   return CudaStatus(CopyStrided(per_head_out, n * v_head, v_head, attn, v_head, heads * v_head,
                                 heads, n, v_head, s),
                     "attention output");

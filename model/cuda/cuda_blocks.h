@@ -131,9 +131,10 @@ class CudaForwardBlocks final : public ForwardBlocks {
                           const WeightMatrix& down, bool gelu);
   Status ExpertsFeedForward(const DeviceMoeWeights& w);
   Status LatentAttentionSteps(const DeviceLatentAttentionWeights& w);
-  // Each head's matrix of w (n_heads stacked) over its rows of x ([head][token], cols each):
-  // y gets [head][token] rows of w.rows.
-  Status PerHeadMatmul(const DeviceWeight& w, const float* x, int64_t n_tokens, float* y);
+  // Each head's matrix of w (n_heads stacked) over its rows of x ([head][token], cols each),
+  // `groups` the heads as experts of n_tokens rows each: y gets [head][token] rows of w.rows.
+  Status PerHeadMatmul(const DeviceWeight& w, const DeviceExpertGroups& groups, const float* x,
+                       int64_t n_tokens, float* y);
   // Each expert's GEMV over its grouped slots (quantized experts over q8_1 activations).
   Status GroupedMatmul(const DeviceWeight& w, const float* x, const uint8_t* x_q8, bool per_token,
                        const DeviceExpertGroups& groups, float* y);
