@@ -126,7 +126,20 @@ PrefixId BlockPool::Cache(BlockId id, const BlockKey& key, std::optional<PrefixI
       .extra_key = std::string(key.extra_key),
   };
   cached_by_hash_.emplace(key.hash, id);
-  if (!copy.has_value()) LogEvent(StoredEvent(*block.identity));
+  if (!copy.has_value()) {
+    LogEvent(StoredEvent(*block.identity));
+    if (prefix_log_ != nullptr) {
+      const BlockIdentity& identity = *block.identity;
+      prefix_log_->push_back({.stored = true,
+                              .block = id,
+                              .prefix_id = identity.prefix_id,
+                              .parent_prefix_id = identity.parent_prefix_id,
+                              .hash = identity.hash,
+                              .parent_hash = identity.parent_hash,
+                              .tokens = identity.tokens,
+                              .extra_key = identity.extra_key});
+    }
+  }
   return *prefix_id;
 }
 
@@ -167,7 +180,11 @@ void BlockPool::Evict(KvBlock& block) {
     }
   }
   block.identity.reset();
-  if (last_copy) LogEvent(KvCacheEvent::Removed(hash));
+  if (!last_copy) return;
+  LogEvent(KvCacheEvent::Removed(hash));
+  if (prefix_log_ != nullptr) {
+    prefix_log_->push_back(PrefixChange::Removed(prefix_id, hash));
+  }
 }
 
 bool BlockPool::ResetPrefixCache() {
@@ -178,6 +195,14 @@ bool BlockPool::ResetPrefixCache() {
 
 void BlockPool::Reset() {
   if (!cached_by_hash_.empty()) LogEvent(KvCacheEvent::AllCleared());
+  if (prefix_log_ != nullptr) {
+    std::unordered_set<PrefixId> removed;
+    for (const KvBlock& block : blocks_) {
+      if (block.identity.has_value() && removed.insert(block.identity->prefix_id).second) {
+        prefix_log_->push_back(PrefixChange::Removed(block.identity->prefix_id, block.identity->hash));
+      }
+    }
+  }
   free_queue_.Clear();
   for (KvBlock& block : blocks_) {
     block.ref_count = 0;

@@ -98,6 +98,9 @@ class BlockPool {
   // From now on each change of the prefix cache appends its event to `log` (kv_events.h),
   // which the caller drains; null: no events.
   void set_event_log(std::vector<KvCacheEvent>* log) { event_log_ = log; }
+  // From now on each distinct prefix stored or removed appends its PrefixChange to `log`
+  // (kv_events.h), for a tier below the pool; null: none.
+  void set_prefix_log(std::vector<PrefixChange>* log) { prefix_log_ = log; }
   // A kBlockStored event for each prefix cached now (a subscriber's state, for checks).
   std::vector<KvCacheEvent> CachedPrefixes() const;
 
@@ -128,6 +131,7 @@ class BlockPool {
   PrefixId next_prefix_id_ = kEmptyPrefix + 1;
   int64_t num_evictions_ = 0;
   std::vector<KvCacheEvent>* event_log_ = nullptr;
+  std::vector<PrefixChange>* prefix_log_ = nullptr;
 };
 
 }  // namespace tokenmill

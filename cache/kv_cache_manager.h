@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -118,6 +119,8 @@ class KvCacheManager {
   // The prefix cache's events go to `log` from now on (BlockPool::set_event_log): group 0's,
   // whose prefixes are the ones a request can hit (group 1 only shortens a hit).
   void set_event_log(std::vector<KvCacheEvent>* log) { pool_.set_event_log(log); }
+  // Group 0's distinct prefixes stored and removed go to `log` (BlockPool::set_prefix_log).
+  void set_prefix_log(std::vector<PrefixChange>* log) { pool_.set_prefix_log(log); }
 
   // The longest run of cached full blocks that starts the request's verified tokens, with
   // the request's salt, present in every group (in group 1, the blocks inside the window of
@@ -146,6 +149,18 @@ class KvCacheManager {
                                                     int num_new_tokens,
                                                     int num_lookahead_tokens = 0,
                                                     const PrefixHit& hit = {});
+
+  // Brings blocks a tier below the pool holds back as cached prefix blocks: the `count` full
+  // blocks of the request's verified tokens after its prefix hit (FindComputedBlocks, which
+  // it must extend: group 0 only, no group 1), while the pool has free blocks past its
+  // watermark. Transitions: free -> in use (or cached-evictable -> in use, its LRU prefix
+  // evicted), fill(i, block) writes the K/V of block hit + i, then in use -> in use (cached)
+  // -> cached-evictable at the back of the LRU queue (the next to be kept), where the
+  // request's admission finds them. The hit's blocks are held meanwhile, so the import never
+  // evicts the prefix it continues. A fill that fails ends the import there: its block and
+  // those after go back free. Returns the number of blocks imported.
+  int ImportPrefixBlocks(const KvCacheRequest& request, int count,
+                         const std::function<bool(int index, BlockId block)>& fill);
 
   // in use (uncached, full of computed verified tokens) -> in use (cached), for the
   // request's blocks in order, in every group. AllocateSlots and Free call it; a scheduler

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "cache/types.h"
@@ -29,6 +30,29 @@ struct KvCacheEvent {
     KvCacheEvent event;
     event.kind = Kind::kAllBlocksCleared;
     return event;
+  }
+};
+
+// What a tier below the pool (cache/tiers/) learns of the prefix cache, in order: a distinct
+// prefix stored (with its first copy: the block that holds it now, and its identity) or
+// removed (with its last copy). Unlike KvCacheEvent it names blocks and prefix ids, which
+// only this process knows.
+struct PrefixChange {
+  bool stored = true;
+  BlockId block = 0;            // stored
+  PrefixId prefix_id = kEmptyPrefix;
+  PrefixId parent_prefix_id = kEmptyPrefix;  // stored
+  BlockHash hash = 0;
+  BlockHash parent_hash = 0;    // stored; meaningful when parent_prefix_id is set
+  std::vector<TokenId> tokens;  // stored
+  std::string extra_key;        // stored: the cache salt
+
+  static PrefixChange Removed(PrefixId prefix_id, BlockHash hash) {
+    PrefixChange change;
+    change.stored = false;
+    change.prefix_id = prefix_id;
+    change.hash = hash;
+    return change;
   }
 };
 
