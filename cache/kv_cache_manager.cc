@@ -236,16 +236,16 @@ void KvCacheManager::CacheComputedBlocks(const KvCacheRequest& request) {
   }
 }
 
-int KvCacheManager::ImportPrefixBlocks(const KvCacheRequest& request, int count,
+int KvCacheManager::ImportPrefixBlocks(const KvCacheRequest& request, int end_block,
                                        const std::function<bool(int index, BlockId block)>& fill) {
   TM_CHECK(!sliding_pool_.has_value()) << "a tier below the pool serves group 0 only";
-  if (!LooksUp(request) || count <= 0) return 0;
+  if (!LooksUp(request)) return 0;
   const PrefixHit hit = FindComputedBlocks(request);
   const int num_hit = static_cast<int>(hit.blocks.size());
   const int num_tokens = static_cast<int>(request.verified_tokens.size());
   // As FindComputedBlocks: the last token is computed again.
   const int max_blocks = num_tokens > 0 ? (num_tokens - 1) / block_size() : 0;
-  count = std::min({count, max_blocks - num_hit,
+  const int count = std::min({end_block - num_hit, max_blocks - num_hit,
                     pool_.num_free_blocks() - config_.watermark_blocks -
                         static_cast<int>(std::count_if(hit.blocks.begin(), hit.blocks.end(),
                                                        [&](BlockId id) {
@@ -257,7 +257,7 @@ int KvCacheManager::ImportPrefixBlocks(const KvCacheRequest& request, int count,
   pool_.Touch(hit.blocks);
   const std::vector<BlockId> fresh = pool_.AllocateFresh(count);
   int imported = 0;
-  while (imported < count && fill(imported, fresh[imported])) {
+  while (imported < count && fill(num_hit + imported, fresh[imported])) {
     const int index = num_hit + imported;
     chain.blocks.push_back(fresh[imported]);
     pool_.Cache(fresh[imported], KeyOfBlock(request, chain, index));

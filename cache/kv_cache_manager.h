@@ -150,16 +150,16 @@ class KvCacheManager {
                                                     int num_lookahead_tokens = 0,
                                                     const PrefixHit& hit = {});
 
-  // Brings blocks a tier below the pool holds back as cached prefix blocks: the `count` full
-  // blocks of the request's verified tokens after its prefix hit (FindComputedBlocks, which
-  // it must extend: group 0 only, no group 1), while the pool has free blocks past its
+  // Brings blocks a tier below the pool holds back as cached prefix blocks: the request's full
+  // blocks from the end of its prefix hit (FindComputedBlocks, which they extend; group 0
+  // only, no group 1) up to block end_block, while the pool has free blocks past its
   // watermark. Transitions: free -> in use (or cached-evictable -> in use, its LRU prefix
-  // evicted), fill(i, block) writes the K/V of block hit + i, then in use -> in use (cached)
-  // -> cached-evictable at the back of the LRU queue (the next to be kept), where the
-  // request's admission finds them. The hit's blocks are held meanwhile, so the import never
-  // evicts the prefix it continues. A fill that fails ends the import there: its block and
-  // those after go back free. Returns the number of blocks imported.
-  int ImportPrefixBlocks(const KvCacheRequest& request, int count,
+  // evicted), fill(index, block) writes the K/V of the request's block `index` into `block`,
+  // then in use -> in use (cached) -> cached-evictable at the back of the LRU queue (the last
+  // to go), where the request's admission finds them. The hit's blocks are held meanwhile, so
+  // the import never evicts the prefix it continues. A fill that returns false ends the
+  // import there: its block and those after go back free. Returns the blocks imported.
+  int ImportPrefixBlocks(const KvCacheRequest& request, int end_block,
                          const std::function<bool(int index, BlockId block)>& fill);
 
   // in use (uncached, full of computed verified tokens) -> in use (cached), for the

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cache/types.h"
@@ -19,11 +20,15 @@ struct KvCacheEvent {
   BlockHash hash = 0;                    // stored, removed
   std::optional<BlockHash> parent_hash;  // stored: the prefix's previous block; none: first
   std::vector<TokenId> tokens;           // stored: the block's tokens
+  // Which tier (vLLM's `medium`): empty for the pool a forward pass reads, "DISK" for the disk
+  // tier below it (--kv-cache-dir).
+  std::string medium;
 
-  static KvCacheEvent Removed(BlockHash hash) {
+  static KvCacheEvent Removed(BlockHash hash, std::string medium = "") {
     KvCacheEvent event;
     event.kind = Kind::kBlockRemoved;
     event.hash = hash;
+    event.medium = std::move(medium);
     return event;
   }
   static KvCacheEvent AllCleared() {

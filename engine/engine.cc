@@ -6,6 +6,7 @@
 #include "common/check.h"
 #include "engine/engine_core.h"
 #include "engine/engine_core_builder.h"
+#include "engine/kv_tiering.h"
 
 namespace tokenmill {
 
@@ -24,13 +25,34 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Token
 Engine::Engine(std::unique_ptr<EngineCore> core, int max_queue,
                std::function<void(std::vector<KvCacheEvent>)> kv_event_handler)
     : core_(std::move(core)),
+      tiering_(core_->tiering()),
       limits_(core_->limits()),
       max_queue_(max_queue),
       kv_event_handler_(std::move(kv_event_handler)) {
   if (kv_event_handler_) core_->set_kv_event_log(&kv_events_);
+  if (tiering_ != nullptr) {
+    tiering_->SetWake([this] {
+      {
+        std::lock_guard<std::mutex> lock(inbox_mutex_);
+        inbox_.tier_loads = true;
+      }
+      inbox_cv_.notify_one();
+    });
+  }
 }
 
-Engine::~Engine() { Shutdown(std::chrono::milliseconds(0)); }
+Engine::~Engine() {
+  Shutdown(std::chrono::milliseconds(0));
+  // The loader thread must not wake an engine that is gone.
+  if (tiering_ != nullptr) tiering_->SetWake(nullptr);
+}
+
+StatusOr<int64_t> Engine::PurgeKvTier(std::string_view salt_prefix) {
+  if (tiering_ == nullptr) {
+    return FailedPreconditionError("this server keeps no KV on disk (no --kv-cache-dir)");
+  }
+  return tiering_->Purge(salt_prefix);
+}
 
 StatusOr<RequestId> Engine::Submit(GenerateRequest request) {
   TM_ASSIGN_OR_RETURN(ValidatedRequest valid,
@@ -104,6 +126,7 @@ void Engine::Shutdown(std::chrono::milliseconds drain_timeout) {
 }
 
 void Engine::Loop() {
+  Clock::time_point flush_deadline;
   bool idle = false;  // the last step could run nothing
   bool idle_checked = true;  // CheckIdle ran since the last request left
   while (true) {
@@ -115,7 +138,7 @@ void Engine::Loop() {
       inbox_cv_.wait_until(lock, shutting_down_ ? drain_deadline_ : Clock::time_point::max(),
                            [&] {
                              return !inbox_.submitted.empty() || !inbox_.aborted.empty() ||
-                                    !inbox_.prefix_dumps.empty() ||
+                                    !inbox_.prefix_dumps.empty() || inbox_.tier_loads ||
                                     (shutting_down_ && !core_->has_unfinished_requests()) ||
                                     (!idle && core_->has_unfinished_requests());
                            });
@@ -157,6 +180,7 @@ void Engine::Loop() {
       (void)core_->CheckIdle();  // counted and logged by the core
     }
     PublishStats();
+    TakeTierEvents();
     if (!kv_events_.empty()) {
       kv_event_handler_(std::move(kv_events_));
       kv_events_.clear();  // valid but unspecified after the move
@@ -165,11 +189,30 @@ void Engine::Loop() {
     num_waiting_in_scheduler_ = core_->scheduler().Stats().num_waiting;
     if (shutting_down_ && !core_->has_unfinished_requests() && inbox_.submitted.empty()) {
       stopped_ = true;
+      flush_deadline = drain_deadline_;
       for (auto& dump : inbox_.prefix_dumps) {
         dump.set_value(core_->kv_cache().pool().CachedPrefixes());
       }
       break;
     }
+  }
+  // What the disk tier has queued goes to disk within the drain time: a restarted server
+  // finds it.
+  if (tiering_ != nullptr) tiering_->Flush(flush_deadline);
+}
+
+void Engine::TakeTierEvents() {
+  if (tiering_ == nullptr) return;
+  // Taken even without a subscriber, so that they never pile up.
+  std::vector<KvTierEvent> changes = tiering_->TakeEvents();
+  if (!kv_event_handler_) return;
+  for (KvTierEvent& change : changes) {
+    KvCacheEvent event = change.stored ? KvCacheEvent{} : KvCacheEvent::Removed(change.hash);
+    event.hash = change.hash;
+    event.parent_hash = change.parent_hash;
+    event.tokens = std::move(change.tokens);
+    event.medium = "DISK";
+    kv_events_.push_back(std::move(event));
   }
 }
 

@@ -21,6 +21,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -38,6 +39,7 @@
 namespace tokenmill {
 
 class EngineCore;
+class KvTiering;
 
 class Engine {
  public:
@@ -77,6 +79,11 @@ class Engine {
   // engine has stopped.
   StatusOr<std::vector<KvCacheEvent>> CachedPrefixes();
 
+  // Deletes the disk tier's blocks whose cache salt starts with salt_prefix (a tenant's),
+  // waiting for it; returns how many went. FailedPrecondition without --kv-cache-dir. Any
+  // thread.
+  StatusOr<int64_t> PurgeKvTier(std::string_view salt_prefix);
+
   // Refuses new requests, lets those in flight run for up to `drain_timeout`, aborts the
   // rest (each gets its abort event) and joins the engine thread. Idempotent; any thread
   // but the engine's (so not from a sink).
@@ -101,6 +108,7 @@ class Engine {
     std::vector<Submitted> submitted;
     std::vector<RequestId> aborted;
     std::vector<std::promise<std::vector<KvCacheEvent>>> prefix_dumps;
+    bool tier_loads = false;  // a load from the disk tier finished
   };
 
   Engine(std::unique_ptr<EngineCore> core, int max_queue,
@@ -108,9 +116,13 @@ class Engine {
   void Loop();
   // num_waiting_in_scheduler_ = the scheduler's queue now. Engine thread.
   void CountWaiting();
+  // The disk tier's changes since the last call, as KV events (medium "DISK").
+  void TakeTierEvents();
   void PublishStats();
 
   std::unique_ptr<EngineCore> core_;  // touched only by the engine thread
+  // The core's disk tier (null: none), for its thread-safe calls from any thread.
+  KvTiering* const tiering_;
   const RequestLimits limits_;        // the core's, read by Submit on any thread
   const int max_queue_;
   // With its events buffer, the engine thread's alone.

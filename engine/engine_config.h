@@ -1,9 +1,11 @@
 // How an engine is built: scheduler limits, the KV pool and the backend (CPU or CUDA).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "cache/kv_events.h"
@@ -17,6 +19,14 @@ namespace tokenmill {
 
 // Where the forward pass runs and the KV pool lives.
 enum class Device { kCpu, kCuda };
+
+// What --kv-cache-dir, --kv-cache-dir-size and --kv-cache-dir-ttl set (EngineConfig::kv_tiers).
+struct KvTierSettings {
+  std::string dir;  // empty: no disk tier
+  int64_t max_bytes = int64_t{10} << 30;
+  std::chrono::seconds ttl{0};
+  std::string model_path;  // the model's identity is its tensor data's digest (KvTierIdentity)
+};
 
 struct EngineConfig {
   // Token budget, max sequences, context length (capped at the model's), queue length.
@@ -53,6 +63,8 @@ struct EngineConfig {
   // Set: called on the engine thread after each step that changed the prefix cache, with
   // that step's events in order (cache/kv_events.h); it must not block.
   std::function<void(std::vector<KvCacheEvent>)> kv_event_handler;
+  // A disk tier below the pool (engine/kv_tiering.h): off without a directory.
+  KvTierSettings kv_tiers;
 };
 
 // InvalidArgument naming the setting when a value cannot work.

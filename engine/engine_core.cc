@@ -13,12 +13,14 @@ namespace tokenmill {
 
 EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManager> kv,
                        std::unique_ptr<Scheduler> scheduler, std::unique_ptr<ModelRunner> runner,
-                       std::unique_ptr<Speculator> speculator)
+                       std::unique_ptr<Speculator> speculator,
+                       std::unique_ptr<KvTiering> tiering)
     : tokenizer_(tokenizer),
       kv_(std::move(kv)),
       scheduler_(std::move(scheduler)),
       runner_(std::move(runner)),
       speculator_(std::move(speculator)),
+      tiering_(std::move(tiering)),
       limits_{.max_model_len = scheduler_->max_model_len(),
               .vocab_size = tokenizer.vocab_size(),
               .speculative_decoding = speculator_ != nullptr},
@@ -35,6 +37,49 @@ Status EngineCore::Add(RequestId id, GenerateRequest request, Clock::time_point 
 }
 
 Status EngineCore::Add(RequestId id, ValidatedRequest valid, Clock::time_point submit_time) {
+  if (tiering_ != nullptr) {
+    const GenerateRequest& request = valid.get();
+    const uint64_t ticket = tiering_->StartLoad(request.prompt_token_ids, request.cache_salt);
+    if (ticket != 0) {
+      loading_.emplace(ticket, Loading{id, std::move(valid), submit_time});
+      return OkStatus();
+    }
+  }
+  return AddNow(id, std::move(valid), submit_time);
+}
+
+void EngineCore::AddLoaded() {
+  if (tiering_ == nullptr || loading_.empty()) return;
+  for (const uint64_t ticket : tiering_->ImportFinishedLoads()) {
+    const auto it = loading_.find(ticket);
+    if (it == loading_.end()) continue;
+    Loading loading = std::move(it->second);
+    loading_.erase(it);
+    OutputSink sink = loading.request.get().sink;
+    const Status added = AddNow(loading.id, std::move(loading.request), loading.submit_time);
+    if (!added.ok()) {
+      GenerateOutput out;
+      out.id = loading.id;
+      out.finished = true;
+      out.finish_reason = CompletionReason::kError;
+      out.error = added;
+      sink(std::move(out));
+    }
+  }
+}
+
+bool EngineCore::StopLoading(RequestId id) {
+  for (auto it = loading_.begin(); it != loading_.end(); ++it) {
+    if (it->second.id != id) continue;
+    tiering_->Cancel(it->first);
+    Loading loading = std::move(it->second);
+    loading_.erase(it);
+    return AddNow(loading.id, std::move(loading.request), loading.submit_time).ok();
+  }
+  return false;
+}
+
+Status EngineCore::AddNow(RequestId id, ValidatedRequest valid, Clock::time_point submit_time) {
   GenerateRequest request = std::move(valid).Take();
   // Validated where it was submitted, against these limits (Engine copies the core's).
   TM_DCHECK(ValidateGenerateRequest(request, limits_).ok());
@@ -88,6 +133,7 @@ Status EngineCore::Add(RequestId id, ValidatedRequest valid, Clock::time_point s
 }
 
 bool EngineCore::Abort(RequestId id) {
+  StopLoading(id);
   if (beams_.HasSearch(id)) {
     EndBeamSearch(id, CompletionReason::kAbort, OkStatus());
     return true;
@@ -150,6 +196,7 @@ void EngineCore::EmitBeamResult(const BeamSearchResult& result) {
 }
 
 void EngineCore::AbortAll() {
+  while (!loading_.empty()) StopLoading(loading_.begin()->second.id);
   std::vector<RequestId> ids;
   for (const auto& [id, output] : outputs_) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
@@ -157,7 +204,10 @@ void EngineCore::AbortAll() {
 }
 
 bool EngineCore::Step(const std::function<void()>& on_scheduled) {
+  AddLoaded();
   const SchedulerOutput step = Schedule(on_scheduled);
+  // Before the forward pass overwrites any block the pool evicted while scheduling.
+  if (tiering_ != nullptr) tiering_->WriteNewlyCached();
   if (step.empty()) return false;
   const StatusOr<ModelOutput> sampled = Execute(step);
   if (!sampled.ok()) {
@@ -168,6 +218,8 @@ bool EngineCore::Step(const std::function<void()>& on_scheduled) {
   FinishEndedGrammars(events);
   Emit(events);
   for (const BeamSearchResult& result : beams_.Decide(*scheduler_)) EmitBeamResult(result);
+  // What this step's finished requests cached, while its blocks are still intact.
+  if (tiering_ != nullptr) tiering_->WriteNewlyCached();
   return true;
 }
 
@@ -297,6 +349,11 @@ EngineStats EngineCore::Stats() const {
   stats.num_steps = num_steps_;
   stats.idle_checks = idle_checks_;
   stats.idle_check_failures = idle_check_failures_;
+  if (tiering_ != nullptr) {
+    stats.disk_tier = tiering_->Stats();
+    stats.num_loading = static_cast<int>(loading_.size());
+    stats.num_waiting += stats.num_loading;
+  }
   if (speculator_) {
     const SpecStats& spec = speculator_->stats();
     stats.spec_num_drafts = spec.num_drafts;

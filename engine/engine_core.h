@@ -17,6 +17,7 @@
 #include "engine/engine_stats.h"
 #include "engine/generate_request.h"
 #include "engine/grammar_constraints.h"
+#include "engine/kv_tiering.h"
 #include "engine/model_runner.h"
 #include "engine/request_output.h"
 #include "engine/request_validation.h"
@@ -32,11 +33,11 @@ class EngineCore {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `scheduler` runs over `kv`; `speculator` is null without speculative decoding.
-  // `tokenizer` must outlive the core.
+  // `scheduler` runs over `kv`; `speculator` is null without speculative decoding, `tiering`
+  // without a disk tier. `tokenizer` must outlive the core.
   EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManager> kv,
              std::unique_ptr<Scheduler> scheduler, std::unique_ptr<ModelRunner> runner,
-             std::unique_ptr<Speculator> speculator);
+             std::unique_ptr<Speculator> speculator, std::unique_ptr<KvTiering> tiering = nullptr);
 
   // What Add's requests are validated against.
   const RequestLimits& limits() const { return limits_; }
@@ -45,7 +46,10 @@ class EngineCore {
   // their events carry `id` and their index. On error (the queue refusing any of them) the
   // sink is not called and nothing is queued. A request without a seed gets a random one
   // here. Sequences 1..n-1 wait while sequence 0 computes the prompt's full blocks, which the
-  // prefix cache then serves them (Scheduler::WaitsForSharedPrefill).
+  // prefix cache then serves them (Scheduler::WaitsForSharedPrefill). With a disk tier, a
+  // request whose prompt continues on disk past the pool's hit waits outside the scheduler
+  // until those blocks are back in the pool (a later Step adds it, or ends it with an error
+  // event when the queue refuses it then).
   Status Add(RequestId id, ValidatedRequest request, Clock::time_point submit_time = Clock::now());
   // Validates `request` against limits() (and requires its sink) first: for callers that
   // drive the core themselves.
@@ -62,7 +66,7 @@ class EngineCore {
   // may react to an event at once, and must then see the scheduler's queue as it is.
   bool Step(const std::function<void()>& on_scheduled = nullptr);
 
-  bool has_unfinished_requests() const { return !outputs_.empty(); }
+  bool has_unfinished_requests() const { return !outputs_.empty() || !loading_.empty(); }
   // With no request left: the scheduler's invariants hold and no KV block is in use (every
   // block free or cached). Counted in Stats(); a failure is logged at error level.
   Status CheckIdle();
@@ -72,6 +76,8 @@ class EngineCore {
   void set_kv_event_log(std::vector<KvCacheEvent>* log) { kv_->set_event_log(log); }
   const Scheduler& scheduler() const { return *scheduler_; }
   const ModelRunner& runner() const { return *runner_; }
+  // The disk tier's engine side; null without one.
+  KvTiering* tiering() { return tiering_.get(); }
 
  private:
   using OutputMap = std::unordered_map<RequestId, RequestOutput>;
@@ -86,6 +92,19 @@ class EngineCore {
   void FinishEndedGrammars(std::vector<RequestEvent>& events);
   // Ends every request of a step that could not run with an error event.
   void FailStep(const SchedulerOutput& step, const Status& error);
+
+  // A request whose prefix blocks load from a tier below the pool.
+  struct Loading {
+    RequestId id;
+    ValidatedRequest request;
+    Clock::time_point submit_time;
+  };
+  // Adds a request to the scheduler now (Add past the tier).
+  Status AddNow(RequestId id, ValidatedRequest valid, Clock::time_point submit_time);
+  // Adds the requests whose loads finished; one the queue refuses ends with an error event.
+  void AddLoaded();
+  // Adds a loading request now (its load dropped) so that the caller can abort it as any other.
+  bool StopLoading(RequestId id);
 
   // Aborts one sequence.
   bool AbortSequence(RequestId id);
@@ -102,6 +121,8 @@ class EngineCore {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Speculator> speculator_;  // null without speculative decoding
+  std::unique_ptr<KvTiering> tiering_;      // null without a disk tier
+  std::unordered_map<uint64_t, Loading> loading_;  // by the load's ticket
   const RequestLimits limits_;
   Sampler sampler_;
   StepLogprobs step_logprobs_;  // the last step's, reused

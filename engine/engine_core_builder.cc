@@ -9,6 +9,7 @@
 
 #include "cache/kv_cache_sizing.h"
 #include "engine/forward_backend.h"
+#include "engine/kv_tiering.h"
 #include "engine/speculative/draft_model_proposer.h"
 #include "engine/speculative/ngram_proposer.h"
 #include "model/forward_input.h"
@@ -144,6 +145,41 @@ StatusOr<std::unique_ptr<DraftProposer>> MakeProposer(const Tokenizer& tokenizer
       config.spec.num_speculative_tokens, tokenizer.end_of_generation_ids()));
 }
 
+// The disk tier (config.kv_tiers) over the runner's pool, or null when it is off.
+StatusOr<std::unique_ptr<KvTiering>> MakeTiering(const Model& model, const EngineConfig& config,
+                                                  KvCacheManager& kv, ForwardBackend& backend) {
+  const KvTierSettings& settings = config.kv_tiers;
+  if (settings.dir.empty()) return std::unique_ptr<KvTiering>();
+  if (!config.enable_prefix_caching) {
+    return InvalidArgumentError(
+        "--kv-cache-dir keeps prefix blocks on disk, which needs prefix caching: drop "
+        "--no-prefix-caching or --kv-cache-dir");
+  }
+  if (kv.num_groups() > 1) {
+    return InvalidArgumentError(
+        "--kv-cache-dir does not serve models with sliding-window layers in their own KV group "
+        "yet: drop --kv-cache-dir, or give --no-sliding-window-kv");
+  }
+  if (config.spec.method == SpecMethod::kDraft) {
+    return InvalidArgumentError(
+        "--kv-cache-dir does not keep the draft model's KV: drop --kv-cache-dir or use --spec "
+        "ngram");
+  }
+  const std::string digest =
+      CachedModelDigest(settings.dir, settings.model_path,
+                        [&model] { return ModelTensorDigest(model.file()); });
+  const std::string device =
+      config.device == Device::kCuda
+          ? std::string("cuda")
+          : "cpu " + std::string(IsaName(config.isa.value_or(BestCpuIsa())));
+  std::string kv_types(KvTypeName(config.kv_type));
+  kv_types += " / " + std::string(KvTypeName(config.v_type()));
+  return std::make_unique<KvTiering>(
+      settings,
+      KvTierIdentity(digest, device, kv_types, config.block_size, KvModelSettings(model.config())),
+      kv, backend);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<EngineCore>> BuildEngineCore(const Model& model,
@@ -191,8 +227,11 @@ StatusOr<std::unique_ptr<EngineCore>> BuildEngineCore(const Model& model,
                         MakeProposer(tokenizer, config, draft_model, num_blocks[0]));
     speculator = std::make_unique<Speculator>(config.spec, std::move(proposer));
   }
+  TM_ASSIGN_OR_RETURN(std::unique_ptr<KvTiering> tiering,
+                      MakeTiering(model, config, *kv, runner->backend()));
   return std::make_unique<EngineCore>(tokenizer, std::move(kv), std::move(scheduler),
-                                      std::move(runner), std::move(speculator));
+                                      std::move(runner), std::move(speculator),
+                                      std::move(tiering));
 }
 
 }  // namespace tokenmill

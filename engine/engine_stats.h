@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+
+#include "cache/tiers/kv_disk_tier.h"
 
 namespace tokenmill {
 
@@ -27,6 +30,9 @@ struct EngineStats {
   // KV cache's invariants hold and every KV block is free or cached. A failure is logged.
   int64_t idle_checks = 0;
   int64_t idle_check_failures = 0;
+  // The disk tier below the pool (--kv-cache-dir); none without one.
+  std::optional<KvDiskTierStats> disk_tier;
+  int num_loading = 0;  // requests waiting for their prefix blocks to load from it
 };
 
 }  // namespace tokenmill

@@ -21,6 +21,11 @@
 namespace tokenmill {
 namespace {
 
+Status CopyHostBytes(void* dst, const void* src, int64_t bytes) {
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+  return OkStatus();
+}
+
 class CpuBackend final : public ForwardBackend {
  public:
   CpuBackend(const Model& model, CpuIsa isa, int num_threads)
@@ -50,11 +55,16 @@ class CpuBackend final : public ForwardBackend {
     return OkStatus();
   }
   Status CopyKvBlocks(std::span<const KvBlockCopy> copies) override {
-    return tokenmill::CopyKvBlocks(kv_->view(), model_.config(), copies,
-                                   [](void* dst, const void* src, int64_t bytes) {
-                                     std::memcpy(dst, src, static_cast<size_t>(bytes));
-                                     return OkStatus();
-                                   });
+    return tokenmill::CopyKvBlocks(kv_->view(), model_.config(), copies, CopyHostBytes);
+  }
+  int64_t KvBlockBytes() const override {
+    return tokenmill::KvBlockBytes(kv_->view(), model_.config(), 0);
+  }
+  Status ReadKvBlock(BlockId block, std::span<uint8_t> out) override {
+    return tokenmill::ReadKvBlock(kv_->view(), model_.config(), 0, block, out, CopyHostBytes);
+  }
+  Status WriteKvBlock(BlockId block, std::span<const uint8_t> in) override {
+    return tokenmill::WriteKvBlock(kv_->view(), model_.config(), 0, block, in, CopyHostBytes);
   }
   Status Run(const ForwardInput& input, std::span<float> logits) override {
     return forward_.Run(input, kv_->view(), logits);
@@ -114,6 +124,17 @@ class CudaBackend final : public ForwardBackend {
   }
   Status CopyKvBlocks(std::span<const KvBlockCopy> copies) override {
     return tokenmill::CopyKvBlocks(kv_->view(), model_.config(), copies, cuda::CopyDeviceToDevice);
+  }
+  int64_t KvBlockBytes() const override {
+    return tokenmill::KvBlockBytes(kv_->view(), model_.config(), 0);
+  }
+  Status ReadKvBlock(BlockId block, std::span<uint8_t> out) override {
+    return tokenmill::ReadKvBlock(kv_->view(), model_.config(), 0, block, out,
+                                  cuda::CopyDeviceToHost);
+  }
+  Status WriteKvBlock(BlockId block, std::span<const uint8_t> in) override {
+    return tokenmill::WriteKvBlock(kv_->view(), model_.config(), 0, block, in,
+                                   cuda::CopyHostToDevice);
   }
   Status Run(const ForwardInput& input, std::span<float> logits) override {
     return forward_->Run(input, kv_->view(), logits);

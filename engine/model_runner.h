@@ -54,6 +54,8 @@ class ModelRunner {
 
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
+  // Where the KV pool lives (for a tier below it: engine/kv_tiering.h).
+  ForwardBackend& backend() { return *backend_; }
   // Steps with sampling rows that took every row's logits / only each row's argmax.
   int64_t logits_steps() const { return logits_steps_; }
   int64_t argmax_steps() const { return argmax_steps_; }

@@ -5,7 +5,7 @@
 #include "gateway/api/openai/completion_handler.h"
 #include "gateway/api/responses/responses_handler.h"
 #include "gateway/gateway_context.h"
-#include "gateway/http/url.h"
+#include "common/url_query.h"
 
 namespace tokenmill::gateway {
 

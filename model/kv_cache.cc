@@ -1,6 +1,7 @@
 #include "model/kv_cache.h"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -68,40 +69,116 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
 
 KvCacheView KvCacheStorage::view() { return view_; }
 
-Status CopyKvBlocks(const KvCacheView& view, const ModelConfig& config,
-                    std::span<const KvBlockCopy> copies, const CopyBytes& copy_bytes) {
-  for (const KvBlockCopy& copy : copies) {
-    if (copy.group < 0 || copy.group >= NumKvGroups(config)) {
-      return InvalidArgumentError("a KV block copy names group " + std::to_string(copy.group) +
-                                  ", which this model does not have");
-    }
-    for (int layer = 0; layer < config.n_layers; ++layer) {
-      if (KvGroupOfLayer(config, layer) != copy.group || !config.StoresKv(layer)) continue;
-      const KvCacheView kv = view.Layer(layer);
-      const int64_t rows_per_block = int64_t{kv.block_size} * kv.n_kv_heads;
-      const int64_t k_bytes = rows_per_block * KvRowBytes(kv.type, kv.head_dim);
-      // V within K (MLA) moves with it.
-      const int64_t v_bytes = kv.v_in_k ? 0 : rows_per_block * KvRowBytes(kv.v_type, kv.head_dim);
-      const int64_t k_scale_bytes = rows_per_block * KvRowScaleBytes(kv.type, kv.head_dim);
-      const int64_t v_scale_bytes =
-          kv.v_in_k ? 0 : rows_per_block * KvRowScaleBytes(kv.v_type, kv.head_dim);
-      if (copy.src < 0 || copy.dst < 0 || copy.src >= kv.num_blocks || copy.dst >= kv.num_blocks) {
-        return InvalidArgumentError("a KV block copy from " + std::to_string(copy.src) + " to " +
-                                    std::to_string(copy.dst) + " is outside the pool of " +
-                                    std::to_string(kv.num_blocks) + " blocks");
-      }
-      const auto at = [](void* base, int64_t block, int64_t bytes) {
-        return static_cast<uint8_t*>(base) + block * bytes;
-      };
-      for (const auto& [data, bytes] : {std::pair{kv.k, k_bytes}, std::pair{kv.v, v_bytes},
-                                        std::pair{kv.k_scale, k_scale_bytes},
-                                        std::pair{kv.v_scale, v_scale_bytes}}) {
-        if (bytes == 0) continue;
-        TM_RETURN_IF_ERROR(copy_bytes(at(data, copy.dst, bytes), at(data, copy.src, bytes), bytes));
-      }
+namespace {
+
+Status CheckGroup(const ModelConfig& config, int group) {
+  if (group < 0 || group >= NumKvGroups(config)) {
+    return InvalidArgumentError("a KV block copy names group " + std::to_string(group) +
+                                ", which this model does not have");
+  }
+  return OkStatus();
+}
+
+// Calls visit(array base, bytes of one block) for each array (K, V and their scales) of each
+// storing layer of `group`, in layer order; the first error stops it.
+Status ForEachBlockArray(const KvCacheView& view, const ModelConfig& config, int group,
+                         const std::function<Status(void* base, int64_t block_bytes,
+                                                    int64_t num_blocks)>& visit) {
+  TM_RETURN_IF_ERROR(CheckGroup(config, group));
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    if (KvGroupOfLayer(config, layer) != group || !config.StoresKv(layer)) continue;
+    const KvCacheView kv = view.Layer(layer);
+    const int64_t rows_per_block = int64_t{kv.block_size} * kv.n_kv_heads;
+    // V within K (MLA) moves with it.
+    const int64_t v_rows = kv.v_in_k ? 0 : rows_per_block;
+    for (const auto& [data, bytes] :
+         {std::pair{kv.k, rows_per_block * KvRowBytes(kv.type, kv.head_dim)},
+          std::pair{kv.v, v_rows * KvRowBytes(kv.v_type, kv.head_dim)},
+          std::pair{kv.k_scale, rows_per_block * KvRowScaleBytes(kv.type, kv.head_dim)},
+          std::pair{kv.v_scale, v_rows * KvRowScaleBytes(kv.v_type, kv.head_dim)}}) {
+      if (bytes == 0) continue;
+      TM_RETURN_IF_ERROR(visit(data, bytes, kv.num_blocks));
     }
   }
   return OkStatus();
+}
+
+uint8_t* BlockAt(void* base, int64_t block, int64_t block_bytes) {
+  return static_cast<uint8_t*>(base) + block * block_bytes;
+}
+
+Status CheckBlock(int64_t block, int64_t num_blocks) {
+  if (block < 0 || block >= num_blocks) {
+    return InvalidArgumentError("KV block " + std::to_string(block) +
+                                " is outside the pool of " + std::to_string(num_blocks) +
+                                " blocks");
+  }
+  return OkStatus();
+}
+
+// Calls move(the block's bytes in one array, their offset in a buffer of KvBlockBytes, bytes)
+// for each array of `block`, after checking the buffer's size.
+Status ForEachArrayOfBlock(
+    const KvCacheView& view, const ModelConfig& config, int group, int64_t block,
+    int64_t buffer_size,
+    const std::function<Status(uint8_t* pool, int64_t offset, int64_t bytes)>& move) {
+  if (buffer_size != KvBlockBytes(view, config, group)) {
+    return InvalidArgumentError("a KV block of " + std::to_string(buffer_size) + " bytes, not " +
+                                std::to_string(KvBlockBytes(view, config, group)));
+  }
+  int64_t offset = 0;
+  return ForEachBlockArray(view, config, group,
+                           [&](void* base, int64_t block_bytes, int64_t num_blocks) -> Status {
+                             TM_RETURN_IF_ERROR(CheckBlock(block, num_blocks));
+                             const int64_t at = offset;
+                             offset += block_bytes;
+                             return move(BlockAt(base, block, block_bytes), at, block_bytes);
+                           });
+}
+
+}  // namespace
+
+Status CopyKvBlocks(const KvCacheView& view, const ModelConfig& config,
+                    std::span<const KvBlockCopy> copies, const CopyBytes& copy_bytes) {
+  for (const KvBlockCopy& copy : copies) {
+    TM_RETURN_IF_ERROR(ForEachBlockArray(
+        view, config, copy.group, [&](void* base, int64_t block_bytes, int64_t num_blocks) {
+          if (copy.src < 0 || copy.dst < 0 || copy.src >= num_blocks || copy.dst >= num_blocks) {
+            return InvalidArgumentError("a KV block copy from " + std::to_string(copy.src) +
+                                        " to " + std::to_string(copy.dst) +
+                                        " is outside the pool of " + std::to_string(num_blocks) +
+                                        " blocks");
+          }
+          return copy_bytes(BlockAt(base, copy.dst, block_bytes),
+                            BlockAt(base, copy.src, block_bytes), block_bytes);
+        }));
+  }
+  return OkStatus();
+}
+
+int64_t KvBlockBytes(const KvCacheView& view, const ModelConfig& config, int group) {
+  int64_t total = 0;
+  const Status status = ForEachBlockArray(view, config, group, [&](void*, int64_t bytes, int64_t) {
+    total += bytes;
+    return OkStatus();
+  });
+  return status.ok() ? total : 0;
+}
+
+Status ReadKvBlock(const KvCacheView& view, const ModelConfig& config, int group, int64_t block,
+                   std::span<uint8_t> out, const CopyBytes& copy_bytes) {
+  return ForEachArrayOfBlock(view, config, group, block, static_cast<int64_t>(out.size()),
+                             [&](uint8_t* pool, int64_t offset, int64_t bytes) {
+                               return copy_bytes(out.data() + offset, pool, bytes);
+                             });
+}
+
+Status WriteKvBlock(const KvCacheView& view, const ModelConfig& config, int group, int64_t block,
+                    std::span<const uint8_t> in, const CopyBytes& copy_bytes) {
+  return ForEachArrayOfBlock(view, config, group, block, static_cast<int64_t>(in.size()),
+                             [&](uint8_t* pool, int64_t offset, int64_t bytes) {
+                               return copy_bytes(pool, in.data() + offset, bytes);
+                             });
 }
 
 BatchBuilder::BatchBuilder(int block_size, int64_t num_blocks, int num_kv_groups)

@@ -87,13 +87,32 @@ StatusOr<std::pair<int64_t, int64_t>> DeviceMemoryInfo() {
                                      static_cast<int64_t>(total_bytes));
 }
 
-Status CopyDeviceToDevice(void* dst, const void* src, int64_t bytes) {
+namespace {
+
+Status CopySynchronously(void* dst, const void* src, int64_t bytes, cudaMemcpyKind kind,
+                         const char* what) {
   if (bytes <= 0) return OkStatus();
-  TM_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice),
-      "copying a KV block on the device");
-  TM_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "copying a KV block on the device");
+  TM_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, static_cast<size_t>(bytes), kind), what);
+  // The legacy stream cudaMemcpy runs on does not order the forward pass's stream.
+  TM_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), what);
   return OkStatus();
+}
+
+}  // namespace
+
+Status CopyDeviceToDevice(void* dst, const void* src, int64_t bytes) {
+  return CopySynchronously(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                           "copying a KV block on the device");
+}
+
+Status CopyHostToDevice(void* dst, const void* src, int64_t bytes) {
+  return CopySynchronously(dst, src, bytes, cudaMemcpyHostToDevice,
+                           "copying a KV block to the device");
+}
+
+Status CopyDeviceToHost(void* dst, const void* src, int64_t bytes) {
+  return CopySynchronously(dst, src, bytes, cudaMemcpyDeviceToHost,
+                           "copying a KV block from the device");
 }
 
 }  // namespace tokenmill::cuda

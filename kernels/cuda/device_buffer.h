@@ -69,6 +69,9 @@ class PinnedBuffer {
 // Copies `bytes` bytes from device memory `src` to device memory `dst`, finished on return
 // (ordered before any later work on any stream).
 Status CopyDeviceToDevice(void* dst, const void* src, int64_t bytes);
+// The same between host memory and the device (a KV block to or from a tier below the pool).
+Status CopyHostToDevice(void* dst, const void* src, int64_t bytes);
+Status CopyDeviceToHost(void* dst, const void* src, int64_t bytes);
 
 // (free, total) bytes of the current device.
 StatusOr<std::pair<int64_t, int64_t>> DeviceMemoryInfo();

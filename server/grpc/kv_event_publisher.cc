@@ -29,6 +29,15 @@ double UnixSeconds() {
       .count();
 }
 
+// The pool's events carry no medium, as before tiers (a router reads nil as the device's).
+void PackMedium(msgpack::packer<msgpack::sbuffer>& pack, const std::string& medium) {
+  if (medium.empty()) {
+    pack.pack_nil();
+  } else {
+    pack.pack(medium);
+  }
+}
+
 std::string EncodeBatch(const std::vector<KvCacheEvent>& events, int block_size) {
   msgpack::sbuffer buffer;
   msgpack::packer<msgpack::sbuffer> pack(buffer);
@@ -50,14 +59,14 @@ std::string EncodeBatch(const std::vector<KvCacheEvent>& events, int block_size)
         pack.pack(event.tokens);
         pack.pack_int(block_size);
         pack.pack_nil();  // lora_id
-        pack.pack_nil();  // medium
+        PackMedium(pack, event.medium);
         break;
       case KvCacheEvent::Kind::kBlockRemoved:
         pack.pack_array(3);
         pack.pack(std::string_view("BlockRemoved"));
         pack.pack_array(1);
         pack.pack_uint64(event.hash);
-        pack.pack_nil();  // medium
+        PackMedium(pack, event.medium);
         break;
       case KvCacheEvent::Kind::kAllBlocksCleared:
         pack.pack_array(1);

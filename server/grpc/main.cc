@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -24,10 +25,12 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/url_query.h"
 #include "server/grpc/grpc_listener.h"
 #include "server/grpc/inference_service.h"
 #include "server/grpc/json_log_formatter.h"
 #include "server/grpc/kv_event_publisher.h"
+#include "server/grpc/request_builder.h"
 #include "server/grpc/server_credentials.h"
 #include "server/grpc/server_options.h"
 #include "server/grpc/serving_model.h"
@@ -102,6 +105,33 @@ std::string RenderCachedPrefixes(const ServingModel* model) {
   return nlohmann::json{{"block_size", model->block_size}, {"blocks", blocks}}.dump();
 }
 
+// POST /kv_cache/purge?tenant=NAME (or ?all=1): deletes the disk tier's blocks of a tenant's
+// prompts (every salt its requests had), or all of them.
+MetricsHttpServer::ActionResult PurgeKvTier(const ServingModel* model, std::string_view query,
+                                            bool shared_prefix_cache) {
+  const auto error = [](int status, std::string message) {
+    return MetricsHttpServer::ActionResult{status, nlohmann::json{{"error", message}}.dump()};
+  };
+  if (model == nullptr) return error(503, "the model is loading");
+  std::optional<std::string> tenant;
+  bool all = false;
+  for (const auto& [key, value] : QueryPairs(query)) {
+    if (key == "tenant") tenant = value;
+    if (key == "all") all = value == "1" || value == "true";
+  }
+  if (all == tenant.has_value() || (tenant.has_value() && tenant->empty())) {
+    return error(400, "say whose blocks to delete: ?tenant=NAME (a gateway tenant) or ?all=1");
+  }
+  if (tenant.has_value() && shared_prefix_cache) {
+    return error(400, "with --shared-prefix-cache tenants share cached blocks, so one tenant's "
+                      "cannot be told apart: purge ?all=1");
+  }
+  const StatusOr<int64_t> purged = model->engine->PurgeKvTier(
+      all ? std::string() : PrefixCacheSalt(*tenant, "", /*shared_prefix_cache=*/false));
+  if (!purged.ok()) return error(409, std::string(purged.status().message()));
+  return {200, nlohmann::json{{"purged_blocks", *purged}}.dump()};
+}
+
 void SetHealth(grpc::Server& server, bool serving) {
   grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
   health->SetServingStatus(serving);
@@ -119,6 +149,9 @@ int Run(const ServerOptions& options) {
   if (!grammar_cache_bytes.ok()) return Fail(grammar_cache_bytes.status());
 
   ShutdownSignals signals;  // before any other thread starts (gRPC's credentials start some)
+  // A disk tier write past RLIMIT_FSIZE fails with EFBIG (the tier pauses) instead of ending
+  // the process.
+  signal(SIGXFSZ, SIG_IGN);
   // Before the engine, which hands it each step's events, and destroyed after it.
   std::unique_ptr<KvEventPublisher> kv_events;
   if (!options.kv_events_endpoint.empty()) {
@@ -177,6 +210,18 @@ int Run(const ServerOptions& options) {
                            },
                        .needs_api_key = true,
                        .available = {}});
+    }
+    if (!options.kv_cache_dir.empty()) {
+      pages.push_back({.path = "/kv_cache/purge",
+                       .content_type = "application/json",
+                       .render = {},
+                       .needs_api_key = true,
+                       .available = {},
+                       .post = [&serving_model, shared = options.shared_prefix_cache](
+                                   std::string_view query) {
+                         return PurgeKvTier(serving_model.load(std::memory_order_acquire), query,
+                                            shared);
+                       }});
     }
     StatusOr<std::unique_ptr<MetricsHttpServer>> started = MetricsHttpServer::Start(
         metrics_host, options.metrics_port, std::move(pages),

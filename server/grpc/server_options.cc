@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <set>
@@ -122,6 +123,17 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
           "sliding-window layers (Gemma 2 and 3) keep every KV block in the full layers' pool "
           "instead of a pool of their own that frees blocks past their window (vLLM's "
           "--disable-hybrid-kv-cache-manager)");
+  AddOption(app, "--kv-cache-dir", o.kv_cache_dir,
+            "a directory for a disk tier below the KV pool: full prefix blocks are written "
+            "through as they are cached and a later request, or this server restarted with the "
+            "same model and KV settings, loads them instead of computing them. Holds prompt "
+            "data (files 0600); see docs/kv-tiers.md");
+  AddOption(app, "--kv-cache-dir-size", o.kv_cache_dir_size,
+            "the disk tier's byte budget (\"20GiB\"); least recently used blocks go first");
+  AddOption(app, "--kv-cache-dir-ttl", o.kv_cache_dir_ttl_seconds,
+            "seconds after which a disk tier block nobody used is deleted (0: kept until the "
+            "budget needs its room)")
+      ->check(CLI::NonNegativeNumber);
   AddOption(app, "--spec", o.spec,
             "speculative decoding: none, ngram (prompt lookup) or draft (--draft-model)")
       ->check(CLI::IsMember({"none", "ngram", "draft"}));
@@ -281,6 +293,25 @@ StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t availabl
   }
   if (o.kv_events_endpoint.empty() && !o.kv_events_replay_endpoint.empty()) {
     return InvalidArgumentError("--kv-events-replay-endpoint needs --kv-events-endpoint");
+  }
+  if (!o.kv_cache_dir.empty()) {
+    if (o.no_prefix_cache) {
+      return InvalidArgumentError(
+          "--kv-cache-dir keeps prefix blocks on disk, which needs the prefix cache: drop "
+          "--no-prefix-cache or --kv-cache-dir");
+    }
+    StatusOr<int64_t> dir_bytes = ParseByteSize(o.kv_cache_dir_size);
+    if (!dir_bytes.ok() || *dir_bytes <= 0) {
+      return InvalidArgumentError("--kv-cache-dir-size: " +
+                                  (dir_bytes.ok() ? std::string("give a positive size")
+                                                  : std::string(dir_bytes.status().message())) +
+                                  " (e.g. \"20GiB\")");
+    }
+    config.kv_tiers = {.dir = o.kv_cache_dir,
+                       .max_bytes = *dir_bytes,
+                       .ttl = std::chrono::seconds(
+                           static_cast<int64_t>(std::ceil(o.kv_cache_dir_ttl_seconds))),
+                       .model_path = o.model_path};
   }
   config.num_threads = o.threads;
   config.scheduler.max_num_seqs = o.max_num_seqs;

@@ -63,12 +63,20 @@ http::response<http::string_body> Respond(const http::request<http::string_body>
   std::string paths;
   for (const MetricsHttpServer::Page& p : pages) paths += (paths.empty() ? "" : ", ") + p.path;
   http::response<http::string_body> response;
-  if (request.method() != http::verb::get && request.method() != http::verb::head) {
-    response =
-        Plain(http::status::method_not_allowed, request.version(), "only GET " + paths + "\n");
-    response.set(http::field::allow, "GET, HEAD");
-  } else if (page == pages.end()) {
+  const bool post = page != pages.end() && page->post;
+  const bool method_ok = post ? request.method() == http::verb::post
+                              : request.method() == http::verb::get ||
+                                    request.method() == http::verb::head;
+  if (page == pages.end()) {
     response = Plain(http::status::not_found, request.version(), "not found: try " + paths + "\n");
+  } else if (!method_ok) {
+    response = Plain(http::status::method_not_allowed, request.version(),
+                     std::string(post ? "only POST " : "only GET ") + std::string(path) + "\n");
+    response.set(http::field::allow, post ? "POST" : "GET, HEAD");
+  } else if (post && shared.limits.api_key.empty()) {
+    response = Plain(http::status::forbidden, request.version(),
+                     std::string(path) + " is an admin action: start the server with --api-key "
+                     "and send 'authorization: Bearer <key>'\n");
   } else if (page->needs_api_key && !shared.limits.api_key.empty() &&
              !BearerTokenMatches(AuthorizationOf(request), shared.limits.api_key)) {
     response = Plain(http::status::unauthorized, request.version(),
@@ -78,6 +86,14 @@ http::response<http::string_body> Respond(const http::request<http::string_body>
   } else if (page->available && !page->available()) {
     response = Plain(http::status::service_unavailable, request.version(),
                      "not serving: the model is loading or the server is draining\n");
+  } else if (post) {
+    const size_t question = target.find('?');
+    MetricsHttpServer::ActionResult result =
+        page->post(question == std::string_view::npos ? std::string_view()
+                                                      : target.substr(question + 1));
+    response = Plain(static_cast<http::status>(result.status), request.version(),
+                     std::move(result.body));
+    response.set(http::field::content_type, page->content_type);
   } else {
     response.result(http::status::ok);
     response.version(request.version());

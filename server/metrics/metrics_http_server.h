@@ -1,6 +1,6 @@
 // A small HTTP server for Prometheus: GET /metrics answers the text a callback renders, and
 // any further pages the same way (GET /health, GET /kv_events/state with
-// --kv-events-endpoint). One I/O thread serves every connection with coroutines; /metrics
+// --kv-events-endpoint), and admin actions behind the api key (POST /kv_cache/purge). One I/O thread serves every connection with coroutines; /metrics
 // never blocks on the engine (its callback reads snapshots). Hostile clients are bounded: a request must arrive (and its
 // answer leave) within a deadline, headers and body are capped, and past a number of open
 // connections new ones are closed at once, so idle sockets cannot use up the process's
@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -30,6 +31,11 @@ struct MetricsHttpLimits {
 
 class MetricsHttpServer {
  public:
+  // What an admin action answers: its HTTP status and body.
+  struct ActionResult {
+    int status = 200;
+    std::string body;
+  };
   struct Page {
     std::string path;  // e.g. "/metrics"
     std::string content_type;
@@ -39,6 +45,9 @@ class MetricsHttpServer {
     bool needs_api_key = false;
     // When set and false, the page answers 503 (a health check while the model loads).
     std::function<bool()> available;
+    // Set: an admin action answering POST (not GET), called with the request's query (after
+    // '?'); render is unused. It needs the api key, and answers 403 when the server has none.
+    std::function<ActionResult(std::string_view query)> post;
   };
 
   // Binds host:port (port 0: any free port) and starts serving the pages. Unavailable when

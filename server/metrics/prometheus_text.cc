@@ -86,7 +86,19 @@ void PrometheusWriter::Counter(std::string_view name, std::string_view help, dou
 void PrometheusWriter::CounterByLabel(std::string_view name, std::string_view help,
                                       std::string_view label_name,
                                       const std::vector<std::pair<std::string, double>>& values) {
-  Header(name, help, "counter");
+  ByLabel(name, help, "counter", label_name, values);
+}
+
+void PrometheusWriter::GaugeByLabel(std::string_view name, std::string_view help,
+                                    std::string_view label_name,
+                                    const std::vector<std::pair<std::string, double>>& values) {
+  ByLabel(name, help, "gauge", label_name, values);
+}
+
+void PrometheusWriter::ByLabel(std::string_view name, std::string_view help,
+                               std::string_view type, std::string_view label_name,
+                               const std::vector<std::pair<std::string, double>>& values) {
+  Header(name, help, type);
   for (const auto& [label_value, value] : values) {
     Sample(name, std::string(label_name) + "=\"" + EscapeLabelValue(label_value) + "\"", value);
   }
@@ -114,6 +126,60 @@ void PrometheusWriter::Info(std::string_view name, std::string_view help,
     extra += label + "=\"" + EscapeLabelValue(value) + "\"";
   }
   Sample(name, extra, 1);
+}
+
+// The disk tier's (--kv-cache-dir) figures, labelled tier="disk" as a host-memory tier's would
+// be tier="host".
+void RenderDiskTier(PrometheusWriter& w, const KvDiskTierStats& d, int num_loading) {
+  const auto one = [](double value) {
+    return std::vector<std::pair<std::string, double>>{{"disk", value}};
+  };
+  const auto gauge = [&](std::string_view name, std::string_view help, double value) {
+    w.GaugeByLabel(name, help, "tier", one(value));
+  };
+  const auto counter = [&](std::string_view name, std::string_view help, int64_t value) {
+    w.CounterByLabel(name, help, "tier", one(static_cast<double>(value)));
+  };
+  gauge("tokenmill:kv_tier_enabled", "1 while the tier takes writes (0: off or paused).",
+        d.enabled ? 1 : 0);
+  gauge("tokenmill:kv_tier_bytes", "Bytes of this server's blocks in the tier.",
+        static_cast<double>(d.bytes));
+  gauge("tokenmill:kv_tier_blocks", "This server's blocks in the tier.",
+        static_cast<double>(d.blocks));
+  gauge("tokenmill:kv_tier_other_bytes",
+        "Bytes of other models' or settings' blocks in the tier's directory (in its budget).",
+        static_cast<double>(d.other_bytes));
+  gauge("tokenmill:kv_tier_loading_requests",
+        "Requests waiting for their prefix blocks to load from the tier.", num_loading);
+  counter("tokenmill:kv_tier_writes_total", "Blocks written to the tier.", d.writes);
+  counter("tokenmill:kv_tier_write_failures_total", "Block writes that failed (disk full...).",
+          d.write_failures);
+  counter("tokenmill:kv_tier_dropped_writes_total",
+          "Blocks not written: the write queue was full or the tier off.", d.dropped_writes);
+  counter("tokenmill:kv_tier_evictions_total", "Blocks deleted for the byte budget.",
+          d.evictions);
+  counter("tokenmill:kv_tier_expirations_total", "Blocks deleted for the TTL.", d.expirations);
+  counter("tokenmill:kv_tier_purged_total", "Blocks deleted by a purge.", d.purged);
+  counter("tokenmill:kv_tier_lookups_total", "Blocks looked up past the pool's hit.",
+          d.lookups);
+  counter("tokenmill:kv_tier_hits_total", "Of those, found in the tier.", d.hits);
+  counter("tokenmill:kv_tier_loads_total", "Blocks read back, verified and put in the pool.",
+          d.loads);
+  counter("tokenmill:kv_tier_load_bytes_total", "Bytes of those.", d.load_bytes);
+  counter("tokenmill:kv_tier_load_requests_total", "Loads finished (a request's run of blocks).",
+          d.load_count);
+  w.CounterByLabel("tokenmill:kv_tier_load_seconds_total",
+                   "Time from asking for a load to its finish, summed.", "tier",
+                   one(d.load_seconds));
+  w.CounterByLabel(
+      "tokenmill:kv_tier_rejects_total",
+      "Block files refused and deleted, by reason: corrupt (checksum or header), truncated, "
+      "mismatch (another block's or model's), unreadable.",
+      "reason",
+      {{"corrupt", static_cast<double>(d.rejects_corrupt)},
+       {"truncated", static_cast<double>(d.rejects_truncated)},
+       {"mismatch", static_cast<double>(d.rejects_mismatch)},
+       {"unreadable", static_cast<double>(d.read_failures)}});
 }
 
 std::string RenderMetrics(const ServedModelInfo& model,
@@ -166,6 +232,7 @@ std::string RenderMetrics(const ServedModelInfo& model,
   w.Counter("tokenmill:grammar_cache_evictions_total",
             "Compiled grammars dropped, least recently used first, to stay within the budget.",
             static_cast<double>(grammars.evictions));
+  if (s.disk_tier.has_value()) RenderDiskTier(w, *s.disk_tier, s.num_loading);
   std::vector<std::pair<std::string, double>> finished;
   for (const CompletionReason reason :
        {CompletionReason::kStop, CompletionReason::kLength, CompletionReason::kAbort,

@@ -25,6 +25,8 @@ class PrometheusWriter {
   // One family with one sample per label value of `label_name`.
   void CounterByLabel(std::string_view name, std::string_view help, std::string_view label_name,
                       const std::vector<std::pair<std::string, double>>& values);
+  void GaugeByLabel(std::string_view name, std::string_view help, std::string_view label_name,
+                    const std::vector<std::pair<std::string, double>>& values);
   void Histogram(std::string_view name, std::string_view help, const HistogramSnapshot& h);
   // A gauge of value 1 whose labels carry the information (Prometheus' "info" idiom).
   void Info(std::string_view name, std::string_view help,
@@ -35,6 +37,9 @@ class PrometheusWriter {
  private:
   void Header(std::string_view name, std::string_view help, std::string_view type);
   void Sample(std::string_view name, std::string_view extra_label, double value);
+  void ByLabel(std::string_view name, std::string_view help, std::string_view type,
+               std::string_view label_name,
+               const std::vector<std::pair<std::string, double>>& values);
 
   std::string labels_;  // `a="x",b="y"` (no braces)
   std::string text_;

@@ -76,13 +76,13 @@ TEST_F(KvImportTest, ImportedBlocksContinueTheHitAndAreFoundByAdmission) {
   // A longer prompt: block 0 hits, its next two blocks come from below.
   TestRequest b(1, Concat(Blocks(3, kBlockSize, 10), {8}));
   std::vector<std::pair<int, BlockId>> filled;
-  const int imported = manager_.ImportPrefixBlocks(b.view(), 2, [&](int index, BlockId block) {
+  const int imported = manager_.ImportPrefixBlocks(b.view(), 3, [&](int index, BlockId block) {
     filled.emplace_back(index, block);
     return true;
   });
   EXPECT_EQ(imported, 2);
   // Fresh blocks come from the queue's front: block 1 (free) then 2.
-  EXPECT_THAT(filled, ElementsAre(std::pair(0, 1), std::pair(1, 2)));
+  EXPECT_THAT(filled, ElementsAre(std::pair(1, 1), std::pair(2, 2)));
   ASSERT_EQ(log_.size(), 2u);
   EXPECT_EQ(log_[0].block, 1);
   EXPECT_EQ(log_[1].parent_prefix_id, log_[0].prefix_id);
@@ -110,6 +110,9 @@ TEST_F(KvImportTest, ImportStopsAtAFailedFillAndKeepsTheWatermarkAndTheLastToken
   TestRequest c(3, Concat(Blocks(5, kBlockSize, 90), {1}));
   // 3 free (2 of them cached-evictable), 1 kept back: 2 can be imported.
   EXPECT_EQ(manager_.ImportPrefixBlocks(c.view(), 5, [](int, BlockId) { return true; }), 2);
+  // Nothing past end_block.
+  TestRequest d(4, Concat(Blocks(5, kBlockSize, 70), {1}));
+  EXPECT_EQ(manager_.ImportPrefixBlocks(d.view(), 0, [](int, BlockId) { return true; }), 0);
   EXPECT_INVARIANTS(manager_);
 }
 

@@ -11,7 +11,7 @@
 #include "gateway/api/openai/sdk_fields.h"
 #include "gateway/api/openai/tool_calls.h"
 #include "gateway/http/request_body.h"
-#include "gateway/http/url.h"
+#include "common/url_query.h"
 
 namespace tokenmill::gateway {
 

@@ -1,14 +1,15 @@
-// The parts of a request target the routes read: a path segment and query string values,
-// percent-decoded.
+// The parts of an HTTP request target that handlers read (the gateway's routes, the server's
+// admin actions): a path segment and query string values, percent-decoded.
 #pragma once
 
+#include <algorithm>
 #include <cctype>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-namespace tokenmill::gateway {
+namespace tokenmill {
 
 // "%20" -> " " (a model id in a path); a malformed escape stays as it is.
 inline std::string PercentDecode(std::string_view text) {
@@ -40,4 +41,4 @@ inline std::vector<std::pair<std::string, std::string>> QueryPairs(std::string_v
   return pairs;
 }
 
-}  // namespace tokenmill::gateway
+}  // namespace tokenmill

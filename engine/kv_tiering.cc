@@ -1,0 +1,236 @@
+#include "engine/kv_tiering.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "cache/tiers/block_digest.h"
+
+namespace tokenmill {
+namespace {
+
+// No request has this id: the lookups before a request is added use it.
+constexpr uint64_t kLookupId = std::numeric_limits<uint64_t>::max();
+
+// Bump when the bytes a block holds change for the same model and settings (a new KV layout or
+// arithmetic): an upgraded server must not serve blocks an older one wrote.
+constexpr int kKvFormatVersion = 1;
+
+}  // namespace
+
+KvTiering::KvTiering(const KvTierSettings& settings, std::string identity, KvCacheManager& kv,
+                     ForwardBackend& backend)
+    : kv_(kv),
+      backend_(backend),
+      block_bytes_(backend.KvBlockBytes()),
+      wake_(std::make_shared<Wake>()) {
+  KvDiskTierConfig config{.dir = settings.dir,
+                          .max_bytes = settings.max_bytes,
+                          .ttl = settings.ttl,
+                          .identity = std::move(identity),
+                          .payload_bytes = block_bytes_,
+                          .block_size = kv.block_size()};
+  disk_ = KvDiskTier::Open(std::move(config), [wake = wake_] {
+    std::lock_guard<std::mutex> lock(wake->mutex);
+    if (wake->call) wake->call();
+  });
+  kv_.set_prefix_log(&changes_);
+  // The tier's scan of what an earlier run left: a restarted server serves it from its first
+  // request (a scan reads each file's header only; bounded for a slow disk).
+  disk_->Flush(std::chrono::steady_clock::now() + std::chrono::seconds(60));
+}
+
+KvTiering::~KvTiering() {
+  SetWake(nullptr);
+  kv_.set_prefix_log(nullptr);
+}
+
+void KvTiering::SetWake(std::function<void()> wake) {
+  std::lock_guard<std::mutex> lock(wake_->mutex);
+  wake_->call = std::move(wake);
+}
+
+void KvTiering::WriteNewlyCached() {
+  for (PrefixChange& change : changes_) {
+    if (!change.stored) {
+      digests_.erase(change.prefix_id);
+      continue;
+    }
+    const BlockDigest* parent = nullptr;
+    if (change.parent_prefix_id != kEmptyPrefix) {
+      const auto it = digests_.find(change.parent_prefix_id);
+      if (it == digests_.end()) continue;  // a chain this tier never saw begin: not nameable
+      parent = &it->second;
+    }
+    const BlockDigest digest =
+        NextBlockDigest(disk_->root(), parent, change.extra_key, change.tokens);
+    digests_.emplace(change.prefix_id, digest);
+    if (disk_->Contains(digest)) continue;
+    std::vector<uint8_t> payload(static_cast<size_t>(block_bytes_));
+    const Status read = backend_.ReadKvBlock(change.block, payload);
+    if (!read.ok()) {
+      spdlog::warn("KV tiers: block {} not written to disk: {}", change.block, read.ToString());
+      continue;
+    }
+    disk_->Write(digest, change.hash,
+                 change.parent_prefix_id != kEmptyPrefix ? std::optional(change.parent_hash)
+                                                         : std::nullopt,
+                 change.extra_key, change.tokens, std::move(payload));
+  }
+  changes_.clear();
+}
+
+KvCacheRequest KvTiering::LookupRequest(std::span<const TokenId> prompt,
+                                        std::string_view salt) const {
+  return KvCacheRequest{
+      .id = kLookupId, .verified_tokens = prompt, .num_computed_tokens = 0, .cache_salt = salt};
+}
+
+uint64_t KvTiering::StartLoad(std::span<const TokenId> prompt, std::string_view salt) {
+  if (!kv_.prefix_caching() || prompt.empty()) return 0;
+  const int block_size = kv_.block_size();
+  // As the pool's lookup: the last token is computed again.
+  const size_t num_full = static_cast<size_t>((prompt.size() - 1) / block_size) * block_size;
+  if (num_full == 0) return 0;
+  const int first = static_cast<int>(kv_.FindComputedBlocks(LookupRequest(prompt, salt)).blocks.size());
+  const std::vector<BlockDigest> digests =
+      ChainBlockDigests(disk_->root(), salt, prompt.first(num_full), block_size);
+  const int present = disk_->CountPresent(digests, first);
+  if (present == 0) return 0;
+  std::vector<KvTierBlockRef> refs;
+  refs.reserve(static_cast<size_t>(present));
+  for (int i = first; i < first + present; ++i) {
+    const auto tokens = prompt.subspan(static_cast<size_t>(i) * block_size, block_size);
+    refs.push_back({.digest = digests[static_cast<size_t>(i)],
+                    .tokens = std::vector<TokenId>(tokens.begin(), tokens.end())});
+  }
+  const uint64_t ticket = disk_->Load(std::string(salt), std::move(refs));
+  loads_.emplace(ticket, PendingLoad{.prompt = std::vector<TokenId>(prompt.begin(), prompt.end()),
+                                     .salt = std::string(salt),
+                                     .first_block = first});
+  return ticket;
+}
+
+std::vector<uint64_t> KvTiering::ImportFinishedLoads() {
+  std::vector<KvTierLoad> finished = disk_->TakeFinishedLoads();
+  std::vector<uint64_t> tickets;
+  if (finished.empty()) return tickets;
+  // The imports take blocks from the pool: what it cached before goes to disk first.
+  WriteNewlyCached();
+  for (KvTierLoad& load : finished) {
+    const auto it = loads_.find(load.ticket);
+    if (it == loads_.end()) continue;  // cancelled
+    const PendingLoad& pending = it->second;
+    const int end_block = pending.first_block + static_cast<int>(load.payloads.size());
+    kv_.ImportPrefixBlocks(
+        LookupRequest(pending.prompt, pending.salt), end_block, [&](int index, BlockId block) {
+          // The pool's hit may have grown since (another request computed it) or shrunk
+          // (evicted): only blocks the load holds, right after the hit, come back.
+          if (index < pending.first_block) return false;
+          const Status written = backend_.WriteKvBlock(
+              block, load.payloads[static_cast<size_t>(index - pending.first_block)]);
+          if (!written.ok()) spdlog::warn("KV tiers: a block not imported: {}", written.ToString());
+          return written.ok();
+        });
+    tickets.push_back(load.ticket);
+    loads_.erase(it);
+  }
+  return tickets;
+}
+
+void KvTiering::Cancel(uint64_t ticket) {
+  disk_->Cancel(ticket);
+  loads_.erase(ticket);
+}
+
+std::string KvTierIdentity(const std::string& model_digest, const std::string& device,
+                           const std::string& kv_types, int block_size,
+                           const std::string& model_settings) {
+  std::ostringstream text;
+  text << "tokenmill KV blocks\n"
+       << "kv format: " << kKvFormatVersion << "\n"
+       << "model tensors sha256: " << model_digest << "\n"
+       << "device: " << device << "\n"
+       << "kv types: " << kv_types << "\n"
+       << "block size: " << block_size << "\n"
+       << "model settings: " << model_settings << "\n"
+       << "adapter: none\n";
+  return text.str();
+}
+
+std::string KvModelSettings(const ModelConfig& config) {
+  std::ostringstream text;
+  text << std::hexfloat << "layers " << config.n_layers << ", context " << config.context_length
+       << ", rope original context " << config.rope_original_context << ", yarn beta "
+       << config.rope_yarn_beta_fast << ' ' << config.rope_yarn_beta_slow;
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    const ModelConfig::LayerShape shape = config.Shape(layer);
+    const RopeParams rope = LayerRope(config, layer, {});
+    text << "; " << layer << ": kv heads " << shape.n_kv_heads << " x " << shape.head_dim
+         << " from layer " << config.KvSourceLayer(layer) << ", rope "
+         << static_cast<int>(rope.style) << ' ' << rope.n_rot << ' ' << rope.freq_base << ' '
+         << rope.position_scale << ' ' << rope.ext_factor << ' ' << rope.corr_low << ' '
+         << rope.corr_high << ' ' << rope.attn_factor;
+  }
+  if (config.HasLatentKv()) text << "; latent " << config.mla.kv_lora_rank;
+  return text.str();
+}
+
+std::string ModelTensorDigest(const GgufFile& file) {
+  // Each tensor's name, type and shape, then the SHA-256 of its bytes: the data is hashed where
+  // it lies (no copy of a file of gigabytes).
+  std::string summary;
+  for (const GgufTensor& tensor : file.tensors()) {
+    summary.append(tensor.name);
+    summary += '\0';
+    summary += std::to_string(tensor.ggml_type);
+    for (const int64_t dim : tensor.shape) summary += ' ' + std::to_string(dim);
+    summary += '\0';
+    const BlockDigest data = Sha256(std::string_view(reinterpret_cast<const char*>(tensor.data),
+                                                     static_cast<size_t>(tensor.num_bytes)));
+    summary.append(reinterpret_cast<const char*>(data.data()), data.size());
+  }
+  return DigestHex(Sha256(summary));
+}
+
+std::string CachedModelDigest(const std::string& cache_dir, const std::string& model_path,
+                              const std::function<std::string()>& compute) {
+  std::error_code error;
+  const std::filesystem::path canonical = std::filesystem::weakly_canonical(model_path, error);
+  struct stat info {};
+  if (error || stat(model_path.c_str(), &info) != 0) return compute();
+  std::ostringstream key;
+  key << canonical.string() << '\n'
+      << info.st_size << '\n'
+      << info.st_mtim.tv_sec << '.' << info.st_mtim.tv_nsec << '\n'
+      << info.st_dev << ':' << info.st_ino;
+  const std::filesystem::path file = std::filesystem::path(cache_dir) / "model-digests" /
+                                     DigestHex(Sha256(key.str()));
+  {
+    std::ifstream in(file);
+    std::string cached;
+    if (in >> cached && cached.size() == 64) return cached;
+  }
+  const std::string digest = compute();
+  std::filesystem::create_directories(file.parent_path(), error);
+  // Written under a temporary name and renamed: a reader sees all of it or nothing.
+  const std::filesystem::path temporary = file.string() + ".tmp" + std::to_string(getpid());
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << digest << '\n';
+  }
+  std::filesystem::rename(temporary, file, error);
+  if (error) std::filesystem::remove(temporary, error);
+  return digest;
+}
+
+}  // namespace tokenmill
