@@ -101,8 +101,14 @@ StatusOr<std::vector<KvCacheEvent>> Engine::CachedPrefixes() {
 }
 
 EngineStats Engine::Stats() const {
-  std::lock_guard<std::mutex> lock(stats_mutex_);
-  return stats_;
+  EngineStats stats;
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    stats = stats_;
+  }
+  // The disk tier's threads change its figures between steps (writes land, purges): now's.
+  if (tiering_ != nullptr) stats.disk_tier = tiering_->Stats();
+  return stats;
 }
 
 void Engine::Shutdown(std::chrono::milliseconds drain_timeout) {

@@ -221,7 +221,12 @@ std::string CachedModelDigest(const std::string& cache_dir, const std::string& m
     if (in >> cached && cached.size() == 64) return cached;
   }
   const std::string digest = compute();
-  std::filesystem::create_directories(file.parent_path(), error);
+  // Beside the blocks, as private as they are (before the tier, which makes its own 0700).
+  for (const std::filesystem::path& dir : {std::filesystem::path(cache_dir), file.parent_path()}) {
+    if (std::filesystem::create_directory(dir, error)) {
+      std::filesystem::permissions(dir, std::filesystem::perms::owner_all, error);
+    }
+  }
   // Written under a temporary name and renamed: a reader sees all of it or nothing.
   const std::filesystem::path temporary = file.string() + ".tmp" + std::to_string(getpid());
   {

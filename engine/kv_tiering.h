@@ -4,7 +4,8 @@
 // loader thread has read and verified those blocks; they then go back into the pool as
 // cached blocks, which the request's admission hits like any other.
 //
-// Engine thread only, but for the wake callback. The pool is the only KV a forward pass reads:
+// The engine thread calls it, but for Purge, Flush and Stats (the disk tier's own locking makes
+// them safe from any thread) and the wake callback. The pool is the only KV a forward pass reads:
 // a block leaves it as bytes copied out before any step can overwrite it, and comes back
 // before any step needs it.
 #pragma once

@@ -25,12 +25,14 @@ EXIT_TIMEOUT_S = 60
 
 
 class LoggedProcess:
-    def __init__(self, args, env=None, descriptor_limit=None):
+    def __init__(self, args, env=None, descriptor_limit=None, launcher=()):
         self.args = args
         # prlimit sets RLIMIT_NOFILE and execs the program (same pid). Not a preexec_fn: the
         # forked child of this threaded process (grpcio's threads) may die before its exec.
-        launcher = ["prlimit", f"--nofile={descriptor_limit}:{descriptor_limit}", "--"] \
-            if descriptor_limit else []
+        # `launcher`: more such programs (e.g. setpriv, prlimit --fsize) to run it through.
+        launcher = list(launcher) + (
+            ["prlimit", f"--nofile={descriptor_limit}:{descriptor_limit}", "--"]
+            if descriptor_limit else [])
         self.lines = []
         self.expected_signals = set()
         self._cond = threading.Condition()

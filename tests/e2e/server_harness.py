@@ -50,11 +50,11 @@ class Server(LoggedProcess):
     """One tokenmill-server process on free ports, its log collected from stderr."""
 
     def __init__(self, *extra_args, model=DEFAULT_MODEL, env=None, wait_ready=True,
-                 metrics=True, port=0, log_level="debug", descriptor_limit=None):
+                 metrics=True, port=0, log_level="debug", descriptor_limit=None, launcher=()):
         self.args = [str(SERVER_BIN), "--model", str(model), "--port", str(port),
                      "--metrics-port", "0" if metrics else "-1", "--log-level", log_level,
                      *map(str, extra_args)]
-        super().__init__(self.args, env, descriptor_limit=descriptor_limit)
+        super().__init__(self.args, env, descriptor_limit=descriptor_limit, launcher=launcher)
         with self.starting():
             self.port = int(self.wait_for_log(r"listening on [^ ]*:(\d+) \(gRPC\)").group(1))
             self.metrics_port = None

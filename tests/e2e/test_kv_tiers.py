@@ -1,0 +1,308 @@
+"""The disk tier below the KV pool (--kv-cache-dir, issue 40) through the real server: a prefix
+evicted by other traffic comes back from disk as a cache hit with the same greedy tokens; a
+server stopped with SIGTERM and started again on the directory finds it, one with another KV
+type or model ignores it; every block file truncated, bit-flipped or swapped with another's,
+between runs or under a running server, is refused (counted, deleted) and the answer stays
+the same; a read-only or full directory turns the tier off with a warning and every request
+still succeeds; the files are 0600 in 0700 directories; a tenant's purge deletes its blocks
+only; and the tier's changes reach KV event subscribers with medium "DISK"."""
+import os
+import shutil
+import signal
+import stat
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import msgspec
+import pytest
+import zmq
+
+from server_harness import MODELS_DIR, Server, generate, pb2
+
+BLOCK = 16
+# ~800 tokens: 50 full blocks of SmolLM2's KV (23,040 bytes a token at f16).
+PROMPT = " ".join(f"Item {i}: the ledger of harbour {i % 7} lists {i * 3} crates of tea."
+                  for i in range(40))
+OTHERS = [" ".join(f"Note {i}-{k}: a different story about mountain {i} and river {k}."
+                   for i in range(45)) for k in range(4)]
+# A pool of ~1800 tokens: the four other prompts push PROMPT's blocks out of it.
+POOL = ("--kv-cache-memory", "40MiB")
+MAX_TOKENS = 12
+API_KEY = "kv-tier-test-key"
+
+
+def tier_server(directory, *extra, **kwargs):
+    return Server("--kv-cache-dir", directory, *POOL, *extra, **kwargs)
+
+
+def run(server, prompt=PROMPT, metadata=None):
+    """(token ids, cached prompt tokens) of one greedy request."""
+    request = pb2.GenerateRequest(text=prompt, max_tokens=MAX_TOKENS, ignore_eos=True)
+    responses = list(server.stub.Generate(request, metadata=metadata, timeout=120))
+    ids = [t for r in responses for t in r.token_ids]
+    return ids, responses[-1].usage.cached_prompt_tokens
+
+
+def evict(server):
+    for other in OTHERS:
+        run(server, other)
+
+
+def metric(server, name, **labels):
+    samples = server.metrics()
+    key = name + ("{" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}"
+                  if labels else "")
+    return samples[key]
+
+
+def block_files(directory):
+    return sorted(Path(directory).rglob("*.kvb"))
+
+
+def wait_for_files(directory, count, timeout=30):
+    deadline = time.monotonic() + timeout
+    while len(block_files(directory)) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} block files in {directory}"
+        time.sleep(0.05)
+
+
+def stop(server):
+    server.signal(signal.SIGTERM)
+    assert server.wait_exit() == 0
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """PROMPT's greedy tokens computed without any tier, and a directory that a server stopped
+    with SIGTERM left PROMPT's blocks in."""
+    directory = tmp_path_factory.mktemp("populated")
+    with Server(*POOL) as plain:
+        expected, cached = run(plain)
+        assert cached == 0
+    server = tier_server(directory)
+    ids, _ = run(server)
+    assert ids == expected
+    stop(server)
+    assert len(block_files(directory)) >= 30
+    return expected, directory
+
+
+def copy_of(directory, tmp_path):
+    target = tmp_path / "kv"
+    shutil.copytree(directory, target)
+    return target
+
+
+def test_an_evicted_prefix_comes_back_from_disk(reference, tmp_path):
+    expected, _ = reference
+    with tier_server(tmp_path / "kv") as server:
+        first, cached = run(server)
+        assert first == expected and cached == 0
+        evict(server)
+        again, cached = run(server)
+        assert again == expected
+        assert cached >= 30 * BLOCK
+        assert metric(server, "tokenmill:kv_tier_loads_total", tier="disk") * BLOCK >= cached - \
+            BLOCK  # the pool may still hold a block or two at the head
+        assert metric(server, "tokenmill:kv_tier_rejects_total", reason="corrupt") == 0
+
+
+def test_a_restarted_server_finds_its_prefixes_and_another_kv_type_does_not(reference, tmp_path):
+    expected, populated = reference
+    directory = copy_of(populated, tmp_path)
+    with tier_server(directory) as server:
+        ids, cached = run(server)
+        assert ids == expected
+        assert cached >= 30 * BLOCK
+    with tier_server(directory, "--kv-cache-dtype", "int8") as server:
+        _, cached = run(server)
+        assert cached == 0
+        assert metric(server, "tokenmill:kv_tier_other_bytes", tier="disk") > 0
+    with tier_server(directory, model=MODELS_DIR / "stories260K.gguf") as server:
+        assert metric(server, "tokenmill:kv_tier_blocks", tier="disk") == 0
+
+
+def truncate(path):
+    os.truncate(path, path.stat().st_size // 2)
+
+
+def flip_bit(path):
+    with open(path, "r+b") as f:
+        f.seek(path.stat().st_size // 2)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0x04]))
+
+
+def swap_all(files):
+    """Each file takes the next one's bytes (a rotation): every name holds another block."""
+    contents = [f.read_bytes() for f in files]
+    for f, content in zip(files, contents[1:] + contents[:1]):
+        f.write_bytes(content)
+
+
+@pytest.mark.parametrize("fault,reason", [("truncate", "truncated"), ("flip", "corrupt"),
+                                          ("swap", "mismatch")])
+def test_damaged_files_between_runs_are_refused_and_the_answer_stands(reference, tmp_path,
+                                                                        fault, reason):
+    expected, populated = reference
+    directory = copy_of(populated, tmp_path)
+    files = block_files(directory)
+    if fault == "swap":
+        swap_all(files)
+    else:
+        for f in files:
+            truncate(f) if fault == "truncate" else flip_bit(f)
+    with tier_server(directory) as server:
+        ids, cached = run(server)
+        assert ids == expected
+        assert cached == 0
+        assert metric(server, "tokenmill:kv_tier_rejects_total", reason=reason) >= 1
+        assert server.proc.poll() is None
+        # The refused file is gone; the blocks computed again are written anew.
+        ids, _ = run(server)
+        assert ids == expected
+
+
+def test_damaged_files_under_a_running_server(reference, tmp_path):
+    expected, populated = reference
+    directory = copy_of(populated, tmp_path)
+    with tier_server(directory) as server:
+        evict(server)  # nothing of PROMPT in the pool
+        for f in block_files(directory):
+            flip_bit(f)
+        ids, cached = run(server)
+        assert ids == expected and cached == 0
+        assert metric(server, "tokenmill:kv_tier_rejects_total", reason="corrupt") >= 1
+
+
+def sanitizer_logs_to_stderr():
+    """A server run as another user may not write the sanitizer log directory: its reports go to
+    stderr, which the harness reads."""
+    env = {}
+    for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
+        if var in os.environ:
+            options = [o for o in os.environ[var].split(":") if not o.startswith("log_path=")]
+            env[var] = ":".join(options + ["log_path=stderr"])
+    return env
+
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+
+
+def give_to(directory, uid, mode_dirs, mode_files):
+    for path in [directory, *directory.rglob("*")]:
+        os.chown(path, uid, uid)
+        path.chmod(mode_dirs if path.is_dir() else mode_files)
+
+
+def test_a_read_only_directory_at_start_means_no_tier(reference):
+    expected, populated = reference
+    parent = Path(tempfile.mkdtemp(prefix="tokenmill-kv-ro-"))
+    try:
+        shutil.copytree(populated, parent / "kv")
+        give_to(parent, 0, 0o755, 0o644)  # readable by all, writable by root alone
+        with tier_server(parent / "kv", launcher=NOBODY, env=sanitizer_logs_to_stderr()) \
+                as server:
+            server.wait_for_log(r"KV disk tier off: .* cannot be used \(Permission denied\)")
+            assert metric(server, "tokenmill:kv_tier_enabled", tier="disk") == 0
+            ids, cached = run(server)
+            assert ids == expected and cached == 0
+    finally:
+        shutil.rmtree(parent)
+
+
+def test_a_directory_made_read_only_under_a_running_server(reference):
+    expected, _ = reference
+    parent = Path(tempfile.mkdtemp(prefix="tokenmill-kv-ro-"))
+    try:
+        parent.chmod(0o755)
+        (parent / "kv").mkdir()
+        give_to(parent / "kv", 65534, 0o700, 0o600)
+        with tier_server(parent / "kv", launcher=NOBODY, env=sanitizer_logs_to_stderr()) \
+                as server:
+            assert run(server) == (expected, 0)
+            wait_for_files(parent / "kv", 30)
+            give_to(parent / "kv", 0, 0o755, 0o644)  # nobody may read it, no longer write
+            run(server, OTHERS[0])
+            server.wait_for_log(r"KV disk tier: cannot write .*Permission denied.*no more writes")
+            assert metric(server, "tokenmill:kv_tier_write_failures_total", tier="disk") >= 1
+            evict(server)
+            ids, cached = run(server)  # the blocks written before still load
+            assert ids == expected and cached >= 30 * BLOCK
+            assert server.proc.poll() is None
+    finally:
+        shutil.rmtree(parent)
+
+
+def test_a_full_disk_turns_writes_off_and_requests_still_succeed(reference, tmp_path):
+    expected, _ = reference
+    # RLIMIT_FSIZE: any write past 64 KiB fails with EFBIG, as a full disk fails with ENOSPC.
+    with tier_server(tmp_path / "kv", launcher=["prlimit", "--fsize=65536", "--"]) as server:
+        ids, cached = run(server)
+        assert ids == expected and cached == 0
+        server.wait_for_log(r"KV disk tier: cannot write .*File too large.*writes paused")
+        assert metric(server, "tokenmill:kv_tier_write_failures_total", tier="disk") >= 1
+        for other in OTHERS[:2]:
+            run(server, other)
+        assert run(server)[0] == expected
+    assert not list((tmp_path / "kv").rglob("*.tmp*")), "no temporary file is left behind"
+
+
+def test_files_are_private_and_a_tenant_purge_deletes_only_its_blocks(tmp_path):
+    directory = tmp_path / "kv"
+    auth = ("authorization", f"Bearer {API_KEY}")
+    with tier_server(directory, "--api-key", API_KEY) as server:
+        run(server, PROMPT, metadata=[auth, ("x-tokenmill-tenant", "acme")])
+        wait_for_files(directory, 30)
+        acme_files = set(block_files(directory))
+        run(server, OTHERS[0], metadata=[auth, ("x-tokenmill-tenant", "globex")])
+        wait_for_files(directory, len(acme_files) + 30)
+        for path in [p for p in directory.rglob("*") if p.is_dir()] + [directory]:
+            assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+        for path in block_files(directory):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+        url = f"http://127.0.0.1:{server.metrics_port}/kv_cache/purge?tenant=acme"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=30)
+        assert refused.value.code == 401
+        request = urllib.request.Request(url, method="POST",
+                                         headers={"Authorization": f"Bearer {API_KEY}"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert msgspec.json.decode(response.read())["purged_blocks"] == len(acme_files)
+        left = set(block_files(directory))
+        assert not (left & acme_files)
+        assert len(left) >= 30  # globex's
+        assert metric(server, "tokenmill:kv_tier_purged_total", tier="disk") == len(acme_files)
+
+
+def test_disk_tier_changes_reach_kv_event_subscribers(tmp_path):
+    context = zmq.Context()
+    subscriber = context.socket(zmq.SUB)
+    port = subscriber.bind_to_random_port("tcp://127.0.0.1")
+    subscriber.setsockopt(zmq.SUBSCRIBE, b"")
+    try:
+        with tier_server(tmp_path / "kv", "--kv-events-endpoint",
+                         f"tcp://127.0.0.1:{port}") as server:
+            # PUB drops batches until the subscription has reached it: each new question
+            # stores new blocks, and its steps publish what the tier wrote meanwhile.
+            mediums = []
+            deadline = time.monotonic() + 60
+            asked = 0
+            while "DISK" not in mediums or None not in mediums:
+                assert time.monotonic() < deadline, f"mediums {set(mediums)} after {asked}"
+                run(server, f"Question {asked}: " + OTHERS[asked % len(OTHERS)])
+                asked += 1
+                while subscriber.poll(200):
+                    _, _, payload = subscriber.recv_multipart()
+                    _, events = msgspec.msgpack.decode(payload)
+                    mediums += [e[6] for e in events if e[0] == "BlockStored"]
+            assert "DISK" in mediums
+            assert None in mediums  # the pool's own events carry none, as before
+    finally:
+        subscriber.close(linger=0)
+        context.term()
