@@ -242,4 +242,9 @@ void KvDiskTier::Flush(std::chrono::steady_clock::time_point deadline) { impl_->
 std::vector<KvTierEvent> KvDiskTier::TakeEvents() { return impl_->TakeEvents(); }
 KvDiskTierStats KvDiskTier::Stats() const { return impl_->Stats(); }
 
+std::string KvDiskTier::Impl::BlockPath(const BlockDigest& digest) const {
+  const std::string hex = DigestHex(digest);
+  return id_dir_ + "/" + hex.substr(0, 2) + "/" + hex + std::string(tier_files::kBlockSuffix);
+}
+
 }  // namespace tokenmill

@@ -107,6 +107,8 @@ class KvDiskTier::Impl {
   bool Stopping() const;
   bool WritesAllowedLocked(std::chrono::steady_clock::time_point now) const;
   static int64_t WallNowNs();
+  // This identity's file of the block `digest`.
+  std::string BlockPath(const BlockDigest& digest) const;
 
   const KvDiskTierConfig config_;
   const std::function<void()> wake_;

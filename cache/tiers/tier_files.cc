@@ -72,6 +72,13 @@ int ReadFile::Open(const std::string& path) {
   return 0;
 }
 
+void Prefetch(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+  ::close(fd);
+}
+
 ReadFile::~ReadFile() {
   if (fd_ >= 0) ::close(fd_);
 }

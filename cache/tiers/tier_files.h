@@ -45,6 +45,10 @@ class ReadFile {
   bool regular_ = false;
 };
 
+// Asks the kernel to start reading the whole file now (posix_fadvise WILLNEED), so that the
+// reads that follow find it in memory; nothing when it cannot be opened.
+void Prefetch(const std::string& path);
+
 struct DirEntry {
   std::string name;
   bool is_dir = false;
