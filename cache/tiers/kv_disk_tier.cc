@@ -1,5 +1,9 @@
 #include "cache/tiers/kv_disk_tier.h"
 
+#include <pthread.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -12,8 +16,10 @@
 #include "cache/tiers/tier_files.h"
 
 namespace tokenmill {
-
 namespace {
+
+// The writer thread's nice value: about a tenth of a busy core's share of the CPU.
+constexpr int kWriterNice = 10;
 
 std::string Trimmed(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
@@ -63,8 +69,19 @@ void KvDiskTier::Impl::Start() {
     spdlog::warn("KV disk tier off: {} cannot be used ({}); requests run without it", config_.dir,
                  why);
   }
-  writer_ = std::thread([this] { WriterMain(); });
-  loader_ = std::thread([this] { LoaderMain(); });
+  // Named for operators' tools (top -H, /proc/PID/task/*/comm).
+  writer_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "kv-disk-writer");
+    // Background work: where the cores are busy with forward passes it takes what they leave
+    // (Linux's nice is per thread), so the tier costs serving little; a queue it cannot keep
+    // up with drops writes (counted), never requests.
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), kWriterNice);
+    WriterMain();
+  });
+  loader_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "kv-disk-loader");
+    LoaderMain();
+  });
 }
 
 KvDiskTier::Impl::~Impl() {
