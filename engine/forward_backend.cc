@@ -58,13 +58,13 @@ class CpuBackend final : public ForwardBackend {
     return tokenmill::CopyKvBlocks(kv_->view(), model_.config(), copies, CopyHostBytes);
   }
   int64_t KvBlockBytes() const override {
-    return tokenmill::KvBlockBytes(kv_->view(), model_.config(), 0);
+    return tokenmill::KvBlockBytes(kv_->view(), model_.config());
   }
   Status ReadKvBlock(BlockId block, std::span<uint8_t> out) override {
-    return tokenmill::ReadKvBlock(kv_->view(), model_.config(), 0, block, out, CopyHostBytes);
+    return tokenmill::ReadKvBlock(kv_->view(), model_.config(), block, out, CopyHostBytes);
   }
   Status WriteKvBlock(BlockId block, std::span<const uint8_t> in) override {
-    return tokenmill::WriteKvBlock(kv_->view(), model_.config(), 0, block, in, CopyHostBytes);
+    return tokenmill::WriteKvBlock(kv_->view(), model_.config(), block, in, CopyHostBytes);
   }
   Status Run(const ForwardInput& input, std::span<float> logits) override {
     return forward_.Run(input, kv_->view(), logits);
@@ -126,14 +126,14 @@ class CudaBackend final : public ForwardBackend {
     return tokenmill::CopyKvBlocks(kv_->view(), model_.config(), copies, cuda::CopyDeviceToDevice);
   }
   int64_t KvBlockBytes() const override {
-    return tokenmill::KvBlockBytes(kv_->view(), model_.config(), 0);
+    return tokenmill::KvBlockBytes(kv_->view(), model_.config());
   }
   Status ReadKvBlock(BlockId block, std::span<uint8_t> out) override {
-    return tokenmill::ReadKvBlock(kv_->view(), model_.config(), 0, block, out,
+    return tokenmill::ReadKvBlock(kv_->view(), model_.config(), block, out,
                                   cuda::CopyDeviceToHost);
   }
   Status WriteKvBlock(BlockId block, std::span<const uint8_t> in) override {
-    return tokenmill::WriteKvBlock(kv_->view(), model_.config(), 0, block, in,
+    return tokenmill::WriteKvBlock(kv_->view(), model_.config(), block, in,
                                    cuda::CopyHostToDevice);
   }
   Status Run(const ForwardInput& input, std::span<float> logits) override {

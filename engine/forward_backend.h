@@ -29,9 +29,10 @@ class ForwardBackend {
                             std::span<const int64_t> group_num_blocks, int block_size) = 0;
   // Copies blocks of the pool (kernels/kv_cache_view.h), in order, before the next Run.
   virtual Status CopyKvBlocks(std::span<const KvBlockCopy> copies) = 0;
-  // Group 0's block `block` (every layer's K, V and scales: KvBlockBytes of model/kv_cache.h)
-  // copied out of the pool into `out`, or from `in` into it, for a tier below the pool;
-  // finished on return, ordered with the forward passes.
+  // Block `block` of every KV group (every layer's K, V and scales: KvBlockBytes of
+  // model/kv_cache.h) copied out of the pool into `out`, or from `in` into it, for a tier below
+  // the pool (whose blocks one table addresses in every group); finished on return, ordered
+  // with the forward passes.
   virtual int64_t KvBlockBytes() const = 0;
   virtual Status ReadKvBlock(BlockId block, std::span<uint8_t> out) = 0;
   virtual Status WriteKvBlock(BlockId block, std::span<const uint8_t> in) = 0;

@@ -117,23 +117,25 @@ Status CheckBlock(int64_t block, int64_t num_blocks) {
 }
 
 // Calls move(the block's bytes in one array, their offset in a buffer of KvBlockBytes, bytes)
-// for each array of `block`, after checking the buffer's size.
+// for each array of `block` in every KV group, after checking the buffer's size.
 Status ForEachArrayOfBlock(
-    const KvCacheView& view, const ModelConfig& config, int group, int64_t block,
-    int64_t buffer_size,
+    const KvCacheView& view, const ModelConfig& config, int64_t block, int64_t buffer_size,
     const std::function<Status(uint8_t* pool, int64_t offset, int64_t bytes)>& move) {
-  if (buffer_size != KvBlockBytes(view, config, group)) {
+  if (buffer_size != KvBlockBytes(view, config)) {
     return InvalidArgumentError("a KV block of " + std::to_string(buffer_size) + " bytes, not " +
-                                std::to_string(KvBlockBytes(view, config, group)));
+                                std::to_string(KvBlockBytes(view, config)));
   }
   int64_t offset = 0;
-  return ForEachBlockArray(view, config, group,
-                           [&](void* base, int64_t block_bytes, int64_t num_blocks) -> Status {
-                             TM_RETURN_IF_ERROR(CheckBlock(block, num_blocks));
-                             const int64_t at = offset;
-                             offset += block_bytes;
-                             return move(BlockAt(base, block, block_bytes), at, block_bytes);
-                           });
+  for (int group = 0; group < NumKvGroups(config); ++group) {
+    TM_RETURN_IF_ERROR(ForEachBlockArray(
+        view, config, group, [&](void* base, int64_t block_bytes, int64_t num_blocks) -> Status {
+          TM_RETURN_IF_ERROR(CheckBlock(block, num_blocks));
+          const int64_t at = offset;
+          offset += block_bytes;
+          return move(BlockAt(base, block, block_bytes), at, block_bytes);
+        }));
+  }
+  return OkStatus();
 }
 
 }  // namespace
@@ -156,26 +158,30 @@ Status CopyKvBlocks(const KvCacheView& view, const ModelConfig& config,
   return OkStatus();
 }
 
-int64_t KvBlockBytes(const KvCacheView& view, const ModelConfig& config, int group) {
+int64_t KvBlockBytes(const KvCacheView& view, const ModelConfig& config) {
   int64_t total = 0;
-  const Status status = ForEachBlockArray(view, config, group, [&](void*, int64_t bytes, int64_t) {
-    total += bytes;
-    return OkStatus();
-  });
-  return status.ok() ? total : 0;
+  for (int group = 0; group < NumKvGroups(config); ++group) {
+    const Status status =
+        ForEachBlockArray(view, config, group, [&](void*, int64_t bytes, int64_t) {
+          total += bytes;
+          return OkStatus();
+        });
+    TM_CHECK(status.ok()) << status.ToString();
+  }
+  return total;
 }
 
-Status ReadKvBlock(const KvCacheView& view, const ModelConfig& config, int group, int64_t block,
+Status ReadKvBlock(const KvCacheView& view, const ModelConfig& config, int64_t block,
                    std::span<uint8_t> out, const CopyBytes& copy_bytes) {
-  return ForEachArrayOfBlock(view, config, group, block, static_cast<int64_t>(out.size()),
+  return ForEachArrayOfBlock(view, config, block, static_cast<int64_t>(out.size()),
                              [&](uint8_t* pool, int64_t offset, int64_t bytes) {
                                return copy_bytes(out.data() + offset, pool, bytes);
                              });
 }
 
-Status WriteKvBlock(const KvCacheView& view, const ModelConfig& config, int group, int64_t block,
+Status WriteKvBlock(const KvCacheView& view, const ModelConfig& config, int64_t block,
                     std::span<const uint8_t> in, const CopyBytes& copy_bytes) {
-  return ForEachArrayOfBlock(view, config, group, block, static_cast<int64_t>(in.size()),
+  return ForEachArrayOfBlock(view, config, block, static_cast<int64_t>(in.size()),
                              [&](uint8_t* pool, int64_t offset, int64_t bytes) {
                                return copy_bytes(pool, in.data() + offset, bytes);
                              });

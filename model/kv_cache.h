@@ -45,15 +45,16 @@ using CopyBytes = std::function<Status(void* dst, const void* src, int64_t bytes
 Status CopyKvBlocks(const KvCacheView& view, const ModelConfig& config,
                     std::span<const KvBlockCopy> copies, const CopyBytes& copy_bytes);
 
-// Bytes of one block of KV group `group` (every storing layer's K, V and scales): what
-// ReadKvBlock and WriteKvBlock move; 0 for a group the model does not have.
-int64_t KvBlockBytes(const KvCacheView& view, const ModelConfig& config, int group);
-// Copies block `block` of `group` out of the pool into `out`, or from `in` into it, array after
-// array in layer order, through copy_bytes (host or device memory), for a tier below the pool.
-// InvalidArgument for a block outside the pool or a buffer not KvBlockBytes long.
-Status ReadKvBlock(const KvCacheView& view, const ModelConfig& config, int group, int64_t block,
+// Bytes of block `block` in every KV group (each storing layer's K, V and scales), for a tier
+// below the pool when one block table serves every group (no sliding-window pool of its own):
+// what ReadKvBlock and WriteKvBlock move.
+int64_t KvBlockBytes(const KvCacheView& view, const ModelConfig& config);
+// Copies block `block` of every group out of the pool into `out`, or from `in` into it, array
+// after array in group and layer order, through copy_bytes (host or device memory).
+// InvalidArgument for a block outside a pool or a buffer not KvBlockBytes long.
+Status ReadKvBlock(const KvCacheView& view, const ModelConfig& config, int64_t block,
                    std::span<uint8_t> out, const CopyBytes& copy_bytes);
-Status WriteKvBlock(const KvCacheView& view, const ModelConfig& config, int group, int64_t block,
+Status WriteKvBlock(const KvCacheView& view, const ModelConfig& config, int64_t block,
                     std::span<const uint8_t> in, const CopyBytes& copy_bytes);
 
 // Sequences that take fresh blocks from a bump allocator, and the step inputs for them. Every

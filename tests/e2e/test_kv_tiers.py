@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import stat
+import subprocess
 import tempfile
 import time
 import urllib.request
@@ -19,7 +20,7 @@ import msgspec
 import pytest
 import zmq
 
-from server_harness import MODELS_DIR, Server, generate, pb2
+from server_harness import MODELS_DIR, SERVER_BIN, Server, pb2
 
 BLOCK = 16
 # ~800 tokens: 50 full blocks of SmolLM2's KV (23,040 bytes a token at f16).
@@ -306,3 +307,27 @@ def test_disk_tier_changes_reach_kv_event_subscribers(tmp_path):
     finally:
         subscriber.close(linger=0)
         context.term()
+
+
+GEMMA = MODELS_DIR / "gemma-3-270m-q4_k_m.gguf"
+
+
+def test_sliding_window_layers_in_the_one_pool_go_to_disk_too(tmp_path):
+    """Gemma 3's sliding-window layers: with a pool of their own the tier is refused by name;
+    in the full layers' pool (--no-sliding-window-kv) a block's file holds every layer, and a
+    restarted server's disk hit gives the tokens it computed."""
+    refused = subprocess.run([str(SERVER_BIN), "--model", str(GEMMA), "--port", "0",
+                              "--metrics-port", "-1", "--kv-cache-dir", str(tmp_path / "x")],
+                             capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL)
+    assert refused.returncode != 0
+    assert "--no-sliding-window-kv" in refused.stderr
+    directory = tmp_path / "kv"
+    server = tier_server(directory, "--no-sliding-window-kv", model=GEMMA)
+    expected, cached = run(server)
+    assert cached == 0
+    stop(server)
+    with tier_server(directory, "--no-sliding-window-kv", model=GEMMA) as server:
+        ids, cached = run(server)
+        assert ids == expected
+        assert cached >= 30 * BLOCK
