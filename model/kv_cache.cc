@@ -129,7 +129,7 @@ Status ForEachArrayOfBlock(
   for (int group = 0; group < NumKvGroups(config); ++group) {
     TM_RETURN_IF_ERROR(ForEachBlockArray(
         view, config, group, [&](void* base, int64_t block_bytes, int64_t num_blocks) -> Status {
-          TM_RETURN_IF_ERROR(CheckBlock(block, num_blocks));
+          if (Status inside = CheckBlock(block, num_blocks); !inside.ok()) return inside;
           const int64_t at = offset;
           offset += block_bytes;
           return move(BlockAt(base, block, block_bytes), at, block_bytes);

@@ -193,12 +193,14 @@ int Run(const ServerOptions& options) {
                                 request_metrics, compat, model->grammars->stats());
          },
          false,
+         {},
          {}},
         {.path = "/health",
          .content_type = "text/plain; charset=utf-8",
          .render = [] { return std::string("ok\n"); },
          .needs_api_key = false,
-         .available = [&serving] { return serving.load(std::memory_order_acquire); }}};
+         .available = [&serving] { return serving.load(std::memory_order_acquire); },
+         .post = {}}};
     if (kv_events != nullptr) {
       // Every cached prompt's token ids: with --api-key, only for whoever holds the key.
       pages.push_back({.path = "/kv_events/state",
@@ -209,7 +211,8 @@ int Run(const ServerOptions& options) {
                                  serving_model.load(std::memory_order_acquire));
                            },
                        .needs_api_key = true,
-                       .available = {}});
+                       .available = {},
+                       .post = {}});
     }
     if (!options.kv_cache_dir.empty()) {
       pages.push_back({.path = "/kv_cache/purge",
