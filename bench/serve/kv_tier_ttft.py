@@ -97,18 +97,23 @@ def main():
                 # Other prefixes as long push this one out of the pool; their blocks go to disk.
                 for _ in range(3):
                     ttft(server, words(rng, args.words), max_tokens=1)
-                loads_before = server.metrics()['tokenmill:kv_tier_load_bytes_total{tier=disk}']
+                before = server.metrics()
+                loads_before = before['tokenmill:kv_tier_load_bytes_total{tier=disk}']
+                seconds_before = before['tokenmill:kv_tier_load_seconds_total{tier=disk}']
                 time.sleep(0.5)  # the writer thread drains its queue
                 drop_from_page_cache(sorted(kv_dir.rglob("*.kvb")))
                 disk, ids, disk_cached = ttft(server, prefix + question)
                 assert ids == expected, "a disk hit changed the tokens"
-                loaded = (server.metrics()['tokenmill:kv_tier_load_bytes_total{tier=disk}'] -
-                          loads_before)
+                after = server.metrics()
+                loaded = after['tokenmill:kv_tier_load_bytes_total{tier=disk}'] - loads_before
+                load_seconds = (after['tokenmill:kv_tier_load_seconds_total{tier=disk}'] -
+                                seconds_before)
                 bound = pool + 1.5 * loaded / bandwidth
                 rows.append((cold, pool, disk, bound, loaded, bandwidth, disk_cached))
                 print(f"round {round_}: prompt cached {pool_cached} (pool) / {disk_cached} (disk) "
                       f"tokens; TTFT cold {cold * 1e3:.0f} ms, pool hit {pool * 1e3:.0f} ms, "
-                      f"disk hit {disk * 1e3:.0f} ms (bound {bound * 1e3:.0f} ms: "
+                      f"disk hit {disk * 1e3:.0f} ms, of which loading {load_seconds * 1e3:.0f} ms "
+                      f"(bound {bound * 1e3:.0f} ms: "
                       f"{loaded / 1e6:.1f} MB at {bandwidth / 1e6:.0f} MB/s)", flush=True)
             median = lambda i: statistics.median(r[i] for r in rows)  # noqa: E731
             print(f"median: cold {median(0) * 1e3:.0f} ms, pool {median(1) * 1e3:.0f} ms, "
