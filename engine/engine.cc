@@ -160,15 +160,8 @@ void Engine::Loop() {
     for (Submitted& s : inbox.submitted) {
       OutputSink sink = s.request.get().sink;
       const Status status = core_->Add(s.id, std::move(s.request), s.submit_time);
-      if (!status.ok()) {
-        // Accepted by Submit, refused by the scheduler (a full queue): a final error event.
-        GenerateOutput out;
-        out.id = s.id;
-        out.finished = true;
-        out.finish_reason = CompletionReason::kError;
-        out.error = status;
-        sink(std::move(out));
-      }
+      // Accepted by Submit, refused by the scheduler (a full queue): a final error event.
+      if (!status.ok()) sink(GenerateOutput::Refused(s.id, status));
     }
     CountWaiting();
     for (const RequestId id : inbox.aborted) core_->Abort(id);

@@ -57,14 +57,7 @@ void EngineCore::AddLoaded() {
     loading_.erase(it);
     OutputSink sink = loading.request.get().sink;
     const Status added = AddNow(loading.id, std::move(loading.request), loading.submit_time);
-    if (!added.ok()) {
-      GenerateOutput out;
-      out.id = loading.id;
-      out.finished = true;
-      out.finish_reason = CompletionReason::kError;
-      out.error = added;
-      sink(std::move(out));
-    }
+    if (!added.ok()) sink(GenerateOutput::Refused(loading.id, added));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cache/types.h"
@@ -70,6 +71,16 @@ struct GenerateOutput {
   // Beam search, on the final event: the hypothesis's summed log-probabilities.
   std::optional<double> cumulative_logprob;
   RequestTimings timings;   // complete on the final event only
+
+  // The one event of a request refused after Submit accepted it (a full queue).
+  static GenerateOutput Refused(RequestId id, Status error) {
+    GenerateOutput out;
+    out.id = id;
+    out.finished = true;
+    out.finish_reason = CompletionReason::kError;
+    out.error = std::move(error);
+    return out;
+  }
 };
 
 // Receives a request's events, in order, on the engine thread. It must not block or call

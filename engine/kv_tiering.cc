@@ -60,6 +60,9 @@ void KvTiering::SetWake(std::function<void()> wake) {
 }
 
 void KvTiering::WriteNewlyCached() {
+  if (changes_.empty()) return;
+  // Off or paused (an unusable or full directory): the blocks are named, not copied out.
+  const bool writing = disk_->Stats().enabled;
   for (PrefixChange& change : changes_) {
     if (!change.stored) {
       digests_.erase(change.prefix_id);
@@ -74,7 +77,7 @@ void KvTiering::WriteNewlyCached() {
     const BlockDigest digest =
         NextBlockDigest(disk_->root(), parent, change.extra_key, change.tokens);
     digests_.emplace(change.prefix_id, digest);
-    if (disk_->Contains(digest)) continue;
+    if (!writing || disk_->Contains(digest)) continue;
     std::vector<uint8_t> payload(static_cast<size_t>(block_bytes_));
     const Status read = backend_.ReadKvBlock(change.block, payload);
     if (!read.ok()) {
