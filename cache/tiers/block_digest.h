@@ -17,6 +17,21 @@ namespace tokenmill {
 
 using BlockDigest = std::array<uint8_t, 32>;
 
+// One SHA-256 in progress: OpenSSL's own code (SHA-NI where the CPU has it, ~1.8 GB/s here),
+// linked in statically (cache/tiers/CMakeLists.txt), so that nothing that links the tier needs
+// libcrypto at run time.
+class Sha256Stream {
+ public:
+  static constexpr size_t kStateBytes = 112;
+  Sha256Stream();
+  void Update(const void* data, size_t size);
+  BlockDigest Finish();
+
+ private:
+  // OpenSSL's SHA256_CTX, opaque here: its size is fixed by the SHA-256 state it holds.
+  alignas(8) unsigned char state_[kStateBytes];
+};
+
 // SHA-256 of `bytes`.
 BlockDigest Sha256(std::string_view bytes);
 

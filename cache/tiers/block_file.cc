@@ -1,7 +1,5 @@
 #include "cache/tiers/block_file.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -87,15 +85,10 @@ std::vector<uint8_t> EncodeBlockFileHeader(BlockFileHeader& header) {
 
 BlockDigest BlockFileChecksum(std::span<const uint8_t> header_bytes,
                               std::span<const uint8_t> payload) {
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  TM_CHECK(ctx != nullptr && EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr) == 1);
-  TM_CHECK(EVP_DigestUpdate(ctx, header_bytes.data(), header_bytes.size()) == 1);
-  TM_CHECK(EVP_DigestUpdate(ctx, payload.data(), payload.size()) == 1);
-  BlockDigest digest{};
-  unsigned int size = 0;
-  TM_CHECK(EVP_DigestFinal_ex(ctx, digest.data(), &size) == 1 && size == digest.size());
-  EVP_MD_CTX_free(ctx);
-  return digest;
+  Sha256Stream hasher;
+  hasher.Update(header_bytes.data(), header_bytes.size());
+  hasher.Update(payload.data(), payload.size());
+  return hasher.Finish();
 }
 
 bool BlockFileChecksumMatches(std::span<const uint8_t> file) {

@@ -69,6 +69,21 @@ def wait_for_files(directory, count, timeout=30):
         time.sleep(0.05)
 
 
+def settled_files(server, directory, at_least):
+    """The block files once every write queued so far has landed: as many files as the server
+    counts writes, unchanged over 300 ms."""
+    deadline = time.monotonic() + 30
+    previous = None
+    while True:
+        assert time.monotonic() < deadline, f"the writes to {directory} did not settle"
+        files = set(block_files(directory))
+        written = metric(server, "tokenmill:kv_tier_writes_total", tier="disk")
+        if len(files) >= at_least and len(files) == written and files == previous:
+            return files
+        previous = files
+        time.sleep(0.3)
+
+
 def stop(server):
     server.signal(signal.SIGTERM)
     assert server.wait_exit() == 0
@@ -258,10 +273,9 @@ def test_files_are_private_and_a_tenant_purge_deletes_only_its_blocks(tmp_path):
     auth = ("authorization", f"Bearer {API_KEY}")
     with tier_server(directory, "--api-key", API_KEY) as server:
         run(server, PROMPT, metadata=[auth, ("x-tokenmill-tenant", "acme")])
-        wait_for_files(directory, 30)
-        acme_files = set(block_files(directory))
+        acme_files = settled_files(server, directory, 30)
         run(server, OTHERS[0], metadata=[auth, ("x-tokenmill-tenant", "globex")])
-        wait_for_files(directory, len(acme_files) + 30)
+        settled_files(server, directory, len(acme_files) + 30)
         for path in [p for p in directory.rglob("*") if p.is_dir()] + [directory]:
             assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
         for path in block_files(directory):

@@ -24,7 +24,7 @@ constexpr int kBlockSize = 16;
 constexpr int kPromptTokens = 100;  // six full blocks are looked up (the last token is computed)
 constexpr int kMaxTokens = 12;
 
-int Vocab() { return Stories().tokenizer->vocab_size(); }
+int StoriesVocab() { return Stories().tokenizer->vocab_size(); }
 
 class EngineKvTiersTest : public ::testing::Test {
  protected:
@@ -74,7 +74,7 @@ class EngineKvTiersTest : public ::testing::Test {
   // Pushes every cached block of `core` out of its pool with other prompts.
   static void Evict(EngineCore& core) {
     for (RequestId id = 1000; id < 1008; ++id) {  // the model's context is 128 tokens
-      Run(core, id, RandomPrompt(110, Vocab(), static_cast<uint32_t>(id)));
+      Run(core, id, RandomPrompt(110, StoriesVocab(), static_cast<uint32_t>(id)));
     }
   }
   std::vector<fs::path> BlockFiles() const {
@@ -86,7 +86,7 @@ class EngineKvTiersTest : public ::testing::Test {
   }
 
   fs::path dir_;
-  const std::vector<TokenId> prompt_ = RandomPrompt(kPromptTokens, Vocab(), 7);
+  const std::vector<TokenId> prompt_ = RandomPrompt(kPromptTokens, StoriesVocab(), 7);
 };
 
 TEST_F(EngineKvTiersTest, EvictedPrefixComesBackFromDiskWithTheSameTokens) {
