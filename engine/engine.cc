@@ -185,7 +185,7 @@ void Engine::Loop() {
       kv_events_.clear();  // valid but unspecified after the move
     }
     std::lock_guard<std::mutex> lock(inbox_mutex_);
-    num_waiting_in_scheduler_ = core_->scheduler().Stats().num_waiting;
+    num_waiting_in_scheduler_ = core_->scheduler().Stats().num_waiting + core_->num_loading();
     if (shutting_down_ && !core_->has_unfinished_requests() && inbox_.submitted.empty()) {
       stopped_ = true;
       flush_deadline = drain_deadline_;
@@ -216,7 +216,7 @@ void Engine::TakeTierEvents() {
 }
 
 void Engine::CountWaiting() {
-  const int waiting = core_->scheduler().Stats().num_waiting;
+  const int waiting = core_->scheduler().Stats().num_waiting + core_->num_loading();
   std::lock_guard<std::mutex> lock(inbox_mutex_);
   num_waiting_in_scheduler_ = waiting;
 }

@@ -114,7 +114,8 @@ class Engine {
   Engine(std::unique_ptr<EngineCore> core, int max_queue,
          std::function<void(std::vector<KvCacheEvent>)> kv_event_handler);
   void Loop();
-  // num_waiting_in_scheduler_ = the scheduler's queue now. Engine thread.
+  // num_waiting_in_scheduler_ = the scheduler's queue (and the requests loading their prefix
+  // from disk) now. Engine thread.
   void CountWaiting();
   // The disk tier's changes since the last call, as KV events (medium "DISK").
   void TakeTierEvents();

@@ -41,7 +41,8 @@ Status EngineCore::Add(RequestId id, ValidatedRequest valid, Clock::time_point s
     const GenerateRequest& request = valid.get();
     const uint64_t ticket = tiering_->StartLoad(request.prompt_token_ids, request.cache_salt);
     if (ticket != 0) {
-      loading_.emplace(ticket, Loading{id, std::move(valid), submit_time});
+      loading_[ticket].push_back(Loading{id, std::move(valid), submit_time});
+      ++num_loading_;
       return OkStatus();
     }
   }
@@ -53,20 +54,30 @@ void EngineCore::AddLoaded() {
   for (const uint64_t ticket : tiering_->ImportFinishedLoads()) {
     const auto it = loading_.find(ticket);
     if (it == loading_.end()) continue;
-    Loading loading = std::move(it->second);
+    std::vector<Loading> waiting = std::move(it->second);
     loading_.erase(it);
-    OutputSink sink = loading.request.get().sink;
-    const Status added = AddNow(loading.id, std::move(loading.request), loading.submit_time);
-    if (!added.ok()) sink(GenerateOutput::Refused(loading.id, added));
+    for (Loading& loading : waiting) {
+      --num_loading_;
+      OutputSink sink = loading.request.get().sink;
+      const Status added = AddNow(loading.id, std::move(loading.request), loading.submit_time);
+      if (!added.ok()) sink(GenerateOutput::Refused(loading.id, added));
+    }
   }
 }
 
 bool EngineCore::StopLoading(RequestId id) {
   for (auto it = loading_.begin(); it != loading_.end(); ++it) {
-    if (it->second.id != id) continue;
-    tiering_->Cancel(it->first);
-    Loading loading = std::move(it->second);
-    loading_.erase(it);
+    std::vector<Loading>& waiting = it->second;
+    const auto found = std::find_if(waiting.begin(), waiting.end(),
+                                    [id](const Loading& loading) { return loading.id == id; });
+    if (found == waiting.end()) continue;
+    Loading loading = std::move(*found);
+    waiting.erase(found);
+    --num_loading_;
+    if (waiting.empty()) {  // nobody else waits for the load
+      tiering_->Cancel(it->first);
+      loading_.erase(it);
+    }
     return AddNow(loading.id, std::move(loading.request), loading.submit_time).ok();
   }
   return false;
@@ -189,7 +200,7 @@ void EngineCore::EmitBeamResult(const BeamSearchResult& result) {
 }
 
 void EngineCore::AbortAll() {
-  while (!loading_.empty()) StopLoading(loading_.begin()->second.id);
+  while (!loading_.empty()) StopLoading(loading_.begin()->second.front().id);
   std::vector<RequestId> ids;
   for (const auto& [id, output] : outputs_) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
@@ -344,7 +355,7 @@ EngineStats EngineCore::Stats() const {
   stats.idle_check_failures = idle_check_failures_;
   if (tiering_ != nullptr) {
     stats.disk_tier = tiering_->Stats();
-    stats.num_loading = static_cast<int>(loading_.size());
+    stats.num_loading = num_loading_;
     stats.num_waiting += stats.num_loading;
   }
   if (speculator_) {

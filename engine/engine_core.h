@@ -67,6 +67,9 @@ class EngineCore {
   bool Step(const std::function<void()>& on_scheduled = nullptr);
 
   bool has_unfinished_requests() const { return !outputs_.empty() || !loading_.empty(); }
+  // Requests waiting outside the scheduler for their prefix blocks to load from disk (they
+  // count against the queue's limit as the scheduler's waiting ones do).
+  int num_loading() const { return num_loading_; }
   // With no request left: the scheduler's invariants hold and no KV block is in use (every
   // block free or cached). Counted in Stats(); a failure is logged at error level.
   Status CheckIdle();
@@ -122,7 +125,9 @@ class EngineCore {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Speculator> speculator_;  // null without speculative decoding
   std::unique_ptr<KvTiering> tiering_;      // null without a disk tier
-  std::unordered_map<uint64_t, Loading> loading_;  // by the load's ticket
+  // By the load's ticket: the requests waiting for it (several when they share its blocks).
+  std::unordered_map<uint64_t, std::vector<Loading>> loading_;
+  int num_loading_ = 0;
   const RequestLimits limits_;
   Sampler sampler_;
   StepLogprobs step_logprobs_;  // the last step's, reused

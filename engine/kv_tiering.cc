@@ -32,7 +32,8 @@ KvTiering::KvTiering(const KvTierSettings& settings, std::string identity, KvCac
     : kv_(kv),
       backend_(backend),
       block_bytes_(backend.KvBlockBytes()),
-      wake_(std::make_shared<Wake>()) {
+      wake_(std::make_shared<Wake>()),
+      max_loading_bytes_(int64_t{kv.num_blocks()} * block_bytes_) {
   KvDiskTierConfig config{.dir = settings.dir,
                           .max_bytes = settings.max_bytes,
                           .ttl = settings.ttl,
@@ -107,8 +108,14 @@ uint64_t KvTiering::StartLoad(std::span<const TokenId> prompt, std::string_view 
   const int first = static_cast<int>(kv_.FindComputedBlocks(LookupRequest(prompt, salt)).blocks.size());
   const std::vector<BlockDigest> digests =
       ChainBlockDigests(disk_->root(), salt, prompt.first(num_full), block_size);
+  if (first >= static_cast<int>(digests.size())) return 0;
+  if (const auto running = load_from_.find(digests[static_cast<size_t>(first)]);
+      running != load_from_.end()) {
+    return running->second;
+  }
   const int present = disk_->CountPresent(digests, first);
-  if (present == 0) return 0;
+  const int64_t bytes = int64_t{present} * block_bytes_;
+  if (present == 0 || loading_bytes_ + bytes > max_loading_bytes_) return 0;
   std::vector<KvTierBlockRef> refs;
   refs.reserve(static_cast<size_t>(present));
   for (int i = first; i < first + present; ++i) {
@@ -119,7 +126,11 @@ uint64_t KvTiering::StartLoad(std::span<const TokenId> prompt, std::string_view 
   const uint64_t ticket = disk_->Load(std::string(salt), std::move(refs));
   loads_.emplace(ticket, PendingLoad{.prompt = std::vector<TokenId>(prompt.begin(), prompt.end()),
                                      .salt = std::string(salt),
-                                     .first_block = first});
+                                     .first_block = first,
+                                     .first_digest = digests[static_cast<size_t>(first)],
+                                     .bytes = bytes});
+  load_from_.emplace(digests[static_cast<size_t>(first)], ticket);
+  loading_bytes_ += bytes;
   return ticket;
 }
 
@@ -145,14 +156,20 @@ std::vector<uint64_t> KvTiering::ImportFinishedLoads() {
           return written.ok();
         });
     tickets.push_back(load.ticket);
-    loads_.erase(it);
+    Forget(it);
   }
   return tickets;
 }
 
 void KvTiering::Cancel(uint64_t ticket) {
   disk_->Cancel(ticket);
-  loads_.erase(ticket);
+  if (const auto it = loads_.find(ticket); it != loads_.end()) Forget(it);
+}
+
+void KvTiering::Forget(std::unordered_map<uint64_t, PendingLoad>::iterator load) {
+  load_from_.erase(load->second.first_digest);
+  loading_bytes_ -= load->second.bytes;
+  loads_.erase(load);
 }
 
 std::string KvTierIdentity(const std::string& model_digest, const std::string& device,

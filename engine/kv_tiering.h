@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -49,12 +50,15 @@ class KvTiering {
   void WriteNewlyCached();
 
   // Starts loading the full prompt blocks on disk past the pool's hit (at least one token is
-  // left to compute); returns the load's ticket, or 0 when there is nothing to load.
+  // left to compute); returns the load's ticket, or 0 when there is nothing to load. A load
+  // already running from the same block is shared: its ticket comes back (the users behind one
+  // system prompt after a restart read it once). Loads in flight hold at most the pool's bytes:
+  // past that a request computes its prefix (0).
   uint64_t StartLoad(std::span<const TokenId> prompt, std::string_view salt);
   // Imports the loads finished since the last call into the pool; returns their tickets (the
   // requests that may now be added).
   std::vector<uint64_t> ImportFinishedLoads();
-  // Forgets a load (its request was aborted).
+  // Forgets a load (the last request waiting for it was aborted).
   void Cancel(uint64_t ticket);
 
   // Waits until every queued write is on disk, or the deadline.
@@ -68,6 +72,8 @@ class KvTiering {
     std::vector<TokenId> prompt;
     std::string salt;
     int first_block = 0;  // the pool's hit when the load started
+    BlockDigest first_digest{};
+    int64_t bytes = 0;    // of the blocks it reads
   };
   struct Wake {
     std::mutex mutex;
@@ -75,6 +81,8 @@ class KvTiering {
   };
 
   KvCacheRequest LookupRequest(std::span<const TokenId> prompt, std::string_view salt) const;
+  // Drops a load's bookkeeping (imported or cancelled).
+  void Forget(std::unordered_map<uint64_t, PendingLoad>::iterator load);
 
   KvCacheManager& kv_;
   ForwardBackend& backend_;
@@ -84,6 +92,9 @@ class KvTiering {
   std::vector<PrefixChange> changes_;  // the pool's, since WriteNewlyCached
   std::unordered_map<PrefixId, BlockDigest> digests_;  // of the prefixes cached in the pool
   std::unordered_map<uint64_t, PendingLoad> loads_;
+  std::map<BlockDigest, uint64_t> load_from_;  // the first block of each load in flight
+  int64_t loading_bytes_ = 0;                  // summed over loads_
+  const int64_t max_loading_bytes_;            // the pool's bytes
 };
 
 // The text that names what makes a block's bytes valid (KvDiskTierConfig::identity): the

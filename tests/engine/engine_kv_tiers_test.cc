@@ -173,5 +173,31 @@ TEST_F(EngineKvTiersTest, AbortWhileLoadingEndsTheRequestAndLeaksNothing) {
   EXPECT_TRUE(core->CheckIdle().ok());
 }
 
+TEST_F(EngineKvTiersTest, RequestsBehindOnePrefixShareOneLoad) {
+  std::vector<TokenId> first_tokens;
+  {
+    auto core = NewCore(Config());
+    first_tokens = Run(*core, 1, prompt_).token_ids;
+    Flush(*core);
+  }
+  auto core = NewCore(Config());
+  Collector collector;
+  for (RequestId id = 1; id <= 3; ++id) {
+    ASSERT_TRUE(core->Add(id, Greedy(prompt_, kMaxTokens, collector.Sink(id))).ok());
+  }
+  EXPECT_EQ(core->num_loading(), 3);
+  // One of them leaves: the others still wait for the load, which still runs.
+  EXPECT_TRUE(core->Abort(2));
+  EXPECT_EQ(core->num_loading(), 2);
+  Drain(*core);
+  for (const RequestId id : {RequestId{1}, RequestId{3}}) {
+    EXPECT_EQ(collector[id].token_ids, first_tokens);
+    EXPECT_EQ(collector[id].final_event.usage.cached_prompt_tokens, 6 * kBlockSize);
+  }
+  EXPECT_EQ(collector[2].final_event.finish_reason, CompletionReason::kAbort);
+  EXPECT_EQ(core->Stats().disk_tier->load_count, 1);
+  EXPECT_TRUE(core->CheckIdle().ok());
+}
+
 }  // namespace
 }  // namespace tokenmill::testing
