@@ -236,38 +236,95 @@ void KvCacheManager::CacheComputedBlocks(const KvCacheRequest& request) {
   }
 }
 
-int KvCacheManager::ImportPrefixBlocks(const KvCacheRequest& request, int end_block,
-                                       const std::function<bool(int index, BlockId block)>& fill) {
-  TM_CHECK(!sliding_pool_.has_value()) << "a tier below the pool serves group 0 only";
+int KvCacheManager::ImportPrefixBlocks(
+    const KvCacheRequest& request, int end_block,
+    const std::function<bool(int index, std::span<const BlockId> group_blocks)>& fill) {
   if (!LooksUp(request)) return 0;
   const PrefixHit hit = FindComputedBlocks(request);
   const int num_hit = static_cast<int>(hit.blocks.size());
   const int num_tokens = static_cast<int>(request.verified_tokens.size());
   // As FindComputedBlocks: the last token is computed again.
   const int max_blocks = num_tokens > 0 ? (num_tokens - 1) / block_size() : 0;
-  const int count = std::min({end_block - num_hit, max_blocks - num_hit,
-                    pool_.num_free_blocks() - config_.watermark_blocks -
-                        static_cast<int>(std::count_if(hit.blocks.begin(), hit.blocks.end(),
-                                                       [&](BlockId id) {
-                                                         return pool_.block(id).ref_count == 0;
-                                                       }))});
-  if (count <= 0) return 0;
-  Table chain;  // the hit and the imported blocks, for KeyOfBlock; held by no request
+  const int wanted = std::min(end_block, max_blocks);
+  if (wanted <= num_hit) return 0;
+  // Group 0: the hit, then the blocks it caches past the hit (a hit ends where group 1's
+  // window does), held through the import; fresh blocks after them.
+  Table chain;  // held, then imported; for KeyOfBlock; no request's
   chain.blocks = hit.blocks;
   pool_.Touch(hit.blocks);
-  const std::vector<BlockId> fresh = pool_.AllocateFresh(count);
-  int imported = 0;
-  while (imported < count && fill(num_hit + imported, fresh[imported])) {
-    const int index = num_hit + imported;
-    chain.blocks.push_back(fresh[imported]);
-    pool_.Cache(fresh[imported], KeyOfBlock(request, chain, index));
-    ++imported;
+  while (static_cast<int>(chain.blocks.size()) < wanted) {
+    const std::optional<BlockId> found =
+        pool_.FindCached(KeyOfBlock(request, chain, static_cast<int>(chain.blocks.size())));
+    if (!found.has_value()) break;
+    pool_.Touch(std::span<const BlockId>(&*found, 1));
+    chain.blocks.push_back(*found);
   }
+  const int num_held = static_cast<int>(chain.blocks.size());
+  const int end = num_held + std::clamp(pool_.num_free_blocks() - config_.watermark_blocks, 0,
+                                        wanted - num_held);
+  std::vector<BlockId> fresh = pool_.AllocateFresh(end - num_held);
+  // Group 1: the window of the first token after `end`, its blocks held where cached, else
+  // fresh (none when the pool lacks them: no hit without the whole window).
+  const int first_window =
+      sliding_pool_.has_value() ? FirstBlockInWindow(end * block_size()) : end;
+  std::vector<BlockId> sliding;  // [first_window, end)
+  std::vector<bool> sliding_fresh;
+  for (int i = first_window; i < end; ++i) {
+    std::optional<BlockId> cached;
+    if (i < num_hit && hit.sliding_blocks[static_cast<size_t>(i)] != kReleasedBlock) {
+      cached = hit.sliding_blocks[static_cast<size_t>(i)];
+    } else if (i < num_held) {
+      cached = sliding_pool_->FindCached(KeyOfBlock(request, chain, i));
+    }
+    if (cached.has_value()) sliding_pool_->Touch(std::span<const BlockId>(&*cached, 1));
+    sliding.push_back(cached.value_or(kReleasedBlock));
+    sliding_fresh.push_back(!cached.has_value());
+  }
+  const int num_sliding_fresh =
+      static_cast<int>(std::count(sliding_fresh.begin(), sliding_fresh.end(), true));
+  if (num_sliding_fresh > 0 &&
+      num_sliding_fresh <= sliding_pool_->num_free_blocks() - config_.watermark_blocks) {
+    const std::vector<BlockId> taken = sliding_pool_->AllocateFresh(num_sliding_fresh);
+    auto next = taken.begin();
+    for (size_t k = 0; k < sliding.size(); ++k) {
+      if (sliding_fresh[k]) sliding[k] = *next++;
+    }
+  }
+  int filled = 0;
+  int next_fresh = 0;
+  for (int i = std::min(num_hit, first_window); i < end; ++i) {
+    const bool group0_fresh = i >= num_held;
+    const size_t w = static_cast<size_t>(i - first_window);
+    const bool group1_fresh =
+        i >= first_window && sliding_fresh[w] && sliding[w] != kReleasedBlock;
+    if (!group0_fresh && !group1_fresh) continue;
+    std::vector<BlockId> group_blocks{group0_fresh ? fresh[static_cast<size_t>(next_fresh)]
+                                                   : kReleasedBlock};
+    if (sliding_pool_.has_value()) {
+      group_blocks.push_back(group1_fresh ? sliding[w] : kReleasedBlock);
+    }
+    if (!fill(i, group_blocks)) break;
+    ++filled;
+    const BlockKey key = KeyOfBlock(request, chain, i);
+    if (group0_fresh) {
+      pool_.Cache(group_blocks[0], key);
+      chain.blocks.push_back(group_blocks[0]);
+      ++next_fresh;
+    }
+    if (group1_fresh) {
+      sliding_pool_->Cache(group_blocks[1], key,
+                           pool_.block(chain.blocks[static_cast<size_t>(i)]).identity->prefix_id);
+    }
+  }
+  // Tail first, in each group: what was not filled goes back free, the rest cached-evictable.
   std::vector<BlockId> held = chain.blocks;
-  held.insert(held.end(), fresh.begin() + imported, fresh.end());
-  std::reverse(held.begin(), held.end());  // tail first
+  held.insert(held.end(), fresh.begin() + next_fresh, fresh.end());
+  std::reverse(held.begin(), held.end());
   pool_.Release(held);
-  return imported;
+  std::erase(sliding, kReleasedBlock);
+  std::reverse(sliding.begin(), sliding.end());
+  if (sliding_pool_.has_value()) sliding_pool_->Release(sliding);
+  return filled;
 }
 
 std::optional<std::vector<BlockCopy>> KvCacheManager::Fork(const KvCacheRequest& request,

@@ -150,17 +150,21 @@ class KvCacheManager {
                                                     int num_lookahead_tokens = 0,
                                                     const PrefixHit& hit = {});
 
-  // Brings blocks a tier below the pool holds back as cached prefix blocks: the request's full
-  // blocks from the end of its prefix hit (FindComputedBlocks, which they extend; group 0
-  // only, no group 1) up to block end_block, while the pool has free blocks past its
-  // watermark. Transitions: free -> in use (or cached-evictable -> in use, its LRU prefix
-  // evicted), fill(index, block) writes the K/V of the request's block `index` into `block`,
-  // then in use -> in use (cached) -> cached-evictable at the back of the LRU queue (the last
-  // to go), where the request's admission finds them. The hit's blocks are held meanwhile, so
-  // the import never evicts the prefix it continues. A fill that returns false ends the
-  // import there: its block and those after go back free. Returns the blocks imported.
-  int ImportPrefixBlocks(const KvCacheRequest& request, int end_block,
-                         const std::function<bool(int index, BlockId block)>& fill);
+  // Brings blocks a tier below the pool holds back as cached prefix blocks, so that the
+  // request's prefix hit (FindComputedBlocks) reaches block end_block: in group 0 its full
+  // blocks past those cached, while the pool has free blocks past its watermark; in group 1
+  // those of the window of the first token after them that it lacks (some may lie inside the
+  // hit: a hit needs group 1's window only). Transitions, in each group: free -> in use (or
+  // cached-evictable -> in use, its LRU prefix evicted), fill(index, group_blocks) writes the
+  // K/V of the request's block `index` into group_blocks[g] of each group g (kReleasedBlock:
+  // not that group's; one entry a group), then in use -> in use (cached) -> cached-evictable at
+  // the back of the LRU queue (the last to go), where the request's admission finds them.
+  // Cached blocks the import continues are held meanwhile, so it never evicts them. Group 1
+  // imports nothing when it has too few free blocks for the window. A fill that returns false
+  // ends the import there: its blocks and those after go back free. Returns the fills done.
+  int ImportPrefixBlocks(
+      const KvCacheRequest& request, int end_block,
+      const std::function<bool(int index, std::span<const BlockId> group_blocks)>& fill);
 
   // in use (uncached, full of computed verified tokens) -> in use (cached), for the
   // request's blocks in order, in every group. AllocateSlots and Free call it; a scheduler

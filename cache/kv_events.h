@@ -20,8 +20,8 @@ struct KvCacheEvent {
   BlockHash hash = 0;                    // stored, removed
   std::optional<BlockHash> parent_hash;  // stored: the prefix's previous block; none: first
   std::vector<TokenId> tokens;           // stored: the block's tokens
-  // Which tier (vLLM's `medium`): empty for the pool a forward pass reads, "DISK" for the disk
-  // tier below it (--kv-cache-dir).
+  // Which tier (vLLM's `medium`): empty for the pool a forward pass reads, "CPU" for the host
+  // tier below it (--kv-cache-host-size), "DISK" for the disk tier (--kv-cache-dir).
   std::string medium;
 
   static KvCacheEvent Removed(BlockHash hash, std::string medium = "") {

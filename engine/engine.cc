@@ -34,7 +34,7 @@ Engine::Engine(std::unique_ptr<EngineCore> core, int max_queue,
     tiering_->SetWake([this] {
       {
         std::lock_guard<std::mutex> lock(inbox_mutex_);
-        inbox_.tier_loads = true;
+        inbox_.tier_news = true;
       }
       inbox_cv_.notify_one();
     });
@@ -49,7 +49,8 @@ Engine::~Engine() {
 
 StatusOr<int64_t> Engine::PurgeKvTier(std::string_view salt_prefix) {
   if (tiering_ == nullptr) {
-    return FailedPreconditionError("this server keeps no KV on disk (no --kv-cache-dir)");
+    return FailedPreconditionError(
+        "this server keeps no KV below its pool (no --kv-cache-dir or --kv-cache-host-size)");
   }
   return tiering_->Purge(salt_prefix);
 }
@@ -107,7 +108,10 @@ EngineStats Engine::Stats() const {
     stats = stats_;
   }
   // The disk tier's threads change its figures between steps (writes land, purges): now's.
-  if (tiering_ != nullptr) stats.disk_tier = tiering_->Stats();
+  if (tiering_ != nullptr) {
+    stats.disk_tier = tiering_->DiskStats();
+    stats.host_tier = tiering_->HostStats();
+  }
   return stats;
 }
 
@@ -144,7 +148,7 @@ void Engine::Loop() {
       inbox_cv_.wait_until(lock, shutting_down_ ? drain_deadline_ : Clock::time_point::max(),
                            [&] {
                              return !inbox_.submitted.empty() || !inbox_.aborted.empty() ||
-                                    !inbox_.prefix_dumps.empty() || inbox_.tier_loads ||
+                                    !inbox_.prefix_dumps.empty() || inbox_.tier_news ||
                                     (shutting_down_ && !core_->has_unfinished_requests()) ||
                                     (!idle && core_->has_unfinished_requests());
                            });
@@ -203,14 +207,16 @@ void Engine::Loop() {
 void Engine::TakeTierEvents() {
   if (tiering_ == nullptr) return;
   // Taken even without a subscriber, so that they never pile up.
-  std::vector<KvTierEvent> changes = tiering_->TakeEvents();
+  std::vector<KvTierChange> changes = tiering_->TakeEvents();
   if (!kv_event_handler_) return;
-  for (KvTierEvent& change : changes) {
-    KvCacheEvent event = change.stored ? KvCacheEvent{} : KvCacheEvent::Removed(change.hash);
-    event.hash = change.hash;
-    event.parent_hash = change.parent_hash;
-    event.tokens = std::move(change.tokens);
-    event.medium = "DISK";
+  for (KvTierChange& change : changes) {
+    KvTierEvent& tier_event = change.event;
+    KvCacheEvent event =
+        tier_event.stored ? KvCacheEvent{} : KvCacheEvent::Removed(tier_event.hash);
+    event.hash = tier_event.hash;
+    event.parent_hash = tier_event.parent_hash;
+    event.tokens = std::move(tier_event.tokens);
+    event.medium = change.medium;
     kv_events_.push_back(std::move(event));
   }
 }

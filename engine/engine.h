@@ -108,7 +108,7 @@ class Engine {
     std::vector<Submitted> submitted;
     std::vector<RequestId> aborted;
     std::vector<std::promise<std::vector<KvCacheEvent>>> prefix_dumps;
-    bool tier_loads = false;  // a load from the disk tier finished
+    bool tier_news = false;  // a disk load finished, or its contents changed
   };
 
   Engine(std::unique_ptr<EngineCore> core, int max_queue,

@@ -20,9 +20,11 @@ namespace tokenmill {
 // Where the forward pass runs and the KV pool lives.
 enum class Device { kCpu, kCuda };
 
-// What --kv-cache-dir, --kv-cache-dir-size and --kv-cache-dir-ttl set (EngineConfig::kv_tiers).
+// What --kv-cache-host-size, --kv-cache-dir, --kv-cache-dir-size and --kv-cache-dir-ttl set
+// (EngineConfig::kv_tiers).
 struct KvTierSettings {
-  std::string dir;  // empty: no disk tier
+  int64_t host_bytes = 0;  // 0: no host tier
+  std::string dir;         // empty: no disk tier
   int64_t max_bytes = int64_t{10} << 30;
   std::chrono::seconds ttl{0};
   std::string model_path;  // the model's identity is its tensor data's digest (KvTierIdentity)
@@ -63,7 +65,8 @@ struct EngineConfig {
   // Set: called on the engine thread after each step that changed the prefix cache, with
   // that step's events in order (cache/kv_events.h); it must not block.
   std::function<void(std::vector<KvCacheEvent>)> kv_event_handler;
-  // A disk tier below the pool (engine/kv_tiering.h): off without a directory.
+  // The host and disk tiers below the pool (engine/kv_tiering.h): off without a size or a
+  // directory.
   KvTierSettings kv_tiers;
 };
 

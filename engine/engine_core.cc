@@ -354,7 +354,8 @@ EngineStats EngineCore::Stats() const {
   stats.idle_checks = idle_checks_;
   stats.idle_check_failures = idle_check_failures_;
   if (tiering_ != nullptr) {
-    stats.disk_tier = tiering_->Stats();
+    stats.disk_tier = tiering_->DiskStats();
+    stats.host_tier = tiering_->HostStats();
     stats.num_loading = num_loading_;
     stats.num_waiting += stats.num_loading;
   }

@@ -145,36 +145,34 @@ StatusOr<std::unique_ptr<DraftProposer>> MakeProposer(const Tokenizer& tokenizer
       config.spec.num_speculative_tokens, tokenizer.end_of_generation_ids()));
 }
 
-// The disk tier (config.kv_tiers) over the runner's pool, or null when it is off.
+// The tiers below the pool (config.kv_tiers) over the runner's pool, or null when both are off.
 StatusOr<std::unique_ptr<KvTiering>> MakeTiering(const Model& model, const EngineConfig& config,
                                                   KvCacheManager& kv, ForwardBackend& backend) {
   const KvTierSettings& settings = config.kv_tiers;
-  if (settings.dir.empty()) return std::unique_ptr<KvTiering>();
+  if (settings.dir.empty() && settings.host_bytes == 0) return std::unique_ptr<KvTiering>();
   if (!config.enable_prefix_caching) {
     return InvalidArgumentError(
-        "--kv-cache-dir keeps prefix blocks on disk, which needs prefix caching: drop "
-        "--no-prefix-caching or --kv-cache-dir");
-  }
-  if (kv.num_groups() > 1) {
-    return InvalidArgumentError(
-        "--kv-cache-dir does not serve models with sliding-window layers in their own KV group "
-        "yet: drop --kv-cache-dir, or give --no-sliding-window-kv");
+        "--kv-cache-dir and --kv-cache-host-size keep prefix blocks below the pool, which needs "
+        "prefix caching: drop --no-prefix-caching, or those flags");
   }
   if (config.spec.method == SpecMethod::kDraft) {
     return InvalidArgumentError(
-        "--kv-cache-dir does not keep the draft model's KV: drop --kv-cache-dir or use --spec "
-        "ngram");
+        "--kv-cache-dir and --kv-cache-host-size do not keep the draft model's KV: drop them or "
+        "use --spec ngram");
   }
+  // Blocks in host memory live as long as the process: only files need the model's digest.
   const std::string digest =
-      CachedModelDigest(settings.dir, settings.model_path,
-                        [&model] { return ModelTensorDigest(model.file()); });
+      settings.dir.empty()
+          ? std::string("(this process)")
+          : CachedModelDigest(settings.dir, settings.model_path,
+                              [&model] { return ModelTensorDigest(model.file()); });
   const std::string device =
       config.device == Device::kCuda
           ? std::string("cuda")
           : "cpu " + std::string(IsaName(config.isa.value_or(BestCpuIsa())));
   std::string kv_types(KvTypeName(config.kv_type));
   kv_types += " / " + std::string(KvTypeName(config.v_type()));
-  return std::make_unique<KvTiering>(
+  return KvTiering::Open(
       settings,
       KvTierIdentity(digest, device, kv_types, config.block_size, KvModelSettings(model.config())),
       kv, backend);

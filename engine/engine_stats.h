@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "cache/tiers/kv_disk_tier.h"
+#include "cache/tiers/kv_host_tier.h"
 
 namespace tokenmill {
 
@@ -32,6 +33,7 @@ struct EngineStats {
   int64_t idle_check_failures = 0;
   // The disk tier below the pool (--kv-cache-dir); none without one.
   std::optional<KvDiskTierStats> disk_tier;
+  std::optional<KvHostTierStats> host_tier;
   int num_loading = 0;  // requests waiting for their prefix blocks to load from it
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <thread>
 #include <string>
 #include <vector>
@@ -24,6 +25,15 @@ namespace {
 Status CopyHostBytes(void* dst, const void* src, int64_t bytes) {
   std::memcpy(dst, src, static_cast<size_t>(bytes));
   return OkStatus();
+}
+
+// Block ids as model/kv_cache.h takes them, one a KV group of the model (kReleasedBlock stays
+// negative: skipped); a single id is that block in every group (one table addresses them all).
+std::vector<int64_t> GroupBlockIds(std::span<const BlockId> blocks, const ModelConfig& config) {
+  if (blocks.size() == 1) {
+    return std::vector<int64_t>(static_cast<size_t>(NumKvGroups(config)), blocks[0]);
+  }
+  return std::vector<int64_t>(blocks.begin(), blocks.end());
 }
 
 class CpuBackend final : public ForwardBackend {
@@ -60,11 +70,26 @@ class CpuBackend final : public ForwardBackend {
   int64_t KvBlockBytes() const override {
     return tokenmill::KvBlockBytes(kv_->view(), model_.config());
   }
-  Status ReadKvBlock(BlockId block, std::span<uint8_t> out) override {
-    return tokenmill::ReadKvBlock(kv_->view(), model_.config(), block, out, CopyHostBytes);
+  Status ReadKvBlock(std::span<const BlockId> group_blocks, std::span<uint8_t> out) override {
+    return tokenmill::ReadKvBlock(kv_->view(), model_.config(),
+                                  GroupBlockIds(group_blocks, model_.config()), out, CopyHostBytes);
   }
-  Status WriteKvBlock(BlockId block, std::span<const uint8_t> in) override {
-    return tokenmill::WriteKvBlock(kv_->view(), model_.config(), block, in, CopyHostBytes);
+  Status WriteKvBlock(std::span<const BlockId> group_blocks,
+                      std::span<const uint8_t> in) override {
+    return tokenmill::WriteKvBlock(kv_->view(), model_.config(),
+                                   GroupBlockIds(group_blocks, model_.config()), in, CopyHostBytes);
+  }
+  Status FinishKvCopies() override { return OkStatus(); }
+  StatusOr<HostKvMemory> AllocateHostKv(int64_t bytes) override {
+    // Not zeroed: a slot is read only after a block was copied into it.
+    std::shared_ptr<uint8_t[]> memory(new (std::nothrow) uint8_t[static_cast<size_t>(bytes)]);
+    if (memory == nullptr) {
+      return ResourceExhaustedError("no " + std::to_string(bytes) +
+                                    " bytes of memory for the KV host tier: lower "
+                                    "--kv-cache-host-size");
+    }
+    const std::span<uint8_t> span(memory.get(), static_cast<size_t>(bytes));
+    return HostKvMemory{.owner = std::move(memory), .bytes = span};
   }
   Status Run(const ForwardInput& input, std::span<float> logits) override {
     return forward_.Run(input, kv_->view(), logits);
@@ -128,13 +153,21 @@ class CudaBackend final : public ForwardBackend {
   int64_t KvBlockBytes() const override {
     return tokenmill::KvBlockBytes(kv_->view(), model_.config());
   }
-  Status ReadKvBlock(BlockId block, std::span<uint8_t> out) override {
-    return tokenmill::ReadKvBlock(kv_->view(), model_.config(), block, out,
-                                  cuda::CopyDeviceToHost);
+  Status ReadKvBlock(std::span<const BlockId> group_blocks, std::span<uint8_t> out) override {
+    return tokenmill::ReadKvBlock(kv_->view(), model_.config(),
+                                  GroupBlockIds(group_blocks, model_.config()), out, OnStream());
   }
-  Status WriteKvBlock(BlockId block, std::span<const uint8_t> in) override {
-    return tokenmill::WriteKvBlock(kv_->view(), model_.config(), block, in,
-                                   cuda::CopyHostToDevice);
+  Status WriteKvBlock(std::span<const BlockId> group_blocks,
+                      std::span<const uint8_t> in) override {
+    return tokenmill::WriteKvBlock(kv_->view(), model_.config(),
+                                   GroupBlockIds(group_blocks, model_.config()), in, OnStream());
+  }
+  Status FinishKvCopies() override { return cuda::SynchronizeStream(forward_->stream()); }
+  StatusOr<HostKvMemory> AllocateHostKv(int64_t bytes) override {
+    auto memory = std::make_shared<cuda::PinnedBuffer>();
+    TM_RETURN_IF_ERROR(memory->Reserve(bytes));
+    const std::span<uint8_t> span(memory->as<uint8_t>(), static_cast<size_t>(bytes));
+    return HostKvMemory{.owner = std::move(memory), .bytes = span};
   }
   Status Run(const ForwardInput& input, std::span<float> logits) override {
     return forward_->Run(input, kv_->view(), logits);
@@ -148,6 +181,13 @@ class CudaBackend final : public ForwardBackend {
   }
 
  private:
+  // KV block copies on the steps' stream, ordered with them (no device-wide wait).
+  CopyBytes OnStream() const {
+    return [stream = forward_->stream()](void* dst, const void* src, int64_t bytes) {
+      return cuda::CopyOnStream(dst, src, bytes, stream);
+    };
+  }
+
   const Model& model_;
   std::unique_ptr<cuda::CudaForwardPass> forward_;
   std::unique_ptr<cuda::CudaKvCache> kv_;

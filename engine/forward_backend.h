@@ -3,6 +3,7 @@
 // The model runner sees only this; the scheduler and cache never do.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
 
@@ -13,6 +14,12 @@
 #include "model/model.h"
 
 namespace tokenmill {
+
+// Host memory a backend allocated (AllocateHostKv); freed with the last copy of `owner`.
+struct HostKvMemory {
+  std::shared_ptr<void> owner;
+  std::span<uint8_t> bytes;
+};
 
 class ForwardBackend {
  public:
@@ -29,13 +36,20 @@ class ForwardBackend {
                             std::span<const int64_t> group_num_blocks, int block_size) = 0;
   // Copies blocks of the pool (kernels/kv_cache_view.h), in order, before the next Run.
   virtual Status CopyKvBlocks(std::span<const KvBlockCopy> copies) = 0;
-  // Block `block` of every KV group (every layer's K, V and scales: KvBlockBytes of
-  // model/kv_cache.h) copied out of the pool into `out`, or from `in` into it, for a tier below
-  // the pool (whose blocks one table addresses in every group); finished on return, ordered
-  // with the forward passes.
+  // Block group_blocks[g] of each KV group g (every layer's K, V and scales: KvBlockBytes of
+  // model/kv_cache.h; kReleasedBlock skips a group; one id alone is that block in every group,
+  // when one table addresses them all) copied out of the pool into `out`, or from
+  // `in` into it, for a tier below the pool: queued in order with the forward passes (on the
+  // CPU, done at once). `in` may be reused on return; what ReadKvBlock copies into `out` is
+  // there once FinishKvCopies returns.
   virtual int64_t KvBlockBytes() const = 0;
-  virtual Status ReadKvBlock(BlockId block, std::span<uint8_t> out) = 0;
-  virtual Status WriteKvBlock(BlockId block, std::span<const uint8_t> in) = 0;
+  virtual Status ReadKvBlock(std::span<const BlockId> group_blocks, std::span<uint8_t> out) = 0;
+  virtual Status WriteKvBlock(std::span<const BlockId> group_blocks,
+                              std::span<const uint8_t> in) = 0;
+  virtual Status FinishKvCopies() = 0;
+  // `bytes` of host memory for the KV host tier: page-locked on CUDA, so that its blocks'
+  // copies run at full speed while the host goes on. ResourceExhausted when there is none.
+  virtual StatusOr<HostKvMemory> AllocateHostKv(int64_t bytes) = 0;
   // ForwardPass::Run over the pool; logits are host memory.
   virtual Status Run(const ForwardInput& input, std::span<float> logits) = 0;
   // Run, but only each logit row's argmax (the first largest) comes back, one id per logit

@@ -117,21 +117,29 @@ Status CheckBlock(int64_t block, int64_t num_blocks) {
 }
 
 // Calls move(the block's bytes in one array, their offset in a buffer of KvBlockBytes, bytes)
-// for each array of `block` in every KV group, after checking the buffer's size.
+// for each array of group_blocks[g] in each KV group g not skipped, after checking the
+// buffer's size.
 Status ForEachArrayOfBlock(
-    const KvCacheView& view, const ModelConfig& config, int64_t block, int64_t buffer_size,
+    const KvCacheView& view, const ModelConfig& config, std::span<const int64_t> group_blocks,
+    int64_t buffer_size,
     const std::function<Status(uint8_t* pool, int64_t offset, int64_t bytes)>& move) {
   if (buffer_size != KvBlockBytes(view, config)) {
     return InvalidArgumentError("a KV block of " + std::to_string(buffer_size) + " bytes, not " +
                                 std::to_string(KvBlockBytes(view, config)));
   }
+  if (static_cast<int>(group_blocks.size()) != NumKvGroups(config)) {
+    return InvalidArgumentError(std::to_string(group_blocks.size()) + " KV blocks for " +
+                                std::to_string(NumKvGroups(config)) + " KV groups");
+  }
   int64_t offset = 0;
   for (int group = 0; group < NumKvGroups(config); ++group) {
+    const int64_t block = group_blocks[static_cast<size_t>(group)];
     TM_RETURN_IF_ERROR(ForEachBlockArray(
         view, config, group, [&](void* base, int64_t block_bytes, int64_t num_blocks) -> Status {
-          if (Status inside = CheckBlock(block, num_blocks); !inside.ok()) return inside;
           const int64_t at = offset;
           offset += block_bytes;
+          if (block < 0) return OkStatus();
+          if (Status inside = CheckBlock(block, num_blocks); !inside.ok()) return inside;
           return move(BlockAt(base, block, block_bytes), at, block_bytes);
         }));
   }
@@ -171,17 +179,19 @@ int64_t KvBlockBytes(const KvCacheView& view, const ModelConfig& config) {
   return total;
 }
 
-Status ReadKvBlock(const KvCacheView& view, const ModelConfig& config, int64_t block,
-                   std::span<uint8_t> out, const CopyBytes& copy_bytes) {
-  return ForEachArrayOfBlock(view, config, block, static_cast<int64_t>(out.size()),
+Status ReadKvBlock(const KvCacheView& view, const ModelConfig& config,
+                   std::span<const int64_t> group_blocks, std::span<uint8_t> out,
+                   const CopyBytes& copy_bytes) {
+  return ForEachArrayOfBlock(view, config, group_blocks, static_cast<int64_t>(out.size()),
                              [&](uint8_t* pool, int64_t offset, int64_t bytes) {
                                return copy_bytes(out.data() + offset, pool, bytes);
                              });
 }
 
-Status WriteKvBlock(const KvCacheView& view, const ModelConfig& config, int64_t block,
-                    std::span<const uint8_t> in, const CopyBytes& copy_bytes) {
-  return ForEachArrayOfBlock(view, config, block, static_cast<int64_t>(in.size()),
+Status WriteKvBlock(const KvCacheView& view, const ModelConfig& config,
+                    std::span<const int64_t> group_blocks, std::span<const uint8_t> in,
+                    const CopyBytes& copy_bytes) {
+  return ForEachArrayOfBlock(view, config, group_blocks, static_cast<int64_t>(in.size()),
                              [&](uint8_t* pool, int64_t offset, int64_t bytes) {
                                return copy_bytes(pool, in.data() + offset, bytes);
                              });

@@ -45,17 +45,21 @@ using CopyBytes = std::function<Status(void* dst, const void* src, int64_t bytes
 Status CopyKvBlocks(const KvCacheView& view, const ModelConfig& config,
                     std::span<const KvBlockCopy> copies, const CopyBytes& copy_bytes);
 
-// Bytes of block `block` in every KV group (each storing layer's K, V and scales), for a tier
-// below the pool when one block table serves every group (no sliding-window pool of its own):
-// what ReadKvBlock and WriteKvBlock move.
+// Bytes of one block of every KV group (each storing layer's K, V and scales), for a tier
+// below the pool: what ReadKvBlock and WriteKvBlock move.
 int64_t KvBlockBytes(const KvCacheView& view, const ModelConfig& config);
-// Copies block `block` of every group out of the pool into `out`, or from `in` into it, array
-// after array in group and layer order, through copy_bytes (host or device memory).
-// InvalidArgument for a block outside a pool or a buffer not KvBlockBytes long.
-Status ReadKvBlock(const KvCacheView& view, const ModelConfig& config, int64_t block,
-                   std::span<uint8_t> out, const CopyBytes& copy_bytes);
-Status WriteKvBlock(const KvCacheView& view, const ModelConfig& config, int64_t block,
-                    std::span<const uint8_t> in, const CopyBytes& copy_bytes);
+// Copies block group_blocks[g] of each KV group g (one entry a group: the same id in every
+// group when one table addresses them all) out of the pool into `out`, or from `in` into it,
+// array after array in group and layer order, through copy_bytes (host or device memory). A
+// group's bytes keep their offsets whatever its block; a negative entry skips the group (its
+// bytes of `out` stay as they are, of `in` unread). InvalidArgument for a block outside its
+// pool, not one entry a group, or a buffer not KvBlockBytes long.
+Status ReadKvBlock(const KvCacheView& view, const ModelConfig& config,
+                   std::span<const int64_t> group_blocks, std::span<uint8_t> out,
+                   const CopyBytes& copy_bytes);
+Status WriteKvBlock(const KvCacheView& view, const ModelConfig& config,
+                    std::span<const int64_t> group_blocks, std::span<const uint8_t> in,
+                    const CopyBytes& copy_bytes);
 
 // Sequences that take fresh blocks from a bump allocator, and the step inputs for them. Every
 // KV group gets the same tables (nothing is released: all layers keep every block), so give

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cache/tiers/block_digest.h"
+#include "cache/tiers/kv_tier_event.h"
 #include "cache/types.h"
 
 namespace tokenmill {
@@ -62,15 +63,6 @@ struct KvTierLoad {
   double seconds = 0.0;  // from Load to finished
 };
 
-// A change of the tier's contents, for the KV events routers read (kv_events.h), in the
-// pool's own hashes (which each file keeps in its header).
-struct KvTierEvent {
-  bool stored = true;  // false: removed
-  BlockHash hash = 0;
-  std::optional<BlockHash> parent_hash;  // stored: none for a first block
-  std::vector<TokenId> tokens;           // stored
-};
-
 struct KvDiskTierStats {
   bool enabled = false;       // usable now (writes not paused)
   int64_t bytes = 0;          // of this identity's files
@@ -98,8 +90,8 @@ struct KvDiskTierStats {
 class KvDiskTier {
  public:
   // Never fails: a directory it cannot use gives a tier that is off, with one warning.
-  // `wake` is called (from the loader thread) when a load finishes, so that a sleeping
-  // engine loop takes it.
+  // `wake` is called (from the tier's threads) when a load finishes or a written block's event
+  // waits for TakeEvents, so that a sleeping engine loop takes it.
   static std::unique_ptr<KvDiskTier> Open(KvDiskTierConfig config, std::function<void()> wake);
   // Stops the threads; queued writes are dropped (Flush first to keep them).
   ~KvDiskTier();

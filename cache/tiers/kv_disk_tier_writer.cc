@@ -247,11 +247,17 @@ void KvDiskTier::Impl::DoWrite(WriteJob& job) {
     HandleWriteError(error, fan + "/" + name);
     return;
   }
-  std::lock_guard lock(mu_);
-  index_.Insert(job.digest, DiskIndexEntry{size, WallNowNs(), std::move(job.salt), job.hash,
-                                           job.parent_hash, 0});
-  ++stats_.writes;
-  events_.push_back(KvTierEvent{true, job.hash, job.parent_hash, std::move(job.tokens)});
+  bool first_event = false;
+  {
+    std::lock_guard lock(mu_);
+    index_.Insert(job.digest, DiskIndexEntry{size, WallNowNs(), std::move(job.salt), job.hash,
+                                             job.parent_hash, 0});
+    ++stats_.writes;
+    events_.push_back(KvTierEvent{true, job.hash, job.parent_hash, std::move(job.tokens)});
+    first_event = events_.size() == 1;
+  }
+  // An idle engine publishes the change now, not with its next request's step.
+  if (first_event && wake_) wake_();
 }
 
 void KvDiskTier::Impl::HandleWriteError(int error, const std::string& path) {

@@ -105,14 +105,16 @@ Status CopyDeviceToDevice(void* dst, const void* src, int64_t bytes) {
                            "copying a KV block on the device");
 }
 
-Status CopyHostToDevice(void* dst, const void* src, int64_t bytes) {
-  return CopySynchronously(dst, src, bytes, cudaMemcpyHostToDevice,
-                           "copying a KV block to the device");
+
+Status CopyOnStream(void* dst, const void* src, int64_t bytes, CUstream_st* stream) {
+  if (bytes <= 0) return OkStatus();
+  return CudaStatus(
+      cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, stream),
+      "queueing a KV block copy");
 }
 
-Status CopyDeviceToHost(void* dst, const void* src, int64_t bytes) {
-  return CopySynchronously(dst, src, bytes, cudaMemcpyDeviceToHost,
-                           "copying a KV block from the device");
+Status SynchronizeStream(CUstream_st* stream) {
+  return CudaStatus(cudaStreamSynchronize(stream), "waiting for KV block copies");
 }
 
 }  // namespace tokenmill::cuda

@@ -8,6 +8,8 @@
 
 #include "common/status.h"
 
+struct CUstream_st;  // cudaStream_t, without the CUDA headers
+
 namespace tokenmill::cuda {
 
 class DeviceBuffer {
@@ -69,9 +71,14 @@ class PinnedBuffer {
 // Copies `bytes` bytes from device memory `src` to device memory `dst`, finished on return
 // (ordered before any later work on any stream).
 Status CopyDeviceToDevice(void* dst, const void* src, int64_t bytes);
-// The same between host memory and the device (a KV block to or from a tier below the pool).
-Status CopyHostToDevice(void* dst, const void* src, int64_t bytes);
-Status CopyDeviceToHost(void* dst, const void* src, int64_t bytes);
+
+// Queues a copy of `bytes` bytes between any two of host and device memory on `stream` (the
+// forward pass's, so that it is ordered with the steps around it) and returns: from pageable
+// host memory once the source is staged, into pageable memory once done, and with page-locked
+// memory (PinnedBuffer) at once, the copy running while the host goes on (SynchronizeStream
+// waits for it).
+Status CopyOnStream(void* dst, const void* src, int64_t bytes, CUstream_st* stream);
+Status SynchronizeStream(CUstream_st* stream);
 
 // (free, total) bytes of the current device.
 StatusOr<std::pair<int64_t, int64_t>> DeviceMemoryInfo();

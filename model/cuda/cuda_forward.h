@@ -62,6 +62,9 @@ class CudaForwardPass {
   Status RunGreedy(const ForwardInput& input, const KvCacheView& kv, std::span<int32_t> token_ids);
 
   int64_t weight_bytes() const { return weights_.bytes; }
+  // The stream the steps run on, in order: copies of KV blocks queued on it are ordered with
+  // them.
+  cudaStream_t stream() const { return stream_; }
   // Decode-step graphs captured so far (one per batch shape while nothing reallocates).
   int64_t num_graph_captures() const { return num_graph_captures_; }
 

@@ -105,8 +105,8 @@ std::string RenderCachedPrefixes(const ServingModel* model) {
   return nlohmann::json{{"block_size", model->block_size}, {"blocks", blocks}}.dump();
 }
 
-// POST /kv_cache/purge?tenant=NAME (or ?all=1): deletes the disk tier's blocks of a tenant's
-// prompts (every salt its requests had), or all of them.
+// POST /kv_cache/purge?tenant=NAME (or ?all=1): deletes the host and disk tiers' blocks of a
+// tenant's prompts (every salt its requests had), or all of them.
 MetricsHttpServer::ActionResult PurgeKvTier(const ServingModel* model, std::string_view query,
                                             bool shared_prefix_cache) {
   const auto error = [](int status, std::string message) {

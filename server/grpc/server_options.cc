@@ -123,6 +123,12 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
           "sliding-window layers (Gemma 2 and 3) keep every KV block in the full layers' pool "
           "instead of a pool of their own that frees blocks past their window (vLLM's "
           "--disable-hybrid-kv-cache-manager)");
+  AddOption(app, "--kv-cache-host-size", o.kv_cache_host_size,
+            "host memory for a tier below the KV pool (\"8GiB\"; 0: none): full prefix blocks "
+            "are copied through as they are cached (on CUDA into page-locked memory, queued with "
+            "the steps) and a later request whose prompt continues there takes them back at "
+            "once; least recently used go first. Worth it on CUDA, where the pool is device "
+            "memory; see docs/kv-tiers.md");
   AddOption(app, "--kv-cache-dir", o.kv_cache_dir,
             "a directory for a disk tier below the KV pool: full prefix blocks are written "
             "through as they are cached and a later request, or this server restarted with the "
@@ -294,6 +300,22 @@ StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t availabl
   if (o.kv_events_endpoint.empty() && !o.kv_events_replay_endpoint.empty()) {
     return InvalidArgumentError("--kv-events-replay-endpoint needs --kv-events-endpoint");
   }
+  {
+    const StatusOr<int64_t> host_bytes =
+        o.kv_cache_host_size == "0" ? StatusOr<int64_t>(0) : ParseByteSize(o.kv_cache_host_size);
+    if (!host_bytes.ok() || *host_bytes < 0) {
+      return InvalidArgumentError("--kv-cache-host-size: " +
+                                  (host_bytes.ok() ? std::string("give a size, or 0 for none")
+                                                   : std::string(host_bytes.status().message())) +
+                                  " (e.g. \"8GiB\")");
+    }
+    if (*host_bytes > 0 && o.no_prefix_cache) {
+      return InvalidArgumentError(
+          "--kv-cache-host-size keeps prefix blocks in host memory, which needs the prefix "
+          "cache: drop --no-prefix-cache or --kv-cache-host-size");
+    }
+    config.kv_tiers.host_bytes = *host_bytes;
+  }
   if (!o.kv_cache_dir.empty()) {
     if (o.no_prefix_cache) {
       return InvalidArgumentError(
@@ -307,7 +329,8 @@ StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t availabl
                                                   : std::string(dir_bytes.status().message())) +
                                   " (e.g. \"20GiB\")");
     }
-    config.kv_tiers = {.dir = o.kv_cache_dir,
+    config.kv_tiers = {.host_bytes = config.kv_tiers.host_bytes,
+                       .dir = o.kv_cache_dir,
                        .max_bytes = *dir_bytes,
                        .ttl = std::chrono::seconds(
                            static_cast<int64_t>(std::ceil(o.kv_cache_dir_ttl_seconds))),

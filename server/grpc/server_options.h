@@ -48,6 +48,7 @@ struct ServerOptions {
   // by default each tenant's are its own (server/grpc/request_builder.h, PrefixCacheSalt).
   bool shared_prefix_cache = false;
   bool no_sliding_window_kv = false;  // sliding-window layers keep every block, as full ones
+  std::string kv_cache_host_size = "0";  // the host tier's bytes; 0: none
   std::string kv_cache_dir;              // the disk tier's directory; empty: none
   std::string kv_cache_dir_size = "10GiB";  // its byte budget
   double kv_cache_dir_ttl_seconds = 0;   // files unused this long are deleted; 0: never

@@ -128,58 +128,81 @@ void PrometheusWriter::Info(std::string_view name, std::string_view help,
   Sample(name, extra, 1);
 }
 
-// The disk tier's (--kv-cache-dir) figures, labelled tier="disk" as a host-memory tier's would
-// be tier="host".
-void RenderDiskTier(PrometheusWriter& w, const KvDiskTierStats& d, int num_loading) {
-  const auto one = [](double value) {
-    return std::vector<std::pair<std::string, double>>{{"disk", value}};
+// The tiers below the pool, each labelled: tier="host" (--kv-cache-host-size), tier="disk"
+// (--kv-cache-dir). A figure one tier does not have is not given for it.
+void RenderKvTiers(PrometheusWriter& w, const std::optional<KvHostTierStats>& host,
+                   const std::optional<KvDiskTierStats>& d, int num_loading) {
+  using Figure = std::optional<double>;
+  const auto family = [&](bool counter, std::string_view name, std::string_view help,
+                          Figure host_value, Figure disk_value) {
+    std::vector<std::pair<std::string, double>> samples;
+    if (host.has_value() && host_value.has_value()) samples.emplace_back("host", *host_value);
+    if (d.has_value() && disk_value.has_value()) samples.emplace_back("disk", *disk_value);
+    if (samples.empty()) return;
+    counter ? w.CounterByLabel(name, help, "tier", samples)
+            : w.GaugeByLabel(name, help, "tier", samples);
   };
-  const auto gauge = [&](std::string_view name, std::string_view help, double value) {
-    w.GaugeByLabel(name, help, "tier", one(value));
+  const auto gauge = [&](std::string_view name, std::string_view help, Figure host_value,
+                         Figure disk_value) {
+    family(false, name, help, host_value, disk_value);
   };
-  const auto counter = [&](std::string_view name, std::string_view help, int64_t value) {
-    w.CounterByLabel(name, help, "tier", one(static_cast<double>(value)));
+  const auto counter = [&](std::string_view name, std::string_view help, Figure host_value,
+                           Figure disk_value) {
+    family(true, name, help, host_value, disk_value);
   };
-  gauge("tokenmill:kv_tier_enabled", "1 while the tier takes writes (0: off or paused).",
-        d.enabled ? 1 : 0);
-  gauge("tokenmill:kv_tier_bytes", "Bytes of this server's blocks in the tier.",
-        static_cast<double>(d.bytes));
-  gauge("tokenmill:kv_tier_blocks", "This server's blocks in the tier.",
-        static_cast<double>(d.blocks));
+  const auto of = [](auto value) { return Figure(static_cast<double>(value)); };
+  const KvHostTierStats h = host.value_or(KvHostTierStats{});
+  const KvDiskTierStats k = d.value_or(KvDiskTierStats{});
+  gauge("tokenmill:kv_tier_enabled", "1 while the tier takes writes (0: off or paused).", 1.0,
+        k.enabled ? 1.0 : 0.0);
+  gauge("tokenmill:kv_tier_bytes", "Bytes of this server's blocks in the tier.", of(h.bytes),
+        of(k.bytes));
+  gauge("tokenmill:kv_tier_blocks", "This server's blocks in the tier.", of(h.blocks),
+        of(k.blocks));
+  gauge("tokenmill:kv_tier_capacity_blocks", "Blocks the tier's memory holds.",
+        of(h.capacity_blocks), std::nullopt);
   gauge("tokenmill:kv_tier_other_bytes",
         "Bytes of other models' or settings' blocks in the tier's directory (in its budget).",
-        static_cast<double>(d.other_bytes));
+        std::nullopt, of(k.other_bytes));
   gauge("tokenmill:kv_tier_loading_requests",
-        "Requests waiting for their prefix blocks to load from the tier.", num_loading);
-  counter("tokenmill:kv_tier_writes_total", "Blocks written to the tier.", d.writes);
+        "Requests waiting for their prefix blocks to load from the tier.", std::nullopt,
+        of(num_loading));
+  counter("tokenmill:kv_tier_writes_total", "Blocks written to the tier.", of(h.stores),
+          of(k.writes));
   counter("tokenmill:kv_tier_write_failures_total", "Block writes that failed (disk full...).",
-          d.write_failures);
+          std::nullopt, of(k.write_failures));
   counter("tokenmill:kv_tier_dropped_writes_total",
-          "Blocks not written: the write queue was full or the tier off.", d.dropped_writes);
-  counter("tokenmill:kv_tier_evictions_total", "Blocks deleted for the byte budget.",
-          d.evictions);
-  counter("tokenmill:kv_tier_expirations_total", "Blocks deleted for the TTL.", d.expirations);
-  counter("tokenmill:kv_tier_purged_total", "Blocks deleted by a purge.", d.purged);
+          "Blocks not written: the write queue was full or the tier off.", std::nullopt,
+          of(k.dropped_writes));
+  counter("tokenmill:kv_tier_evictions_total",
+          "Blocks dropped for room (the memory, or the directory's byte budget).",
+          of(h.evictions), of(k.evictions));
+  counter("tokenmill:kv_tier_expirations_total", "Blocks deleted for the TTL.", std::nullopt,
+          of(k.expirations));
+  counter("tokenmill:kv_tier_purged_total", "Blocks deleted by a purge.", of(h.purged),
+          of(k.purged));
   counter("tokenmill:kv_tier_lookups_total", "Blocks looked up past the pool's hit.",
-          d.lookups);
-  counter("tokenmill:kv_tier_hits_total", "Of those, found in the tier.", d.hits);
-  counter("tokenmill:kv_tier_loads_total", "Blocks read back, verified and put in the pool.",
-          d.loads);
-  counter("tokenmill:kv_tier_load_bytes_total", "Bytes of those.", d.load_bytes);
+          of(h.lookups), of(k.lookups));
+  counter("tokenmill:kv_tier_hits_total", "Of those, found in the tier.", of(h.hits),
+          of(k.hits));
+  counter("tokenmill:kv_tier_loads_total", "Blocks read back (verified, from disk) into the pool.",
+          of(h.loads), of(k.loads));
+  counter("tokenmill:kv_tier_load_bytes_total", "Bytes of those.", of(h.load_bytes),
+          of(k.load_bytes));
   counter("tokenmill:kv_tier_load_requests_total", "Loads finished (a request's run of blocks).",
-          d.load_count);
-  w.CounterByLabel("tokenmill:kv_tier_load_seconds_total",
-                   "Time from asking for a load to its finish, summed.", "tier",
-                   one(d.load_seconds));
+          std::nullopt, of(k.load_count));
+  counter("tokenmill:kv_tier_load_seconds_total",
+          "Time from asking for a load to its finish, summed.", std::nullopt, k.load_seconds);
+  if (!d.has_value()) return;
   w.CounterByLabel(
       "tokenmill:kv_tier_rejects_total",
       "Block files refused and deleted, by reason: corrupt (checksum or header), truncated, "
       "mismatch (another block's or model's), unreadable.",
       "reason",
-      {{"corrupt", static_cast<double>(d.rejects_corrupt)},
-       {"truncated", static_cast<double>(d.rejects_truncated)},
-       {"mismatch", static_cast<double>(d.rejects_mismatch)},
-       {"unreadable", static_cast<double>(d.read_failures)}});
+      {{"corrupt", static_cast<double>(k.rejects_corrupt)},
+       {"truncated", static_cast<double>(k.rejects_truncated)},
+       {"mismatch", static_cast<double>(k.rejects_mismatch)},
+       {"unreadable", static_cast<double>(k.read_failures)}});
 }
 
 std::string RenderMetrics(const ServedModelInfo& model,
@@ -232,7 +255,7 @@ std::string RenderMetrics(const ServedModelInfo& model,
   w.Counter("tokenmill:grammar_cache_evictions_total",
             "Compiled grammars dropped, least recently used first, to stay within the budget.",
             static_cast<double>(grammars.evictions));
-  if (s.disk_tier.has_value()) RenderDiskTier(w, *s.disk_tier, s.num_loading);
+  RenderKvTiers(w, s.host_tier, s.disk_tier, s.num_loading);
   std::vector<std::pair<std::string, double>> finished;
   for (const CompletionReason reason :
        {CompletionReason::kStop, CompletionReason::kLength, CompletionReason::kAbort,

@@ -5,22 +5,30 @@ type or model ignores it; every block file truncated, bit-flipped or swapped wit
 between runs or under a running server, is refused (counted, deleted) and the answer stays
 the same; a read-only or full directory turns the tier off with a warning and every request
 still succeeds; the files are 0600 in 0700 directories; a tenant's purge deletes its blocks
-only; and the tier's changes reach KV event subscribers with medium "DISK"."""
+only; a host-memory tier (--kv-cache-host-size) serves an evicted prefix at once; the tiers'
+changes reach KV event subscribers with medium "CPU" or "DISK"; and models whose
+sliding-window layers keep a pool of their own (a tiny gemma3 whose window the prompts cross;
+Gemma 3 270M in test_kv_tiers_gemma3.py) get both pools' blocks back."""
 import os
 import shutil
 import signal
 import stat
-import subprocess
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
+import sys
+
 import msgspec
+import numpy as np
 import pytest
 import zmq
 
-from server_harness import MODELS_DIR, SERVER_BIN, Server, pb2
+from server_harness import MODELS_DIR, REPO, Server, pb2
+
+sys.path.insert(0, str(REPO / "tests" / "reference"))
+from tiny_families import gemma3  # noqa: E402
 
 BLOCK = 16
 # ~300 tokens: 19 full blocks of SmolLM2's KV (23,040 bytes a token at f16). Small, so that the
@@ -298,20 +306,36 @@ def test_files_are_private_and_a_tenant_purge_deletes_only_its_blocks(tmp_path):
         assert metric(server, "tokenmill:kv_tier_purged_total", tier="disk") == len(acme_files)
 
 
-def test_disk_tier_changes_reach_kv_event_subscribers(tmp_path):
+def test_an_evicted_prefix_comes_back_from_host_memory(reference):
+    """--kv-cache-host-size alone: the blocks other prompts pushed out of the pool come back
+    from host memory, with the same tokens."""
+    expected, _ = reference
+    with Server(*POOL, "--kv-cache-host-size", "64MiB") as server:
+        first, cached = run(server)
+        assert first == expected and cached == 0
+        evict(server)
+        again, cached = run(server)
+        assert again == expected
+        assert cached >= ON_DISK * BLOCK
+        assert metric(server, "tokenmill:kv_tier_loads_total", tier="host") >= ON_DISK
+        assert metric(server, "tokenmill:kv_tier_capacity_blocks", tier="host") >= 150
+        assert "tokenmill:kv_tier_loads_total{tier=disk}" not in server.metrics()
+
+
+def test_tier_changes_reach_kv_event_subscribers(tmp_path):
     context = zmq.Context()
     subscriber = context.socket(zmq.SUB)
     port = subscriber.bind_to_random_port("tcp://127.0.0.1")
     subscriber.setsockopt(zmq.SUBSCRIBE, b"")
     try:
-        with tier_server(tmp_path / "kv", "--kv-events-endpoint",
-                         f"tcp://127.0.0.1:{port}") as server:
+        with tier_server(tmp_path / "kv", "--kv-cache-host-size", "64MiB",
+                         "--kv-events-endpoint", f"tcp://127.0.0.1:{port}") as server:
             # PUB drops batches until the subscription has reached it: each new question
             # stores new blocks, and its steps publish what the tier wrote meanwhile.
             mediums = []
             deadline = time.monotonic() + 60
             asked = 0
-            while "DISK" not in mediums or None not in mediums:
+            while not {"DISK", "CPU", None} <= set(mediums):
                 assert time.monotonic() < deadline, f"mediums {set(mediums)} after {asked}"
                 run(server, f"Question {asked}: " + OTHERS[asked % len(OTHERS)])
                 asked += 1
@@ -319,32 +343,56 @@ def test_disk_tier_changes_reach_kv_event_subscribers(tmp_path):
                     _, _, payload = subscriber.recv_multipart()
                     _, events = msgspec.msgpack.decode(payload)
                     mediums += [e[6] for e in events if e[0] == "BlockStored"]
-            assert "DISK" in mediums
+            assert "DISK" in mediums and "CPU" in mediums
             assert None in mediums  # the pool's own events carry none, as before
     finally:
         subscriber.close(linger=0)
         context.term()
 
 
-GEMMA = MODELS_DIR / "gemma-3-270m-q4_k_m.gguf"
+@pytest.fixture(scope="module")
+def tiny_gemma3(tmp_path_factory):
+    """The tiny random gemma3 (window 8 tokens; tests/reference/tiny_families) with stories260K's
+    vocabulary, so that the server tokenizes."""
+    path = tmp_path_factory.mktemp("gemma3") / "tiny-gemma3.gguf"
+    gemma3.write(str(path), vocabulary_from=str(MODELS_DIR / "stories260K.gguf"))
+    return path
 
 
-def test_sliding_window_layers_in_the_one_pool_go_to_disk_too(tmp_path):
-    """Gemma 3's sliding-window layers: with a pool of their own the tier is refused by name;
-    in the full layers' pool (--no-sliding-window-kv) a block's file holds every layer, and a
-    restarted server's disk hit gives the tokens it computed."""
-    refused = subprocess.run([str(SERVER_BIN), "--model", str(GEMMA), "--port", "0",
-                              "--metrics-port", "-1", "--kv-cache-dir", str(tmp_path / "x")],
-                             capture_output=True, text=True, timeout=120,
-                             stdin=subprocess.DEVNULL)
-    assert refused.returncode != 0
-    assert "--no-sliding-window-kv" in refused.stderr
+# Blocks of 4 tokens, prefills in chunks of 12: group 1 lets go of blocks before the window
+# while a prompt is computed, so its files' group-1 halves are written before that.
+TINY_FLAGS = ("--block-size", "4", "--max-num-batched-tokens", "12", "--kv-cache-memory", "64KiB")
+TINY_PROMPT = [int(t) for t in np.random.default_rng(40).integers(3, 512, 61)]
+TINY_OTHERS = [[int(t) for t in np.random.default_rng(41 + k).integers(3, 512, 61)]
+               for k in range(4)]
+
+
+def run_ids(server, ids):
+    request = pb2.GenerateRequest(token_ids=pb2.TokenIds(ids=ids), max_tokens=MAX_TOKENS,
+                                  ignore_eos=True)
+    responses = list(server.stub.Generate(request, timeout=120))
+    return [t for r in responses for t in r.token_ids], responses[-1].usage.cached_prompt_tokens
+
+
+def test_sliding_window_blocks_come_back_from_disk_after_eviction_and_restart(tiny_gemma3,
+                                                                            tmp_path):
+    """The tiny gemma3 with group 1 keeping only the window: an evicted prefix comes back from
+    disk, both groups' blocks, with the tokens of a server without any tier; so after a
+    restart."""
+    with Server(*TINY_FLAGS, model=tiny_gemma3) as plain:
+        expected, _ = run_ids(plain, TINY_PROMPT)
     directory = tmp_path / "kv"
-    server = tier_server(directory, "--no-sliding-window-kv", model=GEMMA)
-    expected, cached = run(server)
-    assert cached == 0
+    server = Server("--kv-cache-dir", directory, *TINY_FLAGS, model=tiny_gemma3)
+    ids, cached = run_ids(server, TINY_PROMPT)
+    assert ids == expected and cached == 0
+    for other in TINY_OTHERS:
+        run_ids(server, other)
+    ids, cached = run_ids(server, TINY_PROMPT)
+    assert ids == expected
+    assert cached >= 56  # 15 blocks looked up (the last token is computed), 1 may be recomputed
+    assert metric(server, "tokenmill:kv_tier_loads_total", tier="disk") >= 1
     stop(server)
-    with tier_server(directory, "--no-sliding-window-kv", model=GEMMA) as server:
-        ids, cached = run(server)
+    with Server("--kv-cache-dir", directory, *TINY_FLAGS, model=tiny_gemma3) as server:
+        ids, cached = run_ids(server, TINY_PROMPT)
         assert ids == expected
-        assert cached >= ON_DISK * BLOCK
+        assert cached >= 56

@@ -199,5 +199,52 @@ TEST_F(EngineKvTiersTest, RequestsBehindOnePrefixShareOneLoad) {
   EXPECT_TRUE(core->CheckIdle().ok());
 }
 
+TEST_F(EngineKvTiersTest, EvictedPrefixComesBackFromHostMemoryAtOnce) {
+  EngineConfig config = Config();
+  config.kv_tiers.dir.clear();
+  config.kv_tiers.host_bytes = int64_t{16} << 20;
+  auto core = NewCore(config);
+  EXPECT_FALSE(core->Stats().disk_tier.has_value());
+  const Collected first = Run(*core, 1, prompt_);
+  Evict(*core);
+
+  Collector collector;
+  ASSERT_TRUE(core->Add(2, Greedy(prompt_, kMaxTokens, collector.Sink(2))).ok());
+  EXPECT_EQ(core->num_loading(), 0) << "host memory is copied back at once, nothing waits";
+  Drain(*core);
+  EXPECT_EQ(collector[2].token_ids, first.token_ids);
+  EXPECT_EQ(collector[2].final_event.usage.cached_prompt_tokens, 6 * kBlockSize);
+  const KvHostTierStats stats = *core->Stats().host_tier;
+  EXPECT_GE(stats.loads, 6);
+  EXPECT_GT(stats.stores, 6 * 8);
+  EXPECT_FALSE(fs::exists(dir_)) << "nothing on disk";
+  EXPECT_EQ(core->kv_cache().Stats().num_in_use_blocks, 0);
+  EXPECT_TRUE(core->CheckIdle().ok());
+}
+
+TEST_F(EngineKvTiersTest, BlocksLoadedFromDiskStayInHostMemory) {
+  EngineConfig config = Config();
+  config.kv_tiers.host_bytes = int64_t{16} << 20;
+  std::vector<TokenId> first_tokens;
+  {
+    auto core = NewCore(config);
+    first_tokens = Run(*core, 1, prompt_).token_ids;
+    Flush(*core);
+  }
+  auto core = NewCore(config);  // host memory starts empty; the disk holds the prompt
+  const Collected from_disk = Run(*core, 1, prompt_);
+  EXPECT_EQ(from_disk.token_ids, first_tokens);
+  EXPECT_EQ(from_disk.final_event.usage.cached_prompt_tokens, 6 * kBlockSize);
+  const int64_t disk_loads = core->Stats().disk_tier->loads;
+  EXPECT_GE(disk_loads, 6);
+  Evict(*core);
+  const Collected from_host = Run(*core, 2, prompt_);
+  EXPECT_EQ(from_host.token_ids, first_tokens);
+  EXPECT_EQ(from_host.final_event.usage.cached_prompt_tokens, 6 * kBlockSize);
+  EXPECT_EQ(core->Stats().disk_tier->loads, disk_loads) << "not read from disk again";
+  EXPECT_GE(core->Stats().host_tier->loads, 6);
+  EXPECT_TRUE(core->CheckIdle().ok());
+}
+
 }  // namespace
 }  // namespace tokenmill::testing
