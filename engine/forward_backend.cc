@@ -81,9 +81,11 @@ class CpuBackend final : public ForwardBackend {
   }
   Status FinishKvCopies() override { return OkStatus(); }
   StatusOr<HostKvMemory> AllocateHostKv(int64_t bytes) override {
-    // Not zeroed: a slot is read only after a block was copied into it.
-    std::shared_ptr<uint8_t[]> memory(new (std::nothrow) uint8_t[static_cast<size_t>(bytes)]);
-    if (memory == nullptr) {
+    // Zeroed now, so that its pages fault in at start and not in the engine's steps.
+    std::shared_ptr<uint8_t[]> memory;
+    try {
+      memory = std::make_shared<uint8_t[]>(static_cast<size_t>(bytes));
+    } catch (const std::bad_alloc&) {
       return ResourceExhaustedError("no " + std::to_string(bytes) +
                                     " bytes of memory for the KV host tier: lower "
                                     "--kv-cache-host-size");

@@ -1,10 +1,11 @@
 """Serving throughput with the disk tier on (--kv-cache-dir: every prefix block written through
-as it is cached) against off, under steady load: N concurrent gRPC streams, each sending
+as it is cached; with --host-size the host tier too) against off, under steady load: N concurrent gRPC streams, each sending
 requests of new random prompts (so every full block is new and goes to disk) back to back for
 a fixed time. The two servers run in alternation (ABAB...), one at a time, on the same
 machine; prints each run's output tokens/s and the median ratio on/off.
 
   .venv/bin/python bench/serve/kv_tier_throughput.py --pairs 5 --seconds 20
+  .venv/bin/python bench/serve/kv_tier_throughput.py --pairs 4 --seconds 15 --host-size 1GiB
 """
 import argparse
 import random
@@ -52,10 +53,14 @@ def main():
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--prompt-words", type=int, default=300)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--host-size", default=None,
+                        help="--kv-cache-host-size for the server with the tiers on")
     args = parser.parse_args()
     ratios = []
     with tempfile.TemporaryDirectory(prefix="tokenmill-kv-bench-", dir=REPO / "build") as tmp:
         configs = {"off": [], "on": ["--kv-cache-dir", Path(tmp) / "kv"]}
+        if args.host_size:
+            configs["on"] += ["--kv-cache-host-size", args.host_size]
         for pair in range(args.pairs):
             rates = {}
             for name in (("off", "on") if pair % 2 == 0 else ("on", "off")):
