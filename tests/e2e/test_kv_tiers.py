@@ -123,18 +123,28 @@ def copy_of(directory, tmp_path):
     return target
 
 
-def test_an_evicted_prefix_comes_back_from_disk(reference, tmp_path):
+@pytest.mark.parametrize("tier", ["disk", "host"])
+def test_an_evicted_prefix_comes_back_from_the_tier(reference, tmp_path, tier):
+    """The blocks other prompts pushed out of the pool come back from disk, or from host memory
+    (--kv-cache-host-size alone), with the same tokens."""
     expected, _ = reference
-    with tier_server(tmp_path / "kv") as server:
+    flags = (("--kv-cache-dir", tmp_path / "kv") if tier == "disk" else
+             ("--kv-cache-host-size", "64MiB"))
+    with Server(*POOL, *flags) as server:
         first, cached = run(server)
         assert first == expected and cached == 0
         evict(server)
         again, cached = run(server)
         assert again == expected
         assert cached >= ON_DISK * BLOCK
-        assert metric(server, "tokenmill:kv_tier_loads_total", tier="disk") * BLOCK >= cached - \
-            BLOCK  # the pool may still hold a block or two at the head
-        assert metric(server, "tokenmill:kv_tier_rejects_total", reason="corrupt") == 0
+        # The pool may still hold a block or two at the head.
+        assert metric(server, "tokenmill:kv_tier_loads_total", tier=tier) * BLOCK >= cached - BLOCK
+        other = "host" if tier == "disk" else "disk"
+        assert f"tokenmill:kv_tier_loads_total{{tier={other}}}" not in server.metrics()
+        if tier == "disk":
+            assert metric(server, "tokenmill:kv_tier_rejects_total", reason="corrupt") == 0
+        else:
+            assert metric(server, "tokenmill:kv_tier_capacity_blocks", tier="host") >= 150
 
 
 def test_a_restarted_server_finds_its_prefixes_and_another_kv_type_does_not(reference, tmp_path):
@@ -304,22 +314,6 @@ def test_files_are_private_and_a_tenant_purge_deletes_only_its_blocks(tmp_path):
         assert not (left & acme_files)
         assert len(left) >= ON_DISK  # globex's
         assert metric(server, "tokenmill:kv_tier_purged_total", tier="disk") == len(acme_files)
-
-
-def test_an_evicted_prefix_comes_back_from_host_memory(reference):
-    """--kv-cache-host-size alone: the blocks other prompts pushed out of the pool come back
-    from host memory, with the same tokens."""
-    expected, _ = reference
-    with Server(*POOL, "--kv-cache-host-size", "64MiB") as server:
-        first, cached = run(server)
-        assert first == expected and cached == 0
-        evict(server)
-        again, cached = run(server)
-        assert again == expected
-        assert cached >= ON_DISK * BLOCK
-        assert metric(server, "tokenmill:kv_tier_loads_total", tier="host") >= ON_DISK
-        assert metric(server, "tokenmill:kv_tier_capacity_blocks", tier="host") >= 150
-        assert "tokenmill:kv_tier_loads_total{tier=disk}" not in server.metrics()
 
 
 def test_tier_changes_reach_kv_event_subscribers(tmp_path):
