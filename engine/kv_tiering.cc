@@ -183,8 +183,11 @@ void KvTiering::ImportFromHost(std::span<const TokenId> prompt, std::string_view
   WriteNewlyCached();
   const int hit = PoolHit(prompt, salt);
   if (hit >= static_cast<int>(digests.size())) return;
-  const auto [first, end] =
+  // Plain ints, not a structured binding: clang 14 (the fuzz build's) cannot capture one.
+  const std::pair<int, int> range =
       LoadRange(hit, [&](int from) { return host_->CountPresent(digests, from); });
+  const int first = range.first;
+  const int end = range.second;
   if (first == end) return;
   kv_.ImportPrefixBlocks(LookupRequest(prompt, salt), end,
                          [&](int index, std::span<const BlockId> group_blocks) {
