@@ -83,6 +83,7 @@ void KvTiering::WriteNewlyCached() {
   struct DiskWrite {
     const PrefixChange* change;
     BlockDigest digest;
+    std::optional<BlockHash> parent_hash;
     std::vector<uint8_t> payload;
   };
   std::vector<DiskWrite> disk_writes;
@@ -122,7 +123,7 @@ void KvTiering::WriteNewlyCached() {
       spdlog::warn("KV tiers: block {} not written to disk: {}", change.block, read.ToString());
       continue;
     }
-    disk_writes.push_back({&change, digest, std::move(payload)});
+    disk_writes.push_back({&change, digest, parent_hash, std::move(payload)});
   }
   if (!disk_writes.empty()) {
     if (const Status copied = backend_.FinishKvCopies(); !copied.ok()) {
@@ -133,10 +134,8 @@ void KvTiering::WriteNewlyCached() {
   }
   for (DiskWrite& write : disk_writes) {
     const PrefixChange& change = *write.change;
-    disk_->Write(write.digest, change.hash,
-                 change.parent_prefix_id != kEmptyPrefix ? std::optional(change.parent_hash)
-                                                         : std::nullopt,
-                 change.extra_key, change.tokens, std::move(write.payload));
+    disk_->Write(write.digest, change.hash, write.parent_hash, change.extra_key, change.tokens,
+                 std::move(write.payload));
   }
   changes_.clear();
 }
