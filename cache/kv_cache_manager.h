@@ -111,6 +111,8 @@ class KvCacheManager {
   // 1, or 2 with a sliding-window group.
   int num_groups() const { return sliding_pool_.has_value() ? 2 : 1; }
   int sliding_window() const { return config_.sliding_window; }
+  // The first block index group 1 needs for computing position `position` (with group 1).
+  int FirstBlockInWindow(int position) const;
   // Group 0's pool, or group `group`'s.
   const BlockPool& pool(int group = 0) const;
   // Most tokens (new plus lookahead) one AllocateSlots call can serve for a request alone:
@@ -233,8 +235,6 @@ class KvCacheManager {
   // Group 1's blocks of `table` wholly before the window of position first_position, not
   // released yet, tail first.
   std::vector<BlockId> BlocksBeforeWindow(const Table& table, int first_position) const;
-  // The first block index group 1 needs for computing position `position`.
-  int FirstBlockInWindow(int position) const;
   void ReleaseBeforeWindow(Table& table, int first_position);
   Status CheckSlidingTable(const std::string& name, const Table& table,
                            std::span<int> ref_counts) const;

@@ -168,8 +168,7 @@ int KvTiering::PoolHit(std::span<const TokenId> prompt, std::string_view salt) c
 std::pair<int, int> KvTiering::LoadRange(int hit, const std::function<int(int from)>& count) const {
   const int end = hit + count(hit);
   if (end > hit && kv_.num_groups() > 1) {
-    const int block_size = kv_.block_size();
-    const int window = std::max(0, end * block_size - kv_.sliding_window() + 1) / block_size;
+    const int window = kv_.FirstBlockInWindow(end * kv_.block_size());
     if (window < hit && count(window) >= end - window) return {window, end};
   }
   return {hit, end};
