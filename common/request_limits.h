@@ -16,4 +16,7 @@ inline constexpr int kMaxPromptsPerRequest = 64;
 // --max-num-seqs, so that one request alone cannot queue more than a batch.
 inline constexpr int kMaxSequencesPerBatchRequest = 256;
 
+// Inputs of one embeddings request (each is a request in the engine): as many as a batch.
+inline constexpr int kMaxEmbedInputs = kMaxSequencesPerBatchRequest;
+
 }  // namespace tokenmill

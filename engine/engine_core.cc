@@ -127,6 +127,9 @@ Status EngineCore::AddNow(RequestId id, ValidatedRequest valid, Clock::time_poin
                      RequestOutput(id, i, tokenizer_, request.stop_strings, request.sink,
                                    num_prompt, submit_time, request.rendered_control_tokens,
                                    parsing));
+    if (request.embedding) {
+      outputs_.at(id).PoolEmbedding(EmbeddingPooler(*request.embedding, runner_->hidden_size()));
+    }
     if (request.grammar) {
       grammars_.Add(id + static_cast<RequestId>(i), request.grammar,
                     request.grammar_starts_after, request.grammar_reasoning_opens);
@@ -255,6 +258,9 @@ StatusOr<ModelOutput> EngineCore::Execute(const SchedulerOutput& step) {
   beams_.TakeCandidates(sampled, step_logprobs_, *scheduler_);
   for (const auto& [id, chunk] : runner_->prompt_logprobs()) {
     outputs_.at(id).AddPromptLogprobs(chunk);
+  }
+  for (const StepHiddenRows& rows : runner_->hidden_rows()) {
+    outputs_.at(rows.id).AddHiddenRows(rows.first_position, rows.rows);
   }
   return sampled;
 }

@@ -71,6 +71,8 @@ struct GenerateOutput {
   // Beam search, on the final event: the hypothesis's summed log-probabilities.
   std::optional<double> cumulative_logprob;
   RequestTimings timings;   // complete on the final event only
+  // An embedding's (GenerateRequest::embedding) final event: the pooled vector, n_embd floats.
+  std::vector<float> embedding;
 
   // The one event of a request refused after Submit accepted it (a full queue).
   static GenerateOutput Refused(RequestId id, Status error) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cache/types.h"
+#include "engine/embedding_pooler.h"
 #include "engine/generate_output.h"
 #include "grammar/compiler.h"
 #include "scheduler/request.h"
@@ -81,6 +82,12 @@ struct GenerateRequest {
   // Control tokens whose text the output carries (a tool-call parser's markers, such as
   // <|python_tag|> or [TOOL_CALLS]); other control tokens produce no text.
   std::vector<TokenId> rendered_control_tokens;
+  // Set: an embedding instead of a generation (the server's Embed). The prompt is computed
+  // in the batch like any other, nothing is sampled, and the one final event (kStop) carries
+  // the prompt's final hidden states pooled as this says (GenerateOutput::embedding). Only
+  // with n = 1 and none of beam search, kv_window, prompt_logprobs, a grammar, output parsing,
+  // stop strings or a prediction (request_validation.h).
+  std::optional<EmbeddingParams> embedding;
   // Receives every event of this request, on the engine thread; must not block (see
   // generate_output.h). Required.
   OutputSink sink;

@@ -61,6 +61,44 @@ void ModelRunner::TakePromptLogprobs(const SchedulerOutput& step, const Schedule
   }
 }
 
+void ModelRunner::PlanHiddenRows(const SchedulerOutput& step, const Scheduler& scheduler,
+                                 const BatchInputs& in) {
+  struct Planned {
+    RequestId id;
+    int first_position;
+    size_t first_row;  // in hidden_row_ids_
+    size_t num_rows;
+  };
+  std::vector<Planned> planned;
+  hidden_row_ids_.clear();
+  for (size_t i = 0; i < step.requests.size(); ++i) {
+    const ScheduledRequest& r = step.requests[i];
+    const Request& request = *scheduler.Find(r.id);
+    if (!request.embeds()) continue;
+    int first = 0;  // of the request's rows this step
+    if (request.prompt_use == PromptUse::kEmbedLastRow) {
+      if (r.num_computed_tokens + r.num_new_tokens < request.num_prompt_tokens) continue;
+      first = request.num_prompt_tokens - 1 - r.num_computed_tokens;
+    }
+    planned.push_back(Planned{.id = r.id,
+                              .first_position = r.num_computed_tokens + first,
+                              .first_row = hidden_row_ids_.size(),
+                              .num_rows = static_cast<size_t>(r.num_new_tokens - first)});
+    for (int row = first; row < r.num_new_tokens; ++row) {
+      hidden_row_ids_.push_back(in.cu_seqlens[i] + row);
+    }
+  }
+  const size_t d = static_cast<size_t>(hidden_size());
+  hidden_.resize(hidden_row_ids_.size() * d);
+  hidden_rows_.clear();
+  for (const Planned& p : planned) {
+    hidden_rows_.push_back(StepHiddenRows{
+        .id = p.id,
+        .first_position = p.first_position,
+        .rows = std::span<const float>(hidden_).subspan(p.first_row * d, p.num_rows * d)});
+  }
+}
+
 bool ModelRunner::OnlyArgmaxNeeded(const SchedulerOutput& step, const Scheduler& scheduler,
                                    const GrammarConstraints& grammars) const {
   for (const ScheduledRequest& r : step.requests) {
@@ -103,7 +141,12 @@ StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
   const BatchInputs in = BuildBatchInputs(step, block_size_, NumKvGroups(model_.config()),
                                           prompt_rows);
   const size_t n_vocab = static_cast<size_t>(model_.config().n_vocab);
-  const ForwardInput forward_input{in.token_ids, in.batch(), in.logit_rows};
+  PlanHiddenRows(step, scheduler, in);
+  const ForwardInput forward_input{.token_ids = in.token_ids,
+                                   .batch = in.batch(),
+                                   .logit_rows = in.logit_rows,
+                                   .hidden_rows = hidden_row_ids_,
+                                   .hidden_out = hidden_};
   const bool argmax_only = !in.logit_rows.empty() && !any_prompt_logprobs &&
                            OnlyArgmaxNeeded(step, scheduler, grammars);
   std::span<float> logits;

@@ -29,6 +29,14 @@ using StepLogprobs = std::unordered_map<RequestId, std::vector<TokenLogprobs>>;
 
 using StepPromptLogprobs = std::unordered_map<RequestId, PromptLogprobsChunk>;
 
+// An embedding's hidden rows of one step (ForwardInput::hidden_rows, n_embd floats each), the
+// first at prompt position first_position.
+struct StepHiddenRows {
+  RequestId id = 0;
+  int first_position = 0;
+  std::span<const float> rows;
+};
+
 class ModelRunner {
  public:
   // `model` must outlive the runner; `backend` has its KV pool of num_blocks allocated.
@@ -52,6 +60,11 @@ class ModelRunner {
   // (a recompute after preemption computes them again).
   const StepPromptLogprobs& prompt_logprobs() const { return prompt_logprobs_; }
 
+  // The last Execute's hidden rows of the embeddings it computed (their PromptUse: each row,
+  // or the prompt's last); valid until the next Execute.
+  const std::vector<StepHiddenRows>& hidden_rows() const { return hidden_rows_; }
+  int hidden_size() const { return model_.config().n_embd; }
+
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
   // Where the KV pool lives (for a tier below it: engine/kv_tiering.h).
@@ -68,6 +81,10 @@ class ModelRunner {
   void TakePromptLogprobs(const SchedulerOutput& step, const Scheduler& scheduler,
                           std::span<const int> prompt_rows, const BatchInputs& in,
                           std::span<const float> logits);
+  // The batch rows of `step`'s embeddings whose hidden states their pooling reads
+  // (hidden_row_ids_), and where the run puts them (hidden_rows_' spans of hidden_).
+  void PlanHiddenRows(const SchedulerOutput& step, const Scheduler& scheduler,
+                      const BatchInputs& in);
   // Whether every request of `step` that samples picks the raw argmax and needs nothing else.
   bool OnlyArgmaxNeeded(const SchedulerOutput& step, const Scheduler& scheduler,
                         const GrammarConstraints& grammars) const;
@@ -78,6 +95,9 @@ class ModelRunner {
   int block_size_;
   std::vector<int32_t> row_argmax_;
   StepPromptLogprobs prompt_logprobs_;
+  std::vector<int32_t> hidden_row_ids_;
+  std::vector<float> hidden_;
+  std::vector<StepHiddenRows> hidden_rows_;
   int64_t logits_steps_ = 0;
   int64_t argmax_steps_ = 0;
 };

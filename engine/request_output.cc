@@ -141,6 +141,7 @@ void RequestOutput::FillFinal(GenerateOutput& out, CompletionReason reason,
   }
   out.finished = true;
   out.finish_reason = reason;
+  if (pooler_ && reason == CompletionReason::kStop) out.embedding = pooler_->Result();
   out.cumulative_logprob = cumulative_logprob_;
   timings_.total_seconds = Seconds(now - submit_time_);
   out.timings = timings_;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/embedding_pooler.h"
 #include "engine/generate_output.h"
 #include "engine/stop_string_matcher.h"
 #include "scheduler/request.h"
@@ -56,6 +57,13 @@ class RequestOutput {
   // Tokens the request's kv_window evicted so far, reported in the usage of later events.
   void SetEvictedTokens(int num_evicted_tokens) { usage_.evicted_tokens = num_evicted_tokens; }
 
+  // An embedding's: its final event (kStop) carries what `pooler` pools of the rows AddHiddenRows
+  // gives it.
+  void PoolEmbedding(EmbeddingPooler pooler) { pooler_ = std::move(pooler); }
+  void AddHiddenRows(int first_position, std::span<const float> rows) {
+    if (pooler_) pooler_->Add(first_position, rows);
+  }
+
   // A beam search hypothesis's score, carried by the final event.
   void SetCumulativeLogprob(double value) { cumulative_logprob_ = value; }
 
@@ -86,6 +94,7 @@ class RequestOutput {
   std::vector<TokenLogprobs> prompt_logprobs_;  // not emitted yet
   int num_prompt_logprobs_ = 0;                 // received so far
   std::optional<double> cumulative_logprob_;
+  std::optional<EmbeddingPooler> pooler_;
 };
 
 }  // namespace tokenmill

@@ -40,12 +40,16 @@ Status CheckPrompt(const GenerateRequest& request, const RequestLimits& limits) 
   if (num_prompt == 0) return InvalidArgumentError("the prompt is empty: give at least one token");
   TM_RETURN_IF_ERROR(CheckTokenIds("prompt_token_ids", request.prompt_token_ids,
                                    limits.vocab_size));
-  if (num_prompt >= static_cast<size_t>(limits.max_model_len)) {
+  // An embedding generates nothing: its prompt may fill the context.
+  const size_t room = static_cast<size_t>(limits.max_model_len) - (request.embedding ? 0 : 1);
+  if (num_prompt > room) {
     // OUT_OF_RANGE: past the context, which gateways answer as context_length_exceeded.
     return OutOfRangeError("the prompt is " + std::to_string(num_prompt) +
                            " tokens; this server's limit is " +
                            std::to_string(limits.max_model_len) +
-                           " tokens for prompt and output together: shorten the prompt");
+                           (request.embedding ? " tokens: shorten it"
+                                              : " tokens for prompt and output together: "
+                                                "shorten the prompt"));
   }
   return OkStatus();
 }
@@ -238,8 +242,31 @@ Status ValidateConstrainedSampling(const SamplingParams& sampling) {
   return OkStatus();
 }
 
+namespace {
+
+// An embedding computes a prompt and nothing else: what only a generation uses is refused.
+Status CheckEmbedding(const GenerateRequest& request) {
+  if (!request.embedding) return OkStatus();
+  const Pooling pooling = request.embedding->pooling;
+  if (pooling != Pooling::kMean && pooling != Pooling::kCls && pooling != Pooling::kLast) {
+    return InvalidArgumentError("embedding.pooling " + std::string(PoolingName(pooling)) +
+                                " pools nothing: use mean, cls or last");
+  }
+  if (request.n != 1 || request.beam_search || request.kv_window || request.grammar ||
+      request.output_parsing || !request.stop_strings.empty() ||
+      request.sampling.prompt_logprobs || !request.predicted_token_ids.empty()) {
+    return InvalidArgumentError(
+        "an embedding takes a prompt alone: drop n, beam search, kv_window, prompt_logprobs, "
+        "grammars, stop strings and predictions");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimits& limits) {
   TM_RETURN_IF_ERROR(CheckPrompt(request, limits));
+  TM_RETURN_IF_ERROR(CheckEmbedding(request));
   TM_RETURN_IF_ERROR(CheckCountsAndStops(request, limits));
   TM_RETURN_IF_ERROR(CheckSampling(request.sampling, limits.vocab_size));
   TM_RETURN_IF_ERROR(CheckGrammar(request.grammar.get(), request.sampling, limits));

@@ -44,7 +44,8 @@ Status ValidateConstrainedSampling(const SamplingParams& sampling);
 // min_tokens or compiled for another vocabulary, a kv_window under speculative decoding, beam
 // search with a non-finite length_penalty or with what it does not combine with (sampling
 // parameters other than the seed, min_tokens, logprobs, prompt_logprobs, stop strings,
-// kv_window, a prediction, a grammar, speculative decoding). The
+// kv_window, a prediction, a grammar, speculative decoding), an embedding that pools nothing
+// or with what only a generation uses (GenerateRequest::embedding). The
 // sink is not checked here (an edge may validate before it has one): Submit and
 // EngineCore::Add require it.
 Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimits& limits);

@@ -20,7 +20,10 @@ std::vector<NewRequest> SplitIntoSequences(RequestId id, const GenerateRequest& 
                                    .cache_salt = request.cache_salt,
                                    .arrival_time = arrival_time,
                                    .kv_window = request.kv_window,
-                                   .predicted_token_ids = request.predicted_token_ids});
+                                   .predicted_token_ids = request.predicted_token_ids,
+                                   .prompt_use = request.embedding
+                                                     ? PromptUseOf(request.embedding->pooling)
+                                                     : PromptUse::kGenerate});
   }
   return sequences;
 }

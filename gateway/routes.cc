@@ -3,6 +3,7 @@
 #include "gateway/api/anthropic/anthropic_handler.h"
 #include "gateway/api/anthropic/anthropic_messages.h"
 #include "gateway/api/openai/completion_handler.h"
+#include "gateway/api/openai/embeddings.h"
 #include "gateway/api/responses/responses_handler.h"
 #include "gateway/gateway_context.h"
 #include "common/url_query.h"
@@ -60,11 +61,12 @@ asio::awaitable<void> Plain(HttpExchange& exchange, const HttpRequest& request,
 constexpr std::array<verb, 2> kGet = {verb::get, verb::unknown};
 constexpr std::array<verb, 2> kPost = {verb::post, verb::unknown};
 
-const std::array<Route, 13> kRoutes = {{
+const std::array<Route, 14> kRoutes = {{
     {"/health", kGet, Health, ErrorDialect::kOpenAI, /*needs_key=*/false},
     {"/metrics", kGet, Metrics, ErrorDialect::kOpenAI, /*needs_key=*/false},
     {"/v1/completions", kPost, Completions},
     {"/v1/chat/completions", kPost, ChatCompletions},
+    {"/v1/embeddings", kPost, Plain<HandleEmbeddings>},
     {"/v1/models", kGet, Models},
     {"/v1/models/{model}", kGet, Model, ErrorDialect::kOpenAI, true,
      /*value_may_hold_slash=*/true},

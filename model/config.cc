@@ -85,6 +85,25 @@ StatusOr<std::vector<int>> PerLayerOr(const GgufFile& file, const std::string& k
 
 }  // namespace
 
+std::string_view PoolingName(Pooling pooling) {
+  switch (pooling) {
+    case Pooling::kNone: return "none";
+    case Pooling::kMean: return "mean";
+    case Pooling::kCls: return "cls";
+    case Pooling::kLast: return "last";
+    case Pooling::kRank: return "rank";
+  }
+  return "?";
+}
+
+std::optional<Pooling> PoolingFromName(std::string_view name) {
+  for (const Pooling pooling :
+       {Pooling::kNone, Pooling::kMean, Pooling::kCls, Pooling::kLast, Pooling::kRank}) {
+    if (PoolingName(pooling) == name) return pooling;
+  }
+  return std::nullopt;
+}
+
 RopeParams LayerRope(const ModelConfig& c, int layer, std::span<const float> freq_factors) {
   const bool own = layer < static_cast<int>(c.rope_layers.size());
   const ModelConfig::LayerShape shape = c.Shape(layer);
@@ -209,6 +228,12 @@ StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& f
   }
   c.n_vocab = static_cast<int>(embd->shape[1]);
   c.tied_output = file.FindTensor("output.weight") == nullptr;
+  TM_ASSIGN_OR_RETURN(uint32_t pooling, U32Or(file, p + "pooling_type", 0));
+  if (pooling > static_cast<uint32_t>(Pooling::kRank)) {
+    return InvalidArgumentError("pooling_type " + std::to_string(pooling) +
+                                " is none of llama.cpp's (0 none, 1 mean, 2 cls, 3 last, 4 rank)");
+  }
+  c.pooling = static_cast<Pooling>(pooling);
   TM_RETURN_IF_ERROR(family.read_config(file, c));
   if (c.v_head_dim != (c.HasLatentKv() ? c.mla.kv_lora_rank : c.head_dim)) {
     return UnimplementedError("attention.value_length differs from attention.key_length");

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -45,6 +47,13 @@ struct ExpertConfig {
   // leading_dense_block_count).
   int n_dense_leading = 0;
 };
+
+// How an embedding pools a prompt's final hidden states (llama.cpp's pooling_type, in its
+// order): kNone pools nothing (no embedding), kRank is a reranker's classification head.
+enum class Pooling { kNone, kMean, kCls, kLast, kRank };
+std::string_view PoolingName(Pooling pooling);
+// The pooling a name (PoolingName's, or "rank") says; nullopt for another name.
+std::optional<Pooling> PoolingFromName(std::string_view name);
 
 struct ModelConfig {
   std::string arch_name;  // as in general.architecture: the family's name
@@ -108,6 +117,9 @@ struct ModelConfig {
   // Per-layer embeddings' width (gemma4's embedding_length_per_layer_input): each layer gets
   // an input of its own per token (ModelWeights::per_layer); 0: none.
   int n_embd_per_layer = 0;
+  // <arch>.pooling_type: how an embedding of this model pools (kNone when the file says
+  // nothing, as for every chat model).
+  Pooling pooling = Pooling::kNone;
   // AltUp's residual streams (gemma3n: ModelWeights::altup_proj); 0: none.
   int altup_streams = 0;
   // Llama 4's attention temperature (mistral3's attention.temperature_scale): after RoPE, the

@@ -44,11 +44,17 @@ struct ForwardInput {
   std::span<const int32_t> token_ids;   // one per token of the batch
   RaggedBatch batch;                    // positions, sequences, each KV group's block tables
   std::span<const int32_t> logit_rows;  // token rows whose logits are wanted, in order
+  // Token rows whose final hidden state (after the output norm, before the logits:
+  // llama.cpp's result_norm, which its embeddings pool) is wanted, in order, and where they
+  // go: hidden_rows.size() rows of n_embd floats.
+  std::span<const int32_t> hidden_rows = {};
+  std::span<float> hidden_out = {};
 };
 
 // Checks a step's inputs against the model and the KV cache: consistent batch views with the
 // model's KV groups, token ids in the vocabulary, logit rows in the batch, positions within
-// the context, and logits_size = logit_rows.size() * n_vocab. Every backend's Run starts
+// the context, logits_size = logit_rows.size() * n_vocab, and hidden rows in the batch with
+// room for each in hidden_out. Every backend's Run starts
 // with it.
 Status ValidateForwardInput(const ModelConfig& config, const ForwardInput& input,
                             const KvCacheView& kv, size_t logits_size);

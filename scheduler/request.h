@@ -71,6 +71,12 @@ struct SamplingParams {
   bool wants_logprobs() const { return logprobs || top_logprobs > 0; }
 };
 
+// What a request computes its prompt for: generation, sampling from the prompt's last row,
+// or an embedding, which samples nothing and finishes (kStop) in the step that computes its
+// prompt's last token. An embedding that pools every prompt row (mean, CLS) computes them
+// all, reading no cached prefix (as prompt_logprobs); one that pools the last row may.
+enum class PromptUse { kGenerate, kEmbedLastRow, kEmbedEveryRow };
+
 // What a caller submits; the scheduler assigns the arrival order.
 struct NewRequest {
   RequestId id = 0;
@@ -88,6 +94,7 @@ struct NewRequest {
   std::optional<KvWindow> kv_window;
   // Tokens the output will likely repeat (a predicted output): draft source only.
   std::vector<TokenId> predicted_token_ids;
+  PromptUse prompt_use = PromptUse::kGenerate;
 };
 
 enum class RequestState {
@@ -123,6 +130,7 @@ struct Request {
   std::string cache_salt;
   std::optional<KvWindow> kv_window;
   std::vector<TokenId> predicted_token_ids;  // NewRequest's: speculation may draft from them
+  PromptUse prompt_use = PromptUse::kGenerate;
 
   // Prompt then generated (and accepted draft) tokens: the verified tokens.
   std::vector<TokenId> token_ids;
@@ -155,6 +163,12 @@ struct Request {
     return token_ids[position < num_sink_tokens ? position : position + num_evicted_tokens];
   }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  bool embeds() const { return prompt_use != PromptUse::kGenerate; }
+  // Whether each prompt row's output counts (prompt logprobs, or an embedding pooling every
+  // row): cached positions have none, so it reads no cached prefix (it still writes them).
+  bool uses_every_prompt_row() const {
+    return sampling.prompt_logprobs.has_value() || prompt_use == PromptUse::kEmbedEveryRow;
+  }
   std::span<const TokenId> prompt_token_ids() const {
     return std::span<const TokenId>(token_ids).first(num_prompt_tokens);
   }

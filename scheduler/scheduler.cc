@@ -61,19 +61,22 @@ Status Scheduler::Add(NewRequest spec) {
   if (spec.kv_window.has_value()) {
     TM_RETURN_IF_ERROR(CheckKvWindow(*spec.kv_window, kv_.block_size(), max_model_len_));
   }
-  if (num_prompt_tokens >= max_model_len_) {
+  // A generation leaves room for one generated token; an embedding may fill the context.
+  const bool generates = spec.prompt_use == PromptUse::kGenerate;
+  const int max_prompt = max_model_len_ - (generates ? 1 : 0);
+  if (num_prompt_tokens > max_prompt) {
     const std::string prefix = "the prompt has " + Num(num_prompt_tokens) + " tokens, ";
     if (max_model_len_ < config_.max_model_len) {
       return InvalidArgumentError(
           prefix + "but the KV cache holds at most " + Num(max_model_len_) +
           " tokens per request (" + Num(kv_.num_blocks()) + " blocks of " +
           Num(kv_.block_size()) + ", " + Num(kv_.watermark_blocks()) +
-          " kept free for admission): shorten it to at most " + Num(max_model_len_ - 1) +
+          " kept free for admission): shorten it to at most " + Num(max_prompt) +
           " tokens or give the KV cache more memory");
     }
     return InvalidArgumentError(prefix + "but the context length is " + Num(max_model_len_) +
-                                ": shorten it to at most " + Num(max_model_len_ - 1) +
-                                " tokens, leaving room for one generated token");
+                                ": shorten it to at most " + Num(max_prompt) + " tokens" +
+                                (generates ? ", leaving room for one generated token" : ""));
   }
   if (QueueIsFullFor(spec.tenant)) {
     return ResourceExhaustedError(Num(waiting_.size()) + " requests are already waiting (" +
@@ -252,9 +255,8 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
     std::optional<std::vector<BlockId>> blocks;
     while (true) {
       if (static_cast<int>(running_.size()) < config_.max_num_seqs) {
-        // Cached prompt positions have no logits for prompt_logprobs: compute them all.
-        hit = request->sampling.prompt_logprobs ? PrefixHit{}
-                                                 : kv_.GetComputedBlocks(KvView(*request));
+        hit = request->uses_every_prompt_row() ? PrefixHit{}
+                                                : kv_.GetComputedBlocks(KvView(*request));
         num_new = std::min(
             {request->num_cache_tokens() - hit.num_tokens, budget, StepTokenLimit(*request)});
         blocks = kv_.AllocateSlots(KvView(*request), num_new, 0, hit);
@@ -272,7 +274,7 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
     if (request->state == RequestState::kWaiting) {
       request->num_cached_prompt_tokens = std::min(hit.num_tokens, request->num_prompt_tokens);
     }
-    if (!request->sampling.prompt_logprobs) {
+    if (!request->uses_every_prompt_row()) {
       stats_.num_prefix_query_tokens += request->num_tokens();
       stats_.num_prefix_hit_tokens += hit.num_tokens;
     }
@@ -291,8 +293,8 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
 }
 
 bool Scheduler::WaitsForSharedPrefill(const Request& waiting) const {
-  // Cached prompt positions have no logits for prompt_logprobs: it computes them all anyway.
-  if (!kv_.prefix_caching() || waiting.sampling.prompt_logprobs) return false;
+  // It computes every prompt row anyway.
+  if (!kv_.prefix_caching() || waiting.uses_every_prompt_row()) return false;
   // Most steps nobody of its salt is prefilling: no need to hash its prompt for a lookup.
   const auto prefilling = [&](const Request* other) {
     return other->cache_salt == waiting.cache_salt && other->num_evicted_tokens == 0 &&
@@ -403,7 +405,9 @@ ScheduledRequest Scheduler::Commit(StepPlan& plan) {
       .num_draft_tokens = plan.num_draft_tokens,
       .token_ids = {},
       .is_prefill = num_missing > 1,
-      .num_logits = plan.num_verified_tokens == num_missing ? 1 + plan.num_draft_tokens : 0,
+      .num_logits = plan.num_verified_tokens == num_missing && !request.embeds()
+                        ? 1 + plan.num_draft_tokens
+                        : 0,
       .first_scheduled = plan.first_scheduled,
       .block_table = {},
       .new_block_ids = std::move(plan.new_block_ids),
@@ -424,6 +428,9 @@ ScheduledRequest Scheduler::Commit(StepPlan& plan) {
   stats_.num_prompt_tokens +=
       std::max(0, std::min(start + plan.num_verified_tokens, request.num_prompt_tokens) - start);
   request.num_computed_tokens += scheduled.num_new_tokens;
+  if (request.embeds() && request.num_computed_tokens == request.num_prompt_tokens) {
+    embedded_.push_back(request.id);
+  }
   if (scheduled.num_logits > 0) {
     last_step_[request.id] = ScheduledLogits{.num_draft_tokens = plan.num_draft_tokens,
                                              .num_logits = scheduled.num_logits};
@@ -479,6 +486,19 @@ std::vector<RequestEvent> Scheduler::Update(const ModelOutput& output) {
       request.draft_token_ids = sampled.next_draft_token_ids;
     }
     events.push_back(std::move(event));
+  }
+  for (const RequestId id : std::exchange(embedded_, {})) {
+    const auto it = requests_.find(id);
+    if (it == requests_.end() || it->second->state != RequestState::kRunning) continue;
+    Request& request = *it->second;
+    events.push_back(RequestEvent{.id = id,
+                                  .new_token_ids = {},
+                                  .finish_reason = FinishReason::kStop,
+                                  .num_prompt_tokens = request.num_prompt_tokens,
+                                  .num_cached_prompt_tokens = request.num_cached_prompt_tokens,
+                                  .num_output_tokens = 0,
+                                  .num_evicted_tokens = 0});
+    Finish(&request, FinishReason::kStop);
   }
   for (const auto& [id, scheduled] : last_step_) {
     TM_CHECK(!requests_.contains(id)) << "no sampled tokens for request " << id

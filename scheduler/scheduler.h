@@ -81,7 +81,8 @@ class Scheduler {
   // Applies the sampled tokens of the last Schedule()'s requests with num_logits > 0 (every
   // such request still live must have an entry): rolls back rejected drafts, appends
   // tokens, stops requests on EOS / stop ids / max_tokens / context length and frees their
-  // blocks. Returns one event per request that got tokens.
+  // blocks. Ends the embeddings whose prompt the step completed (kStop, no token). Returns
+  // one event per request that got tokens or ended so.
   std::vector<RequestEvent> Update(const ModelOutput& output);
 
   // Beam search: Update parks a request it gets no token for (Request::parked). Fork adds
@@ -162,6 +163,8 @@ class Scheduler {
   std::vector<RequestId> finished_since_schedule_;
   std::vector<BlockCopy> block_copies_;  // Fork's, until a step runs
   std::unordered_map<RequestId, ScheduledLogits> last_step_;
+  // The embeddings whose prompt's last token the step in flight computes: Update ends them.
+  std::vector<RequestId> embedded_;
   SchedulerStats stats_;
 };
 

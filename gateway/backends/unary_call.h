@@ -1,7 +1,8 @@
 // The routes that make one unary call to a backend (/tokenize, /detokenize, Anthropic's
-// count_tokens): the body parsed and mapped to its call, checked for size, routed by model,
-// sent for the request's tenant (counted against its --tenant-max-concurrent), and the reply
-// turned into the route's JSON; every refusal in the route's error shape.
+// count_tokens, /v1/embeddings): the body parsed and mapped to its call, checked for size,
+// routed by model, sent for the request's tenant (counted against its --tenant-max-concurrent
+// and, where the route says, charged its tokens), and the reply turned into the route's JSON;
+// every refusal in the route's error shape.
 #pragma once
 
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
@@ -11,6 +12,7 @@
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,6 +26,15 @@
 
 namespace tokenmill::gateway {
 
+// What a route's answer is made of.
+template <typename Call, typename Response>
+struct UnaryReply {
+  Backend& backend;
+  const std::string& model;  // the backend's model by its API name (BackendPool::ModelNameOf)
+  const Call& call;
+  const Response& response;
+};
+
 // What a route does around its call. `Call` has the body's `model` and the gRPC `request`.
 template <typename Call, typename Response>
 struct UnaryCall {
@@ -31,13 +42,18 @@ struct UnaryCall {
   std::optional<HttpError> (*parse)(const nlohmann::json& body, Call& call);
   boost::asio::awaitable<grpc::Status> (*send)(Backend& backend, std::string_view tenant,
                                                const Request& request, Response& response);
-  nlohmann::json (*answer)(Backend& backend, const Response& response);
+  nlohmann::json (*answer)(const UnaryReply<Call, Response>& reply);
   // The body's field a server's 400 is about, where the body names it otherwise than the
   // server does ("tokens" for its token_ids); empty: as the server says.
   const char* refused_param = "";
   // Set: called with the body parsed again keeping key order (nlohmann::json sorts keys), for
   // what the template prints in the client's order (tools).
   void (*keep_order)(const nlohmann::ordered_json& body, Call& call) = nullptr;
+  // Set: a refusal of the call by the model of the backend it was routed to, before sending.
+  std::optional<HttpError> (*check)(const v1::ModelInfo& info, const Call& call) = nullptr;
+  // Set: the tokens the call used (by its reply), charged to the tenant's
+  // --tenant-tokens-per-minute as a generation's prompt tokens are.
+  int64_t (*tokens_used)(const Response& response) = nullptr;
 };
 
 template <typename Call, typename Response>
@@ -66,6 +82,13 @@ boost::asio::awaitable<void> HandleUnaryCall(HttpExchange& exchange, const HttpR
   }
   Backend& backend = *std::get<Backend*>(routed);
   GatewayContext& context = exchange.context();
+  const std::optional<v1::ModelInfo> info = backend.model_info();
+  if (route.check != nullptr && info) {
+    if (const std::optional<HttpError> refused = route.check(*info, call)) {
+      co_await exchange.WriteError(request, *refused);
+      co_return;
+    }
+  }
   std::variant<TenantLimiter::Admission, HttpError> admitted =
       context.limiter.Admit(exchange.tenant(), 0, TenantLimiter::Clock::now());
   if (auto* refused = std::get_if<HttpError>(&admitted)) {
@@ -83,7 +106,12 @@ boost::asio::awaitable<void> HandleUnaryCall(HttpExchange& exchange, const HttpR
     co_await exchange.WriteError(request, refused);
     co_return;
   }
-  const nlohmann::json answer = route.answer(backend, response);
+  if (route.tokens_used != nullptr) {
+    std::get<TenantLimiter::Admission>(admitted).Used(route.tokens_used(response));
+  }
+  const std::string model = info ? context.pool.ModelNameOf(*info) : call.model;
+  const nlohmann::json answer =
+      route.answer(UnaryReply<Call, Response>{backend, model, call, response});
   co_await exchange.WriteJson(request, 200, answer);
 }
 

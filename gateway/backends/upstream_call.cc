@@ -207,4 +207,15 @@ asio::awaitable<grpc::Status> AwaitDetokenize(Backend& backend, std::string_view
   });
 }
 
+asio::awaitable<grpc::Status> AwaitEmbed(Backend& backend, std::string_view tenant,
+                                         const v1::EmbedRequest& request,
+                                         v1::EmbedResponse& response) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kEmbedTimeout);
+  NameTenant(context, tenant);
+  co_return co_await AwaitGrpc([&](std::function<void(grpc::Status)> done) {
+    backend.stub().async()->Embed(&context, &request, &response, std::move(done));
+  });
+}
+
 }  // namespace tokenmill::gateway

@@ -527,6 +527,10 @@ void CpuForwardBlocks::Logits(std::span<const float> output_norm, const WeightMa
             final_.data() + i * d);
   }
   Tap("result_norm", -1, final_, n_logits, d);
+  for (size_t i = 0; i < in_->hidden_rows.size(); ++i) {
+    RmsNorm(x_.data() + in_->hidden_rows[i] * d, output_norm, c_.rms_eps, 1,
+            in_->hidden_out.data() + static_cast<int64_t>(i) * d);
+  }
   MatmulOp(output, final_.data(), n_logits, logits_.data());
   if (c_.final_softcap > 0.0f) {
     const float inverse = 1.0f / c_.final_softcap;

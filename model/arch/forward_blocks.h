@@ -127,7 +127,8 @@ class ForwardBlocks {
   // x *= scale[0] (gemma4's layer_output_scale).
   virtual void ScaleResidual(std::span<const float> scale) = 0;
   // The final norm of x's logit rows, then the logits: those rows times output, soft-capped
-  // by final_softcap if set.
+  // by final_softcap if set. The hidden rows (ForwardInput::hidden_rows) normed the same way
+  // go to hidden_out (the CUDA pass norms them on the host after the step).
   virtual void Logits(std::span<const float> output_norm, const WeightMatrix& output) = 0;
 };
 

@@ -57,6 +57,9 @@ class CudaForwardBlocks final : public ForwardBlocks {
   Status FinishStep() const { return status_; }
   // The logits of the step's logit rows (n_logits rows of n_vocab), on the device.
   const float* logits() const { return logits_.as<const float>(); }
+  // The residual stream after the last layer (each token's row of n_embd), before the output
+  // norm: embeddings take their rows from it.
+  const float* residual() const { return x_.as<const float>(); }
 
   void BeginLayer(int layer) override { layer_ = layer; }
   void Embed(const WeightMatrix& token_embd, float scale) override;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device.h"
@@ -260,6 +261,27 @@ Status CudaForwardPass::LaunchDecodeGraph(const KvCacheView& kv, int64_t n, int6
   return CudaStatus(cudaGraphLaunch(g.exec, stream_), "launching a decode step's graph");
 }
 
+Status CudaForwardPass::QueueHiddenRows(const ForwardInput& in) {
+  const size_t d = static_cast<size_t>(model_.config().n_embd);
+  for (size_t i = 0; i < in.hidden_rows.size(); ++i) {
+    TM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(in.hidden_out.data() + i * d,
+                        blocks_->residual() + static_cast<size_t>(in.hidden_rows[i]) * d,
+                        d * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+        "copying hidden states to the host");
+  }
+  return OkStatus();
+}
+
+void CudaForwardPass::NormHiddenRows(const ForwardInput& in) const {
+  // On the host: a few rows a step, for embeddings only (no kernel for so little).
+  const ModelConfig& c = model_.config();
+  for (size_t i = 0; i < in.hidden_rows.size(); ++i) {
+    float* row = in.hidden_out.data() + i * static_cast<size_t>(c.n_embd);
+    tokenmill::RmsNorm(row, model_.weights().output_norm, c.rms_eps, 1, row);
+  }
+}
+
 Status CudaForwardPass::Run(const ForwardInput& in, const KvCacheView& kv,
                             std::span<float> logits) {
   TM_RETURN_IF_ERROR(ValidateForwardInput(model_.config(), in, kv, logits.size()));
@@ -269,7 +291,10 @@ Status CudaForwardPass::Run(const ForwardInput& in, const KvCacheView& kv,
                                             cudaMemcpyDeviceToHost, stream_),
                             "copying logits to the host");
   }
-  return CudaStatus(cudaStreamSynchronize(stream_), "running the forward pass");
+  TM_RETURN_IF_ERROR(QueueHiddenRows(in));
+  TM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "running the forward pass");
+  NormHiddenRows(in);
+  return OkStatus();
 }
 
 Status CudaForwardPass::RunGreedy(const ForwardInput& in, const KvCacheView& kv,
@@ -292,7 +317,10 @@ Status CudaForwardPass::RunGreedy(const ForwardInput& in, const KvCacheView& kv,
                                             stream_),
                             "copying token ids to the host");
   }
-  return CudaStatus(cudaStreamSynchronize(stream_), "running the forward pass");
+  TM_RETURN_IF_ERROR(QueueHiddenRows(in));
+  TM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "running the forward pass");
+  NormHiddenRows(in);
+  return OkStatus();
 }
 
 }  // namespace tokenmill::cuda

@@ -73,6 +73,10 @@ class CudaForwardPass {
   Status Init();
   // Runs the layers and leaves the logits of the logit rows in blocks_->logits() (device).
   Status Forward(const ForwardInput& input, const KvCacheView& kv);
+  // The hidden rows (ForwardInput::hidden_rows) after Forward: their residual rows queued for
+  // the host, then, once the stream is done, output-normed there.
+  Status QueueHiddenRows(const ForwardInput& input);
+  void NormHiddenRows(const ForwardInput& input) const;
   Status UploadStep(const ForwardInput& input);
   // Enqueues the family's graph over the CUDA blocks for a step whose inputs are uploaded and
   // buffers sized.

@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <memory>
 
+#include "server/grpc/embed_reactor.h"
+#include "server/grpc/embed_request.h"
 #include "server/grpc/generate_reactor.h"
 #include "server/grpc/request_builder.h"
 #include "server/grpc/status_conversion.h"
@@ -26,7 +28,7 @@ class RefusedStream final : public grpc::ServerWriteReactor<v1::GenerateResponse
   void OnDone() override { delete this; }
 };
 
-// `tenant` and `shared_prefix_cache` matter to Generate alone.
+// `tenant` and `shared_prefix_cache` matter to Generate and Embed alone.
 RequestContext ContextOf(const ServingModel& model, std::string tenant = {},
                          bool shared_prefix_cache = false) {
   return RequestContext{
@@ -103,6 +105,34 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
   return reactor;
 }
 
+grpc::ServerUnaryReactor* InferenceService::Embed(grpc::CallbackServerContext* context,
+                                                  const v1::EmbedRequest* request,
+                                                  v1::EmbedResponse* response) {
+  grpc::Status status;
+  CallerIdentity caller;
+  const ServingModel* model = ModelOrStatus(context, status, caller);
+  if (model == nullptr) return FinishUnary(context, status);
+  status = CheckPriorityAllowed(request->priority(), caller);
+  if (!status.ok()) return FinishUnary(context, status);
+  if (draining_.load(std::memory_order_acquire)) {
+    return FinishUnary(context, grpc::Status(grpc::UNAVAILABLE,
+                                             "the server is shutting down: send the request "
+                                             "to another server"));
+  }
+  StatusOr<std::vector<ValidatedRequest>> built = BuildEmbedRequests(
+      *request, ContextOf(*model, std::move(caller.tenant), shared_prefix_cache_),
+      model->pooling);
+  if (!built.ok()) return FinishUnary(context, ToGrpcStatus(built.status()));
+  std::string request_id = request->request_id();
+  if (request_id.empty()) {
+    request_id = "emb-" + std::to_string(next_request_number_.fetch_add(1));
+  }
+  auto* reactor = new EmbedReactor(*model->engine, metrics_, streams_, response,
+                                    std::move(request_id));
+  reactor->Start(std::move(built).value());
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* InferenceService::Tokenize(grpc::CallbackServerContext* context,
                                                      const v1::TokenizeRequest* request,
                                                      v1::TokenizeResponse* response) {
@@ -162,6 +192,8 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
   response->set_has_chat_template(model->chat_template.has_value());
   for (const std::string& name : model->served_model_names) response->add_served_model_names(name);
   response->set_created(model->created_unix_seconds);
+  response->set_pooling(std::string(PoolingName(model->pooling)));
+  response->set_embedding_length(static_cast<uint32_t>(config.n_embd));
   response->set_tool_call_format(
       model->generic_tool_preamble ? "generic"
       : model->tool_call_format    ? std::string(ToolCallFormatName(*model->tool_call_format))

@@ -31,12 +31,15 @@ class InferenceService final : public v1::Inference::CallbackService {
 
   // Serves `model` from now on; it must outlive the calls (wait for the streams to end).
   void Attach(ServingModel* model) { model_.store(model, std::memory_order_release); }
-  // New Generate calls answer UNAVAILABLE from now on; open streams go on.
+  // New Generate and Embed calls answer UNAVAILABLE from now on; open calls go on.
   void BeginDrain() { draining_.store(true, std::memory_order_release); }
   StreamCounter& streams() { return streams_; }
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* context,
+                                  const v1::EmbedRequest* request,
+                                  v1::EmbedResponse* response) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
                                      const v1::TokenizeRequest* request,
                                      v1::TokenizeResponse* response) override;

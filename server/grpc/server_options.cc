@@ -57,6 +57,11 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "<think>, harmony when it writes <|channel|>), think (<think>...</think>), harmony "
             "(gpt-oss's analysis channel) or none")
       ->check(CLI::IsMember({"auto", "think", "harmony", "none"}));
+  AddOption(app, "--pooling", o.pooling,
+            "how Embed (/v1/embeddings) pools a prompt's final hidden states: auto (the GGUF's "
+            "pooling_type; none when it states none, as chat models do), mean, cls, last, or "
+            "none (no embeddings)")
+      ->check(CLI::IsMember({"auto", "mean", "cls", "last", "none"}));
   AddFlag(app, "--parse-special-in-content", o.parse_special_in_content,
           "tokenize special-token text in chat messages, tools and names (\"<|im_start|>\") as "
           "control tokens, as vLLM, SGLang and llama-server do: a client can then write turns "

@@ -22,6 +22,9 @@ struct ServerOptions {
   // How chat output is parsed: auto (from the chat template), none, or a format / parser.
   std::string tool_call_parser = "auto";  // hermes, llama3_json, mistral(_v11), json, harmony
   std::string reasoning_parser = "auto";  // think (<think>...</think>), harmony
+  // How Embed pools a prompt's hidden states: auto (the GGUF's pooling_type), mean, cls, last
+  // or none.
+  std::string pooling = "auto";
   // Special-token text in what chat clients send becomes control tokens, as vLLM, SGLang and
   // llama-server do; off (the default), only the chat template's markup does.
   bool parse_special_in_content = false;

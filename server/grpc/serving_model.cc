@@ -125,6 +125,8 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
   serving->served_model_names = std::move(served_names);
   serving->name = serving->served_model_names.front();
   serving->created_unix_seconds = created;
+  serving->pooling = options.pooling == "auto" ? serving->model->config().pooling
+                                               : *PoolingFromName(options.pooling);
   if (const std::string general = GeneralName(serving->model->file()); !general.empty()) {
     spdlog::info("model name in the file: {}", general);
   }

@@ -37,6 +37,8 @@ struct ServingModel {
   bool reasoning = false;
   bool harmony = false;  // gpt-oss's channels: HarmonyParser splits reasoning and calls
   bool parse_special_in_content = false;  // --parse-special-in-content
+  // How Embed pools (--pooling, else the GGUF's pooling_type); kNone or kRank: Embed refuses.
+  Pooling pooling = Pooling::kNone;
   // The names clients call it by (ServedModelNamesOf); `name`, the first, is its id in the
   // API, the metrics and the KV events' topic.
   std::vector<std::string> served_model_names;

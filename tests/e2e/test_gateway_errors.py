@@ -102,7 +102,7 @@ def test_unknown_model_and_route_are_404(gateway, client):
     assert e.value.code == "model_not_found" and e.value.param == "model"
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("no-such-model")
-    response = gateway.http.post("/v1/embeddings", json={"input": "x"})
+    response = gateway.http.post("/v1/no-such-route", json={"input": "x"})
     assert response.status_code == 404
     assert error_of(response)["code"] == "unknown_route"
     assert gateway.http.get("/nowhere").status_code == 404

@@ -20,6 +20,7 @@ std::string LabelOf(std::string_view path) {
 TEST(GatewayRoutes, EveryApiHasItsOwnLabel) {
   EXPECT_EQ(LabelOf("/v1/completions"), "/v1/completions");
   EXPECT_EQ(LabelOf("/v1/chat/completions"), "/v1/chat/completions");
+  EXPECT_EQ(LabelOf("/v1/embeddings"), "/v1/embeddings");
   EXPECT_EQ(LabelOf("/v1/responses"), "/v1/responses");
   EXPECT_EQ(LabelOf("/v1/messages"), "/v1/messages");
   EXPECT_EQ(LabelOf("/v1/messages/count_tokens"), "/v1/messages/count_tokens");
@@ -49,6 +50,10 @@ TEST(GatewayRoutes, MethodsKeysAndErrorDialects) {
   EXPECT_FALSE(Allows(stored, verb::unknown));
   EXPECT_TRUE(Allows(*FindRoute("/v1/chat/completions").route, verb::post));
   EXPECT_FALSE(Allows(*FindRoute("/v1/chat/completions").route, verb::get));
+  EXPECT_TRUE(Allows(*FindRoute("/v1/embeddings").route, verb::post));
+  EXPECT_FALSE(Allows(*FindRoute("/v1/embeddings").route, verb::get));
+  EXPECT_TRUE(FindRoute("/v1/embeddings").route->needs_key);
+  EXPECT_EQ(FindRoute("/v1/embeddings").route->errors, ErrorDialect::kOpenAI);
   EXPECT_FALSE(FindRoute("/health").route->needs_key);
   EXPECT_FALSE(FindRoute("/metrics").route->needs_key);
   EXPECT_TRUE(FindRoute("/v1/messages").route->needs_key);
@@ -71,13 +76,13 @@ TEST(GatewayRoutes, ErrorsInTheRoutesDialect) {
 
 TEST(GatewayRoutes, MetricsCountResponsesAndMessagesUnderTheirOwnRoute) {
   GatewayMetrics metrics;
-  for (const char* path : {"/v1/responses", "/v1/messages", "/v1/nothing"}) {
+  for (const char* path : {"/v1/responses", "/v1/messages", "/v1/embeddings", "/v1/nothing"}) {
     metrics.RequestStarted();
     metrics.RequestFinished(std::string(MetricsLabel(FindRoute(path).route)), 200, 0.01);
   }
   BackendPool pool({}, BackendSecurity{}, std::chrono::milliseconds(1000), 0, {});
   const std::string text = metrics.Render(pool);
-  for (const char* route : {"/v1/responses", "/v1/messages", "other"}) {
+  for (const char* route : {"/v1/responses", "/v1/messages", "/v1/embeddings", "other"}) {
     const std::string sample = std::string("tokenmill_gateway:requests_total{route=\"") + route +
                                "\",status=\"200\"} 1\n";
     EXPECT_NE(text.find(sample), std::string::npos) << sample << " in\n" << text;

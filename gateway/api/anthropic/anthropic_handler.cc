@@ -245,8 +245,8 @@ asio::awaitable<void> HandleCountTokens(HttpExchange& exchange, const HttpReques
       UnaryCall<TokenizeCall, v1::TokenizeResponse>{
           .parse = ParseCountTokensRequest,
           .send = AwaitTokenize,
-          .answer = [](Backend&, const v1::TokenizeResponse& response) -> json {
-            return {{"input_tokens", response.token_ids_size()}};
+          .answer = [](const UnaryReply<TokenizeCall, v1::TokenizeResponse>& reply) -> json {
+            return {{"input_tokens", reply.response.token_ids_size()}};
           },
           .refused_param = ""});
 }

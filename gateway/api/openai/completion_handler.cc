@@ -385,8 +385,9 @@ asio::awaitable<void> HandleModels(HttpExchange& exchange, const HttpRequest& re
 
 namespace {
 
-json TokenizeAnswer(Backend& backend, const v1::TokenizeResponse& response) {
-  const std::optional<v1::ModelInfo> info = backend.model_info();
+json TokenizeAnswer(const UnaryReply<TokenizeCall, v1::TokenizeResponse>& reply) {
+  const v1::TokenizeResponse& response = reply.response;
+  const std::optional<v1::ModelInfo> info = reply.backend.model_info();
   return {{"tokens", json(std::vector<int32_t>(response.token_ids().begin(),
                                                response.token_ids().end()))},
           {"count", response.token_ids_size()},
@@ -396,8 +397,8 @@ json TokenizeAnswer(Backend& backend, const v1::TokenizeResponse& response) {
 
 // vLLM's /detokenize answers {"prompt"}, llama-server's {"content"}: both, so that clients of
 // either read the text.
-json DetokenizeAnswer(Backend&, const v1::DetokenizeResponse& response) {
-  return {{"prompt", response.text()}, {"content", response.text()}};
+json DetokenizeAnswer(const UnaryReply<DetokenizeCall, v1::DetokenizeResponse>& reply) {
+  return {{"prompt", reply.response.text()}, {"content", reply.response.text()}};
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <limits>
 #include <set>
 #include <string_view>
+#include <variant>
 
 #include "common/request_limits.h"
 #include "gateway/api/json_fields.h"
@@ -272,48 +273,20 @@ std::string TokenIdsKey(const v1::TokenIds& ids) {
   return key;
 }
 
-std::optional<HttpError> ParseTokenIds(const json& list, v1::TokenIds& ids) {
-  for (const json& id : list) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-        id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-      return BadRequest("prompt token ids must be non-negative integers", "prompt");
-    }
-    ids.add_ids(static_cast<int32_t>(id.get<int64_t>()));
-  }
-  return std::nullopt;
-}
-
 // prompt: "text", ["text", ...], [id, ...] or [[id, ...], ...].
 std::optional<HttpError> ParsePrompts(const json& body, const v1::GenerateRequest& common,
                                       CompletionRequest& out) {
   const json* prompt = Field(body, "prompt");
   if (prompt == nullptr) return BadRequest("prompt is required", "prompt");
-  const auto add = [&]() -> v1::GenerateRequest& { return out.generates.emplace_back(common); };
-  const auto bad = [] {
-    return BadRequest("prompt must be a string, a list of strings, a list of token ids or a "
-                      "list of lists of token ids",
-                      "prompt");
-  };
-  if (prompt->is_string()) {
-    add().set_text(prompt->get<std::string>());
-  } else if (prompt->is_array()) {
-    if (prompt->empty()) return BadRequest("prompt is empty", "prompt");
-    const json& first = prompt->front();
-    if (first.is_number()) {
-      GW_RETURN_IF_ERROR(ParseTokenIds(*prompt, *add().mutable_token_ids()));
+  std::vector<PromptInput> inputs;
+  GW_RETURN_IF_ERROR(ParsePromptInputs(*prompt, "prompt", inputs));
+  for (PromptInput& input : inputs) {
+    v1::GenerateRequest& generate = out.generates.emplace_back(common);
+    if (std::string* text = std::get_if<std::string>(&input)) {
+      generate.set_text(std::move(*text));
     } else {
-      for (const json& item : *prompt) {
-        if (item.is_string()) {
-          add().set_text(item.get<std::string>());
-        } else if (item.is_array()) {
-          GW_RETURN_IF_ERROR(ParseTokenIds(item, *add().mutable_token_ids()));
-        } else {
-          return bad();
-        }
-      }
+      *generate.mutable_token_ids() = std::move(std::get<v1::TokenIds>(input));
     }
-  } else {
-    return bad();
   }
   if (out.generates.size() > static_cast<size_t>(kMaxPromptsPerRequest)) {
     return BadRequest("at most " + std::to_string(kMaxPromptsPerRequest) +
@@ -374,6 +347,43 @@ std::optional<HttpError> ParseChatInput(const json& body, CompletionRequest& out
 }
 
 }  // namespace
+
+std::optional<HttpError> ParsePromptInputs(const json& value, const std::string& param,
+                                           std::vector<PromptInput>& out) {
+  const auto token_ids = [&](const json& list) -> std::optional<HttpError> {
+    v1::TokenIds& ids = std::get<v1::TokenIds>(out.emplace_back(v1::TokenIds()));
+    for (const json& id : list) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        return BadRequest(param + " token ids must be non-negative integers", param);
+      }
+      ids.add_ids(static_cast<int32_t>(id.get<int64_t>()));
+    }
+    return std::nullopt;
+  };
+  const auto bad = [&] {
+    return BadRequest(param + " must be a string, a list of strings, a list of token ids or a "
+                              "list of lists of token ids",
+                      param);
+  };
+  if (value.is_string()) {
+    out.emplace_back(value.get<std::string>());
+    return std::nullopt;
+  }
+  if (!value.is_array()) return bad();
+  if (value.empty()) return BadRequest(param + " is empty", param);
+  if (value.front().is_number()) return token_ids(value);
+  for (const json& item : value) {
+    if (item.is_string()) {
+      out.emplace_back(item.get<std::string>());
+    } else if (item.is_array()) {
+      GW_RETURN_IF_ERROR(token_ids(item));
+    } else {
+      return bad();
+    }
+  }
+  return std::nullopt;
+}
 
 std::string ChatAffinityKey(const v1::Chat& chat) {
   // Same system messages, same backend; otherwise the start of the first message.

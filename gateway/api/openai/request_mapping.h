@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "gateway/api/ignored_fields.h"
@@ -54,6 +55,13 @@ inline constexpr size_t kAffinityPrefixChars = 256;
 // The affinity key of a chat: its system messages (or the start of its first message) and
 // its tools. `chat` has at least one message.
 std::string ChatAffinityKey(const v1::Chat& chat);
+
+// One prompt: its text, or its token ids.
+using PromptInput = std::variant<std::string, v1::TokenIds>;
+// OpenAI's prompt shapes (completions' `prompt`, embeddings' `input`): "text", ["text", ...],
+// [id, ...] or [[id, ...], ...], each prompt appended to `out`. Refusals name `param`.
+std::optional<HttpError> ParsePromptInputs(const nlohmann::json& value, const std::string& param,
+                                           std::vector<PromptInput>& out);
 
 std::optional<HttpError> ParseCompletionRequest(const nlohmann::json& body, Endpoint endpoint,
                                                 CompletionRequest& out);

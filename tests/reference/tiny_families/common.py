@@ -128,6 +128,12 @@ class TinyWriter:
         self.vector(p + "attn_q_norm.weight", head_dim, around=around)
         self.vector(p + "attn_k_norm.weight", head_dim, around=around)
 
+    def pooling(self, pooling_type):
+        """<arch>.pooling_type (llama.cpp's enum: 0 none, 1 mean, 2 cls, 3 last, 4 rank): how an
+        embedding model pools its hidden states. Written only when a caller asks (the goldens'
+        files have none)."""
+        self.w.add_pooling_type(gguf.PoolingType(pooling_type))
+
     def embedding(self, n_embd, gain=1.0):
         """token_embd.weight: rows of norm ~gain (scale by √n_embd for unit entries)."""
         self.matrix("token_embd.weight", self.vocab, n_embd, gain=gain)
