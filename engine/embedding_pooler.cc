@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "common/check.h"
 
@@ -11,11 +12,15 @@ PromptUse PromptUseOf(Pooling pooling) {
   return pooling == Pooling::kLast ? PromptUse::kEmbedLastRow : PromptUse::kEmbedEveryRow;
 }
 
-EmbeddingPooler::EmbeddingPooler(EmbeddingParams params, int n_embd)
-    : params_(params), n_embd_(n_embd), sum_(static_cast<size_t>(n_embd), 0.0) {
+EmbeddingPooler::EmbeddingPooler(EmbeddingParams params, int n_embd, Head head)
+    : params_(params),
+      n_embd_(n_embd),
+      head_(std::move(head)),
+      sum_(static_cast<size_t>(n_embd), 0.0) {
   TM_CHECK(params.pooling == Pooling::kMean || params.pooling == Pooling::kCls ||
            params.pooling == Pooling::kLast)
       << "pooling " << PoolingName(params.pooling);
+  TM_CHECK(!params.classify || head_) << "classify without a head";
 }
 
 void EmbeddingPooler::Add(int first_position, std::span<const float> rows) {
@@ -40,6 +45,10 @@ void EmbeddingPooler::Add(int first_position, std::span<const float> rows) {
 std::vector<float> EmbeddingPooler::Result() const {
   if (num_rows_ == 0) return {};
   std::vector<float> out(sum_.size());
+  if (params_.classify) {
+    for (size_t i = 0; i < sum_.size(); ++i) out[i] = static_cast<float>(sum_[i] / num_rows_);
+    return head_(out);
+  }
   double norm = 0.0;
   for (size_t i = 0; i < sum_.size(); ++i) {
     out[i] = static_cast<float>(sum_[i] / num_rows_);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,10 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/paged_attention.h"
 #include "scheduler/scheduler_config.h"
+
+namespace tokenmill {
+class LoraAdapter;  // model/lora.h
+}  // namespace tokenmill
 
 namespace tokenmill {
 
@@ -68,6 +73,9 @@ struct EngineConfig {
   // The host and disk tiers below the pool (engine/kv_tiering.h): off without a size or a
   // directory.
   KvTierSettings kv_tiers;
+  // The LoRA adapters requests may name (GenerateRequest::lora = index + 1), over the model
+  // the engine runs; CPU only.
+  std::vector<std::shared_ptr<const LoraAdapter>> lora_adapters;
 };
 
 // InvalidArgument naming the setting when a value cannot work.

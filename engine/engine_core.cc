@@ -23,7 +23,10 @@ EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManage
       tiering_(std::move(tiering)),
       limits_{.max_model_len = scheduler_->max_model_len(),
               .vocab_size = tokenizer.vocab_size(),
-              .speculative_decoding = speculator_ != nullptr},
+              .speculative_decoding = speculator_ != nullptr,
+              .embeddings_only = runner_->encoder(),
+              .has_classifier = runner_->has_classifier(),
+              .num_lora_adapters = runner_->num_lora_adapters()},
       sampler_(tokenizer.end_of_generation_ids()),
       grammars_(tokenizer.end_of_generation_ids()),
       seed_source_(std::random_device{}()),
@@ -128,7 +131,9 @@ Status EngineCore::AddNow(RequestId id, ValidatedRequest valid, Clock::time_poin
                                    num_prompt, submit_time, request.rendered_control_tokens,
                                    parsing));
     if (request.embedding) {
-      outputs_.at(id).PoolEmbedding(EmbeddingPooler(*request.embedding, runner_->hidden_size()));
+      outputs_.at(id).PoolEmbedding(EmbeddingPooler(
+          *request.embedding, runner_->hidden_size(),
+          [this](std::span<const float> pooled) { return runner_->Classify(pooled); }));
     }
     if (request.grammar) {
       grammars_.Add(id + static_cast<RequestId>(i), request.grammar,

@@ -150,10 +150,10 @@ StatusOr<std::unique_ptr<KvTiering>> MakeTiering(const Model& model, const Engin
                                                   KvCacheManager& kv, ForwardBackend& backend) {
   const KvTierSettings& settings = config.kv_tiers;
   if (settings.dir.empty() && settings.host_bytes == 0) return std::unique_ptr<KvTiering>();
-  if (!config.enable_prefix_caching) {
+  if (!config.enable_prefix_caching || model.config().encoder) {
     return InvalidArgumentError(
         "--kv-cache-dir and --kv-cache-host-size keep prefix blocks below the pool, which needs "
-        "prefix caching: drop --no-prefix-caching, or those flags");
+        "prefix caching (an encoder caches none): drop --no-prefix-caching, or those flags");
   }
   if (config.spec.method == SpecMethod::kDraft) {
     return InvalidArgumentError(
@@ -178,23 +178,37 @@ StatusOr<std::unique_ptr<KvTiering>> MakeTiering(const Model& model, const Engin
       kv, backend);
 }
 
+// An encoder keeps no K/V past the step that computes a prompt: they are that step's scratch,
+// kept in f32 as llama.cpp keeps them (it caches none), whatever --kv-cache-dtype says.
+EngineConfig ForModel(const ModelConfig& mc, EngineConfig config) {
+  if (mc.encoder) {
+    config.kv_type = KvType::kF32;
+    config.kv_type_v.reset();
+  }
+  return config;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<EngineCore>> BuildEngineCore(const Model& model,
                                                       const Tokenizer& tokenizer,
-                                                      const EngineConfig& config,
+                                                      const EngineConfig& requested,
                                                       const Model* draft_model) {
+  const EngineConfig config = ForModel(model.config(), requested);
   TM_RETURN_IF_ERROR(CheckFits(model, tokenizer, config, draft_model));
   // The backend first: on a GPU the weights take their memory before the KV pool is sized.
   TM_ASSIGN_OR_RETURN(std::unique_ptr<ForwardBackend> backend, CreateForwardBackend(model, config));
   const ModelConfig& mc = model.config();
   SchedulerConfig sc = config.scheduler;
   sc.max_model_len = std::min(sc.max_model_len, mc.context_length);
+  // An encoder attends both ways: a prompt is computed whole in one step, and a block's K/V
+  // depend on the tokens after it, so no prefix is cached.
+  sc.whole_prompts = mc.encoder;
   TM_ASSIGN_OR_RETURN(const std::vector<int64_t> num_blocks,
                       NumKvBlocks(mc, config, sc.max_model_len, *backend));
   KvCacheConfig kv_config{.num_blocks = static_cast<int>(num_blocks[0]),
                           .block_size = config.block_size,
-                          .enable_prefix_caching = config.enable_prefix_caching,
+                          .enable_prefix_caching = config.enable_prefix_caching && !mc.encoder,
                           .watermark_blocks = config.watermark_blocks,
                           .sliding_window = 0,
                           .sliding_num_blocks = 0};
@@ -217,10 +231,14 @@ StatusOr<std::unique_ptr<EngineCore>> BuildEngineCore(const Model& model,
   auto scheduler = std::make_unique<Scheduler>(sc, *kv);
   TM_RETURN_IF_ERROR(
       backend->AllocateKv(config.kv_type, config.v_type(), num_blocks, config.block_size));
-  auto runner =
-      std::make_unique<ModelRunner>(model, std::move(backend), num_blocks[0], config.block_size);
+  auto runner = std::make_unique<ModelRunner>(model, std::move(backend), num_blocks[0],
+                                              config.block_size, config.lora_adapters);
   std::unique_ptr<Speculator> speculator;
   if (config.spec.method != SpecMethod::kNone) {
+    if (mc.encoder) {
+      return InvalidArgumentError("an encoder (" + mc.arch_name +
+                                  ") generates no tokens to speculate on: drop --spec");
+    }
     TM_ASSIGN_OR_RETURN(std::unique_ptr<DraftProposer> proposer,
                         MakeProposer(tokenizer, config, draft_model, num_blocks[0]));
     speculator = std::make_unique<Speculator>(config.spec, std::move(proposer));

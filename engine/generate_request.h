@@ -88,6 +88,9 @@ struct GenerateRequest {
   // with n = 1 and none of beam search, kv_window, prompt_logprobs, a grammar, output parsing,
   // stop strings or a prediction (request_validation.h).
   std::optional<EmbeddingParams> embedding;
+  // The LoRA adapter the request runs with: 0, none; i, the engine's lora_adapters[i - 1].
+  // Its cached prefixes are its own only through cache_salt (the server adds the adapter).
+  int lora = 0;
   // Receives every event of this request, on the engine thread; must not block (see
   // generate_output.h). Required.
   OutputSink sink;

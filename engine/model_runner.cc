@@ -11,11 +11,13 @@
 namespace tokenmill {
 
 ModelRunner::ModelRunner(const Model& model, std::unique_ptr<ForwardBackend> backend,
-                         int64_t num_blocks, int block_size)
+                         int64_t num_blocks, int block_size,
+                         std::vector<std::shared_ptr<const LoraAdapter>> lora_adapters)
     : model_(model),
       backend_(std::move(backend)),
       num_blocks_(num_blocks),
-      block_size_(block_size) {}
+      block_size_(block_size),
+      lora_adapters_(std::move(lora_adapters)) {}
 
 std::vector<int> ModelRunner::PromptLogitRows(const SchedulerOutput& step,
                                               const Scheduler& scheduler) const {
@@ -142,11 +144,19 @@ StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
                                           prompt_rows);
   const size_t n_vocab = static_cast<size_t>(model_.config().n_vocab);
   PlanHiddenRows(step, scheduler, in);
+  seq_loras_.clear();  // stays empty while no request of the step has an adapter
+  for (size_t i = 0; i < step.requests.size(); ++i) {
+    const int lora = scheduler.Find(step.requests[i].id)->lora;
+    if (lora == 0) continue;
+    seq_loras_.resize(step.requests.size(), nullptr);
+    seq_loras_[i] = lora_adapters_[static_cast<size_t>(lora - 1)].get();
+  }
   const ForwardInput forward_input{.token_ids = in.token_ids,
                                    .batch = in.batch(),
                                    .logit_rows = in.logit_rows,
                                    .hidden_rows = hidden_row_ids_,
-                                   .hidden_out = hidden_};
+                                   .hidden_out = hidden_,
+                                   .seq_loras = seq_loras_};
   const bool argmax_only = !in.logit_rows.empty() && !any_prompt_logprobs &&
                            OnlyArgmaxNeeded(step, scheduler, grammars);
   std::span<float> logits;

@@ -18,6 +18,8 @@
 #include "engine/grammar_constraints.h"
 #include "engine/sampling/rejection_sampler.h"
 #include "engine/sampling/sampler.h"
+#include "model/classifier.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_output.h"
@@ -40,8 +42,10 @@ struct StepHiddenRows {
 class ModelRunner {
  public:
   // `model` must outlive the runner; `backend` has its KV pool of num_blocks allocated.
+  // `lora_adapters` (EngineConfig's) adapt the requests that name them.
   ModelRunner(const Model& model, std::unique_ptr<ForwardBackend> backend, int64_t num_blocks,
-              int block_size);
+              int block_size,
+              std::vector<std::shared_ptr<const LoraAdapter>> lora_adapters = {});
 
   // Copies step.block_copies' K/V, then computes `step` (from scheduler.Schedule()) and
   // samples a token for each request with num_logits > 0: accepted drafts then one more
@@ -64,6 +68,13 @@ class ModelRunner {
   // or the prompt's last); valid until the next Execute.
   const std::vector<StepHiddenRows>& hidden_rows() const { return hidden_rows_; }
   int hidden_size() const { return model_.config().n_embd; }
+  bool encoder() const { return model_.config().encoder; }
+  bool has_classifier() const { return model_.weights().classifier.present(); }
+  int num_lora_adapters() const { return static_cast<int>(lora_adapters_.size()); }
+  // A pooled hidden state through the model's classification head (model/classifier.h).
+  std::vector<float> Classify(std::span<const float> pooled) const {
+    return tokenmill::Classify(model_.config(), model_.weights().classifier, pooled);
+  }
 
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
@@ -95,6 +106,8 @@ class ModelRunner {
   int block_size_;
   std::vector<int32_t> row_argmax_;
   StepPromptLogprobs prompt_logprobs_;
+  std::vector<std::shared_ptr<const LoraAdapter>> lora_adapters_;
+  std::vector<const LoraAdapter*> seq_loras_;  // the step's, per sequence (none: empty)
   std::vector<int32_t> hidden_row_ids_;
   std::vector<float> hidden_;
   std::vector<StepHiddenRows> hidden_rows_;

@@ -245,12 +245,17 @@ Status ValidateConstrainedSampling(const SamplingParams& sampling) {
 namespace {
 
 // An embedding computes a prompt and nothing else: what only a generation uses is refused.
-Status CheckEmbedding(const GenerateRequest& request) {
+Status CheckEmbedding(const GenerateRequest& request, const RequestLimits& limits) {
   if (!request.embedding) return OkStatus();
   const Pooling pooling = request.embedding->pooling;
   if (pooling != Pooling::kMean && pooling != Pooling::kCls && pooling != Pooling::kLast) {
     return InvalidArgumentError("embedding.pooling " + std::string(PoolingName(pooling)) +
                                 " pools nothing: use mean, cls or last");
+  }
+  if (request.embedding->classify && (!limits.has_classifier || pooling == Pooling::kMean)) {
+    return FailedPreconditionError(
+        "embedding.classify needs a reranker's classification head (cls.output in the GGUF) "
+        "over a cls or last pooling");
   }
   if (request.n != 1 || request.beam_search || request.kv_window || request.grammar ||
       request.output_parsing || !request.stop_strings.empty() ||
@@ -265,8 +270,17 @@ Status CheckEmbedding(const GenerateRequest& request) {
 }  // namespace
 
 Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimits& limits) {
+  if (limits.embeddings_only && !request.embedding) {
+    return FailedPreconditionError(
+        "this server's model is an encoder: it computes embeddings (Embed, /v1/embeddings), "
+        "not text");
+  }
   TM_RETURN_IF_ERROR(CheckPrompt(request, limits));
-  TM_RETURN_IF_ERROR(CheckEmbedding(request));
+  TM_RETURN_IF_ERROR(CheckEmbedding(request, limits));
+  if (request.lora < 0 || request.lora > limits.num_lora_adapters) {
+    return InvalidArgumentError("lora = " + std::to_string(request.lora) + " names no adapter: " +
+                                std::to_string(limits.num_lora_adapters) + " are loaded");
+  }
   TM_RETURN_IF_ERROR(CheckCountsAndStops(request, limits));
   TM_RETURN_IF_ERROR(CheckSampling(request.sampling, limits.vocab_size));
   TM_RETURN_IF_ERROR(CheckGrammar(request.grammar.get(), request.sampling, limits));

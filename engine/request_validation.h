@@ -25,6 +25,9 @@ struct RequestLimits {
   int max_model_len = 0;  // prompt plus generated tokens
   int vocab_size = 0;
   bool speculative_decoding = false;  // refuses kv_window, which does not work with it yet
+  bool embeddings_only = false;  // an encoder's: a generation is refused (FailedPrecondition)
+  bool has_classifier = false;   // a reranker's head: embedding.classify needs one
+  int num_lora_adapters = 0;     // lora outside [0, this] is refused
 };
 
 // InvalidArgument when `sampling` asks for what structured output cannot honour: min_tokens

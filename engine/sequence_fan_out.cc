@@ -23,7 +23,8 @@ std::vector<NewRequest> SplitIntoSequences(RequestId id, const GenerateRequest& 
                                    .predicted_token_ids = request.predicted_token_ids,
                                    .prompt_use = request.embedding
                                                      ? PromptUseOf(request.embedding->pooling)
-                                                     : PromptUse::kGenerate});
+                                                     : PromptUse::kGenerate,
+                                   .lora = request.lora});
   }
   return sequences;
 }

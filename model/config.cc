@@ -187,7 +187,11 @@ StatusOr<ModelConfig> LoadModelConfig(const GgufFile& file, const ModelFamily& f
   const uint32_t n_kv_heads = static_cast<uint32_t>(std::ranges::max(kv_heads));
   const uint32_t n_ff = static_cast<uint32_t>(std::ranges::max(ffs));
   TM_ASSIGN_OR_RETURN(uint32_t context, U32Or(file, p + "context_length", 2048));
-  TM_ASSIGN_OR_RETURN(c.rms_eps, file.GetF32(p + "attention.layer_norm_rms_epsilon"));
+  // RMSNorm's epsilon, or LayerNorm's where the model has that (bert).
+  const std::string eps_key = file.Has(p + "attention.layer_norm_rms_epsilon")
+                                  ? p + "attention.layer_norm_rms_epsilon"
+                                  : p + "attention.layer_norm_epsilon";
+  TM_ASSIGN_OR_RETURN(c.rms_eps, file.GetF32(eps_key));
   TM_ASSIGN_OR_RETURN(c.rope_freq_base, F32Or(file, p + "rope.freq_base", 10000.0f));
   c.n_layers = static_cast<int>(n_layers);
   c.n_embd = static_cast<int>(n_embd);

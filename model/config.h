@@ -68,7 +68,7 @@ struct ModelConfig {
   int v_head_dim = 0;
   int n_vocab = 0;
   int context_length = 0;
-  float rms_eps = 1e-5f;
+  float rms_eps = 1e-5f;  // the norms' epsilon: RMSNorm's, or an encoder's LayerNorm's
   // RoPE: rotated dimensions, base, pairing and linear position scaling (1 / factor, for
   // linear and YaRN scaling); Llama 3's frequency factors and LongRoPE's short or long ones
   // come as tensors (ModelWeights::rope_freqs).
@@ -117,9 +117,14 @@ struct ModelConfig {
   // Per-layer embeddings' width (gemma4's embedding_length_per_layer_input): each layer gets
   // an input of its own per token (ModelWeights::per_layer); 0: none.
   int n_embd_per_layer = 0;
+  // An encoder (bert): attention sees the whole sequence, both ways, and there is no output
+  // norm or head, so the model computes embeddings only (its hidden states as they are).
+  bool encoder = false;
   // <arch>.pooling_type: how an embedding of this model pools (kNone when the file says
   // nothing, as for every chat model).
   Pooling pooling = Pooling::kNone;
+  // Rank pooling's outputs go through a softmax (llama.cpp's qwen3 rerankers).
+  bool rank_softmax = false;
   // AltUp's residual streams (gemma3n: ModelWeights::altup_proj); 0: none.
   int altup_streams = 0;
   // Llama 4's attention temperature (mistral3's attention.temperature_scale): after RoPE, the

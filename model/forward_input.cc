@@ -122,12 +122,19 @@ Status ValidateForwardInput(const ModelConfig& c, const ForwardInput& in, const 
   for (int32_t row : in.logit_rows) {
     if (row < 0 || row >= n) return InvalidArgumentError("logit row outside the batch");
   }
+  if (c.encoder && !in.logit_rows.empty()) {
+    return InvalidArgumentError("an encoder (" + c.arch_name + ") has no output head: no logit rows");
+  }
   if (in.hidden_out.size() != in.hidden_rows.size() * static_cast<size_t>(c.n_embd)) {
     return InvalidArgumentError("hidden_out must hold " + std::to_string(in.hidden_rows.size()) +
                                 " rows of " + std::to_string(c.n_embd));
   }
   for (int32_t row : in.hidden_rows) {
     if (row < 0 || row >= n) return InvalidArgumentError("hidden row outside the batch");
+  }
+  if (!in.seq_loras.empty() &&
+      static_cast<int64_t>(in.seq_loras.size()) != in.batch.num_seqs()) {
+    return InvalidArgumentError("seq_loras must hold one entry per sequence");
   }
   for (int32_t pos : in.batch.positions) {
     if (pos >= c.context_length) {

@@ -14,6 +14,8 @@
 
 namespace tokenmill {
 
+class LoraAdapter;  // model/lora.h
+
 // The model's KV groups (kernels/paged_kv.h): layers that share block tables. Group 0 holds
 // the full-attention layers; a model with both sliding-window and full-attention layers puts
 // its sliding-window layers in group 1, whose blocks before the window are released
@@ -49,12 +51,15 @@ struct ForwardInput {
   // go: hidden_rows.size() rows of n_embd floats.
   std::span<const int32_t> hidden_rows = {};
   std::span<float> hidden_out = {};
+  // Per sequence, the LoRA adapter its tokens go through (null: the base model); empty: none
+  // for any. Sequences of different adapters share the step: the base matmuls run once.
+  std::span<const LoraAdapter* const> seq_loras = {};
 };
 
 // Checks a step's inputs against the model and the KV cache: consistent batch views with the
 // model's KV groups, token ids in the vocabulary, logit rows in the batch, positions within
-// the context, logits_size = logit_rows.size() * n_vocab, and hidden rows in the batch with
-// room for each in hidden_out. Every backend's Run starts
+// the context, logits_size = logit_rows.size() * n_vocab, hidden rows in the batch with
+// room for each in hidden_out, and one adapter entry per sequence when there are any. Every backend's Run starts
 // with it.
 Status ValidateForwardInput(const ModelConfig& config, const ForwardInput& input,
                             const KvCacheView& kv, size_t logits_size);

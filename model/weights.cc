@@ -30,15 +30,56 @@ StatusOr<const GgufTensor*> Find(const GgufFile& file, const std::string& name,
   return t;
 }
 
+// token_types may hold several rows (sentence A, B): row 0 is the one every token takes.
+Status LoadEncoderInputs(const GgufFile& file, const ModelConfig& c, EncoderInputs& e,
+                         F32Copies& copies) {
+  if (const GgufTensor* types = file.FindTensor("token_types.weight"); types != nullptr) {
+    TM_ASSIGN_OR_RETURN(const WeightMatrix all,
+                        LoadMatrix(file, "token_types.weight", c.n_embd,
+                                   types->shape.size() == 2 ? types->shape[1] : 1));
+    std::vector<float>& row = copies.emplace_back(static_cast<size_t>(c.n_embd));
+    DequantizeReference(all.type, all.data, row);
+    e.token_type = row;
+  }
+  TM_ASSIGN_OR_RETURN(e.position_embd,
+                      LoadMatrix(file, "position_embd.weight", c.n_embd, c.context_length));
+  TM_ASSIGN_OR_RETURN(e.norm, LoadVector(file, "token_embd_norm.weight", c.n_embd, copies));
+  TM_ASSIGN_OR_RETURN(e.norm_bias, LoadVector(file, "token_embd_norm.bias", c.n_embd, copies));
+  return OkStatus();
+}
+
+// cls.output's rows are the labels (classifier.output_labels), however many the file has.
+Status LoadClassifier(const GgufFile& file, const ModelConfig& c, ClassifierWeights& head,
+                      F32Copies& copies) {
+  if (file.FindTensor("cls.weight") != nullptr) {
+    TM_ASSIGN_OR_RETURN(head.dense, LoadMatrix(file, "cls.weight", c.n_embd, c.n_embd));
+    if (file.FindTensor("cls.bias") != nullptr) {
+      TM_ASSIGN_OR_RETURN(head.dense_bias, LoadVector(file, "cls.bias", c.n_embd, copies));
+    }
+  }
+  if (const GgufTensor* out = file.FindTensor("cls.output.weight"); out != nullptr) {
+    const int64_t labels = out->shape.size() == 2 ? out->shape[1] : 1;
+    TM_ASSIGN_OR_RETURN(head.out, LoadMatrix(file, "cls.output.weight", c.n_embd, labels));
+    if (file.FindTensor("cls.output.bias") != nullptr) {
+      TM_ASSIGN_OR_RETURN(head.out_bias, LoadVector(file, "cls.output.bias", labels, copies));
+    }
+  }
+  return OkStatus();
+}
+
 // The tensors of a model: the model-wide ones here, each layer's by its family.
 Status LoadAll(const GgufFile& file, const ModelConfig& c, const ModelFamily& family,
                int context, ModelWeights& w, F32Copies& copies) {
   TM_ASSIGN_OR_RETURN(w.token_embd, LoadMatrix(file, "token_embd.weight", c.n_embd, c.n_vocab));
-  TM_ASSIGN_OR_RETURN(w.output_norm, LoadVector(file, "output_norm.weight", c.n_embd, copies));
-  if (c.tied_output) {
-    w.output = w.token_embd;
+  if (c.encoder) {
+    TM_RETURN_IF_ERROR(LoadEncoderInputs(file, c, w.encoder, copies));
   } else {
-    TM_ASSIGN_OR_RETURN(w.output, LoadMatrix(file, "output.weight", c.n_embd, c.n_vocab));
+    TM_ASSIGN_OR_RETURN(w.output_norm, LoadVector(file, "output_norm.weight", c.n_embd, copies));
+    if (c.tied_output) {
+      w.output = w.token_embd;
+    } else {
+      TM_ASSIGN_OR_RETURN(w.output, LoadMatrix(file, "output.weight", c.n_embd, c.n_vocab));
+    }
   }
   // Llama 3's frequency factors, else LongRoPE's: the long ones when the configured context
   // exceeds the original one (llama_model::get_rope_factors), whatever a sequence's length.
@@ -52,6 +93,7 @@ Status LoadAll(const GgufFile& file, const ModelConfig& c, const ModelFamily& fa
   if (file.FindTensor(factors) != nullptr) {
     TM_ASSIGN_OR_RETURN(w.rope_freqs, LoadVector(file, factors, c.n_rot / 2, copies));
   }
+  TM_RETURN_IF_ERROR(LoadClassifier(file, c, w.classifier, copies));
   if (c.n_embd_per_layer > 0) {
     PerLayerEmbeddings& p = w.per_layer;
     const int64_t all_layers = int64_t{c.n_layers} * c.n_embd_per_layer;

@@ -88,6 +88,10 @@ struct LayerWeights {
   std::span<const float> out_scale;  // one factor of the layer's output (gemma4), or empty
   AltUpWeights altup;    // gemma3n
   LaurelWeights laurel;  // gemma3n
+  // An encoder's post-norms (bert: LayerNorm weight and bias) of the residual after the
+  // attention and after the feed-forward, and its feed-forward's biases; empty without.
+  std::span<const float> attn_out_norm, attn_out_norm_bias, layer_out_norm, layer_out_norm_bias;
+  std::span<const float> up_bias, down_bias;
 };
 
 // Per-layer embeddings (gemma3n, gemma4): each token's input of every layer, `width` values
@@ -99,15 +103,34 @@ struct PerLayerEmbeddings {
   std::span<const float> proj_norm;  // per_layer_proj_norm: width
 };
 
+// What an encoder (ModelConfig::encoder, bert) adds to the token embeddings and norms them
+// with before its first layer.
+struct EncoderInputs {
+  std::span<const float> token_type;  // token_types' row 0 (every token is "sentence A")
+  WeightMatrix position_embd;         // context_length rows of n_embd, by position
+  std::span<const float> norm, norm_bias;  // token_embd_norm: LayerNorm weight and bias
+};
+
+// A reranker's classification head (pooling rank: llama.cpp's cls, cls_b, cls_out, cls_out_b),
+// over the pooled hidden state: dense (n_embd rows of n_embd) + bias and tanh where the file
+// has them, then out (n_cls_out rows) + bias where it has that. rows = 0: absent.
+struct ClassifierWeights {
+  WeightMatrix dense, out;
+  std::span<const float> dense_bias, out_bias;
+  bool present() const { return dense.rows > 0 || out.rows > 0; }
+};
+
 // Norms and biases converted to f32 at load; the spans of the weights point into them (a moved
 // or reallocated outer vector keeps each inner buffer where it was).
 using F32Copies = std::vector<std::vector<float>>;
 
 struct ModelWeights {
   WeightMatrix token_embd;  // n_vocab rows of n_embd
-  std::span<const float> output_norm;
-  WeightMatrix output;  // token_embd when tied
+  std::span<const float> output_norm;  // empty for an encoder
+  WeightMatrix output;  // token_embd when tied; none (0 rows) for an encoder
   std::span<const float> rope_freqs;  // empty unless the file has rope_freqs.weight
+  EncoderInputs encoder;  // ModelConfig::encoder only
+  ClassifierWeights classifier;  // where the file has cls or cls.output
   PerLayerEmbeddings per_layer;
   // AltUp's projections of the embedding into the streams after the first and of those
   // streams back at the end (gemma3n's altup_proj, altup_unembd_proj), or empty.

@@ -15,6 +15,7 @@ Request::Request(NewRequest spec, uint64_t order)
       kv_window(spec.kv_window),
       predicted_token_ids(std::move(spec.predicted_token_ids)),
       prompt_use(spec.prompt_use),
+      lora(spec.lora),
       token_ids(std::move(spec.prompt_token_ids)),
       num_prompt_tokens(static_cast<int>(token_ids.size())) {}
 

@@ -95,6 +95,8 @@ struct NewRequest {
   // Tokens the output will likely repeat (a predicted output): draft source only.
   std::vector<TokenId> predicted_token_ids;
   PromptUse prompt_use = PromptUse::kGenerate;
+  // The LoRA adapter it runs with (0: none), opaque here: the engine's (GenerateRequest::lora).
+  int lora = 0;
 };
 
 enum class RequestState {
@@ -131,6 +133,7 @@ struct Request {
   std::optional<KvWindow> kv_window;
   std::vector<TokenId> predicted_token_ids;  // NewRequest's: speculation may draft from them
   PromptUse prompt_use = PromptUse::kGenerate;
+  int lora = 0;  // NewRequest's
 
   // Prompt then generated (and accepted draft) tokens: the verified tokens.
   std::vector<TokenId> token_ids;

@@ -28,7 +28,9 @@ int PoolLimitedModelLen(const KvCacheManager& kv, int max_model_len) {
 Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv_cache)
     : config_(config),
       kv_(kv_cache),
-      max_model_len_(PoolLimitedModelLen(kv_cache, config.max_model_len)) {
+      max_model_len_(std::min(PoolLimitedModelLen(kv_cache, config.max_model_len),
+                              config.whole_prompts ? config.max_num_batched_tokens
+                                                   : std::numeric_limits<int>::max())) {
   const Status valid = ValidateSchedulerConfig(config);
   TM_CHECK(valid.ok()) << valid.ToString();
 }
@@ -259,6 +261,10 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
                                                 : kv_.GetComputedBlocks(KvView(*request));
         num_new = std::min(
             {request->num_cache_tokens() - hit.num_tokens, budget, StepTokenLimit(*request)});
+        // An encoder's prompt runs whole or waits for a step with room for it.
+        if (config_.whole_prompts && num_new < request->num_cache_tokens() - hit.num_tokens) {
+          break;
+        }
         blocks = kv_.AllocateSlots(KvView(*request), num_new, 0, hit);
         if (blocks) break;
       }

@@ -62,7 +62,7 @@ class Scheduler {
 
   // The context length requests are held to: the configured one, or less when the KV pool
   // (minus the admission watermark) holds fewer tokens, so that any admitted request can
-  // always grow once it runs alone.
+  // always grow once it runs alone; with whole_prompts, at most a step's token budget.
   int max_model_len() const { return max_model_len_; }
 
   // Queues a request. InvalidArgument for an empty or never-fitting prompt, max_tokens < 1

@@ -21,6 +21,9 @@ struct SchedulerConfig {
   int max_model_len = 2048;
   // Waiting requests beyond which Add refuses new ones (preempted ones always requeue).
   int max_queue = 1024;
+  // An encoder's (bidirectional attention): each prompt is computed whole in one step, never
+  // chunked, so the context is at most max_num_batched_tokens.
+  bool whole_prompts = false;
   // The model's end-of-sequence ids (EOS, EOT): they stop a request unless ignore_eos.
   std::vector<TokenId> eos_token_ids;
 };

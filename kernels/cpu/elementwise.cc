@@ -26,6 +26,29 @@ void RmsNorm(const float* x, std::span<const float> weight, float eps, int64_t n
   }
 }
 
+void LayerNorm(const float* x, std::span<const float> weight, std::span<const float> bias,
+               float eps, int64_t n_rows, float* out) {
+  const int64_t n = static_cast<int64_t>(weight.size());
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * n;
+    float* o = out + r * n;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i]);
+    const float mean = static_cast<float>(sum / static_cast<double>(n));
+    double sum_squares = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = xr[i] - mean;
+      o[i] = v;
+      sum_squares += static_cast<double>(v * v);
+    }
+    const float variance = static_cast<float>(sum_squares / static_cast<double>(n));
+    const float scale = 1.0f / std::sqrt(variance + eps);
+    for (int64_t i = 0; i < n; ++i) {
+      o[i] = o[i] * scale * weight[static_cast<size_t>(i)] + bias[static_cast<size_t>(i)];
+    }
+  }
+}
+
 std::array<float, 2> YarnCorrectionDims(int n_rot, int original_context, float freq_base,
                                         float beta_fast, float beta_slow) {
   // In float, as ggml_rope_yarn_corr_dim: the dimension whose pair turns `rotations` times.

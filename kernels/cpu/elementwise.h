@@ -16,6 +16,11 @@ struct CpuContext;  // kernels/cpu/matmul.h
 
 // out[t] = x[t] / sqrt(mean(x[t]²) + eps) * weight, for n_rows rows of weight.size().
 void RmsNorm(const float* x, std::span<const float> weight, float eps, int64_t n_rows, float* out);
+// out = (x - mean) / sqrt(variance + eps) * weight + bias per row of weight.size(), as llama.cpp's
+// LLM_NORM: ggml_norm (the mean and the squares summed in double, then float), ggml_mul,
+// ggml_add. out may be x.
+void LayerNorm(const float* x, std::span<const float> weight, std::span<const float> bias,
+               float eps, int64_t n_rows, float* out);
 
 // How RoPE pairs the dimensions of a head: llama GGUFs rotate adjacent pairs (2i, 2i+1),
 // NeoX-style models (qwen2) rotate (i, i + n_rot / 2).

@@ -184,6 +184,14 @@ std::vector<int32_t> SequenceOfTokens(const RaggedBatch& b) {
 
 inline float RoundToHalf(float x) { return HalfToFloat(FloatToHalf(x)); }
 
+// One past the last position token t attends to: its own, or with bidirectional attention the
+// last its sequence has in the batch.
+inline int32_t VisibleEnd(const AttentionVariant& variant, const RaggedBatch& b,
+                          std::span<const int32_t> seq_of, int64_t t) {
+  if (variant.causal) return b.positions[t] + 1;
+  return b.positions[b.cu_seqlens[seq_of[t] + 1] - 1] + 1;
+}
+
 // The first position a token at `pos` attends to.
 inline int32_t FirstVisible(const AttentionVariant& variant, int32_t pos) {
   return variant.sliding_window > 0 ? std::max(0, pos - variant.sliding_window + 1) : 0;
@@ -234,7 +242,7 @@ void AttendAll(const CpuContext& ctx, const KvCacheView& kv, const RaggedBatch& 
       const int64_t t = u / kv.n_kv_heads;
       const int kv_head = static_cast<int>(u % kv.n_kv_heads);
       const int32_t* blocks = table.kv_indices.data() + table.kv_indptr[seq_of[t]];
-      const int32_t len = b.positions[t] + 1;
+      const int32_t len = VisibleEnd(variant, b, seq_of, t);
       const int32_t first = FirstVisible(variant, b.positions[t]);
       scores.resize(static_cast<size_t>(group) * (len - ScoresBase(first)));
       const float* q_group = q + (t * n_heads + kv_head * group) * d;
@@ -309,7 +317,7 @@ void ReferenceAll(const KvCacheView& kv, const RaggedBatch& b, const KvBlockTabl
   };
   for (int64_t t = 0; t < b.num_tokens(); ++t) {
     const int32_t* blocks = table.kv_indices.data() + table.kv_indptr[seq_of[t]];
-    const int32_t len = b.positions[t] + 1;
+    const int32_t len = VisibleEnd(variant, b, seq_of, t);
     const int32_t begin = FirstVisible(variant, b.positions[t]);
     for (int h = 0; h < n_heads; ++h) {
       const int kv_head = h / group;

@@ -65,6 +65,9 @@ struct AttentionVariant {
   // joins each softmax as a position with no value, as ggml_soft_max_add_sinks: the max and
   // the sum take it, the outputs are the visible positions' probabilities times V.
   std::span<const float> sinks;
+  // false: each token attends to every position of its sequence up to the last this batch
+  // holds of it, later ones included (an encoder's bidirectional attention, bert).
+  bool causal = true;
 };
 
 // With f16 K/V the query and the attention probabilities are rounded to f16 too, as the

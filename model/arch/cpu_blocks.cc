@@ -6,6 +6,7 @@
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/dequantize.h"
+#include "model/lora.h"
 
 namespace tokenmill {
 namespace {
@@ -88,11 +89,44 @@ void CpuForwardBlocks::ForTokens(const std::function<void(int64_t, int64_t)>& fn
   }
 }
 
-void CpuForwardBlocks::MatmulOp(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
+void CpuForwardBlocks::MatmulOp(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
+                                std::span<const int32_t> token_of_row) {
   if (mode_ == KernelMode::kReference) {
     MatmulReference(w, x, n_tokens, y);
   } else {
     Matmul(ctx_, w, x, n_tokens, y);
+  }
+  ApplyLora(w, x, n_tokens, y, token_of_row);
+}
+
+void CpuForwardBlocks::ApplyLora(const WeightMatrix& w, const float* x, int64_t n_rows, float* y,
+                                 std::span<const int32_t> token_of_row) {
+  // Only the adaptable matrices (model/lora.h) are looked at by row: theirs are token rows.
+  if (std::none_of(in_->seq_loras.begin(), in_->seq_loras.end(),
+                   [&](const LoraAdapter* a) { return a != nullptr && a->Find(w) != nullptr; })) {
+    return;
+  }
+  const std::span<const int32_t> cu = in_->batch.cu_seqlens;
+  const auto adapter_of_row = [&](int64_t row) {
+    const int32_t token = token_of_row.empty() ? static_cast<int32_t>(row) : token_of_row[row];
+    const auto seq = std::upper_bound(cu.begin(), cu.end(), token) - cu.begin() - 1;
+    return in_->seq_loras[static_cast<size_t>(seq)];
+  };
+  for (int64_t begin = 0; begin < n_rows;) {
+    const LoraAdapter* adapter = adapter_of_row(begin);
+    int64_t end = begin + 1;
+    while (end < n_rows && adapter_of_row(end) == adapter) ++end;
+    const LoraPair* pair = adapter != nullptr ? adapter->Find(w) : nullptr;
+    if (pair != nullptr) {
+      const int64_t rows = end - begin;
+      lora_mid_.resize(static_cast<size_t>(rows * pair->a.rows));
+      lora_out_.resize(static_cast<size_t>(rows * w.rows));
+      Matmul(ctx_, pair->a, x + begin * w.cols, rows, lora_mid_.data());
+      Matmul(ctx_, pair->b, lora_mid_.data(), rows, lora_out_.data());
+      float* out = y + begin * w.rows;
+      for (int64_t i = 0; i < rows * w.rows; ++i) out[i] += pair->scale * lora_out_[i];
+    }
+    begin = end;
   }
 }
 
@@ -100,7 +134,10 @@ void CpuForwardBlocks::MatmulOps(
     std::initializer_list<std::pair<const WeightMatrix*, float*>> outputs, const float* x,
     int64_t n_tokens) {
   if (mode_ == KernelMode::kReference) {
-    for (const auto& [w, y] : outputs) MatmulReference(*w, x, n_tokens, y);
+    for (const auto& [w, y] : outputs) {
+      MatmulReference(*w, x, n_tokens, y);
+      ApplyLora(*w, x, n_tokens, y, {});
+    }
     return;
   }
   std::vector<const WeightMatrix*> ws;
@@ -110,6 +147,7 @@ void CpuForwardBlocks::MatmulOps(
     ys.push_back(y);
   }
   MatmulMany(ctx_, ws, x, n_tokens, ys);
+  for (size_t i = 0; i < ws.size(); ++i) ApplyLora(*ws[i], x, n_tokens, ys[i], {});
 }
 
 void CpuForwardBlocks::Tap(const char* name, int layer, std::vector<float>& data, int64_t rows,
@@ -210,7 +248,8 @@ void CpuForwardBlocks::Attention(QueryScale scale, std::span<const float> sinks)
   const AttentionVariant variant{
       .softcap = c_.attn_softcap,
       .sliding_window = c_.IsSlidingLayer(layer_) ? c_.sliding_window : 0,
-      .sinks = sinks};
+      .sinks = sinks,
+      .causal = !c_.encoder};
   const std::span<const int32_t> positions = in_->batch.positions;
   const KvCacheView kv_layer = kv_->Layer(layer_);
   const KvBlockTable& blocks = in_->batch.block_tables[KvGroupOfLayer(c_, layer_)];
@@ -528,10 +567,16 @@ void CpuForwardBlocks::Logits(std::span<const float> output_norm, const WeightMa
   }
   Tap("result_norm", -1, final_, n_logits, d);
   for (size_t i = 0; i < in_->hidden_rows.size(); ++i) {
-    RmsNorm(x_.data() + in_->hidden_rows[i] * d, output_norm, c_.rms_eps, 1,
-            in_->hidden_out.data() + static_cast<int64_t>(i) * d);
+    const float* row = x_.data() + in_->hidden_rows[i] * d;
+    float* out = in_->hidden_out.data() + static_cast<int64_t>(i) * d;
+    if (output_norm.empty()) {  // an encoder's: x as it is
+      std::copy(row, row + d, out);
+    } else {
+      RmsNorm(row, output_norm, c_.rms_eps, 1, out);
+    }
   }
-  MatmulOp(output, final_.data(), n_logits, logits_.data());
+  if (n_logits == 0) return;
+  MatmulOp(output, final_.data(), n_logits, logits_.data(), in_->logit_rows);
   if (c_.final_softcap > 0.0f) {
     const float inverse = 1.0f / c_.final_softcap;
     for (float& logit : logits_.first(static_cast<size_t>(n_logits * c_.n_vocab))) {

@@ -50,6 +50,11 @@ class CpuForwardBlocks final : public ForwardBlocks {
   void Embed(const WeightMatrix& token_embd, float scale) override;
   // h = RmsNorm(x) with `weight`, shown as `name`.
   void Norm(std::span<const float> weight, const char* name) override;
+  void AddEncoderInputs(const EncoderInputs& inputs) override;
+  void LayerNorm(std::span<const float> weight, std::span<const float> bias,
+                 const char* name) override;
+  void GeluMlp(const WeightMatrix& up, std::span<const float> up_bias, const WeightMatrix& down,
+               std::span<const float> down_bias) override;
   // The per-layer embeddings' inputs of every layer, shown as inp_per_layer (n_layers x
   // width a token).
   void PerLayerInputs(const PerLayerEmbeddings& w) override;
@@ -132,7 +137,14 @@ class CpuForwardBlocks final : public ForwardBlocks {
   // fn(begin, end) over token ranges covering [0, n_tokens): spread over the pool when the
   // step has enough tokens to pay for the barrier, else one call on this thread.
   void ForTokens(const std::function<void(int64_t, int64_t)>& fn);
-  void MatmulOp(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
+  // y = w·x for n_tokens rows (the step's tokens, or `token_of_row`'s when given), plus each
+  // row's LoRA update where its sequence's adapter adapts w (ApplyLora).
+  void MatmulOp(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
+                std::span<const int32_t> token_of_row = {});
+  // y += scale · B·(A·x) for the rows whose sequence's adapter (ForwardInput::seq_loras) adapts
+  // w: each run of rows of one adapter as one low-rank matmul pair (Punica's grouping).
+  void ApplyLora(const WeightMatrix& w, const float* x, int64_t n_rows, float* y,
+                 std::span<const int32_t> token_of_row);
   // Several matrices over the same input (one parallel pass on the fast path).
   void MatmulOps(std::initializer_list<std::pair<const WeightMatrix*, float*>> outputs,
                  const float* x, int64_t n_tokens);
@@ -179,6 +191,7 @@ class CpuForwardBlocks final : public ForwardBlocks {
   const ForwardInput* in_ = nullptr;
   const KvCacheView* kv_ = nullptr;
   std::span<float> logits_;
+  std::vector<float> lora_mid_, lora_out_;  // ApplyLora's A·x and B·(A·x)
   int64_t n_ = 0;  // tokens of the step
   int layer_ = 0;
   ModelConfig::LayerShape shape_;  // layer_'s

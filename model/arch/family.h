@@ -46,6 +46,7 @@ extern const ModelFamily kQwen3MoeFamily;  // qwen3moe.cc
 extern const ModelFamily kGptOssFamily;    // gpt_oss.cc
 extern const ModelFamily kMistral3Family;  // mistral3.cc
 extern const ModelFamily kDeepseek2Family;  // deepseek2.cc
+extern const ModelFamily kBertFamily;       // bert.cc: an encoder (embeddings only)
 
 // The family of the file's general.architecture; an error naming it if tokenmill runs none.
 StatusOr<const ModelFamily*> FindModelFamily(const GgufFile& file);

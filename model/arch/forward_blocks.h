@@ -39,6 +39,13 @@ class ForwardBlocks {
   virtual void Embed(const WeightMatrix& token_embd, float scale = 1.0f) = 0;
   // h = RmsNorm(x) with `weight`.
   virtual void Norm(std::span<const float> weight, const char* name) = 0;
+  // An encoder's inputs (bert): x += the token-type row, then + each token's row of
+  // position_embd at its position.
+  virtual void AddEncoderInputs(const EncoderInputs& inputs) = 0;
+  // x = LayerNorm(x) (mean and variance, as ggml_norm) times `weight` plus `bias`, and h = x:
+  // an encoder's post-norms, whose output is both the residual and the next block's input.
+  virtual void LayerNorm(std::span<const float> weight, std::span<const float> bias,
+                         const char* name) = 0;
   // The inputs of every layer's PerLayerEmbedding for the step's tokens, from x (after Embed)
   // as llama.cpp's gemma4 forms them: each token's row of w.token_embd times √width, plus
   // RmsNorm(w.model_proj · x / √n_embd) with proj_norm (each layer's width apart), over √2.
@@ -83,6 +90,10 @@ class ForwardBlocks {
   // Block output = down(GELU-tanh(gate(h)) * up(h)) as llama.cpp computes it (GeluTanhGlu).
   virtual void GeluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
                                const WeightMatrix& down) = 0;
+  // Block output = down(GELU-tanh(up(h) + up_bias)) + down_bias, no gate (bert's
+  // feed-forward, llama.cpp's LLM_FFN_GELU with LLM_FFN_SEQ); empty biases are skipped.
+  virtual void GeluMlp(const WeightMatrix& up, std::span<const float> up_bias,
+                       const WeightMatrix& down, std::span<const float> down_bias) = 0;
   // Block output = the mixture of experts of h (ModelConfig::experts, model/arch/moe.h): the
   // router's logits routed per token (RouteToken, with MoeWeights::selection_bias), each
   // routed expert's SwiGLU over its tokens, each token's expert outputs times their weights
@@ -128,7 +139,8 @@ class ForwardBlocks {
   virtual void ScaleResidual(std::span<const float> scale) = 0;
   // The final norm of x's logit rows, then the logits: those rows times output, soft-capped
   // by final_softcap if set. The hidden rows (ForwardInput::hidden_rows) normed the same way
-  // go to hidden_out (the CUDA pass norms them on the host after the step).
+  // go to hidden_out (the CUDA pass norms them on the host after the step). An encoder has no
+  // norm (output_norm empty: its hidden rows are x's) and no head (no logit rows).
   virtual void Logits(std::span<const float> output_norm, const WeightMatrix& output) = 0;
 };
 

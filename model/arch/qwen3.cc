@@ -1,6 +1,7 @@
 // The qwen3 family: llama's layer with an RMS norm on each head of Q and K before RoPE, RoPE
 // on NeoX-style pairs (llama.cpp's LLAMA_ROPE_TYPE_NEOX for qwen3, not in the file) and no
-// biases.
+// biases. Its rerankers' scores are a softmax over the classification head's outputs
+// (llama.cpp's rank pooling for qwen3).
 #include <string>
 
 #include "model/arch/family.h"
@@ -10,6 +11,7 @@ namespace {
 
 Status ReadQwen3Config(const GgufFile&, ModelConfig& c) {
   c.rope_style = RopeStyle::kNeox;
+  c.rank_softmax = true;
   return OkStatus();
 }
 

@@ -355,6 +355,19 @@ void CudaForwardBlocks::OaiMoeFeedForward(const MoeWeights&) {
   Run([] { return NotPlanned("OaiMoeFeedForward"); });
 }
 
+void CudaForwardBlocks::AddEncoderInputs(const EncoderInputs&) {
+  Run([] { return NotPlanned("AddEncoderInputs"); });
+}
+
+void CudaForwardBlocks::LayerNorm(std::span<const float>, std::span<const float>, const char*) {
+  Run([] { return NotPlanned("LayerNorm"); });
+}
+
+void CudaForwardBlocks::GeluMlp(const WeightMatrix&, std::span<const float>, const WeightMatrix&,
+                                std::span<const float>) {
+  Run([] { return NotPlanned("GeluMlp"); });
+}
+
 void CudaForwardBlocks::PerLayerInputs(const PerLayerEmbeddings&) {
   Run([] { return NotPlanned("PerLayerInputs"); });
 }

@@ -76,6 +76,12 @@ class CudaForwardBlocks final : public ForwardBlocks {
   void ValueNorm() override;
   void PerLayerEmbedding(const WeightMatrix& gate, const WeightMatrix& proj) override;
   void ScaleResidual(std::span<const float> scale) override;
+  // Refused by PlanCudaGraph too: an encoder's blocks (bert).
+  void AddEncoderInputs(const EncoderInputs& inputs) override;
+  void LayerNorm(std::span<const float> weight, std::span<const float> bias,
+                 const char* name) override;
+  void GeluMlp(const WeightMatrix& up, std::span<const float> up_bias, const WeightMatrix& down,
+               std::span<const float> down_bias) override;
   // Refused by PlanCudaGraph too: activation sparsity, AltUp and LAuReL (gemma3n).
   void SparseGeluFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
                              const WeightMatrix& down, float std_multiplier) override;

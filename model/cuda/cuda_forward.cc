@@ -276,6 +276,7 @@ Status CudaForwardPass::QueueHiddenRows(const ForwardInput& in) {
 void CudaForwardPass::NormHiddenRows(const ForwardInput& in) const {
   // On the host: a few rows a step, for embeddings only (no kernel for so little).
   const ModelConfig& c = model_.config();
+  if (model_.weights().output_norm.empty()) return;  // an encoder's rows are x's
   for (size_t i = 0; i < in.hidden_rows.size(); ++i) {
     float* row = in.hidden_out.data() + i * static_cast<size_t>(c.n_embd);
     tokenmill::RmsNorm(row, model_.weights().output_norm, c.rms_eps, 1, row);

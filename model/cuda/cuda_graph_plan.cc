@@ -34,6 +34,19 @@ class PlanningBlocks final : public ForwardBlocks {
     Call("PerLayerInputs", -1);
     Lacks("PerLayerInputs (per-layer embeddings)");
   }
+  void AddEncoderInputs(const EncoderInputs&) override {
+    Call("AddEncoderInputs", -1);
+    Lacks("AddEncoderInputs (an encoder's inputs)");
+  }
+  void LayerNorm(std::span<const float>, std::span<const float>, const char*) override {
+    Call("LayerNorm");
+    Lacks("LayerNorm");
+  }
+  void GeluMlp(const WeightMatrix&, std::span<const float>, const WeightMatrix&,
+               std::span<const float>) override {
+    Call("GeluMlp");
+    Lacks("GeluMlp (an ungated GELU feed-forward)");
+  }
   void ProjectQ(const WeightMatrix&) override {
     Call("ProjectQ");
     Lacks("ProjectQ (a layer reading another layer's KV)");

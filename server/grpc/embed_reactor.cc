@@ -9,11 +9,11 @@
 namespace tokenmill::server {
 
 EmbedReactor::EmbedReactor(Engine& engine, RequestMetrics& metrics, StreamCounter& streams,
-                           v1::EmbedResponse* response, std::string request_id)
+                           WriteResponse write_response, std::string request_id)
     : engine_(engine),
       metrics_(metrics),
       streams_(streams),
-      response_(response),
+      write_response_(std::move(write_response)),
       request_id_(std::move(request_id)) {
   streams_.Opened();
 }
@@ -62,7 +62,7 @@ void EmbedReactor::OnOutput(size_t index, GenerateOutput&& output) {
   ended_[index] = true;
   --num_live_;
   if (output.finish_reason == CompletionReason::kStop && !output.embedding.empty()) {
-    results_[index] = Result{.embedding = std::move(output.embedding),
+    results_[index] = Result{.vector = std::move(output.embedding),
                              .prompt_tokens = output.usage.prompt_tokens};
   } else if (status_.ok()) {
     status_ = output.finish_reason == CompletionReason::kError
@@ -81,12 +81,7 @@ void EmbedReactor::FinishIfDone(std::unique_lock<std::mutex>& lock) {
   finish_called_ = true;
   if (status_.ok() && cancelled_) status_ = grpc::Status(grpc::CANCELLED, "cancelled");
   if (status_.ok()) {
-    response_->set_request_id(request_id_);
-    for (Result& result : results_) {
-      v1::Embedding* embedding = response_->add_embeddings();
-      embedding->mutable_values()->Add(result.embedding.begin(), result.embedding.end());
-      embedding->set_prompt_tokens(static_cast<uint32_t>(result.prompt_tokens));
-    }
+    write_response_(results_);
   } else {
     spdlog::debug("embed request {} failed: {}", request_id_, status_.error_message());
   }

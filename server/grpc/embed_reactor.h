@@ -1,12 +1,13 @@
-// One Embed call: a unary reactor over one engine request per input, which the engine batches
-// with everything else it runs. The sinks (engine thread) keep each input's vector; the call
-// finishes once every submitted input has its final event, with the vectors in order or the
-// first error. A client cancel aborts the inputs still running. The reactor deletes itself
+// One Embed or Rerank call: a unary reactor over one engine request per input, which the engine
+// batches with everything else it runs. The sinks (engine thread) keep each input's vector; the
+// call finishes once every submitted input has its final event, with the vectors in order
+// written into the call's response, or the first error. A client cancel aborts the inputs still running. The reactor deletes itself
 // once gRPC is done with it (OnDone) AND every submitted input has ended.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -15,16 +16,23 @@
 #include "engine/engine.h"
 #include "server/grpc/stream_counter.h"
 #include "server/metrics/request_metrics.h"
-#include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::server {
 
 class EmbedReactor final : public grpc::ServerUnaryReactor {
  public:
-  // `response` is gRPC's, written once, right before Finish. Each input counts in `metrics`
-  // as a finished request (prompt tokens, latency; no generated token).
+  // Each input's pooled vector (an embedding, or a reranker's head outputs) and prompt tokens.
+  struct Result {
+    std::vector<float> vector;
+    int prompt_tokens = 0;
+  };
+  // Fills gRPC's response from the results, in the inputs' order, right before Finish.
+  using WriteResponse = std::function<void(std::vector<Result>& results)>;
+
+  // Each input counts in `metrics` as a finished request (prompt tokens, latency; no
+  // generated token).
   EmbedReactor(Engine& engine, RequestMetrics& metrics, StreamCounter& streams,
-               v1::EmbedResponse* response, std::string request_id);
+               WriteResponse write_response, std::string request_id);
 
   // Submits the inputs in order (their sinks are set here); one the engine refuses stops the
   // rest, and the call ends with its status once those submitted have ended.
@@ -34,11 +42,6 @@ class EmbedReactor final : public grpc::ServerUnaryReactor {
   void OnDone() override { Release(); }
 
  private:
-  struct Result {
-    std::vector<float> embedding;
-    int prompt_tokens = 0;
-  };
-
   ~EmbedReactor() override = default;
 
   // Engine thread: input `index`'s event.
@@ -52,7 +55,7 @@ class EmbedReactor final : public grpc::ServerUnaryReactor {
   Engine& engine_;
   RequestMetrics& metrics_;
   StreamCounter& streams_;
-  v1::EmbedResponse* response_;
+  WriteResponse write_response_;
   const std::string request_id_;
 
   std::mutex mutex_;

@@ -42,8 +42,12 @@ RequestContext ContextOf(const ServingModel& model, std::string tenant = {},
       .harmony = model.harmony,
       .parse_special_in_content = model.parse_special_in_content,
       .speculative_decoding = model.engine->limits().speculative_decoding,
+      .embeddings_only = model.engine->limits().embeddings_only,
+      .has_classifier = model.engine->limits().has_classifier,
       .tenant = std::move(tenant),
-      .shared_prefix_cache = shared_prefix_cache};
+      .shared_prefix_cache = shared_prefix_cache,
+      .model_names = model.served_model_names,
+      .loras = model.loras};
 }
 
 v1::SpecialToken SpecialTokenOf(const Tokenizer& tokenizer, TokenId id) {
@@ -105,32 +109,74 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
   return reactor;
 }
 
-grpc::ServerUnaryReactor* InferenceService::Embed(grpc::CallbackServerContext* context,
-                                                  const v1::EmbedRequest* request,
-                                                  v1::EmbedResponse* response) {
+template <typename Request>
+grpc::ServerUnaryReactor* InferenceService::StartPooling(
+    grpc::CallbackServerContext* context, const Request& request, const char* id_prefix,
+    const std::function<StatusOr<std::vector<ValidatedRequest>>(const ServingModel&,
+                                                                const RequestContext&)>& build,
+    const std::function<void(const std::string&, std::vector<EmbedReactor::Result>&)>& write) {
   grpc::Status status;
   CallerIdentity caller;
   const ServingModel* model = ModelOrStatus(context, status, caller);
   if (model == nullptr) return FinishUnary(context, status);
-  status = CheckPriorityAllowed(request->priority(), caller);
+  status = CheckPriorityAllowed(request.priority(), caller);
   if (!status.ok()) return FinishUnary(context, status);
   if (draining_.load(std::memory_order_acquire)) {
     return FinishUnary(context, grpc::Status(grpc::UNAVAILABLE,
                                              "the server is shutting down: send the request "
                                              "to another server"));
   }
-  StatusOr<std::vector<ValidatedRequest>> built = BuildEmbedRequests(
-      *request, ContextOf(*model, std::move(caller.tenant), shared_prefix_cache_),
-      model->pooling);
+  StatusOr<std::vector<ValidatedRequest>> built =
+      build(*model, ContextOf(*model, std::move(caller.tenant), shared_prefix_cache_));
   if (!built.ok()) return FinishUnary(context, ToGrpcStatus(built.status()));
-  std::string request_id = request->request_id();
+  std::string request_id = request.request_id();
   if (request_id.empty()) {
-    request_id = "emb-" + std::to_string(next_request_number_.fetch_add(1));
+    request_id = id_prefix + std::to_string(next_request_number_.fetch_add(1));
   }
-  auto* reactor = new EmbedReactor(*model->engine, metrics_, streams_, response,
-                                    std::move(request_id));
+  auto* reactor = new EmbedReactor(
+      *model->engine, metrics_, streams_,
+      [write, request_id](std::vector<EmbedReactor::Result>& results) {
+        write(request_id, results);
+      },
+      request_id);
   reactor->Start(std::move(built).value());
   return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceService::Embed(grpc::CallbackServerContext* context,
+                                                  const v1::EmbedRequest* request,
+                                                  v1::EmbedResponse* response) {
+  return StartPooling(
+      context, *request, "emb-",
+      [request](const ServingModel& model, const RequestContext& request_context) {
+        return BuildEmbedRequests(*request, request_context, model.pooling);
+      },
+      [response](const std::string& id, std::vector<EmbedReactor::Result>& results) {
+        response->set_request_id(id);
+        for (EmbedReactor::Result& result : results) {
+          v1::Embedding* embedding = response->add_embeddings();
+          embedding->mutable_values()->Add(result.vector.begin(), result.vector.end());
+          embedding->set_prompt_tokens(static_cast<uint32_t>(result.prompt_tokens));
+        }
+      });
+}
+
+grpc::ServerUnaryReactor* InferenceService::Rerank(grpc::CallbackServerContext* context,
+                                                   const v1::RerankRequest* request,
+                                                   v1::RerankResponse* response) {
+  return StartPooling(
+      context, *request, "rerank-",
+      [request](const ServingModel& model, const RequestContext& request_context) {
+        return BuildRerankRequests(*request, request_context, model.pooling, model.rerank_format);
+      },
+      [response](const std::string& id, std::vector<EmbedReactor::Result>& results) {
+        response->set_request_id(id);
+        for (const EmbedReactor::Result& result : results) {
+          v1::RerankResult* scored = response->add_results();
+          scored->set_score(result.vector.at(0));
+          scored->set_prompt_tokens(static_cast<uint32_t>(result.prompt_tokens));
+        }
+      });
 }
 
 grpc::ServerUnaryReactor* InferenceService::Tokenize(grpc::CallbackServerContext* context,
@@ -193,6 +239,7 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
   for (const std::string& name : model->served_model_names) response->add_served_model_names(name);
   response->set_created(model->created_unix_seconds);
   response->set_pooling(std::string(PoolingName(model->pooling)));
+  for (const ServedLora& lora : model->loras) response->add_lora_adapters(lora.name);
   response->set_embedding_length(static_cast<uint32_t>(config.n_embd));
   response->set_tool_call_format(
       model->generic_tool_preamble ? "generic"

@@ -10,9 +10,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "server/grpc/caller_identity.h"
+#include "server/grpc/embed_reactor.h"
+#include "server/grpc/request_builder.h"
 #include "server/grpc/serving_model.h"
 #include "server/grpc/stream_counter.h"
 #include "server/metrics/request_metrics.h"
@@ -31,7 +35,7 @@ class InferenceService final : public v1::Inference::CallbackService {
 
   // Serves `model` from now on; it must outlive the calls (wait for the streams to end).
   void Attach(ServingModel* model) { model_.store(model, std::memory_order_release); }
-  // New Generate and Embed calls answer UNAVAILABLE from now on; open calls go on.
+  // New Generate, Embed and Rerank calls answer UNAVAILABLE from now on; open calls go on.
   void BeginDrain() { draining_.store(true, std::memory_order_release); }
   StreamCounter& streams() { return streams_; }
 
@@ -40,6 +44,9 @@ class InferenceService final : public v1::Inference::CallbackService {
   grpc::ServerUnaryReactor* Embed(grpc::CallbackServerContext* context,
                                   const v1::EmbedRequest* request,
                                   v1::EmbedResponse* response) override;
+  grpc::ServerUnaryReactor* Rerank(grpc::CallbackServerContext* context,
+                                   const v1::RerankRequest* request,
+                                   v1::RerankResponse* response) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
                                      const v1::TokenizeRequest* request,
                                      v1::TokenizeResponse* response) override;
@@ -51,6 +58,15 @@ class InferenceService final : public v1::Inference::CallbackService {
                                          v1::ModelInfo* response) override;
 
  private:
+  // Embed's and Rerank's common path: the caller, its priority and the drain checked, the
+  // engine requests built by `build`, then one EmbedReactor over them whose results `write`
+  // puts into the response (with the request id).
+  template <typename Request>
+  grpc::ServerUnaryReactor* StartPooling(
+      grpc::CallbackServerContext* context, const Request& request, const char* id_prefix,
+      const std::function<StatusOr<std::vector<ValidatedRequest>>(const ServingModel&,
+                                                                  const RequestContext&)>& build,
+      const std::function<void(const std::string&, std::vector<EmbedReactor::Result>&)>& write);
   // The attached model, or null with `status` set to why calls cannot be served: a missing
   // or wrong API key, a tenant the call may not name, or a model still loading. `caller`:
   // who the call comes from.

@@ -421,6 +421,20 @@ bool CompilesGrammar(const v1::GenerateRequest& request) {
          (request.has_chat() && ForcesToolCall(request.chat().tool_choice()));
 }
 
+StatusOr<const ServedLora*> LoraOf(std::string_view model, const RequestContext& context) {
+  if (model.empty() || std::ranges::find(context.model_names, model) != context.model_names.end()) {
+    return nullptr;
+  }
+  for (const ServedLora& lora : context.loras) {
+    if (lora.name == model) return &lora;
+  }
+  std::string names;
+  for (const std::string& name : context.model_names) names += " '" + name + "'";
+  for (const ServedLora& lora : context.loras) names += " '" + lora.name + "'";
+  return NotFoundError("model '" + std::string(model) + "' is not served here: name one of" +
+                       names + " (or none)");
+}
+
 StatusOr<ValidatedRequest> BuildGenerateRequest(const v1::GenerateRequest& request,
                                                 const RequestContext& context) {
   if (request.request_id().size() > kMaxRequestIdBytes) {
@@ -505,6 +519,11 @@ StatusOr<ValidatedRequest> BuildGenerateRequest(const v1::GenerateRequest& reque
   out.tenant = context.tenant;
   out.cache_salt =
       PrefixCacheSalt(context.tenant, request.cache_salt(), context.shared_prefix_cache);
+  TM_ASSIGN_OR_RETURN(const ServedLora* lora, LoraOf(request.model(), context));
+  if (lora != nullptr) {
+    out.lora = static_cast<int>(lora - context.loras.data()) + 1;
+    out.cache_salt += "\x1flora:" + lora->digest;
+  }
   out.output_parsing = chat_parsing;
 
   const RequestLimits limits = context.limits();

@@ -5,6 +5,8 @@
 // naming the field and saying what to change. Pure: no engine, no gRPC.
 #pragma once
 
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -12,12 +14,21 @@
 #include "engine/generate_request.h"
 #include "engine/request_validation.h"
 #include "grammar/grammar_cache.h"
+#include "model/lora.h"
 #include "text/chat/chat_template.h"
 #include "text/chat/output_parser.h"
 #include "text/tokenizer/tokenizer.h"
 #include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::server {
+
+// A LoRA adapter a request may name as its model (--lora NAME=PATH), and the digest of its
+// tensors, which keeps its cached prefixes apart from the base model's and other adapters'.
+struct ServedLora {
+  std::string name;
+  std::string digest;
+  std::shared_ptr<const LoraAdapter> adapter;
+};
 
 // What a request is checked against.
 struct RequestContext {
@@ -40,17 +51,25 @@ struct RequestContext {
   // client wrote (--parse-special-in-content); false: only in the template's markup.
   bool parse_special_in_content = false;
   bool speculative_decoding = false;  // the engine's: it refuses kv_window
+  bool embeddings_only = false;       // the engine's: an encoder refuses generations
+  bool has_classifier = false;        // the engine's: a reranker's head
   // Whose request it is ("" for anonymous; server/grpc/caller_identity.h) and whether the
   // server shares cached prefixes across tenants (--shared-prefix-cache): the request's
   // tenant and its prefix-cache salt (PrefixCacheSalt).
   std::string tenant = {};
   bool shared_prefix_cache = false;
+  // The names of the base model (served_model_names) and its adapters, for GenerateRequest.model.
+  std::span<const std::string> model_names = {};
+  std::span<const ServedLora> loras = {};
 
   // What the engine validates requests against (Engine::limits()).
   RequestLimits limits() const {
     return {.max_model_len = max_model_len,
             .vocab_size = tokenizer->vocab_size(),
-            .speculative_decoding = speculative_decoding};
+            .speculative_decoding = speculative_decoding,
+            .embeddings_only = embeddings_only,
+            .has_classifier = has_classifier,
+            .num_lora_adapters = static_cast<int>(loras.size())};
   }
 };
 
@@ -99,6 +118,10 @@ StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileStructuredOutpu
 // Whether building `request` compiles a grammar (structured output, or a forced tool call),
 // which may take long: it is built off gRPC's threads.
 bool CompilesGrammar(const v1::GenerateRequest& request);
+
+// The adapter GenerateRequest.model names: null for none or a name of the base model;
+// NOT_FOUND naming the served names for another name.
+StatusOr<const ServedLora*> LoraOf(std::string_view model, const RequestContext& context);
 
 // The engine request for `request` (all but its sink), validated by the engine's checks
 // against context.limits(): Engine::Submit takes it as it is. Without max_tokens it gets

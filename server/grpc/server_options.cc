@@ -151,6 +151,10 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
   AddOption(app, "--spec-tokens", o.spec_tokens,
             "most draft tokens per request and step (adapts to acceptance)")
       ->check(CLI::Range(1, 16));
+  AddOption(app, "--lora", o.lora_adapters,
+            "a LoRA adapter of the model in llama.cpp's GGUF form, NAME=PATH, the option given "
+            "once per adapter: a request whose model is NAME runs with it (CPU only)")
+      ->take_all();
   AddOption(app, "--draft-model", o.draft_model_path,
             "GGUF draft model for --spec draft (same vocabulary as --model)")
       ->check(CLI::ExistingFile);

@@ -58,6 +58,8 @@ struct ServerOptions {
   std::string spec = "none";  // speculative decoding: none, ngram or draft
   int spec_tokens = 4;        // most draft tokens per request and step
   std::string draft_model_path;  // --spec draft: a GGUF with the model's vocabulary
+  // LoRA adapters of the model, NAME=PATH each (--lora): a request names one as its model.
+  std::vector<std::string> lora_adapters;
   // TLS on the gRPC port: a PEM certificate chain and its key; with a client CA, clients must
   // present a certificate it signed (mTLS). All empty: plaintext.
   std::string tls_cert_path;

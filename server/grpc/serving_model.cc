@@ -7,6 +7,8 @@
 
 #include "common/byte_size.h"
 #include "engine/grammar_vocabulary.h"
+#include "engine/kv_tiering.h"
+#include "model/lora.h"
 #include "model/weights.h"
 #include "text/chat/harmony_parser.h"
 #include "text/chat/reasoning_parser.h"
@@ -87,6 +89,32 @@ void ChooseOutputParsers(const ServerOptions& options, ServingModel& serving) {
                !serving.reasoning ? "none" : harmony_reasoning ? "harmony" : "<think>");
 }
 
+// --lora NAME=PATH: each adapter loaded over the model, under a name no other model or adapter
+// of this server has.
+Status LoadLoras(const ServerOptions& options, ServingModel& serving) {
+  for (const std::string& flag : options.lora_adapters) {
+    const size_t equals = flag.find('=');
+    if (equals == 0 || equals == std::string::npos || equals + 1 == flag.size()) {
+      return InvalidArgumentError("--lora " + flag + ": give NAME=PATH");
+    }
+    const std::string name = flag.substr(0, equals), path = flag.substr(equals + 1);
+    const bool taken =
+        std::ranges::find(serving.served_model_names, name) != serving.served_model_names.end() ||
+        std::ranges::any_of(serving.loras, [&](const ServedLora& l) { return l.name == name; });
+    if (taken) return InvalidArgumentError("--lora " + flag + ": the name " + name + " is taken");
+    const auto start = std::chrono::steady_clock::now();
+    StatusOr<std::unique_ptr<LoraAdapter>> adapter = LoraAdapter::Load(path, *serving.model);
+    if (!adapter.ok()) return InvalidArgumentError("--lora " + flag + ": " + adapter.status().message());
+    std::string digest = ModelTensorDigest((*adapter)->file());
+    spdlog::info("LoRA adapter {}: {} matrices adapted, {} ({:.2f} s)", name,
+                 (*adapter)->num_pairs(), path, SecondsSince(start));
+    serving.loras.push_back(ServedLora{.name = name,
+                                       .digest = std::move(digest),
+                                       .adapter = std::move(*adapter)});
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 ServingModel::~ServingModel() {
@@ -127,6 +155,11 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
   serving->created_unix_seconds = created;
   serving->pooling = options.pooling == "auto" ? serving->model->config().pooling
                                                : *PoolingFromName(options.pooling);
+  if (StatusOr<std::string_view> rerank =
+          serving->model->file().GetString("tokenizer.chat_template.rerank");
+      rerank.ok()) {
+    serving->rerank_format.template_text = std::string(*rerank);
+  }
   if (const std::string general = GeneralName(serving->model->file()); !general.empty()) {
     spdlog::info("model name in the file: {}", general);
   }
@@ -176,6 +209,9 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
                  serving->draft_model->config().n_vocab, SecondsSince(start));
   }
 
+  TM_RETURN_IF_ERROR(LoadLoras(options, *serving));
+  EngineConfig with_loras = engine_config;
+  for (const ServedLora& lora : serving->loras) with_loras.lora_adapters.push_back(lora.adapter);
   WarnOfKeyOutliers(*serving->model, engine_config.kv_type);
   start = std::chrono::steady_clock::now();
   if (engine_config.spec.method != SpecMethod::kNone) {
@@ -196,7 +232,7 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
       engine_config.block_size,
       engine_config.enable_prefix_caching ? "on" : "off");
   TM_ASSIGN_OR_RETURN(serving->engine,
-                      Engine::Create(*serving->model, serving->tokenizer, engine_config,
+                      Engine::Create(*serving->model, serving->tokenizer, with_loras,
                                      serving->draft_model.get()));
   serving->block_size = engine_config.block_size;
   const EngineStats stats = serving->engine->Stats();

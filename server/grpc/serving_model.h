@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "grammar/grammar_cache.h"
 #include "server/grpc/build_queue.h"
+#include "server/grpc/embed_request.h"
 #include "model/model.h"
 #include "server/grpc/server_options.h"
 #include "text/chat/chat_template.h"
@@ -39,6 +40,10 @@ struct ServingModel {
   bool parse_special_in_content = false;  // --parse-special-in-content
   // How Embed pools (--pooling, else the GGUF's pooling_type); kNone or kRank: Embed refuses.
   Pooling pooling = Pooling::kNone;
+  // The LoRA adapters (--lora), in flag order: GenerateRequest.lora = index + 1.
+  std::vector<ServedLora> loras;
+  // How Rerank writes a query and a document (the GGUF's tokenizer.chat_template.rerank).
+  RerankFormat rerank_format;
   // The names clients call it by (ServedModelNamesOf); `name`, the first, is its id in the
   // API, the metrics and the KV events' topic.
   std::vector<std::string> served_model_names;

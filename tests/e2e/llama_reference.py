@@ -5,11 +5,12 @@ import numpy as np
 from llama_cpp import Llama
 
 
-def llama_cpp_greedy(path, prompt, max_tokens):
+def llama_cpp_greedy(path, prompt, max_tokens, lora_path=None):
     """(tokens, top-2 gaps): llama.cpp's greedy continuation of `prompt` and its gap at each
-    step."""
+    step; with `lora_path`, through that LoRA adapter (scale 1)."""
+    kwargs = {} if lora_path is None else {"lora_path": str(lora_path)}
     llm = Llama(model_path=str(path), n_ctx=128, n_threads=1, n_batch=1, n_ubatch=1,
-                logits_all=True, verbose=False, seed=0)
+                logits_all=True, verbose=False, seed=0, **kwargs)
     for token in prompt:
         llm.eval([token])
     tokens, gaps = [], []
@@ -59,3 +60,20 @@ def llama_cpp_embed_ids(llm, ids, normalize):
     if normalize:
         vector /= np.linalg.norm(vector)
     return vector
+
+
+def llama_cpp_hidden_states(llm, ids):
+    """Every token's hidden state (n_tokens rows of n_embd) of the token ids `ids` from an
+    embedder made with pooling_type LLAMA_POOLING_TYPE_NONE."""
+    import llama_cpp
+
+    llm._batch.reset()
+    llm._batch.add_sequence(list(ids), 0, True)
+    llm._ctx.kv_cache_clear()
+    llm._ctx.decode(llm._batch)
+    llm._batch.reset()
+    n_embd = llm.n_embd()
+    pointer = llama_cpp.llama_get_embeddings(llm._ctx.ctx)
+    rows = np.array(pointer[:len(ids) * n_embd], dtype=np.float64).reshape(len(ids), n_embd)
+    llm._ctx.kv_cache_clear()
+    return rows

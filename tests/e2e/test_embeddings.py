@@ -10,6 +10,10 @@ causal attention).
   than a prefill step (--max-num-batched-tokens 16) included, and with prefixes cached by
   earlier requests; --pooling overrides the file (cls, and mean over a file without the key).
 - SmolLM2-135M-Instruct Q4_1 (the default model) with --pooling mean and --pooling last.
+- A tiny random bert (an encoder: attention both ways, no head) with BGE's WordPiece
+  vocabulary, pooling mean and cls: texts and token ids as llama.cpp's, several inputs of a
+  call computed together in one step (each sees its own tokens only), Generate refused, the
+  context held to a step's token budget.
 - One call of many inputs (256 at most) equals each input's lone call; Embed and Generate
   calls at once, in a KV pool small enough to preempt, equal their lone runs.
 - Errors: a model that pools nothing refuses Embed with FAILED_PRECONDITION naming
@@ -31,11 +35,11 @@ import pytest
 
 from gateway_harness import Gateway, backend_address, model_name
 from llama_reference import llama_cpp_embed, llama_cpp_embed_ids, llama_cpp_embedder
-from server_harness import (DEFAULT_MODEL, REPO, RPC_TIMEOUT_S, SERVER_BIN, TINY_MODEL, Server,
-                            generate, pb2)
+from server_harness import (DEFAULT_MODEL, MODELS_DIR, REPO, RPC_TIMEOUT_S, SERVER_BIN,
+                            TINY_MODEL, Server, generate, pb2)
 
 sys.path.insert(0, str(REPO / "tests" / "reference"))
-from tiny_families import llama, qwen3  # noqa: E402
+from tiny_families import bert, llama, qwen3  # noqa: E402
 from tiny_families.common import CONTEXT  # noqa: E402
 
 MEAN = llama_cpp.LLAMA_POOLING_TYPE_MEAN
@@ -173,6 +177,58 @@ def check_against_llama_cpp(server, llm, texts, id_prompts, cos_tol, element_tol
 
 
 # --- llama.cpp's vectors ---------------------------------------------------------------------
+
+BERT_VOCAB = MODELS_DIR / "ggml-vocab-bert-bge.gguf"
+# WordPiece: lowercased, accents stripped, punctuation split; [CLS] ... [SEP] around each.
+BERT_TEXTS = ["Hello world", "The quick brown fox jumps over the lazy dog. Café déjà vu!",
+              "embeddings (BERT-style) for 2 sentences; an unknown-word: xqzvvjk"]
+BERT_IDS = [[101, 7592, 102], [int(t) for t in np.random.default_rng(90).integers(999, 30000, 40)]]
+
+
+@pytest.fixture(scope="module")
+def bert_models(tmp_path_factory):
+    """{pooling: path} of the tiny bert with BGE's vocabulary, pooling mean and cls."""
+    if not BERT_VOCAB.exists():
+        pytest.skip(f"{BERT_VOCAB} is missing: run scripts/setup")
+    d = tmp_path_factory.mktemp("bert")
+    paths = {"mean": d / "tiny-bert-mean.gguf", "cls": d / "tiny-bert-cls.gguf"}
+    bert.write(str(paths["mean"]), vocabulary_from=str(BERT_VOCAB), pooling_type=MEAN)
+    bert.write(str(paths["cls"]), vocabulary_from=str(BERT_VOCAB), pooling_type=CLS)
+    return paths
+
+
+@pytest.mark.parametrize("pooling,pooling_type", [("mean", MEAN), ("cls", CLS)])
+def test_bert_embeds_as_llama_cpp(bert_models, pooling, pooling_type):
+    llm = llama_cpp_embedder(bert_models[pooling], n_ctx=CONTEXT)
+    assert llm.pooling_type() == pooling_type
+    with Server(model=bert_models[pooling]) as server:
+        check_model_info(server, pooling, bert.N_EMBD)
+        check_against_llama_cpp(server, llm, BERT_TEXTS, BERT_IDS, TINY_COS, TINY_ELEMENT)
+        # One call's inputs share one step: each must still see its own tokens only.
+        together = vectors(embed(server, BERT_TEXTS + BERT_IDS, raw=True))
+        for x, got in zip(BERT_TEXTS + BERT_IDS, together):
+            assert np.array_equal(got, vectors(embed(server, [x], raw=True))[0]), x
+        with pytest.raises(grpc.RpcError) as e:
+            generate(server.stub, pb2.GenerateRequest(text="Hello", max_tokens=2))
+        assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "encoder" in e.value.details()
+
+
+def test_bert_prompts_run_whole_within_a_steps_budget(bert_models):
+    """An encoder computes a prompt in one step: its context is --max-num-batched-tokens."""
+    with Server("--max-num-batched-tokens", "32", model=bert_models["mean"]) as server:
+        info = server.stub.GetModelInfo(pb2.GetModelInfoRequest(), timeout=RPC_TIMEOUT_S)
+        assert info.max_model_len == 32
+        ids = [int(t) for t in np.random.default_rng(91).integers(999, 30000, 33)]
+        llm = llama_cpp_embedder(bert_models["mean"], n_ctx=CONTEXT)
+        # Three prompts of 32 tokens: one a step, never chunked.
+        got = vectors(embed(server, [ids[:32], ids[1:], ids[:32]], raw=True))
+        assert_close(got[0], llama_cpp_embed_ids(llm, ids[:32], normalize=False), TINY_COS,
+                     TINY_ELEMENT, "32 token ids")
+        assert np.array_equal(got[0], got[2])
+        with pytest.raises(grpc.RpcError) as e:
+            embed(server, [ids])
+        assert e.value.code() == grpc.StatusCode.OUT_OF_RANGE
 
 @pytest.mark.parametrize("name,pooling,pooling_type", [
     ("llama-mean", "mean", MEAN), ("llama-last", "last", LAST), ("qwen3-last", "last", LAST)])

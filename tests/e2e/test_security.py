@@ -62,7 +62,8 @@ def test_metrics_host_opens_only_the_metrics_port():
 
 
 def test_no_request_names_a_model_file_to_load(server, gateway):
-    # gRPC: no field of any request message can carry a model, path or file name.
+    # gRPC: no field of any request message can carry a path or file name; GenerateRequest's
+    # `model` only picks among the names the server loaded at startup (a LoRA adapter's).
     def names(descriptor, seen):
         if descriptor.full_name in seen:
             return []
@@ -75,9 +76,14 @@ def test_no_request_names_a_model_file_to_load(server, gateway):
         return out
 
     for message in (pb2.GenerateRequest, pb2.TokenizeRequest, pb2.DetokenizeRequest,
-                    pb2.GetModelInfoRequest):
-        fields = names(message.DESCRIPTOR, set())
+                    pb2.GetModelInfoRequest, pb2.EmbedRequest, pb2.RerankRequest):
+        fields = [f for f in names(message.DESCRIPTOR, set()) if f != "model"]
         assert not [f for f in fields if "model" in f or "path" in f or "file" in f], fields
+    for name in (str(TINY_MODEL), "../models/" + TINY_MODEL.name):
+        with pytest.raises(grpc.RpcError) as e:
+            list(server.stub.Generate(pb2.GenerateRequest(text="Hi", max_tokens=1, model=name),
+                                      metadata=[("authorization", f"Bearer {SECRET_KEY}")]))
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
     # HTTP: a model named by path is an unknown model, and the file is never opened.
     for name in (str(TINY_MODEL), "../models/" + TINY_MODEL.name, "file://" + str(TINY_MODEL)):
         response = gateway.http.post(

@@ -19,12 +19,16 @@ this script reads the tokenizer metadata with the `gguf` package exactly as tran
 AutoTokenizer runs.
 
 It also writes tests/data/tokenizer/ggml-vocab-<name>.json, llama.cpp's ids alone, for the
-vocabulary-only GGUFs of the model families (VOCABULARIES; scripts/setup extracts them).
+vocabulary-only GGUFs of the model families (VOCABULARIES; scripts/setup extracts them). For
+WordPiece (BERT) it adds llama-cpp-python's detokenized text (decode(encode(s)) is s normalized,
+not s), ill-formed UTF-8 inputs, and wordpiece_codepoints.json: every code point, as "a" + it +
+"a", tokenized by llama.cpp, hashed by blocks.
 
 Usage (from the repository root, with the reference requirements installed):
   .venv/bin/pip install -r tests/reference/requirements.txt
   .venv/bin/python tests/reference/make_tokenizer_golden.py [--llama-cpp-only] [MODEL.gguf...]
-With model names, only their goldens are written (not the vocabulary or pre-tokenizer files).
+With model names, only their goldens are written (not the vocabulary or pre-tokenizer files);
+a vocabulary's name (ggml-vocab-bert-bge.gguf) writes that vocabulary's golden alone.
 """
 import json
 import os
@@ -374,18 +378,90 @@ VOCABULARIES = {
     "ggml-vocab-llama-spm.gguf": "Llama 2 and Mistral 7B v0.1 (SentencePiece)",
     "ggml-vocab-gpt-2.gguf": "GPT-2 (byte-level BPE, pre gpt-2)",
     "tekken-240911-vocab.gguf": "Tekken: Mistral Nemo, Ministral 3 (byte-level BPE, pre tekken)",
+    "ggml-vocab-bert-bge.gguf": "BERT: BAAI bge-small-en (WordPiece, uncased)",
 }
 
+# WordPiece's own corners: control and format characters (dropped, not split), marks (stripped
+# with the accents), ASCII symbols (split) and others (kept in the word), Unicode punctuation,
+# CJK ideographs beside kana and Hangul (whose "NFD" keeps only the leading consonant), case
+# mappings, long and unknown words, BERT's special-token text and the "▁" the converter marks
+# word starts with.
+WORDPIECE_EXTRAS = [
+    "a\x1cb", "a\x1fb", "x\x00y", "a\x7fb", "a\x85b", "zero\u200bwidth", "\ufeffbom",
+    "soft\u00adhyphen", "ab\ue000cd", "\u0301", "a\u0301", "\u0301abc", "e\u0302\u0304",
+    "हिन्दी भाषा", "ภาษาไทย", "مَرْحَبًا", "a$b", "1+1=2", "x^y", "a|b~c", "`code`", "<tag>", "a©b", "5€",
+    "20°C", "a→b", "brand™", "±1", "«quote»", "“smart” ‘quotes’", "a—b", "¿qué?", "¡hola!", "、。",
+    "wait…", "中文字符", "漢字かな交じり文", "豈更", "한국어 문장", "ｶﾀｶﾅ", "ΣΊΣΥΦΟΣ", "İIıi",
+    "ǅǄǆ", "ẞ straße", "ÀÉÎÕÜ", "Ꭰꭰ", "ᏸ", "Ⅻ ⅻ", "ﬁ ﬂ", "qzxjvk", "🦙🦙", "xyz🦙abc", "ununununun",
+    "unaffable unbelievable", "pneumonoultramicroscopicsilicovolcanoconiosis" * 20,
+    "x" * 2000 + "y", "1234567890" * 50, "a" * 5000, "[CLS]", "[SEP]", "[MASK]", "[UNK]", "[PAD]",
+    "[cls]", "[CLS][SEP]", "hello [MASK] world", "[unused0]", "[SEP]x[CLS]", "▁", "▁hello", "a▁b",
+    "##ing", "hello ##world", "a\u3000b", "\u00a0", "a\u2028b", "don't stop", "U.S.A.",
+]
 
-def write_vocabulary_goldens(corpus):
+# Ill-formed UTF-8 (as hex, which JSON strings cannot hold): llama.cpp reads each bad byte as
+# U+FFFD and drops it. Overlong forms, which llama.cpp decodes ("\xc1\x81" is "A") and
+# tokenmill drops, and forms past U+10FFFF, which llama.cpp cannot encode again, are left out.
+WORDPIECE_BYTES = ["ff", "616263ff646566", "e4bd", "80616263", "636166c3", "eda080",
+                   "61c32862", "68656c6c6ff0288c28", "f09f", "fe7a", "c3a9ffc3a9"]
+
+CODEPOINT_BLOCK = 1024
+
+
+def fnv1a64(ids):
+    h = 0xcbf29ce484222325
+    for i in ids:
+        for b in (i & 0xFFFFFFFF).to_bytes(4, "little"):
+            h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def codepoint_probe(block):
+    """The probe text of a block: "a" + c + "a" for each code point c, joined by spaces."""
+    start = block * CODEPOINT_BLOCK
+    cps = [c for c in range(start, start + CODEPOINT_BLOCK) if not 0xD800 <= c < 0xE000]
+    return " ".join("a" + chr(c) + "a" for c in cps)
+
+
+def write_codepoint_golden(llm):
+    hashes = [fnv1a64(llm.tokenize(codepoint_probe(b).encode("utf-8"), add_bos=False,
+                                   special=False))
+              for b in range(0x110000 // CODEPOINT_BLOCK)]
+    out = {"model": "ggml-vocab-bert-bge.gguf",
+           "probe": "per block of 1024 code points (surrogates left out): '\"a\" + c + \"a\"' "
+                    "joined by spaces, tokenized without special tokens; FNV-1a 64 of the ids as "
+                    "little-endian int32",
+           "block_size": CODEPOINT_BLOCK, "hashes": hashes}
+    dest = os.path.join(OUT_DIR, "wordpiece_codepoints.json")
+    with open(dest, "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=0)
+        f.write("\n")
+    print(f"{len(hashes)} code point blocks -> {dest}", file=sys.stderr)
+
+
+def write_vocabulary_goldens(corpus, only=None):
     from llama_cpp import Llama
     import llama_cpp
     for vocab, what in VOCABULARIES.items():
+        if only and vocab not in only:
+            continue
         llm = Llama(model_path=os.path.join(MODELS_DIR, vocab), vocab_only=True, verbose=False)
+        wordpiece = "bert" in vocab
+        texts = corpus + [t for t in WORDPIECE_EXTRAS if t not in corpus] if wordpiece else corpus
         cases = [{"text": t,
                   "ids": llm.tokenize(t.encode("utf-8"), add_bos=True, special=False),
                   "ids_special": llm.tokenize(t.encode("utf-8"), add_bos=True, special=True)}
-                 for t in corpus]
+                 for t in texts]
+        extra = {}
+        if wordpiece:
+            for case in cases:
+                case["decoded"] = llm.detokenize(case["ids"]).decode("utf-8")
+                case["decoded_special"] = llm.detokenize(case["ids_special"],
+                                                         special=True).decode("utf-8")
+            extra["byte_cases"] = [
+                {"hex": h, "ids": llm.tokenize(bytes.fromhex(h), add_bos=True, special=False)}
+                for h in WORDPIECE_BYTES]
+            write_codepoint_golden(llm)
         del llm
         out = {
             "model": vocab,
@@ -394,6 +470,7 @@ def write_vocabulary_goldens(corpus):
                          "Llama(vocab_only=True).tokenize("
                          "text.encode(), add_bos=True, special=False -> ids / True -> ids_special)",
             "cases": cases,
+            **extra,
         }
         dest = os.path.join(OUT_DIR, vocab.removesuffix(".gguf") + ".json")
         with open(dest, "w", encoding="utf-8") as f:
@@ -411,6 +488,12 @@ def main():
     corpus = build_corpus()
     os.makedirs(OUT_DIR, exist_ok=True)
     models = [arg for arg in sys.argv[1:] if not arg.startswith("--")]
+    vocabularies = [m for m in models if m in VOCABULARIES]
+    if vocabularies:
+        write_vocabulary_goldens(corpus, only=vocabularies)
+        models = [m for m in models if m not in VOCABULARIES]
+        if not models:
+            return
     if not models:
         write_vocabulary_goldens(corpus)
         write_pre_variants(corpus)

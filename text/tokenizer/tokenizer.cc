@@ -27,6 +27,10 @@ StatusOr<Tokenizer> Tokenizer::FromGguf(const GgufFile& file) {
     TM_ASSIGN_OR_RETURN(tokenizer::BytePairModel byte_pair,
                         tokenizer::BytePairModel::FromGguf(file, result.vocab_));
     result.byte_pair_.emplace(std::move(byte_pair));
+  } else if (result.vocab_.kind() == VocabKind::kWordPiece) {
+    TM_ASSIGN_OR_RETURN(tokenizer::WordPieceModel wordpiece,
+                        tokenizer::WordPieceModel::FromGguf(file, result.vocab_));
+    result.wordpiece_.emplace(std::move(wordpiece));
   } else {
     result.sentencepiece_.emplace(result.vocab_);
   }
@@ -45,7 +49,7 @@ void Tokenizer::BuildPieces() {
         if (byte_level) {
           piece = alphabet_.Unspell(text);
         } else {
-          // "▁" (U+2581) stands for a space.
+          // "▁" (U+2581) stands for a space (SentencePiece's, WordPiece's word start).
           for (size_t pos = 0; pos < text.size();) {
             if (text.compare(pos, 3, "\xE2\x96\x81") == 0) {
               piece.push_back(' ');
@@ -85,12 +89,15 @@ StatusOr<std::vector<TokenId>> Tokenizer::Encode(std::string_view text,
       tokenizer::SplitOnSpecialTokens(text, vocab_, options.parse_special,
                                       options.special_token_ranges);
 
-  if (byte_pair_) {
+  if (!sentencepiece_) {
     for (const Fragment& fragment : fragments) {
+      const std::string_view plain = text.substr(fragment.offset, fragment.length);
       if (fragment.token != kNoToken) {
         ids.push_back(fragment.token);
+      } else if (byte_pair_) {
+        TM_RETURN_IF_ERROR(EncodeBytePairText(plain, ids));
       } else {
-        TM_RETURN_IF_ERROR(EncodeBytePairText(text.substr(fragment.offset, fragment.length), ids));
+        wordpiece_->Encode(plain, vocab_, ids);
       }
     }
   } else {
@@ -118,6 +125,7 @@ StatusOr<std::vector<TokenId>> Tokenizer::Encode(std::string_view text,
     }
   }
   if (options.add_special && vocab_.add_eos()) ids.push_back(vocab_.eos());
+  if (options.add_special && vocab_.add_sep()) ids.push_back(vocab_.sep());
   return ids;
 }
 
@@ -145,8 +153,9 @@ std::string_view Tokenizer::Piece(TokenId id, bool render_special) const {
 }
 
 bool Tokenizer::PieceHasSpacePrefix(TokenId id) const {
-  return vocab_.kind() == VocabKind::kSentencePiece && vocab_.add_space_prefix() &&
-         vocab_.Contains(id) && vocab_.type(id) == TokenType::kNormal &&
+  const bool prefixed = vocab_.kind() == VocabKind::kWordPiece ||
+                        (vocab_.kind() == VocabKind::kSentencePiece && vocab_.add_space_prefix());
+  return prefixed && vocab_.Contains(id) && vocab_.type(id) == TokenType::kNormal &&
          !pieces_[id].empty() && pieces_[id][0] == ' ';
 }
 
@@ -169,7 +178,15 @@ bool Tokenizer::IsEndOfGeneration(TokenId id) const {
 }
 
 std::string_view Tokenizer::model_name() const {
-  return vocab_.kind() == VocabKind::kBytePairGpt2 ? "gpt2" : "llama";
+  switch (vocab_.kind()) {
+    case VocabKind::kBytePairGpt2:
+      return "gpt2";
+    case VocabKind::kSentencePiece:
+      return "llama";
+    case VocabKind::kWordPiece:
+      return "bert";
+  }
+  return "";
 }
 
 std::string_view Tokenizer::pre_tokenizer_name() const {

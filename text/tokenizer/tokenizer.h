@@ -1,5 +1,6 @@
-// Text <-> token ids for the vocabulary of a GGUF file: byte-level BPE (gpt2) or
-// SentencePiece-style (llama), producing the same ids as llama.cpp's tokenizer.
+// Text <-> token ids for the vocabulary of a GGUF file: byte-level BPE (gpt2),
+// SentencePiece-style (llama) or WordPiece (bert), producing the same ids as llama.cpp's
+// tokenizer.
 //
 //   TM_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(path));
 //   TM_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromGguf(file));
@@ -23,11 +24,13 @@
 #include "text/tokenizer/sentencepiece.h"
 #include "text/tokenizer/text_range.h"
 #include "text/tokenizer/vocab.h"
+#include "text/tokenizer/wordpiece.h"
 
 namespace tokenmill {
 
 struct EncodeOptions {
-  // Add BOS/EOS where the model's metadata (tokenizer.ggml.add_bos_token, ...) says so.
+  // Add BOS/EOS where the model's metadata (tokenizer.ggml.add_bos_token, ...) says so, and
+  // WordPiece's [CLS] and [SEP] (Vocab::add_sep).
   bool add_special = true;
   // Turn special-token text in the input ("<|im_start|>", "</s>") into those tokens. Off, it is
   // tokenized as plain text, so user input cannot forge control tokens.
@@ -41,9 +44,10 @@ struct EncodeOptions {
 struct DecodeOptions {
   // Control tokens (BOS, <|im_end|>, ...) as their text; off, they produce nothing.
   bool render_special = false;
-  // SentencePiece vocabularies that add a space before the text (add_space_prefix): drop the
-  // leading space of the first piece, so that Decode(Encode(s)) == s. Streams that continue a
-  // prompt want it off.
+  // SentencePiece vocabularies that add a space before the text (add_space_prefix), and
+  // WordPiece, whose words all start with one: drop the leading space of the first piece, so
+  // that Decode(Encode(s)) == s (for WordPiece, s normalized, as llama-cpp-python's detokenize
+  // gives it). Streams that continue a prompt want it off.
   bool strip_space_prefix = true;
 };
 
@@ -52,7 +56,8 @@ class Tokenizer {
   static StatusOr<Tokenizer> FromGguf(const GgufFile& file);
 
   // Token ids of `text`. Bytes that are not well-formed UTF-8 are tokenized as U+FFFD by
-  // byte-level BPE (as llama.cpp does) and as byte tokens by SentencePiece.
+  // byte-level BPE (as llama.cpp does), as byte tokens by SentencePiece, and dropped by
+  // WordPiece.
   StatusOr<std::vector<TokenId>> Encode(std::string_view text,
                                         const EncodeOptions& options = {}) const;
 
@@ -77,7 +82,7 @@ class Tokenizer {
   int32_t vocab_size() const { return vocab_.size(); }
   TokenId bos() const { return vocab_.bos(); }
   TokenId eos() const { return vocab_.eos(); }
-  // "gpt2" or "llama", and the pre-tokenizer name ("" for SentencePiece).
+  // "gpt2", "llama" or "bert", and the pre-tokenizer name ("" for SentencePiece and WordPiece).
   std::string_view model_name() const;
   std::string_view pre_tokenizer_name() const;
 
@@ -90,6 +95,7 @@ class Tokenizer {
   std::optional<tokenizer::PreTokenizer> pre_tokenizer_;     // byte-level BPE only
   std::optional<tokenizer::BytePairModel> byte_pair_;        // byte-level BPE only
   std::optional<tokenizer::SentencePieceModel> sentencepiece_;  // SentencePiece only
+  std::optional<tokenizer::WordPieceModel> wordpiece_;          // WordPiece only
   tokenizer::ByteLevelAlphabet alphabet_;
   std::vector<std::string> pieces_;  // decoded bytes of each token
 };

@@ -57,6 +57,17 @@ Utf8Sequence ClassifyUtf8(std::string_view text, size_t pos) {
   return {Kind::kComplete, length};
 }
 
+DecodedCodepoint DecodeUtf8At(std::string_view text, size_t pos) {
+  const Utf8Sequence seq = ClassifyUtf8(text, pos);
+  if (seq.kind != Utf8Sequence::Kind::kComplete) return {0xFFFD, 1};
+  static constexpr uint8_t kLeadMask[5] = {0, 0x7F, 0x1F, 0x0F, 0x07};
+  uint32_t codepoint = static_cast<uint8_t>(text[pos]) & kLeadMask[seq.length];
+  for (size_t i = 1; i < seq.length; ++i) {
+    codepoint = (codepoint << 6) | (static_cast<uint8_t>(text[pos + i]) & 0x3F);
+  }
+  return {codepoint, seq.length};
+}
+
 bool IsValidUtf8(std::string_view text) {
   for (size_t pos = 0; pos < text.size();) {
     const Utf8Sequence seq = ClassifyUtf8(text, pos);

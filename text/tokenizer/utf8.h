@@ -26,6 +26,14 @@ struct Utf8Sequence {
 };
 Utf8Sequence ClassifyUtf8(std::string_view text, size_t pos);
 
+// The code point at `pos` (< text.size()) and its length in bytes; a byte that does not begin
+// a complete well-formed character reads as U+FFFD, one byte long.
+struct DecodedCodepoint {
+  uint32_t codepoint;
+  size_t length;
+};
+DecodedCodepoint DecodeUtf8At(std::string_view text, size_t pos);
+
 // True when `text` is well-formed UTF-8.
 bool IsValidUtf8(std::string_view text);
 

@@ -45,10 +45,12 @@ StatusOr<Vocab> Vocab::FromGguf(const GgufFile& file) {
     vocab.kind_ = VocabKind::kBytePairGpt2;
   } else if (model == "llama") {
     vocab.kind_ = VocabKind::kSentencePiece;
+  } else if (model == "bert") {
+    vocab.kind_ = VocabKind::kWordPiece;
   } else {
     return UnimplementedError("unsupported tokenizer.ggml.model '" + std::string(model) +
-                              "': tokenmill reads 'gpt2' (byte-level BPE) and 'llama' "
-                              "(SentencePiece) vocabularies");
+                              "': tokenmill reads 'gpt2' (byte-level BPE), 'llama' "
+                              "(SentencePiece) and 'bert' (WordPiece) vocabularies");
   }
 
   TM_ASSIGN_OR_RETURN(const std::vector<std::string_view> texts,
@@ -106,6 +108,16 @@ StatusOr<Vocab> Vocab::FromGguf(const GgufFile& file) {
     TM_ASSIGN_OR_RETURN(vocab.add_space_prefix_, file.GetBool("tokenizer.ggml.add_space_prefix"));
   }
   TM_RETURN_IF_ERROR(vocab.ReadSpecialIds(file));
+  if (vocab.kind_ == VocabKind::kWordPiece) {
+    // llama.cpp's WPM tokenizer adds [CLS] and [SEP] with add_special, whatever the flags.
+    vocab.add_bos_ = true;
+    vocab.add_eos_ = false;
+    vocab.add_sep_ = true;
+    if (vocab.bos_ == kNoToken || vocab.sep_ == kNoToken) {
+      return InvalidArgumentError("a WordPiece vocabulary needs a BOS ([CLS]) and a "
+                                  "separator ([SEP]) token");
+    }
+  }
   if (vocab.add_bos_ && vocab.bos_ == kNoToken) {
     return InvalidArgumentError("tokenizer.ggml.add_bos_token is set but there is no BOS token");
   }
@@ -153,6 +165,8 @@ Status Vocab::ReadSpecialIds(const GgufFile& file) {
   // llama.cpp's defaults when a key is absent (its legacy 11 for byte-level BPE included).
   if (kind_ == VocabKind::kSentencePiece) {
     bos_ = 1, eos_ = 2, unknown_ = 0;
+  } else if (kind_ == VocabKind::kWordPiece) {
+    bos_ = 101, unknown_ = 100, sep_ = 102, padding_ = 0;  // BERT's [CLS], [UNK], [SEP], [PAD]
   } else {
     bos_ = 11, eos_ = 11;
   }
@@ -174,7 +188,8 @@ Status Vocab::ReadSpecialIds(const GgufFile& file) {
   TM_RETURN_IF_ERROR(read("tokenizer.ggml.eom_token_id", eom_));
   TM_RETURN_IF_ERROR(read("tokenizer.ggml.unknown_token_id", unknown_));
   TM_RETURN_IF_ERROR(read("tokenizer.ggml.padding_token_id", padding_));
-  for (TokenId* id : {&bos_, &eos_, &unknown_}) {
+  TM_RETURN_IF_ERROR(read("tokenizer.ggml.seperator_token_id", sep_));
+  for (TokenId* id : {&bos_, &eos_, &unknown_, &sep_}) {
     if (!Contains(*id)) *id = kNoToken;
   }
   return OkStatus();

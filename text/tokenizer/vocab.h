@@ -27,7 +27,8 @@ enum class TokenType : int32_t {
   kByte = 6,
 };
 
-enum class VocabKind { kBytePairGpt2, kSentencePiece };
+// tokenizer.ggml.model gpt2, llama and bert.
+enum class VocabKind { kBytePairGpt2, kSentencePiece, kWordPiece };
 
 class Vocab {
  public:
@@ -57,8 +58,14 @@ class Vocab {
   TokenId eot() const { return eot_; }
   TokenId unknown() const { return unknown_; }
   TokenId padding() const { return padding_; }
+  // tokenizer.ggml.seperator_token_id (sic): BERT's [SEP].
+  TokenId sep() const { return sep_; }
+  // What Encode adds with add_special: BOS first; EOS, then SEP, last. WordPiece adds [CLS] (its
+  // BOS) and [SEP] whatever the file's add_bos_token and add_eos_token, as llama.cpp does, and
+  // no EOS; no other kind adds SEP (tokenizer.ggml.add_sep_token is about pairs of texts).
   bool add_bos() const { return add_bos_; }
   bool add_eos() const { return add_eos_; }
+  bool add_sep() const { return add_sep_; }
   bool add_space_prefix() const { return add_space_prefix_; }
   void set_add_bos(bool add_bos) { add_bos_ = add_bos; }
 
@@ -91,8 +98,10 @@ class Vocab {
   TokenId eom_ = kNoToken;
   TokenId unknown_ = kNoToken;
   TokenId padding_ = kNoToken;
+  TokenId sep_ = kNoToken;
   bool add_bos_ = false;
   bool add_eos_ = false;
+  bool add_sep_ = false;
   bool add_space_prefix_ = false;
   std::vector<TokenId> end_of_generation_;
   std::vector<TokenId> special_tokens_;

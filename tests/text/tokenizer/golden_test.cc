@@ -1,6 +1,7 @@
 // Our token ids against llama.cpp's (tests/data/tokenizer/*.json, written by
 // tests/reference/make_tokenizer_golden.py through llama-cpp-python) on a corpus of 600+
-// strings, for both models and both settings of special-token parsing; and decode(encode(s)).
+// strings, for both models and both settings of special-token parsing; and decode(encode(s)),
+// which for WordPiece is llama-cpp-python's detokenized text (s lowercased, accents stripped).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gguf/gguf.h"
@@ -23,6 +25,10 @@ struct GoldenCase {
   std::string text;
   std::vector<TokenId> ids;          // add_bos=True, special=False
   std::vector<TokenId> ids_special;  // add_bos=True, special=True
+  // What decoding gives (WordPiece's goldens hold llama-cpp-python's; else the text itself):
+  // of ids, and of ids_special with special tokens rendered.
+  std::string decoded;
+  std::string decoded_special;
 };
 
 struct Golden {
@@ -37,9 +43,10 @@ Golden LoadGolden(const std::string& stem) {
   if (!in.good()) return golden;
   const nlohmann::json json = nlohmann::json::parse(in);
   for (const nlohmann::json& c : json.at("cases")) {
-    golden.cases.push_back({c.at("text").get<std::string>(),
-                            c.at("ids").get<std::vector<TokenId>>(),
-                            c.at("ids_special").get<std::vector<TokenId>>()});
+    const std::string text = c.at("text").get<std::string>();
+    golden.cases.push_back({text, c.at("ids").get<std::vector<TokenId>>(),
+                            c.at("ids_special").get<std::vector<TokenId>>(),
+                            c.value("decoded", text), c.value("decoded_special", text)});
   }
   // The vocabulary-only GGUFs' goldens have llama.cpp's ids alone.
   golden.hf_disagreements = json.value("hf_disagreements", nlohmann::json::array());
@@ -100,13 +107,22 @@ TEST_P(GoldenTest, SameIdsAsLlamaCppWithSpecialParsing) {
   EXPECT_EQ(mismatches, 0) << "of " << golden_.cases.size() << " strings";
 }
 
-TEST_P(GoldenTest, AddSpecialOffDropsOnlyTheBos) {
+// Without add_special the ids lose the BOS, EOS and SEP the vocabulary adds and nothing else.
+TEST_P(GoldenTest, AddSpecialOffDropsOnlyTheAddedTokens) {
+  const Vocab& vocab = tokenizer_->vocab();
   for (const GoldenCase& c : golden_.cases) {
     std::vector<TokenId> expected = c.ids;
-    if (tokenizer_->vocab().add_bos()) {
+    if (vocab.add_bos()) {
       ASSERT_FALSE(expected.empty());
-      ASSERT_EQ(expected.front(), tokenizer_->bos());
+      ASSERT_EQ(expected.front(), vocab.bos());
       expected.erase(expected.begin());
+    }
+    for (const auto& [added, id] : {std::pair(vocab.add_sep(), vocab.sep()),
+                                    std::pair(vocab.add_eos(), vocab.eos())}) {
+      if (!added) continue;
+      ASSERT_FALSE(expected.empty());
+      ASSERT_EQ(expected.back(), id);
+      expected.pop_back();
     }
     EXPECT_EQ(Encode(c.text, false, /*add_special=*/false), expected) << c.text;
   }
@@ -117,14 +133,16 @@ TEST_P(GoldenTest, AddSpecialOffDropsOnlyTheBos) {
 // for SentencePiece: llama.cpp, like the original Llama tokenizer, puts a "▁" prefix before the
 // text that follows a special token ("<s>hi" -> <s> "▁hi"), and that space is real text once
 // decoded. There we check only the strings without special-token text. The BOS the model adds
-// is not part of the text, so it is left out when special tokens are rendered.
+// is not part of the text, so it is left out when special tokens are rendered. For WordPiece
+// the text is llama-cpp-python's detokenized one, which renders the [CLS] and [SEP] too.
 TEST_P(GoldenTest, DecodeOfEncodeGivesTheText) {
+  const bool wordpiece = tokenizer_->vocab().kind() == VocabKind::kWordPiece;
   for (const GoldenCase& c : golden_.cases) {
-    EXPECT_EQ(tokenizer_->Decode(c.ids), c.text) << "ids " << Show(c.ids);
+    EXPECT_EQ(tokenizer_->Decode(c.ids), c.decoded) << "ids " << Show(c.ids);
     if (!IsSentencePiece() || c.ids_special == c.ids) {
       std::span<const TokenId> ids = c.ids_special;
-      if (tokenizer_->vocab().add_bos()) ids = ids.subspan(1);
-      EXPECT_EQ(tokenizer_->Decode(ids, {.render_special = true}), c.text)
+      if (tokenizer_->vocab().add_bos() && !wordpiece) ids = ids.subspan(1);
+      EXPECT_EQ(tokenizer_->Decode(ids, {.render_special = true}), c.decoded_special)
           << "ids " << Show(c.ids_special);
     }
   }
@@ -143,7 +161,7 @@ TEST_P(GoldenTest, IncrementalDecodeMatchesDecode) {
       streamed += delta;
     }
     streamed += decoder.Finish();
-    EXPECT_EQ(streamed, c.text);
+    EXPECT_EQ(streamed, c.decoded);
   }
 }
 
@@ -193,13 +211,14 @@ TEST_P(GoldenTest, HuggingFaceDisagreementsAreSettledForLlamaCpp) {
 // (scripts/setup extracts them from the llama-cpp-python sdist): Llama 3's llama-bpe, Qwen2's
 // qwen2, GPT-2's gpt-2, and the SentencePiece vocabularies of Phi-3 and Llama 2 / Mistral;
 // Gemma 3's 262k SentencePiece vocabulary from the Gemma 3 270M file; Mistral's 131k Tekken
-// (scripts/setup writes it from mistral-common's tekken_240911.json with gguf-py's MistralVocab).
+// (scripts/setup writes it from mistral-common's tekken_240911.json with gguf-py's MistralVocab);
+// BERT's WordPiece (bge-small-en), with WordPiece's own corners added to the corpus.
 INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
                          ::testing::Values("SmolLM2-135M-Instruct.Q4_1", "stories260K",
                                            "ggml-vocab-llama-bpe", "ggml-vocab-qwen2",
                                            "ggml-vocab-gpt-2", "ggml-vocab-phi-3",
                                            "ggml-vocab-llama-spm", "gemma-3-270m-q4_k_m",
-                                           "tekken-240911-vocab"),
+                                           "tekken-240911-vocab", "ggml-vocab-bert-bge"),
                          [](const auto& param_info) {
                            std::string name;
                            for (const char ch : std::string(param_info.param)) {

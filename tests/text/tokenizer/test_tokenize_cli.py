@@ -9,7 +9,7 @@ from gguf import GGUFWriter
 BIN = os.path.join(os.environ["TOKENMILL_BIN_DIR"], "tokenmill")
 MODELS = os.environ["TOKENMILL_MODELS_DIR"]
 DATA = os.path.join(os.environ["TOKENMILL_TEST_DATA_DIR"], "tokenizer")
-STEMS = ["SmolLM2-135M-Instruct.Q4_1", "stories260K"]
+STEMS = ["SmolLM2-135M-Instruct.Q4_1", "stories260K", "ggml-vocab-bert-bge"]
 
 
 def tokenize(*args):
@@ -48,6 +48,15 @@ def test_text_argument_and_bos():
     assert json.loads(r.stdout) == [2]  # add_bos_token is false: no BOS
 
 
+def test_wordpiece_adds_cls_and_sep():
+    model = os.path.join(MODELS, "ggml-vocab-bert-bge.gguf")
+    r = tokenize("--model", model, "Hello world")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [101, 7592, 2088, 102]  # [CLS] hello world [SEP]
+    r = tokenize("--model", model, "--no-special", "Hello world")
+    assert json.loads(r.stdout) == [7592, 2088]
+
+
 def test_missing_model_is_an_error():
     r = tokenize("--model", "/nonexistent/model.gguf", "hi")
     assert r.returncode != 0
@@ -69,11 +78,11 @@ def write_vocab_gguf(path, model, pre=None):
 
 
 def test_unsupported_tokenizer_model_is_named(tmp_path):
-    path = tmp_path / "wordpiece.gguf"
-    write_vocab_gguf(path, "bert")
+    path = tmp_path / "unigram.gguf"
+    write_vocab_gguf(path, "t5")
     r = tokenize("--model", str(path), "hi")
     assert r.returncode != 0
-    assert "tokenizer.ggml.model 'bert'" in r.stderr
+    assert "tokenizer.ggml.model 't5'" in r.stderr
 
 
 def test_unsupported_pre_tokenizer_is_named(tmp_path):

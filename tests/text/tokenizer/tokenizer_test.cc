@@ -257,8 +257,8 @@ std::string LoadError(testing::GgufBuilder& builder) {
 
 TEST(TokenizerErrorsTest, UnknownModelIsNamed) {
   testing::GgufBuilder b;
-  b.KeyString("tokenizer.ggml.model", "bert").KeyStrings("tokenizer.ggml.tokens", {"a"});
-  EXPECT_THAT(LoadError(b), HasSubstr("tokenizer.ggml.model 'bert'"));
+  b.KeyString("tokenizer.ggml.model", "t5").KeyStrings("tokenizer.ggml.tokens", {"a"});
+  EXPECT_THAT(LoadError(b), HasSubstr("tokenizer.ggml.model 't5'"));
 }
 
 TEST(TokenizerErrorsTest, UnknownPreTokenizerIsNamed) {

@@ -1,0 +1,108 @@
+#include "model/lora.h"
+
+#include <functional>
+#include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tokenmill {
+namespace {
+
+// A base matrix LoRA may adapt: its GGUF name and where each weight set holds it.
+struct Adaptable {
+  std::string name;
+  const WeightMatrix* file_layout;  // in base.weights()
+  const WeightMatrix* cpu_layout;   // in base.cpu_weights()
+};
+
+std::vector<Adaptable> AdaptableMatrices(const Model& base) {
+  constexpr std::pair<std::string_view, WeightMatrix LayerWeights::*> kLayer[] = {
+      {"attn_q", &LayerWeights::q},       {"attn_k", &LayerWeights::k},
+      {"attn_v", &LayerWeights::v},       {"attn_output", &LayerWeights::o},
+      {"ffn_gate", &LayerWeights::gate},  {"ffn_up", &LayerWeights::up},
+      {"ffn_down", &LayerWeights::down}};
+  const ModelWeights& file = base.weights();
+  const ModelWeights& cpu = base.cpu_weights();
+  std::vector<Adaptable> all;
+  for (size_t layer = 0; layer < file.layers.size(); ++layer) {
+    for (const auto& [name, member] : kLayer) {
+      if ((file.layers[layer].*member).rows == 0) continue;
+      all.push_back({"blk." + std::to_string(layer) + "." + std::string(name) + ".weight",
+                     &(file.layers[layer].*member), &(cpu.layers[layer].*member)});
+    }
+  }
+  if (file.output.rows > 0 && !base.config().tied_output) {
+    all.push_back({"output.weight", &file.output, &cpu.output});
+  }
+  return all;
+}
+
+Status CheckHeader(const GgufFile& file, const Model& base, const std::string& path) {
+  const StatusOr<std::string_view> type = file.GetString("general.type");
+  if (!type.ok() || *type != "adapter") {
+    return InvalidArgumentError(path + " is no adapter (its general.type is not 'adapter')");
+  }
+  TM_ASSIGN_OR_RETURN(const std::string_view kind, file.GetString("adapter.type"));
+  if (kind != "lora") {
+    return InvalidArgumentError(path + " is a '" + std::string(kind) +
+                                "' adapter: tokenmill loads LoRA adapters");
+  }
+  if (file.Has("adapter.alora.invocation_tokens")) {
+    return UnimplementedError(path + " is an aLoRA adapter (adapter.alora.invocation_tokens): "
+                              "tokenmill loads plain LoRA adapters only");
+  }
+  TM_ASSIGN_OR_RETURN(const std::string_view arch, file.GetString("general.architecture"));
+  if (arch != base.config().arch_name) {
+    return InvalidArgumentError(path + " adapts a " + std::string(arch) + " model; this one is " +
+                                base.config().arch_name);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Load(const std::string& path,
+                                                         const Model& base) {
+  TM_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(path));
+  TM_RETURN_IF_ERROR(CheckHeader(file, base, path));
+  TM_ASSIGN_OR_RETURN(const float alpha, file.GetF32("adapter.lora.alpha"));
+  std::unique_ptr<LoraAdapter> adapter(new LoraAdapter(std::move(file)));
+  const GgufFile& f = adapter->file_;
+  std::set<std::string, std::less<>> used;
+  for (const Adaptable& m : AdaptableMatrices(base)) {
+    const std::string a_name = m.name + ".lora_a", b_name = m.name + ".lora_b";
+    const GgufTensor* a = f.FindTensor(a_name);
+    const GgufTensor* b = f.FindTensor(b_name);
+    if (a == nullptr && b == nullptr) continue;
+    if (a == nullptr || b == nullptr || a->shape.size() != 2 || b->shape.size() != 2) {
+      return InvalidArgumentError(path + ": " + m.name + " needs a 2-D .lora_a and .lora_b");
+    }
+    const int64_t rank = a->shape[1];
+    LoraPair pair;
+    TM_ASSIGN_OR_RETURN(pair.a, LoadMatrix(f, a_name, m.file_layout->cols, rank));
+    TM_ASSIGN_OR_RETURN(pair.b, LoadMatrix(f, b_name, rank, m.file_layout->rows));
+    pair.scale = alpha != 0.0f ? alpha / static_cast<float>(rank) : 1.0f;
+    adapter->by_base_data_[m.file_layout->data] = pair;
+    adapter->by_base_data_[m.cpu_layout->data] = pair;
+    used.insert(a_name);
+    used.insert(b_name);
+    ++adapter->num_pairs_;
+  }
+  for (const GgufTensor& tensor : f.tensors()) {
+    if (!used.contains(tensor.name)) {
+      return UnimplementedError(path + ": " + std::string(tensor.name) +
+                                " adapts nothing tokenmill applies LoRA to (the layers' "
+                                "attention and feed-forward matrices and the output head)");
+    }
+  }
+  if (adapter->num_pairs_ == 0) return InvalidArgumentError(path + " adapts no matrix");
+  return adapter;
+}
+
+const LoraPair* LoraAdapter::Find(const WeightMatrix& w) const {
+  const auto it = by_base_data_.find(w.data);
+  return it == by_base_data_.end() ? nullptr : &it->second;
+}
+
+}  // namespace tokenmill

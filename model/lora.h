@@ -1,0 +1,47 @@
+// A LoRA adapter in llama.cpp's GGUF form (general.type "adapter", adapter.type "lora",
+// adapter.lora.alpha; convert_lora_to_gguf.py writes it): for each base matrix it adapts, a
+// pair <name>.lora_a (rank rows of the matrix's inputs) and <name>.lora_b (its outputs' rows of
+// rank), so that W·x becomes W·x + scale · B·(A·x), scale = alpha / rank (alpha 0: 1), as
+// llama.cpp's build_lora_mm. The attention and feed-forward matrices of every layer and the
+// output head may be adapted; an adapter of anything else (embeddings, experts, fused
+// tensors), of another architecture or shape, or an aLoRA file
+// (adapter.alora.invocation_tokens) is refused by name.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "common/status.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+
+namespace tokenmill {
+
+struct LoraPair {
+  WeightMatrix a;  // rank rows of the base matrix's cols
+  WeightMatrix b;  // the base matrix's rows, of rank
+  float scale = 1.0f;
+};
+
+class LoraAdapter {
+ public:
+  // The adapter at `path` for `base` (which must outlive it).
+  static StatusOr<std::unique_ptr<LoraAdapter>> Load(const std::string& path, const Model& base);
+
+  // The pair that adapts the base matrix `w` (one of base.weights()' or base.cpu_weights'
+  // matrices: both layouts map to it); null where the adapter leaves it as it is.
+  const LoraPair* Find(const WeightMatrix& w) const;
+  int num_pairs() const { return num_pairs_; }
+  const GgufFile& file() const { return file_; }
+
+ private:
+  explicit LoraAdapter(GgufFile file) : file_(std::move(file)) {}
+
+  GgufFile file_;  // the pairs' views point into its mapping
+  std::unordered_map<const uint8_t*, LoraPair> by_base_data_;
+  int num_pairs_ = 0;
+};
+
+}  // namespace tokenmill
