@@ -100,6 +100,7 @@ Status EngineCore::AddNow(RequestId id, ValidatedRequest valid, Clock::time_poin
   }
   const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
   if (!request.sampling.seed) request.sampling.seed = seed_source_();
+  if (request.lora > 0) request.cache_salt += "\x1flora:" + runner_->lora_digest(request.lora);
   if (request.beam_search) {
     TM_RETURN_IF_ERROR(scheduler_->Add(
         beams_.Start(id, request, scheduler_->max_model_len(), submit_time)));

@@ -89,7 +89,8 @@ struct GenerateRequest {
   // stop strings or a prediction (request_validation.h).
   std::optional<EmbeddingParams> embedding;
   // The LoRA adapter the request runs with: 0, none; i, the engine's lora_adapters[i - 1].
-  // Its cached prefixes are its own only through cache_salt (the server adds the adapter).
+  // Its cached prefixes are its adapter's alone: the engine adds the adapter's tensor digest to
+  // its cache_salt (so a tier on disk never serves them to another adapter file either).
   int lora = 0;
   // Receives every event of this request, on the engine thread; must not block (see
   // generate_output.h). Required.

@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "engine/batch_inputs.h"
+#include "engine/kv_tiering.h"
 #include "engine/sampling/rejection_sampler.h"
 #include "model/forward_input.h"
 
@@ -17,7 +18,11 @@ ModelRunner::ModelRunner(const Model& model, std::unique_ptr<ForwardBackend> bac
       backend_(std::move(backend)),
       num_blocks_(num_blocks),
       block_size_(block_size),
-      lora_adapters_(std::move(lora_adapters)) {}
+      lora_adapters_(std::move(lora_adapters)) {
+  for (const auto& adapter : lora_adapters_) {
+    lora_digests_.push_back(ModelTensorDigest(adapter->file()));
+  }
+}
 
 std::vector<int> ModelRunner::PromptLogitRows(const SchedulerOutput& step,
                                               const Scheduler& scheduler) const {

@@ -71,6 +71,8 @@ class ModelRunner {
   bool encoder() const { return model_.config().encoder; }
   bool has_classifier() const { return model_.weights().classifier.present(); }
   int num_lora_adapters() const { return static_cast<int>(lora_adapters_.size()); }
+  // The digest of adapter `lora`'s tensors (1-based, as GenerateRequest::lora).
+  const std::string& lora_digest(int lora) const { return lora_digests_[lora - 1]; }
   // A pooled hidden state through the model's classification head (model/classifier.h).
   std::vector<float> Classify(std::span<const float> pooled) const {
     return tokenmill::Classify(model_.config(), model_.weights().classifier, pooled);
@@ -107,6 +109,7 @@ class ModelRunner {
   std::vector<int32_t> row_argmax_;
   StepPromptLogprobs prompt_logprobs_;
   std::vector<std::shared_ptr<const LoraAdapter>> lora_adapters_;
+  std::vector<std::string> lora_digests_;
   std::vector<const LoraAdapter*> seq_loras_;  // the step's, per sequence (none: empty)
   std::vector<int32_t> hidden_row_ids_;
   std::vector<float> hidden_;

@@ -1,8 +1,8 @@
 // tokenmill-gateway's HTTP/1.1 front: OpenAI's /v1/completions, /v1/chat/completions,
-// /v1/embeddings and /v1/models, plus /tokenize, /detokenize, /health and /metrics (the whole
-// list: routes.cc). Boost.Beast on a small fixed
-// pool of I/O threads; each connection is one coroutine on its own strand (keep-alive, no
-// thread per connection), and its backend calls report back to that strand.
+// /v1/embeddings and /v1/models, plus /v1/rerank, /tokenize, /detokenize, /health and /metrics (the
+// whole list: routes.cc). Boost.Beast on a small fixed pool of I/O threads; each connection is one
+// coroutine on its own strand (keep-alive, no thread per connection), and its backend calls report
+// back to that strand.
 #pragma once
 
 #include <chrono>

@@ -4,6 +4,7 @@
 #include "gateway/api/anthropic/anthropic_messages.h"
 #include "gateway/api/openai/completion_handler.h"
 #include "gateway/api/openai/embeddings.h"
+#include "gateway/api/openai/rerank.h"
 #include "gateway/api/responses/responses_handler.h"
 #include "gateway/gateway_context.h"
 #include "common/url_query.h"
@@ -61,12 +62,17 @@ asio::awaitable<void> Plain(HttpExchange& exchange, const HttpRequest& request,
 constexpr std::array<verb, 2> kGet = {verb::get, verb::unknown};
 constexpr std::array<verb, 2> kPost = {verb::post, verb::unknown};
 
-const std::array<Route, 14> kRoutes = {{
+const std::array<Route, 18> kRoutes = {{
     {"/health", kGet, Health, ErrorDialect::kOpenAI, /*needs_key=*/false},
     {"/metrics", kGet, Metrics, ErrorDialect::kOpenAI, /*needs_key=*/false},
     {"/v1/completions", kPost, Completions},
     {"/v1/chat/completions", kPost, ChatCompletions},
     {"/v1/embeddings", kPost, Plain<HandleEmbeddings>},
+    // llama-server serves the first three, vLLM /rerank and both versioned paths.
+    {"/v1/rerank", kPost, Plain<HandleRerank>},
+    {"/rerank", kPost, Plain<HandleRerank>},
+    {"/v1/reranking", kPost, Plain<HandleRerank>},
+    {"/v2/rerank", kPost, Plain<HandleRerank>},
     {"/v1/models", kGet, Models},
     {"/v1/models/{model}", kGet, Model, ErrorDialect::kOpenAI, true,
      /*value_may_hold_slash=*/true},

@@ -1,8 +1,8 @@
 // The routes that make one unary call to a backend (/tokenize, /detokenize, Anthropic's
-// count_tokens, /v1/embeddings): the body parsed and mapped to its call, checked for size,
-// routed by model, sent for the request's tenant (counted against its --tenant-max-concurrent
-// and, where the route says, charged its tokens), and the reply turned into the route's JSON;
-// every refusal in the route's error shape.
+// count_tokens, /v1/embeddings, /v1/rerank): the body parsed and mapped to its call, checked
+// for size, routed by model, sent for the request's tenant (counted against its
+// --tenant-max-concurrent and, where the route says, charged its tokens), and the reply turned
+// into the route's JSON; every refusal in the route's error shape.
 #pragma once
 
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
@@ -54,6 +54,9 @@ struct UnaryCall {
   // Set: the tokens the call used (by its reply), charged to the tenant's
   // --tenant-tokens-per-minute as a generation's prompt tokens are.
   int64_t (*tokens_used)(const Response& response) = nullptr;
+  // Set: the request's request_id, a fresh GatewayContext::NewId(id_prefix), for an answer
+  // that has an id (a server's own ids are numbered per server, not unique over backends).
+  const char* id_prefix = nullptr;
 };
 
 template <typename Call, typename Response>
@@ -64,6 +67,11 @@ boost::asio::awaitable<void> HandleUnaryCall(HttpExchange& exchange, const HttpR
     nlohmann::json body;
     std::optional<HttpError> error = ParseRequestBody(request.body(), body);
     if (!error) error = route.parse(body, call);
+    if constexpr (requires { call.request.set_request_id(std::string()); }) {
+      if (!error && route.id_prefix != nullptr) {
+        call.request.set_request_id(exchange.context().NewId(route.id_prefix));
+      }
+    }
     if (!error && route.keep_order != nullptr) {
       nlohmann::ordered_json ordered;
       if (!ParseRequestBody(request.body(), ordered)) route.keep_order(ordered, call);

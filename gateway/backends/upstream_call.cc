@@ -218,4 +218,15 @@ asio::awaitable<grpc::Status> AwaitEmbed(Backend& backend, std::string_view tena
   });
 }
 
+asio::awaitable<grpc::Status> AwaitRerank(Backend& backend, std::string_view tenant,
+                                          const v1::RerankRequest& request,
+                                          v1::RerankResponse& response) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kEmbedTimeout);
+  NameTenant(context, tenant);
+  co_return co_await AwaitGrpc([&](std::function<void(grpc::Status)> done) {
+    backend.stub().async()->Rerank(&context, &request, &response, std::move(done));
+  });
+}
+
 }  // namespace tokenmill::gateway

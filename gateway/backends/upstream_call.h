@@ -130,11 +130,15 @@ boost::asio::awaitable<grpc::Status> AwaitDetokenize(Backend& backend, std::stri
                                                      const v1::DetokenizeRequest& request,
                                                      v1::DetokenizeResponse& response);
 
-// Embed's inputs wait in the server's queue and run in its batch as a generation's prompts
-// do: longer than kUnaryTimeout, as long as the openai package waits by default.
+// Embed's and Rerank's inputs wait in the server's queue and run in its batch as a
+// generation's prompts do: longer than kUnaryTimeout, as long as the openai package waits by
+// default.
 inline constexpr auto kEmbedTimeout = std::chrono::minutes(10);
 boost::asio::awaitable<grpc::Status> AwaitEmbed(Backend& backend, std::string_view tenant,
                                                 const v1::EmbedRequest& request,
                                                 v1::EmbedResponse& response);
+boost::asio::awaitable<grpc::Status> AwaitRerank(Backend& backend, std::string_view tenant,
+                                                 const v1::RerankRequest& request,
+                                                 v1::RerankResponse& response);
 
 }  // namespace tokenmill::gateway

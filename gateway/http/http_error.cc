@@ -71,14 +71,14 @@ HttpError BodyBufferFull(long long buffer_bytes) {
 }
 
 std::string ParamNamedBy(const std::string& message) {
-  static constexpr std::array<std::string_view, 26> kParams = {
+  static constexpr std::array<std::string_view, 28> kParams = {
       "temperature",        "top_p",            "top_k",             "min_p",
       "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
       "logit_bias",         "min_tokens",       "max_tokens",        "stop",
       "stop_token_ids",     "ignore_eos",       "logprobs",          "top_logprobs",
       "n",                  "cache_salt",       "prompt",            "messages",
       "tools",              "priority",         "tool_choice",       "continue_final_message",
-      "prediction",         "length_penalty"};
+      "prediction",         "length_penalty",   "query",             "documents"};
   // "sampling.temperature must be ...", "stop[0] is empty", "n = 3 ...", "chat.tools_json".
   std::string_view head = message;
   head = head.substr(0, head.find_first_of(" :[="));

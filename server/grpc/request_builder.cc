@@ -520,10 +520,7 @@ StatusOr<ValidatedRequest> BuildGenerateRequest(const v1::GenerateRequest& reque
   out.cache_salt =
       PrefixCacheSalt(context.tenant, request.cache_salt(), context.shared_prefix_cache);
   TM_ASSIGN_OR_RETURN(const ServedLora* lora, LoraOf(request.model(), context));
-  if (lora != nullptr) {
-    out.lora = static_cast<int>(lora - context.loras.data()) + 1;
-    out.cache_salt += "\x1flora:" + lora->digest;
-  }
+  if (lora != nullptr) out.lora = static_cast<int>(lora - context.loras.data()) + 1;
   out.output_parsing = chat_parsing;
 
   const RequestLimits limits = context.limits();

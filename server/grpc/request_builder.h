@@ -22,11 +22,9 @@
 
 namespace tokenmill::server {
 
-// A LoRA adapter a request may name as its model (--lora NAME=PATH), and the digest of its
-// tensors, which keeps its cached prefixes apart from the base model's and other adapters'.
+// A LoRA adapter a request may name as its model (--lora NAME=PATH).
 struct ServedLora {
   std::string name;
-  std::string digest;
   std::shared_ptr<const LoraAdapter> adapter;
 };
 

@@ -7,7 +7,6 @@
 
 #include "common/byte_size.h"
 #include "engine/grammar_vocabulary.h"
-#include "engine/kv_tiering.h"
 #include "model/lora.h"
 #include "model/weights.h"
 #include "text/chat/harmony_parser.h"
@@ -105,12 +104,9 @@ Status LoadLoras(const ServerOptions& options, ServingModel& serving) {
     const auto start = std::chrono::steady_clock::now();
     StatusOr<std::unique_ptr<LoraAdapter>> adapter = LoraAdapter::Load(path, *serving.model);
     if (!adapter.ok()) return InvalidArgumentError("--lora " + flag + ": " + adapter.status().message());
-    std::string digest = ModelTensorDigest((*adapter)->file());
     spdlog::info("LoRA adapter {}: {} matrices adapted, {} ({:.2f} s)", name,
                  (*adapter)->num_pairs(), path, SecondsSince(start));
-    serving.loras.push_back(ServedLora{.name = name,
-                                       .digest = std::move(digest),
-                                       .adapter = std::move(*adapter)});
+    serving.loras.push_back(ServedLora{.name = name, .adapter = std::move(*adapter)});
   }
   return OkStatus();
 }

@@ -3,7 +3,10 @@ llama.cpp's own rank pooling (llama-cpp-python in embedding mode, computed live)
 bert with a classification head (cls: dense and tanh, cls.output: one label) and BGE's WordPiece
 vocabulary. Each document is written as llama.cpp's server writes it ([CLS] query [SEP]
 document with this vocabulary, or the GGUF's rerank template), scored by the head over its
-[CLS] row, and the score must equal llama.cpp's for those token ids."""
+[CLS] row, and the score must equal llama.cpp's for those token ids. The gateway's rerank
+routes (Jina's, Cohere's and vLLM's shape) rank by those scores."""
+import sys
+
 import gguf
 import grpc
 import llama_cpp
@@ -14,7 +17,6 @@ from gateway_harness import Gateway, backend_address
 from llama_reference import llama_cpp_embedder
 from server_harness import MODELS_DIR, REPO, RPC_TIMEOUT_S, Server, pb2
 
-import sys
 sys.path.insert(0, str(REPO / "tests" / "reference"))
 from tiny_families import bert  # noqa: E402
 from tiny_families.common import CONTEXT  # noqa: E402
@@ -143,3 +145,30 @@ def test_embed_and_rerank_refuse_the_other_kind_of_model(server, tmp_path):
             rerank(embedder, QUERY, DOCUMENTS)
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "reranker" in e.value.details()
+
+
+def test_gateway_rerank_ranks_and_counts(server):
+    response = rerank(server, QUERY, DOCUMENTS)
+    scores = [r.score for r in response.results]
+    with Gateway(backend_address(server)) as g:
+        documents = [DOCUMENTS[0], {"text": DOCUMENTS[1]}, *DOCUMENTS[2:]]
+        for path in ["/v1/rerank", "/rerank", "/v1/reranking", "/v2/rerank"]:
+            r = g.http.post(path, json={"query": QUERY, "documents": documents})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["id"].startswith("rerank-") and body["object"] == "list"
+            assert body["usage"]["prompt_tokens"] == sum(x.prompt_tokens for x in response.results)
+            order = sorted(range(len(scores)), key=lambda i: -scores[i])
+            assert [x["index"] for x in body["results"]] == order
+            # The float32 scores, exactly.
+            assert [x["relevance_score"] for x in body["results"]] == [scores[i] for i in order]
+            assert body["results"][0]["document"] == {"text": DOCUMENTS[order[0]]}
+        r = g.http.post("/v1/rerank", json={"query": QUERY, "documents": DOCUMENTS, "top_n": 1,
+                                            "return_documents": False})
+        assert r.json()["results"] == [{"index": order[0], "relevance_score": scores[order[0]]}]
+        r = g.http.post("/v1/rerank", json={"query": QUERY, "documents": ["a", ""]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "documents"
+        r = g.http.post("/v1/rerank", json={"query": QUERY, "documents": ["x " * 5000]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+        for path in ["/v1/rerank", "/rerank", "/v1/reranking", "/v2/rerank"]:
+            assert g.metrics()[f"tokenmill_gateway:requests_total{{route={path},status=200}}"] >= 1

@@ -21,6 +21,9 @@ TEST(GatewayRoutes, EveryApiHasItsOwnLabel) {
   EXPECT_EQ(LabelOf("/v1/completions"), "/v1/completions");
   EXPECT_EQ(LabelOf("/v1/chat/completions"), "/v1/chat/completions");
   EXPECT_EQ(LabelOf("/v1/embeddings"), "/v1/embeddings");
+  for (const char* rerank : {"/v1/rerank", "/rerank", "/v1/reranking", "/v2/rerank"}) {
+    EXPECT_EQ(LabelOf(rerank), rerank);
+  }
   EXPECT_EQ(LabelOf("/v1/responses"), "/v1/responses");
   EXPECT_EQ(LabelOf("/v1/messages"), "/v1/messages");
   EXPECT_EQ(LabelOf("/v1/messages/count_tokens"), "/v1/messages/count_tokens");
@@ -54,6 +57,13 @@ TEST(GatewayRoutes, MethodsKeysAndErrorDialects) {
   EXPECT_FALSE(Allows(*FindRoute("/v1/embeddings").route, verb::get));
   EXPECT_TRUE(FindRoute("/v1/embeddings").route->needs_key);
   EXPECT_EQ(FindRoute("/v1/embeddings").route->errors, ErrorDialect::kOpenAI);
+  for (const char* rerank : {"/v1/rerank", "/rerank", "/v1/reranking", "/v2/rerank"}) {
+    const Route& route = *FindRoute(rerank).route;
+    EXPECT_TRUE(Allows(route, verb::post)) << rerank;
+    EXPECT_FALSE(Allows(route, verb::get)) << rerank;
+    EXPECT_TRUE(route.needs_key) << rerank;
+    EXPECT_EQ(route.errors, ErrorDialect::kOpenAI) << rerank;
+  }
   EXPECT_FALSE(FindRoute("/health").route->needs_key);
   EXPECT_FALSE(FindRoute("/metrics").route->needs_key);
   EXPECT_TRUE(FindRoute("/v1/messages").route->needs_key);
@@ -76,13 +86,15 @@ TEST(GatewayRoutes, ErrorsInTheRoutesDialect) {
 
 TEST(GatewayRoutes, MetricsCountResponsesAndMessagesUnderTheirOwnRoute) {
   GatewayMetrics metrics;
-  for (const char* path : {"/v1/responses", "/v1/messages", "/v1/embeddings", "/v1/nothing"}) {
+  for (const char* path :
+       {"/v1/responses", "/v1/messages", "/v1/embeddings", "/rerank", "/v1/nothing"}) {
     metrics.RequestStarted();
     metrics.RequestFinished(std::string(MetricsLabel(FindRoute(path).route)), 200, 0.01);
   }
   BackendPool pool({}, BackendSecurity{}, std::chrono::milliseconds(1000), 0, {});
   const std::string text = metrics.Render(pool);
-  for (const char* route : {"/v1/responses", "/v1/messages", "/v1/embeddings", "other"}) {
+  for (const char* route :
+       {"/v1/responses", "/v1/messages", "/v1/embeddings", "/rerank", "other"}) {
     const std::string sample = std::string("tokenmill_gateway:requests_total{route=\"") + route +
                                "\",status=\"200\"} 1\n";
     EXPECT_NE(text.find(sample), std::string::npos) << sample << " in\n" << text;

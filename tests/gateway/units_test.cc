@@ -163,6 +163,8 @@ TEST(GatewayErrors, GrpcStatusesBecomeOpenAIStatuses) {
   EXPECT_EQ(ParamNamedBy("token_ids.ids[1] = 49152 is outside"), "prompt");
   EXPECT_EQ(ParamNamedBy("chat.tools_json must be a JSON array"), "tools");
   EXPECT_EQ(ParamNamedBy("the prompt is 9000 tokens"), "");
+  EXPECT_EQ(ParamNamedBy("documents[3] is 900 tokens with the query"), "documents");
+  EXPECT_EQ(ParamNamedBy("query is empty"), "query");
   // Beam search's fields as the client spells them (use_beam_search, length_penalty).
   EXPECT_EQ(ParamNamedBy("beam_search: n = 17 must be in [1, 16]"), "use_beam_search");
   EXPECT_EQ(ParamNamedBy("beam_search.length_penalty must be a finite number"), "length_penalty");

@@ -7,8 +7,8 @@
 #include <variant>
 #include <vector>
 
-#include "common/request_limits.h"
 #include "gateway/api/json_fields.h"
+#include "gateway/api/openai/batch_call.h"
 #include "gateway/api/openai/request_mapping.h"
 #include "gateway/backends/unary_call.h"
 
@@ -38,12 +38,7 @@ std::optional<HttpError> ParseInputs(const json& body, v1::EmbedRequest& request
   if (input == nullptr) return BadRequest("input is required", "input");
   std::vector<PromptInput> inputs;
   GW_RETURN_IF_ERROR(ParsePromptInputs(*input, "input", inputs));
-  if (inputs.size() > static_cast<size_t>(kMaxEmbedInputs)) {
-    return BadRequest("input has " + std::to_string(inputs.size()) + " items; at most " +
-                          std::to_string(kMaxEmbedInputs) +
-                          " per request: split them over several requests",
-                      "input");
-  }
+  GW_RETURN_IF_ERROR(RefuseTooManyInputs(inputs.size(), "input"));
   GW_RETURN_IF_ERROR(RefuseEmptyInputs(*input, inputs));
   for (PromptInput& each : inputs) {
     v1::EmbedInput& out = *request.add_inputs();
@@ -57,9 +52,7 @@ std::optional<HttpError> ParseInputs(const json& body, v1::EmbedRequest& request
 }
 
 int64_t PromptTokens(const v1::EmbedResponse& response) {
-  int64_t tokens = 0;
-  for (const v1::Embedding& embedding : response.embeddings()) tokens += embedding.prompt_tokens();
-  return tokens;
+  return SumPromptTokens(response.embeddings());
 }
 
 json EmbeddingsAnswer(const UnaryReply<EmbedCall, v1::EmbedResponse>& reply) {
@@ -72,10 +65,8 @@ std::optional<HttpError> ParseEmbeddingsRequest(const json& body, EmbedCall& out
   if (!body.is_object()) return BadRequest("the request body must be a JSON object");
   GW_RETURN_IF_ERROR(RefuseUnknown(
       body, {"model", "input", "encoding_format", "dimensions", "user", "cache_salt"}));
+  GW_RETURN_IF_ERROR(ParseModelUserSalt(body, out.model, *out.request.mutable_cache_salt()));
   std::optional<std::string> text;
-  GW_RETURN_IF_ERROR(String(body, "model", text));
-  out.model = text.value_or("");
-  text.reset();
   GW_RETURN_IF_ERROR(String(body, "encoding_format", text));
   if (text && *text != "float" && *text != "base64") {
     return BadRequest("encoding_format '" + *text + "' is not one of float, base64",
@@ -84,12 +75,6 @@ std::optional<HttpError> ParseEmbeddingsRequest(const json& body, EmbedCall& out
   out.base64 = text == "base64";
   GW_RETURN_IF_ERROR(
       Integer(body, "dimensions", 1, std::numeric_limits<uint32_t>::max(), out.dimensions));
-  text.reset();
-  // `user` identifies the end user for abuse monitoring, which the gateway has none of.
-  GW_RETURN_IF_ERROR(String(body, "user", text));
-  text.reset();
-  GW_RETURN_IF_ERROR(String(body, "cache_salt", text));
-  if (text) out.request.set_cache_salt(*text);
   return ParseInputs(body, out.request);
 }
 
@@ -131,11 +116,10 @@ json EmbeddingsJson(const EmbedCall& call, const std::string& model,
                                  : json(std::vector<double>(floats.begin(), floats.end()));
     data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", std::move(embedding)}});
   }
-  const int64_t tokens = PromptTokens(response);
   return {{"object", "list"},
           {"data", std::move(data)},
           {"model", model},
-          {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}};
+          {"usage", PromptOnlyUsage(PromptTokens(response))}};
 }
 
 asio::awaitable<void> HandleEmbeddings(HttpExchange& exchange, const HttpRequest& request) {
