@@ -124,6 +124,7 @@ PrefixId BlockPool::Cache(BlockId id, const BlockKey& key, std::optional<PrefixI
       .parent_prefix_id = key.parent_prefix_id,
       .tokens = std::vector<TokenId>(key.tokens.begin(), key.tokens.end()),
       .extra_key = std::string(key.extra_key),
+      .lora = key.lora,
   };
   cached_by_hash_.emplace(key.hash, id);
   if (!copy.has_value()) {
@@ -148,6 +149,7 @@ KvCacheEvent BlockPool::StoredEvent(const BlockIdentity& identity) const {
   event.hash = identity.hash;
   if (identity.parent_prefix_id != kEmptyPrefix) event.parent_hash = identity.parent_hash;
   event.tokens = identity.tokens;
+  event.lora = identity.lora;
   return event;
 }
 

@@ -27,6 +27,7 @@ struct BlockKey {
   PrefixId parent_prefix_id = kEmptyPrefix;
   std::span<const TokenId> tokens;
   std::string_view extra_key;
+  int lora = 0;  // KvCacheRequest::lora, for the events
 };
 
 class BlockPool {

@@ -23,6 +23,7 @@ struct BlockIdentity {
   PrefixId parent_prefix_id = kEmptyPrefix;  // the prefix before it (empty for a first block)
   std::vector<TokenId> tokens;               // exactly block_size verified tokens
   std::string extra_key;                     // e.g. the tenant's cache salt
+  int lora = 0;                              // the adapter that computed it (events only)
 };
 
 struct KvBlock {

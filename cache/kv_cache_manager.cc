@@ -56,6 +56,7 @@ BlockKey KvCacheManager::KeyOfBlock(const KvCacheRequest& request, const Table& 
   BlockKey key;
   key.tokens = request.verified_tokens.subspan(static_cast<size_t>(index) * size, size);
   key.extra_key = request.cache_salt;
+  key.lora = request.lora;
   if (index > 0) {
     const BlockIdentity& parent = *pool_.block(table.blocks[index - 1]).identity;
     key.parent_hash = parent.hash;

@@ -66,6 +66,9 @@ struct KvCacheRequest {
   int num_computed_tokens = 0;
   // Keeps tenants apart: equal prompts with different salts never share blocks.
   std::string_view cache_salt;
+  // The LoRA adapter its K/V come from (0: none; the engine's id), which its stored blocks'
+  // events report (the salt is what keeps adapters apart).
+  int lora = 0;
 };
 
 // A prefix-cache hit: cached blocks holding the first num_tokens tokens of a prompt, in

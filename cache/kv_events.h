@@ -23,6 +23,7 @@ struct KvCacheEvent {
   // Which tier (vLLM's `medium`): empty for the pool a forward pass reads, "CPU" for the host
   // tier below it (--kv-cache-host-size), "DISK" for the disk tier (--kv-cache-dir).
   std::string medium;
+  int lora = 0;  // stored: the LoRA adapter that computed the block (0: none)
 
   static KvCacheEvent Removed(BlockHash hash, std::string medium = "") {
     KvCacheEvent event;

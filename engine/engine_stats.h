@@ -13,6 +13,8 @@ namespace tokenmill {
 struct EngineStats {
   int num_running = 0;
   int num_waiting = 0;  // queued in the scheduler (preempted ones included) or in the inbox
+  // The LoRA adapters (GenerateRequest::lora) of the running and the waiting requests.
+  std::vector<int> running_loras, waiting_loras;
   double kv_usage = 0.0;  // fraction of KV blocks in use
   int num_kv_blocks = 0;
   int num_kv_blocks_in_use = 0;

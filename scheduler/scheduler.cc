@@ -45,7 +45,8 @@ KvCacheRequest Scheduler::KvView(const Request& request) const {
   return KvCacheRequest{.id = request.id,
                         .verified_tokens = hashable,
                         .num_computed_tokens = request.num_computed_tokens,
-                        .cache_salt = request.cache_salt};
+                        .cache_salt = request.cache_salt,
+                        .lora = request.lora};
 }
 
 Status Scheduler::Add(NewRequest spec) {
@@ -583,6 +584,16 @@ SchedulerStats Scheduler::Stats() const {
   stats.num_running = static_cast<int>(running_.size());
   stats.num_waiting = static_cast<int>(waiting_.size());
   stats.kv_usage = kv_.pool().Usage();
+  for (const auto& [id, request] : requests_) {
+    if (request->lora == 0) continue;
+    std::vector<int>& loras =
+        request->state == RequestState::kRunning ? stats.running_loras : stats.waiting_loras;
+    if (std::find(loras.begin(), loras.end(), request->lora) == loras.end()) {
+      loras.push_back(request->lora);
+    }
+  }
+  std::sort(stats.running_loras.begin(), stats.running_loras.end());
+  std::sort(stats.waiting_loras.begin(), stats.waiting_loras.end());
   return stats;
 }
 

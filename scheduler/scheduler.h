@@ -50,6 +50,9 @@ struct SchedulerStats {
   int64_t num_finished = 0;
   int64_t num_evicted_tokens = 0;  // dropped from kv_window requests' K/V
   double kv_usage = 0.0;  // fraction of KV blocks in use
+  // The LoRA adapters (Request::lora, each once, ascending) of the running requests and of the
+  // waiting ones.
+  std::vector<int> running_loras, waiting_loras;
 };
 
 class Scheduler {

@@ -38,7 +38,8 @@ void PackMedium(msgpack::packer<msgpack::sbuffer>& pack, const std::string& medi
   }
 }
 
-std::string EncodeBatch(const std::vector<KvCacheEvent>& events, int block_size) {
+std::string EncodeBatch(const std::vector<KvCacheEvent>& events, int block_size,
+                        const std::vector<std::string>& lora_names) {
   msgpack::sbuffer buffer;
   msgpack::packer<msgpack::sbuffer> pack(buffer);
   pack.pack_array(2);
@@ -47,7 +48,7 @@ std::string EncodeBatch(const std::vector<KvCacheEvent>& events, int block_size)
   for (const KvCacheEvent& event : events) {
     switch (event.kind) {
       case KvCacheEvent::Kind::kBlockStored:
-        pack.pack_array(7);
+        pack.pack_array(8);
         pack.pack(std::string_view("BlockStored"));
         pack.pack_array(1);
         pack.pack_uint64(event.hash);
@@ -58,8 +59,18 @@ std::string EncodeBatch(const std::vector<KvCacheEvent>& events, int block_size)
         }
         pack.pack(event.tokens);
         pack.pack_int(block_size);
-        pack.pack_nil();  // lora_id
+        // lora_id (deprecated in vLLM, kept for its older consumers), then lora_name last.
+        if (event.lora > 0) {
+          pack.pack_int(event.lora);
+        } else {
+          pack.pack_nil();
+        }
         PackMedium(pack, event.medium);
+        if (event.lora > 0 && static_cast<size_t>(event.lora) <= lora_names.size()) {
+          pack.pack(lora_names[static_cast<size_t>(event.lora) - 1]);
+        } else {
+          pack.pack_nil();
+        }
         break;
       case KvCacheEvent::Kind::kBlockRemoved:
         pack.pack_array(3);
@@ -199,7 +210,7 @@ void KvEventPublisher::Loop() {
 }
 
 void KvEventPublisher::SendBatch(const std::vector<KvCacheEvent>& events) {
-  std::string payload = EncodeBatch(events, options_.block_size);
+  std::string payload = EncodeBatch(events, options_.block_size, options_.lora_names);
   const uint64_t sequence = next_sequence_++;
   const std::array<uint8_t, 8> sequence_bytes = BigEndian(static_cast<int64_t>(sequence));
   std::string topic;

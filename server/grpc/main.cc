@@ -160,7 +160,8 @@ int Run(const ServerOptions& options) {
          .replay_endpoint = options.kv_events_replay_endpoint,
          .wildcard_host = options.kv_events_host,
          .block_size = engine_config->block_size,
-         .buffer_batches = options.kv_events_buffer_steps});
+         .buffer_batches = options.kv_events_buffer_steps,
+         .lora_names = LoraNames(options)});
     if (!publisher.ok()) return Fail(publisher.status());
     kv_events = std::move(*publisher);
     engine_config->kv_event_handler = [publisher = kv_events.get()](
@@ -189,7 +190,8 @@ int Run(const ServerOptions& options) {
          [&serving_model, &request_metrics, compat] {
            const ServingModel* model = serving_model.load(std::memory_order_acquire);
            if (model == nullptr) return RenderMetrics({}, std::nullopt, request_metrics, compat);
-           return RenderMetrics({model->name, model->block_size}, model->engine->Stats(),
+           return RenderMetrics({model->name, model->block_size, model->lora_names},
+                                model->engine->Stats(),
                                 request_metrics, compat, model->grammars->stats());
          },
          false,

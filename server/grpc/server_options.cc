@@ -242,6 +242,12 @@ StatusOr<int64_t> GrammarCacheBudgetOf(const ServerOptions& o, int64_t physical_
   return o.grammar_cache_mib << 20;
 }
 
+std::vector<std::string> LoraNames(const ServerOptions& options) {
+  std::vector<std::string> names;
+  for (const std::string& flag : options.lora_adapters) names.push_back(flag.substr(0, flag.find('=')));
+  return names;
+}
+
 StatusOr<std::vector<std::string>> ServedModelNamesOf(const ServerOptions& options) {
   if (options.served_model_names.empty()) {
     std::string name = std::filesystem::path(options.model_path).filename().string();

@@ -102,6 +102,10 @@ StatusOr<int64_t> GrammarCacheBudgetOf(const ServerOptions& options,
 // The environment variable of a flag: "--max-queue" -> "TOKENMILL_MAX_QUEUE".
 std::string EnvNameOfFlag(std::string_view flag);
 
+// The adapters' names of --lora NAME=PATH, in flag order (those without '=' as they are:
+// loading refuses them).
+std::vector<std::string> LoraNames(const ServerOptions& options);
+
 // The names the model is served under: --served-model-name, or the model file's base name
 // without ".gguf" ("models/SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct.Q4_1").
 // InvalidArgument naming the flag for an empty name, one with spaces or control characters, or

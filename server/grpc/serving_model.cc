@@ -107,6 +107,7 @@ Status LoadLoras(const ServerOptions& options, ServingModel& serving) {
     spdlog::info("LoRA adapter {}: {} matrices adapted, {} ({:.2f} s)", name,
                  (*adapter)->num_pairs(), path, SecondsSince(start));
     serving.loras.push_back(ServedLora{.name = name, .adapter = std::move(*adapter)});
+    serving.lora_names.push_back(name);
   }
   return OkStatus();
 }

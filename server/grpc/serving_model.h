@@ -42,6 +42,7 @@ struct ServingModel {
   Pooling pooling = Pooling::kNone;
   // The LoRA adapters (--lora), in flag order: GenerateRequest.lora = index + 1.
   std::vector<ServedLora> loras;
+  std::vector<std::string> lora_names;  // theirs, in the same order
   // How Rerank writes a query and a document (the GGUF's tokenizer.chat_template.rerank).
   RerankFormat rerank_format;
   // The names clients call it by (ServedModelNamesOf); `name`, the first, is its id in the

@@ -117,15 +117,21 @@ void PrometheusWriter::Histogram(std::string_view name, std::string_view help,
   Sample(std::string(name) + "_count", "", static_cast<double>(h.count));
 }
 
-void PrometheusWriter::Info(std::string_view name, std::string_view help,
-                            const std::vector<std::pair<std::string, std::string>>& info_labels) {
+void PrometheusWriter::LabelledGauge(
+    std::string_view name, std::string_view help,
+    const std::vector<std::pair<std::string, std::string>>& gauge_labels, double value) {
   Header(name, help, "gauge");
   std::string extra;
-  for (const auto& [label, value] : info_labels) {
+  for (const auto& [label, label_value] : gauge_labels) {
     if (!extra.empty()) extra += ',';
-    extra += label + "=\"" + EscapeLabelValue(value) + "\"";
+    extra += label + "=\"" + EscapeLabelValue(label_value) + "\"";
   }
-  Sample(name, extra, 1);
+  Sample(name, extra, value);
+}
+
+void PrometheusWriter::Info(std::string_view name, std::string_view help,
+                            const std::vector<std::pair<std::string, std::string>>& info_labels) {
+  LabelledGauge(name, help, info_labels, 1);
 }
 
 // The tiers below the pool, each labelled: tier="host" (--kv-cache-host-size), tier="disk"

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,10 @@ class PrometheusWriter {
   void GaugeByLabel(std::string_view name, std::string_view help, std::string_view label_name,
                     const std::vector<std::pair<std::string, double>>& values);
   void Histogram(std::string_view name, std::string_view help, const HistogramSnapshot& h);
+  // A gauge of `value` with these labels beside the writer's.
+  void LabelledGauge(std::string_view name, std::string_view help,
+                     const std::vector<std::pair<std::string, std::string>>& gauge_labels,
+                     double value);
   // A gauge of value 1 whose labels carry the information (Prometheus' "info" idiom).
   void Info(std::string_view name, std::string_view help,
             const std::vector<std::pair<std::string, std::string>>& info_labels);
@@ -58,6 +63,7 @@ enum class MetricsCompat {
 struct ServedModelInfo {
   std::string_view name;
   int block_size = 0;
+  std::span<const std::string> lora_names = {};  // --lora's, by id (1 first)
 };
 
 // The /metrics body. `engine_stats` is empty while the model loads (and `grammars` zeros).

@@ -1,5 +1,7 @@
 #include "server/metrics/vllm_metrics.h"
 
+#include <chrono>
+
 namespace tokenmill::server {
 namespace {
 
@@ -14,6 +16,28 @@ std::vector<std::pair<std::string, double>> FinishedByVllmReason(const RequestMe
           {"abort", count(CompletionReason::kAbort)},
           {"error", count(CompletionReason::kError)},
           {"repetition", 0}};
+}
+
+// vLLM's vllm:lora_requests_info: the adapters of the running and the waiting requests by
+// name, comma-separated, and how many may run at once (all that are loaded: --lora), at the
+// time now (vLLM's set_to_current_time).
+void WriteLoraInfo(const ServedModelInfo& model, const EngineStats& s, PrometheusWriter& w) {
+  const auto names = [&](const std::vector<int>& loras) {
+    std::string joined;
+    for (const int lora : loras) {
+      if (lora < 1 || static_cast<size_t>(lora) > model.lora_names.size()) continue;
+      if (!joined.empty()) joined += ',';
+      joined += model.lora_names[static_cast<size_t>(lora) - 1];
+    }
+    return joined;
+  };
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  w.LabelledGauge("vllm:lora_requests_info", "Running stats on lora requests.",
+                  {{"max_lora", std::to_string(model.lora_names.size())},
+                   {"running_lora_adapters", names(s.running_loras)},
+                   {"waiting_lora_adapters", names(s.waiting_loras)}},
+                  now);
 }
 
 void WriteSchedulerAndCache(const ServedModelInfo& model, const EngineStats& s, bool loaded,
@@ -118,10 +142,9 @@ void WriteVllmMetrics(const ServedModelInfo& model,
   if (engine_stats.has_value()) WriteTokenHistograms(requests, w);
   WriteLatencyHistograms(requests, w);
   text += w.text();
-  // vLLM labels this one by its adapters only. tokenmill serves no LoRA adapter.
+  // vLLM labels this one by its adapters only.
   PrometheusWriter lora({});
-  lora.Info("vllm:lora_requests_info", "Running stats on lora requests.",
-            {{"max_lora", "0"}, {"waiting_lora_adapters", ""}, {"running_lora_adapters", ""}});
+  WriteLoraInfo(model, s, lora);
   text += lora.text();
 }
 

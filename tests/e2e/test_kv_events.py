@@ -3,8 +3,10 @@ KV-aware router reads them: a pyzmq subscriber decodes every batch with msgspec 
 from vLLM's definitions (vllm/distributed/kv_events.py: array_like, tagged), and the state it
 rebuilds (stored minus removed, cleared on reset) must equal the server's own dump
 (/kv_events/state) after prefix sharing and evictions; a subscriber that joins late rebuilds
-the same state from the replay socket; stored blocks hold the prompt's real token ids."""
+the same state from the replay socket; stored blocks hold the prompt's real token ids and name
+the LoRA adapter that computed them."""
 import subprocess
+import sys
 import time
 
 import msgspec
@@ -13,7 +15,7 @@ import zmq
 import httpx2 as httpx
 
 from process_harness import EXIT_TIMEOUT_S, RPC_TIMEOUT_S
-from server_harness import DEFAULT_MODEL, SERVER_BIN, Server, generate, pb2
+from server_harness import DEFAULT_MODEL, REPO, SERVER_BIN, Server, generate, pb2
 
 
 # vLLM's wire types, written from its definitions (the package needs a GPU stack to import).
@@ -33,6 +35,7 @@ class BlockStored(KVCacheEvent):
     block_size: int
     lora_id: int | None
     medium: str | None
+    lora_name: str | None = None
 
 
 class BlockRemoved(KVCacheEvent):
@@ -66,6 +69,7 @@ class Subscriber:
         self.last_sequence = None
         self.counts = {"BlockStored": 0, "BlockRemoved": 0, "AllBlocksCleared": 0}
         self.block_sizes = set()
+        self.loras = {}  # hash -> (lora_id, lora_name) of the stored blocks
 
     def apply(self, payload):
         for event in DECODER.decode(payload).events:
@@ -74,6 +78,7 @@ class Subscriber:
                 self.block_sizes.add(event.block_size)
                 for block_hash in event.block_hashes:
                     self.state[block_hash] = (event.parent_block_hash, list(event.token_ids))
+                    self.loras[block_hash] = (event.lora_id, event.lora_name)
             elif isinstance(event, BlockRemoved):
                 for block_hash in event.block_hashes:
                     assert block_hash in self.state, f"removed {block_hash}, never stored"
@@ -215,3 +220,28 @@ def test_bad_event_flags_fail_fast_with_a_message(args, message):
                             timeout=EXIT_TIMEOUT_S, stdin=subprocess.DEVNULL)
     assert result.returncode != 0
     assert message in result.stderr + result.stdout
+
+
+def test_blocks_an_adapter_computed_carry_its_name(tmp_path):
+    """--lora: BlockStored says which adapter computed each block (vLLM's lora_name, and its
+    deprecated lora_id: the adapter's 1-based place among the flags); the base model's say
+    none."""
+    sys.path.insert(0, str(REPO / "tests" / "reference"))
+    from make_lora_adapter import write_adapter
+
+    adapter = tmp_path / "a.gguf"
+    write_adapter(str(DEFAULT_MODEL), str(adapter), rank=4, seed=5)
+    with Server("--kv-events-endpoint", "tcp://127.0.0.1:*", "--lora", f"lora-a={adapter}",
+                env={"POD_NAME": POD}) as server:
+        match = server.wait_for_log(r"KV cache events on (\S+) \(topic '([^']+)'\)")
+        context = zmq.Context()
+        try:
+            subscriber = Subscriber(context, match.group(1), match.group(2))
+            time.sleep(0.5)  # the subscription reaches the publisher
+            prompts = {"lora-a": f"{SYSTEM} Who was Lise Meitner?", "": f"{SYSTEM} Who was Tycho?"}
+            for model, text in prompts.items():
+                generate(server.stub, pb2.GenerateRequest(text=text, max_tokens=2, model=model))
+            subscriber.drain()
+        finally:
+            context.destroy(linger=0)
+    assert set(subscriber.loras.values()) == {(1, "lora-a"), (None, None)}

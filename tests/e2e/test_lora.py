@@ -10,9 +10,12 @@ feed-forward matrices):
 - one batch of streams of the base model and two adapters at once: each equals its lone run
   bit for bit (the base matmuls shared, each stream's low-rank update its own);
 - prefixes cached under one adapter are not served to another; an unknown model name is
-  NOT_FOUND; bad adapter files are refused at startup by name."""
+  NOT_FOUND; bad adapter files are refused at startup by name;
+- --metrics-compat vllm serves vllm:lora_requests_info with the adapters of running requests."""
 import ctypes
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -160,3 +163,20 @@ def test_bad_adapters_are_refused_at_startup(tiny, flag, message):
     with Server("--lora", flag.format(base=base), model=base, wait_ready=False) as server:
         assert server.wait_exit() != 0
         assert message in server.log_text()
+
+
+def test_vllm_lora_requests_info_names_the_running_adapters(tiny):
+    base, adapters = tiny
+    with Server(*lora_flags(adapters), "--metrics-compat", "vllm", model=base) as server:
+        prompt = [1, 50, 60, 70]
+        long = pb2.GenerateRequest(token_ids=pb2.TokenIds(ids=prompt), max_tokens=250,
+                                   ignore_eos=True, model="b")
+        worker = threading.Thread(target=lambda: generate(server.stub, long))
+        worker.start()
+        seen = set()
+        deadline = time.monotonic() + 30
+        while worker.is_alive() and time.monotonic() < deadline:
+            seen |= {name for name in server.metrics() if name.startswith("vllm:lora_requests_info")}
+            time.sleep(0.01)
+        worker.join()
+    assert any("running_lora_adapters=b," in name and "max_lora=2" in name for name in seen), seen
