@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/dequantize.h"
+
 namespace tokenmill {
 namespace {
 
@@ -79,10 +81,14 @@ StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Load(const std::string& path
       return InvalidArgumentError(path + ": " + m.name + " needs a 2-D .lora_a and .lora_b");
     }
     const int64_t rank = a->shape[1];
-    LoraPair pair;
-    TM_ASSIGN_OR_RETURN(pair.a, LoadMatrix(f, a_name, m.file_layout->cols, rank));
-    TM_ASSIGN_OR_RETURN(pair.b, LoadMatrix(f, b_name, rank, m.file_layout->rows));
-    pair.scale = alpha != 0.0f ? alpha / static_cast<float>(rank) : 1.0f;
+    TM_ASSIGN_OR_RETURN(const WeightMatrix a_file,
+                        LoadMatrix(f, a_name, m.file_layout->cols, rank));
+    TM_ASSIGN_OR_RETURN(const WeightMatrix b_file,
+                        LoadMatrix(f, b_name, rank, m.file_layout->rows));
+    const int64_t padded = (rank + 31) / 32 * 32;
+    LoraPair pair{.a = adapter->Padded(a_file, padded, a_file.cols),
+                  .b = adapter->Padded(b_file, b_file.rows, padded),
+                  .scale = alpha != 0.0f ? alpha / static_cast<float>(rank) : 1.0f};
     adapter->by_base_data_[m.file_layout->data] = pair;
     adapter->by_base_data_[m.cpu_layout->data] = pair;
     used.insert(a_name);
@@ -98,6 +104,20 @@ StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Load(const std::string& path
   }
   if (adapter->num_pairs_ == 0) return InvalidArgumentError(path + " adapts no matrix");
   return adapter;
+}
+
+WeightMatrix LoraAdapter::Padded(const WeightMatrix& w, int64_t rows, int64_t cols) {
+  std::vector<float>& data = padded_.emplace_back(static_cast<size_t>(rows * cols), 0.0f);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    DequantizeReference(w.type, w.data + r * w.row_bytes,
+                        std::span<float>(data).subspan(static_cast<size_t>(r * cols),
+                                                       static_cast<size_t>(w.cols)));
+  }
+  return WeightMatrix{.type = TensorType::kF32,
+                      .data = reinterpret_cast<const uint8_t*>(data.data()),
+                      .rows = rows,
+                      .cols = cols,
+                      .row_bytes = cols * static_cast<int64_t>(sizeof(float))};
 }
 
 const LoraPair* LoraAdapter::Find(const WeightMatrix& w) const {

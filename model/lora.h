@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "common/status.h"
 #include "gguf/gguf.h"
@@ -19,9 +20,11 @@
 
 namespace tokenmill {
 
+// The pair as the kernels take it: f32, the rank padded with zeros to a multiple of 32 (A's
+// extra rows and B's extra columns zero), so that B's short rows run on the SIMD path too.
 struct LoraPair {
-  WeightMatrix a;  // rank rows of the base matrix's cols
-  WeightMatrix b;  // the base matrix's rows, of rank
+  WeightMatrix a;  // padded rank rows of the base matrix's cols
+  WeightMatrix b;  // the base matrix's rows, of the padded rank
   float scale = 1.0f;
 };
 
@@ -38,8 +41,11 @@ class LoraAdapter {
 
  private:
   explicit LoraAdapter(GgufFile file) : file_(std::move(file)) {}
+  // `w` (rows x cols at most) in f32, zero-padded to rows x cols, kept in padded_.
+  WeightMatrix Padded(const WeightMatrix& w, int64_t rows, int64_t cols);
 
-  GgufFile file_;  // the pairs' views point into its mapping
+  GgufFile file_;
+  std::vector<std::vector<float>> padded_;  // the pairs' matrices point into these
   std::unordered_map<const uint8_t*, LoraPair> by_base_data_;
   int num_pairs_ = 0;
 };

@@ -112,21 +112,33 @@ void CpuForwardBlocks::ApplyLora(const WeightMatrix& w, const float* x, int64_t 
     const auto seq = std::upper_bound(cu.begin(), cu.end(), token) - cu.begin() - 1;
     return in_->seq_loras[static_cast<size_t>(seq)];
   };
-  for (int64_t begin = 0; begin < n_rows;) {
-    const LoraAdapter* adapter = adapter_of_row(begin);
-    int64_t end = begin + 1;
-    while (end < n_rows && adapter_of_row(end) == adapter) ++end;
+  // The rows of each adapter together (Punica's grouping): two low-rank matmuls per adapter
+  // of the step, whatever order its sequences come in.
+  std::vector<std::pair<const LoraPair*, std::vector<int64_t>>> groups;
+  for (int64_t row = 0; row < n_rows; ++row) {
+    const LoraAdapter* adapter = adapter_of_row(row);
     const LoraPair* pair = adapter != nullptr ? adapter->Find(w) : nullptr;
-    if (pair != nullptr) {
-      const int64_t rows = end - begin;
-      lora_mid_.resize(static_cast<size_t>(rows * pair->a.rows));
-      lora_out_.resize(static_cast<size_t>(rows * w.rows));
-      Matmul(ctx_, pair->a, x + begin * w.cols, rows, lora_mid_.data());
-      Matmul(ctx_, pair->b, lora_mid_.data(), rows, lora_out_.data());
-      float* out = y + begin * w.rows;
-      for (int64_t i = 0; i < rows * w.rows; ++i) out[i] += pair->scale * lora_out_[i];
+    if (pair == nullptr) continue;
+    auto group = std::find_if(groups.begin(), groups.end(),
+                              [pair](const auto& g) { return g.first == pair; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {pair, {}});
+    group->second.push_back(row);
+  }
+  for (const auto& [pair, rows] : groups) {
+    const int64_t n = static_cast<int64_t>(rows.size());
+    lora_in_.resize(static_cast<size_t>(n * w.cols));
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy(x + rows[i] * w.cols, x + (rows[i] + 1) * w.cols, lora_in_.data() + i * w.cols);
     }
-    begin = end;
+    lora_mid_.resize(static_cast<size_t>(n * pair->a.rows));
+    lora_out_.resize(static_cast<size_t>(n * w.rows));
+    Matmul(ctx_, pair->a, lora_in_.data(), n, lora_mid_.data());
+    Matmul(ctx_, pair->b, lora_mid_.data(), n, lora_out_.data());
+    for (int64_t i = 0; i < n; ++i) {
+      float* out = y + rows[i] * w.rows;
+      const float* update = lora_out_.data() + i * w.rows;
+      for (int64_t j = 0; j < w.rows; ++j) out[j] += pair->scale * update[j];
+    }
   }
 }
 

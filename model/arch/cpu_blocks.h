@@ -191,7 +191,7 @@ class CpuForwardBlocks final : public ForwardBlocks {
   const ForwardInput* in_ = nullptr;
   const KvCacheView* kv_ = nullptr;
   std::span<float> logits_;
-  std::vector<float> lora_mid_, lora_out_;  // ApplyLora's A·x and B·(A·x)
+  std::vector<float> lora_in_, lora_mid_, lora_out_;  // ApplyLora's x, A·x and B·(A·x)
   int64_t n_ = 0;  // tokens of the step
   int layer_ = 0;
   ModelConfig::LayerShape shape_;  // layer_'s

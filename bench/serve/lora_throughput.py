@@ -1,0 +1,87 @@
+"""Serving throughput with LoRA adapters against the base model, under steady load: one server
+with --lora adapters (rank 16 on every layer's attention and feed-forward matrices, written by
+tests/reference/make_lora_adapter.py), N concurrent gRPC streams of new random prompts back to
+back for a fixed time, either all on the base model or spread evenly over the adapters (every
+step then mixes them). The two loads run in alternation (ABAB...) on the same warm server;
+prints each run's output tokens/s and the median ratio adapters/base.
+
+  .venv/bin/python bench/serve/lora_throughput.py --pairs 4 --seconds 20
+  .venv/bin/python bench/serve/lora_throughput.py --model models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+"""
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO / "tests" / "reference"))
+from make_lora_adapter import write_adapter  # noqa: E402
+from server_harness import DEFAULT_MODEL, Server, pb2  # noqa: E402
+
+WORDS = ("alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega river stone cloud "
+         "harbour ledger mountain valley orchard lantern").split()
+
+
+def load(server, models, seconds, prompt_words, max_tokens, seed):
+    """Output tokens per second of one closed-loop client per entry of `models` (its model)."""
+    deadline = time.monotonic() + seconds
+    counts = [0] * len(models)
+
+    def client(i):
+        rng = random.Random(seed * 1000 + i)
+        while time.monotonic() < deadline:
+            text = " ".join(rng.choice(WORDS) for _ in range(prompt_words))
+            for response in server.stub.Generate(pb2.GenerateRequest(
+                    text=text, max_tokens=max_tokens, ignore_eos=True, model=models[i]),
+                    timeout=600):
+                counts[i] += len(response.token_ids)
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(models))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(counts) / (time.monotonic() - start)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=str(DEFAULT_MODEL))
+    parser.add_argument("--adapters", type=int, default=4)
+    parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--prompt-words", type=int, default=100)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tokenmill-lora-bench-", dir=REPO / "build") as tmp:
+        flags = []
+        for i in range(args.adapters):
+            path = Path(tmp) / f"adapter{i}.gguf"
+            n = write_adapter(args.model, str(path), rank=args.rank, alpha=2 * args.rank, seed=i)
+            flags += ["--lora", f"a{i}={path}"]
+        print(f"{args.adapters} adapters of rank {args.rank} on {n} matrices each", flush=True)
+        base = [""] * args.streams
+        mixed = [f"a{i % args.adapters}" for i in range(args.streams)]
+        ratios = []
+        with Server(*flags, model=args.model, log_level="info") as server:
+            load(server, base, 5, args.prompt_words, args.max_tokens, 0)  # warm up
+            for pair in range(args.pairs):
+                b = load(server, base, args.seconds, args.prompt_words, args.max_tokens, pair)
+                m = load(server, mixed, args.seconds, args.prompt_words, args.max_tokens, pair)
+                ratios.append(m / b)
+                print(f"pair {pair}: base {b:.1f} tok/s, {args.adapters} adapters {m:.1f} tok/s, "
+                      f"ratio {m / b:.3f}", flush=True)
+        print(f"median ratio adapters/base: {statistics.median(ratios):.3f} "
+              f"(min {min(ratios):.3f}, max {max(ratios):.3f})")
+
+
+if __name__ == "__main__":
+    main()
