@@ -24,8 +24,9 @@ WORDS = ("alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega riv
          "harbour ledger mountain valley orchard lantern").split()
 
 
-def load(server, streams, seconds, prompt_words, max_tokens, seed):
-    """Output tokens per second of `streams` closed-loop clients over `seconds`."""
+def load(server, streams, seconds, prompt_words, max_tokens, seed, models=None):
+    """Output tokens per second of `streams` closed-loop clients over `seconds`; client i asks
+    for models[i] when given (a LoRA adapter's name, bench/serve/lora_throughput.py)."""
     deadline = time.monotonic() + seconds
     counts = [0] * streams
 
@@ -34,7 +35,8 @@ def load(server, streams, seconds, prompt_words, max_tokens, seed):
         while time.monotonic() < deadline:
             text = " ".join(rng.choice(WORDS) for _ in range(prompt_words))
             for response in server.stub.Generate(pb2.GenerateRequest(
-                    text=text, max_tokens=max_tokens, ignore_eos=True), timeout=600):
+                    text=text, max_tokens=max_tokens, ignore_eos=True,
+                    model=models[i] if models else ""), timeout=600):
                 counts[i] += len(response.token_ids)
 
     start = time.monotonic()

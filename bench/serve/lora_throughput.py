@@ -9,45 +9,18 @@ prints each run's output tokens/s and the median ratio adapters/base.
   .venv/bin/python bench/serve/lora_throughput.py --model models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 """
 import argparse
-import random
 import statistics
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.path.insert(0, str(REPO / "tests" / "reference"))
+sys.path.insert(0, str(REPO / "bench" / "serve"))
+from kv_tier_throughput import load  # noqa: E402
 from make_lora_adapter import write_adapter  # noqa: E402
-from server_harness import DEFAULT_MODEL, Server, pb2  # noqa: E402
-
-WORDS = ("alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega river stone cloud "
-         "harbour ledger mountain valley orchard lantern").split()
-
-
-def load(server, models, seconds, prompt_words, max_tokens, seed):
-    """Output tokens per second of one closed-loop client per entry of `models` (its model)."""
-    deadline = time.monotonic() + seconds
-    counts = [0] * len(models)
-
-    def client(i):
-        rng = random.Random(seed * 1000 + i)
-        while time.monotonic() < deadline:
-            text = " ".join(rng.choice(WORDS) for _ in range(prompt_words))
-            for response in server.stub.Generate(pb2.GenerateRequest(
-                    text=text, max_tokens=max_tokens, ignore_eos=True, model=models[i]),
-                    timeout=600):
-                counts[i] += len(response.token_ids)
-
-    start = time.monotonic()
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(models))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return sum(counts) / (time.monotonic() - start)
+from server_harness import DEFAULT_MODEL, Server  # noqa: E402
 
 
 def main():
@@ -72,10 +45,11 @@ def main():
         mixed = [f"a{i % args.adapters}" for i in range(args.streams)]
         ratios = []
         with Server(*flags, model=args.model, log_level="info") as server:
-            load(server, base, 5, args.prompt_words, args.max_tokens, 0)  # warm up
+            n, words, tokens = args.streams, args.prompt_words, args.max_tokens
+            load(server, n, 5, words, tokens, 0, base)  # warm up
             for pair in range(args.pairs):
-                b = load(server, base, args.seconds, args.prompt_words, args.max_tokens, pair)
-                m = load(server, mixed, args.seconds, args.prompt_words, args.max_tokens, pair)
+                b = load(server, n, args.seconds, words, tokens, pair, base)
+                m = load(server, n, args.seconds, words, tokens, pair, mixed)
                 ratios.append(m / b)
                 print(f"pair {pair}: base {b:.1f} tok/s, {args.adapters} adapters {m:.1f} tok/s, "
                       f"ratio {m / b:.3f}", flush=True)

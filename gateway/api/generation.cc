@@ -59,24 +59,26 @@ asio::awaitable<std::unique_ptr<Generation>> Generation::Start(HttpExchange& exc
     co_await exchange.WriteError(request, *refused);
     co_return nullptr;
   }
-  std::variant<Backend*, HttpError> routed =
-      PickBackend(context.pool, params.model, params.affinity_key);
+  std::variant<Route, HttpError> routed =
+      PickBackend(context.pool, params.model, params.affinity_key, /*adapters=*/true);
   if (auto* refused = std::get_if<HttpError>(&routed)) {
     co_await exchange.WriteError(request, *refused);
     co_return nullptr;
   }
-  Backend& backend = *std::get<Backend*>(routed);
-  const std::optional<v1::ModelInfo> info = backend.model_info();
-  std::unique_ptr<Generation> generation(
-      new Generation(exchange, backend, info ? context.pool.ModelNameOf(*info) : params.model,
-                     std::move(params.structured_output_param)));
+  Route& route = std::get<Route>(routed);
+  Backend& backend = *route.backend;
+  std::unique_ptr<Generation> generation(new Generation(
+      exchange, backend, route.model, std::move(params.structured_output_param)));
   generation->admission_ = std::move(std::get<TenantLimiter::Admission>(admitted));
-  // A chat without max_tokens may use the rest of its context, as OpenAI's do: the server
-  // counts the templated prompt's tokens.
   for (v1::GenerateRequest& generate : params.generates) {
+    // A chat without max_tokens may use the rest of its context, as OpenAI's do: the server
+    // counts the templated prompt's tokens.
     if (generate.has_chat() && !generate.has_max_tokens()) {
       generate.set_max_tokens_rest_of_context(true);
     }
+    // The server's own name for the base model may not be the gateway's (its
+    // --served-model-name): only an adapter is named.
+    if (route.adapter) generate.set_model(route.model);
   }
   const auto executor = co_await asio::this_coro::executor;
   generation->events_ = std::make_shared<EventQueue>(executor, context.metrics);

@@ -41,7 +41,7 @@ class Generation {
     // One per prompt; their request_ids are set here (request_id, or request_id-i for each of
     // several).
     std::vector<v1::GenerateRequest> generates;
-    std::string model;  // empty: any backend
+    std::string model;  // empty: any backend; a LoRA adapter's name: a backend that has it
     std::string affinity_key;
     std::string request_id;
     // The body field that set a structured-output constraint: named in the server's refusal.
@@ -56,7 +56,8 @@ class Generation {
                                                                    const HttpRequest& request,
                                                                    Params params);
 
-  // The backend's name for the model that answers.
+  // The model that answers by its API name: the LoRA adapter the request named, else the
+  // backend's name for its model.
   const std::string& model() const { return model_; }
   Backend& backend() const { return backend_; }
 

@@ -114,9 +114,16 @@ std::string BackendPool::ModelNameOf(const v1::ModelInfo& info) const {
   return ModelNamesOf(info).front();
 }
 
-bool BackendPool::Serves(const v1::ModelInfo& info, const std::string& model) const {
+ModelMatch BackendPool::Match(const v1::ModelInfo& info, const std::string& model) const {
   const std::vector<std::string> names = ModelNamesOf(info);
-  return std::find(names.begin(), names.end(), model) != names.end();
+  if (model.empty() || std::find(names.begin(), names.end(), model) != names.end()) {
+    return ModelMatch::kBase;
+  }
+  const auto& adapters = info.lora_adapters();
+  if (std::find(adapters.begin(), adapters.end(), model) != adapters.end()) {
+    return ModelMatch::kAdapter;
+  }
+  return ModelMatch::kNone;
 }
 
 bool BackendPool::AnyHealthy() const {
@@ -126,23 +133,37 @@ bool BackendPool::AnyHealthy() const {
   return false;
 }
 
-BackendChoice BackendPool::Choose(const std::string& model, std::string_view affinity_key) {
+BackendChoice BackendPool::Choose(const std::string& model, std::string_view affinity_key,
+                                  bool adapters) {
   BackendChoice choice;
   std::vector<BackendCandidate> candidates;
+  std::vector<ModelMatch> matches;
   candidates.reserve(backends_.size());
+  matches.reserve(backends_.size());
   for (const std::unique_ptr<Backend>& backend : backends_) {
     BackendCandidate candidate;
     candidate.address = backend->address();
     candidate.in_flight = backend->in_flight();
+    ModelMatch match = ModelMatch::kNone;
     if (backend->healthy()) {
       choice.any_healthy = true;
       const std::optional<v1::ModelInfo> info = backend->model_info();
-      candidate.eligible = info && (model.empty() || Serves(*info, model));
+      if (info) match = Match(*info, model);
+      if (match == ModelMatch::kAdapter) choice.adapter = true;
+      candidate.eligible =
+          match == ModelMatch::kBase || (adapters && match == ModelMatch::kAdapter);
+      candidate.hashed = candidate.eligible || !info;
     }
     candidates.push_back(candidate);
+    matches.push_back(match);
   }
-  const int index = ChooseBackend(candidates, affinity_key, affinity_max_imbalance_);
-  if (index >= 0) choice.backend = backends_[index].get();
+  const std::string key =
+      choice.adapter ? AdapterAffinityKey(model, affinity_key) : std::string(affinity_key);
+  const int index = ChooseBackend(candidates, key, affinity_max_imbalance_);
+  if (index >= 0) {
+    choice.backend = backends_[index].get();
+    choice.adapter = matches[index] == ModelMatch::kAdapter;
+  }
   return choice;
 }
 

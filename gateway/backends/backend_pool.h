@@ -66,9 +66,19 @@ class BackendLease {
   Backend& backend_;
 };
 
+// What a backend's model is to a request's `model`.
+enum class ModelMatch {
+  kNone,     // another model
+  kBase,     // the base model: one of BackendPool::ModelNamesOf (or no name at all)
+  kAdapter,  // one of its LoRA adapters (ModelInfo.lora_adapters: the server's --lora)
+};
+
 struct BackendChoice {
   Backend* backend = nullptr;  // null: none is ready for the model
   bool any_healthy = false;    // false: 503; true with no backend: the model is unknown (404)
+  // The model is a LoRA adapter: of `backend`, or (with none) of a ready backend whose
+  // adapters the request may not name.
+  bool adapter = false;
 };
 
 class BackendPool {
@@ -81,8 +91,10 @@ class BackendPool {
   ~BackendPool();
 
   // A healthy backend for `model` (empty: any model) by the affinity key's rendezvous hash,
-  // or the least-loaded one (see affinity.h).
-  BackendChoice Choose(const std::string& model, std::string_view affinity_key);
+  // or the least-loaded one (see affinity.h). With `adapters` a LoRA adapter's name routes to
+  // a backend that has it, its key salted by the adapter (AdapterAffinityKey); without, only
+  // base models' names route.
+  BackendChoice Choose(const std::string& model, std::string_view affinity_key, bool adapters);
 
   bool AnyHealthy() const;
   // The names clients call a backend's model by: the gateway's --served-model-name, else the
@@ -90,8 +102,9 @@ class BackendPool {
   std::vector<std::string> ModelNamesOf(const v1::ModelInfo& info) const;
   // Its id in the API (responses' `model`, as vLLM's): the first of ModelNamesOf.
   std::string ModelNameOf(const v1::ModelInfo& info) const;
-  // Whether `model` is one of ModelNamesOf(info).
-  bool Serves(const v1::ModelInfo& info, const std::string& model) const;
+  // `model` against ModelNamesOf(info), then the LoRA adapters' names (which the gateway's
+  // --served-model-name leaves as the server calls them).
+  ModelMatch Match(const v1::ModelInfo& info, const std::string& model) const;
   const std::vector<std::unique_ptr<Backend>>& backends() const { return backends_; }
 
  private:

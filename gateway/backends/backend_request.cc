@@ -10,6 +10,12 @@ namespace {
 
 constexpr size_t kMaxBackendMessageBytes = GRPC_DEFAULT_MAX_RECV_MESSAGE_LENGTH;
 
+HttpError ModelError(const std::string& message) {
+  HttpError error = NotFound(message, "model_not_found");
+  error.param = "model";
+  return error;
+}
+
 }  // namespace
 
 std::optional<HttpError> TooLargeForBackend(const google::protobuf::MessageLite& message,
@@ -23,20 +29,31 @@ std::optional<HttpError> TooLargeForBackend(const google::protobuf::MessageLite&
                    "invalid_request_error", "", "request_too_large");
 }
 
-HttpError ModelNotFound(const std::string& model) {
-  HttpError error = NotFound("The model `" + model +
-                                 "` does not exist: GET /v1/models lists the models served",
-                             "model_not_found");
-  error.param = "model";
-  return error;
+size_t BytesAddedOnRouting(const std::string& model) {
+  return kRequestIdBytes + (model.empty() ? 0 : model.size() + 5);  // field 20: tag 2, length 1-3
 }
 
-std::variant<Backend*, HttpError> PickBackend(BackendPool& pool, const std::string& model,
-                                              std::string_view affinity_key) {
-  const BackendChoice choice = pool.Choose(model, affinity_key);
-  if (choice.backend != nullptr) return choice.backend;
-  if (!choice.any_healthy) return NoBackend();
-  return ModelNotFound(model);
+HttpError ModelNotFound(const std::string& model) {
+  return ModelError("The model `" + model +
+                    "` does not exist: GET /v1/models lists the models served");
+}
+
+std::variant<Route, HttpError> PickBackend(BackendPool& pool, const std::string& model,
+                                           std::string_view affinity_key, bool adapters) {
+  const BackendChoice choice = pool.Choose(model, affinity_key, adapters);
+  if (choice.backend == nullptr) {
+    if (!choice.any_healthy) return NoBackend();
+    if (!choice.adapter) return ModelNotFound(model);
+    return ModelError("The model `" + model +
+                      "` is a LoRA adapter: this route runs base models only (GET /v1/models "
+                      "names its parent)");
+  }
+  Route route{choice.backend, model, choice.adapter};
+  if (!route.adapter) {
+    const std::optional<v1::ModelInfo> info = choice.backend->model_info();
+    if (info) route.model = pool.ModelNameOf(*info);
+  }
+  return route;
 }
 
 int64_t UnixSeconds() {

@@ -28,11 +28,26 @@ inline constexpr size_t kRequestIdBytes = 64;
 std::optional<HttpError> TooLargeForBackend(const google::protobuf::MessageLite& message,
                                             size_t bytes_added_later = 0);
 
+// What a Generate request gains once routed: its request_id, and the name of the LoRA adapter
+// it names (GenerateRequest.model).
+size_t BytesAddedOnRouting(const std::string& model);
+
 HttpError ModelNotFound(const std::string& model);
 
-// The backend for a request, or the error to answer (503 none ready, 404 unknown model).
-std::variant<Backend*, HttpError> PickBackend(BackendPool& pool, const std::string& model,
-                                              std::string_view affinity_key);
+// Where a request goes.
+struct Route {
+  Backend* backend = nullptr;
+  // The model that answers by its API name: the LoRA adapter's, else the backend's model's id
+  // (BackendPool::ModelNameOf).
+  std::string model;
+  bool adapter = false;  // the request names one of the backend's LoRA adapters
+};
+
+// The route of a request, or the error to answer (503 none ready, 404 unknown model). Without
+// `adapters` (the calls that run the base model whatever they name: Embed, Rerank) a LoRA
+// adapter's name is a 404 that says so.
+std::variant<Route, HttpError> PickBackend(BackendPool& pool, const std::string& model,
+                                           std::string_view affinity_key, bool adapters);
 
 // Now, for the `created` fields of responses.
 int64_t UnixSeconds();

@@ -30,7 +30,7 @@ namespace tokenmill::gateway {
 template <typename Call, typename Response>
 struct UnaryReply {
   Backend& backend;
-  const std::string& model;  // the backend's model by its API name (BackendPool::ModelNameOf)
+  const std::string& model;  // the model that answers by its API name (Route::model)
   const Call& call;
   const Response& response;
 };
@@ -57,6 +57,9 @@ struct UnaryCall {
   // Set: the request's request_id, a fresh GatewayContext::NewId(id_prefix), for an answer
   // that has an id (a server's own ids are numbered per server, not unique over backends).
   const char* id_prefix = nullptr;
+  // Set: the call runs the base model whatever the body names (Embed and Rerank take no
+  // adapter): a LoRA adapter's name is refused (404) rather than routed.
+  bool base_model_only = false;
 };
 
 template <typename Call, typename Response>
@@ -82,13 +85,14 @@ boost::asio::awaitable<void> HandleUnaryCall(HttpExchange& exchange, const HttpR
       co_return;
     }
   }
-  std::variant<Backend*, HttpError> routed =
-      PickBackend(exchange.context().pool, call.model, "");
+  std::variant<Route, HttpError> routed =
+      PickBackend(exchange.context().pool, call.model, "", !route.base_model_only);
   if (auto* refused = std::get_if<HttpError>(&routed)) {
     co_await exchange.WriteError(request, *refused);
     co_return;
   }
-  Backend& backend = *std::get<Backend*>(routed);
+  Backend& backend = *std::get<Route>(routed).backend;
+  const std::string& model = std::get<Route>(routed).model;
   GatewayContext& context = exchange.context();
   const std::optional<v1::ModelInfo> info = backend.model_info();
   if (route.check != nullptr && info) {
@@ -117,7 +121,6 @@ boost::asio::awaitable<void> HandleUnaryCall(HttpExchange& exchange, const HttpR
   if (route.tokens_used != nullptr) {
     std::get<TenantLimiter::Admission>(admitted).Used(route.tokens_used(response));
   }
-  const std::string model = info ? context.pool.ModelNameOf(*info) : call.model;
   const nlohmann::json answer =
       route.answer(UnaryReply<Call, Response>{backend, model, call, response});
   co_await exchange.WriteJson(request, 200, answer);

@@ -7,7 +7,6 @@ document with this vocabulary, or the GGUF's rerank template), scored by the hea
 routes (Jina's, Cohere's and vLLM's shape) rank by those scores."""
 import sys
 
-import gguf
 import grpc
 import llama_cpp
 import numpy as np
@@ -89,27 +88,9 @@ def test_scores_are_llama_cpps_rank_pooling(reranker, server):
 def test_a_rerank_template_writes_each_input(tmp_path):
     """tokenizer.chat_template.rerank: {query} and {document} replaced, special-token text
     parsed, nothing added."""
-    path = tmp_path / "templated.gguf"
-    bert.write(str(path), vocabulary_from=str(BERT_VOCAB), pooling_type=RANK, classifier=True)
-    reader = gguf.GGUFReader(str(path))
-    writer = gguf.GGUFWriter(str(tmp_path / "with-template.gguf"), "bert")
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
-            continue
-        value = field.contents()
-        kind = field.types[0]
-        if kind == gguf.GGUFValueType.ARRAY:
-            writer.add_array(key, value)
-        else:
-            writer.add_key_value(key, value, kind)
-    writer.add_string("tokenizer.chat_template.rerank", "[CLS] q: {query} [SEP] d: {document} [SEP]")
-    for tensor in reader.tensors:
-        writer.add_tensor(tensor.name, np.array(tensor.data), raw_dtype=tensor.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
     model = tmp_path / "with-template.gguf"
+    bert.write(str(model), vocabulary_from=str(BERT_VOCAB), pooling_type=RANK, classifier=True,
+               rerank_template="[CLS] q: {query} [SEP] d: {document} [SEP]")
     llm = llama_cpp_embedder(model, n_ctx=CONTEXT)
     with Server(model=model) as s:
         (result,) = rerank(s, QUERY, [DOCUMENTS[3]]).results

@@ -180,7 +180,8 @@ def test_reflection_describes_the_api():
         assert "grpc.health.v1.Health" in services
         pool = DescriptorPool(database)
         methods = {m.name for m in pool.FindServiceByName(SERVICE).methods}
-        assert methods == {"Generate", "Embed", "Tokenize", "Detokenize", "GetModelInfo"}
+        assert methods == {"Generate", "Embed", "Rerank", "Tokenize", "Detokenize",
+                           "GetModelInfo"}
         request = pool.FindMessageTypeByName("tokenmill.v1.GenerateRequest")
         assert {"text", "token_ids", "chat", "sampling", "max_tokens", "stop"} <= set(
             request.fields_by_name)

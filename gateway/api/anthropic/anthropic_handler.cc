@@ -166,7 +166,7 @@ asio::awaitable<void> HandleMessages(HttpExchange& exchange, const HttpRequest& 
       KeepSchemaOrder(request.body(), {"output_config", "format", "schema"},
                       *parsed.generate.mutable_sampling());
       KeepAnthropicToolsOrder(request.body(), *parsed.generate.mutable_chat());
-      error = TooLargeForBackend(parsed.generate, kRequestIdBytes);
+      error = TooLargeForBackend(parsed.generate, BytesAddedOnRouting(parsed.model));
     }
     if (error) {
       co_await exchange.WriteError(request, *error);

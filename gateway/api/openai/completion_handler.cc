@@ -54,7 +54,7 @@ std::optional<HttpError> MapCompletionBody(const HttpRequest& request, Endpoint 
     KeepClientOrder(request, parsed);
   }
   for (size_t i = 0; !error && i < parsed.generates.size(); ++i) {
-    error = TooLargeForBackend(parsed.generates[i], kRequestIdBytes);
+    error = TooLargeForBackend(parsed.generates[i], BytesAddedOnRouting(parsed.model));
   }
   if (!error) {
     if (const auto user = body.find("user"); user != body.end() && user->is_string()) {
@@ -359,19 +359,16 @@ asio::awaitable<void> HandleModels(HttpExchange& exchange, const HttpRequest& re
     if (!backend->healthy()) continue;
     const std::optional<v1::ModelInfo> info = backend->model_info();
     if (!info) continue;
-    for (const std::string& name : context.pool.ModelNamesOf(*info)) {  // one entry per alias
-      if (!seen.insert(name).second) continue;
-      json model = {{"id", name},
-                    {"object", "model"},
-                    {"created", info->created()},
-                    {"owned_by", "tokenmill"},
-                    {"max_model_len", info->max_model_len()},
-                    {"capabilities", {{"tool_call_format", info->tool_call_format()}}}};
-      if (!model_id.empty() && model_id == name) {
+    // One entry per alias and per LoRA adapter.
+    const json entries = ModelEntries(context.pool.ModelNamesOf(*info), *info);
+    for (const json& model : entries) {
+      const std::string& id = model["id"].get_ref<const std::string&>();
+      if (!seen.insert(id).second) continue;
+      if (!model_id.empty() && model_id == id) {
         co_await exchange.WriteJson(request, 200, model);
         co_return;
       }
-      data.push_back(std::move(model));
+      data.push_back(model);
     }
   }
   if (!model_id.empty()) {

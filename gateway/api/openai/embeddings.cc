@@ -130,7 +130,8 @@ asio::awaitable<void> HandleEmbeddings(HttpExchange& exchange, const HttpRequest
                                .answer = EmbeddingsAnswer,
                                .refused_param = "input",
                                .check = CheckDimensions,
-                               .tokens_used = PromptTokens});
+                               .tokens_used = PromptTokens,
+                               .base_model_only = true});
 }
 
 }  // namespace tokenmill::gateway

@@ -121,7 +121,8 @@ asio::awaitable<void> HandleRerank(HttpExchange& exchange, const HttpRequest& re
                                .send = AwaitRerank,
                                .answer = RerankAnswer,
                                .tokens_used = PromptTokens,
-                               .id_prefix = "rerank"});
+                               .id_prefix = "rerank",
+                               .base_model_only = true});
 }
 
 }  // namespace tokenmill::gateway

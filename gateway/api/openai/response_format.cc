@@ -153,4 +153,22 @@ std::string SseNamedEvent(const json& data) {
   return "event: " + data.at("type").get<std::string>() + "\ndata: " + DumpJson(data) + "\n\n";
 }
 
+json ModelEntries(const std::vector<std::string>& names, const v1::ModelInfo& info) {
+  const std::string& id = names.front();
+  json entries = json::array();
+  const auto entry = [&](const std::string& name, const json& parent) {
+    entries.push_back({{"id", name},
+                       {"object", "model"},
+                       {"created", info.created()},
+                       {"owned_by", "tokenmill"},
+                       {"root", id},
+                       {"parent", parent},
+                       {"max_model_len", info.max_model_len()},
+                       {"capabilities", {{"tool_call_format", info.tool_call_format()}}}});
+  };
+  for (const std::string& name : names) entry(name, nullptr);
+  for (const std::string& adapter : info.lora_adapters()) entry(adapter, id);
+  return entries;
+}
+
 }  // namespace tokenmill::gateway

@@ -79,6 +79,11 @@ std::string SseDone();
 // "event: <data.type>\ndata: <json>\n\n": the Anthropic and Responses streams name each event.
 std::string SseNamedEvent(const nlohmann::json& data);
 
+// A backend's model's /v1/models entries, as vLLM lists them: one per name it is called by
+// (`names`, BackendPool::ModelNamesOf: the first is its id, their "root"; "parent" null), then
+// one per LoRA adapter ("root" and "parent" the base model's id).
+nlohmann::json ModelEntries(const std::vector<std::string>& names, const v1::ModelInfo& info);
+
 // Bytes of a UTF-8 string as OpenAI's chat logprobs "bytes" lists them.
 nlohmann::json Utf8Bytes(const std::string& text);
 

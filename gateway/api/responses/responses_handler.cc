@@ -48,7 +48,7 @@ std::optional<HttpError> MapResponsesBody(const HttpRequest& request, GatewayCon
   KeepResponsesToolsOrder(request.body(), parsed.tools);
   BuildResponsesChat(parsed, previous, *parsed.generate.mutable_chat());
   if (parsed.affinity_key.empty()) parsed.affinity_key = ChatAffinityKey(parsed.generate.chat());
-  return TooLargeForBackend(parsed.generate, kRequestIdBytes);
+  return TooLargeForBackend(parsed.generate, BytesAddedOnRouting(parsed.model));
 }
 
 // The events of one streamed response, numbered by sequence_number: response.created and

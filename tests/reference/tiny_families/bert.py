@@ -10,10 +10,11 @@ ARCH = "bert"
 N_EMBD, N_HEAD, N_FF, N_LAYER = 64, 4, 128, 2
 
 
-def write(path, vocabulary_from=None, pooling_type=None, classifier=False):
+def write(path, vocabulary_from=None, pooling_type=None, classifier=False, rerank_template=None):
     """vocabulary_from: a WordPiece vocabulary (models/ggml-vocab-bert-bge.gguf) for a server
     that tokenizes; pooling_type as TinyWriter.pooling (BGE's files say 2, cls; a reranker's 4,
-    rank); classifier: a reranker's head (cls: dense + tanh, cls.output: one label)."""
+    rank); classifier: a reranker's head (cls: dense + tanh, cls.output: one label);
+    rerank_template: tokenizer.chat_template.rerank, as llama.cpp's server reads it."""
     w = TinyWriter(path, ARCH, seed=31, vocabulary_from=vocabulary_from)
     w.w.add_block_count(N_LAYER)
     w.w.add_embedding_length(N_EMBD)
@@ -26,6 +27,8 @@ def write(path, vocabulary_from=None, pooling_type=None, classifier=False):
         w.w.add_token_type_count(2)
     if pooling_type is not None:
         w.pooling(pooling_type)
+    if rerank_template is not None:
+        w.w.add_string("tokenizer.chat_template.rerank", rerank_template)
     w.embedding(N_EMBD, gain=8.0)
     w.matrix("token_types.weight", 2, N_EMBD, gain=4.0)
     w.matrix("position_embd.weight", CONTEXT, N_EMBD, gain=4.0)
