@@ -353,8 +353,9 @@ EngineStats EngineCore::Stats() const {
   EngineStats stats;
   stats.num_running = s.num_running;
   stats.num_waiting = s.num_waiting;
-  stats.running_loras = s.running_loras;
-  stats.waiting_loras = s.waiting_loras;
+  if (runner_->num_lora_adapters() > 0) {
+    scheduler_->ActiveLoras(stats.running_loras, stats.waiting_loras);
+  }
   stats.kv_usage = k.usage;
   stats.num_kv_blocks = k.num_blocks;
   stats.num_kv_blocks_in_use = k.num_in_use_blocks;

@@ -584,17 +584,21 @@ SchedulerStats Scheduler::Stats() const {
   stats.num_running = static_cast<int>(running_.size());
   stats.num_waiting = static_cast<int>(waiting_.size());
   stats.kv_usage = kv_.pool().Usage();
+  return stats;
+}
+
+void Scheduler::ActiveLoras(std::vector<int>& running, std::vector<int>& waiting) const {
+  running.clear();
+  waiting.clear();
   for (const auto& [id, request] : requests_) {
     if (request->lora == 0) continue;
-    std::vector<int>& loras =
-        request->state == RequestState::kRunning ? stats.running_loras : stats.waiting_loras;
+    std::vector<int>& loras = request->state == RequestState::kRunning ? running : waiting;
     if (std::find(loras.begin(), loras.end(), request->lora) == loras.end()) {
       loras.push_back(request->lora);
     }
   }
-  std::sort(stats.running_loras.begin(), stats.running_loras.end());
-  std::sort(stats.waiting_loras.begin(), stats.waiting_loras.end());
-  return stats;
+  std::sort(running.begin(), running.end());
+  std::sort(waiting.begin(), waiting.end());
 }
 
 Status Scheduler::CheckInvariants() const {

@@ -50,9 +50,6 @@ struct SchedulerStats {
   int64_t num_finished = 0;
   int64_t num_evicted_tokens = 0;  // dropped from kv_window requests' K/V
   double kv_usage = 0.0;  // fraction of KV blocks in use
-  // The LoRA adapters (Request::lora, each once, ascending) of the running requests and of the
-  // waiting ones.
-  std::vector<int> running_loras, waiting_loras;
 };
 
 class Scheduler {
@@ -87,6 +84,10 @@ class Scheduler {
   // blocks. Ends the embeddings whose prompt the step completed (kStop, no token). Returns
   // one event per request that got tokens or ended so.
   std::vector<RequestEvent> Update(const ModelOutput& output);
+
+  // The LoRA adapters (Request::lora, each once, ascending) of the running requests and of the
+  // waiting ones: a walk over every live request, kept out of Stats, which each step reads.
+  void ActiveLoras(std::vector<int>& running, std::vector<int>& waiting) const;
 
   // Beam search: Update parks a request it gets no token for (Request::parked). Fork adds
   // `child_id` as a copy of the live parked request `parent_id`, parked too: when the parent
