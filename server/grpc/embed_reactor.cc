@@ -8,20 +8,35 @@
 
 namespace tokenmill::server {
 
-EmbedReactor::EmbedReactor(Engine& engine, RequestMetrics& metrics, StreamCounter& streams,
+EmbedReactor::EmbedReactor(RequestMetrics& metrics, StreamCounter& streams,
                            WriteResponse write_response, std::string request_id)
-    : engine_(engine),
-      metrics_(metrics),
+    : metrics_(metrics),
       streams_(streams),
       write_response_(std::move(write_response)),
       request_id_(std::move(request_id)) {
   streams_.Opened();
 }
 
-void EmbedReactor::Start(std::vector<ValidatedRequest> inputs) {
+void EmbedReactor::Hold() {
+  std::lock_guard lock(mutex_);
+  ++holders_;  // StartBuilt's, so that the last input's end cannot delete us meanwhile
+}
+
+void EmbedReactor::StartBuilt(ModelLease model,
+                              StatusOr<std::vector<ValidatedRequest>> built) {
+  if (!built.ok()) {
+    std::unique_lock lock(mutex_);
+    status_ = ToGrpcStatus(built.status());
+    submitting_done_ = true;
+    FinishIfDone(lock);
+    Release();
+    return;
+  }
+  std::vector<ValidatedRequest>& inputs = *built;
   {
     std::lock_guard lock(mutex_);
-    ++holders_;  // this call's, so that the last input's end cannot delete us meanwhile
+    model_ = std::move(model);
+    engine_ = model_->engine.get();
     ids_.resize(inputs.size());
     ended_.resize(inputs.size(), false);
     results_.resize(inputs.size());
@@ -34,7 +49,7 @@ void EmbedReactor::Start(std::vector<ValidatedRequest> inputs) {
       ++num_live_;
     }
     inputs[i].set_sink([this, i](GenerateOutput&& output) { OnOutput(i, std::move(output)); });
-    const StatusOr<RequestId> id = engine_.Submit(std::move(inputs[i]));
+    const StatusOr<RequestId> id = engine_->Submit(std::move(inputs[i]));
     bool abort_now = false;
     {
       std::lock_guard lock(mutex_);
@@ -47,7 +62,7 @@ void EmbedReactor::Start(std::vector<ValidatedRequest> inputs) {
         abort_now = cancelled_ && !ended_[i];
       }
     }
-    if (abort_now) engine_.Abort(*id);
+    if (abort_now) engine_->Abort(*id);
   }
   std::unique_lock lock(mutex_);
   submitting_done_ = true;
@@ -99,7 +114,7 @@ void EmbedReactor::OnCancel() {
       if (ids_[i] && !ended_[i]) running.push_back(*ids_[i]);
     }
   }
-  for (const RequestId id : running) engine_.Abort(id);
+  for (const RequestId id : running) engine_->Abort(id);
 }
 
 void EmbedReactor::Release() {

@@ -2,7 +2,8 @@
 // batches with everything else it runs. The sinks (engine thread) keep each input's vector; the
 // call finishes once every submitted input has its final event, with the vectors in order
 // written into the call's response, or the first error. A client cancel aborts the inputs still running. The reactor deletes itself
-// once gRPC is done with it (OnDone) AND every submitted input has ended.
+// once gRPC is done with it (OnDone) AND every submitted input has ended; it holds its model (a
+// ModelLease) until then.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/grpc/model_registry.h"
 #include "server/grpc/stream_counter.h"
 #include "server/metrics/request_metrics.h"
 
@@ -31,12 +33,15 @@ class EmbedReactor final : public grpc::ServerUnaryReactor {
 
   // Each input counts in `metrics` as a finished request (prompt tokens, latency; no
   // generated token).
-  EmbedReactor(Engine& engine, RequestMetrics& metrics, StreamCounter& streams,
-               WriteResponse write_response, std::string request_id);
+  EmbedReactor(RequestMetrics& metrics, StreamCounter& streams, WriteResponse write_response,
+               std::string request_id);
 
-  // Submits the inputs in order (their sinks are set here); one the engine refuses stops the
-  // rest, and the call ends with its status once those submitted have ended.
-  void Start(std::vector<ValidatedRequest> inputs);
+  // Hold keeps the reactor alive until StartBuilt, even if gRPC ends the call meanwhile (its
+  // model may still be loading). StartBuilt submits the inputs in order to `model`'s engine
+  // (their sinks are set here); one the engine refuses stops the rest, and the call ends with
+  // its status once those submitted have ended. With an error instead, the call ends with it.
+  void Hold();
+  void StartBuilt(ModelLease model, StatusOr<std::vector<ValidatedRequest>> inputs);
 
   void OnCancel() override;
   void OnDone() override { Release(); }
@@ -52,7 +57,8 @@ class EmbedReactor final : public grpc::ServerUnaryReactor {
   // Drops one holder (gRPC, Start, or a submitted input); the last deletes the reactor.
   void Release();
 
-  Engine& engine_;
+  ModelLease model_;
+  Engine* engine_ = nullptr;  // model_'s, set (under mutex_) before the first Submit
   RequestMetrics& metrics_;
   StreamCounter& streams_;
   WriteResponse write_response_;

@@ -24,12 +24,9 @@ v1::FinishReason ToProto(CompletionReason reason) {
 
 }  // namespace
 
-GenerateReactor::GenerateReactor(Engine& engine, const Tokenizer& tokenizer,
-                                 RequestMetrics& metrics, StreamCounter& streams,
+GenerateReactor::GenerateReactor(RequestMetrics& metrics, StreamCounter& streams,
                                  std::string request_id)
-    : engine_(engine),
-      tokenizer_(tokenizer),
-      metrics_(metrics),
+    : metrics_(metrics),
       streams_(streams),
       request_id_(std::move(request_id)) {
   streams_.Opened();
@@ -45,7 +42,7 @@ void GenerateReactor::Start(ValidatedRequest request) {
     num_sequences_ = request.get().n;
     max_tokens_ = request.get().sampling.max_tokens;
   }
-  StatusOr<RequestId> id = engine_.Submit(std::move(request));
+  StatusOr<RequestId> id = engine_->Submit(std::move(request));
   if (!id.ok()) {
     // The sink will never be called: the engine's hold ends here.
     spdlog::debug("request {} refused: {}", request_id_, id.status().ToString());
@@ -65,7 +62,7 @@ void GenerateReactor::Start(ValidatedRequest request) {
     abort_now = cancelled_ && !engine_finished_;
   }
   spdlog::debug("request {} submitted as engine request {}", request_id_, *id);
-  if (abort_now) engine_.Abort(*id);
+  if (abort_now) engine_->Abort(*id);
   Release();
 }
 
@@ -74,8 +71,13 @@ void GenerateReactor::Hold() {
   ++holders_;
 }
 
-void GenerateReactor::StartBuilt(StatusOr<ValidatedRequest> built) {
+void GenerateReactor::StartBuilt(ModelLease model, StatusOr<ValidatedRequest> built) {
   if (built.ok()) {
+    {
+      std::lock_guard lock(mutex_);  // OnCancel reads engine_ once engine_id_ is set
+      model_ = std::move(model);
+      engine_ = model_->engine.get();
+    }
     Start(std::move(built).value());
   } else {
     spdlog::debug("request {} refused: {}", request_id_, built.status().ToString());
@@ -136,7 +138,7 @@ void GenerateReactor::ToWire(const TokenLogprobs& logprobs, v1::TokenLogprobs& w
     out.set_logprob(logprob.logprob);
     out.set_rank(static_cast<uint32_t>(logprob.rank));
     const TokenId id = logprob.token_id;
-    out.set_text(WireText(tokenizer_, std::span<const TokenId>(&id, 1),
+    out.set_text(WireText(model_->tokenizer, std::span<const TokenId>(&id, 1),
                           /*render_special=*/true));
   };
   set(*wire.mutable_chosen(), logprobs.chosen);
@@ -259,7 +261,7 @@ void GenerateReactor::OnCancel() {
   }
   if (abort_id) {
     spdlog::debug("request {} cancelled by the client: aborting", request_id_);
-    engine_.Abort(*abort_id);
+    engine_->Abort(*abort_id);
   }
   Pump();
 }

@@ -9,7 +9,8 @@
 // pending response and starts a write when none is in flight (one write in flight, no
 // thread per stream). A client cancel or an expired deadline aborts the engine request,
 // which frees its KV blocks within one step. The reactor deletes itself once gRPC is done
-// with it (OnDone) AND the engine has sent the request's final event.
+// with it (OnDone) AND the engine has sent the request's final event; it holds its model (a
+// ModelLease) until then.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/grpc/model_registry.h"
 #include "server/grpc/stream_counter.h"
 #include "server/metrics/request_metrics.h"
 #include "tokenmill/v1/inference.pb.h"
@@ -29,17 +31,14 @@ namespace tokenmill::server {
 
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  // `tokenizer` (the engine's, outliving the reactor) gives the logprobs' token texts.
-  GenerateReactor(Engine& engine, const Tokenizer& tokenizer, RequestMetrics& metrics,
-                  StreamCounter& streams, std::string request_id);
+  GenerateReactor(RequestMetrics& metrics, StreamCounter& streams, std::string request_id);
 
-  // Submits `request` (its sink is set here); a refusal finishes the call with its status.
-  void Start(ValidatedRequest request);
-  // For a request built on another thread (BuildQueue): Hold keeps the reactor alive while it
-  // is built, even if gRPC ends the call meanwhile; StartBuilt starts it, or finishes the call
-  // with the build's error, and drops that hold.
+  // For a request built on another thread, or once its model is loaded: Hold keeps the reactor
+  // alive meanwhile, even if gRPC ends the call; StartBuilt submits the request to `model`'s
+  // engine (its sink is set here), or finishes the call with the error (the build's, the
+  // model's load, or the engine's refusal), and drops that hold.
   void Hold();
-  void StartBuilt(StatusOr<ValidatedRequest> built);
+  void StartBuilt(ModelLease model, StatusOr<ValidatedRequest> built);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -65,9 +64,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   void Pump();
   // Drops one of the two holders (gRPC, engine); the last deletes the reactor.
   void Release();
+  void Start(ValidatedRequest request);
 
-  Engine& engine_;
-  const Tokenizer& tokenizer_;
+  // Set by StartBuilt, before the request reaches the engine; the tokenizer gives the
+  // logprobs' token texts.
+  ModelLease model_;
+  Engine* engine_ = nullptr;
   RequestMetrics& metrics_;
   StreamCounter& streams_;
   const std::string request_id_;

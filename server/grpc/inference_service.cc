@@ -5,7 +5,6 @@
 
 #include "server/grpc/embed_reactor.h"
 #include "server/grpc/embed_request.h"
-#include "server/grpc/generate_reactor.h"
 #include "server/grpc/request_builder.h"
 #include "server/grpc/status_conversion.h"
 #include "server/grpc/wire_text.h"
@@ -59,97 +58,143 @@ v1::SpecialToken SpecialTokenOf(const Tokenizer& tokenizer, TokenId id) {
 
 }  // namespace
 
-const ServingModel* InferenceService::ModelOrStatus(const grpc::CallbackServerContext* context,
-                                                    grpc::Status& status,
-                                                    CallerIdentity& caller) const {
-  status = IdentifyCaller(context->client_metadata(), api_key_, caller);
-  if (!status.ok()) return nullptr;
-  const ServingModel* model = model_.load(std::memory_order_acquire);
-  if (model == nullptr) {
-    status = grpc::Status(grpc::UNAVAILABLE, "the model is still loading: retry shortly");
+grpc::Status InferenceService::CheckCaller(const grpc::CallbackServerContext* context,
+                                           CallerIdentity& caller) const {
+  const grpc::Status status = IdentifyCaller(context->client_metadata(), api_key_, caller);
+  if (!status.ok()) return status;
+  if (!open_.load(std::memory_order_acquire)) {
+    return grpc::Status(grpc::UNAVAILABLE, "the model is still loading: retry shortly");
   }
-  return model;
+  return grpc::Status::OK;
 }
+
+StatusOr<int> InferenceService::ModelIndexOf(std::string_view name, bool adapters) const {
+  TM_ASSIGN_OR_RETURN(const ModelRegistry::Resolved resolved, models_.Resolve(name));
+  if (resolved.adapter && !adapters) {
+    return InvalidArgumentError("model " + std::string(name) +
+                                " is a LoRA adapter: embeddings and reranking run base models; "
+                                "name its base model");
+  }
+  return resolved.index;
+}
+
+namespace {
+
+grpc::Status DrainingStatus() {
+  return grpc::Status(grpc::UNAVAILABLE,
+                      "the server is shutting down: send the request to another server");
+}
+
+}  // namespace
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  grpc::Status status;
   CallerIdentity caller;
-  const ServingModel* model = ModelOrStatus(context, status, caller);
-  if (model == nullptr) return new RefusedStream(status);
+  grpc::Status status = CheckCaller(context, caller);
+  if (!status.ok()) return new RefusedStream(status);
   status = CheckPriorityAllowed(request->priority(), caller);
   if (!status.ok()) return new RefusedStream(status);
-  if (draining_.load(std::memory_order_acquire)) {
-    return new RefusedStream(grpc::Status(
-        grpc::UNAVAILABLE, "the server is shutting down: send the request to another server"));
-  }
+  if (draining_.load(std::memory_order_acquire)) return new RefusedStream(DrainingStatus());
+  // Adapters' names too: the request builder picks the adapter.
+  const StatusOr<int> index = ModelIndexOf(request->model(), /*adapters=*/true);
+  if (!index.ok()) return new RefusedStream(ToGrpcStatus(index.status()));
   std::string request_id = request->request_id();
   if (request_id.empty()) {
     request_id = "gen-" + std::to_string(next_request_number_.fetch_add(1));
   }
-  if (CompilesGrammar(*request)) {
-    // Its grammar may take long to compile: on the build queue, with a copy of the request
-    // (gRPC frees its own when the call ends, which a cancel may do first).
-    auto* reactor = new GenerateReactor(*model->engine, model->tokenizer, metrics_, streams_,
-                                        std::move(request_id));
-    reactor->Hold();
-    model->build_queue->Post([reactor, model, tenant = std::move(caller.tenant),
-                              shared = shared_prefix_cache_,
-                              copy = std::make_shared<const v1::GenerateRequest>(*request)] {
-      reactor->StartBuilt(BuildGenerateRequest(*copy, ContextOf(*model, tenant, shared)));
-    });
+  auto* reactor = new GenerateReactor(metrics_, streams_, std::move(request_id));
+  reactor->Hold();
+  if (ModelLease model = models_.TryAcquire(*index)) {
+    BuildAndStart(reactor, std::move(model), *request, nullptr, std::move(caller.tenant));
     return reactor;
   }
-  StatusOr<ValidatedRequest> built = BuildGenerateRequest(
-      *request, ContextOf(*model, std::move(caller.tenant), shared_prefix_cache_));
-  if (!built.ok()) return new RefusedStream(ToGrpcStatus(built.status()));
-  auto* reactor = new GenerateReactor(*model->engine, model->tokenizer, metrics_, streams_,
-                                      std::move(request_id));
-  reactor->Start(std::move(built).value());
+  // The model loads first: with a copy of the request (gRPC frees its own when the call
+  // ends, which a cancel may do first).
+  auto copy = std::make_shared<const v1::GenerateRequest>(*request);
+  models_.Acquire(*index, [this, reactor, copy, tenant = std::move(caller.tenant)](
+                              StatusOr<ModelLease> model) mutable {
+    if (!model.ok()) {
+      reactor->StartBuilt(nullptr, model.status());
+      return;
+    }
+    BuildAndStart(reactor, std::move(*model), *copy, copy, std::move(tenant));
+  });
   return reactor;
+}
+
+void InferenceService::BuildAndStart(GenerateReactor* reactor, ModelLease model,
+                                     const v1::GenerateRequest& request,
+                                     std::shared_ptr<const v1::GenerateRequest> copy,
+                                     std::string tenant) {
+  if (CompilesGrammar(request)) {
+    // Its grammar may take long to compile: on the model's build queue.
+    if (copy == nullptr) copy = std::make_shared<const v1::GenerateRequest>(request);
+    BuildQueue& queue = *model->build_queue;
+    queue.Post([this, reactor, model = std::move(model), copy, tenant = std::move(tenant)] {
+      StatusOr<ValidatedRequest> built =
+          BuildGenerateRequest(*copy, ContextOf(*model, tenant, shared_prefix_cache_));
+      reactor->StartBuilt(model, std::move(built));
+    });
+    return;
+  }
+  StatusOr<ValidatedRequest> built =
+      BuildGenerateRequest(request, ContextOf(*model, std::move(tenant), shared_prefix_cache_));
+  reactor->StartBuilt(std::move(model), std::move(built));
 }
 
 template <typename Request>
 grpc::ServerUnaryReactor* InferenceService::StartPooling(
     grpc::CallbackServerContext* context, const Request& request, const char* id_prefix,
-    const std::function<StatusOr<std::vector<ValidatedRequest>>(const ServingModel&,
-                                                                const RequestContext&)>& build,
-    const std::function<void(const std::string&, std::vector<EmbedReactor::Result>&)>& write) {
-  grpc::Status status;
+    StatusOr<std::vector<ValidatedRequest>> (*build)(const Request&, const ServingModel&,
+                                                     const RequestContext&),
+    std::function<void(const std::string&, std::vector<EmbedReactor::Result>&)> write) {
   CallerIdentity caller;
-  const ServingModel* model = ModelOrStatus(context, status, caller);
-  if (model == nullptr) return FinishUnary(context, status);
+  grpc::Status status = CheckCaller(context, caller);
+  if (!status.ok()) return FinishUnary(context, status);
   status = CheckPriorityAllowed(request.priority(), caller);
   if (!status.ok()) return FinishUnary(context, status);
-  if (draining_.load(std::memory_order_acquire)) {
-    return FinishUnary(context, grpc::Status(grpc::UNAVAILABLE,
-                                             "the server is shutting down: send the request "
-                                             "to another server"));
-  }
-  StatusOr<std::vector<ValidatedRequest>> built =
-      build(*model, ContextOf(*model, std::move(caller.tenant), shared_prefix_cache_));
-  if (!built.ok()) return FinishUnary(context, ToGrpcStatus(built.status()));
+  if (draining_.load(std::memory_order_acquire)) return FinishUnary(context, DrainingStatus());
+  const StatusOr<int> index = ModelIndexOf(request.model(), /*adapters=*/false);
+  if (!index.ok()) return FinishUnary(context, ToGrpcStatus(index.status()));
   std::string request_id = request.request_id();
   if (request_id.empty()) {
     request_id = id_prefix + std::to_string(next_request_number_.fetch_add(1));
   }
   auto* reactor = new EmbedReactor(
-      *model->engine, metrics_, streams_,
-      [write, request_id](std::vector<EmbedReactor::Result>& results) {
+      metrics_, streams_,
+      [write = std::move(write), request_id](std::vector<EmbedReactor::Result>& results) {
         write(request_id, results);
       },
       request_id);
-  reactor->Start(std::move(built).value());
+  reactor->Hold();
+  const auto start = [this, reactor, build, tenant = std::move(caller.tenant)](
+                         const Request& input, StatusOr<ModelLease> model) {
+    if (!model.ok()) {
+      reactor->StartBuilt(nullptr, model.status());
+      return;
+    }
+    StatusOr<std::vector<ValidatedRequest>> built =
+        build(input, **model, ContextOf(**model, tenant, shared_prefix_cache_));
+    reactor->StartBuilt(std::move(*model), std::move(built));
+  };
+  if (ModelLease loaded = models_.TryAcquire(*index)) {
+    start(request, std::move(loaded));
+  } else {
+    // The model loads first: with a copy of the request, as Generate's.
+    models_.Acquire(*index, [start, copy = std::make_shared<const Request>(request)](
+                                StatusOr<ModelLease> model) { start(*copy, std::move(model)); });
+  }
   return reactor;
 }
 
 grpc::ServerUnaryReactor* InferenceService::Embed(grpc::CallbackServerContext* context,
                                                   const v1::EmbedRequest* request,
                                                   v1::EmbedResponse* response) {
-  return StartPooling(
+  return StartPooling<v1::EmbedRequest>(
       context, *request, "emb-",
-      [request](const ServingModel& model, const RequestContext& request_context) {
-        return BuildEmbedRequests(*request, request_context, model.pooling);
+      [](const v1::EmbedRequest& input, const ServingModel& model,
+         const RequestContext& request_context) {
+        return BuildEmbedRequests(input, request_context, model.pooling);
       },
       [response](const std::string& id, std::vector<EmbedReactor::Result>& results) {
         response->set_request_id(id);
@@ -164,10 +209,11 @@ grpc::ServerUnaryReactor* InferenceService::Embed(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* InferenceService::Rerank(grpc::CallbackServerContext* context,
                                                    const v1::RerankRequest* request,
                                                    v1::RerankResponse* response) {
-  return StartPooling(
+  return StartPooling<v1::RerankRequest>(
       context, *request, "rerank-",
-      [request](const ServingModel& model, const RequestContext& request_context) {
-        return BuildRerankRequests(*request, request_context, model.pooling, model.rerank_format);
+      [](const v1::RerankRequest& input, const ServingModel& model,
+         const RequestContext& request_context) {
+        return BuildRerankRequests(input, request_context, model.pooling, model.rerank_format);
       },
       [response](const std::string& id, std::vector<EmbedReactor::Result>& results) {
         response->set_request_id(id);
@@ -179,73 +225,90 @@ grpc::ServerUnaryReactor* InferenceService::Rerank(grpc::CallbackServerContext* 
       });
 }
 
+grpc::ServerUnaryReactor* InferenceService::AnswerWithModel(
+    grpc::CallbackServerContext* context, std::string_view name,
+    std::function<grpc::Status(const ServingModel&)> answer) {
+  CallerIdentity caller;
+  const grpc::Status status = CheckCaller(context, caller);
+  if (!status.ok()) return FinishUnary(context, status);
+  // An adapter's name means its base model here: the same vocabulary and template.
+  const StatusOr<int> index = ModelIndexOf(name, /*adapters=*/true);
+  if (!index.ok()) return FinishUnary(context, ToGrpcStatus(index.status()));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // gRPC keeps a unary call's request and response until it is finished.
+  models_.Acquire(*index, [reactor, answer = std::move(answer)](StatusOr<ModelLease> model) {
+    reactor->Finish(model.ok() ? answer(**model) : ToGrpcStatus(model.status()));
+  });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* InferenceService::Tokenize(grpc::CallbackServerContext* context,
                                                      const v1::TokenizeRequest* request,
                                                      v1::TokenizeResponse* response) {
-  grpc::Status status;
-  const ServingModel* model = ModelOrStatus(context, status);
-  if (model == nullptr) return FinishUnary(context, status);
-  StatusOr<TokenizedPrompt> prompt = TokenizeRequestInput(*request, ContextOf(*model));
-  if (!prompt.ok()) return FinishUnary(context, ToGrpcStatus(prompt.status()));
-  response->mutable_token_ids()->Add(prompt->token_ids.begin(), prompt->token_ids.end());
-  response->set_prompt(std::move(prompt->text));
-  return FinishUnary(context, grpc::Status::OK);
+  return AnswerWithModel(context, request->model(), [request, response](const ServingModel& model) {
+    StatusOr<TokenizedPrompt> prompt = TokenizeRequestInput(*request, ContextOf(model));
+    if (!prompt.ok()) return ToGrpcStatus(prompt.status());
+    response->mutable_token_ids()->Add(prompt->token_ids.begin(), prompt->token_ids.end());
+    response->set_prompt(std::move(prompt->text));
+    response->set_max_model_len(static_cast<uint32_t>(model.engine->max_model_len()));
+    return grpc::Status::OK;
+  });
 }
 
 grpc::ServerUnaryReactor* InferenceService::Detokenize(grpc::CallbackServerContext* context,
                                                        const v1::DetokenizeRequest* request,
                                                        v1::DetokenizeResponse* response) {
-  grpc::Status status;
-  const ServingModel* model = ModelOrStatus(context, status);
-  if (model == nullptr) return FinishUnary(context, status);
-  const int32_t vocab_size = model->tokenizer.vocab_size();
-  for (int i = 0; i < request->token_ids().size(); ++i) {
-    const int32_t id = request->token_ids(i);
-    if (id < 0 || id >= vocab_size) {
-      return FinishUnary(context, grpc::Status(grpc::INVALID_ARGUMENT,
-                                               "token_ids[" + std::to_string(i) + "] = " +
-                                                   std::to_string(id) +
-                                                   " is outside the vocabulary (0.." +
-                                                   std::to_string(vocab_size - 1) + ")"));
+  return AnswerWithModel(context, request->model(), [request, response](const ServingModel& model) {
+    const int32_t vocab_size = model.tokenizer.vocab_size();
+    for (int i = 0; i < request->token_ids().size(); ++i) {
+      const int32_t id = request->token_ids(i);
+      if (id < 0 || id >= vocab_size) {
+        return grpc::Status(grpc::INVALID_ARGUMENT,
+                            "token_ids[" + std::to_string(i) + "] = " + std::to_string(id) +
+                                " is outside the vocabulary (0.." +
+                                std::to_string(vocab_size - 1) + ")");
+      }
     }
-  }
-  const std::vector<TokenId> ids(request->token_ids().begin(), request->token_ids().end());
-  response->set_text(WireText(model->tokenizer, ids, request->render_special()));
-  return FinishUnary(context, grpc::Status::OK);
+    const std::vector<TokenId> ids(request->token_ids().begin(), request->token_ids().end());
+    response->set_text(WireText(model.tokenizer, ids, request->render_special()));
+    return grpc::Status::OK;
+  });
 }
 
 grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerContext* context,
-                                                         const v1::GetModelInfoRequest*,
+                                                         const v1::GetModelInfoRequest* request,
                                                          v1::ModelInfo* response) {
-  grpc::Status status;
-  const ServingModel* model = ModelOrStatus(context, status);
-  if (model == nullptr) return FinishUnary(context, status);
-  const ModelConfig& config = model->model->config();
-  const Tokenizer& tokenizer = model->tokenizer;
-  response->set_name(tokenizer::SanitizeUtf8(model->name));
-  response->set_architecture(config.arch_name);
-  response->set_context_length(static_cast<uint32_t>(config.context_length));
-  response->set_vocab_size(static_cast<uint32_t>(tokenizer.vocab_size()));
-  *response->mutable_bos_token() = SpecialTokenOf(tokenizer, tokenizer.bos());
-  *response->mutable_eos_token() = SpecialTokenOf(tokenizer, tokenizer.eos());
-  for (const TokenId id : tokenizer.end_of_generation_ids()) {
-    *response->add_end_of_generation_tokens() = SpecialTokenOf(tokenizer, id);
-  }
-  response->set_tokenizer_model(std::string(tokenizer.model_name()));
-  response->set_kv_block_size(static_cast<uint32_t>(model->block_size));
-  response->set_num_kv_blocks(static_cast<uint32_t>(model->engine->Stats().num_kv_blocks));
-  response->set_max_model_len(static_cast<uint32_t>(model->engine->max_model_len()));
-  response->set_has_chat_template(model->chat_template.has_value());
-  for (const std::string& name : model->served_model_names) response->add_served_model_names(name);
-  response->set_created(model->created_unix_seconds);
-  response->set_pooling(std::string(PoolingName(model->pooling)));
-  for (const ServedLora& lora : model->loras) response->add_lora_adapters(lora.name);
-  response->set_embedding_length(static_cast<uint32_t>(config.n_embd));
-  response->set_tool_call_format(
-      model->generic_tool_preamble ? "generic"
-      : model->tool_call_format    ? std::string(ToolCallFormatName(*model->tool_call_format))
-                                   : "none");
-  return FinishUnary(context, grpc::Status::OK);
+  return AnswerWithModel(context, request->model(), [this, response](const ServingModel& model) {
+    const ModelConfig& config = model.model->config();
+    const Tokenizer& tokenizer = model.tokenizer;
+    response->set_name(tokenizer::SanitizeUtf8(model.name));
+    response->set_architecture(config.arch_name);
+    response->set_context_length(static_cast<uint32_t>(config.context_length));
+    response->set_vocab_size(static_cast<uint32_t>(tokenizer.vocab_size()));
+    *response->mutable_bos_token() = SpecialTokenOf(tokenizer, tokenizer.bos());
+    *response->mutable_eos_token() = SpecialTokenOf(tokenizer, tokenizer.eos());
+    for (const TokenId id : tokenizer.end_of_generation_ids()) {
+      *response->add_end_of_generation_tokens() = SpecialTokenOf(tokenizer, id);
+    }
+    response->set_tokenizer_model(std::string(tokenizer.model_name()));
+    response->set_kv_block_size(static_cast<uint32_t>(model.block_size));
+    response->set_num_kv_blocks(static_cast<uint32_t>(model.engine->Stats().num_kv_blocks));
+    response->set_max_model_len(static_cast<uint32_t>(model.engine->max_model_len()));
+    response->set_has_chat_template(model.chat_template.has_value());
+    for (const std::string& name : model.served_model_names) {
+      response->add_served_model_names(name);
+    }
+    response->set_created(model.created_unix_seconds);
+    response->set_pooling(std::string(PoolingName(model.pooling)));
+    for (const ServedLora& lora : model.loras) response->add_lora_adapters(lora.name);
+    response->set_embedding_length(static_cast<uint32_t>(config.n_embd));
+    response->set_tool_call_format(
+        model.generic_tool_preamble ? "generic"
+        : model.tool_call_format    ? std::string(ToolCallFormatName(*model.tool_call_format))
+                                    : "none");
+    for (const std::string& id : models_.Ids()) response->add_models(id);
+    return grpc::Status::OK;
+  });
 }
 
 }  // namespace tokenmill::server

@@ -1,7 +1,7 @@
 // tokenmill-server: the gRPC API (tokenmill.v1.Inference, health, reflection) over the
 // engine, with Prometheus metrics on --metrics-port.
 //
-// Life: listen (health NOT_SERVING) -> load the model -> SERVING -> SIGTERM/SIGINT ->
+// Life: listen (health NOT_SERVING) -> load the default model -> SERVING -> SIGTERM/SIGINT ->
 // NOT_SERVING, refuse new Generate calls, let in-flight ones finish (up to --drain-timeout,
 // then abort them) -> exit 0.
 #include <fmt/format.h>
@@ -24,12 +24,14 @@
 #include <string>
 #include <vector>
 
+#include "common/byte_size.h"
 #include "common/logging.h"
 #include "common/url_query.h"
 #include "server/grpc/grpc_listener.h"
 #include "server/grpc/inference_service.h"
 #include "server/grpc/json_log_formatter.h"
 #include "server/grpc/kv_event_publisher.h"
+#include "server/grpc/model_registry.h"
 #include "server/grpc/request_builder.h"
 #include "server/grpc/server_credentials.h"
 #include "server/grpc/server_options.h"
@@ -132,6 +134,61 @@ MetricsHttpServer::ActionResult PurgeKvTier(const ServingModel* model, std::stri
   return {200, nlohmann::json{{"purged_blocks", *purged}}.dump()};
 }
 
+// With several models: whether each is loaded, and its loads and unloads.
+std::string RenderModelStates(const std::vector<ModelState>& states) {
+  std::vector<std::pair<std::string, double>> loaded, loads, unloads;
+  for (const ModelState& state : states) {
+    loaded.emplace_back(state.name, state.loaded ? 1 : 0);
+    loads.emplace_back(state.name, static_cast<double>(state.loads));
+    unloads.emplace_back(state.name, static_cast<double>(state.unloads));
+  }
+  PrometheusWriter writer({});
+  writer.GaugeByLabel("tokenmill:model_loaded", "1 while the model is loaded", "model_name",
+                      loaded);
+  writer.CounterByLabel("tokenmill:model_loads_total", "Loads of the model", "model_name", loads);
+  writer.CounterByLabel("tokenmill:model_unloads_total",
+                        "Unloads of the model (for room, or idle)", "model_name", unloads);
+  return writer.text();
+}
+
+// Each model's options, engine settings and what the registry knows of it; the default first.
+struct ModelPlan {
+  std::vector<ServerOptions> options;
+  std::vector<EngineConfig> engine_configs;
+  std::vector<RegisteredModel> registered;
+};
+
+StatusOr<ModelPlan> PlanModels(const ServerOptions& options, int64_t available_memory_bytes) {
+  TM_ASSIGN_OR_RETURN(const std::vector<ModelSource> sources, ModelSourcesOf(options));
+  TM_ASSIGN_OR_RETURN(const int64_t memory, ModelMemoryOf(options));
+  if (sources.size() > 1 && !options.kv_cache_dir.empty()) {
+    // A tenant's purge must reach every model's blocks, and an unloaded model's are nobody's.
+    return InvalidArgumentError("--kv-cache-dir serves one model: drop it, or serve the other "
+                                "models from another server");
+  }
+  ModelPlan plan;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    ServerOptions model_options = OptionsForModel(options, sources[i], i == 0);
+    TM_ASSIGN_OR_RETURN(EngineConfig config,
+                        MakeEngineConfig(model_options, available_memory_bytes));
+    TM_ASSIGN_OR_RETURN(const int64_t footprint, ModelFootprintBytes(model_options, config));
+    const std::string& id = sources[i].names.front();
+    if (memory > 0 && footprint > memory) {
+      return InvalidArgumentError(
+          "model " + id + " needs " + FormatBytes(footprint) + " (its files and KV memory) but "
+          "--model-memory is " + FormatBytes(memory) +
+          ": raise --model-memory or lower --kv-cache-memory");
+    }
+    plan.registered.push_back({.names = sources[i].names,
+                               .adapter_names = i == 0 ? LoraNames(options)
+                                                       : std::vector<std::string>{},
+                               .footprint_bytes = footprint});
+    plan.options.push_back(std::move(model_options));
+    plan.engine_configs.push_back(std::move(config));
+  }
+  return plan;
+}
+
 void SetHealth(grpc::Server& server, bool serving) {
   grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
   health->SetServingStatus(serving);
@@ -139,14 +196,16 @@ void SetHealth(grpc::Server& server, bool serving) {
 }
 
 int Run(const ServerOptions& options) {
-  StatusOr<EngineConfig> engine_config = MakeEngineConfig(options, AvailableMemoryBytes());
-  if (!engine_config.ok()) return Fail(engine_config.status());
-  if (const StatusOr<std::vector<std::string>> names = ServedModelNamesOf(options); !names.ok()) {
-    return Fail(names.status());
-  }
+  StatusOr<ModelPlan> plan = PlanModels(options, AvailableMemoryBytes());
+  if (!plan.ok()) return Fail(plan.status());
+  EngineConfig* engine_config = &plan->engine_configs.front();  // the default model's
   const StatusOr<int64_t> grammar_cache_bytes =
       GrammarCacheBudgetOf(options, PhysicalMemoryBytes());
   if (!grammar_cache_bytes.ok()) return Fail(grammar_cache_bytes.status());
+  // Each model its share of the budget, and room for one grammar at least.
+  const int64_t grammar_bytes_per_model =
+      std::max(*grammar_cache_bytes / static_cast<int64_t>(plan->registered.size()),
+               GrammarLimitsOf(options).max_table_bytes);
 
   ShutdownSignals signals;  // before any other thread starts (gRPC's credentials start some)
   // A disk tier write past RLIMIT_FSIZE fails with EFBIG (the tier pauses) instead of ending
@@ -174,8 +233,22 @@ int Run(const ServerOptions& options) {
   if (!credentials.ok()) return Fail(credentials.status());
   const bool tls = !options.tls_cert_path.empty();
   RequestMetrics request_metrics;
-  InferenceService service(request_metrics, options.api_key, options.shared_prefix_cache);
-  std::atomic<const ServingModel*> serving_model{nullptr};
+  const bool several_models = plan->registered.size() > 1;
+  ModelRegistry models(
+      plan->registered,
+      {.memory_bytes = *ModelMemoryOf(options),
+       .idle_timeout = std::chrono::milliseconds(
+           static_cast<int64_t>(options.model_idle_timeout_seconds * 1000.0)),
+       .load_timeout = std::chrono::milliseconds(
+           static_cast<int64_t>(options.model_load_timeout_seconds * 1000.0))},
+      [&plan, grammar_bytes_per_model](int index) {
+        return LoadServingModel(plan->options[index], plan->engine_configs[index],
+                                grammar_bytes_per_model);
+      });
+  InferenceService service(request_metrics, models, options.api_key,
+                           options.shared_prefix_cache);
+  // The default model, while loaded, for what the metrics port shows of it.
+  const auto default_model = [&models] { return models.Peek(0); };
   // What the metrics port's /health says: from the model's load to the drain, as gRPC health.
   std::atomic<bool> serving{false};
 
@@ -187,12 +260,16 @@ int Run(const ServerOptions& options) {
   if (options.metrics_port >= 0) {
     std::vector<MetricsHttpServer::Page> pages{
         {"/metrics", "text/plain; version=0.0.4; charset=utf-8",
-         [&serving_model, &request_metrics, compat] {
-           const ServingModel* model = serving_model.load(std::memory_order_acquire);
-           if (model == nullptr) return RenderMetrics({}, std::nullopt, request_metrics, compat);
-           return RenderMetrics({model->name, model->block_size, model->lora_names},
-                                model->engine->Stats(),
-                                request_metrics, compat, model->grammars->stats());
+         [&default_model, &models, &request_metrics, compat, several_models] {
+           const ModelLease model = default_model();
+           std::string text =
+               model == nullptr
+                   ? RenderMetrics({}, std::nullopt, request_metrics, compat)
+                   : RenderMetrics({model->name, model->block_size, model->lora_names},
+                                   model->engine->Stats(), request_metrics, compat,
+                                   model->grammars->stats());
+           if (several_models) text += RenderModelStates(models.States());
+           return text;
          },
          false,
          {},
@@ -208,9 +285,8 @@ int Run(const ServerOptions& options) {
       pages.push_back({.path = "/kv_events/state",
                        .content_type = "application/json",
                        .render =
-                           [&serving_model] {
-                             return RenderCachedPrefixes(
-                                 serving_model.load(std::memory_order_acquire));
+                           [&default_model] {
+                             return RenderCachedPrefixes(default_model().get());
                            },
                        .needs_api_key = true,
                        .available = {},
@@ -222,10 +298,9 @@ int Run(const ServerOptions& options) {
                        .render = {},
                        .needs_api_key = true,
                        .available = {},
-                       .post = [&serving_model, shared = options.shared_prefix_cache](
+                       .post = [&default_model, shared = options.shared_prefix_cache](
                                    std::string_view query) {
-                         return PurgeKvTier(serving_model.load(std::memory_order_acquire), query,
-                                            shared);
+                         return PurgeKvTier(default_model().get(), query, shared);
                        }});
     }
     StatusOr<std::unique_ptr<MetricsHttpServer>> started = MetricsHttpServer::Start(
@@ -269,17 +344,17 @@ int Run(const ServerOptions& options) {
                tls ? (options.tls_client_ca_path.empty() ? " over TLS" : " over mutual TLS") : "",
                options.api_key.empty() ? "" : ", API key required");
 
-  StatusOr<std::unique_ptr<ServingModel>> loaded = LoadServingModel(options, *engine_config, *grammar_cache_bytes);
-  if (!loaded.ok()) {
+  if (const Status loaded = models.Start(); !loaded.ok()) {
     server->Shutdown();
-    return Fail(loaded.status());
+    return Fail(loaded);
   }
-  request_metrics.SetMaxModelLen((*loaded)->engine->max_model_len());
-  service.Attach(loaded->get());
-  serving_model.store(loaded->get(), std::memory_order_release);
+  // Held for the startup's logs only: a held model never unloads.
+  ModelLease first = models.Peek(0);
+  request_metrics.SetMaxModelLen(first->engine->max_model_len());
+  service.Open();
   if (kv_events != nullptr) {
     const std::string topic =
-        options.kv_events_topic.empty() ? KvEventsTopic((*loaded)->name) : options.kv_events_topic;
+        options.kv_events_topic.empty() ? KvEventsTopic(first->name) : options.kv_events_topic;
     kv_events->Start(topic);
     spdlog::info("KV cache events on {} (topic '{}'){}", kv_events->endpoint(), topic,
                  kv_events->replay_endpoint().empty()
@@ -289,9 +364,14 @@ int Run(const ServerOptions& options) {
   if (!signals.received()) {  // a signal during the load: straight to draining
     SetHealth(*server, true);
     serving.store(true, std::memory_order_release);
-    spdlog::info("serving {} on {}", fmt::join((*loaded)->served_model_names, ", "),
+    spdlog::info("serving {} on {}", fmt::join(first->served_model_names, ", "),
                  HostPort(options.host, port));
+    if (several_models) {
+      const std::vector<std::string> ids = models.Ids();
+      spdlog::info("and, loaded on first use: {}", fmt::join(ids.begin() + 1, ids.end(), ", "));
+    }
   }
+  first.reset();
 
   const std::string signal_name = signals.Wait();
   const auto drain_timeout = std::chrono::milliseconds(
@@ -302,8 +382,9 @@ int Run(const ServerOptions& options) {
   spdlog::info("{}: draining {} open streams (up to {} s), health NOT_SERVING", signal_name,
                service.streams().open(), options.drain_timeout_seconds);
   // Lets in-flight requests finish, aborts those left at the deadline (their clients get
-  // FINISH_REASON_ABORT) and stops the engine thread.
-  (*loaded)->engine->Shutdown(drain_timeout);
+  // FINISH_REASON_ABORT) and stops the engine threads; requests waiting for a model's load
+  // get UNAVAILABLE.
+  models.Shutdown(drain_timeout);
   if (!service.streams().WaitUntilNoneOpen(std::chrono::steady_clock::now() +
                                            kFinalWritesTimeout)) {
     spdlog::warn("{} streams still writing; cancelling them", service.streams().open());
@@ -312,7 +393,6 @@ int Run(const ServerOptions& options) {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server->Wait();
   metrics.reset();
-  serving_model.store(nullptr, std::memory_order_release);
   spdlog::info("stopped");
   return 0;
 }
@@ -323,7 +403,7 @@ int Run(const ServerOptions& options) {
 int main(int argc, char** argv) {
   using namespace tokenmill;
   server::ServerOptions options;
-  CLI::App app{"tokenmill-server: the tokenmill.v1.Inference gRPC API over one model"};
+  CLI::App app{"tokenmill-server: the tokenmill.v1.Inference gRPC API over one model or several"};
   server::AddServerOptions(app, options);
   CLI11_PARSE(app, argc, argv);
   if (const Status s = SetupLogging(options.log_level); !s.ok()) {

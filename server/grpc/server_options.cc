@@ -33,11 +33,30 @@ CLI::Option* AddFlag(CLI::App& app, const std::string& flag, bool& value, const 
 }  // namespace
 
 void AddServerOptions(CLI::App& app, ServerOptions& o) {
-  AddOption(app, "--model", o.model_path, "GGUF model file")->required();
+  AddOption(app, "--model", o.models,
+            "GGUF model file, or NAME=PATH, given once per model: a request names one as its "
+            "model (default: the file's name without .gguf). The first is the default model: "
+            "it loads at startup and answers requests that name none; --served-model-name, "
+            "--lora, --spec, --chat-template, the output parsers, --pooling and KV events "
+            "are its alone. The others load on first use");
+  AddOption(app, "--models-dir", o.models_dir,
+            "serve every .gguf file in this directory too, each named by its file name "
+            "without .gguf (loaded on first use)");
+  AddOption(app, "--model-memory", o.model_memory,
+            "what the models resident at once may hold (\"16GiB\": each model's file plus its "
+            "KV pool and host tier; 0: no limit): a request for a model that does not fit "
+            "waits while the least recently used models finish their requests and unload");
+  AddOption(app, "--model-idle-timeout", o.model_idle_timeout_seconds,
+            "seconds without a request after which a model unloads (0: only to make room)")
+      ->check(CLI::NonNegativeNumber);
+  AddOption(app, "--model-load-timeout", o.model_load_timeout_seconds,
+            "seconds a request waits for its model to load before UNAVAILABLE")
+      ->check(CLI::Range(0.001, 86400.0));
   AddOption(app, "--served-model-name", o.served_model_names,
-            "the names clients call the model by, one or more (--served-model-name a b, or a,b "
-            "as in the variable); the first is its id in /v1/models and the metrics' "
-            "model_name (default: the model file's name without .gguf)")
+            "the names clients call the default model by, one or more (--served-model-name a "
+            "b, or a,b as in the variable); the first is its id in /v1/models and the metrics' "
+            "model_name (default: NAME of --model NAME=PATH, else the file's name without "
+            ".gguf)")
       ->delimiter(',');
   AddOption(app, "--chat-template", o.chat_template_path,
             "Jinja chat template file (default: the model's own)")
@@ -248,27 +267,153 @@ std::vector<std::string> LoraNames(const ServerOptions& options) {
   return names;
 }
 
+namespace {
+
+std::string FileStem(const std::string& path) {
+  std::string name = std::filesystem::path(path).filename().string();
+  if (name.ends_with(".gguf")) name.resize(name.size() - 5);
+  return name;
+}
+
+Status CheckModelName(const std::string& name, std::string_view flag) {
+  const bool printable = std::all_of(name.begin(), name.end(), [](char c) {
+    return static_cast<unsigned char>(c) > ' ' && c != 0x7f;
+  });
+  if (name.empty() || !printable) {
+    return InvalidArgumentError(std::string(flag) + " '" + name +
+                                "': a name needs at least one character and no spaces or "
+                                "control characters");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 StatusOr<std::vector<std::string>> ServedModelNamesOf(const ServerOptions& options) {
   if (options.served_model_names.empty()) {
-    std::string name = std::filesystem::path(options.model_path).filename().string();
-    if (name.ends_with(".gguf")) name.resize(name.size() - 5);
-    return std::vector<std::string>{name};
+    return std::vector<std::string>{FileStem(options.model_path)};
   }
   std::set<std::string_view> seen;
   for (const std::string& name : options.served_model_names) {
-    const bool printable = std::all_of(name.begin(), name.end(), [](char c) {
-      return static_cast<unsigned char>(c) > ' ' && c != 0x7f;
-    });
-    if (name.empty() || !printable) {
-      return InvalidArgumentError("--served-model-name '" + name +
-                                  "': a name needs at least one character and no spaces or "
-                                  "control characters (several names: --served-model-name a b)");
+    if (Status valid = CheckModelName(name, "--served-model-name"); !valid.ok()) {
+      return InvalidArgumentError(valid.message() +
+                                  " (several names: --served-model-name a b)");
     }
     if (!seen.insert(name).second) {
       return InvalidArgumentError("--served-model-name '" + name + "' is given twice");
     }
   }
   return options.served_model_names;
+}
+
+StatusOr<std::vector<ModelSource>> ModelSourcesOf(const ServerOptions& options) {
+  std::vector<ModelSource> sources;
+  for (const std::string& flag : options.models) {
+    // NAME=PATH: an '=' before any '/' (a path may hold '=' further on).
+    const size_t equals = flag.find('=');
+    const bool named = equals != std::string::npos && flag.find('/') > equals;
+    ModelSource source{.path = named ? flag.substr(equals + 1) : flag, .names = {}};
+    if (source.path.empty()) return InvalidArgumentError("--model " + flag + ": give NAME=PATH");
+    source.names = {named ? flag.substr(0, equals) : FileStem(source.path)};
+    if (sources.empty() && !options.served_model_names.empty()) {
+      ServerOptions first = options;
+      first.model_path = source.path;
+      TM_ASSIGN_OR_RETURN(source.names, ServedModelNamesOf(first));
+    }
+    sources.push_back(std::move(source));
+  }
+  if (!options.models_dir.empty()) {
+    std::error_code error;
+    std::vector<std::string> files;
+    for (const auto& entry : std::filesystem::directory_iterator(options.models_dir, error)) {
+      std::error_code ignored;
+      if (entry.path().extension() == ".gguf" && entry.is_regular_file(ignored)) {
+        files.push_back(entry.path().string());
+      }
+    }
+    if (error) {
+      return InvalidArgumentError("--models-dir " + options.models_dir + ": " + error.message());
+    }
+    std::ranges::sort(files);
+    for (std::string& file : files) {
+      sources.push_back({.path = file, .names = {FileStem(file)}});
+    }
+  }
+  if (sources.empty()) {
+    return InvalidArgumentError(options.models_dir.empty()
+                                    ? "give a model: --model PATH (or NAME=PATH, once per model) "
+                                      "or --models-dir DIR"
+                                    : "--models-dir " + options.models_dir +
+                                          " holds no .gguf file: add one, or give --model PATH");
+  }
+  std::set<std::string> seen;
+  const std::vector<std::string> adapters = LoraNames(options);
+  for (const ModelSource& source : sources) {
+    for (const std::string& name : source.names) {
+      TM_RETURN_IF_ERROR(CheckModelName(name, "model name"));
+      if (!seen.insert(name).second) {
+        return InvalidArgumentError("two models are called '" + name + "' (--model " +
+                                    source.path + "): name one --model NAME=PATH");
+      }
+    }
+  }
+  for (const std::string& name : adapters) {
+    if (seen.contains(name)) {
+      return InvalidArgumentError("--lora " + name + ": a model is called that too");
+    }
+  }
+  return sources;
+}
+
+ServerOptions OptionsForModel(const ServerOptions& options, const ModelSource& source,
+                              bool is_default) {
+  ServerOptions model = options;
+  model.model_path = source.path;
+  model.served_model_names = source.names;
+  if (!is_default) {
+    const ServerOptions defaults;
+    model.lora_adapters.clear();
+    model.spec = defaults.spec;
+    model.draft_model_path.clear();
+    model.chat_template_path.clear();
+    model.tool_call_parser = defaults.tool_call_parser;
+    model.reasoning_parser = defaults.reasoning_parser;
+    model.pooling = defaults.pooling;
+    model.kv_events_endpoint.clear();
+    model.kv_events_replay_endpoint.clear();
+  }
+  return model;
+}
+
+StatusOr<int64_t> ModelFootprintBytes(const ServerOptions& model_options,
+                                      const EngineConfig& engine_config) {
+  std::vector<std::string> files{model_options.model_path};
+  if (!model_options.draft_model_path.empty()) files.push_back(model_options.draft_model_path);
+  for (const std::string& flag : model_options.lora_adapters) {
+    if (const size_t equals = flag.find('='); equals != std::string::npos) {
+      files.push_back(flag.substr(equals + 1));
+    }
+  }
+  int64_t bytes = engine_config.kv_cache_bytes + engine_config.kv_tiers.host_bytes;
+  for (const std::string& file : files) {
+    std::error_code error;
+    const uintmax_t size = std::filesystem::file_size(file, error);
+    if (error) return InvalidArgumentError("model file " + file + ": " + error.message());
+    bytes += static_cast<int64_t>(size);
+  }
+  return bytes;
+}
+
+StatusOr<int64_t> ModelMemoryOf(const ServerOptions& options) {
+  if (options.model_memory == "0") return 0;
+  const StatusOr<int64_t> bytes = ParseByteSize(options.model_memory);
+  if (!bytes.ok() || *bytes <= 0) {
+    return InvalidArgumentError("--model-memory: " +
+                                (bytes.ok() ? std::string("give a positive size, or 0")
+                                            : std::string(bytes.status().message())) +
+                                " (e.g. \"16GiB\")");
+  }
+  return *bytes;
 }
 
 StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t available_memory_bytes) {

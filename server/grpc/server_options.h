@@ -14,9 +14,17 @@
 namespace tokenmill::server {
 
 struct ServerOptions {
+  // --model [NAME=]PATH, once per model; the first is the default model.
+  std::vector<std::string> models;
+  std::string models_dir;  // every *.gguf file in it is served too, named by its base name
+  // Model files plus KV pools resident at once ("8GiB"); 0: no limit.
+  std::string model_memory = "0";
+  double model_idle_timeout_seconds = 0;  // unload a model idle this long; 0: never
+  double model_load_timeout_seconds = 120;  // a request's wait for its model to load
+  // The model one ServingModel loads (OptionsForModel).
   std::string model_path;
-  // The names clients call the model by (the first is its id in the API and in metrics);
-  // empty: the model file's base name without .gguf (ServedModelNamesOf).
+  // The names clients call the default model by (the first is its id in the API and in
+  // metrics); empty: the model file's base name without .gguf (ServedModelNamesOf).
   std::vector<std::string> served_model_names;
   std::string chat_template_path;  // empty: the model's own template
   // How chat output is parsed: auto (from the chat template), none, or a format / parser.
@@ -111,6 +119,31 @@ std::vector<std::string> LoraNames(const ServerOptions& options);
 // InvalidArgument naming the flag for an empty name, one with spaces or control characters, or
 // a name given twice.
 StatusOr<std::vector<std::string>> ServedModelNamesOf(const ServerOptions& options);
+
+// One model the server serves: a --model flag or a file of --models-dir.
+struct ModelSource {
+  std::string path;
+  std::vector<std::string> names;  // the first is its id
+};
+
+// The models of --model and --models-dir (by file name), the default model (the first --model,
+// else the dir's first file) first. InvalidArgument naming the flag: no model, an invalid
+// name, a name given twice (models' and LoRA adapters' together), a missing directory.
+StatusOr<std::vector<ModelSource>> ModelSourcesOf(const ServerOptions& options);
+
+// The options model `source` loads with: its path and names. Flags about the default model
+// alone (--lora, --spec, --draft-model, --chat-template, the output parsers, --pooling, KV
+// events) are dropped for the others.
+ServerOptions OptionsForModel(const ServerOptions& options, const ModelSource& source,
+                              bool is_default);
+
+// What --model-memory counts for a model: its files (model, draft, adapters) and its KV
+// memory (pool and host tier). InvalidArgument when a file cannot be read.
+StatusOr<int64_t> ModelFootprintBytes(const ServerOptions& model_options,
+                                      const EngineConfig& engine_config);
+
+// --model-memory in bytes (0: no limit).
+StatusOr<int64_t> ModelMemoryOf(const ServerOptions& options);
 
 // The engine settings the flags ask for. `available_memory_bytes` resolves a fractional
 // --kv-cache-memory on the CPU (with --device cuda the engine takes that fraction of the GPU's
