@@ -70,15 +70,16 @@ asio::awaitable<std::unique_ptr<Generation>> Generation::Start(HttpExchange& exc
   std::unique_ptr<Generation> generation(new Generation(
       exchange, backend, route.model, std::move(params.structured_output_param)));
   generation->admission_ = std::move(std::get<TenantLimiter::Admission>(admitted));
+  if (route.named) generation->called_model_ = route.model;
   for (v1::GenerateRequest& generate : params.generates) {
     // A chat without max_tokens may use the rest of its context, as OpenAI's do: the server
     // counts the templated prompt's tokens.
     if (generate.has_chat() && !generate.has_max_tokens()) {
       generate.set_max_tokens_rest_of_context(true);
     }
-    // The server's own name for the base model may not be the gateway's (its
-    // --served-model-name): only an adapter is named.
-    if (route.adapter) generate.set_model(route.model);
+    // The server's own name for its default model may not be the gateway's (its
+    // --served-model-name): only an adapter or another model is named.
+    if (route.named) generate.set_model(route.model);
   }
   const auto executor = co_await asio::this_coro::executor;
   generation->events_ = std::make_shared<EventQueue>(executor, context.metrics);

@@ -59,6 +59,9 @@ class Generation {
   // The model that answers by its API name: the LoRA adapter the request named, else the
   // backend's name for its model.
   const std::string& model() const { return model_; }
+  // What the calls' `model` field says: the adapter or other served model the request named,
+  // empty for the backend's default model. Further calls for the request name it too.
+  const std::string& called_model() const { return called_model_; }
   Backend& backend() const { return backend_; }
 
   // A response and the call (prompt) it belongs to.
@@ -94,6 +97,7 @@ class Generation {
   HttpExchange& exchange_;
   Backend& backend_;
   std::string model_;
+  std::string called_model_;
   std::string structured_output_param_;
   std::shared_ptr<EventQueue> events_;
   std::vector<std::shared_ptr<GenerateCall>> calls_;

@@ -123,6 +123,8 @@ ModelMatch BackendPool::Match(const v1::ModelInfo& info, const std::string& mode
   if (std::find(adapters.begin(), adapters.end(), model) != adapters.end()) {
     return ModelMatch::kAdapter;
   }
+  const auto& served = info.models();
+  if (std::find(served.begin(), served.end(), model) != served.end()) return ModelMatch::kServed;
   return ModelMatch::kNone;
 }
 
@@ -150,19 +152,23 @@ BackendChoice BackendPool::Choose(const std::string& model, std::string_view aff
       const std::optional<v1::ModelInfo> info = backend->model_info();
       if (info) match = Match(*info, model);
       if (match == ModelMatch::kAdapter) choice.adapter = true;
-      candidate.eligible =
-          match == ModelMatch::kBase || (adapters && match == ModelMatch::kAdapter);
+      candidate.eligible = match == ModelMatch::kBase || match == ModelMatch::kServed ||
+                           (adapters && match == ModelMatch::kAdapter);
       candidate.hashed = candidate.eligible || !info;
     }
     candidates.push_back(candidate);
     matches.push_back(match);
   }
+  // A model the request names (an adapter, another model) caches prefixes of its own.
+  const bool named = choice.adapter || std::ranges::find(matches, ModelMatch::kServed) !=
+                                           matches.end();
   const std::string key =
-      choice.adapter ? AdapterAffinityKey(model, affinity_key) : std::string(affinity_key);
+      named ? AdapterAffinityKey(model, affinity_key) : std::string(affinity_key);
   const int index = ChooseBackend(candidates, key, affinity_max_imbalance_);
   if (index >= 0) {
     choice.backend = backends_[index].get();
     choice.adapter = matches[index] == ModelMatch::kAdapter;
+    choice.served = matches[index] == ModelMatch::kServed;
   }
   return choice;
 }

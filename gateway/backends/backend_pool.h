@@ -71,6 +71,7 @@ enum class ModelMatch {
   kNone,     // another model
   kBase,     // the base model: one of BackendPool::ModelNamesOf (or no name at all)
   kAdapter,  // one of its LoRA adapters (ModelInfo.lora_adapters: the server's --lora)
+  kServed,   // another model the server serves (ModelInfo.models: its --model NAME=PATH)
 };
 
 struct BackendChoice {
@@ -79,6 +80,7 @@ struct BackendChoice {
   // The model is a LoRA adapter: of `backend`, or (with none) of a ready backend whose
   // adapters the request may not name.
   bool adapter = false;
+  bool served = false;  // the model is another of `backend`'s models (ModelMatch::kServed)
 };
 
 class BackendPool {
@@ -102,8 +104,8 @@ class BackendPool {
   std::vector<std::string> ModelNamesOf(const v1::ModelInfo& info) const;
   // Its id in the API (responses' `model`, as vLLM's): the first of ModelNamesOf.
   std::string ModelNameOf(const v1::ModelInfo& info) const;
-  // `model` against ModelNamesOf(info), then the LoRA adapters' names (which the gateway's
-  // --served-model-name leaves as the server calls them).
+  // `model` against ModelNamesOf(info), then the LoRA adapters' and the server's other models'
+  // names (which the gateway's --served-model-name leaves as the server calls them).
   ModelMatch Match(const v1::ModelInfo& info, const std::string& model) const;
   const std::vector<std::unique_ptr<Backend>>& backends() const { return backends_; }
 

@@ -48,8 +48,11 @@ std::variant<Route, HttpError> PickBackend(BackendPool& pool, const std::string&
                       "` is a LoRA adapter: this route runs base models only (GET /v1/models "
                       "names its parent)");
   }
-  Route route{choice.backend, model, choice.adapter};
-  if (!route.adapter) {
+  Route route{.backend = choice.backend,
+              .model = model,
+              .named = choice.adapter || choice.served,
+              .default_model = !choice.served};
+  if (!route.named) {
     const std::optional<v1::ModelInfo> info = choice.backend->model_info();
     if (info) route.model = pool.ModelNameOf(*info);
   }

@@ -29,7 +29,7 @@ std::optional<HttpError> TooLargeForBackend(const google::protobuf::MessageLite&
                                             size_t bytes_added_later = 0);
 
 // What a Generate request gains once routed: its request_id, and the name of the LoRA adapter
-// it names (GenerateRequest.model).
+// or other served model it names (GenerateRequest.model).
 size_t BytesAddedOnRouting(const std::string& model);
 
 HttpError ModelNotFound(const std::string& model);
@@ -37,10 +37,14 @@ HttpError ModelNotFound(const std::string& model);
 // Where a request goes.
 struct Route {
   Backend* backend = nullptr;
-  // The model that answers by its API name: the LoRA adapter's, else the backend's model's id
-  // (BackendPool::ModelNameOf).
+  // The model that answers by its API name: the LoRA adapter's or other served model's, else
+  // the backend's default model's id (BackendPool::ModelNameOf).
   std::string model;
-  bool adapter = false;  // the request names one of the backend's LoRA adapters
+  // The request names one of the backend's LoRA adapters or other models: its call carries
+  // `model` (the server's own name for its default model may not be the gateway's).
+  bool named = false;
+  // The model is the backend's default one (or its adapter): its ModelInfo is the backend's.
+  bool default_model = true;
 };
 
 // The route of a request, or the error to answer (503 none ready, 404 unknown model). Without

@@ -49,8 +49,11 @@ struct UnaryCall {
   // Set: called with the body parsed again keeping key order (nlohmann::json sorts keys), for
   // what the template prints in the client's order (tools).
   void (*keep_order)(const nlohmann::ordered_json& body, Call& call) = nullptr;
-  // Set: a refusal of the call by the model of the backend it was routed to, before sending.
+  // Set: a refusal of the call by the model it was routed to, before sending (where the
+  // backend's ModelInfo is that model's: its default model or an adapter of it).
   std::optional<HttpError> (*check)(const v1::ModelInfo& info, const Call& call) = nullptr;
+  // Set: a refusal by the reply, for what `check` could not see (another served model's).
+  std::optional<HttpError> (*check_reply)(const Call& call, const Response& response) = nullptr;
   // Set: the tokens the call used (by its reply), charged to the tenant's
   // --tenant-tokens-per-minute as a generation's prompt tokens are.
   int64_t (*tokens_used)(const Response& response) = nullptr;
@@ -91,11 +94,13 @@ boost::asio::awaitable<void> HandleUnaryCall(HttpExchange& exchange, const HttpR
     co_await exchange.WriteError(request, *refused);
     co_return;
   }
-  Backend& backend = *std::get<Route>(routed).backend;
-  const std::string& model = std::get<Route>(routed).model;
+  const Route& routed_to = std::get<Route>(routed);
+  Backend& backend = *routed_to.backend;
+  const std::string& model = routed_to.model;
+  if (routed_to.named) call.request.set_model(model);
   GatewayContext& context = exchange.context();
   const std::optional<v1::ModelInfo> info = backend.model_info();
-  if (route.check != nullptr && info) {
+  if (route.check != nullptr && info && routed_to.default_model) {
     if (const std::optional<HttpError> refused = route.check(*info, call)) {
       co_await exchange.WriteError(request, *refused);
       co_return;
@@ -120,6 +125,12 @@ boost::asio::awaitable<void> HandleUnaryCall(HttpExchange& exchange, const HttpR
   }
   if (route.tokens_used != nullptr) {
     std::get<TenantLimiter::Admission>(admitted).Used(route.tokens_used(response));
+  }
+  if (route.check_reply != nullptr) {
+    if (const std::optional<HttpError> refused = route.check_reply(call, response)) {
+      co_await exchange.WriteError(request, *refused);
+      co_return;
+    }
   }
   const nlohmann::json answer =
       route.answer(UnaryReply<Call, Response>{backend, model, call, response});

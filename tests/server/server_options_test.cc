@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "engine/forward_backend.h"
 
@@ -74,7 +76,6 @@ TEST(ServerOptions, EnvironmentSetsAndCommandLineWins) {
 }
 
 TEST(ServerOptions, BadValuesFailAtParseTime) {
-  EXPECT_THAT(Parsed({}).error, HasSubstr("--model is required"));
   EXPECT_THAT(Parsed({"--model", "m", "--port", "70000"}).error, HasSubstr("--port"));
   EXPECT_THAT(Parsed({"--model", "m", "--device", "tpu"}).error, HasSubstr("--device"));
   EXPECT_THAT(Parsed({"--model", "m", "--max-queue", "0"}).error, HasSubstr("--max-queue"));
@@ -91,19 +92,101 @@ TEST(ServerOptions, BadValuesFailAtParseTime) {
   EXPECT_THAT(Parsed({"--model", "m"}).error, HasSubstr("--block-size"));
 }
 
+// The names of the default model, as ModelSourcesOf gives them.
+std::vector<std::string> DefaultModelNames(const ServerOptions& options) {
+  const StatusOr<std::vector<ModelSource>> sources = ModelSourcesOf(options);
+  EXPECT_TRUE(sources.ok()) << sources.status().message();
+  return sources.ok() ? sources->front().names : std::vector<std::string>{};
+}
+
 TEST(ServedModelNames, DefaultIsTheFileNameWithoutGguf) {
   const Parsed parsed({"--model", "models/SmolLM2-135M-Instruct.Q4_1.gguf"});
   ASSERT_EQ(parsed.error, "");
-  EXPECT_THAT(ServedModelNamesOf(parsed.options).value(),
+  EXPECT_THAT(DefaultModelNames(parsed.options),
               ::testing::ElementsAre("SmolLM2-135M-Instruct.Q4_1"));
 }
 
 TEST(ServedModelNames, FlagTakesSeveralNamesAndTheVariableACommaList) {
   const Parsed flag({"--model", "m.gguf", "--served-model-name", "smol", "org/tiny"});
-  EXPECT_THAT(ServedModelNamesOf(flag.options).value(), ::testing::ElementsAre("smol", "org/tiny"));
+  EXPECT_THAT(DefaultModelNames(flag.options), ::testing::ElementsAre("smol", "org/tiny"));
   const ScopedEnv env("TOKENMILL_SERVED_MODEL_NAME", "a,b");
   const Parsed variable({"--model", "m.gguf"});
-  EXPECT_THAT(ServedModelNamesOf(variable.options).value(), ::testing::ElementsAre("a", "b"));
+  EXPECT_THAT(DefaultModelNames(variable.options), ::testing::ElementsAre("a", "b"));
+}
+
+TEST(ModelSources, NamedModelsAndADirectoryInOrderTheFirstTheDefault) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "model-sources-dir";
+  std::filesystem::create_directories(dir / "nested.gguf");  // a directory: not a model
+  for (const char* file : {"b.gguf", "a.gguf", "notes.txt"}) std::ofstream(dir / file) << "x";
+  const Parsed parsed({"--model", "chat=models/x=1/m.gguf", "--model", "dir/plain.gguf",
+                       "--models-dir", dir.string()});
+  ASSERT_EQ(parsed.error, "");
+  const StatusOr<std::vector<ModelSource>> sources = ModelSourcesOf(parsed.options);
+  ASSERT_TRUE(sources.ok()) << sources.status().message();
+  ASSERT_EQ(sources->size(), 4u);
+  EXPECT_EQ((*sources)[0].path, "models/x=1/m.gguf");  // NAME= only before any '/'
+  EXPECT_THAT((*sources)[0].names, ::testing::ElementsAre("chat"));
+  EXPECT_EQ((*sources)[1].path, "dir/plain.gguf");
+  EXPECT_THAT((*sources)[1].names, ::testing::ElementsAre("plain"));
+  EXPECT_THAT((*sources)[2].names, ::testing::ElementsAre("a"));
+  EXPECT_EQ((*sources)[2].path, (dir / "a.gguf").string());
+  EXPECT_THAT((*sources)[3].names, ::testing::ElementsAre("b"));
+  // A path with '=' and no name stays a path.
+  const Parsed unnamed({"--model", "./x=1.gguf"});
+  EXPECT_EQ(ModelSourcesOf(unnamed.options)->front().path, "./x=1.gguf");
+}
+
+TEST(ModelSources, RefusesNoModelTwiceANameAndAMissingDirectory) {
+  EXPECT_THAT(ModelSourcesOf(Parsed({}).options).status().message(), HasSubstr("--model PATH"));
+  EXPECT_THAT(ModelSourcesOf(Parsed({"--model", "a=x.gguf", "--model", "a=y.gguf"}).options)
+                  .status()
+                  .message(),
+              HasSubstr("two models are called 'a'"));
+  EXPECT_THAT(ModelSourcesOf(Parsed({"--model", "x.gguf", "--model", "other/x.gguf"}).options)
+                  .status()
+                  .message(),
+              HasSubstr("NAME=PATH"));
+  EXPECT_THAT(ModelSourcesOf(Parsed({"--model", "a=x.gguf", "--model", "b=y.gguf", "--lora",
+                                     "b=l.gguf"})
+                                 .options)
+                  .status()
+                  .message(),
+              HasSubstr("--lora b"));
+  EXPECT_THAT(ModelSourcesOf(Parsed({"--models-dir", "/no/such/dir"}).options).status().message(),
+              HasSubstr("--models-dir /no/such/dir"));
+  EXPECT_THAT(ModelSourcesOf(Parsed({"--model", "bad name=x.gguf"}).options).status().message(),
+              HasSubstr("no spaces"));
+}
+
+TEST(ModelSources, TheDefaultModelsFlagsStayWithIt) {
+  const Parsed parsed({"--model", "a=x.gguf", "--model", "b=y.gguf", "--lora", "l=l.gguf",
+                       "--spec", "ngram", "--tool-call-parser", "hermes", "--pooling", "mean",
+                       "--kv-cache-memory", "64MiB"});
+  ASSERT_EQ(parsed.error, "");
+  const std::vector<ModelSource> sources = *ModelSourcesOf(parsed.options);
+  const ServerOptions first = OptionsForModel(parsed.options, sources[0], true);
+  EXPECT_EQ(first.model_path, "x.gguf");
+  EXPECT_THAT(first.lora_adapters, ::testing::ElementsAre("l=l.gguf"));
+  EXPECT_EQ(first.spec, "ngram");
+  const ServerOptions second = OptionsForModel(parsed.options, sources[1], false);
+  EXPECT_EQ(second.model_path, "y.gguf");
+  EXPECT_THAT(second.served_model_names, ::testing::ElementsAre("b"));
+  EXPECT_TRUE(second.lora_adapters.empty());
+  EXPECT_EQ(second.spec, "none");
+  EXPECT_EQ(second.tool_call_parser, "auto");
+  EXPECT_EQ(second.pooling, "auto");
+  EXPECT_EQ(second.kv_cache_memory, "64MiB");  // each model its own pool of this size
+}
+
+TEST(ModelSources, MemoryIsASizeOrZero) {
+  EXPECT_EQ(*ModelMemoryOf(Parsed({"--model", "m"}).options), 0);
+  EXPECT_EQ(*ModelMemoryOf(Parsed({"--model", "m", "--model-memory", "2GiB"}).options),
+            int64_t{2} << 30);
+  EXPECT_THAT(ModelMemoryOf(Parsed({"--model", "m", "--model-memory", "lots"}).options)
+                  .status()
+                  .message(),
+              HasSubstr("--model-memory"));
 }
 
 TEST(ServedModelNames, RefusesEmptySpacedAndRepeatedNames) {

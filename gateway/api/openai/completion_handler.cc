@@ -195,6 +195,7 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
   const std::string_view backend_tenant = context.TenantForBackend(exchange.tenant());
   for (size_t p = 0; p < prompts && !generation.failure(); ++p) {
     if (!detokenize[p]) continue;
+    detokenize[p]->set_model(generation.called_model());
     v1::DetokenizeResponse detokenized;
     const grpc::Status status = co_await AwaitDetokenize(generation.backend(), backend_tenant,
                                                          *detokenize[p], detokenized);
@@ -388,7 +389,9 @@ json TokenizeAnswer(const UnaryReply<TokenizeCall, v1::TokenizeResponse>& reply)
   return {{"tokens", json(std::vector<int32_t>(response.token_ids().begin(),
                                                response.token_ids().end()))},
           {"count", response.token_ids_size()},
-          {"max_model_len", info ? info->max_model_len() : 0},
+          {"max_model_len", response.max_model_len() > 0 ? response.max_model_len()
+                            : info                         ? info->max_model_len()
+                                                           : 0},
           {"prompt", response.prompt()}};
 }
 

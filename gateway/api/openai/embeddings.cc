@@ -78,15 +78,23 @@ std::optional<HttpError> ParseEmbeddingsRequest(const json& body, EmbedCall& out
   return ParseInputs(body, out.request);
 }
 
-std::optional<HttpError> CheckDimensions(const v1::ModelInfo& info, const EmbedCall& call) {
+std::optional<HttpError> CheckWidth(const EmbedCall& call, int64_t width) {
   // Width 0: a server without Embed, whose refusal of the call says so.
-  if (!call.dimensions || info.embedding_length() == 0 ||
-      *call.dimensions == static_cast<int64_t>(info.embedding_length())) {
-    return std::nullopt;
-  }
+  if (!call.dimensions || width == 0 || *call.dimensions == width) return std::nullopt;
   return BadRequest("this model does not support matryoshka dimensions: omit dimensions or pass " +
-                        std::to_string(info.embedding_length()),
+                        std::to_string(width),
                     "dimensions");
+}
+
+std::optional<HttpError> CheckDimensions(const v1::ModelInfo& info, const EmbedCall& call) {
+  return CheckWidth(call, info.embedding_length());
+}
+
+// Another served model's width shows in its reply only.
+std::optional<HttpError> CheckReplyDimensions(const EmbedCall& call,
+                                              const v1::EmbedResponse& response) {
+  if (response.embeddings_size() == 0) return std::nullopt;
+  return CheckWidth(call, response.embeddings(0).values_size());
 }
 
 std::string Float32Base64(std::span<const float> values) {
@@ -130,6 +138,7 @@ asio::awaitable<void> HandleEmbeddings(HttpExchange& exchange, const HttpRequest
                                .answer = EmbeddingsAnswer,
                                .refused_param = "input",
                                .check = CheckDimensions,
+                               .check_reply = CheckReplyDimensions,
                                .tokens_used = PromptTokens,
                                .base_model_only = true});
 }

@@ -168,6 +168,15 @@ json ModelEntries(const std::vector<std::string>& names, const v1::ModelInfo& in
   };
   for (const std::string& name : names) entry(name, nullptr);
   for (const std::string& adapter : info.lora_adapters()) entry(adapter, id);
+  // The server's other models (the first of ModelInfo.models is the default, listed above).
+  for (int i = 1; i < info.models_size(); ++i) {
+    entries.push_back({{"id", info.models(i)},
+                       {"object", "model"},
+                       {"created", info.created()},
+                       {"owned_by", "tokenmill"},
+                       {"root", info.models(i)},
+                       {"parent", nullptr}});
+  }
   return entries;
 }
 
