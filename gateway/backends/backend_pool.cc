@@ -123,8 +123,12 @@ ModelMatch BackendPool::Match(const v1::ModelInfo& info, const std::string& mode
   if (std::find(adapters.begin(), adapters.end(), model) != adapters.end()) {
     return ModelMatch::kAdapter;
   }
+  // The first of ModelInfo.models is the default model, which ModelNamesOf names (and the
+  // gateway's --served-model-name may rename).
   const auto& served = info.models();
-  if (std::find(served.begin(), served.end(), model) != served.end()) return ModelMatch::kServed;
+  if (!served.empty() && std::find(served.begin() + 1, served.end(), model) != served.end()) {
+    return ModelMatch::kServed;
+  }
   return ModelMatch::kNone;
 }
 

@@ -20,6 +20,8 @@
 
 namespace tokenmill {
 
+struct LoraPair;  // model/lora.h
+
 // Which kernels compute: the fast ones of a CpuContext over model.cpu_weights() (Q4_1 and
 // Q8_0 regrouped), or the scalar references over model.weights() (float activations, the
 // file's rows dequantized: slow, the oracle for tests).
@@ -192,6 +194,8 @@ class CpuForwardBlocks final : public ForwardBlocks {
   const KvCacheView* kv_ = nullptr;
   std::span<float> logits_;
   std::vector<float> lora_in_, lora_mid_, lora_out_;  // ApplyLora's x, A·x and B·(A·x)
+  std::vector<std::pair<const LoraPair*, int64_t>> lora_rows_;  // ApplyLora's rows by pair
+  std::vector<std::pair<size_t, size_t>> lora_tasks_;  // [first, end) of lora_rows_ each
   int64_t n_ = 0;  // tokens of the step
   int layer_ = 0;
   ModelConfig::LayerShape shape_;  // layer_'s

@@ -171,7 +171,7 @@ StatusOr<ModelPlan> PlanModels(const ServerOptions& options, int64_t available_m
     ServerOptions model_options = OptionsForModel(options, sources[i], i == 0);
     TM_ASSIGN_OR_RETURN(EngineConfig config,
                         MakeEngineConfig(model_options, available_memory_bytes));
-    TM_ASSIGN_OR_RETURN(const int64_t footprint, ModelFootprintBytes(model_options, config));
+    const int64_t footprint = ModelFootprintBytes(model_options, config);
     const std::string& id = sources[i].names.front();
     if (memory > 0 && footprint > memory) {
       return InvalidArgumentError(
@@ -240,7 +240,8 @@ int Run(const ServerOptions& options) {
        .idle_timeout = std::chrono::milliseconds(
            static_cast<int64_t>(options.model_idle_timeout_seconds * 1000.0)),
        .load_timeout = std::chrono::milliseconds(
-           static_cast<int64_t>(options.model_load_timeout_seconds * 1000.0))},
+           static_cast<int64_t>(options.model_load_timeout_seconds * 1000.0)),
+       .max_waiting = static_cast<size_t>(options.max_queue)},
       [&plan, grammar_bytes_per_model](int index) {
         return LoadServingModel(plan->options[index], plan->engine_configs[index],
                                 grammar_bytes_per_model);

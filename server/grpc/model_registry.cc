@@ -63,9 +63,10 @@ StatusOr<ModelRegistry::Resolved> ModelRegistry::Resolve(std::string_view name) 
       return Resolved{static_cast<int>(i), true};
     }
   }
-  std::vector<std::string> served = Ids();
+  std::vector<std::string> served;
+  for (const Slot& slot : models_) served.push_back("'" + slot.model.names.front() + "'");
   for (const Slot& slot : models_) {
-    served.insert(served.end(), slot.model.adapter_names.begin(), slot.model.adapter_names.end());
+    for (const std::string& adapter : slot.model.adapter_names) served.push_back("'" + adapter + "'");
   }
   return NotFoundError(fmt::format("no model or LoRA adapter is called '{}{}': this server "
                                    "serves {}",
@@ -115,7 +116,11 @@ void ModelRegistry::Acquire(int index, Granted granted) {
         now = LeaseOf(index);
       } else if (slot.phase == Phase::kFailed) {
         now = slot.failure;
+      } else if (waiting_ >= limits_.max_waiting) {
+        now = ResourceExhaustedError(fmt::format(
+            "{} requests already wait for models to load (--max-queue): retry later", waiting_));
       } else {
+        ++waiting_;
         slot.waiters.push_back(Waiter{std::move(granted), Clock::now()});
         wake_.notify_one();
         return;
@@ -172,6 +177,7 @@ ModelRegistry::Job ModelRegistry::Plan(Clock::time_point now, Grants& grants) {
               "requests hold the memory it needs (--model-memory); retry later",
               slot.model.names.front(), SecondsOf(limits_.load_timeout))));
     }
+    waiting_ -= static_cast<size_t>(std::ranges::distance(expired));
     slot.waiters.erase(expired.begin(), expired.end());
   }
   for (size_t i = 0; i < models_.size(); ++i) {
@@ -251,6 +257,7 @@ void ModelRegistry::Loop() {
                                                std::string(loaded.status().message()));
         for (Waiter& waiter : slot.waiters) grants.emplace_back(std::move(waiter.granted), slot.failure);
       }
+      waiting_ -= slot.waiters.size();
       slot.waiters.clear();
     } else if (job.kind == Job::kUnload) {
       Slot& slot = models_[job.index];
@@ -287,6 +294,7 @@ void ModelRegistry::Shutdown(std::chrono::milliseconds drain) {
       }
       slot.waiters.clear();
     }
+    waiting_ = 0;
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();

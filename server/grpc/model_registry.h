@@ -41,6 +41,9 @@ struct ModelLimits {
   int64_t memory_bytes = 0;                    // 0: no limit
   std::chrono::milliseconds idle_timeout{0};   // 0: never unloaded for idleness alone
   std::chrono::milliseconds load_timeout{120'000};  // a call's wait for its model
+  // Calls waiting for loads at once, all models together (--max-queue): more are refused
+  // with RESOURCE_EXHAUSTED, as a full engine queue refuses them.
+  size_t max_waiting = 1024;
 };
 
 // What the metrics say of one model.
@@ -81,7 +84,7 @@ class ModelRegistry {
   ModelLease Peek(int index);
   // `granted` gets a lease once model `index` is loaded: at once (on this thread) when it is,
   // else on the registry's thread; or an error: the load's, or UNAVAILABLE after the load
-  // timeout or at shutdown.
+  // timeout or at shutdown; RESOURCE_EXHAUSTED when ModelLimits::max_waiting calls wait.
   void Acquire(int index, Granted granted);
 
   // Grants nothing more (waiting calls get UNAVAILABLE) and drains every loaded engine within
@@ -137,6 +140,7 @@ class ModelRegistry {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<Slot> models_;
+  size_t waiting_ = 0;  // waiters of every slot
   bool stopping_ = false;
   std::thread thread_;
 };

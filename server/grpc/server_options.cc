@@ -385,8 +385,8 @@ ServerOptions OptionsForModel(const ServerOptions& options, const ModelSource& s
   return model;
 }
 
-StatusOr<int64_t> ModelFootprintBytes(const ServerOptions& model_options,
-                                      const EngineConfig& engine_config) {
+int64_t ModelFootprintBytes(const ServerOptions& model_options,
+                            const EngineConfig& engine_config) {
   std::vector<std::string> files{model_options.model_path};
   if (!model_options.draft_model_path.empty()) files.push_back(model_options.draft_model_path);
   for (const std::string& flag : model_options.lora_adapters) {
@@ -396,10 +396,10 @@ StatusOr<int64_t> ModelFootprintBytes(const ServerOptions& model_options,
   }
   int64_t bytes = engine_config.kv_cache_bytes + engine_config.kv_tiers.host_bytes;
   for (const std::string& file : files) {
+    // A file that cannot be read counts nothing: its load fails, naming it and its flag.
     std::error_code error;
     const uintmax_t size = std::filesystem::file_size(file, error);
-    if (error) return InvalidArgumentError("model file " + file + ": " + error.message());
-    bytes += static_cast<int64_t>(size);
+    if (!error) bytes += static_cast<int64_t>(size);
   }
   return bytes;
 }

@@ -138,9 +138,9 @@ ServerOptions OptionsForModel(const ServerOptions& options, const ModelSource& s
                               bool is_default);
 
 // What --model-memory counts for a model: its files (model, draft, adapters) and its KV
-// memory (pool and host tier). InvalidArgument when a file cannot be read.
-StatusOr<int64_t> ModelFootprintBytes(const ServerOptions& model_options,
-                                      const EngineConfig& engine_config);
+// memory (pool and host tier); a file that cannot be read counts nothing (its load says why).
+int64_t ModelFootprintBytes(const ServerOptions& model_options,
+                            const EngineConfig& engine_config);
 
 // --model-memory in bytes (0: no limit).
 StatusOr<int64_t> ModelMemoryOf(const ServerOptions& options);

@@ -76,7 +76,7 @@ TEST(ModelRegistry, ResolvesNamesAndAdaptersAndRefusesOthers) {
   const auto unknown = registry->Resolve("../../etc/passwd");
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
-  EXPECT_THAT(unknown.status().message(), HasSubstr("serves a, b, adapter"));
+  EXPECT_THAT(unknown.status().message(), HasSubstr("serves 'a', 'b', 'adapter'"));
   EXPECT_THAT(registry->Ids(), ::testing::ElementsAre("a", "b"));
 }
 
@@ -127,6 +127,22 @@ TEST(ModelRegistry, AWaitEndsAfterTheLoadTimeout) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
   EXPECT_THAT(refused.status().message(), HasSubstr("--model-load-timeout"));
+}
+
+TEST(ModelRegistry, WaitingCallsAreCapped) {
+  Registry registry({"a", "b"}, {.memory_bytes = 100, .load_timeout = 60s, .max_waiting = 1});
+  ASSERT_TRUE(registry->Start().ok());
+  ModelLease a = registry->TryAcquire(0);
+  std::future<StatusOr<ModelLease>> first = AcquireLater(registry.get(), 1);
+  std::future<StatusOr<ModelLease>> second = AcquireLater(registry.get(), 1);
+  ASSERT_EQ(second.wait_for(0s), std::future_status::ready);
+  const StatusOr<ModelLease> refused = second.get();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--max-queue"));
+  a.reset();  // the first still gets its model
+  ASSERT_EQ(first.wait_for(60s), std::future_status::ready);
+  EXPECT_TRUE(first.get().ok());
 }
 
 TEST(ModelRegistry, WithoutALimitModelsStayLoadedTogether) {
