@@ -39,9 +39,12 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "it loads at startup and answers requests that name none; --served-model-name, "
             "--lora, --spec, --chat-template, the output parsers, --pooling and KV events "
             "are its alone. The others load on first use");
-  AddOption(app, "--models-dir", o.models_dir,
-            "serve every .gguf file in this directory too, each named by its file name "
-            "without .gguf (loaded on first use)");
+  // No variable: TOKENMILL_MODELS_DIR is where the tests, scripts and compose file look for
+  // model files, which a server must not take as models to serve.
+  app.add_option("--models-dir", o.models_dir,
+                 "serve every .gguf file in this directory too, each named by its file name "
+                 "without .gguf (loaded on first use); the one flag without a TOKENMILL_ "
+                 "variable");
   AddOption(app, "--model-memory", o.model_memory,
             "what the models resident at once may hold (\"16GiB\": each model's file plus its "
             "KV pool and host tier; 0: no limit): a request for a model that does not fit "

@@ -1,5 +1,6 @@
 // tokenmill-server's flags. Each is also settable by an environment variable
-// TOKENMILL_<NAME> (--max-queue: TOKENMILL_MAX_QUEUE); a flag on the command line wins.
+// TOKENMILL_<NAME> (--max-queue: TOKENMILL_MAX_QUEUE), but for --models-dir; a flag on the
+// command line wins.
 #pragma once
 
 #include <CLI/CLI.hpp>

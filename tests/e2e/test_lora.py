@@ -171,12 +171,25 @@ def test_vllm_lora_requests_info_names_the_running_adapters(tiny):
         prompt = [1, 50, 60, 70]
         long = pb2.GenerateRequest(token_ids=pb2.TokenIds(ids=prompt), max_tokens=250,
                                    ignore_eos=True, model="b")
-        worker = threading.Thread(target=lambda: generate(server.stub, long))
+        # The tiny model's request may end between two scrapes: requests one after another
+        # until a scrape catches one running.
+        stop = threading.Event()
+
+        def requests():
+            while not stop.is_set():
+                generate(server.stub, long)
+
+        worker = threading.Thread(target=requests)
         worker.start()
         seen = set()
-        deadline = time.monotonic() + 30
-        while worker.is_alive() and time.monotonic() < deadline:
-            seen |= {name for name in server.metrics() if name.startswith("vllm:lora_requests_info")}
-            time.sleep(0.01)
-        worker.join()
-    assert any("running_lora_adapters=b," in name and "max_lora=2" in name for name in seen), seen
+        wanted = lambda name: "running_lora_adapters=b," in name and "max_lora=2" in name  # noqa: E731
+        deadline = time.monotonic() + 60
+        try:
+            while not any(map(wanted, seen)) and time.monotonic() < deadline:
+                seen |= {name for name in server.metrics()
+                         if name.startswith("vllm:lora_requests_info")}
+                time.sleep(0.01)
+        finally:
+            stop.set()
+            worker.join()
+    assert any(map(wanted, seen)), seen

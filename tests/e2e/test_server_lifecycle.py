@@ -144,7 +144,7 @@ def run_server(*args, env=None):
 
 
 @pytest.mark.parametrize("args,env,message", [
-    ([], {}, "--model is required"),
+    ([], {}, "give a model: --model PATH"),
     (["--model", DEFAULT_MODEL, "--port", "70000"], {}, "--port"),
     (["--model", DEFAULT_MODEL, "--device", "tpu"], {}, "--device"),
     pytest.param(["--model", DEFAULT_MODEL, "--device", "cuda"], {}, "use --device cpu",

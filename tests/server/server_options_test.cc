@@ -179,6 +179,13 @@ TEST(ModelSources, TheDefaultModelsFlagsStayWithIt) {
   EXPECT_EQ(second.kv_cache_memory, "64MiB");  // each model its own pool of this size
 }
 
+TEST(ModelSources, TheModelsVariableIsNoModelsDir) {
+  // The tests' and scripts' "where the model files are" must not become models to serve.
+  const ScopedEnv env("TOKENMILL_MODELS_DIR", "/tmp");
+  const Parsed parsed({"--model", "m.gguf"});
+  EXPECT_EQ(parsed.options.models_dir, "");
+}
+
 TEST(ModelSources, MemoryIsASizeOrZero) {
   EXPECT_EQ(*ModelMemoryOf(Parsed({"--model", "m"}).options), 0);
   EXPECT_EQ(*ModelMemoryOf(Parsed({"--model", "m", "--model-memory", "2GiB"}).options),
