@@ -1,5 +1,8 @@
 #include "model/lora.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <functional>
 #include <set>
 #include <string_view>
@@ -7,6 +10,7 @@
 #include <vector>
 
 #include "kernels/dequantize.h"
+#include "kernels/half.h"
 
 namespace tokenmill {
 namespace {
@@ -65,7 +69,7 @@ Status CheckHeader(const GgufFile& file, const Model& base, const std::string& p
 }  // namespace
 
 StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Load(const std::string& path,
-                                                         const Model& base) {
+                                                         const Model& base, LoraWeights weights) {
   TM_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(path));
   TM_RETURN_IF_ERROR(CheckHeader(file, base, path));
   TM_ASSIGN_OR_RETURN(const float alpha, file.GetF32("adapter.lora.alpha"));
@@ -86,8 +90,12 @@ StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Load(const std::string& path
     TM_ASSIGN_OR_RETURN(const WeightMatrix b_file,
                         LoadMatrix(f, b_name, rank, m.file_layout->rows));
     const int64_t padded = (rank + 31) / 32 * 32;
-    LoraPair pair{.a = adapter->Padded(a_file, padded, a_file.cols),
-                  .b = adapter->Padded(b_file, b_file.rows, padded),
+    if (weights == LoraWeights::kQ8_0 && a_file.cols % 32 != 0) {
+      return InvalidArgumentError(path + ": " + m.name + " has " + std::to_string(a_file.cols) +
+                                  " inputs, not whole Q8_0 blocks of 32: use f32 LoRA weights");
+    }
+    LoraPair pair{.a = adapter->Padded(a_file, a_file.rows, a_file.cols, weights),
+                  .b = adapter->Padded(b_file, b_file.rows, padded, weights),
                   .scale = alpha != 0.0f ? alpha / static_cast<float>(rank) : 1.0f};
     adapter->by_base_data_[m.file_layout->data] = pair;
     adapter->by_base_data_[m.cpu_layout->data] = pair;
@@ -106,18 +114,46 @@ StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Load(const std::string& path
   return adapter;
 }
 
-WeightMatrix LoraAdapter::Padded(const WeightMatrix& w, int64_t rows, int64_t cols) {
-  std::vector<float>& data = padded_.emplace_back(static_cast<size_t>(rows * cols), 0.0f);
+WeightMatrix LoraAdapter::Padded(const WeightMatrix& w, int64_t rows, int64_t cols,
+                                 LoraWeights weights) {
+  std::vector<float> values(static_cast<size_t>(rows * cols), 0.0f);
   for (int64_t r = 0; r < w.rows; ++r) {
     DequantizeReference(w.type, w.data + r * w.row_bytes,
-                        std::span<float>(data).subspan(static_cast<size_t>(r * cols),
-                                                       static_cast<size_t>(w.cols)));
+                        std::span<float>(values).subspan(static_cast<size_t>(r * cols),
+                                                         static_cast<size_t>(w.cols)));
   }
-  return WeightMatrix{.type = TensorType::kF32,
-                      .data = reinterpret_cast<const uint8_t*>(data.data()),
+  std::vector<uint8_t>& data = padded_.emplace_back();
+  if (weights == LoraWeights::kF32) {
+    data.resize(values.size() * sizeof(float));
+    std::memcpy(data.data(), values.data(), data.size());
+    return WeightMatrix{.type = TensorType::kF32,
+                        .data = data.data(),
+                        .rows = rows,
+                        .cols = cols,
+                        .row_bytes = cols * static_cast<int64_t>(sizeof(float))};
+  }
+  // Q8_0 blocks of 32: an f16 scale amax / 127, then the 32 values rounded to multiples of it.
+  constexpr int64_t kBlockBytes = 2 + 32;
+  const int64_t row_bytes = cols / 32 * kBlockBytes;
+  data.resize(static_cast<size_t>(rows * row_bytes));
+  for (int64_t block = 0; block < rows * cols / 32; ++block) {
+    const float* x = values.data() + block * 32;
+    uint8_t* out = data.data() + block * kBlockBytes;
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f;
+    const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t half = FloatToHalf(d);
+    std::memcpy(out, &half, sizeof(half));
+    for (int i = 0; i < 32; ++i) {
+      out[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(x[i] * inverse)));
+    }
+  }
+  return WeightMatrix{.type = TensorType::kQ8_0,
+                      .data = data.data(),
                       .rows = rows,
                       .cols = cols,
-                      .row_bytes = cols * static_cast<int64_t>(sizeof(float))};
+                      .row_bytes = row_bytes};
 }
 
 const LoraPair* LoraAdapter::Find(const WeightMatrix& w) const {

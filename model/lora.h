@@ -20,10 +20,17 @@
 
 namespace tokenmill {
 
-// The pair as the kernels take it: f32, the rank padded with zeros to a multiple of 32 (A's
-// extra rows and B's extra columns zero), so that B's short rows run on the SIMD path too.
+// How the pairs are kept for the kernels: f32 (the file's values, as llama.cpp multiplies an
+// f32 adapter), or Q8_0 rows (llama.cpp's quantize_row_q8_0: a quarter of f32's bytes and the
+// int8 dot products of the base matrices; the update then differs from the f32 one by the
+// rounding of A, B and their inputs to 8 bits).
+enum class LoraWeights { kF32, kQ8_0 };
+
+// The pair as the kernels take it: B's rank padded with zero columns to a multiple of 32, so
+// that its short rows run on the SIMD path too (and are whole Q8_0 blocks); A·x is widened
+// with zeros to that width before B takes it.
 struct LoraPair {
-  WeightMatrix a;  // padded rank rows of the base matrix's cols
+  WeightMatrix a;  // rank rows of the base matrix's cols
   WeightMatrix b;  // the base matrix's rows, of the padded rank
   float scale = 1.0f;
 };
@@ -31,7 +38,8 @@ struct LoraPair {
 class LoraAdapter {
  public:
   // The adapter at `path` for `base` (which must outlive it).
-  static StatusOr<std::unique_ptr<LoraAdapter>> Load(const std::string& path, const Model& base);
+  static StatusOr<std::unique_ptr<LoraAdapter>> Load(const std::string& path, const Model& base,
+                                                     LoraWeights weights = LoraWeights::kF32);
 
   // The pair that adapts the base matrix `w` (one of base.weights()' or base.cpu_weights'
   // matrices: both layouts map to it); null where the adapter leaves it as it is.
@@ -41,11 +49,12 @@ class LoraAdapter {
 
  private:
   explicit LoraAdapter(GgufFile file) : file_(std::move(file)) {}
-  // `w` (rows x cols at most) in f32, zero-padded to rows x cols, kept in padded_.
-  WeightMatrix Padded(const WeightMatrix& w, int64_t rows, int64_t cols);
+  // `w` (rows x cols at most), zero-padded to rows x cols (for Q8_0, cols a multiple of 32) in
+  // `weights`' type, kept in padded_.
+  WeightMatrix Padded(const WeightMatrix& w, int64_t rows, int64_t cols, LoraWeights weights);
 
   GgufFile file_;
-  std::vector<std::vector<float>> padded_;  // the pairs' matrices point into these
+  std::vector<std::vector<uint8_t>> padded_;  // the pairs' matrices point into these
   std::unordered_map<const uint8_t*, LoraPair> by_base_data_;
   int num_pairs_ = 0;
 };

@@ -6,7 +6,8 @@ step then mixes them). The two loads run in alternation (ABAB...) on the same wa
 prints each run's output tokens/s and the median ratio adapters/base.
 
   .venv/bin/python bench/serve/lora_throughput.py --pairs 4 --seconds 20
-  .venv/bin/python bench/serve/lora_throughput.py --model models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+  .venv/bin/python bench/serve/lora_throughput.py --model models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
+      --lora-weights q8_0
 """
 import argparse
 import statistics
@@ -33,6 +34,8 @@ def main():
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--prompt-words", type=int, default=100)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--lora-weights", default="f32", choices=["f32", "q8_0"],
+                        help="the server's --lora-weights")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tokenmill-lora-bench-", dir=REPO / "build") as tmp:
         flags = []
@@ -44,12 +47,15 @@ def main():
         base = [""] * args.streams
         mixed = [f"a{i % args.adapters}" for i in range(args.streams)]
         ratios = []
-        with Server(*flags, model=args.model, log_level="info") as server:
+        with Server(*flags, "--lora-weights", args.lora_weights, model=args.model,
+                    log_level="info") as server:
             n, words, tokens = args.streams, args.prompt_words, args.max_tokens
-            load(server, n, 5, words, tokens, 0, base)  # warm up
+            # Each run's prompts its own (seeds apart): a run whose prompts an earlier one cached
+            # would count prefix-cache hits as speed.
+            load(server, n, 5, words, tokens, 10_000, base)  # warm up
             for pair in range(args.pairs):
-                b = load(server, n, args.seconds, words, tokens, pair, base)
-                m = load(server, n, args.seconds, words, tokens, pair, mixed)
+                b = load(server, n, args.seconds, words, tokens, 2 * pair, base)
+                m = load(server, n, args.seconds, words, tokens, 2 * pair + 1, mixed)
                 ratios.append(m / b)
                 print(f"pair {pair}: base {b:.1f} tok/s, {args.adapters} adapters {m:.1f} tok/s, "
                       f"ratio {m / b:.3f}", flush=True)

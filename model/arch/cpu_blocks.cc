@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/thread_pool.h"
@@ -112,33 +113,38 @@ void CpuForwardBlocks::ApplyLora(const WeightMatrix& w, const float* x, int64_t 
     const auto seq = std::upper_bound(cu.begin(), cu.end(), token) - cu.begin() - 1;
     return in_->seq_loras[static_cast<size_t>(seq)];
   };
-  // The rows of each adapter together (Punica's grouping), cut into tasks of a few rows; each
+  // The rows of each adapter together (Punica's grouping), cut into tasks of at least a few
+  // rows (a prefill's into one per thread, so that each reads the adapter's pair once); each
   // task runs its adapter's two low-rank products single-threaded and the tasks share the pool:
   // one barrier per matrix whatever the number of adapters (a barrier per product made LoRA
   // steps cost twice the base model's on SmolLM2). A row's update does not depend on its task.
-  constexpr int64_t kRowsPerTask = 4;
+  constexpr int64_t kMinRowsPerTask = 4;
+  const int64_t threads = ctx_.pool != nullptr ? ctx_.pool->num_threads() : 1;
   lora_rows_.clear();
-  int64_t max_rank = 0;
+  int64_t max_width = 0;  // of B's inputs: the padded rank
   for (int64_t row = 0; row < n_rows; ++row) {
     const LoraAdapter* adapter = adapter_of_row(row);
     const LoraPair* pair = adapter != nullptr ? adapter->Find(w) : nullptr;
     if (pair == nullptr) continue;
     lora_rows_.emplace_back(pair, row);
-    max_rank = std::max(max_rank, pair->a.rows);
+    max_width = std::max(max_width, pair->b.cols);
   }
   std::stable_sort(lora_rows_.begin(), lora_rows_.end(),
                    [](const auto& l, const auto& r) { return l.first < r.first; });
   lora_tasks_.clear();  // [first, end) of lora_rows_
-  for (size_t i = 0; i < lora_rows_.size(); ++i) {
-    if (lora_tasks_.empty() || lora_rows_[lora_tasks_.back().first].first != lora_rows_[i].first ||
-        static_cast<int64_t>(i - lora_tasks_.back().first) == kRowsPerTask) {
-      lora_tasks_.emplace_back(i, i);
+  for (size_t group = 0; group < lora_rows_.size();) {
+    size_t end = group;
+    while (end < lora_rows_.size() && lora_rows_[end].first == lora_rows_[group].first) ++end;
+    const auto rows = static_cast<int64_t>(end - group);
+    const int64_t per_task = std::max(kMinRowsPerTask, (rows + threads - 1) / threads);
+    for (size_t first = group; first < end; first += static_cast<size_t>(per_task)) {
+      lora_tasks_.emplace_back(first, std::min(end, first + static_cast<size_t>(per_task)));
     }
-    lora_tasks_.back().second = i + 1;
+    group = end;
   }
   const int64_t n = static_cast<int64_t>(lora_rows_.size());
   lora_in_.resize(static_cast<size_t>(n * w.cols));
-  lora_mid_.resize(static_cast<size_t>(n * max_rank));
+  lora_mid_.resize(static_cast<size_t>(n * max_width));
   lora_out_.resize(static_cast<size_t>(n * w.rows));
   const CpuContext serial{.kernels = ctx_.kernels, .pool = nullptr};
   const auto run_tasks = [&](int64_t begin, int64_t end) {
@@ -147,13 +153,19 @@ void CpuForwardBlocks::ApplyLora(const WeightMatrix& w, const float* x, int64_t 
       const LoraPair& pair = *lora_rows_[first].first;
       const int64_t count = static_cast<int64_t>(last - first);
       float* in = lora_in_.data() + first * w.cols;
-      float* mid = lora_mid_.data() + first * max_rank;
+      float* mid = lora_mid_.data() + first * max_width;
       float* out = lora_out_.data() + first * w.rows;
       for (int64_t i = 0; i < count; ++i) {
         const int64_t row = lora_rows_[first + i].second;
         std::copy(x + row * w.cols, x + (row + 1) * w.cols, in + i * w.cols);
       }
       Matmul(serial, pair.a, in, count, mid);
+      // Each row's rank values widened in place to B's padded rank, the last row first.
+      const int64_t rank = pair.a.rows, width = pair.b.cols;
+      for (int64_t i = count - 1; i >= 0 && width != rank; --i) {
+        std::memmove(mid + i * width, mid + i * rank, static_cast<size_t>(rank) * sizeof(float));
+        std::fill(mid + i * width + rank, mid + (i + 1) * width, 0.0f);
+      }
       Matmul(serial, pair.b, mid, count, out);
       for (int64_t i = 0; i < count; ++i) {
         float* y_row = y + lora_rows_[first + i].second * w.rows;

@@ -102,7 +102,9 @@ Status LoadLoras(const ServerOptions& options, ServingModel& serving) {
         std::ranges::any_of(serving.loras, [&](const ServedLora& l) { return l.name == name; });
     if (taken) return InvalidArgumentError("--lora " + flag + ": the name " + name + " is taken");
     const auto start = std::chrono::steady_clock::now();
-    StatusOr<std::unique_ptr<LoraAdapter>> adapter = LoraAdapter::Load(path, *serving.model);
+    StatusOr<std::unique_ptr<LoraAdapter>> adapter = LoraAdapter::Load(
+        path, *serving.model,
+        options.lora_weights == "q8_0" ? LoraWeights::kQ8_0 : LoraWeights::kF32);
     if (!adapter.ok()) return InvalidArgumentError("--lora " + flag + ": " + adapter.status().message());
     spdlog::info("LoRA adapter {}: {} matrices adapted, {} ({:.2f} s)", name,
                  (*adapter)->num_pairs(), path, SecondsSince(start));

@@ -27,7 +27,7 @@ def write_adapter(base, out, rank=16, alpha=32.0, seed=0, gain=0.5):
     adapted = 0
     for tensor in reader.tensors:
         parts = tensor.name.split(".")
-        if len(parts) != 4 or parts[0] != "blk" or parts[2] not in ADAPTED:
+        if len(parts) != 4 or parts[0] != "blk" or parts[2] not in ADAPTED or parts[3] != "weight":
             continue
         n_in, n_out = int(tensor.shape[0]), int(tensor.shape[1])  # ggml order: inputs first
         a = rng.standard_normal((rank, n_in)) / np.sqrt(n_in)
