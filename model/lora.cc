@@ -89,13 +89,13 @@ StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Load(const std::string& path
                         LoadMatrix(f, a_name, m.file_layout->cols, rank));
     TM_ASSIGN_OR_RETURN(const WeightMatrix b_file,
                         LoadMatrix(f, b_name, rank, m.file_layout->rows));
-    const int64_t padded = (rank + 31) / 32 * 32;
     if (weights == LoraWeights::kQ8_0 && a_file.cols % 32 != 0) {
       return InvalidArgumentError(path + ": " + m.name + " has " + std::to_string(a_file.cols) +
                                   " inputs, not whole Q8_0 blocks of 32: use f32 LoRA weights");
     }
     LoraPair pair{.a = adapter->Padded(a_file, a_file.rows, a_file.cols, weights),
-                  .b = adapter->Padded(b_file, b_file.rows, padded, weights),
+                  .b_transposed = adapter->Transposed(b_file),
+                  .rank = rank,
                   .scale = alpha != 0.0f ? alpha / static_cast<float>(rank) : 1.0f};
     adapter->by_base_data_[m.file_layout->data] = pair;
     adapter->by_base_data_[m.cpu_layout->data] = pair;
@@ -154,6 +154,18 @@ WeightMatrix LoraAdapter::Padded(const WeightMatrix& w, int64_t rows, int64_t co
                       .rows = rows,
                       .cols = cols,
                       .row_bytes = row_bytes};
+}
+
+std::span<const float> LoraAdapter::Transposed(const WeightMatrix& w) {
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  std::vector<uint8_t>& data = padded_.emplace_back(static_cast<size_t>(w.rows * w.cols) *
+                                                    sizeof(float));
+  auto* out = reinterpret_cast<float*>(data.data());
+  for (int64_t r = 0; r < w.rows; ++r) {
+    DequantizeReference(w.type, w.data + r * w.row_bytes, std::span<float>(row));
+    for (int64_t c = 0; c < w.cols; ++c) out[c * w.rows + r] = row[static_cast<size_t>(c)];
+  }
+  return {out, static_cast<size_t>(w.rows * w.cols)};
 }
 
 const LoraPair* LoraAdapter::Find(const WeightMatrix& w) const {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -26,12 +27,13 @@ namespace tokenmill {
 // rounding of A, B and their inputs to 8 bits).
 enum class LoraWeights { kF32, kQ8_0 };
 
-// The pair as the kernels take it: B's rank padded with zero columns to a multiple of 32, so
-// that its short rows run on the SIMD path too (and are whole Q8_0 blocks); A·x is widened
-// with zeros to that width before B takes it.
+// The pair as the blocks take it: A as a matrix of the kernels (rank rows of the base matrix's
+// inputs), B transposed in f32 (rank rows of the base matrix's outputs), so that B·(A·x) is
+// rank scaled row additions: B's rows are rank long, too short for dot products to pay.
 struct LoraPair {
-  WeightMatrix a;  // rank rows of the base matrix's cols
-  WeightMatrix b;  // the base matrix's rows, of the padded rank
+  WeightMatrix a;
+  std::span<const float> b_transposed;  // rank x outputs, row-major
+  int64_t rank = 0;
   float scale = 1.0f;
 };
 
@@ -52,6 +54,8 @@ class LoraAdapter {
   // `w` (rows x cols at most), zero-padded to rows x cols (for Q8_0, cols a multiple of 32) in
   // `weights`' type, kept in padded_.
   WeightMatrix Padded(const WeightMatrix& w, int64_t rows, int64_t cols, LoraWeights weights);
+  // `w` in f32, transposed, kept in padded_.
+  std::span<const float> Transposed(const WeightMatrix& w);
 
   GgufFile file_;
   std::vector<std::vector<uint8_t>> padded_;  // the pairs' matrices point into these

@@ -111,6 +111,11 @@ void SwiGlu(const CpuContext& ctx, const float* gate, const float* up, int64_t n
   ctx.kernels->swiglu(gate, up, n_rows, row_size, out);
 }
 
+void AddLowRank(const CpuContext& ctx, const float* coeffs, int64_t n_tokens, int64_t rank,
+                const float* bt, int64_t n, float* const* y) {
+  ctx.kernels->add_low_rank(coeffs, n_tokens, rank, bt, n, y);
+}
+
 namespace {
 
 // GELU-tanh of every f16 value, as f16: ggml's ggml_table_gelu_f16. ggml's C is compiled

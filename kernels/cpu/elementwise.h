@@ -112,6 +112,12 @@ void GeluTanh(const float* x, int64_t n, float* out);
 // x[i] += y[i].
 void AddInPlace(float* x, const float* y, int64_t n);
 
+// A low-rank update of n_tokens rows: y[t][j] += Σ_r coeffs[t * rank + r] · bt[r * n + j],
+// added in order of r (LoRA's B·(A·x) with B transposed), in the vectors of ctx's ISA (the same
+// values in every table).
+void AddLowRank(const CpuContext& ctx, const float* coeffs, int64_t n_tokens, int64_t rank,
+                const float* bt, int64_t n, float* const* y);
+
 // Adds bias (one row) to each of n_rows rows.
 void AddBias(float* x, std::span<const float> bias, int64_t n_rows);
 

@@ -133,6 +133,9 @@ struct CpuKernelTable {
   void (*swiglu)(const float* gate, const float* up, int64_t n_rows, int64_t row_size,
                  float* out);
   void (*softmax_like_ggml)(std::span<float> x, float sink);
+  // AddLowRank (elementwise.h).
+  void (*add_low_rank)(const float* coeffs, int64_t n_tokens, int64_t rank, const float* bt,
+                       int64_t n, float* const* y);
 };
 
 namespace internal {

@@ -42,6 +42,7 @@ constexpr CpuKernelTable MakeScalarTable() {
   table.attend = AttendWith<ScalarOps>;
   table.swiglu = ScalarSwiGlu;
   table.softmax_like_ggml = ScalarSoftmaxLikeGgml;
+  table.add_low_rank = LoopAddLowRank;
   FillMatmulEntries(table);
   return table;
 }

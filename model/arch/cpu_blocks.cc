@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/thread_pool.h"
@@ -119,15 +118,16 @@ void CpuForwardBlocks::ApplyLora(const WeightMatrix& w, const float* x, int64_t 
   // one barrier per matrix whatever the number of adapters (a barrier per product made LoRA
   // steps cost twice the base model's on SmolLM2). A row's update does not depend on its task.
   constexpr int64_t kMinRowsPerTask = 4;
+  constexpr int64_t kMaxRowsPerCall = 8;  // AddLowRank's rows at once (their pointers here)
   const int64_t threads = ctx_.pool != nullptr ? ctx_.pool->num_threads() : 1;
   lora_rows_.clear();
-  int64_t max_width = 0;  // of B's inputs: the padded rank
+  int64_t max_rank = 0;
   for (int64_t row = 0; row < n_rows; ++row) {
     const LoraAdapter* adapter = adapter_of_row(row);
     const LoraPair* pair = adapter != nullptr ? adapter->Find(w) : nullptr;
     if (pair == nullptr) continue;
     lora_rows_.emplace_back(pair, row);
-    max_width = std::max(max_width, pair->b.cols);
+    max_rank = std::max(max_rank, pair->rank);
   }
   std::stable_sort(lora_rows_.begin(), lora_rows_.end(),
                    [](const auto& l, const auto& r) { return l.first < r.first; });
@@ -144,8 +144,7 @@ void CpuForwardBlocks::ApplyLora(const WeightMatrix& w, const float* x, int64_t 
   }
   const int64_t n = static_cast<int64_t>(lora_rows_.size());
   lora_in_.resize(static_cast<size_t>(n * w.cols));
-  lora_mid_.resize(static_cast<size_t>(n * max_width));
-  lora_out_.resize(static_cast<size_t>(n * w.rows));
+  lora_mid_.resize(static_cast<size_t>(n * max_rank));
   const CpuContext serial{.kernels = ctx_.kernels, .pool = nullptr};
   const auto run_tasks = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -153,24 +152,21 @@ void CpuForwardBlocks::ApplyLora(const WeightMatrix& w, const float* x, int64_t 
       const LoraPair& pair = *lora_rows_[first].first;
       const int64_t count = static_cast<int64_t>(last - first);
       float* in = lora_in_.data() + first * w.cols;
-      float* mid = lora_mid_.data() + first * max_width;
-      float* out = lora_out_.data() + first * w.rows;
+      float* mid = lora_mid_.data() + first * max_rank;
       for (int64_t i = 0; i < count; ++i) {
         const int64_t row = lora_rows_[first + i].second;
         std::copy(x + row * w.cols, x + (row + 1) * w.cols, in + i * w.cols);
       }
       Matmul(serial, pair.a, in, count, mid);
-      // Each row's rank values widened in place to B's padded rank, the last row first.
-      const int64_t rank = pair.a.rows, width = pair.b.cols;
-      for (int64_t i = count - 1; i >= 0 && width != rank; --i) {
-        std::memmove(mid + i * width, mid + i * rank, static_cast<size_t>(rank) * sizeof(float));
-        std::fill(mid + i * width + rank, mid + (i + 1) * width, 0.0f);
-      }
-      Matmul(serial, pair.b, mid, count, out);
-      for (int64_t i = 0; i < count; ++i) {
-        float* y_row = y + lora_rows_[first + i].second * w.rows;
-        const float* update = out + i * w.rows;
-        for (int64_t j = 0; j < w.rows; ++j) y_row[j] += pair.scale * update[j];
+      // y += scale · B·mid, with B transposed (each row's sum in a fixed order: batching
+      // changes nothing).
+      for (int64_t i = 0; i < count * pair.rank; ++i) mid[i] *= pair.scale;
+      float* y_rows[kMaxRowsPerCall];
+      for (int64_t i = 0; i < count; i += kMaxRowsPerCall) {
+        const int64_t rows = std::min(kMaxRowsPerCall, count - i);
+        for (int64_t k = 0; k < rows; ++k) y_rows[k] = y + lora_rows_[first + i + k].second * w.rows;
+        AddLowRank(serial, mid + i * pair.rank, rows, pair.rank, pair.b_transposed.data(), w.rows,
+                   y_rows);
       }
     }
   };

@@ -193,7 +193,7 @@ class CpuForwardBlocks final : public ForwardBlocks {
   const ForwardInput* in_ = nullptr;
   const KvCacheView* kv_ = nullptr;
   std::span<float> logits_;
-  std::vector<float> lora_in_, lora_mid_, lora_out_;  // ApplyLora's x, A·x and B·(A·x)
+  std::vector<float> lora_in_, lora_mid_;  // ApplyLora's x and A·x
   std::vector<std::pair<const LoraPair*, int64_t>> lora_rows_;  // ApplyLora's rows by pair
   std::vector<std::pair<size_t, size_t>> lora_tasks_;  // [first, end) of lora_rows_ each
   int64_t n_ = 0;  // tokens of the step
