@@ -21,10 +21,10 @@
 
 namespace tokenmill {
 
-// How the pairs are kept for the kernels: f32 (the file's values, as llama.cpp multiplies an
-// f32 adapter), or Q8_0 rows (llama.cpp's quantize_row_q8_0: a quarter of f32's bytes and the
-// int8 dot products of the base matrices; the update then differs from the f32 one by the
-// rounding of A, B and their inputs to 8 bits).
+// How A is kept for the kernels: f32 (the file's values, as llama.cpp multiplies an f32
+// adapter), or Q8_0 rows (llama.cpp's quantize_row_q8_0: a quarter of f32's bytes and the int8
+// dot products of the base matrices; A·x then differs from the f32 one by the rounding of A and
+// x to 8 bits). B stays f32 either way.
 enum class LoraWeights { kF32, kQ8_0 };
 
 // The pair as the blocks take it: A as a matrix of the kernels (rank rows of the base matrix's

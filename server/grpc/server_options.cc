@@ -178,10 +178,10 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "once per adapter: a request whose model is NAME runs with it (CPU only)")
       ->take_all();
   AddOption(app, "--lora-weights", o.lora_weights,
-            "how the LoRA adapters' matrices are kept: f32 (their values, as llama.cpp "
+            "how the LoRA adapters' A matrices are kept: f32 (their values, as llama.cpp "
             "multiplies f32 adapters) or q8_0 (llama.cpp's 8-bit blocks: a quarter of the "
-            "memory traffic, on the int8 kernels of the base matrices; the updates round to "
-            "8 bits)")
+            "memory traffic, on the int8 kernels of the base matrices; A·x rounds to 8 bits). "
+            "B stays f32")
       ->check(CLI::IsMember({"f32", "q8_0"}));
   AddOption(app, "--draft-model", o.draft_model_path,
             "GGUF draft model for --spec draft (same vocabulary as --model)")

@@ -69,8 +69,8 @@ struct ServerOptions {
   std::string draft_model_path;  // --spec draft: a GGUF with the model's vocabulary
   // LoRA adapters of the model, NAME=PATH each (--lora): a request names one as its model.
   std::vector<std::string> lora_adapters;
-  // How the adapters' pairs are kept: f32 (as the files hold them) or q8_0 (a quarter of the
-  // bytes, on the int8 kernels).
+  // How the adapters' A matrices are kept: f32 (as the files hold them) or q8_0 (a quarter of
+  // the bytes, on the int8 kernels).
   std::string lora_weights = "f32";
   // TLS on the gRPC port: a PEM certificate chain and its key; with a client CA, clients must
   // present a certificate it signed (mTLS). All empty: plaintext.

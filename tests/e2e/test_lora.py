@@ -12,7 +12,7 @@ feed-forward matrices):
 - prefixes cached under one adapter are not served to another; an unknown model name is
   NOT_FOUND; bad adapter files are refused at startup by name;
 - --metrics-compat vllm serves vllm:lora_requests_info with the adapters of running requests;
-- --lora-weights q8_0 (8-bit pairs) stays within llama.cpp's near-ties on the default model."""
+- --lora-weights q8_0 (A in 8-bit blocks) stays within llama.cpp's near-ties on the default model."""
 import ctypes
 import sys
 import threading
@@ -197,7 +197,7 @@ def test_vllm_lora_requests_info_names_the_running_adapters(tiny):
 
 
 def test_q8_0_adapter_weights_stay_within_llama_cpps_near_ties(smollm2):
-    """--lora-weights q8_0 (the pairs in 8-bit blocks, on the int8 kernels): on the default model,
+    """--lora-weights q8_0 (A in 8-bit blocks, on the int8 kernels): on the default model,
     whose own weights and activations are already 4- and 8-bit, the adapters' continuations
     still equal llama.cpp's (f32 pairs) up to its near-ties, and batching changes nothing."""
     _, adapters = smollm2
