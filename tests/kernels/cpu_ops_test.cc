@@ -550,6 +550,53 @@ TEST(SwiGluTest, EveryIsaEqualsThePlainLoopsBitForBit) {
   }
 }
 
+// LoRA's B·(A·x) with B transposed (AddLowRank): the sum, every ISA bit for bit equal to the
+// scalar table's, and each row's result the same whether its tokens run alone or together.
+TEST(AddLowRankTest, AddsTheRankTermsAlikeOnEveryIsaAndAloneOrTogether) {
+  std::mt19937 rng(41);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr int64_t kTokens = 5, kRank = 16;
+  for (const int64_t n : {8960, 576, 37}) {
+    std::vector<float> coeffs(kTokens * kRank), bt(static_cast<size_t>(kRank * n));
+    std::vector<float> y0(static_cast<size_t>(kTokens * n));
+    for (float& v : coeffs) v = normal(rng);
+    for (float& v : bt) v = normal(rng);
+    for (float& v : y0) v = normal(rng);
+    const auto run = [&](CpuIsa isa, bool alone) {
+      std::vector<float> y = y0;
+      std::vector<float*> rows;
+      for (int64_t t = 0; t < kTokens; ++t) rows.push_back(y.data() + t * n);
+      const CpuContext ctx{&KernelTable(isa)};
+      if (alone) {
+        for (int64_t t = 0; t < kTokens; ++t) {
+          AddLowRank(ctx, coeffs.data() + t * kRank, 1, kRank, bt.data(), n, &rows[t]);
+        }
+      } else {
+        AddLowRank(ctx, coeffs.data(), kTokens, kRank, bt.data(), n, rows.data());
+      }
+      return y;
+    };
+    const std::vector<float> expected = run(CpuIsa::kScalar, false);
+    for (int64_t t = 0; t < kTokens; ++t) {
+      for (int64_t j = 0; j < n; j += 97) {
+        double sum = y0[t * n + j];
+        for (int64_t r = 0; r < kRank; ++r) sum += double{coeffs[t * kRank + r]} * bt[r * n + j];
+        EXPECT_NEAR(expected[t * n + j], sum, 1e-4) << "n " << n << " token " << t << " at " << j;
+      }
+    }
+    for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+      if (!CpuSupports(isa)) continue;
+      for (const bool alone : {false, true}) {
+        const std::vector<float> got = run(isa, alone);
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(expected[i]))
+              << IsaName(isa) << (alone ? " alone" : " together") << " n " << n << " at " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(SoftmaxTest, SumsToOneAndSurvivesLargeValues) {
   std::vector<float> x = {1000.0f, 999.0f, -1000.0f, 1000.0f};
   SoftmaxInPlace(x);
