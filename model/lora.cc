@@ -93,7 +93,7 @@ StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Load(const std::string& path
       return InvalidArgumentError(path + ": " + m.name + " has " + std::to_string(a_file.cols) +
                                   " inputs, not whole Q8_0 blocks of 32: use f32 LoRA weights");
     }
-    LoraPair pair{.a = adapter->Padded(a_file, a_file.rows, a_file.cols, weights),
+    LoraPair pair{.a = adapter->Converted(a_file, weights),
                   .b_transposed = adapter->Transposed(b_file),
                   .rank = rank,
                   .scale = alpha != 0.0f ? alpha / static_cast<float>(rank) : 1.0f};
@@ -114,15 +114,15 @@ StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Load(const std::string& path
   return adapter;
 }
 
-WeightMatrix LoraAdapter::Padded(const WeightMatrix& w, int64_t rows, int64_t cols,
-                                 LoraWeights weights) {
-  std::vector<float> values(static_cast<size_t>(rows * cols), 0.0f);
+WeightMatrix LoraAdapter::Converted(const WeightMatrix& w, LoraWeights weights) {
+  const int64_t rows = w.rows, cols = w.cols;
+  std::vector<float> values(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < w.rows; ++r) {
     DequantizeReference(w.type, w.data + r * w.row_bytes,
                         std::span<float>(values).subspan(static_cast<size_t>(r * cols),
-                                                         static_cast<size_t>(w.cols)));
+                                                         static_cast<size_t>(cols)));
   }
-  std::vector<uint8_t>& data = padded_.emplace_back();
+  std::vector<uint8_t>& data = converted_.emplace_back();
   if (weights == LoraWeights::kF32) {
     data.resize(values.size() * sizeof(float));
     std::memcpy(data.data(), values.data(), data.size());
@@ -158,7 +158,7 @@ WeightMatrix LoraAdapter::Padded(const WeightMatrix& w, int64_t rows, int64_t co
 
 std::span<const float> LoraAdapter::Transposed(const WeightMatrix& w) {
   std::vector<float> row(static_cast<size_t>(w.cols));
-  std::vector<uint8_t>& data = padded_.emplace_back(static_cast<size_t>(w.rows * w.cols) *
+  std::vector<uint8_t>& data = converted_.emplace_back(static_cast<size_t>(w.rows * w.cols) *
                                                     sizeof(float));
   auto* out = reinterpret_cast<float*>(data.data());
   for (int64_t r = 0; r < w.rows; ++r) {

@@ -51,14 +51,13 @@ class LoraAdapter {
 
  private:
   explicit LoraAdapter(GgufFile file) : file_(std::move(file)) {}
-  // `w` (rows x cols at most), zero-padded to rows x cols (for Q8_0, cols a multiple of 32) in
-  // `weights`' type, kept in padded_.
-  WeightMatrix Padded(const WeightMatrix& w, int64_t rows, int64_t cols, LoraWeights weights);
-  // `w` in f32, transposed, kept in padded_.
+  // `w` in `weights`' type (for Q8_0, its cols a multiple of 32), kept in converted_.
+  WeightMatrix Converted(const WeightMatrix& w, LoraWeights weights);
+  // `w` in f32, transposed, kept in converted_.
   std::span<const float> Transposed(const WeightMatrix& w);
 
   GgufFile file_;
-  std::vector<std::vector<uint8_t>> padded_;  // the pairs' matrices point into these
+  std::vector<std::vector<uint8_t>> converted_;  // the pairs' matrices point into these
   std::unordered_map<const uint8_t*, LoraPair> by_base_data_;
   int num_pairs_ = 0;
 };
