@@ -40,8 +40,9 @@ template <typename Call, typename Response>
 struct UnaryCall {
   using Request = decltype(Call::request);
   std::optional<HttpError> (*parse)(const nlohmann::json& body, Call& call);
-  boost::asio::awaitable<grpc::Status> (*send)(Backend& backend, std::string_view tenant,
-                                               const Request& request, Response& response);
+  boost::asio::awaitable<grpc::Status> (*send)(Backend& backend, CallRegistry& calls,
+                                               std::string_view tenant, const Request& request,
+                                               Response& response);
   nlohmann::json (*answer)(const UnaryReply<Call, Response>& reply);
   // The body's field a server's 400 is about, where the body names it otherwise than the
   // server does ("tokens" for its token_ids); empty: as the server says.
@@ -114,7 +115,8 @@ boost::asio::awaitable<void> HandleUnaryCall(HttpExchange& exchange, const HttpR
   }
   Response response;
   const grpc::Status status = co_await route.send(
-      backend, context.TenantForBackend(exchange.tenant()), call.request, response);
+      backend, context.calls, context.TenantForBackend(exchange.tenant()), call.request,
+      response);
   if (!status.ok()) {
     HttpError refused = FromGrpcStatus(status);
     if (refused.status == 400 && *route.refused_param != '\0') {

@@ -129,8 +129,13 @@ void GenerateCall::OnDone(const grpc::Status& status) {
   event.call_index = call_index_;
   event.status = status;
   events_->Push(std::move(event));
-  registry_.Remove(this);
-  std::shared_ptr<GenerateCall> last = std::move(self_);  // may delete this on return
+  CallRegistry& registry = registry_;
+  {
+    // This may be the last owner of the call and of its queue's executor: let go of both before
+    // shutdown may see the call ended and destroy the io_context.
+    std::shared_ptr<GenerateCall> last = std::move(self_);
+  }
+  registry.Remove(this);  // compares the address only
 }
 
 void CallRegistry::Add(const std::shared_ptr<GenerateCall>& call) {
@@ -146,10 +151,33 @@ void CallRegistry::Remove(const GenerateCall* call) {
   });
 }
 
+void CallRegistry::AddUnary(grpc::ClientContext* context) {
+  std::lock_guard lock(mutex_);
+  ++unary_open_;
+  if (cancelled_) {
+    context->TryCancel();  // gRPC cancels the call as it starts
+    return;
+  }
+  unanswered_.push_back(context);
+}
+
+void CallRegistry::UnaryAnswered(grpc::ClientContext* context) {
+  std::lock_guard lock(mutex_);
+  std::erase(unanswered_, context);
+}
+
+void CallRegistry::UnaryEnded() {
+  std::lock_guard lock(mutex_);
+  --unary_open_;
+}
+
 void CallRegistry::CancelAll() {
   std::vector<std::shared_ptr<GenerateCall>> live;
   {
     std::lock_guard lock(mutex_);
+    cancelled_ = true;
+    // Under the lock: an answered context leaves the list before its coroutine may free it.
+    for (grpc::ClientContext* context : unanswered_) context->TryCancel();
     for (const std::weak_ptr<GenerateCall>& weak : calls_) {
       if (std::shared_ptr<GenerateCall> call = weak.lock()) live.push_back(std::move(call));
     }
@@ -160,24 +188,32 @@ void CallRegistry::CancelAll() {
 
 size_t CallRegistry::open() const {
   std::lock_guard lock(mutex_);
-  return calls_.size();
+  return calls_.size() + unary_open_;
 }
+
 
 namespace {
 
 // Runs `start(done)` and suspends until gRPC calls `done(status)` on one of its threads; the
-// coroutine resumes on its own executor.
+// coroutine resumes on its own executor. The call is open in `calls` meanwhile.
 template <typename Start>
-asio::awaitable<grpc::Status> AwaitGrpc(Start start) {
+asio::awaitable<grpc::Status> AwaitGrpc(CallRegistry& calls, grpc::ClientContext& context,
+                                        Start start) {
   return asio::async_initiate<const asio::use_awaitable_t<>&, void(grpc::Status)>(
-      [start = std::move(start)](auto handler) mutable {
+      [&calls, &context, start = std::move(start)](auto handler) mutable {
         using Handler = decltype(handler);
         auto shared = std::make_shared<Handler>(std::move(handler));
-        start([shared](grpc::Status status) {
-          auto executor = asio::get_associated_executor(*shared);
-          asio::post(executor, [shared, status = std::move(status)]() mutable {
-            std::move (*shared)(std::move(status));
-          });
+        calls.AddUnary(&context);
+        start([shared, &calls, &context](grpc::Status status) mutable {
+          calls.UnaryAnswered(&context);
+          {
+            auto executor = asio::get_associated_executor(*shared);
+            asio::post(executor,
+                       [shared = std::move(shared), status = std::move(status)]() mutable {
+                         std::move (*shared)(std::move(status));
+                       });
+          }
+          calls.UnaryEnded();  // last: shutdown waits for it before destroying the executor's io
         });
       },
       asio::use_awaitable);
@@ -185,46 +221,50 @@ asio::awaitable<grpc::Status> AwaitGrpc(Start start) {
 
 }  // namespace
 
-asio::awaitable<grpc::Status> AwaitTokenize(Backend& backend, std::string_view tenant,
+asio::awaitable<grpc::Status> AwaitTokenize(Backend& backend, CallRegistry& calls,
+                                            std::string_view tenant,
                                             const v1::TokenizeRequest& request,
                                             v1::TokenizeResponse& response) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
   NameTenant(context, tenant);
-  co_return co_await AwaitGrpc([&](std::function<void(grpc::Status)> done) {
+  co_return co_await AwaitGrpc(calls, context, [&](std::function<void(grpc::Status)> done) {
     backend.stub().async()->Tokenize(&context, &request, &response, std::move(done));
   });
 }
 
-asio::awaitable<grpc::Status> AwaitDetokenize(Backend& backend, std::string_view tenant,
+asio::awaitable<grpc::Status> AwaitDetokenize(Backend& backend, CallRegistry& calls,
+                                              std::string_view tenant,
                                               const v1::DetokenizeRequest& request,
                                               v1::DetokenizeResponse& response) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kUnaryTimeout);
   NameTenant(context, tenant);
-  co_return co_await AwaitGrpc([&](std::function<void(grpc::Status)> done) {
+  co_return co_await AwaitGrpc(calls, context, [&](std::function<void(grpc::Status)> done) {
     backend.stub().async()->Detokenize(&context, &request, &response, std::move(done));
   });
 }
 
-asio::awaitable<grpc::Status> AwaitEmbed(Backend& backend, std::string_view tenant,
+asio::awaitable<grpc::Status> AwaitEmbed(Backend& backend, CallRegistry& calls,
+                                         std::string_view tenant,
                                          const v1::EmbedRequest& request,
                                          v1::EmbedResponse& response) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kEmbedTimeout);
   NameTenant(context, tenant);
-  co_return co_await AwaitGrpc([&](std::function<void(grpc::Status)> done) {
+  co_return co_await AwaitGrpc(calls, context, [&](std::function<void(grpc::Status)> done) {
     backend.stub().async()->Embed(&context, &request, &response, std::move(done));
   });
 }
 
-asio::awaitable<grpc::Status> AwaitRerank(Backend& backend, std::string_view tenant,
+asio::awaitable<grpc::Status> AwaitRerank(Backend& backend, CallRegistry& calls,
+                                          std::string_view tenant,
                                           const v1::RerankRequest& request,
                                           v1::RerankResponse& response) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kEmbedTimeout);
   NameTenant(context, tenant);
-  co_return co_await AwaitGrpc([&](std::function<void(grpc::Status)> done) {
+  co_return co_await AwaitGrpc(calls, context, [&](std::function<void(grpc::Status)> done) {
     backend.stub().async()->Rerank(&context, &request, &response, std::move(done));
   });
 }

@@ -73,17 +73,27 @@ class EventQueue : public std::enable_shared_from_this<EventQueue> {
 
 class GenerateCall;
 
-// The Generate calls still open, so that shutdown can cancel them and wait for their end.
+// The backend calls still open (Generate streams and unary calls), so that shutdown can cancel
+// them and wait for their end: gRPC reports each to a connection's strand, whose io_context
+// must outlive the report. After CancelAll, calls that start are cancelled at once.
 class CallRegistry {
  public:
   void Add(const std::shared_ptr<GenerateCall>& call);
   void Remove(const GenerateCall* call);
+  // A unary call's context from its start; UnaryAnswered before its coroutine may resume (and
+  // destroy the context), UnaryEnded once gRPC's thread is done with the connection's executor.
+  void AddUnary(grpc::ClientContext* context);
+  void UnaryAnswered(grpc::ClientContext* context);
+  void UnaryEnded();
   void CancelAll();
   size_t open() const;
 
  private:
   mutable std::mutex mutex_;
   std::vector<std::weak_ptr<GenerateCall>> calls_;
+  std::vector<grpc::ClientContext*> unanswered_;  // unary calls gRPC has not answered
+  size_t unary_open_ = 0;                          // unary calls whose callback has not ended
+  bool cancelled_ = false;
 };
 
 // One Generate stream, for `tenant` (none when empty). Keeps itself alive until gRPC's
@@ -121,12 +131,14 @@ class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse>,
 
 inline constexpr auto kUnaryTimeout = std::chrono::seconds(30);
 
-// Unary calls for `tenant` (none when empty); each resumes the awaiting coroutine on its own
-// executor.
-boost::asio::awaitable<grpc::Status> AwaitTokenize(Backend& backend, std::string_view tenant,
+// Unary calls for `tenant` (none when empty), open in `calls` until answered; each resumes the
+// awaiting coroutine on its own executor.
+boost::asio::awaitable<grpc::Status> AwaitTokenize(Backend& backend, CallRegistry& calls,
+                                                   std::string_view tenant,
                                                    const v1::TokenizeRequest& request,
                                                    v1::TokenizeResponse& response);
-boost::asio::awaitable<grpc::Status> AwaitDetokenize(Backend& backend, std::string_view tenant,
+boost::asio::awaitable<grpc::Status> AwaitDetokenize(Backend& backend, CallRegistry& calls,
+                                                     std::string_view tenant,
                                                      const v1::DetokenizeRequest& request,
                                                      v1::DetokenizeResponse& response);
 
@@ -134,10 +146,12 @@ boost::asio::awaitable<grpc::Status> AwaitDetokenize(Backend& backend, std::stri
 // generation's prompts do: longer than kUnaryTimeout, as long as the openai package waits by
 // default.
 inline constexpr auto kEmbedTimeout = std::chrono::minutes(10);
-boost::asio::awaitable<grpc::Status> AwaitEmbed(Backend& backend, std::string_view tenant,
+boost::asio::awaitable<grpc::Status> AwaitEmbed(Backend& backend, CallRegistry& calls,
+                                                std::string_view tenant,
                                                 const v1::EmbedRequest& request,
                                                 v1::EmbedResponse& response);
-boost::asio::awaitable<grpc::Status> AwaitRerank(Backend& backend, std::string_view tenant,
+boost::asio::awaitable<grpc::Status> AwaitRerank(Backend& backend, CallRegistry& calls,
+                                                 std::string_view tenant,
                                                  const v1::RerankRequest& request,
                                                  v1::RerankResponse& response);
 

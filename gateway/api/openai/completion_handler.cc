@@ -197,8 +197,8 @@ asio::awaitable<void> HandleCompletion(HttpExchange& exchange, const HttpRequest
     if (!detokenize[p]) continue;
     detokenize[p]->set_model(generation.called_model());
     v1::DetokenizeResponse detokenized;
-    const grpc::Status status = co_await AwaitDetokenize(generation.backend(), backend_tenant,
-                                                         *detokenize[p], detokenized);
+    const grpc::Status status = co_await AwaitDetokenize(
+        generation.backend(), context.calls, backend_tenant, *detokenize[p], detokenized);
     if (status.ok()) {
       echoes[p].text = detokenized.text();
     } else {
