@@ -41,8 +41,10 @@ Status LoadEncoderInputs(const GgufFile& file, const ModelConfig& c, EncoderInpu
     DequantizeReference(all.type, all.data, row);
     e.token_type = row;
   }
-  TM_ASSIGN_OR_RETURN(e.position_embd,
-                      LoadMatrix(file, "position_embd.weight", c.n_embd, c.context_length));
+  if (c.n_rot == 0) {  // learned positions (bert); a roped encoder (nomic-bert) has none
+    TM_ASSIGN_OR_RETURN(e.position_embd,
+                        LoadMatrix(file, "position_embd.weight", c.n_embd, c.context_length));
+  }
   TM_ASSIGN_OR_RETURN(e.norm, LoadVector(file, "token_embd_norm.weight", c.n_embd, copies));
   TM_ASSIGN_OR_RETURN(e.norm_bias, LoadVector(file, "token_embd_norm.bias", c.n_embd, copies));
   return OkStatus();

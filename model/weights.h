@@ -107,7 +107,7 @@ struct PerLayerEmbeddings {
 // with before its first layer.
 struct EncoderInputs {
   std::span<const float> token_type;  // token_types' row 0 (every token is "sentence A")
-  WeightMatrix position_embd;         // context_length rows of n_embd, by position
+  WeightMatrix position_embd;  // context_length rows of n_embd, by position; none when roped
   std::span<const float> norm, norm_bias;  // token_embd_norm: LayerNorm weight and bias
 };
 

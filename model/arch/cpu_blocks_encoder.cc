@@ -15,6 +15,7 @@ void CpuForwardBlocks::AddEncoderInputs(const EncoderInputs& inputs) {
     // As llama.cpp: (token + type) + position, each add rounded.
     if (!inputs.token_type.empty()) AddBias(x, inputs.token_type, 1);
     const WeightMatrix& p = inputs.position_embd;
+    if (p.data == nullptr) continue;  // roped instead (nomic-bert)
     DequantizeReference(p.type, p.data + in_->batch.positions[t] * p.row_bytes, position);
     for (int64_t i = 0; i < d; ++i) x[i] = position[static_cast<size_t>(i)] + x[i];
   }

@@ -11,7 +11,8 @@ namespace {
 constexpr const ModelFamily* kFamilies[] = {
     &kLlamaFamily,    &kQwen2Family,    &kQwen3Family,    &kGemmaFamily,   &kGemma2Family,
     &kGemma3Family,   &kGemma3nFamily,  &kGemma4Family,   &kPhi3Family,    &kQwen2MoeFamily,
-    &kQwen3MoeFamily, &kGptOssFamily,   &kMistral3Family, &kDeepseek2Family, &kBertFamily};
+    &kQwen3MoeFamily, &kGptOssFamily,   &kMistral3Family, &kDeepseek2Family, &kBertFamily,
+    &kNomicBertFamily};
 
 // "'llama' and 'qwen2'": the names of the families, for the refusal.
 std::string FamilyNames() {

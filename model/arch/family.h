@@ -47,6 +47,7 @@ extern const ModelFamily kGptOssFamily;    // gpt_oss.cc
 extern const ModelFamily kMistral3Family;  // mistral3.cc
 extern const ModelFamily kDeepseek2Family;  // deepseek2.cc
 extern const ModelFamily kBertFamily;       // bert.cc: an encoder (embeddings only)
+extern const ModelFamily kNomicBertFamily;  // bert.cc: an encoder with RoPE and SwiGLU
 
 // The family of the file's general.architecture; an error naming it if tokenmill runs none.
 StatusOr<const ModelFamily*> FindModelFamily(const GgufFile& file);

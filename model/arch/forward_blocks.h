@@ -40,7 +40,7 @@ class ForwardBlocks {
   // h = RmsNorm(x) with `weight`.
   virtual void Norm(std::span<const float> weight, const char* name) = 0;
   // An encoder's inputs (bert): x += the token-type row, then + each token's row of
-  // position_embd at its position.
+  // position_embd at its position where the model has learned positions (not nomic-bert's).
   virtual void AddEncoderInputs(const EncoderInputs& inputs) = 0;
   // x = LayerNorm(x) (mean and variance, as ggml_norm) times `weight` plus `bias`, and h = x:
   // an encoder's post-norms, whose output is both the residual and the next block's input.

@@ -13,7 +13,8 @@ causal attention).
 - A tiny random bert (an encoder: attention both ways, no head) with BGE's WordPiece
   vocabulary, pooling mean and cls: texts and token ids as llama.cpp's, several inputs of a
   call computed together in one step (each sees its own tokens only), Generate refused, the
-  context held to a step's token budget.
+  context held to a step's token budget. A tiny random nomic-bert (RoPE instead of position
+  embeddings, Q, K and V fused, SwiGLU) with the same vocabulary: its vectors as llama.cpp's.
 - One call of many inputs (256 at most) equals each input's lone call; Embed and Generate
   calls at once, in a KV pool small enough to preempt, equal their lone runs.
 - Errors: a model that pools nothing refuses Embed with FAILED_PRECONDITION naming
@@ -39,7 +40,7 @@ from server_harness import (DEFAULT_MODEL, MODELS_DIR, REPO, RPC_TIMEOUT_S, SERV
                             TINY_MODEL, Server, generate, pb2)
 
 sys.path.insert(0, str(REPO / "tests" / "reference"))
-from tiny_families import bert, llama, qwen3  # noqa: E402
+from tiny_families import bert, llama, nomic_bert, qwen3  # noqa: E402
 from tiny_families.common import CONTEXT  # noqa: E402
 
 MEAN = llama_cpp.LLAMA_POOLING_TYPE_MEAN
@@ -212,6 +213,21 @@ def test_bert_embeds_as_llama_cpp(bert_models, pooling, pooling_type):
             generate(server.stub, pb2.GenerateRequest(text="Hello", max_tokens=2))
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "encoder" in e.value.details()
+
+
+def test_nomic_bert_embeds_as_llama_cpp(bert_models, tmp_path):
+    """nomic-embed-text's layers: RoPE on NeoX pairs (positions 0.. of each input, attention
+    both ways), one QKV tensor, SwiGLU; mean pooling as its files say."""
+    path = tmp_path / "tiny-nomic-bert.gguf"
+    nomic_bert.write(str(path), vocabulary_from=str(BERT_VOCAB), pooling_type=MEAN)
+    llm = llama_cpp_embedder(path, n_ctx=CONTEXT)
+    assert llm.pooling_type() == MEAN
+    with Server(model=path) as server:
+        check_model_info(server, "mean", nomic_bert.N_EMBD)
+        check_against_llama_cpp(server, llm, BERT_TEXTS, BERT_IDS, TINY_COS, TINY_ELEMENT)
+        together = vectors(embed(server, BERT_TEXTS + BERT_IDS, raw=True))
+        for x, got in zip(BERT_TEXTS + BERT_IDS, together):
+            assert np.array_equal(got, vectors(embed(server, [x], raw=True))[0]), x
 
 
 def test_bert_prompts_run_whole_within_a_steps_budget(bert_models):
