@@ -4,7 +4,8 @@ bert with a classification head (cls: dense and tanh, cls.output: one label) and
 vocabulary. Each document is written as llama.cpp's server writes it ([CLS] query [SEP]
 document with this vocabulary, or the GGUF's rerank template), scored by the head over its
 [CLS] row, and the score must equal llama.cpp's for those token ids. The gateway's rerank
-routes (Jina's, Cohere's and vLLM's shape) rank by those scores."""
+routes (Jina's, Cohere's and vLLM's shape) rank by those scores. A tiny random qwen3 written
+as a Qwen3-Reranker (rerank template, yes/no head, softmax) scores as llama.cpp's too."""
 import sys
 
 import grpc
@@ -17,7 +18,7 @@ from llama_reference import llama_cpp_embedder
 from server_harness import MODELS_DIR, REPO, RPC_TIMEOUT_S, Server, pb2
 
 sys.path.insert(0, str(REPO / "tests" / "reference"))
-from tiny_families import bert  # noqa: E402
+from tiny_families import bert, qwen3  # noqa: E402
 from tiny_families.common import CONTEXT  # noqa: E402
 
 RANK = llama_cpp.LLAMA_POOLING_TYPE_RANK
@@ -99,6 +100,34 @@ def test_a_rerank_template_writes_each_input(tmp_path):
     assert ids[0] == CLS_ID and ids[-1] == SEP_ID
     assert result.prompt_tokens == len(ids)
     assert abs(result.score - llama_cpp_score(llm, ids)) < SCORE_BOUND
+
+
+def test_a_qwen3_reranker_scores_as_llama_cpp(tmp_path):
+    """Qwen3-Reranker's form (a decoder): its rerank template writes each input, the last
+    token's hidden state goes through cls.output (the rows of "yes" and "no"), and a softmax
+    over the two makes the score p(yes), as llama.cpp's rank pooling for qwen3."""
+    stories = MODELS_DIR / "stories260K.gguf"
+    if not stories.exists():
+        pytest.skip(f"{stories} is missing: run scripts/setup")
+    model = tmp_path / "tiny-qwen3-reranker.gguf"
+    template = "Judge the document.\nQuery: {query}\nDocument: {document}\nRelevant:"
+    qwen3.write(str(model), vocabulary_from=str(stories), pooling_type=RANK,
+                reranker_template=template)
+    llm = llama_cpp_embedder(model, n_ctx=CONTEXT)
+    assert llm.pooling_type() == RANK
+    documents = ["Lily had a red ball.", "The cat sat on the mat and slept all day.", "no"]
+    with Server(model=model) as s:
+        results = rerank(s, "Who had a ball?", documents).results
+    scores = []
+    for document, result in zip(documents, results):
+        prompt = template.format(query="Who had a ball?", document=document)
+        ids = llm.tokenize(prompt.encode(), add_bos=False, special=True)
+        assert result.prompt_tokens == len(ids), document
+        want = llama_cpp_score(llm, ids)
+        assert 0.0 < want < 1.0  # a probability: the softmax ran
+        assert abs(result.score - want) < SCORE_BOUND, f"{document!r}: {result.score} vs {want}"
+        scores.append(result.score)
+    assert len(set(scores)) == len(scores)
 
 
 @pytest.mark.parametrize("query,documents,message", [
