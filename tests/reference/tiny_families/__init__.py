@@ -6,7 +6,7 @@ import importlib
 import os
 import pkgutil
 
-ENCODERS = ("bert",)
+ENCODERS = ("bert", "nomic_bert")
 FAMILIES = sorted(m.name for m in pkgutil.iter_modules([os.path.dirname(__file__)])
                   if m.name != "common" and m.name not in ENCODERS)
 
