@@ -101,6 +101,27 @@ StatusOr<std::vector<KvCacheEvent>> Engine::CachedPrefixes() {
   return dump.get();
 }
 
+Status Engine::AddLora(int id, std::shared_ptr<const LoraAdapter> adapter) {
+  std::future<void> added;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    if (stopped_ || shutting_down_) return UnavailableError("the engine is shutting down");
+    inbox_.added_loras.push_back({id, std::move(adapter), {}});
+    added = inbox_.added_loras.back().added.get_future();
+  }
+  inbox_cv_.notify_one();
+  added.get();
+  return OkStatus();
+}
+
+void Engine::RemoveLora(int id) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    inbox_.removed_loras.push_back(id);
+  }
+  inbox_cv_.notify_one();
+}
+
 EngineStats Engine::Stats() const {
   EngineStats stats;
   {
@@ -149,6 +170,8 @@ void Engine::Loop() {
                            [&] {
                              return !inbox_.submitted.empty() || !inbox_.aborted.empty() ||
                                     !inbox_.prefix_dumps.empty() || inbox_.tier_news ||
+                                    !inbox_.added_loras.empty() ||
+                                    !inbox_.removed_loras.empty() ||
                                     (shutting_down_ && !core_->has_unfinished_requests()) ||
                                     (!idle && core_->has_unfinished_requests());
                            });
@@ -161,6 +184,12 @@ void Engine::Loop() {
     for (auto& dump : inbox.prefix_dumps) {
       dump.set_value(core_->kv_cache().pool().CachedPrefixes());
     }
+    // Before the requests: one submitted after AddLora returned finds its adapter.
+    for (auto& lora : inbox.added_loras) {
+      core_->AddLora(lora.id, std::move(lora.adapter));
+      lora.added.set_value();
+    }
+    for (const int id : inbox.removed_loras) core_->RemoveLora(id);
     for (Submitted& s : inbox.submitted) {
       OutputSink sink = s.request.get().sink;
       const Status status = core_->Add(s.id, std::move(s.request), s.submit_time);
@@ -176,6 +205,7 @@ void Engine::Loop() {
     // full-queue test failed under load when the count was only refreshed after the step).
     const bool ran = core_->has_unfinished_requests() && core_->Step([this] { CountWaiting(); });
     idle = !ran;
+    core_->RetireLoras();
     if (core_->has_unfinished_requests()) {
       idle_checked = false;
     } else if (!idle_checked) {
@@ -196,6 +226,8 @@ void Engine::Loop() {
       for (auto& dump : inbox_.prefix_dumps) {
         dump.set_value(core_->kv_cache().pool().CachedPrefixes());
       }
+      // No request can use them any more.
+      for (auto& lora : inbox_.added_loras) lora.added.set_value();
       break;
     }
   }

@@ -84,6 +84,14 @@ class Engine {
   // thread.
   StatusOr<int64_t> PurgeKvTier(std::string_view salt_prefix);
 
+  // LoRA adapter `id` (over the engine's model, an id never used before; CPU engines only, as
+  // EngineConfig::lora_adapters) for the requests submitted once this returns. Unavailable
+  // once the engine has stopped. Any thread; waits for the engine thread.
+  Status AddLora(int id, std::shared_ptr<const LoraAdapter> adapter);
+  // Adapter `id` refuses the requests that reach the engine from now on (NotFound); the
+  // engine lets go of it once no request runs or waits with it. Any thread.
+  void RemoveLora(int id);
+
   // Refuses new requests, lets those in flight run for up to `drain_timeout`, aborts the
   // rest (each gets its abort event) and joins the engine thread. Idempotent; any thread
   // but the engine's (so not from a sink).
@@ -108,6 +116,13 @@ class Engine {
     std::vector<Submitted> submitted;
     std::vector<RequestId> aborted;
     std::vector<std::promise<std::vector<KvCacheEvent>>> prefix_dumps;
+    struct AddedLora {
+      int id;
+      std::shared_ptr<const LoraAdapter> adapter;
+      std::promise<void> added;
+    };
+    std::vector<AddedLora> added_loras;
+    std::vector<int> removed_loras;
     bool tier_news = false;  // a disk load finished, or its contents changed
   };
 

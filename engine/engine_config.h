@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,9 +74,9 @@ struct EngineConfig {
   // The host and disk tiers below the pool (engine/kv_tiering.h): off without a size or a
   // directory.
   KvTierSettings kv_tiers;
-  // The LoRA adapters requests may name (GenerateRequest::lora = index + 1), over the model
-  // the engine runs; CPU only.
-  std::vector<std::shared_ptr<const LoraAdapter>> lora_adapters;
+  // The LoRA adapters requests may name at start, by id (GenerateRequest::lora; more come
+  // with Engine::AddLora), over the model the engine runs; CPU only.
+  std::map<int, std::shared_ptr<const LoraAdapter>> lora_adapters;
 };
 
 // InvalidArgument naming the setting when a value cannot work.

@@ -25,8 +25,7 @@ EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManage
               .vocab_size = tokenizer.vocab_size(),
               .speculative_decoding = speculator_ != nullptr,
               .embeddings_only = runner_->encoder(),
-              .has_classifier = runner_->has_classifier(),
-              .num_lora_adapters = runner_->num_lora_adapters()},
+              .has_classifier = runner_->has_classifier()},
       sampler_(tokenizer.end_of_generation_ids()),
       grammars_(tokenizer.end_of_generation_ids()),
       seed_source_(std::random_device{}()),
@@ -100,7 +99,14 @@ Status EngineCore::AddNow(RequestId id, ValidatedRequest valid, Clock::time_poin
   }
   const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
   if (!request.sampling.seed) request.sampling.seed = seed_source_();
-  if (request.lora > 0) request.cache_salt += "\x1flora:" + runner_->lora_digest(request.lora);
+  if (request.lora > 0) {
+    if (!runner_->has_lora(request.lora) ||
+        std::ranges::find(retiring_loras_, request.lora) != retiring_loras_.end()) {
+      return NotFoundError("LoRA adapter " + std::to_string(request.lora) +
+                           " is not loaded (it was unloaded): name another model");
+    }
+    request.cache_salt += "\x1flora:" + runner_->lora_digest(request.lora);
+  }
   if (request.beam_search) {
     TM_RETURN_IF_ERROR(scheduler_->Add(
         beams_.Start(id, request, scheduler_->max_model_len(), submit_time)));
@@ -327,6 +333,21 @@ void EngineCore::FailStep(const SchedulerOutput& step, const Status& error) {
   scheduler_->Update(ModelOutput{});
 }
 
+void EngineCore::RetireLoras() {
+  if (retiring_loras_.empty()) return;
+  std::vector<int> in_use, waiting;
+  scheduler_->ActiveLoras(in_use, waiting);
+  in_use.insert(in_use.end(), waiting.begin(), waiting.end());
+  for (const auto& [ticket, requests] : loading_) {
+    for (const Loading& loading : requests) in_use.push_back(loading.request.get().lora);
+  }
+  std::erase_if(retiring_loras_, [&](int id) {
+    if (std::ranges::find(in_use, id) != in_use.end()) return false;
+    runner_->RemoveLora(id);
+    return true;
+  });
+}
+
 Status EngineCore::CheckIdle() {
   ++idle_checks_;
   Status status = scheduler_->CheckInvariants();
@@ -353,7 +374,7 @@ EngineStats EngineCore::Stats() const {
   EngineStats stats;
   stats.num_running = s.num_running;
   stats.num_waiting = s.num_waiting;
-  if (runner_->num_lora_adapters() > 0) {
+  if (runner_->has_lora_adapters()) {
     scheduler_->ActiveLoras(stats.running_loras, stats.waiting_loras);
   }
   stats.kv_usage = k.usage;

@@ -79,6 +79,14 @@ class EngineCore {
   void set_kv_event_log(std::vector<KvCacheEvent>* log) { kv_->set_event_log(log); }
   const Scheduler& scheduler() const { return *scheduler_; }
   const ModelRunner& runner() const { return *runner_; }
+  // LoRA adapter `id` for the requests added from now on (an id never held before).
+  void AddLora(int id, std::shared_ptr<const LoraAdapter> adapter) {
+    runner_->AddLora(id, std::move(adapter));
+  }
+  // Adapter `id` refuses new requests at once and is let go of once no request (running,
+  // waiting or loading its prefix) has it: RetireLoras, after each step.
+  void RemoveLora(int id) { retiring_loras_.push_back(id); }
+  void RetireLoras();
   // The disk tier's engine side; null without one.
   KvTiering* tiering() { return tiering_.get(); }
 
@@ -128,6 +136,7 @@ class EngineCore {
   // By the load's ticket: the requests waiting for it (several when they share its blocks).
   std::unordered_map<uint64_t, std::vector<Loading>> loading_;
   int num_loading_ = 0;
+  std::vector<int> retiring_loras_;  // RemoveLora's, until no request has them
   const RequestLimits limits_;
   Sampler sampler_;
   StepLogprobs step_logprobs_;  // the last step's, reused

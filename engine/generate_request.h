@@ -88,7 +88,8 @@ struct GenerateRequest {
   // with n = 1 and none of beam search, kv_window, prompt_logprobs, a grammar, output parsing,
   // stop strings or a prediction (request_validation.h).
   std::optional<EmbeddingParams> embedding;
-  // The LoRA adapter the request runs with: 0, none; i, the engine's lora_adapters[i - 1].
+  // The LoRA adapter the request runs with: 0, none; else the id of one the engine holds
+  // (EngineConfig::lora_adapters' or Engine::AddLora's).
   // Its cached prefixes are its adapter's alone: the engine adds the adapter's tensor digest to
   // its cache_salt (so a tier on disk never serves them to another adapter file either).
   int lora = 0;

@@ -13,15 +13,17 @@ namespace tokenmill {
 
 ModelRunner::ModelRunner(const Model& model, std::unique_ptr<ForwardBackend> backend,
                          int64_t num_blocks, int block_size,
-                         std::vector<std::shared_ptr<const LoraAdapter>> lora_adapters)
+                         std::map<int, std::shared_ptr<const LoraAdapter>> lora_adapters)
     : model_(model),
       backend_(std::move(backend)),
       num_blocks_(num_blocks),
-      block_size_(block_size),
-      lora_adapters_(std::move(lora_adapters)) {
-  for (const auto& adapter : lora_adapters_) {
-    lora_digests_.push_back(ModelTensorDigest(adapter->file()));
-  }
+      block_size_(block_size) {
+  for (auto& [id, adapter] : lora_adapters) AddLora(id, std::move(adapter));
+}
+
+void ModelRunner::AddLora(int id, std::shared_ptr<const LoraAdapter> adapter) {
+  std::string digest = ModelTensorDigest(adapter->file());
+  loras_.emplace(id, HeldLora{std::move(adapter), std::move(digest)});
 }
 
 std::vector<int> ModelRunner::PromptLogitRows(const SchedulerOutput& step,
@@ -154,7 +156,7 @@ StatusOr<ModelOutput> ModelRunner::Execute(const SchedulerOutput& step,
     const int lora = scheduler.Find(step.requests[i].id)->lora;
     if (lora == 0) continue;
     seq_loras_.resize(step.requests.size(), nullptr);
-    seq_loras_[i] = lora_adapters_[static_cast<size_t>(lora - 1)].get();
+    seq_loras_[i] = loras_.at(lora).adapter.get();
   }
   const ForwardInput forward_input{.token_ids = in.token_ids,
                                    .batch = in.batch(),

@@ -7,6 +7,7 @@
 // (slot = block * block_size + offset). Engine thread only.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -42,10 +43,10 @@ struct StepHiddenRows {
 class ModelRunner {
  public:
   // `model` must outlive the runner; `backend` has its KV pool of num_blocks allocated.
-  // `lora_adapters` (EngineConfig's) adapt the requests that name them.
+  // `lora_adapters` (EngineConfig's, by id) adapt the requests that name them.
   ModelRunner(const Model& model, std::unique_ptr<ForwardBackend> backend, int64_t num_blocks,
               int block_size,
-              std::vector<std::shared_ptr<const LoraAdapter>> lora_adapters = {});
+              std::map<int, std::shared_ptr<const LoraAdapter>> lora_adapters = {});
 
   // Copies step.block_copies' K/V, then computes `step` (from scheduler.Schedule()) and
   // samples a token for each request with num_logits > 0: accepted drafts then one more
@@ -70,9 +71,13 @@ class ModelRunner {
   int hidden_size() const { return model_.config().n_embd; }
   bool encoder() const { return model_.config().encoder; }
   bool has_classifier() const { return model_.weights().classifier.present(); }
-  int num_lora_adapters() const { return static_cast<int>(lora_adapters_.size()); }
-  // The digest of adapter `lora`'s tensors (1-based, as GenerateRequest::lora).
-  const std::string& lora_digest(int lora) const { return lora_digests_[lora - 1]; }
+  bool has_lora_adapters() const { return !loras_.empty(); }
+  bool has_lora(int id) const { return loras_.contains(id); }
+  // The digest of adapter `id`'s tensors (GenerateRequest::lora; has_lora(id)).
+  const std::string& lora_digest(int id) const { return loras_.at(id).digest; }
+  // Adapter `id` from now on (an id not held); RemoveLora once no request runs with it.
+  void AddLora(int id, std::shared_ptr<const LoraAdapter> adapter);
+  void RemoveLora(int id) { loras_.erase(id); }
   // A pooled hidden state through the model's classification head (model/classifier.h).
   std::vector<float> Classify(std::span<const float> pooled) const {
     return tokenmill::Classify(model_.config(), model_.weights().classifier, pooled);
@@ -108,8 +113,11 @@ class ModelRunner {
   int block_size_;
   std::vector<int32_t> row_argmax_;
   StepPromptLogprobs prompt_logprobs_;
-  std::vector<std::shared_ptr<const LoraAdapter>> lora_adapters_;
-  std::vector<std::string> lora_digests_;
+  struct HeldLora {
+    std::shared_ptr<const LoraAdapter> adapter;
+    std::string digest;  // of its tensors: its cached prefixes' salt
+  };
+  std::map<int, HeldLora> loras_;  // by id
   std::vector<const LoraAdapter*> seq_loras_;  // the step's, per sequence (none: empty)
   std::vector<int32_t> hidden_row_ids_;
   std::vector<float> hidden_;

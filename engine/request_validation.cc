@@ -277,9 +277,9 @@ Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimi
   }
   TM_RETURN_IF_ERROR(CheckPrompt(request, limits));
   TM_RETURN_IF_ERROR(CheckEmbedding(request, limits));
-  if (request.lora < 0 || request.lora > limits.num_lora_adapters) {
-    return InvalidArgumentError("lora = " + std::to_string(request.lora) + " names no adapter: " +
-                                std::to_string(limits.num_lora_adapters) + " are loaded");
+  if (request.lora < 0) {  // an id the engine does not hold is refused as it is added
+    return InvalidArgumentError("lora = " + std::to_string(request.lora) +
+                                ": give 0 (none) or an adapter's id");
   }
   TM_RETURN_IF_ERROR(CheckCountsAndStops(request, limits));
   TM_RETURN_IF_ERROR(CheckSampling(request.sampling, limits.vocab_size));

@@ -27,7 +27,6 @@ struct RequestLimits {
   bool speculative_decoding = false;  // refuses kv_window, which does not work with it yet
   bool embeddings_only = false;  // an encoder's: a generation is refused (FailedPrecondition)
   bool has_classifier = false;   // a reranker's head: embedding.classify needs one
-  int num_lora_adapters = 0;     // lora outside [0, this] is refused
 };
 
 // InvalidArgument when `sampling` asks for what structured output cannot honour: min_tokens

@@ -20,6 +20,11 @@ std::optional<v1::ModelInfo> Backend::model_info() const {
   return model_info_;
 }
 
+bool Backend::ServesOneModel() const {
+  std::lock_guard lock(mutex_);
+  return model_info_.has_value() && model_info_->models_size() <= 1;
+}
+
 void Backend::Check(std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);
@@ -31,9 +36,11 @@ void Backend::Check(std::chrono::milliseconds timeout) {
                  response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   const bool was_healthy = healthy();
   std::string names;  // the model's own names, for the log
-  if (serving && !was_healthy) {
+  if (serving && (!was_healthy || ServesOneModel())) {
     // On the way up: learn (again) which model it serves; a restarted server may hold
-    // another model.
+    // another model. And at every check of a server of one model, which gains and loses LoRA
+    // adapters (its admin's /v1/load_lora_adapter); not of several, where GetModelInfo would
+    // keep the default model loaded.
     grpc::ClientContext info_context;
     info_context.set_deadline(std::chrono::system_clock::now() + timeout);
     v1::ModelInfo info;

@@ -38,8 +38,10 @@ class Backend {
   friend class BackendPool;
   friend class BackendLease;
 
-  // One health check (and the ModelInfo fetch on the way up); blocking, on the pool's thread.
+  // One health check (and the ModelInfo fetch on the way up, or each time for a server of one
+  // model); blocking, on the pool's thread.
   void Check(std::chrono::milliseconds timeout);
+  bool ServesOneModel() const;
 
   const std::string address_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -46,7 +46,7 @@ RequestContext ContextOf(const ServingModel& model, std::string tenant = {},
       .tenant = std::move(tenant),
       .shared_prefix_cache = shared_prefix_cache,
       .model_names = model.served_model_names,
-      .loras = model.loras};
+      .loras = model.loras.get()};
 }
 
 v1::SpecialToken SpecialTokenOf(const Tokenizer& tokenizer, TokenId id) {
@@ -300,7 +300,7 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
     }
     response->set_created(model.created_unix_seconds);
     response->set_pooling(std::string(PoolingName(model.pooling)));
-    for (const ServedLora& lora : model.loras) response->add_lora_adapters(lora.name);
+    for (const std::string& name : model.loras->Names()) response->add_lora_adapters(name);
     response->set_embedding_length(static_cast<uint32_t>(config.n_embd));
     response->set_tool_call_format(
         model.generic_tool_preamble ? "generic"

@@ -210,7 +210,9 @@ void KvEventPublisher::Loop() {
 }
 
 void KvEventPublisher::SendBatch(const std::vector<KvCacheEvent>& events) {
-  std::string payload = EncodeBatch(events, options_.block_size, options_.lora_names);
+  const std::vector<std::string> lora_names =
+      options_.loras != nullptr ? options_.loras->NamesById() : std::vector<std::string>{};
+  std::string payload = EncodeBatch(events, options_.block_size, lora_names);
   const uint64_t sequence = next_sequence_++;
   const std::array<uint8_t, 8> sequence_bytes = BigEndian(static_cast<int64_t>(sequence));
   std::string topic;

@@ -21,6 +21,7 @@
 
 #include "cache/kv_events.h"
 #include "common/status.h"
+#include "server/grpc/lora_table.h"
 
 namespace tokenmill::server {
 
@@ -34,8 +35,8 @@ struct KvEventPublisherOptions {
   std::string wildcard_host = "127.0.0.1";
   int block_size = 16;          // the tokens of each stored block
   int buffer_batches = 10000;   // batches kept for replay
-  // The LoRA adapters' names by id (--lora order: id 1 first): stored blocks report theirs.
-  std::vector<std::string> lora_names;
+  // The LoRA adapters' names by id (null: none): stored blocks report theirs.
+  std::shared_ptr<const LoraTable> loras;
 };
 
 class KvEventPublisher {

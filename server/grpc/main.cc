@@ -31,6 +31,7 @@
 #include "server/grpc/inference_service.h"
 #include "server/grpc/json_log_formatter.h"
 #include "server/grpc/kv_event_publisher.h"
+#include "server/grpc/lora_admin.h"
 #include "server/grpc/model_registry.h"
 #include "server/grpc/request_builder.h"
 #include "server/grpc/server_credentials.h"
@@ -156,7 +157,27 @@ struct ModelPlan {
   std::vector<ServerOptions> options;
   std::vector<EngineConfig> engine_configs;
   std::vector<RegisteredModel> registered;
+  std::vector<std::shared_ptr<LoraTable>> loras;  // each model's adapters
 };
+
+// --lora-dir's admin routes: on the metrics port, behind the key, for a CPU server of one model.
+Status CheckLoraDir(const ServerOptions& options, size_t num_models) {
+  if (options.lora_dir.empty()) return OkStatus();
+  if (num_models > 1) {
+    // An unloaded model's engine holds no adapter to add one to.
+    return InvalidArgumentError("--lora-dir serves one model: drop it, or serve the other "
+                                "models from another server");
+  }
+  if (options.api_key.empty() || options.metrics_port < 0) {
+    return InvalidArgumentError("--lora-dir's routes are admin actions on the metrics port: "
+                                "give --api-key (and a --metrics-port)");
+  }
+  if (options.device == "cuda") {
+    return InvalidArgumentError("LoRA adapters run on the CPU only for now: drop --lora-dir or "
+                                "--device cuda");
+  }
+  return OkStatus();
+}
 
 StatusOr<ModelPlan> PlanModels(const ServerOptions& options, int64_t available_memory_bytes) {
   TM_ASSIGN_OR_RETURN(const std::vector<ModelSource> sources, ModelSourcesOf(options));
@@ -166,6 +187,7 @@ StatusOr<ModelPlan> PlanModels(const ServerOptions& options, int64_t available_m
     return InvalidArgumentError("--kv-cache-dir serves one model: drop it, or serve the other "
                                 "models from another server");
   }
+  TM_RETURN_IF_ERROR(CheckLoraDir(options, sources.size()));
   ModelPlan plan;
   for (size_t i = 0; i < sources.size(); ++i) {
     ServerOptions model_options = OptionsForModel(options, sources[i], i == 0);
@@ -179,10 +201,10 @@ StatusOr<ModelPlan> PlanModels(const ServerOptions& options, int64_t available_m
           "--model-memory is " + FormatBytes(memory) +
           ": raise --model-memory or lower --kv-cache-memory");
     }
-    plan.registered.push_back({.names = sources[i].names,
-                               .adapter_names = i == 0 ? LoraNames(options)
-                                                       : std::vector<std::string>{},
-                               .footprint_bytes = footprint});
+    TM_ASSIGN_OR_RETURN(std::shared_ptr<LoraTable> loras, LoraTableOf(model_options));
+    plan.registered.push_back(
+        {.names = sources[i].names, .adapters = loras, .footprint_bytes = footprint});
+    plan.loras.push_back(std::move(loras));
     plan.options.push_back(std::move(model_options));
     plan.engine_configs.push_back(std::move(config));
   }
@@ -220,7 +242,7 @@ int Run(const ServerOptions& options) {
          .wildcard_host = options.kv_events_host,
          .block_size = engine_config->block_size,
          .buffer_batches = options.kv_events_buffer_steps,
-         .lora_names = LoraNames(options)});
+         .loras = plan->loras.front()});
     if (!publisher.ok()) return Fail(publisher.status());
     kv_events = std::move(*publisher);
     engine_config->kv_event_handler = [publisher = kv_events.get()](
@@ -244,12 +266,21 @@ int Run(const ServerOptions& options) {
        .max_waiting = static_cast<size_t>(options.max_queue)},
       [&plan, grammar_bytes_per_model](int index) {
         return LoadServingModel(plan->options[index], plan->engine_configs[index],
-                                grammar_bytes_per_model);
+                                grammar_bytes_per_model, plan->loras[index]);
       });
   InferenceService service(request_metrics, models, options.api_key,
                            options.shared_prefix_cache);
   // The default model, while loaded, for what the metrics port shows of it.
   const auto default_model = [&models] { return models.Peek(0); };
+  std::unique_ptr<LoraAdmin> lora_admin;
+  if (!options.lora_dir.empty()) {
+    StatusOr<std::unique_ptr<LoraAdmin>> admin = LoraAdmin::Create(
+        options.lora_dir, plan->loras.front(), plan->registered.front().names,
+        options.lora_weights == "q8_0" ? LoraWeights::kQ8_0 : LoraWeights::kF32,
+        default_model);
+    if (!admin.ok()) return Fail(admin.status());
+    lora_admin = std::move(*admin);
+  }
   // What the metrics port's /health says: from the model's load to the drain, as gRPC health.
   std::atomic<bool> serving{false};
 
@@ -266,7 +297,8 @@ int Run(const ServerOptions& options) {
            std::string text =
                model == nullptr
                    ? RenderMetrics({}, std::nullopt, request_metrics, compat)
-                   : RenderMetrics({model->name, model->block_size, model->lora_names},
+                   : RenderMetrics({model->name, model->block_size, model->loras->NamesById(),
+                                    static_cast<int>(model->loras->max_live())},
                                    model->engine->Stats(), request_metrics, compat,
                                    model->grammars->stats());
            if (several_models) text += RenderModelStates(models.States());
@@ -300,9 +332,24 @@ int Run(const ServerOptions& options) {
                        .needs_api_key = true,
                        .available = {},
                        .post = [&default_model, shared = options.shared_prefix_cache](
-                                   std::string_view query) {
+                                   std::string_view query, std::string_view) {
                          return PurgeKvTier(default_model().get(), query, shared);
                        }});
+    }
+    if (lora_admin != nullptr) {
+      for (const auto& [path, action] :
+           {std::pair{"/v1/load_lora_adapter", &LoraAdmin::Load},
+            std::pair{"/v1/unload_lora_adapter", &LoraAdmin::Unload}}) {
+        pages.push_back({.path = path,
+                         .content_type = "application/json",
+                         .render = {},
+                         .needs_api_key = true,
+                         .available = {},
+                         .post = [admin = lora_admin.get(), action](std::string_view,
+                                                                    std::string_view body) {
+                           return (admin->*action)(body);
+                         }});
+      }
     }
     StatusOr<std::unique_ptr<MetricsHttpServer>> started = MetricsHttpServer::Start(
         metrics_host, options.metrics_port, std::move(pages),

@@ -58,15 +58,18 @@ StatusOr<ModelRegistry::Resolved> ModelRegistry::Resolve(std::string_view name) 
     if (std::ranges::find(names, name) != names.end()) return Resolved{static_cast<int>(i)};
   }
   for (size_t i = 0; i < models_.size(); ++i) {
-    const std::vector<std::string>& adapters = models_[i].model.adapter_names;
-    if (std::ranges::find(adapters, name) != adapters.end()) {
+    const LoraTable* adapters = models_[i].model.adapters.get();
+    if (adapters != nullptr && adapters->IdOf(name).has_value()) {
       return Resolved{static_cast<int>(i), true};
     }
   }
   std::vector<std::string> served;
   for (const Slot& slot : models_) served.push_back("'" + slot.model.names.front() + "'");
   for (const Slot& slot : models_) {
-    for (const std::string& adapter : slot.model.adapter_names) served.push_back("'" + adapter + "'");
+    if (slot.model.adapters == nullptr) continue;
+    for (const std::string& adapter : slot.model.adapters->Names()) {
+      served.push_back("'" + adapter + "'");
+    }
   }
   return NotFoundError(fmt::format("no model or LoRA adapter is called '{}{}': this server "
                                    "serves {}",

@@ -32,8 +32,9 @@ using ModelLease = std::shared_ptr<const ServingModel>;
 // What the registry knows of a model before loading it.
 struct RegisteredModel {
   std::vector<std::string> names;  // every name it is called by; the first is its id
-  // Names that reach this model with something of its own: its LoRA adapters.
-  std::vector<std::string> adapter_names;
+  // Names that reach this model with something of its own: its LoRA adapters, as they come
+  // and go (null: none). The model's ServingModel::loras when loaded.
+  std::shared_ptr<const LoraTable> adapters;
   int64_t footprint_bytes = 0;  // what --model-memory counts for it: files plus KV pool
 };
 

@@ -421,16 +421,18 @@ bool CompilesGrammar(const v1::GenerateRequest& request) {
          (request.has_chat() && ForcesToolCall(request.chat().tool_choice()));
 }
 
-StatusOr<const ServedLora*> LoraOf(std::string_view model, const RequestContext& context) {
+StatusOr<int> LoraOf(std::string_view model, const RequestContext& context) {
   if (model.empty() || std::ranges::find(context.model_names, model) != context.model_names.end()) {
-    return nullptr;
+    return 0;
   }
-  for (const ServedLora& lora : context.loras) {
-    if (lora.name == model) return &lora;
+  if (context.loras != nullptr) {
+    if (const std::optional<int> id = context.loras->IdOf(model)) return *id;
   }
   std::string names;
   for (const std::string& name : context.model_names) names += " '" + name + "'";
-  for (const ServedLora& lora : context.loras) names += " '" + lora.name + "'";
+  if (context.loras != nullptr) {
+    for (const std::string& name : context.loras->Names()) names += " '" + name + "'";
+  }
   return NotFoundError("model '" + std::string(model) + "' is not served here: name one of" +
                        names + " (or none)");
 }
@@ -519,8 +521,7 @@ StatusOr<ValidatedRequest> BuildGenerateRequest(const v1::GenerateRequest& reque
   out.tenant = context.tenant;
   out.cache_salt =
       PrefixCacheSalt(context.tenant, request.cache_salt(), context.shared_prefix_cache);
-  TM_ASSIGN_OR_RETURN(const ServedLora* lora, LoraOf(request.model(), context));
-  if (lora != nullptr) out.lora = static_cast<int>(lora - context.loras.data()) + 1;
+  TM_ASSIGN_OR_RETURN(out.lora, LoraOf(request.model(), context));
   out.output_parsing = chat_parsing;
 
   const RequestLimits limits = context.limits();

@@ -14,19 +14,13 @@
 #include "engine/generate_request.h"
 #include "engine/request_validation.h"
 #include "grammar/grammar_cache.h"
-#include "model/lora.h"
+#include "server/grpc/lora_table.h"
 #include "text/chat/chat_template.h"
 #include "text/chat/output_parser.h"
 #include "text/tokenizer/tokenizer.h"
 #include "tokenmill/v1/inference.pb.h"
 
 namespace tokenmill::server {
-
-// A LoRA adapter a request may name as its model (--lora NAME=PATH).
-struct ServedLora {
-  std::string name;
-  std::shared_ptr<const LoraAdapter> adapter;
-};
 
 // What a request is checked against.
 struct RequestContext {
@@ -58,7 +52,7 @@ struct RequestContext {
   bool shared_prefix_cache = false;
   // The names of the base model (served_model_names) and its adapters, for GenerateRequest.model.
   std::span<const std::string> model_names = {};
-  std::span<const ServedLora> loras = {};
+  const LoraTable* loras = nullptr;  // none: the model has no adapters
 
   // What the engine validates requests against (Engine::limits()).
   RequestLimits limits() const {
@@ -66,8 +60,7 @@ struct RequestContext {
             .vocab_size = tokenizer->vocab_size(),
             .speculative_decoding = speculative_decoding,
             .embeddings_only = embeddings_only,
-            .has_classifier = has_classifier,
-            .num_lora_adapters = static_cast<int>(loras.size())};
+            .has_classifier = has_classifier};
   }
 };
 
@@ -117,9 +110,9 @@ StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompileStructuredOutpu
 // which may take long: it is built off gRPC's threads.
 bool CompilesGrammar(const v1::GenerateRequest& request);
 
-// The adapter GenerateRequest.model names: null for none or a name of the base model;
-// NOT_FOUND naming the served names for another name.
-StatusOr<const ServedLora*> LoraOf(std::string_view model, const RequestContext& context);
+// The id of the adapter GenerateRequest.model names (GenerateRequest::lora): 0 for none or a
+// name of the base model; NOT_FOUND naming the served names for another name.
+StatusOr<int> LoraOf(std::string_view model, const RequestContext& context);
 
 // The engine request for `request` (all but its sink), validated by the engine's checks
 // against context.limits(): Engine::Submit takes it as it is. Without max_tokens it gets

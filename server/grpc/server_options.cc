@@ -183,6 +183,13 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "memory traffic, on the int8 kernels of the base matrices; A·x rounds to 8 bits). "
             "B stays f32")
       ->check(CLI::IsMember({"f32", "q8_0"}));
+  AddOption(app, "--lora-dir", o.lora_dir,
+            "lets the admin load and unload LoRA adapters at run time (POST "
+            "/v1/load_lora_adapter and /v1/unload_lora_adapter on the metrics port, with "
+            "--api-key), from files inside this directory only; one model per server");
+  AddOption(app, "--max-loras", o.max_loras,
+            "LoRA adapters loaded at once, --lora's and the admin's together")
+      ->check(CLI::Range(1, 1024));
   AddOption(app, "--draft-model", o.draft_model_path,
             "GGUF draft model for --spec draft (same vocabulary as --model)")
       ->check(CLI::ExistingFile);

@@ -72,6 +72,10 @@ struct ServerOptions {
   // How the adapters' A matrices are kept: f32 (as the files hold them) or q8_0 (a quarter of
   // the bytes, on the int8 kernels).
   std::string lora_weights = "f32";
+  // Where POST /v1/load_lora_adapter may load adapters from (empty: not at run time), and
+  // how many adapters may be loaded at once, --lora's included.
+  std::string lora_dir;
+  int max_loras = 16;
   // TLS on the gRPC port: a PEM certificate chain and its key; with a client CA, clients must
   // present a certificate it signed (mTLS). All empty: plaintext.
   std::string tls_cert_path;

@@ -88,30 +88,33 @@ void ChooseOutputParsers(const ServerOptions& options, ServingModel& serving) {
                !serving.reasoning ? "none" : harmony_reasoning ? "harmony" : "<think>");
 }
 
-// --lora NAME=PATH: each adapter loaded over the model, under a name no other model or adapter
-// of this server has.
-Status LoadLoras(const ServerOptions& options, ServingModel& serving) {
-  for (const std::string& flag : options.lora_adapters) {
-    const size_t equals = flag.find('=');
-    if (equals == 0 || equals == std::string::npos || equals + 1 == flag.size()) {
-      return InvalidArgumentError("--lora " + flag + ": give NAME=PATH");
-    }
-    const std::string name = flag.substr(0, equals), path = flag.substr(equals + 1);
-    const bool taken =
-        std::ranges::find(serving.served_model_names, name) != serving.served_model_names.end() ||
-        std::ranges::any_of(serving.loras, [&](const ServedLora& l) { return l.name == name; });
-    if (taken) return InvalidArgumentError("--lora " + flag + ": the name " + name + " is taken");
+// The adapters `serving.loras` serves, each loaded over the model for the engine, by id. One
+// of --lora's that fails fails the load; one the admin loaded is dropped with a warning (its
+// file went away since).
+StatusOr<std::map<int, std::shared_ptr<const LoraAdapter>>> LoadLoras(
+    const ServerOptions& options, const ServingModel& serving) {
+  std::map<int, std::shared_ptr<const LoraAdapter>> adapters;
+  const int startup = static_cast<int>(options.lora_adapters.size());
+  for (const LoraTable::Entry& lora : serving.loras->Live()) {
     const auto start = std::chrono::steady_clock::now();
     StatusOr<std::unique_ptr<LoraAdapter>> adapter = LoraAdapter::Load(
-        path, *serving.model,
+        lora.path, *serving.model,
         options.lora_weights == "q8_0" ? LoraWeights::kQ8_0 : LoraWeights::kF32);
-    if (!adapter.ok()) return InvalidArgumentError("--lora " + flag + ": " + adapter.status().message());
-    spdlog::info("LoRA adapter {}: {} matrices adapted, {} ({:.2f} s)", name,
-                 (*adapter)->num_pairs(), path, SecondsSince(start));
-    serving.loras.push_back(ServedLora{.name = name, .adapter = std::move(*adapter)});
-    serving.lora_names.push_back(name);
+    if (!adapter.ok() && lora.id <= startup) {
+      return InvalidArgumentError("--lora " + lora.name + "=" + lora.path + ": " +
+                                  adapter.status().message());
+    }
+    if (!adapter.ok()) {
+      spdlog::warn("LoRA adapter {} is no longer served: {}: {}", lora.name, lora.path,
+                   adapter.status().message());
+      (void)serving.loras->Remove(lora.name);
+      continue;
+    }
+    spdlog::info("LoRA adapter {}: {} matrices adapted, {} ({:.2f} s)", lora.name,
+                 (*adapter)->num_pairs(), lora.path, SecondsSince(start));
+    adapters.emplace(lora.id, std::move(*adapter));
   }
-  return OkStatus();
+  return adapters;
 }
 
 }  // namespace
@@ -121,9 +124,33 @@ ServingModel::~ServingModel() {
   engine.reset();
 }
 
+StatusOr<std::shared_ptr<LoraTable>> LoraTableOf(const ServerOptions& options) {
+  std::vector<std::pair<std::string, std::string>> startup;
+  for (const std::string& flag : options.lora_adapters) {
+    const size_t equals = flag.find('=');
+    if (equals == 0 || equals == std::string::npos || equals + 1 == flag.size()) {
+      return InvalidArgumentError("--lora " + flag + ": give NAME=PATH");
+    }
+    const std::string name = flag.substr(0, equals);
+    if (std::ranges::any_of(startup, [&](const auto& lora) { return lora.first == name; })) {
+      return InvalidArgumentError("--lora " + flag + ": the name " + name + " is taken");
+    }
+    startup.emplace_back(name, flag.substr(equals + 1));
+  }
+  if (startup.size() > static_cast<size_t>(options.max_loras)) {
+    return InvalidArgumentError(std::to_string(startup.size()) + " --lora adapters, over "
+                                "--max-loras " + std::to_string(options.max_loras) +
+                                ": raise --max-loras");
+  }
+  auto table = std::make_shared<LoraTable>(static_cast<size_t>(options.max_loras));
+  table->Reset(startup);
+  return table;
+}
+
 StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& options,
                                                          const EngineConfig& engine_config,
-                                                         int64_t grammar_cache_bytes) {
+                                                         int64_t grammar_cache_bytes,
+                                                         std::shared_ptr<LoraTable> loras) {
   const int64_t created = UnixSecondsNow();
   TM_ASSIGN_OR_RETURN(std::vector<std::string> served_names, ServedModelNamesOf(options));
   auto start = std::chrono::steady_clock::now();
@@ -208,9 +235,9 @@ StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& op
                  serving->draft_model->config().n_vocab, SecondsSince(start));
   }
 
-  TM_RETURN_IF_ERROR(LoadLoras(options, *serving));
+  serving->loras = std::move(loras);
   EngineConfig with_loras = engine_config;
-  for (const ServedLora& lora : serving->loras) with_loras.lora_adapters.push_back(lora.adapter);
+  TM_ASSIGN_OR_RETURN(with_loras.lora_adapters, LoadLoras(options, *serving));
   WarnOfKeyOutliers(*serving->model, engine_config.kv_type);
   start = std::chrono::steady_clock::now();
   if (engine_config.spec.method != SpecMethod::kNone) {

@@ -12,6 +12,7 @@
 #include "grammar/grammar_cache.h"
 #include "server/grpc/build_queue.h"
 #include "server/grpc/embed_request.h"
+#include "server/grpc/lora_table.h"
 #include "model/model.h"
 #include "server/grpc/server_options.h"
 #include "text/chat/chat_template.h"
@@ -40,9 +41,9 @@ struct ServingModel {
   bool parse_special_in_content = false;  // --parse-special-in-content
   // How Embed pools (--pooling, else the GGUF's pooling_type); kNone or kRank: Embed refuses.
   Pooling pooling = Pooling::kNone;
-  // The LoRA adapters (--lora), in flag order: GenerateRequest.lora = index + 1.
-  std::vector<ServedLora> loras;
-  std::vector<std::string> lora_names;  // theirs, in the same order
+  // The LoRA adapters served by name, each with its engine id (GenerateRequest.lora): --lora's
+  // and the admin's (server/grpc/lora_admin.h). Never null; it outlives a reload of the model.
+  std::shared_ptr<LoraTable> loras;
   // How Rerank writes a query and a document (the GGUF's tokenizer.chat_template.rerank).
   RerankFormat rerank_format;
   // The names clients call it by (ServedModelNamesOf); `name`, the first, is its id in the
@@ -60,10 +61,16 @@ struct ServingModel {
 };
 
 // Loads the model file, tokenizer and chat template and starts the engine, logging each
-// step; the grammar cache holds up to `grammar_cache_bytes` (GrammarCacheBudgetOf). Errors
-// name the file or the flag to change.
+// step; the grammar cache holds up to `grammar_cache_bytes` (GrammarCacheBudgetOf). The engine
+// runs the adapters `loras` serves (LoraTableOf's at first; the admin's too at a reload).
+// Errors name the file or the flag to change.
 StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& options,
                                                          const EngineConfig& engine_config,
-                                                         int64_t grammar_cache_bytes);
+                                                         int64_t grammar_cache_bytes,
+                                                         std::shared_ptr<LoraTable> loras);
+
+// The table of --lora's adapters (ids 1, 2, ... in flag order), holding up to --max-loras.
+// InvalidArgument naming the flag for a malformed NAME=PATH or more adapters than that.
+StatusOr<std::shared_ptr<LoraTable>> LoraTableOf(const ServerOptions& options);
 
 }  // namespace tokenmill::server

@@ -90,7 +90,8 @@ http::response<http::string_body> Respond(const http::request<http::string_body>
     const size_t question = target.find('?');
     MetricsHttpServer::ActionResult result =
         page->post(question == std::string_view::npos ? std::string_view()
-                                                      : target.substr(question + 1));
+                                                      : target.substr(question + 1),
+                   request.body());
     response = Plain(static_cast<http::status>(result.status), request.version(),
                      std::move(result.body));
     response.set(http::field::content_type, page->content_type);

@@ -1,10 +1,11 @@
 // A small HTTP server for Prometheus: GET /metrics answers the text a callback renders, and
 // any further pages the same way (GET /health, GET /kv_events/state with
-// --kv-events-endpoint), and admin actions behind the api key (POST /kv_cache/purge). One I/O thread serves every connection with coroutines; /metrics
-// never blocks on the engine (its callback reads snapshots). Hostile clients are bounded: a request must arrive (and its
-// answer leave) within a deadline, headers and body are capped, and past a number of open
-// connections new ones are closed at once, so idle sockets cannot use up the process's
-// descriptors (which gRPC's listener needs too).
+// --kv-events-endpoint), and admin actions behind the api key (POST /kv_cache/purge,
+// /v1/load_lora_adapter). One I/O thread serves every connection with coroutines; /metrics
+// never blocks on the engine (its callback reads snapshots). Hostile clients are bounded: a
+// request must arrive (and its answer leave) within a deadline, headers and body are capped,
+// and past a number of open connections new ones are closed at once, so idle sockets cannot
+// use up the process's descriptors (which gRPC's listener needs too).
 #pragma once
 
 #include <chrono>
@@ -26,7 +27,7 @@ struct MetricsHttpLimits {
   // From accepting a connection to its answer written: slow or idle clients are cut off.
   std::chrono::milliseconds request_timeout{10000};
   size_t max_header_bytes = 8 * 1024;
-  size_t max_body_bytes = 1024;  // scrapes send none
+  size_t max_body_bytes = 4096;  // scrapes send none; an admin action's JSON is small
 };
 
 class MetricsHttpServer {
@@ -46,8 +47,9 @@ class MetricsHttpServer {
     // When set and false, the page answers 503 (a health check while the model loads).
     std::function<bool()> available;
     // Set: an admin action answering POST (not GET), called with the request's query (after
-    // '?'); render is unused. It needs the api key, and answers 403 when the server has none.
-    std::function<ActionResult(std::string_view query)> post;
+    // '?') and body; render is unused. It needs the api key, and answers 403 when the server
+    // has none.
+    std::function<ActionResult(std::string_view query, std::string_view body)> post;
   };
 
   // Binds host:port (port 0: any free port) and starts serving the pages. Unavailable when

@@ -63,7 +63,8 @@ enum class MetricsCompat {
 struct ServedModelInfo {
   std::string_view name;
   int block_size = 0;
-  std::span<const std::string> lora_names = {};  // --lora's, by id (1 first)
+  std::span<const std::string> lora_names = {};  // the LoRA adapters', by id (1 first)
+  int max_loras = 0;  // adapters loaded at once at most (--max-loras)
 };
 
 // The /metrics body. `engine_stats` is empty while the model loads (and `grammars` zeros).

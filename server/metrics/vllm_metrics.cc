@@ -19,8 +19,8 @@ std::vector<std::pair<std::string, double>> FinishedByVllmReason(const RequestMe
 }
 
 // vLLM's vllm:lora_requests_info: the adapters of the running and the waiting requests by
-// name, comma-separated, and how many may run at once (all that are loaded: --lora), at the
-// time now (vLLM's set_to_current_time).
+// name, comma-separated, and how many may be loaded at once (--max-loras), at the time now
+// (vLLM's set_to_current_time).
 void WriteLoraInfo(const ServedModelInfo& model, const EngineStats& s, PrometheusWriter& w) {
   const auto names = [&](const std::vector<int>& loras) {
     std::string joined;
@@ -34,7 +34,7 @@ void WriteLoraInfo(const ServedModelInfo& model, const EngineStats& s, Prometheu
   const double now = std::chrono::duration<double>(
                          std::chrono::system_clock::now().time_since_epoch()).count();
   w.LabelledGauge("vllm:lora_requests_info", "Running stats on lora requests.",
-                  {{"max_lora", std::to_string(model.lora_names.size())},
+                  {{"max_lora", std::to_string(model.max_loras)},
                    {"running_lora_adapters", names(s.running_loras)},
                    {"waiting_lora_adapters", names(s.waiting_loras)}},
                   now);

@@ -29,9 +29,11 @@ class Registry {
   Registry(std::vector<std::string> names, ModelLimits limits) {
     std::vector<RegisteredModel> models;
     for (const std::string& name : names) {
-      models.push_back({.names = {name}, .adapter_names = {}, .footprint_bytes = kFootprint});
+      models.push_back({.names = {name}, .adapters = nullptr, .footprint_bytes = kFootprint});
     }
-    models.front().adapter_names = {"adapter"};
+    auto adapters = std::make_shared<LoraTable>(1);
+    adapters->Reset({{"adapter", "adapter.gguf"}});
+    models.front().adapters = adapters;
     registry_ = std::make_unique<ModelRegistry>(
         std::move(models), limits, [this, names](int index) {
           ++loads;
@@ -43,7 +45,8 @@ class Registry {
           const ServerOptions model_options = OptionsForModel(options, source, index == 0);
           const StatusOr<EngineConfig> config = MakeEngineConfig(model_options, 0);
           TM_CHECK(config.ok());
-          return LoadServingModel(model_options, *config, int64_t{16} << 20);
+          return LoadServingModel(model_options, *config, int64_t{16} << 20,
+                                  std::make_shared<LoraTable>(1));
         });
   }
   ModelRegistry* operator->() { return registry_.get(); }
