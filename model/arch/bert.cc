@@ -85,12 +85,17 @@ Status LoadEncoderAttention(const GgufFile& file, const ModelConfig& c, int laye
   return OkStatus();
 }
 
-StatusOr<LayerWeights> LoadBertLayer(const GgufFile& file, const ModelConfig& c, int layer,
-                                     F32Copies& copies) {
+// The attention's tensors and the feed-forward's: bert's ungated up and down with biases, or
+// nomic-bert's gated SwiGLU (`gated`).
+StatusOr<LayerWeights> LoadEncoderLayer(const GgufFile& file, const ModelConfig& c, int layer,
+                                        F32Copies& copies, bool gated) {
   const std::string p = "blk." + std::to_string(layer) + ".";
   const int64_t n_ff = c.Shape(layer).n_ff;
   LayerWeights l;
   TM_RETURN_IF_ERROR(LoadEncoderAttention(file, c, layer, copies, l));
+  if (gated) {
+    TM_ASSIGN_OR_RETURN(l.gate, LoadMatrix(file, p + "ffn_gate.weight", c.n_embd, n_ff));
+  }
   TM_ASSIGN_OR_RETURN(l.up, LoadMatrix(file, p + "ffn_up.weight", c.n_embd, n_ff));
   TM_ASSIGN_OR_RETURN(l.up_bias, OptionalVector(file, p + "ffn_up.bias", n_ff, copies));
   TM_ASSIGN_OR_RETURN(l.down, LoadMatrix(file, p + "ffn_down.weight", n_ff, c.n_embd));
@@ -98,16 +103,14 @@ StatusOr<LayerWeights> LoadBertLayer(const GgufFile& file, const ModelConfig& c,
   return l;
 }
 
+StatusOr<LayerWeights> LoadBertLayer(const GgufFile& file, const ModelConfig& c, int layer,
+                                     F32Copies& copies) {
+  return LoadEncoderLayer(file, c, layer, copies, /*gated=*/false);
+}
+
 StatusOr<LayerWeights> LoadNomicBertLayer(const GgufFile& file, const ModelConfig& c, int layer,
                                           F32Copies& copies) {
-  const std::string p = "blk." + std::to_string(layer) + ".";
-  const int64_t n_ff = c.Shape(layer).n_ff;
-  LayerWeights l;
-  TM_RETURN_IF_ERROR(LoadEncoderAttention(file, c, layer, copies, l));
-  TM_ASSIGN_OR_RETURN(l.gate, LoadMatrix(file, p + "ffn_gate.weight", c.n_embd, n_ff));
-  TM_ASSIGN_OR_RETURN(l.up, LoadMatrix(file, p + "ffn_up.weight", c.n_embd, n_ff));
-  TM_ASSIGN_OR_RETURN(l.down, LoadMatrix(file, p + "ffn_down.weight", n_ff, c.n_embd));
-  return l;
+  return LoadEncoderLayer(file, c, layer, copies, /*gated=*/true);
 }
 
 // The embeddings and a layer up to its feed-forward's input: attention, the residual add and

@@ -16,17 +16,7 @@ def write(path, vocabulary_from=None, pooling_type=None, classifier=False, reran
     rank); classifier: a reranker's head (cls: dense + tanh, cls.output: one label);
     rerank_template: tokenizer.chat_template.rerank, as llama.cpp's server reads it."""
     w = TinyWriter(path, ARCH, seed=31, vocabulary_from=vocabulary_from)
-    w.w.add_block_count(N_LAYER)
-    w.w.add_embedding_length(N_EMBD)
-    w.w.add_feed_forward_length(N_FF)
-    w.w.add_head_count(N_HEAD)
-    w.w.add_context_length(CONTEXT)
-    w.w.add_layer_norm_eps(1e-12)
-    w.w.add_causal_attention(False)
-    if vocabulary_from is None:  # a WordPiece vocabulary's keys hold it
-        w.w.add_token_type_count(2)
-    if pooling_type is not None:
-        w.pooling(pooling_type)
+    encoder_keys(w, N_FF, vocabulary_from, pooling_type)
     if rerank_template is not None:
         w.w.add_string("tokenizer.chat_template.rerank", rerank_template)
     w.embedding(N_EMBD, gain=8.0)
@@ -52,6 +42,22 @@ def write(path, vocabulary_from=None, pooling_type=None, classifier=False, reran
         w.matrix("cls.output.weight", 1, N_EMBD, gain=2.0)
         w.vector("cls.output.bias", 1, around=0.0)
     w.close()
+
+
+def encoder_keys(w, n_ff, vocabulary_from, pooling_type):
+    """An encoder's keys (N_LAYER layers of N_EMBD, N_HEAD heads; attention both ways), its
+    two token types and its pooling_type (TinyWriter.pooling) unless None."""
+    w.w.add_block_count(N_LAYER)
+    w.w.add_embedding_length(N_EMBD)
+    w.w.add_feed_forward_length(n_ff)
+    w.w.add_head_count(N_HEAD)
+    w.w.add_context_length(CONTEXT)
+    w.w.add_layer_norm_eps(1e-12)
+    w.w.add_causal_attention(False)
+    if vocabulary_from is None:  # a WordPiece vocabulary's keys hold it
+        w.w.add_token_type_count(2)
+    if pooling_type is not None:
+        w.pooling(pooling_type)
 
 
 def layer_norm(w, name):
