@@ -136,14 +136,36 @@ MetricsHttpServer::ActionResult PurgeKvTier(const ServingModel* model, std::stri
 }
 
 // With several models: whether each is loaded, and its loads and unloads.
-std::string RenderModelStates(const std::vector<ModelState>& states) {
-  std::vector<std::pair<std::string, double>> loaded, loads, unloads;
-  for (const ModelState& state : states) {
+// And each loaded model's engine: its requests, KV pool and tokens (the engine families above
+// are the default model's alone).
+std::string RenderModelStates(ModelRegistry& models) {
+  std::vector<std::pair<std::string, double>> loaded, loads, unloads, running, waiting, kv_usage,
+      generated;
+  const std::vector<ModelState> states = models.States();
+  for (size_t i = 0; i < states.size(); ++i) {
+    const ModelState& state = states[i];
     loaded.emplace_back(state.name, state.loaded ? 1 : 0);
     loads.emplace_back(state.name, static_cast<double>(state.loads));
     unloads.emplace_back(state.name, static_cast<double>(state.unloads));
+    const ModelLease model = models.Peek(static_cast<int>(i));
+    if (model == nullptr) continue;
+    const EngineStats stats = model->engine->Stats();
+    running.emplace_back(state.name, stats.num_running);
+    waiting.emplace_back(state.name, stats.num_waiting);
+    kv_usage.emplace_back(state.name, stats.kv_usage);
+    generated.emplace_back(state.name, static_cast<double>(stats.num_generation_tokens));
   }
   PrometheusWriter writer({});
+  writer.GaugeByLabel("tokenmill:model_requests_running",
+                      "Requests in the loaded model's running batch", "model_name", running);
+  writer.GaugeByLabel("tokenmill:model_requests_waiting",
+                      "Requests waiting in the loaded model's engine", "model_name", waiting);
+  writer.GaugeByLabel("tokenmill:model_kv_cache_usage_perc",
+                      "Fraction of the loaded model's KV cache blocks in use (1 = 100%)",
+                      "model_name", kv_usage);
+  writer.CounterByLabel("tokenmill:model_generation_tokens_total",
+                        "Tokens the loaded model generated since its load", "model_name",
+                        generated);
   writer.GaugeByLabel("tokenmill:model_loaded", "1 while the model is loaded", "model_name",
                       loaded);
   writer.CounterByLabel("tokenmill:model_loads_total", "Loads of the model", "model_name", loads);
@@ -301,7 +323,7 @@ int Run(const ServerOptions& options) {
                                     static_cast<int>(model->loras->max_live())},
                                    model->engine->Stats(), request_metrics, compat,
                                    model->grammars->stats());
-           if (several_models) text += RenderModelStates(models.States());
+           if (several_models) text += RenderModelStates(models);
            return text;
          },
          false,

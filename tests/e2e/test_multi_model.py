@@ -53,12 +53,15 @@ def request(prompt, model, max_tokens=MAX_TOKENS):
 
 def model_metrics(server):
     """{(sample name, model_name): value} of the per-model samples of /metrics:
-    tokenmill:model_loaded, tokenmill:model_loads_total, tokenmill:model_unloads_total."""
+    tokenmill:model_loaded, tokenmill:model_loads_total, tokenmill:model_unloads_total, and
+    each loaded model's engine (requests running and waiting, KV usage, tokens generated)."""
     url = f"http://127.0.0.1:{server.metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
     wanted = ("tokenmill:model_loaded", "tokenmill:model_loads_total",
-              "tokenmill:model_unloads_total")
+              "tokenmill:model_unloads_total", "tokenmill:model_requests_running",
+              "tokenmill:model_requests_waiting", "tokenmill:model_kv_cache_usage_perc",
+              "tokenmill:model_generation_tokens_total")
     return {(s.name, s.labels.get("model_name")): s.value
             for family in text_string_to_metric_families(text)
             for s in family.samples if s.name in wanted}
@@ -128,6 +131,21 @@ def test_streams_of_every_model_at_once_equal_their_lone_runs(server, lone):
             lambda job: generate(server.stub, request(job[1], job[0]))[0], jobs))
     for (name, p), got in zip(jobs, together):
         assert got == lone[(name, tuple(p))], f"model {name!r} differs beside the others"
+
+
+def test_metrics_show_each_loaded_models_engine(server, lone):
+    metrics = model_metrics(server)
+    for name in (DEFAULT_ID, TINY_ID):
+        assert metrics[("tokenmill:model_loaded", name)] == 1
+        assert metrics[("tokenmill:model_requests_running", name)] == 0
+        assert metrics[("tokenmill:model_requests_waiting", name)] == 0
+        assert 0 <= metrics[("tokenmill:model_kv_cache_usage_perc", name)] < 1
+    # lone's runs at least (the adapter's run on the default model's engine).
+    tiny_tokens = MAX_TOKENS * len(PROMPTS[TINY_ID])
+    assert metrics[("tokenmill:model_generation_tokens_total", TINY_ID)] >= tiny_tokens
+    default_tokens = sum(len(lone[(name, tuple(p))]) for name, prompts in PROMPTS.items()
+                         if name != TINY_ID for p in prompts)
+    assert metrics[("tokenmill:model_generation_tokens_total", DEFAULT_ID)] >= default_tokens
 
 
 def test_model_info_lists_every_model_and_answers_for_the_one_named(server):
