@@ -102,11 +102,12 @@ StatusOr<std::vector<KvCacheEvent>> Engine::CachedPrefixes() {
 }
 
 Status Engine::AddLora(int id, std::shared_ptr<const LoraAdapter> adapter) {
+  std::string digest = ModelTensorDigest(adapter->file());
   std::future<void> added;
   {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     if (stopped_ || shutting_down_) return UnavailableError("the engine is shutting down");
-    inbox_.added_loras.push_back({id, std::move(adapter), {}});
+    inbox_.added_loras.push_back({id, std::move(adapter), std::move(digest), {}});
     added = inbox_.added_loras.back().added.get_future();
   }
   inbox_cv_.notify_one();
@@ -186,7 +187,7 @@ void Engine::Loop() {
     }
     // Before the requests: one submitted after AddLora returned finds its adapter.
     for (auto& lora : inbox.added_loras) {
-      core_->AddLora(lora.id, std::move(lora.adapter));
+      core_->AddLora(lora.id, std::move(lora.adapter), std::move(lora.digest));
       lora.added.set_value();
     }
     for (const int id : inbox.removed_loras) core_->RemoveLora(id);

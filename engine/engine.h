@@ -119,6 +119,7 @@ class Engine {
     struct AddedLora {
       int id;
       std::shared_ptr<const LoraAdapter> adapter;
+      std::string digest;  // hashed on the caller's thread, not the engine's
       std::promise<void> added;
     };
     std::vector<AddedLora> added_loras;

@@ -18,11 +18,14 @@ ModelRunner::ModelRunner(const Model& model, std::unique_ptr<ForwardBackend> bac
       backend_(std::move(backend)),
       num_blocks_(num_blocks),
       block_size_(block_size) {
-  for (auto& [id, adapter] : lora_adapters) AddLora(id, std::move(adapter));
+  for (auto& [id, adapter] : lora_adapters) {
+    std::string digest = ModelTensorDigest(adapter->file());
+    AddLora(id, std::move(adapter), std::move(digest));
+  }
 }
 
-void ModelRunner::AddLora(int id, std::shared_ptr<const LoraAdapter> adapter) {
-  std::string digest = ModelTensorDigest(adapter->file());
+void ModelRunner::AddLora(int id, std::shared_ptr<const LoraAdapter> adapter,
+                          std::string digest) {
   loras_.emplace(id, HeldLora{std::move(adapter), std::move(digest)});
 }
 

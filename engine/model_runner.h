@@ -75,8 +75,9 @@ class ModelRunner {
   bool has_lora(int id) const { return loras_.contains(id); }
   // The digest of adapter `id`'s tensors (GenerateRequest::lora; has_lora(id)).
   const std::string& lora_digest(int id) const { return loras_.at(id).digest; }
-  // Adapter `id` from now on (an id not held); RemoveLora once no request runs with it.
-  void AddLora(int id, std::shared_ptr<const LoraAdapter> adapter);
+  // Adapter `id` from now on (an id not held), `digest` its tensors' ModelTensorDigest;
+  // RemoveLora once no request runs with it.
+  void AddLora(int id, std::shared_ptr<const LoraAdapter> adapter, std::string digest);
   void RemoveLora(int id) { loras_.erase(id); }
   // A pooled hidden state through the model's classification head (model/classifier.h).
   std::vector<float> Classify(std::span<const float> pooled) const {
