@@ -20,11 +20,6 @@ std::optional<v1::ModelInfo> Backend::model_info() const {
   return model_info_;
 }
 
-bool Backend::ServesOneModel() const {
-  std::lock_guard lock(mutex_);
-  return model_info_.has_value() && model_info_->models_size() <= 1;
-}
-
 void Backend::Check(std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);
@@ -36,16 +31,17 @@ void Backend::Check(std::chrono::milliseconds timeout) {
                  response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   const bool was_healthy = healthy();
   std::string names;  // the model's own names, for the log
-  if (serving && (!was_healthy || ServesOneModel())) {
+  if (serving) {
     // On the way up: learn (again) which model it serves; a restarted server may hold
-    // another model. And at every check of a server of one model, which gains and loses LoRA
-    // adapters (its admin's /v1/load_lora_adapter); not of several, where GetModelInfo would
-    // keep the default model loaded.
+    // another model. Then at every check, as long as its default model stays loaded (without
+    // loading it or keeping it from its idle unload): it gains and loses LoRA adapters (its
+    // admin's /v1/load_lora_adapter). A failed refresh keeps what was learnt.
     grpc::ClientContext info_context;
     info_context.set_deadline(std::chrono::system_clock::now() + timeout);
+    v1::GetModelInfoRequest info_request;
+    info_request.set_loaded_only(was_healthy);
     v1::ModelInfo info;
-    const grpc::Status info_status =
-        stub_->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info);
+    const grpc::Status info_status = stub_->GetModelInfo(&info_context, info_request, &info);
     if (info_status.ok()) {
       names = info.served_model_names().empty()
                   ? info.name()
@@ -53,7 +49,7 @@ void Backend::Check(std::chrono::milliseconds timeout) {
                                                 info.served_model_names().end(), ", "));
       std::lock_guard lock(mutex_);
       model_info_ = info;
-    } else {
+    } else if (!was_healthy) {
       serving = false;
     }
   }

@@ -38,10 +38,9 @@ class Backend {
   friend class BackendPool;
   friend class BackendLease;
 
-  // One health check (and the ModelInfo fetch on the way up, or each time for a server of one
-  // model); blocking, on the pool's thread.
+  // One health check and a ModelInfo fetch (on the way up, the model loaded for it; later,
+  // only if it is loaded); blocking, on the pool's thread.
   void Check(std::chrono::milliseconds timeout);
-  bool ServesOneModel() const;
 
   const std::string address_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -227,13 +227,20 @@ grpc::ServerUnaryReactor* InferenceService::Rerank(grpc::CallbackServerContext* 
 
 grpc::ServerUnaryReactor* InferenceService::AnswerWithModel(
     grpc::CallbackServerContext* context, std::string_view name,
-    std::function<grpc::Status(const ServingModel&)> answer) {
+    std::function<grpc::Status(const ServingModel&)> answer, bool loaded_only) {
   CallerIdentity caller;
   const grpc::Status status = CheckCaller(context, caller);
   if (!status.ok()) return FinishUnary(context, status);
   // An adapter's name means its base model here: the same vocabulary and template.
   const StatusOr<int> index = ModelIndexOf(name, /*adapters=*/true);
   if (!index.ok()) return FinishUnary(context, ToGrpcStatus(index.status()));
+  if (loaded_only) {
+    const ModelLease model = models_.Peek(*index);
+    return FinishUnary(context, model != nullptr
+                                    ? answer(*model)
+                                    : grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                                   "the model is not loaded now"));
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // gRPC keeps a unary call's request and response until it is finished.
   models_.Acquire(*index, [reactor, answer = std::move(answer)](StatusOr<ModelLease> model) {
@@ -308,7 +315,7 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
                                     : "none");
     for (const std::string& id : models_.Ids()) response->add_models(id);
     return grpc::Status::OK;
-  });
+  }, request->loaded_only());
 }
 
 }  // namespace tokenmill::server

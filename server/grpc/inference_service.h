@@ -79,10 +79,11 @@ class InferenceService final : public v1::Inference::CallbackService {
                      const v1::GenerateRequest& request,
                      std::shared_ptr<const v1::GenerateRequest> copy, std::string tenant);
   // Finishes a unary call with `answer`'s status once the model `name` calls for is loaded
-  // (no LoRA adapter's name).
+  // (no LoRA adapter's name). `loaded_only`: at once, from the model as loaded now, without
+  // counting it as used; UNAVAILABLE when it is not loaded.
   grpc::ServerUnaryReactor* AnswerWithModel(
       grpc::CallbackServerContext* context, std::string_view name,
-      std::function<grpc::Status(const ServingModel&)> answer);
+      std::function<grpc::Status(const ServingModel&)> answer, bool loaded_only = false);
   // OK with `caller` set, or why the call cannot be served: a missing or wrong API key, a
   // tenant the call may not name, or a server not open yet.
   grpc::Status CheckCaller(const grpc::CallbackServerContext* context,

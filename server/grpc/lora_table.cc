@@ -4,11 +4,9 @@
 
 namespace tokenmill::server {
 
-void LoraTable::Reset(const std::vector<std::pair<std::string, std::string>>& startup) {
-  std::lock_guard lock(mutex_);
-  live_.clear();
-  names_by_id_.clear();
-  next_id_ = 1;
+LoraTable::LoraTable(size_t max_live,
+                     const std::vector<std::pair<std::string, std::string>>& startup)
+    : max_live_(max_live) {
   for (const auto& [name, path] : startup) {
     names_by_id_[next_id_] = name;
     live_.push_back({name, next_id_++, path});

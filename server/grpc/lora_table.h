@@ -25,12 +25,10 @@ class LoraTable {
     std::string path;  // the adapter's file
   };
 
-  // At most `max_live` adapters at once (--max-loras).
-  explicit LoraTable(size_t max_live) : max_live_(max_live) {}
-
-  // The table becomes `startup` (name, path each), ids 1, 2, ...: what the model's engine is
-  // built with, at each load of the model.
-  void Reset(const std::vector<std::pair<std::string, std::string>>& startup);
+  // At most `max_live` adapters at once (--max-loras); `startup` (name, path each: --lora's)
+  // served from the start as ids 1, 2, ...
+  explicit LoraTable(size_t max_live,
+                     const std::vector<std::pair<std::string, std::string>>& startup = {});
 
   // The adapters served now, in the order they came.
   std::vector<Entry> Live() const;

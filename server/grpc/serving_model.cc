@@ -142,9 +142,7 @@ StatusOr<std::shared_ptr<LoraTable>> LoraTableOf(const ServerOptions& options) {
                                 "--max-loras " + std::to_string(options.max_loras) +
                                 ": raise --max-loras");
   }
-  auto table = std::make_shared<LoraTable>(static_cast<size_t>(options.max_loras));
-  table->Reset(startup);
-  return table;
+  return std::make_shared<LoraTable>(static_cast<size_t>(options.max_loras), startup);
 }
 
 StatusOr<std::unique_ptr<ServingModel>> LoadServingModel(const ServerOptions& options,

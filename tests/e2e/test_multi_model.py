@@ -10,7 +10,8 @@
 - --model-memory: two models whose footprints (GGUF file + KV pool) together exceed it load and
   unload in turn under one concurrent client per model, no request failing, never both
   resident; a model that alone exceeds it is refused at startup;
-- --model-idle-timeout unloads an idle model (tokenmill:model_loaded 0); the next request
+- --model-idle-timeout unloads an idle model (tokenmill:model_loaded 0) that only
+  GetModelInfo(loaded_only) asks about, which then answers UNAVAILABLE; the next request
   loads it again."""
 import shutil
 import subprocess
@@ -322,9 +323,20 @@ def test_an_idle_model_is_unloaded_and_loads_again(lone):
         assert metrics[("tokenmill:model_loads_total", "tiny")] == 1
         assert loaded(metrics, "tiny") == 1
         # Unloaded after 4 s without requests (the gauge goes to 0 as the unload starts, the
-        # counter counts it once the engine has stopped).
+        # counter counts it once the engine has stopped), however often a watcher asks for
+        # its info with loaded_only, as gateways do at each health check.
+        watching = pb2.GetModelInfoRequest(model="tiny", loaded_only=True)
+        deadline = time.monotonic() + 60
+        while loaded(model_metrics(server), "tiny") == 1:
+            assert server.stub.GetModelInfo(watching).name == "tiny"
+            assert time.monotonic() < deadline, "a loaded_only GetModelInfo kept tiny loaded"
+            time.sleep(0.2)
         wait_for_model_metrics(server, lambda m: loaded(m, "tiny") == 0 and m[
             ("tokenmill:model_unloads_total", "tiny")] == 1)
+        with pytest.raises(grpc.RpcError) as e:
+            server.stub.GetModelInfo(watching)
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert loaded(model_metrics(server), "tiny") == 0  # and it did not load it
         assert generate(server.stub, request(prompt, "tiny"))[0] == lone[(TINY_ID, tuple(prompt))]
         metrics = model_metrics(server)
         assert metrics[("tokenmill:model_loads_total", "tiny")] == 2

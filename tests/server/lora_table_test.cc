@@ -13,8 +13,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(LoraTable, StartupAdaptersAreIdsOneOnInFlagOrder) {
-  LoraTable table(4);
-  table.Reset({{"a", "a.gguf"}, {"b", "b.gguf"}});
+  LoraTable table(4, {{"a", "a.gguf"}, {"b", "b.gguf"}});
   EXPECT_EQ(table.IdOf("a"), 1);
   EXPECT_EQ(table.IdOf("b"), 2);
   EXPECT_FALSE(table.IdOf("c").has_value());
@@ -25,8 +24,7 @@ TEST(LoraTable, StartupAdaptersAreIdsOneOnInFlagOrder) {
 }
 
 TEST(LoraTable, IdsAreNeverReusedAndKeepTheirNames) {
-  LoraTable table(2);
-  table.Reset({{"a", "a.gguf"}});
+  LoraTable table(2, {{"a", "a.gguf"}});
   ASSERT_TRUE(table.CheckRoom("b").ok());
   const int b = table.NewId("b");
   EXPECT_EQ(b, 2);
@@ -43,8 +41,7 @@ TEST(LoraTable, IdsAreNeverReusedAndKeepTheirNames) {
 }
 
 TEST(LoraTable, RefusesATakenNameAFullTableAndAnUnknownRemoval) {
-  LoraTable table(1);
-  table.Reset({{"a", "a.gguf"}});
+  LoraTable table(1, {{"a", "a.gguf"}});
   const Status taken = table.CheckRoom("a");
   EXPECT_EQ(taken.code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(taken.message(), HasSubstr("already"));

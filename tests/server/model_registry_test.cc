@@ -31,9 +31,8 @@ class Registry {
     for (const std::string& name : names) {
       models.push_back({.names = {name}, .adapters = nullptr, .footprint_bytes = kFootprint});
     }
-    auto adapters = std::make_shared<LoraTable>(1);
-    adapters->Reset({{"adapter", "adapter.gguf"}});
-    models.front().adapters = adapters;
+    models.front().adapters = std::make_shared<LoraTable>(
+        1, std::vector<std::pair<std::string, std::string>>{{"adapter", "adapter.gguf"}});
     registry_ = std::make_unique<ModelRegistry>(
         std::move(models), limits, [this, names](int index) {
           ++loads;
