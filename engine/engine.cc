@@ -235,6 +235,9 @@ void Engine::Loop() {
   // What the disk tier has queued goes to disk within the drain time: a restarted server
   // finds it.
   if (tiering_ != nullptr) tiering_->Flush(flush_deadline);
+  // The pool goes with the engine (its model unloaded, the server stopping): a subscriber
+  // drops what it held of it.
+  if (kv_event_handler_) kv_event_handler_({KvCacheEvent::AllCleared()});
 }
 
 void Engine::TakeTierEvents() {

@@ -69,7 +69,8 @@ struct EngineConfig {
   // Speculative decoding (--spec, --spec-tokens); kDraft needs a draft model at Create.
   SpecConfig spec;
   // Set: called on the engine thread after each step that changed the prefix cache, with
-  // that step's events in order (cache/kv_events.h); it must not block.
+  // that step's events in order (cache/kv_events.h), and with AllBlocksCleared once the engine
+  // has stopped; it must not block.
   std::function<void(std::vector<KvCacheEvent>)> kv_event_handler;
   // The host and disk tiers below the pool (engine/kv_tiering.h): off without a size or a
   // directory.

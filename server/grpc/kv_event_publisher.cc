@@ -6,7 +6,11 @@
 
 #include <array>
 #include <chrono>
+#include <optional>
+#include <string_view>
 #include <utility>
+
+#include "common/check.h"
 
 namespace tokenmill::server {
 namespace {
@@ -159,6 +163,7 @@ KvEventPublisher::KvEventPublisher(const KvEventPublisherOptions& options,
       bound_replay_endpoint_(sockets_->has_replay
                                  ? sockets_->replay.get(zmq::sockopt::last_endpoint)
                                  : std::string()),
+      streams_(options.topics.size()),
       thread_([this] { Loop(); }) {}
 
 KvEventPublisher::~KvEventPublisher() {
@@ -166,29 +171,16 @@ KvEventPublisher::~KvEventPublisher() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
-  ready_.notify_all();
   thread_.join();
 }
 
-void KvEventPublisher::Start(std::string topic) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    topic_ = std::move(topic);
-    started_ = true;
-  }
-  ready_.notify_all();
-}
-
-void KvEventPublisher::Publish(std::vector<KvCacheEvent> events) {
+void KvEventPublisher::Publish(size_t topic, std::vector<KvCacheEvent> events) {
+  TM_CHECK(topic < options_.topics.size()) << "no KV event topic " << topic;
   std::lock_guard<std::mutex> lock(mutex_);
-  queue_.push_back(std::move(events));
+  queue_.emplace_back(topic, std::move(events));
 }
 
 void KvEventPublisher::Loop() {
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    ready_.wait(lock, [this] { return started_ || stopping_; });
-  }
   while (true) {
     if (sockets_->has_replay) {
       zmq::pollitem_t item{sockets_->replay.handle(), 0, ZMQ_POLLIN, 0};
@@ -197,42 +189,40 @@ void KvEventPublisher::Loop() {
     } else {
       std::this_thread::sleep_for(kPollInterval);
     }
-    std::vector<std::vector<KvCacheEvent>> batches;
+    std::vector<std::pair<size_t, std::vector<KvCacheEvent>>> batches;
     bool stopping = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       std::swap(batches, queue_);
       stopping = stopping_;
     }
-    for (const std::vector<KvCacheEvent>& batch : batches) SendBatch(batch);
+    for (const auto& [topic, batch] : batches) SendBatch(topic, batch);
     if (stopping) break;
   }
 }
 
-void KvEventPublisher::SendBatch(const std::vector<KvCacheEvent>& events) {
+void KvEventPublisher::SendBatch(size_t topic, const std::vector<KvCacheEvent>& events) {
+  const KvEventTopic& to = options_.topics[topic];
   const std::vector<std::string> lora_names =
-      options_.loras != nullptr ? options_.loras->NamesById() : std::vector<std::string>{};
+      to.loras != nullptr ? to.loras->NamesById() : std::vector<std::string>{};
   std::string payload = EncodeBatch(events, options_.block_size, lora_names);
-  const uint64_t sequence = next_sequence_++;
+  Stream& stream = streams_[topic];
+  const uint64_t sequence = stream.next_sequence++;
   const std::array<uint8_t, 8> sequence_bytes = BigEndian(static_cast<int64_t>(sequence));
-  std::string topic;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    topic = topic_;
-  }
   // PUB never blocks: past the high-water mark a message is dropped (replay recovers it).
-  sockets_->pub.send(zmq::buffer(topic), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+  sockets_->pub.send(zmq::buffer(to.name), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
   sockets_->pub.send(zmq::buffer(sequence_bytes),
                      zmq::send_flags::sndmore | zmq::send_flags::dontwait);
   sockets_->pub.send(zmq::buffer(payload), zmq::send_flags::dontwait);
-  replay_buffer_.emplace_back(sequence, std::move(payload));
-  while (static_cast<int>(replay_buffer_.size()) > options_.buffer_batches) {
-    replay_buffer_.pop_front();
+  stream.replay_buffer.emplace_back(sequence, std::move(payload));
+  while (static_cast<int>(stream.replay_buffer.size()) > options_.buffer_batches) {
+    stream.replay_buffer.pop_front();
   }
 }
 
 void KvEventPublisher::ServeReplay() {
-  // From a REQ (or DEALER) client: [identity, empty, start sequence as 8 bytes big-endian].
+  // From a REQ (or DEALER) client: [identity, empty, start sequence as 8 bytes big-endian],
+  // or with the topic in a frame before the sequence; without one, the default model's.
   std::vector<zmq::message_t> frames;
   while (true) {
     zmq::message_t frame;
@@ -250,6 +240,14 @@ void KvEventPublisher::ServeReplay() {
     start = (start << 8) | byte;
   }
   const zmq::message_t& identity = frames.front();
+  std::optional<size_t> topic = 0;
+  if (frames.size() >= 3 && frames[frames.size() - 2].size() > 0) {
+    const std::string_view name = frames[frames.size() - 2].to_string_view();
+    topic.reset();
+    for (size_t i = 0; i < options_.topics.size(); ++i) {
+      if (options_.topics[i].name == name) topic = i;
+    }
+  }
   const auto reply = [&](const std::array<uint8_t, 8>& sequence, const std::string& payload) {
     sockets_->replay.send(zmq::buffer(identity.data(), identity.size()),
                           zmq::send_flags::sndmore);
@@ -257,9 +255,11 @@ void KvEventPublisher::ServeReplay() {
     sockets_->replay.send(zmq::buffer(sequence), zmq::send_flags::sndmore);
     sockets_->replay.send(zmq::buffer(payload), zmq::send_flags::none);
   };
-  for (const auto& [sequence, payload] : replay_buffer_) {
-    if (static_cast<int64_t>(sequence) >= start) {
-      reply(BigEndian(static_cast<int64_t>(sequence)), payload);
+  if (topic.has_value()) {  // an unknown topic has nothing to replay
+    for (const auto& [sequence, payload] : streams_[*topic].replay_buffer) {
+      if (static_cast<int64_t>(sequence) >= start) {
+        reply(BigEndian(static_cast<int64_t>(sequence)), payload);
+      }
     }
   }
   reply(BigEndian(-1), std::string());

@@ -7,11 +7,12 @@
 // ["AllBlocksCleared"]. PUB drops messages past its high-water mark by design; a subscriber
 // that sees a gap in the sequence asks the replay socket (ZeroMQ ROUTER) for the batches from
 // a sequence number on: one reply [sequence, payload] per batch still buffered, then
-// [-1, empty] to end.
+// [-1, empty] to end. Each model of the server publishes on a topic of its own, with its own
+// sequence numbers and replay buffer; a replay request names its topic in a frame before the
+// sequence number, or gets the default model's (vLLM's request, which has one model).
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,13 @@
 
 namespace tokenmill::server {
 
+// One model's events.
+struct KvEventTopic {
+  std::string name;  // llm-d reads "kv@<pod>@<model>"
+  // The model's LoRA adapters' names by id (null: none): stored blocks report theirs.
+  std::shared_ptr<const LoraTable> loras;
+};
+
 struct KvEventPublisherOptions {
   // PUB: bound when a wildcard (tcp://*:5557, tcp://127.0.0.1:*), ipc or inproc, else
   // connected to (a router's bound SUB socket), as vLLM does.
@@ -34,9 +42,8 @@ struct KvEventPublisherOptions {
   // ids), so loopback unless the operator names another ("0.0.0.0": every interface).
   std::string wildcard_host = "127.0.0.1";
   int block_size = 16;          // the tokens of each stored block
-  int buffer_batches = 10000;   // batches kept for replay
-  // The LoRA adapters' names by id (null: none): stored blocks report theirs.
-  std::shared_ptr<const LoraTable> loras;
+  int buffer_batches = 10000;   // batches kept for replay, per topic
+  std::vector<KvEventTopic> topics;  // one per model, the default model's first
 };
 
 class KvEventPublisher {
@@ -53,17 +60,23 @@ class KvEventPublisher {
   // one empty without replay.
   const std::string& endpoint() const { return bound_endpoint_; }
   const std::string& replay_endpoint() const { return bound_replay_endpoint_; }
+  const std::vector<KvEventTopic>& topics() const { return options_.topics; }
 
-  // The topic every message carries from now on (llm-d reads "kv@<pod>@<model>").
-  void Start(std::string topic);
-  // Queues one step's events; any thread (the engine's), never waits on the network.
-  void Publish(std::vector<KvCacheEvent> events);
+  // Queues one step's events of the model options.topics[topic]; any thread (the engine's),
+  // never waits on the network.
+  void Publish(size_t topic, std::vector<KvCacheEvent> events);
 
  private:
   struct Sockets;
   KvEventPublisher(const KvEventPublisherOptions& options, std::unique_ptr<Sockets> sockets);
+  // A topic's sequence numbers and the batches kept for its replays.
+  struct Stream {
+    uint64_t next_sequence = 0;
+    std::deque<std::pair<uint64_t, std::string>> replay_buffer;
+  };
+
   void Loop();
-  void SendBatch(const std::vector<KvCacheEvent>& events);
+  void SendBatch(size_t topic, const std::vector<KvCacheEvent>& events);
   void ServeReplay();
 
   const KvEventPublisherOptions options_;
@@ -71,13 +84,9 @@ class KvEventPublisher {
   std::string bound_endpoint_;
   std::string bound_replay_endpoint_;
   std::mutex mutex_;
-  std::condition_variable ready_;
-  std::string topic_;                               // guarded by mutex_
-  bool started_ = false;                            // guarded by mutex_
-  bool stopping_ = false;                           // guarded by mutex_
-  std::vector<std::vector<KvCacheEvent>> queue_;    // guarded by mutex_
-  uint64_t next_sequence_ = 0;                      // the publishing thread's
-  std::deque<std::pair<uint64_t, std::string>> replay_buffer_;  // the publishing thread's
+  bool stopping_ = false;                                           // guarded by mutex_
+  std::vector<std::pair<size_t, std::vector<KvCacheEvent>>> queue_;  // guarded by mutex_
+  std::vector<Stream> streams_;  // one per topic, the publishing thread's
   std::thread thread_;
 };
 

@@ -92,20 +92,35 @@ std::string KvEventsTopic(const std::string& model_name) {
   return "kv@" + pod + "@" + model_name;
 }
 
-// GET /kv_events/state: every prefix cached now, as a KV-event subscriber should hold it.
-std::string RenderCachedPrefixes(const ServingModel* model) {
-  if (model == nullptr) return R"({"error": "the model is loading"})";
-  StatusOr<std::vector<KvCacheEvent>> prefixes = model->engine->CachedPrefixes();
-  if (!prefixes.ok()) return nlohmann::json{{"error", prefixes.status().message()}}.dump();
-  nlohmann::json blocks = nlohmann::json::array();
-  for (const KvCacheEvent& prefix : *prefixes) {
-    blocks.push_back({{"block_hash", prefix.hash},
-                      {"parent_block_hash", prefix.parent_hash.has_value()
-                                                ? nlohmann::json(*prefix.parent_hash)
-                                                : nlohmann::json(nullptr)},
-                      {"token_ids", prefix.tokens}});
+// GET /kv_events/state[?model=NAME]: every prefix the model (the default one without a name)
+// has cached now, as a subscriber to its KV events should hold it; none while it is unloaded.
+std::string RenderCachedPrefixes(ModelRegistry& models, std::string_view query,
+                                 const std::vector<EngineConfig>& engine_configs) {
+  const auto error = [](std::string_view message) {
+    return nlohmann::json{{"error", message}}.dump();
+  };
+  std::string name;
+  for (const auto& [key, value] : QueryPairs(query)) {
+    if (key == "model") name = value;
   }
-  return nlohmann::json{{"block_size", model->block_size}, {"blocks", blocks}}.dump();
+  const StatusOr<ModelRegistry::Resolved> resolved = models.Resolve(name);
+  if (!resolved.ok()) return error(resolved.status().message());
+  const ModelLease model = models.Peek(resolved->index);
+  nlohmann::json blocks = nlohmann::json::array();
+  if (model != nullptr) {
+    StatusOr<std::vector<KvCacheEvent>> prefixes = model->engine->CachedPrefixes();
+    if (!prefixes.ok()) return error(prefixes.status().message());
+    for (const KvCacheEvent& prefix : *prefixes) {
+      blocks.push_back({{"block_hash", prefix.hash},
+                        {"parent_block_hash", prefix.parent_hash.has_value()
+                                                  ? nlohmann::json(*prefix.parent_hash)
+                                                  : nlohmann::json(nullptr)},
+                        {"token_ids", prefix.tokens}});
+    }
+  }
+  return nlohmann::json{{"block_size", engine_configs[resolved->index].block_size},
+                        {"blocks", blocks}}
+      .dump();
 }
 
 // POST /kv_cache/purge?tenant=NAME (or ?all=1): deletes the host and disk tiers' blocks of a
@@ -210,6 +225,10 @@ StatusOr<ModelPlan> PlanModels(const ServerOptions& options, int64_t available_m
                                 "models from another server");
   }
   TM_RETURN_IF_ERROR(CheckLoraDir(options, sources.size()));
+  if (sources.size() > 1 && !options.kv_events_topic.empty()) {
+    return InvalidArgumentError("--kv-events-topic is one topic, and each model publishes its "
+                                "KV events on its own (kv@<pod>@<model>): drop it");
+  }
   ModelPlan plan;
   for (size_t i = 0; i < sources.size(); ++i) {
     ServerOptions model_options = OptionsForModel(options, sources[i], i == 0);
@@ -255,22 +274,31 @@ int Run(const ServerOptions& options) {
   // A disk tier write past RLIMIT_FSIZE fails with EFBIG (the tier pauses) instead of ending
   // the process.
   signal(SIGXFSZ, SIG_IGN);
-  // Before the engine, which hands it each step's events, and destroyed after it.
+  // Before the engines, which hand it each step's events, and destroyed after them.
   std::unique_ptr<KvEventPublisher> kv_events;
   if (!options.kv_events_endpoint.empty()) {
+    std::vector<KvEventTopic> topics;
+    for (size_t i = 0; i < plan->registered.size(); ++i) {
+      topics.push_back({.name = options.kv_events_topic.empty()
+                                    ? KvEventsTopic(plan->registered[i].names.front())
+                                    : options.kv_events_topic,
+                        .loras = plan->loras[i]});
+    }
     StatusOr<std::unique_ptr<KvEventPublisher>> publisher = KvEventPublisher::Create(
         {.endpoint = options.kv_events_endpoint,
          .replay_endpoint = options.kv_events_replay_endpoint,
          .wildcard_host = options.kv_events_host,
          .block_size = engine_config->block_size,
          .buffer_batches = options.kv_events_buffer_steps,
-         .loras = plan->loras.front()});
+         .topics = std::move(topics)});
     if (!publisher.ok()) return Fail(publisher.status());
     kv_events = std::move(*publisher);
-    engine_config->kv_event_handler = [publisher = kv_events.get()](
-                                          std::vector<KvCacheEvent> events) {
-      publisher->Publish(std::move(events));
-    };
+    for (size_t i = 0; i < plan->engine_configs.size(); ++i) {
+      plan->engine_configs[i].kv_event_handler = [publisher = kv_events.get(), i](
+                                                     std::vector<KvCacheEvent> events) {
+        publisher->Publish(i, std::move(events));
+      };
+    }
   }
   StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       MakeServerCredentials(options);
@@ -314,7 +342,7 @@ int Run(const ServerOptions& options) {
   if (options.metrics_port >= 0) {
     std::vector<MetricsHttpServer::Page> pages{
         {"/metrics", "text/plain; version=0.0.4; charset=utf-8",
-         [&default_model, &models, &request_metrics, compat, several_models] {
+         [&default_model, &models, &request_metrics, compat, several_models](std::string_view) {
            const ModelLease model = default_model();
            std::string text =
                model == nullptr
@@ -331,7 +359,7 @@ int Run(const ServerOptions& options) {
          {}},
         {.path = "/health",
          .content_type = "text/plain; charset=utf-8",
-         .render = [] { return std::string("ok\n"); },
+         .render = [](std::string_view) { return std::string("ok\n"); },
          .needs_api_key = false,
          .available = [&serving] { return serving.load(std::memory_order_acquire); },
          .post = {}}};
@@ -340,8 +368,8 @@ int Run(const ServerOptions& options) {
       pages.push_back({.path = "/kv_events/state",
                        .content_type = "application/json",
                        .render =
-                           [&default_model] {
-                             return RenderCachedPrefixes(default_model().get());
+                           [&models, &plan](std::string_view query) {
+                             return RenderCachedPrefixes(models, query, plan->engine_configs);
                            },
                        .needs_api_key = true,
                        .available = {},
@@ -423,10 +451,10 @@ int Run(const ServerOptions& options) {
   request_metrics.SetMaxModelLen(first->engine->max_model_len());
   service.Open();
   if (kv_events != nullptr) {
-    const std::string topic =
-        options.kv_events_topic.empty() ? KvEventsTopic(first->name) : options.kv_events_topic;
-    kv_events->Start(topic);
-    spdlog::info("KV cache events on {} (topic '{}'){}", kv_events->endpoint(), topic,
+    std::vector<std::string> topics;
+    for (const KvEventTopic& topic : kv_events->topics()) topics.push_back(topic.name);
+    spdlog::info("KV cache events on {} ({} '{}'){}", kv_events->endpoint(),
+                 topics.size() > 1 ? "topics" : "topic", fmt::join(topics, "', '"),
                  kv_events->replay_endpoint().empty()
                      ? ""
                      : ", replay on " + kv_events->replay_endpoint());

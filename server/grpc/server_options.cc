@@ -395,8 +395,6 @@ ServerOptions OptionsForModel(const ServerOptions& options, const ModelSource& s
     model.tool_call_parser = defaults.tool_call_parser;
     model.reasoning_parser = defaults.reasoning_parser;
     model.pooling = defaults.pooling;
-    model.kv_events_endpoint.clear();
-    model.kv_events_replay_endpoint.clear();
   }
   return model;
 }

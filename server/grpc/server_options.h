@@ -140,8 +140,8 @@ struct ModelSource {
 StatusOr<std::vector<ModelSource>> ModelSourcesOf(const ServerOptions& options);
 
 // The options model `source` loads with: its path and names. Flags about the default model
-// alone (--lora, --spec, --draft-model, --chat-template, the output parsers, --pooling, KV
-// events) are dropped for the others.
+// alone (--lora, --spec, --draft-model, --chat-template, the output parsers, --pooling) are
+// dropped for the others.
 ServerOptions OptionsForModel(const ServerOptions& options, const ModelSource& source,
                               bool is_default);
 

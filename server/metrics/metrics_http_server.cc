@@ -48,6 +48,12 @@ http::response<http::string_body> Plain(http::status status, unsigned version,
   return response;
 }
 
+// What follows '?' in a request target; empty without one.
+std::string_view QueryOf(std::string_view target) {
+  const size_t question = target.find('?');
+  return question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
+}
+
 std::string_view AuthorizationOf(const http::request<http::string_body>& request) {
   const beast::string_view value = request[http::field::authorization];
   return {value.data(), value.size()};
@@ -87,11 +93,7 @@ http::response<http::string_body> Respond(const http::request<http::string_body>
     response = Plain(http::status::service_unavailable, request.version(),
                      "not serving: the model is loading or the server is draining\n");
   } else if (post) {
-    const size_t question = target.find('?');
-    MetricsHttpServer::ActionResult result =
-        page->post(question == std::string_view::npos ? std::string_view()
-                                                      : target.substr(question + 1),
-                   request.body());
+    MetricsHttpServer::ActionResult result = page->post(QueryOf(target), request.body());
     response = Plain(static_cast<http::status>(result.status), request.version(),
                      std::move(result.body));
     response.set(http::field::content_type, page->content_type);
@@ -100,7 +102,7 @@ http::response<http::string_body> Respond(const http::request<http::string_body>
     response.version(request.version());
     response.keep_alive(false);
     response.set(http::field::content_type, page->content_type);
-    response.body() = page->render();
+    response.body() = page->render(QueryOf(target));
   }
   return response;
 }

@@ -40,7 +40,8 @@ class MetricsHttpServer {
   struct Page {
     std::string path;  // e.g. "/metrics"
     std::string content_type;
-    std::function<std::string()> render;
+    // The GET answer, from the request's query (after '?'; empty without one).
+    std::function<std::string(std::string_view query)> render;
     // Prompt data (token ids): with MetricsHttpLimits::api_key set, the request must carry
     // "authorization: Bearer <key>" (401 otherwise).
     bool needs_api_key = false;

@@ -4,7 +4,9 @@ from vLLM's definitions (vllm/distributed/kv_events.py: array_like, tagged), and
 rebuilds (stored minus removed, cleared on reset) must equal the server's own dump
 (/kv_events/state) after prefix sharing and evictions; a subscriber that joins late rebuilds
 the same state from the replay socket; stored blocks hold the prompt's real token ids and name
-the LoRA adapter that computed them."""
+the LoRA adapter that computed them. With several models, each publishes on its own topic with
+its own sequence numbers and replay, /kv_events/state?model=NAME answers for the one named, and
+a model that unloads clears its subscribers' state."""
 import subprocess
 import sys
 import time
@@ -15,7 +17,7 @@ import zmq
 import httpx2 as httpx
 
 from process_harness import EXIT_TIMEOUT_S, RPC_TIMEOUT_S
-from server_harness import DEFAULT_MODEL, REPO, SERVER_BIN, Server, generate, pb2
+from server_harness import DEFAULT_MODEL, REPO, SERVER_BIN, TINY_MODEL, Server, generate, pb2
 
 
 # vLLM's wire types, written from its definitions (the package needs a GPU stack to import).
@@ -102,8 +104,10 @@ class Subscriber:
                 self.apply(payload)
                 self.last_sequence = sequence
 
-    def replay(self, socket, start, until):
-        socket.send_multipart([b"", start.to_bytes(8, "big")])
+    def replay(self, socket, start, until, topic=None):
+        """`topic`: named in the request (a server of several models), else the default's."""
+        topic_frame = [topic.encode()] if topic is not None else []
+        socket.send_multipart([b"", *topic_frame, start.to_bytes(8, "big")])
         while True:
             assert socket.poll(int(RPC_TIMEOUT_S * 1000)), "the replay never ended"
             _, sequence_bytes, payload = socket.recv_multipart()
@@ -116,8 +120,9 @@ class Subscriber:
         assert self.next_sequence() == until, "the replay did not cover the gap"
 
 
-def server_state(server):
-    response = httpx.get(f"http://127.0.0.1:{server.metrics_port}/kv_events/state",
+def server_state(server, model=None):
+    query = f"?model={model}" if model is not None else ""
+    response = httpx.get(f"http://127.0.0.1:{server.metrics_port}/kv_events/state{query}",
                          timeout=RPC_TIMEOUT_S)
     assert response.status_code == 200
     body = response.json()
@@ -213,6 +218,8 @@ def test_a_router_that_binds_its_socket_collects_the_events():
     (["--kv-events-replay-endpoint", "tcp://127.0.0.1:*"], "needs --kv-events-endpoint"),
     (["--kv-events-endpoint", "tcp://127.0.0.1:*", "--no-prefix-cache"],
      "drop --no-prefix-cache"),
+    (["--model", f"tiny={TINY_MODEL}", "--kv-events-endpoint", "tcp://127.0.0.1:*",
+      "--kv-events-topic", "kv@pod@both"], "each model publishes its KV events on its own"),
 ])
 def test_bad_event_flags_fail_fast_with_a_message(args, message):
     result = subprocess.run([str(SERVER_BIN), "--model", str(DEFAULT_MODEL), "--port", "0",
@@ -245,3 +252,48 @@ def test_blocks_an_adapter_computed_carry_its_name(tmp_path):
         finally:
             context.destroy(linger=0)
     assert set(subscriber.loras.values()) == {(1, "lora-a"), (None, None)}
+
+
+def test_each_model_publishes_on_its_own_topic_and_an_unload_clears_it():
+    tiny_text = "Once upon a time, there was a little girl named Lily. She loved to play " * 3
+    with Server("--model", f"tiny={TINY_MODEL}", "--model-idle-timeout", "8",
+                "--kv-events-endpoint", "tcp://127.0.0.1:*",
+                "--kv-events-replay-endpoint", "tcp://127.0.0.1:*",
+                model=DEFAULT_MODEL, env={"POD_NAME": POD}) as server:
+        match = server.wait_for_log(r"KV cache events on (\S+) \(topics '([^']+)', '([^']+)'\), "
+                                    r"replay on (\S+)")
+        endpoint, default_topic, tiny_topic, replay_endpoint = match.groups()
+        assert (default_topic, tiny_topic) == (f"kv@{POD}@{DEFAULT_MODEL.stem}", f"kv@{POD}@tiny")
+        context = zmq.Context()
+        try:
+            # Each sees only its model's batches, numbered from 0 without a gap (drain asserts
+            # it): the default model's come first, so one count for both would fail here.
+            default = Subscriber(context, endpoint, default_topic)
+            tiny = Subscriber(context, endpoint, tiny_topic)
+            time.sleep(0.5)  # the subscriptions reach the publisher
+            ask(server, "Who first measured the speed of light, and how?")
+            generate(server.stub, pb2.GenerateRequest(text=tiny_text, max_tokens=2, model="tiny"))
+            default.drain()
+            tiny.drain()
+            assert default.state and tiny.state
+            assert default.state == server_state(server)[1]
+            assert default.state == server_state(server, DEFAULT_MODEL.stem)[1]
+            assert tiny.state == server_state(server, "tiny")[1]
+            assert not set(default.state) & set(tiny.state)
+            # A late subscriber of tiny's topic replays its batches by naming the topic.
+            late = Subscriber(context, endpoint, tiny_topic)
+            replay = context.socket(zmq.DEALER)
+            replay.connect(replay_endpoint)
+            late.replay(replay, 0, tiny.next_sequence(), topic=tiny_topic)
+            assert late.state == tiny.state
+            # Both unload 8 s after their last request: each pool is gone, and the subscribers
+            # of each topic hear so.
+            deadline = time.monotonic() + 60
+            for subscriber in (default, tiny):
+                while subscriber.counts["AllBlocksCleared"] == 0:
+                    assert time.monotonic() < deadline, "an unload was never published"
+                    subscriber.drain(quiet_s=0.5)
+                assert subscriber.state == {}
+            assert server_state(server) == server_state(server, "tiny") == (16, {})
+        finally:
+            context.destroy(linger=0)
