@@ -102,7 +102,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceService::Generate(
   if (request_id.empty()) {
     request_id = "gen-" + std::to_string(next_request_number_.fetch_add(1));
   }
-  auto* reactor = new GenerateReactor(metrics_, streams_, std::move(request_id));
+  auto* reactor = new GenerateReactor(*metrics_[*index], streams_, std::move(request_id));
   reactor->Hold();
   if (ModelLease model = models_.TryAcquire(*index)) {
     BuildAndStart(reactor, std::move(model), *request, nullptr, std::move(caller.tenant));
@@ -161,7 +161,7 @@ grpc::ServerUnaryReactor* InferenceService::StartPooling(
     request_id = id_prefix + std::to_string(next_request_number_.fetch_add(1));
   }
   auto* reactor = new EmbedReactor(
-      metrics_, streams_,
+      *metrics_[*index], streams_,
       [write = std::move(write), request_id](std::vector<EmbedReactor::Result>& results) {
         write(request_id, results);
       },

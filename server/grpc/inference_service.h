@@ -31,10 +31,11 @@ class InferenceService final : public v1::Inference::CallbackService {
  public:
   // `api_key`: empty for none. `shared_prefix_cache`: tenants share cached prompt prefixes
   // (--shared-prefix-cache); otherwise each tenant's are its own (PrefixCacheSalt).
-  // `models` must outlive the calls (wait for the streams to end).
-  InferenceService(RequestMetrics& metrics, ModelRegistry& models, std::string api_key,
-                   bool shared_prefix_cache)
-      : metrics_(metrics),
+  // `models` and `metrics` (one per model of `models`, by index: what its requests record)
+  // must outlive the calls (wait for the streams to end).
+  InferenceService(std::vector<RequestMetrics*> metrics, ModelRegistry& models,
+                   std::string api_key, bool shared_prefix_cache)
+      : metrics_(std::move(metrics)),
         models_(models),
         api_key_(std::move(api_key)),
         shared_prefix_cache_(shared_prefix_cache) {}
@@ -92,7 +93,7 @@ class InferenceService final : public v1::Inference::CallbackService {
   // INVALID_ARGUMENT for an adapter's where `adapters` is false.
   StatusOr<int> ModelIndexOf(std::string_view name, bool adapters) const;
 
-  RequestMetrics& metrics_;
+  const std::vector<RequestMetrics*> metrics_;
   ModelRegistry& models_;
   const std::string api_key_;
   const bool shared_prefix_cache_;

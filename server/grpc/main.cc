@@ -151,36 +151,14 @@ MetricsHttpServer::ActionResult PurgeKvTier(const ServingModel* model, std::stri
 }
 
 // With several models: whether each is loaded, and its loads and unloads.
-// And each loaded model's engine: its requests, KV pool and tokens (the engine families above
-// are the default model's alone).
 std::string RenderModelStates(ModelRegistry& models) {
-  std::vector<std::pair<std::string, double>> loaded, loads, unloads, running, waiting, kv_usage,
-      generated;
-  const std::vector<ModelState> states = models.States();
-  for (size_t i = 0; i < states.size(); ++i) {
-    const ModelState& state = states[i];
+  std::vector<std::pair<std::string, double>> loaded, loads, unloads;
+  for (const ModelState& state : models.States()) {
     loaded.emplace_back(state.name, state.loaded ? 1 : 0);
     loads.emplace_back(state.name, static_cast<double>(state.loads));
     unloads.emplace_back(state.name, static_cast<double>(state.unloads));
-    const ModelLease model = models.Peek(static_cast<int>(i));
-    if (model == nullptr) continue;
-    const EngineStats stats = model->engine->Stats();
-    running.emplace_back(state.name, stats.num_running);
-    waiting.emplace_back(state.name, stats.num_waiting);
-    kv_usage.emplace_back(state.name, stats.kv_usage);
-    generated.emplace_back(state.name, static_cast<double>(stats.num_generation_tokens));
   }
   PrometheusWriter writer({});
-  writer.GaugeByLabel("tokenmill:model_requests_running",
-                      "Requests in the loaded model's running batch", "model_name", running);
-  writer.GaugeByLabel("tokenmill:model_requests_waiting",
-                      "Requests waiting in the loaded model's engine", "model_name", waiting);
-  writer.GaugeByLabel("tokenmill:model_kv_cache_usage_perc",
-                      "Fraction of the loaded model's KV cache blocks in use (1 = 100%)",
-                      "model_name", kv_usage);
-  writer.CounterByLabel("tokenmill:model_generation_tokens_total",
-                        "Tokens the loaded model generated since its load", "model_name",
-                        generated);
   writer.GaugeByLabel("tokenmill:model_loaded", "1 while the model is loaded", "model_name",
                       loaded);
   writer.CounterByLabel("tokenmill:model_loads_total", "Loads of the model", "model_name", loads);
@@ -252,6 +230,30 @@ StatusOr<ModelPlan> PlanModels(const ServerOptions& options, int64_t available_m
   return plan;
 }
 
+// GET /metrics: each model's families (its engine's while it is loaded, its requests' since
+// the start), told apart by model_name; with several models, what the registry knows of each.
+std::string RenderAllMetrics(ModelRegistry& models, const ModelPlan& plan,
+                             const std::vector<std::unique_ptr<RequestMetrics>>& requests,
+                             MetricsCompat compat) {
+  std::vector<std::string> bodies;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const ModelLease model = models.Peek(static_cast<int>(i));
+    const std::vector<std::string> lora_names = plan.loras[i]->NamesById();
+    // Only the default model takes adapters (--lora, --lora-dir).
+    const ServedModelInfo info{
+        .name = plan.registered[i].names.front(),
+        .block_size = model != nullptr ? model->block_size : 0,
+        .lora_names = lora_names,
+        .max_loras = i == 0 ? static_cast<int>(plan.loras[i]->max_live()) : 0};
+    bodies.push_back(model == nullptr
+                         ? RenderMetrics(info, std::nullopt, *requests[i], compat)
+                         : RenderMetrics(info, model->engine->Stats(), *requests[i], compat,
+                                         model->grammars->stats()));
+  }
+  if (requests.size() > 1) bodies.push_back(RenderModelStates(models));
+  return MergeFamilies(bodies);
+}
+
 void SetHealth(grpc::Server& server, bool serving) {
   grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
   health->SetServingStatus(serving);
@@ -304,7 +306,12 @@ int Run(const ServerOptions& options) {
       MakeServerCredentials(options);
   if (!credentials.ok()) return Fail(credentials.status());
   const bool tls = !options.tls_cert_path.empty();
-  RequestMetrics request_metrics;
+  std::vector<std::unique_ptr<RequestMetrics>> request_metrics;  // one per model
+  std::vector<RequestMetrics*> request_metrics_of;
+  for (size_t i = 0; i < plan->registered.size(); ++i) {
+    request_metrics_of.push_back(
+        request_metrics.emplace_back(std::make_unique<RequestMetrics>()).get());
+  }
   const bool several_models = plan->registered.size() > 1;
   ModelRegistry models(
       plan->registered,
@@ -314,11 +321,15 @@ int Run(const ServerOptions& options) {
        .load_timeout = std::chrono::milliseconds(
            static_cast<int64_t>(options.model_load_timeout_seconds * 1000.0)),
        .max_waiting = static_cast<size_t>(options.max_queue)},
-      [&plan, grammar_bytes_per_model](int index) {
-        return LoadServingModel(plan->options[index], plan->engine_configs[index],
-                                grammar_bytes_per_model, plan->loras[index]);
+      [&plan, &request_metrics, grammar_bytes_per_model](
+          int index) -> StatusOr<std::unique_ptr<ServingModel>> {
+        TM_ASSIGN_OR_RETURN(std::unique_ptr<ServingModel> model,
+                            LoadServingModel(plan->options[index], plan->engine_configs[index],
+                                             grammar_bytes_per_model, plan->loras[index]));
+        request_metrics[index]->SetMaxModelLen(model->engine->max_model_len());
+        return model;
       });
-  InferenceService service(request_metrics, models, options.api_key,
+  InferenceService service(request_metrics_of, models, options.api_key,
                            options.shared_prefix_cache);
   // The default model, while loaded, for what the metrics port shows of it.
   const auto default_model = [&models] { return models.Peek(0); };
@@ -342,17 +353,8 @@ int Run(const ServerOptions& options) {
   if (options.metrics_port >= 0) {
     std::vector<MetricsHttpServer::Page> pages{
         {"/metrics", "text/plain; version=0.0.4; charset=utf-8",
-         [&default_model, &models, &request_metrics, compat, several_models](std::string_view) {
-           const ModelLease model = default_model();
-           std::string text =
-               model == nullptr
-                   ? RenderMetrics({}, std::nullopt, request_metrics, compat)
-                   : RenderMetrics({model->name, model->block_size, model->loras->NamesById(),
-                                    static_cast<int>(model->loras->max_live())},
-                                   model->engine->Stats(), request_metrics, compat,
-                                   model->grammars->stats());
-           if (several_models) text += RenderModelStates(models);
-           return text;
+         [&models, &plan, &request_metrics, compat](std::string_view) {
+           return RenderAllMetrics(models, *plan, request_metrics, compat);
          },
          false,
          {},
@@ -448,7 +450,6 @@ int Run(const ServerOptions& options) {
   }
   // Held for the startup's logs only: a held model never unloads.
   ModelLease first = models.Peek(0);
-  request_metrics.SetMaxModelLen(first->engine->max_model_len());
   service.Open();
   if (kv_events != nullptr) {
     std::vector<std::string> topics;

@@ -1,7 +1,9 @@
 #include "server/metrics/prometheus_text.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <unordered_map>
 
 #include "server/metrics/vllm_metrics.h"
 
@@ -281,6 +283,36 @@ std::string RenderMetrics(const ServedModelInfo& model,
               requests.request_queue_time());
   std::string text = w.text();
   if (compat == MetricsCompat::kVllm) WriteVllmMetrics(model, engine_stats, requests, text);
+  return text;
+}
+
+std::string MergeFamilies(std::span<const std::string> bodies) {
+  std::vector<std::string> order;  // family names, as they first appear
+  std::unordered_map<std::string, std::string> families;  // name -> header and samples
+  for (const std::string& body : bodies) {
+    std::string* family = nullptr;
+    bool known = false;  // the family came in an earlier body: its header is there
+    for (size_t start = 0; start < body.size();) {
+      const size_t end = std::min(body.find('\n', start), body.size());
+      const std::string_view line(body.data() + start, end - start);
+      start = end + 1;
+      constexpr std::string_view kHelp = "# HELP ";
+      if (line.starts_with(kHelp)) {
+        const std::string_view rest = line.substr(kHelp.size());
+        const std::string name(rest.substr(0, rest.find(' ')));
+        const auto [it, added] = families.try_emplace(name);
+        family = &it->second;
+        known = !added;
+        if (added) order.push_back(name);
+      }
+      const bool header = line.starts_with(kHelp) || line.starts_with("# TYPE ");
+      if (family == nullptr || (known && header)) continue;
+      family->append(line);
+      family->push_back('\n');
+    }
+  }
+  std::string text;
+  for (const std::string& name : order) text += families[name];
   return text;
 }
 

@@ -67,10 +67,17 @@ struct ServedModelInfo {
   int max_loras = 0;  // adapters loaded at once at most (--max-loras)
 };
 
-// The /metrics body. `engine_stats` is empty while the model loads (and `grammars` zeros).
+// The /metrics body of one model. `engine_stats` is empty while the model is not loaded (and
+// `grammars` zeros). `max_loras` 0: a model without adapters, whose vLLM LoRA info is left out.
 std::string RenderMetrics(const ServedModelInfo& model,
                           const std::optional<EngineStats>& engine_stats,
                           const RequestMetrics& requests, MetricsCompat compat,
                           const grammar::GrammarCacheStats& grammars = {});
+
+// Bodies of the format (each family a "# HELP" line, its "# TYPE" line and its samples) as
+// one: each family once, where it first appears, with the samples of every body in order (the
+// format allows a family's name once). Several models' RenderMetrics, told apart by their
+// model_name labels, make one /metrics.
+std::string MergeFamilies(std::span<const std::string> bodies);
 
 }  // namespace tokenmill::server

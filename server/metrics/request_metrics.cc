@@ -50,6 +50,8 @@ RequestMetrics::RequestMetrics()
       max_generation_tokens_({}) {}
 
 void RequestMetrics::SetMaxModelLen(int max_model_len) {
+  if (max_model_len == max_model_len_) return;
+  max_model_len_ = max_model_len;
   for (Histogram* h : {&prompt_tokens_, &prefill_computed_tokens_, &generation_tokens_,
                        &params_max_tokens_, &max_generation_tokens_}) {
     h->Reset(TokenCountBuckets(max_model_len));

@@ -21,7 +21,8 @@ class RequestMetrics {
   RequestMetrics();
 
   // The token-count histograms' buckets follow the context length, known once the model
-  // loads: call this before the first request (it clears those histograms).
+  // loads: call this before the first request (it clears those histograms unless the length
+  // is the one they have: a model loaded again keeps its counts). One caller at a time.
   void SetMaxModelLen(int max_model_len);
 
   // A sequence's final event: its timings, why it finished and its token counts.
@@ -72,6 +73,7 @@ class RequestMetrics {
   Histogram params_max_tokens_;
   Histogram max_generation_tokens_;
   std::array<std::atomic<uint64_t>, 5> finished_{};  // indexed by CompletionReason
+  int max_model_len_ = 0;  // SetMaxModelLen's
 };
 
 }  // namespace tokenmill::server

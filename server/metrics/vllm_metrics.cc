@@ -142,6 +142,7 @@ void WriteVllmMetrics(const ServedModelInfo& model,
   if (engine_stats.has_value()) WriteTokenHistograms(requests, w);
   WriteLatencyHistograms(requests, w);
   text += w.text();
+  if (model.max_loras == 0) return;  // a model that takes no adapters
   // vLLM labels this one by its adapters only.
   PrometheusWriter lora({});
   WriteLoraInfo(model, s, lora);

@@ -60,12 +60,17 @@ def model_metrics(server):
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
     wanted = ("tokenmill:model_loaded", "tokenmill:model_loads_total",
-              "tokenmill:model_unloads_total", "tokenmill:model_requests_running",
-              "tokenmill:model_requests_waiting", "tokenmill:model_kv_cache_usage_perc",
-              "tokenmill:model_generation_tokens_total")
-    return {(s.name, s.labels.get("model_name")): s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples if s.name in wanted}
+              "tokenmill:model_unloads_total", "tokenmill:num_requests_running",
+              "tokenmill:num_requests_waiting", "tokenmill:kv_cache_usage_perc",
+              "tokenmill:generation_tokens_total", "tokenmill:e2e_request_latency_seconds_count",
+              "tokenmill:request_success_total")
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name in wanted:  # summed over other labels (request_success's reasons)
+                key = (s.name, s.labels.get("model_name"))
+                samples[key] = samples.get(key, 0) + s.value
+    return samples
 
 
 def loaded(metrics, model):
@@ -134,19 +139,31 @@ def test_streams_of_every_model_at_once_equal_their_lone_runs(server, lone):
         assert got == lone[(name, tuple(p))], f"model {name!r} differs beside the others"
 
 
-def test_metrics_show_each_loaded_models_engine(server, lone):
-    metrics = model_metrics(server)
+def test_metrics_show_each_models_engine_and_requests(server, lone):
+    """Every family once (prometheus_client parses it), each model's samples by model_name."""
+    tiny_runs = len(PROMPTS[TINY_ID])
+    before = model_metrics(server)
+    prompt = PROMPTS[TINY_ID][0]
+    assert generate(server.stub, request(prompt, TINY_ID))[0] == lone[(TINY_ID, tuple(prompt))]
+    latency = "tokenmill:e2e_request_latency_seconds_count"
+    # The engine's gauges follow its next step.
+    metrics = wait_for_model_metrics(server, lambda m: m[(latency, TINY_ID)] > before[
+        (latency, TINY_ID)] and m[("tokenmill:num_requests_running", TINY_ID)] == 0)
     for name in (DEFAULT_ID, TINY_ID):
         assert metrics[("tokenmill:model_loaded", name)] == 1
-        assert metrics[("tokenmill:model_requests_running", name)] == 0
-        assert metrics[("tokenmill:model_requests_waiting", name)] == 0
-        assert 0 <= metrics[("tokenmill:model_kv_cache_usage_perc", name)] < 1
+        assert metrics[("tokenmill:num_requests_running", name)] == 0
+        assert metrics[("tokenmill:num_requests_waiting", name)] == 0
+        assert 0 <= metrics[("tokenmill:kv_cache_usage_perc", name)] < 1
     # lone's runs at least (the adapter's run on the default model's engine).
-    tiny_tokens = MAX_TOKENS * len(PROMPTS[TINY_ID])
-    assert metrics[("tokenmill:model_generation_tokens_total", TINY_ID)] >= tiny_tokens
+    assert metrics[("tokenmill:generation_tokens_total", TINY_ID)] >= MAX_TOKENS * tiny_runs
     default_tokens = sum(len(lone[(name, tuple(p))]) for name, prompts in PROMPTS.items()
                          if name != TINY_ID for p in prompts)
-    assert metrics[("tokenmill:model_generation_tokens_total", DEFAULT_ID)] >= default_tokens
+    assert metrics[("tokenmill:generation_tokens_total", DEFAULT_ID)] >= default_tokens
+    # Requests count where their model's are: one more of tiny's, none of the default's.
+    assert metrics[(latency, TINY_ID)] == before[(latency, TINY_ID)] + 1 >= tiny_runs + 1
+    assert metrics[(latency, DEFAULT_ID)] == before[(latency, DEFAULT_ID)]
+    for name in (DEFAULT_ID, TINY_ID):
+        assert metrics[("tokenmill:request_success_total", name)] == metrics[(latency, name)]
 
 
 def test_model_info_lists_every_model_and_answers_for_the_one_named(server):

@@ -1,6 +1,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <vector>
+
 #include "server/metrics/histogram.h"
 #include "server/metrics/prometheus_text.h"
 #include "server/metrics/request_metrics.h"
@@ -152,6 +157,36 @@ TEST(RenderMetrics, VllmCompatServesWhatEndpointPickersRead) {
        }) {
     EXPECT_THAT(text, HasSubstr(line));
   }
+}
+
+// Several models' bodies as one: each family's header once, every model's samples under it.
+TEST(MergeFamilies, EachFamilyOnceWithEveryModelsSamples) {
+  RequestMetrics a_requests, b_requests;
+  b_requests.ObserveRequest(1, 8, 8);
+  const std::string a = RenderMetrics({"a", 16}, BusyStats(), a_requests, MetricsCompat::kVllm);
+  const std::string b = RenderMetrics({"b", 16}, EngineStats{}, b_requests, MetricsCompat::kVllm);
+  const std::string merged = MergeFamilies(std::vector<std::string>{a, b});
+  const auto count = [&](std::string_view needle) {
+    size_t n = 0;
+    for (size_t at = merged.find(needle); at != std::string::npos;
+         at = merged.find(needle, at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(count("# TYPE tokenmill:num_requests_running gauge\n"), 1u);
+  EXPECT_EQ(count("# HELP vllm:request_params_n "), 1u);
+  EXPECT_THAT(merged, HasSubstr("tokenmill:num_requests_running{model_name=\"a\"} 3\n"
+                                "tokenmill:num_requests_running{model_name=\"b\"} 0\n"));
+  const std::string params_n = "vllm:request_params_n_count{model_name=";
+  EXPECT_THAT(merged, HasSubstr(params_n + "\"a\",engine=\"0\"} 0\n"));
+  EXPECT_THAT(merged, HasSubstr(params_n + "\"b\",engine=\"0\"} 1\n"));
+  // Every line of both bodies is there; only b's headers (of the same families) are gone.
+  const auto lines = [](const std::string& text) {
+    return static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+  };
+  const size_t families = count("# HELP ");
+  EXPECT_EQ(lines(merged), lines(a) + lines(b) - 2 * families);
 }
 
 TEST(TokenCountBuckets, AreVllms125SeriesUpToTheContext) {
