@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/lora_math.h"
 #include "kernels/cuda/moe_math.h"
 #include "kernels/kv_cache_view.h"
 
@@ -239,6 +240,19 @@ cudaError_t CombineExpertOutputs(const float* expert_out, const float* weights,
                                  const int32_t* slot_of_pair, int64_t n_tokens, int n_used,
                                  int64_t d, const float* shared_out, const float* shared_gate,
                                  float* out, cudaStream_t stream);
+
+// LoRA updates of one base matrix of `rows` outputs and `cols` inputs for a step's tokens, each
+// by its own adapter (kernels/cuda/lora_math.h): token t's slot s = token_slots[t] (negative:
+// none) picks pairs[s] (device memory; rank 0: the adapter leaves the matrix alone), whose rank
+// is at most max_rank. LoraShrink: mid[t * max_rank + k] = A_s[k] · x[t] for k < rank;
+// LoraExpand: y[t * rows + r] += scale_s · Σ_k mid[t * max_rank + k] · Bᵀ_s[k][r]. Rows of other
+// tokens are left as they are, bit for bit.
+cudaError_t LoraShrink(const float* x, int64_t n_tokens, int64_t cols,
+                       const int32_t* token_slots, const DeviceLoraPair* pairs, int max_rank,
+                       float* mid, cudaStream_t stream);
+cudaError_t LoraExpand(const float* mid, int64_t n_tokens, int64_t rows,
+                       const int32_t* token_slots, const DeviceLoraPair* pairs, int max_rank,
+                       float* y, cudaStream_t stream);
 
 // Dequantizes all of w into bfloat16 (rows x cols, row-major; FloatToBf16Bits).
 cudaError_t DequantizeToBf16(const DeviceWeight& w, uint16_t* out, cudaStream_t stream);

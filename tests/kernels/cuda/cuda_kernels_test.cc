@@ -512,6 +512,54 @@ TEST_F(CudaKernelsTest, RmsNormAddRmsNormSwiGluAndBiasMatchTheCpu) {
 // The Gemmas' ops: GELU-tanh gating through the CPU's own table equals the CPU bit for bit
 // (gates spread over the table's range and past +-10), the embedding scale is one rounded
 // product, and the soft-cap is within tanhf's few ulps of the CPU's std::tanh.
+// Four tokens in one launch, each by its own adapter slot: two pairs of other ranks, none
+// (slot -1) and a slot whose adapter leaves this matrix alone (rank 0). Each adapted row equals
+// LoraUpdateOnHost bit for bit; the others are untouched.
+TEST_F(CudaKernelsTest, LoraUpdatesEachTokenByItsOwnAdapter) {
+  const int64_t cols = 100, rows = 300;  // a tail of lanes and of expand blocks
+  const std::vector<int32_t> ranks = {16, 3, 0};
+  const std::vector<int32_t> slots = {0, -1, 1, 2};
+  const int max_rank = 16;
+  const auto n_tokens = static_cast<int64_t>(slots.size());
+  std::vector<std::vector<float>> a, bt;
+  std::vector<DeviceBuffer> device_a, device_bt;
+  std::vector<DeviceLoraPair> host_pairs, device_pairs;
+  for (const int32_t rank : ranks) {
+    a.push_back(Random(static_cast<size_t>(std::max(rank, 1) * cols), rng_));
+    bt.push_back(Random(static_cast<size_t>(std::max(rank, 1) * rows), rng_));
+    device_a.push_back(ToDevice(a.back()));
+    device_bt.push_back(ToDevice(bt.back()));
+    const float scale = rank > 0 ? 32.0f / static_cast<float>(rank) : 0.0f;
+    host_pairs.push_back({a.back().data(), bt.back().data(), rank, scale});
+    device_pairs.push_back({device_a.back().as<const float>(), device_bt.back().as<const float>(),
+                            rank, scale});
+  }
+  const std::vector<float> x = Random(static_cast<size_t>(n_tokens * cols), rng_);
+  const std::vector<float> y0 = Random(static_cast<size_t>(n_tokens * rows), rng_);
+  std::vector<float> want = y0;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    if (slots[t] < 0) continue;
+    LoraUpdateOnHost(x.data() + t * cols, host_pairs[static_cast<size_t>(slots[t])], cols, rows,
+                     want.data() + t * rows);
+  }
+  DeviceBuffer dx = ToDevice(x), dy = ToDevice(y0), dslots = ToDevice(slots);
+  DeviceBuffer dpairs = ToDevice(device_pairs);
+  DeviceBuffer mid = Scratch(n_tokens * max_rank * 4);
+  ASSERT_EQ(LoraShrink(dx.as<float>(), n_tokens, cols, dslots.as<int32_t>(),
+                       dpairs.as<DeviceLoraPair>(), max_rank, mid.as<float>(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(LoraExpand(mid.as<float>(), n_tokens, rows, dslots.as<int32_t>(),
+                       dpairs.as<DeviceLoraPair>(), max_rank, dy.as<float>(), nullptr),
+            cudaSuccess);
+  const std::vector<float> got = ToHost<float>(dy, want.size());
+  EXPECT_EQ(got, want);
+  for (const int64_t untouched : {1, 3}) {
+    for (int64_t r = untouched * rows; r < (untouched + 1) * rows; ++r) {
+      ASSERT_EQ(got[r], y0[r]) << "a token without an adapter changed at " << r;
+    }
+  }
+}
+
 TEST_F(CudaKernelsTest, GeluGluScaleAndSoftcapMatchTheCpu) {
   const int64_t n = 4096;
   const std::vector<float> gate = Random(n, rng_, 6.0f), up = Random(n, rng_);
