@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -13,10 +14,10 @@
 namespace tokenmill::cuda {
 namespace {
 
-std::vector<float> Random(size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
+// n values of a standard normal distribution.
+std::vector<float> Normal(int64_t n, std::mt19937& rng) {
+  std::vector<float> v(static_cast<size_t>(n));
+  std::generate(v.begin(), v.end(), [&rng] { return std::normal_distribution<float>()(rng); });
   return v;
 }
 
@@ -25,8 +26,8 @@ TEST(LoraMath, UpdateIsScaleTimesBOfAOfX) {
   // cols not a multiple of the 32 lanes; a rank of adapters as they come (8, 16) and an odd one.
   for (const int32_t rank : {1, 3, 16}) {
     const int64_t cols = 100, rows = 70;
-    const std::vector<float> x = Random(cols, rng), a = Random(rank * cols, rng),
-                             bt = Random(rank * rows, rng), y0 = Random(rows, rng);
+    const std::vector<float> x = Normal(cols, rng), a = Normal(rank * cols, rng),
+                             bt = Normal(rank * rows, rng), y0 = Normal(rows, rng);
     const DeviceLoraPair pair{.a = a.data(), .b_transposed = bt.data(), .rank = rank,
                               .scale = 2.0f / static_cast<float>(rank)};
     std::vector<float> y = y0;
@@ -46,7 +47,7 @@ TEST(LoraMath, UpdateIsScaleTimesBOfAOfX) {
 
 TEST(LoraMath, RankZeroLeavesTheOutputAlone) {
   std::mt19937 rng(8);
-  const std::vector<float> x = Random(64, rng), y0 = Random(10, rng);
+  const std::vector<float> x = Normal(64, rng), y0 = Normal(10, rng);
   std::vector<float> y = y0;
   LoraUpdateOnHost(x.data(), DeviceLoraPair{}, 64, 10, y.data());
   EXPECT_EQ(y, y0);
