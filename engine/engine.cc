@@ -103,7 +103,7 @@ StatusOr<std::vector<KvCacheEvent>> Engine::CachedPrefixes() {
 
 Status Engine::AddLora(int id, std::shared_ptr<const LoraAdapter> adapter) {
   std::string digest = ModelTensorDigest(adapter->file());
-  std::future<void> added;
+  std::future<Status> added;
   {
     std::lock_guard<std::mutex> lock(inbox_mutex_);
     if (stopped_ || shutting_down_) return UnavailableError("the engine is shutting down");
@@ -111,8 +111,7 @@ Status Engine::AddLora(int id, std::shared_ptr<const LoraAdapter> adapter) {
     added = inbox_.added_loras.back().added.get_future();
   }
   inbox_cv_.notify_one();
-  added.get();
-  return OkStatus();
+  return added.get();
 }
 
 void Engine::RemoveLora(int id) {
@@ -187,8 +186,8 @@ void Engine::Loop() {
     }
     // Before the requests: one submitted after AddLora returned finds its adapter.
     for (auto& lora : inbox.added_loras) {
-      core_->AddLora(lora.id, std::move(lora.adapter), std::move(lora.digest));
-      lora.added.set_value();
+      lora.added.set_value(
+          core_->AddLora(lora.id, std::move(lora.adapter), std::move(lora.digest)));
     }
     for (const int id : inbox.removed_loras) core_->RemoveLora(id);
     for (Submitted& s : inbox.submitted) {
@@ -228,7 +227,9 @@ void Engine::Loop() {
         dump.set_value(core_->kv_cache().pool().CachedPrefixes());
       }
       // No request can use them any more.
-      for (auto& lora : inbox_.added_loras) lora.added.set_value();
+      for (auto& lora : inbox_.added_loras) {
+        lora.added.set_value(UnavailableError("the engine is shutting down"));
+      }
       break;
     }
   }

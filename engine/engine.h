@@ -84,9 +84,10 @@ class Engine {
   // thread.
   StatusOr<int64_t> PurgeKvTier(std::string_view salt_prefix);
 
-  // LoRA adapter `id` (over the engine's model, an id never used before; CPU engines only, as
-  // EngineConfig::lora_adapters) for the requests submitted once this returns. Unavailable
-  // once the engine has stopped. Any thread; waits for the engine thread.
+  // LoRA adapter `id` (over the engine's model, an id never used before, as
+  // EngineConfig::lora_adapters) for the requests submitted once this returns; the backend's
+  // error when it cannot take it (ForwardBackend::AddLora), Unavailable once the engine has
+  // stopped. Any thread; waits for the engine thread.
   Status AddLora(int id, std::shared_ptr<const LoraAdapter> adapter);
   // Adapter `id` refuses the requests that reach the engine from now on (NotFound); the
   // engine lets go of it once no request runs or waits with it. Any thread.
@@ -120,7 +121,7 @@ class Engine {
       int id;
       std::shared_ptr<const LoraAdapter> adapter;
       std::string digest;  // hashed on the caller's thread, not the engine's
-      std::promise<void> added;
+      std::promise<Status> added;
     };
     std::vector<AddedLora> added_loras;
     std::vector<int> removed_loras;

@@ -5,9 +5,6 @@
 namespace tokenmill {
 
 Status ValidateEngineConfig(const EngineConfig& config) {
-  if (!config.lora_adapters.empty() && config.device == Device::kCuda) {
-    return InvalidArgumentError("--lora runs on the CPU only for now: drop it or --device cuda");
-  }
   if (config.block_size < 1) {
     return InvalidArgumentError("the KV block size must be at least 1 token, got " +
                                 std::to_string(config.block_size));

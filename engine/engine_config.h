@@ -76,7 +76,7 @@ struct EngineConfig {
   // directory.
   KvTierSettings kv_tiers;
   // The LoRA adapters requests may name at start, by id (GenerateRequest::lora; more come
-  // with Engine::AddLora), over the model the engine runs; CPU only.
+  // with Engine::AddLora), over the model the engine runs.
   std::map<int, std::shared_ptr<const LoraAdapter>> lora_adapters;
 };
 

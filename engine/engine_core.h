@@ -80,8 +80,8 @@ class EngineCore {
   const Scheduler& scheduler() const { return *scheduler_; }
   const ModelRunner& runner() const { return *runner_; }
   // LoRA adapter `id` for the requests added from now on (an id never held before).
-  void AddLora(int id, std::shared_ptr<const LoraAdapter> adapter, std::string digest) {
-    runner_->AddLora(id, std::move(adapter), std::move(digest));
+  Status AddLora(int id, std::shared_ptr<const LoraAdapter> adapter, std::string digest) {
+    return runner_->AddLora(id, std::move(adapter), std::move(digest));
   }
   // Adapter `id` refuses new requests at once and is let go of once no request (running,
   // waiting or loading its prefix) has it: RetireLoras, after each step.

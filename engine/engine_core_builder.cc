@@ -231,8 +231,11 @@ StatusOr<std::unique_ptr<EngineCore>> BuildEngineCore(const Model& model,
   auto scheduler = std::make_unique<Scheduler>(sc, *kv);
   TM_RETURN_IF_ERROR(
       backend->AllocateKv(config.kv_type, config.v_type(), num_blocks, config.block_size));
-  auto runner = std::make_unique<ModelRunner>(model, std::move(backend), num_blocks[0],
-                                              config.block_size, config.lora_adapters);
+  auto runner =
+      std::make_unique<ModelRunner>(model, std::move(backend), num_blocks[0], config.block_size);
+  for (const auto& [id, adapter] : config.lora_adapters) {
+    TM_RETURN_IF_ERROR(runner->AddLora(id, adapter, ModelTensorDigest(adapter->file())));
+  }
   std::unique_ptr<Speculator> speculator;
   if (config.spec.method != SpecMethod::kNone) {
     if (mc.encoder) {

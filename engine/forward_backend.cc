@@ -181,6 +181,8 @@ class CudaBackend final : public ForwardBackend {
     TM_RETURN_IF_ERROR(logits_.Reserve(static_cast<int64_t>(floats * sizeof(float))));
     return std::span<float>(logits_.as<float>(), floats);
   }
+  Status AddLora(const LoraAdapter& adapter) override { return forward_->AddLora(adapter); }
+  void RemoveLora(const LoraAdapter& adapter) override { forward_->RemoveLora(adapter); }
 
  private:
   // KV block copies on the steps' stream, ordered with them (no device-wide wait).

@@ -15,6 +15,8 @@
 
 namespace tokenmill {
 
+class LoraAdapter;  // model/lora.h
+
 // Host memory a backend allocated (AllocateHostKv); freed with the last copy of `owner`.
 struct HostKvMemory {
   std::shared_ptr<void> owner;
@@ -59,6 +61,11 @@ class ForwardBackend {
   // The backend's host memory for `floats` logits, where Run's copy is fastest (page-locked
   // for CUDA); valid until the next call.
   virtual StatusOr<std::span<float>> LogitsBuffer(size_t floats) = 0;
+  // A LoRA adapter the steps' sequences may name (ForwardInput::seq_loras) from now on, until
+  // RemoveLora (before the adapter goes). The CPU reads the adapter's own memory; CUDA copies
+  // its pairs to the device (ResourceExhausted when they do not fit).
+  virtual Status AddLora(const LoraAdapter&) { return OkStatus(); }
+  virtual void RemoveLora(const LoraAdapter&) {}
 };
 
 // The backend config.device asks for, with its weights in place (uploaded for CUDA).

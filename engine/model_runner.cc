@@ -12,21 +12,24 @@
 namespace tokenmill {
 
 ModelRunner::ModelRunner(const Model& model, std::unique_ptr<ForwardBackend> backend,
-                         int64_t num_blocks, int block_size,
-                         std::map<int, std::shared_ptr<const LoraAdapter>> lora_adapters)
+                         int64_t num_blocks, int block_size)
     : model_(model),
       backend_(std::move(backend)),
       num_blocks_(num_blocks),
-      block_size_(block_size) {
-  for (auto& [id, adapter] : lora_adapters) {
-    std::string digest = ModelTensorDigest(adapter->file());
-    AddLora(id, std::move(adapter), std::move(digest));
-  }
+      block_size_(block_size) {}
+
+Status ModelRunner::AddLora(int id, std::shared_ptr<const LoraAdapter> adapter,
+                            std::string digest) {
+  TM_RETURN_IF_ERROR(backend_->AddLora(*adapter));
+  loras_.emplace(id, HeldLora{std::move(adapter), std::move(digest)});
+  return OkStatus();
 }
 
-void ModelRunner::AddLora(int id, std::shared_ptr<const LoraAdapter> adapter,
-                          std::string digest) {
-  loras_.emplace(id, HeldLora{std::move(adapter), std::move(digest)});
+void ModelRunner::RemoveLora(int id) {
+  const auto it = loras_.find(id);
+  if (it == loras_.end()) return;
+  backend_->RemoveLora(*it->second.adapter);
+  loras_.erase(it);
 }
 
 std::vector<int> ModelRunner::PromptLogitRows(const SchedulerOutput& step,

@@ -43,10 +43,8 @@ struct StepHiddenRows {
 class ModelRunner {
  public:
   // `model` must outlive the runner; `backend` has its KV pool of num_blocks allocated.
-  // `lora_adapters` (EngineConfig's, by id) adapt the requests that name them.
   ModelRunner(const Model& model, std::unique_ptr<ForwardBackend> backend, int64_t num_blocks,
-              int block_size,
-              std::map<int, std::shared_ptr<const LoraAdapter>> lora_adapters = {});
+              int block_size);
 
   // Copies step.block_copies' K/V, then computes `step` (from scheduler.Schedule()) and
   // samples a token for each request with num_logits > 0: accepted drafts then one more
@@ -75,10 +73,11 @@ class ModelRunner {
   bool has_lora(int id) const { return loras_.contains(id); }
   // The digest of adapter `id`'s tensors (GenerateRequest::lora; has_lora(id)).
   const std::string& lora_digest(int id) const { return loras_.at(id).digest; }
-  // Adapter `id` from now on (an id not held), `digest` its tensors' ModelTensorDigest;
-  // RemoveLora once no request runs with it.
-  void AddLora(int id, std::shared_ptr<const LoraAdapter> adapter, std::string digest);
-  void RemoveLora(int id) { loras_.erase(id); }
+  // Adapter `id` from now on (an id not held), `digest` its tensors' ModelTensorDigest, given
+  // to the backend too (ForwardBackend::AddLora's error, and nothing held, when it cannot take
+  // it); RemoveLora once no request runs with it.
+  Status AddLora(int id, std::shared_ptr<const LoraAdapter> adapter, std::string digest);
+  void RemoveLora(int id);
   // A pooled hidden state through the model's classification head (model/classifier.h).
   std::vector<float> Classify(std::span<const float> pooled) const {
     return tokenmill::Classify(model_.config(), model_.weights().classifier, pooled);

@@ -47,6 +47,11 @@ class LoraAdapter {
   // matrices: both layouts map to it); null where the adapter leaves it as it is.
   const LoraPair* Find(const WeightMatrix& w) const;
   int num_pairs() const { return num_pairs_; }
+  // Every pair by the data of the base matrix it adapts; a pair is there once for each of its
+  // base matrix's layouts (base.weights()' and base.cpu_weights').
+  const std::unordered_map<const uint8_t*, LoraPair>& pairs_by_base() const {
+    return by_base_data_;
+  }
   const GgufFile& file() const { return file_; }
 
  private:

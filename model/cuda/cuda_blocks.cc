@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -34,14 +35,15 @@ Status NotPlanned(const char* block) {
 CudaForwardBlocks::CudaForwardBlocks(const ModelConfig& config, const CudaGraphPlan& plan,
                                      const DeviceModelWeights& weights, DeviceWeightIndex index,
                                      cudaStream_t stream, CublasGemm& gemm,
-                                     int cublas_min_tokens)
+                                     int cublas_min_tokens, const CudaLoras& loras)
     : c_(config),
       plan_(plan),
       weights_(weights),
       index_(std::move(index)),
       stream_(stream),
       gemm_(gemm),
-      cublas_min_tokens_(cublas_min_tokens) {}
+      cublas_min_tokens_(cublas_min_tokens),
+      loras_(loras) {}
 
 Status CudaForwardBlocks::Init() {
   // base^(-2i/n_rot) in double on the host, one table per distinct base (the CPU's ApplyRope
@@ -105,6 +107,8 @@ Status CudaForwardBlocks::GrowScratch(int64_t n, int64_t n_logits, int max_split
   TM_RETURN_IF_ERROR(Grow(up_, n * ff * kF));
   TM_RETURN_IF_ERROR(Grow(final_, std::max<int64_t>(1, n_logits) * d * kF));
   TM_RETURN_IF_ERROR(Grow(logits_, std::max<int64_t>(1, n_logits) * c_.n_vocab * kF));
+  TM_RETURN_IF_ERROR(
+      Grow(lora_mid_, std::max<int64_t>(1, std::max(n, n_logits) * loras_.max_rank()) * kF));
   const int64_t pairs = n * e.n_used;  // 0 without experts
   const ModelConfig::LatentAttention& m = c_.mla;
   const int64_t heads = c_.n_heads;
@@ -181,10 +185,12 @@ StatusOr<CudaForwardBlocks::MatmulInput> CudaForwardBlocks::PrepareInput(const f
                                                                          int64_t n_tokens,
                                                                          int64_t cols) {
   // Quantized weights have whole blocks of 32 columns; other widths only meet float weights.
-  if (UsesCublas(n_tokens) || cols % kQuantBlock != 0) return MatmulInput{x, nullptr};
+  if (UsesCublas(n_tokens) || cols % kQuantBlock != 0) {
+    return MatmulInput{x, nullptr, step_.lora_slots};
+  }
   TM_CUDA_RETURN_IF_ERROR(QuantizeQ8_1(x, n_tokens, cols, q8_.as<uint8_t>(), stream_),
                           "quantizing activations to q8_1");
-  return MatmulInput{x, q8_.as<const uint8_t>()};
+  return MatmulInput{x, q8_.as<const uint8_t>(), step_.lora_slots};
 }
 
 Status CudaForwardBlocks::Matmul(const DeviceWeight& w, const MatmulInput& in, int64_t n_tokens,
@@ -198,7 +204,17 @@ Status CudaForwardBlocks::Matmul(const DeviceWeight& w, const MatmulInput& in, i
 Status CudaForwardBlocks::Matmul(const WeightMatrix& w, const MatmulInput& in, int64_t n_tokens,
                                  float* y) {
   TM_ASSIGN_OR_RETURN(const DeviceWeight* device, Device(w));
-  return Matmul(*device, in, n_tokens, y);
+  TM_RETURN_IF_ERROR(Matmul(*device, in, n_tokens, y));
+  if (in.lora_slots == nullptr) return OkStatus();
+  const std::optional<CudaLoras::Table> loras = loras_.Find(w.data);
+  if (!loras.has_value()) return OkStatus();
+  float* mid = lora_mid_.as<float>();
+  TM_CUDA_RETURN_IF_ERROR(LoraShrink(in.x, n_tokens, w.cols, in.lora_slots, loras->pairs,
+                                     loras->max_rank, mid, stream_),
+                          "LoRA shrink");
+  return CudaStatus(LoraExpand(mid, n_tokens, w.rows, in.lora_slots, loras->pairs,
+                               loras->max_rank, y, stream_),
+                    "LoRA expand");
 }
 
 void CudaForwardBlocks::Embed(const WeightMatrix& token_embd, float scale) {
@@ -634,7 +650,8 @@ void CudaForwardBlocks::Logits(std::span<const float> output_norm, const WeightM
     TM_CUDA_RETURN_IF_ERROR(RmsNorm(x_.as<float>(), norm, step_.logit_rows, n_logits,
                                     static_cast<int>(d), c_.rms_eps, final, stream_),
                             "output RMSNorm");
-    TM_ASSIGN_OR_RETURN(const MatmulInput final_in, PrepareInput(final, n_logits, d));
+    TM_ASSIGN_OR_RETURN(MatmulInput final_in, PrepareInput(final, n_logits, d));
+    final_in.lora_slots = step_.logit_lora_slots;  // its rows are the logit rows
     TM_RETURN_IF_ERROR(Matmul(output, final_in, n_logits, logits));
     if (c_.final_softcap <= 0.0f) return OkStatus();
     return CudaStatus(SoftcapInPlace(logits, n_logits * c_.n_vocab, c_.final_softcap, stream_),

@@ -20,6 +20,7 @@
 #include "model/arch/forward_blocks.h"
 #include "model/config.h"
 #include "model/cuda/cuda_graph_plan.h"
+#include "model/cuda/cuda_lora.h"
 #include "model/cuda/cuda_weights.h"
 #include "model/forward_input.h"
 
@@ -34,14 +35,20 @@ struct CudaStep {
   const KvCacheView* kv = nullptr;           // device memory
   int64_t n_tokens = 0;
   int64_t n_logits = 0;
+  // Each token's and each logit row's LoRA adapter slot (CudaLoras; -1: none); null while no
+  // adapter is loaded.
+  const int32_t* lora_slots = nullptr;
+  const int32_t* logit_lora_slots = nullptr;
 };
 
 class CudaForwardBlocks final : public ForwardBlocks {
  public:
-  // What it reads must outlive it. cublas_min_tokens: CudaForwardOptions'.
+  // What it reads must outlive it. cublas_min_tokens: CudaForwardOptions'. `loras`: the LoRA
+  // adapters a step's tokens may run with (CudaStep::lora_slots).
   CudaForwardBlocks(const ModelConfig& config, const CudaGraphPlan& plan,
                     const DeviceModelWeights& weights, DeviceWeightIndex index,
-                    cudaStream_t stream, CublasGemm& gemm, int cublas_min_tokens);
+                    cudaStream_t stream, CublasGemm& gemm, int cublas_min_tokens,
+                    const CudaLoras& loras);
 
   // The RoPE tables of the plan's bases and, for a GeluFeedForward, GeluTanhGlu's table.
   Status Init();
@@ -114,11 +121,13 @@ class CudaForwardBlocks final : public ForwardBlocks {
   void Logits(std::span<const float> output_norm, const WeightMatrix& output) override;
 
  private:
-  // A matmul's input: the floats, and their q8_1 copy for the GEMVs of quantized weights
-  // (null where cuBLAS takes the step's matmuls).
+  // A matmul's input: the floats, their q8_1 copy for the GEMVs of quantized weights (null
+  // where cuBLAS takes the step's matmuls), and each row's LoRA slot (the step's tokens', or
+  // its logit rows' for the output head; null: no adapter loaded).
   struct MatmulInput {
     const float* x = nullptr;
     const uint8_t* x_q8 = nullptr;
+    const int32_t* lora_slots = nullptr;
   };
   // Runs `enqueue` unless the step already failed, keeping its error.
   template <typename Enqueue>
@@ -134,6 +143,7 @@ class CudaForwardBlocks final : public ForwardBlocks {
   // x (n_tokens rows of cols) as the input of the matmuls that read it, quantized once for all.
   StatusOr<MatmulInput> PrepareInput(const float* x, int64_t n_tokens, int64_t cols);
   Status Matmul(const DeviceWeight& w, const MatmulInput& in, int64_t n_tokens, float* y);
+  // The product, then each row's LoRA update where its adapter adapts w.
   Status Matmul(const WeightMatrix& w, const MatmulInput& in, int64_t n_tokens, float* y);
   // The dense feed-forward of h into proj through gate and up, `gelu` or SwiGLU between.
   Status GatedFeedForward(const WeightMatrix& gate, const WeightMatrix& up,
@@ -155,6 +165,7 @@ class CudaForwardBlocks final : public ForwardBlocks {
   cudaStream_t stream_;
   CublasGemm& gemm_;
   const int cublas_min_tokens_;
+  const CudaLoras& loras_;
   std::vector<DeviceBuffer> rope_inv_freq_;  // per plan_.rope_bases
   std::vector<DeviceRope> layer_rope_;       // per layer, pointing into rope_inv_freq_
   std::vector<DeviceRope> latent_rope_;      // the same over heads of n_rot (mla)
@@ -162,6 +173,7 @@ class CudaForwardBlocks final : public ForwardBlocks {
   // Scratch activations, grown to the largest step.
   DeviceBuffer x_, h_, q_, k_, v_, attn_, proj_, gate_, up_, final_, logits_, workspace_;
   DeviceBuffer q8_;  // PrepareInput's q8_1 activations
+  DeviceBuffer lora_mid_;  // LoraShrink's, rows x loras_.max_rank()
   // A mixture's step: router logits (then probs), each token's experts and weights, the
   // grouping (DeviceExpertGroups), the slots' gate/up/down rows, the shared expert's gate logit
   // and output.

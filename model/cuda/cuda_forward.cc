@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "kernels/cpu/elementwise.h"
@@ -78,7 +79,7 @@ Status CudaForwardPass::Init() {
   const ModelConfig& c = model_.config();
   blocks_ = std::make_unique<CudaForwardBlocks>(c, plan_, weights_,
                                                 IndexWeights(model_.weights(), weights_), stream_,
-                                                gemm_, options_.cublas_min_tokens);
+                                                gemm_, options_.cublas_min_tokens, loras_);
   TM_RETURN_IF_ERROR(blocks_->Init());
   if (options_.max_step_tokens > 0) {
     // The split-K workspace of the widest split a step can take, and cuBLAS's activations.
@@ -119,6 +120,22 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
   const std::vector<int32_t> tiles =
       BuildAttentionTiles(b.positions, b.cu_seqlens, c.n_heads / c.n_kv_heads);
   const size_t tile_offset = Stage(staging_, std::span<const int32_t>(tiles));
+  // With adapters loaded, each token's and each logit row's adapter slot (-1: none), even in a
+  // step without one: a captured graph's LoRA launches then hold for every step of its shape.
+  std::optional<std::array<size_t, 2>> lora_offsets;
+  if (!loras_.empty()) {
+    std::vector<int32_t> token_slots(seq_of.size()), row_slots(in.logit_rows.size());
+    for (size_t t = 0; t < token_slots.size(); ++t) {
+      const LoraAdapter* adapter =
+          in.seq_loras.empty() ? nullptr : in.seq_loras[static_cast<size_t>(seq_of[t])];
+      TM_ASSIGN_OR_RETURN(token_slots[t], loras_.SlotOf(adapter));
+    }
+    for (size_t r = 0; r < row_slots.size(); ++r) {
+      row_slots[r] = token_slots[static_cast<size_t>(in.logit_rows[r])];
+    }
+    lora_offsets = {Stage(staging_, std::span<const int32_t>(token_slots)),
+                    Stage(staging_, std::span<const int32_t>(row_slots))};
+  }
   // Last, the only arrays whose length is not a function of the token count: each group's
   // kv_indices at a stride that only grows, by powers of two, in a buffer that grows the same
   // way. A decode step's pointers then stay put while its sequences grow, and its CUDA graph
@@ -154,6 +171,12 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
   d_batch_.max_splits = decode_only_ && options_.cuda_graphs
                             ? kMaxSplits
                             : MaxSplits(b.positions.data(), b.num_tokens());
+  d_step_.lora_slots = nullptr;
+  d_step_.logit_lora_slots = nullptr;
+  if (lora_offsets.has_value()) {
+    d_step_.lora_slots = reinterpret_cast<const int32_t*>(base + (*lora_offsets)[0]);
+    d_step_.logit_lora_slots = reinterpret_cast<const int32_t*>(base + (*lora_offsets)[1]);
+  }
   d_batch_.tiles = reinterpret_cast<const int32_t*>(base + tile_offset);
   d_batch_.n_tiles = static_cast<int64_t>(tiles.size() / 2);
   d_tables_.resize(tables.size());

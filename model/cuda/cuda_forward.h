@@ -19,6 +19,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "model/cuda/cuda_blocks.h"
 #include "model/cuda/cuda_graph_plan.h"
+#include "model/cuda/cuda_lora.h"
 #include "model/cuda/cuda_weights.h"
 #include "model/forward_input.h"
 #include "model/model.h"
@@ -61,6 +62,11 @@ class CudaForwardPass {
   // per row instead of n_vocab floats).
   Status RunGreedy(const ForwardInput& input, const KvCacheView& kv, std::span<int32_t> token_ids);
 
+  // LoRA adapters the steps' sequences may name (ForwardInput::seq_loras): `adapter`'s pairs
+  // copied to the device now; RemoveLora frees them, before the adapter goes.
+  Status AddLora(const LoraAdapter& adapter) { return loras_.Add(adapter); }
+  void RemoveLora(const LoraAdapter& adapter) { loras_.Remove(adapter); }
+
   int64_t weight_bytes() const { return weights_.bytes; }
   // The stream the steps run on, in order: copies of KV blocks queued on it are ordered with
   // them.
@@ -85,7 +91,9 @@ class CudaForwardPass {
   // Reserve that also invalidates the captured graphs when memory moves.
   Status Grow(DeviceBuffer& buffer, int64_t bytes);
   // Changes whenever memory a captured graph points at moves (this pass's or the blocks').
-  int64_t BufferGeneration() const { return buffer_generation_ + blocks_->generation(); }
+  int64_t BufferGeneration() const {
+    return buffer_generation_ + blocks_->generation() + loras_.generation();
+  }
 
   const Model& model_;
   CudaForwardOptions options_;
@@ -93,7 +101,8 @@ class CudaForwardPass {
   DeviceModelWeights weights_;
   CudaGraphPlan plan_;
   CublasGemm gemm_;
-  std::unique_ptr<CudaForwardBlocks> blocks_;  // over weights_, plan_ and gemm_
+  CudaLoras loras_;
+  std::unique_ptr<CudaForwardBlocks> blocks_;  // over weights_, plan_, gemm_ and loras_
   // Step inputs (one upload per step), grown to the largest step.
   std::vector<uint8_t> staging_;
   DeviceBuffer step_;

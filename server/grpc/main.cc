@@ -175,7 +175,7 @@ struct ModelPlan {
   std::vector<std::shared_ptr<LoraTable>> loras;  // each model's adapters
 };
 
-// --lora-dir's admin routes: on the metrics port, behind the key, for a CPU server of one model.
+// --lora-dir's admin routes: on the metrics port, behind the key, for a server of one model.
 Status CheckLoraDir(const ServerOptions& options, size_t num_models) {
   if (options.lora_dir.empty()) return OkStatus();
   if (num_models > 1) {
@@ -186,10 +186,6 @@ Status CheckLoraDir(const ServerOptions& options, size_t num_models) {
   if (options.api_key.empty() || options.metrics_port < 0) {
     return InvalidArgumentError("--lora-dir's routes are admin actions on the metrics port: "
                                 "give --api-key (and a --metrics-port)");
-  }
-  if (options.device == "cuda") {
-    return InvalidArgumentError("LoRA adapters run on the CPU only for now: drop --lora-dir or "
-                                "--device cuda");
   }
   return OkStatus();
 }

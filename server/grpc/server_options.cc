@@ -175,7 +175,7 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
       ->check(CLI::Range(1, 16));
   AddOption(app, "--lora", o.lora_adapters,
             "a LoRA adapter of the model in llama.cpp's GGUF form, NAME=PATH, the option given "
-            "once per adapter: a request whose model is NAME runs with it (CPU only)")
+            "once per adapter: a request whose model is NAME runs with it")
       ->take_all();
   AddOption(app, "--lora-weights", o.lora_weights,
             "how the LoRA adapters' A matrices are kept: f32 (their values, as llama.cpp "

@@ -5,12 +5,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
 
 #include "model/cuda/cuda_kv_cache.h"
+#include "model/lora.h"
 #include "tests/model/cuda/cuda_model_test.h"
 
 namespace tokenmill::cuda {
@@ -234,6 +241,77 @@ TEST_P(CudaForwardTest, BadInputIsAStatusNotACrash) {
   const Status s =
       gpu_->Run({builder.token_ids(), builder.batch(), builder.logit_rows()}, kv->view(), logits);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+}
+
+// A LoRA adapter of the model (tests/reference/make_lora_adapter.py: rank 8 on every layer's
+// attention and feed-forward matrices), from data/lora/ (scripts/gpu-bundle writes it) or
+// written now with Python. One step of two sequences of the same prompt, the first with the
+// adapter, the second without: each row's logits are the CPU's with the same adapters within
+// the prompt's bound (GpuToleranceOverCpu), the adapter moves the first sequence's logits by
+// far more than that, and once removed the first sequence's are the base model's again.
+TEST_P(CudaForwardTest, LoraAdaptersRunPerSequenceAsOnTheCpu) {
+  std::string path = std::string(TOKENMILL_TEST_DATA_DIR) + "/lora/" + GetParam().stem + ".gguf";
+  if (!std::filesystem::exists(path)) {
+    if (!std::filesystem::exists(TOKENMILL_PYTHON)) {
+      GTEST_SKIP() << path << " is missing and there is no " << TOKENMILL_PYTHON << " to write it";
+    }
+    path = (std::filesystem::temp_directory_path() /
+            ("tokenmill-cuda-lora-" + std::to_string(::getpid()) + ".gguf")).string();
+    const std::string command =
+        std::string(TOKENMILL_PYTHON) + " -c \"import sys; sys.path.insert(0, '" +
+        TOKENMILL_SOURCE_DIR "/tests/reference'); from make_lora_adapter import write_adapter; " +
+        "write_adapter('" + std::string(TOKENMILL_MODELS_DIR) + "/" + golden_.model_file +
+        "', '" + path + "', rank=8, seed=3)\"";
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  }
+  auto adapter = LoraAdapter::Load(path, *model_);
+  ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
+  ASSERT_TRUE(gpu_->AddLora(**adapter).ok());
+
+  const GoldenPrompt& p = golden_.prompts.front();
+  const ModelConfig& c = model_->config();
+  BatchBuilder builder(16, 64);
+  for (int s = 0; s < 2; ++s) {
+    const int seq = builder.AddSequence();
+    ASSERT_TRUE(builder.Append(seq, p.prompt_tokens, BatchBuilder::Logits::kAll).ok());
+  }
+  const auto run = [&](std::span<const LoraAdapter* const> seq_loras, bool on_gpu) {
+    ForwardInput in{builder.token_ids(), builder.batch(), builder.logit_rows()};
+    in.seq_loras = seq_loras;
+    std::vector<float> logits(builder.logit_rows().size() * c.n_vocab);
+    Status s;
+    if (on_gpu) {
+      auto kv = CudaKvCache::Create(c, KvType::kF16, 64, 16);
+      EXPECT_TRUE(kv.ok()) << kv.status().ToString();
+      s = gpu_->Run(in, kv->view(), logits);
+    } else {
+      KvCacheStorage storage(c, KvType::kF16, 64, 16);
+      s = CpuCounterpart().Run(in, storage.view(), logits);
+    }
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return logits;
+  };
+  const std::vector<const LoraAdapter*> first_adapted = {adapter->get(), nullptr};
+  const std::vector<float> gpu = run(first_adapted, true), cpu = run(first_adapted, false);
+  const std::vector<float> base = run({}, false);
+  const float tolerance = GpuToleranceOverCpu(p);
+  const size_t half = gpu.size() / 2;  // the first sequence's rows, then the second's
+  float worst = 0.0f, moved = 0.0f;
+  for (size_t j = 0; j < gpu.size(); ++j) worst = std::max(worst, std::fabs(gpu[j] - cpu[j]));
+  for (size_t j = 0; j < half; ++j) moved = std::max(moved, std::fabs(cpu[j] - base[j]));
+  std::cout << GetParam().stem << ": with a LoRA adapter, GPU max |logit - CPU| = " << worst
+            << " (tolerance " << tolerance << "); the adapter moves logits by up to " << moved
+            << "\n";
+  EXPECT_LE(worst, tolerance);
+  EXPECT_GT(moved, 10.0f * tolerance);
+
+  gpu_->RemoveLora(**adapter);
+  const std::vector<float> removed = run({}, true);
+  float worst_base = 0.0f;
+  for (size_t j = 0; j < base.size(); ++j) {
+    worst_base = std::max(worst_base, std::fabs(removed[j] - base[j]));
+  }
+  EXPECT_LE(worst_base, tolerance);
 }
 
 // Gemma 3 270M Q4_K_M: Q4_K and Q6_K (gemv_kquant.cu), Q8_0 and Q5_0 weights (gemv.cu; its
