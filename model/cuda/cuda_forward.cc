@@ -251,11 +251,11 @@ std::vector<int64_t> CapturedKvFields(const KvCacheView& kv) {
 Status CudaForwardPass::LaunchDecodeGraph(const KvCacheView& kv, int64_t n, int64_t n_logits) {
   const std::pair<int64_t, int64_t> key(n, n_logits);
   DecodeGraph& g = graphs_[key];
-  std::vector<const int32_t*> kv_indices;
-  for (const DeviceBlockTable& table : d_tables_) kv_indices.push_back(table.kv_indices);
+  std::vector<const int32_t*> step_arrays = {d_step_.lora_slots, d_step_.logit_lora_slots};
+  for (const DeviceBlockTable& table : d_tables_) step_arrays.push_back(table.kv_indices);
   std::vector<int64_t> kv_fields = CapturedKvFields(kv);
   if (g.exec == nullptr || g.generation != BufferGeneration() || g.kv != kv_fields ||
-      g.kv_indices != kv_indices) {
+      g.step_arrays != step_arrays) {
     TM_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
                             "capturing a decode step");
     const Status enqueued = EnqueueStep(kv, n, n_logits);
@@ -279,7 +279,7 @@ Status CudaForwardPass::LaunchDecodeGraph(const KvCacheView& kv, int64_t n, int6
     }
     g.generation = BufferGeneration();
     g.kv = std::move(kv_fields);
-    g.kv_indices = std::move(kv_indices);
+    g.step_arrays = std::move(step_arrays);
   }
   return CudaStatus(cudaGraphLaunch(g.exec, stream_), "launching a decode step's graph");
 }

@@ -115,7 +115,8 @@ class CudaForwardPass {
     cudaGraphExec_t exec = nullptr;
     int64_t generation = -1;
     std::vector<int64_t> kv;                 // CapturedKvFields of the view it was captured with
-    std::vector<const int32_t*> kv_indices;  // per KV group, as captured
+    // As captured: the LoRA slots (null without adapters), then each KV group's kv_indices.
+    std::vector<const int32_t*> step_arrays;
   };
   std::map<std::pair<int64_t, int64_t>, DecodeGraph> graphs_;
   int64_t buffer_generation_ = 0;
