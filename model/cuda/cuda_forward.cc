@@ -123,6 +123,10 @@ Status CudaForwardPass::UploadStep(const ForwardInput& in) {
   // With adapters loaded, each token's and each logit row's adapter slot (-1: none), even in a
   // step without one: a captured graph's LoRA launches then hold for every step of its shape.
   std::optional<std::array<size_t, 2>> lora_offsets;
+  if (loras_.empty() &&
+      std::ranges::any_of(in.seq_loras, [](const LoraAdapter* a) { return a != nullptr; })) {
+    return InternalError("a LoRA adapter the CUDA pass was not given (AddLora)");
+  }
   if (!loras_.empty()) {
     std::vector<int32_t> token_slots(seq_of.size()), row_slots(in.logit_rows.size());
     for (size_t t = 0; t < token_slots.size(); ++t) {
