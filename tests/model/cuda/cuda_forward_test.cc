@@ -243,7 +243,7 @@ TEST_P(CudaForwardTest, BadInputIsAStatusNotACrash) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
 }
 
-// A LoRA adapter of the model (tests/reference/make_lora_adapter.py: rank 8 on every layer's
+// A LoRA adapter of the model (tests/reference/make_lora_adapter.py: rank 2 on every layer's
 // attention and feed-forward matrices), from data/lora/ (scripts/gpu-bundle writes it) or
 // written now with Python. One step of two sequences of the same prompt, the first with the
 // adapter, the second without: each row's logits are the CPU's with the same adapters within
@@ -261,7 +261,7 @@ TEST_P(CudaForwardTest, LoraAdaptersRunPerSequenceAsOnTheCpu) {
         std::string(TOKENMILL_PYTHON) + " -c \"import sys; sys.path.insert(0, '" +
         TOKENMILL_SOURCE_DIR "/tests/reference'); from make_lora_adapter import write_adapter; " +
         "write_adapter('" + std::string(TOKENMILL_MODELS_DIR) + "/" + golden_.model_file +
-        "', '" + path + "', rank=8, seed=3)\"";
+        "', '" + path + "', rank=2, seed=3)\"";
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
   }
   auto adapter = LoraAdapter::Load(path, *model_);
