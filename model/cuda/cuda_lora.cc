@@ -26,7 +26,10 @@ StatusOr<std::vector<float>> AsFloats(const WeightMatrix& a) {
 }  // namespace
 
 Status CudaLoras::Add(const LoraAdapter& adapter) {
-  if (adapters_.contains(&adapter)) return OkStatus();
+  if (adapters_.contains(&adapter)) {
+    // One copy for two ids would be freed by the first one's removal.
+    return InternalError("a LoRA adapter given to the CUDA pass twice");
+  }
   Copy copy;
   // The lowest free slot.
   std::vector<bool> taken;

@@ -19,7 +19,8 @@ namespace tokenmill::cuda {
 
 class CudaLoras {
  public:
-  // Uploads `adapter`'s pairs and gives it a slot. The adapter must stay alive until Remove.
+  // Uploads `adapter`'s pairs and gives it a slot (an adapter given twice is an error). The
+  // adapter must stay alive until Remove.
   Status Add(const LoraAdapter& adapter);
   // Frees its device copies and slot; a later step names it no more.
   void Remove(const LoraAdapter& adapter);

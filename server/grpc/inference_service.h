@@ -33,9 +33,9 @@ class InferenceService final : public v1::Inference::CallbackService {
   // (--shared-prefix-cache); otherwise each tenant's are its own (PrefixCacheSalt).
   // `models` and `metrics` (one per model of `models`, by index: what its requests record)
   // must outlive the calls (wait for the streams to end).
-  InferenceService(std::vector<RequestMetrics*> metrics, ModelRegistry& models,
-                   std::string api_key, bool shared_prefix_cache)
-      : metrics_(std::move(metrics)),
+  InferenceService(const std::vector<std::unique_ptr<RequestMetrics>>& metrics,
+                   ModelRegistry& models, std::string api_key, bool shared_prefix_cache)
+      : metrics_(metrics),
         models_(models),
         api_key_(std::move(api_key)),
         shared_prefix_cache_(shared_prefix_cache) {}
@@ -93,7 +93,7 @@ class InferenceService final : public v1::Inference::CallbackService {
   // INVALID_ARGUMENT for an adapter's where `adapters` is false.
   StatusOr<int> ModelIndexOf(std::string_view name, bool adapters) const;
 
-  const std::vector<RequestMetrics*> metrics_;
+  const std::vector<std::unique_ptr<RequestMetrics>>& metrics_;
   ModelRegistry& models_;
   const std::string api_key_;
   const bool shared_prefix_cache_;

@@ -303,10 +303,8 @@ int Run(const ServerOptions& options) {
   if (!credentials.ok()) return Fail(credentials.status());
   const bool tls = !options.tls_cert_path.empty();
   std::vector<std::unique_ptr<RequestMetrics>> request_metrics;  // one per model
-  std::vector<RequestMetrics*> request_metrics_of;
   for (size_t i = 0; i < plan->registered.size(); ++i) {
-    request_metrics_of.push_back(
-        request_metrics.emplace_back(std::make_unique<RequestMetrics>()).get());
+    request_metrics.push_back(std::make_unique<RequestMetrics>());
   }
   const bool several_models = plan->registered.size() > 1;
   ModelRegistry models(
@@ -325,7 +323,7 @@ int Run(const ServerOptions& options) {
         request_metrics[index]->SetMaxModelLen(model->engine->max_model_len());
         return model;
       });
-  InferenceService service(request_metrics_of, models, options.api_key,
+  InferenceService service(request_metrics, models, options.api_key,
                            options.shared_prefix_cache);
   // The default model, while loaded, for what the metrics port shows of it.
   const auto default_model = [&models] { return models.Peek(0); };

@@ -286,6 +286,14 @@ def test_each_model_publishes_on_its_own_topic_and_an_unload_clears_it():
             replay.connect(replay_endpoint)
             late.replay(replay, 0, tiny.next_sequence(), topic=tiny_topic)
             assert late.state == tiny.state
+            # A topic the server does not publish replays nothing; a model it does not serve
+            # has no state.
+            replay.send_multipart([b"", b"kv@nobody@nothing", (0).to_bytes(8, "big")])
+            assert replay.poll(int(RPC_TIMEOUT_S * 1000))
+            assert replay.recv_multipart()[1] == END_OF_REPLAY
+            response = httpx.get(f"http://127.0.0.1:{server.metrics_port}/kv_events/state"
+                                 "?model=nothing", timeout=RPC_TIMEOUT_S)
+            assert "error" in response.json() and "blocks" not in response.json()
             # Both unload 8 s after their last request: each pool is gone, and the subscribers
             # of each topic hear so.
             deadline = time.monotonic() + 60
