@@ -19,9 +19,76 @@ BlockPool::BlockPool(int num_blocks, int block_size, BlockHasher hasher,
   TM_CHECK(hasher_ != nullptr) << "BlockPool needs a hasher";
   // Sized once: the free queue links point into this vector.
   blocks_.resize(num_blocks);
+  active_blocks_ = num_blocks;
   for (BlockId id = 0; id < num_blocks; ++id) {
     blocks_[id].id = id;
     free_queue_.PushBack(&blocks_[id]);
+  }
+}
+
+void BlockPool::MakeElastic(BlockGrant grant) {
+  TM_CHECK(grant != nullptr);
+  TM_CHECK(num_in_use_blocks() == 0 && cached_by_hash_.empty())
+      << "a pool becomes elastic before it is used";
+  free_queue_.Clear();
+  active_blocks_ = 0;
+  grant_ = std::move(grant);
+}
+
+bool BlockPool::Reserve(int count) {
+  const int free = num_free_blocks();
+  const int uncached = free - num_cached_evictable_;
+  const int room = num_blocks() - active_blocks_;
+  if (grant_ != nullptr && count > uncached && room > 0) {
+    // Grown by a few blocks at least: fewer calls to the shared limit.
+    constexpr int kMinGrowth = 16;
+    const int wanted = std::min(room, std::max(count - uncached, kMinGrowth));
+    const int needed = std::min(room, std::max(0, count - free));
+    const int granted = std::clamp(grant_(wanted, needed), 0, wanted);
+    for (BlockId id = active_blocks_ + granted - 1; id >= active_blocks_; --id) {
+      free_queue_.PushFront(&blocks_[id]);
+    }
+    active_blocks_ += granted;
+  }
+  return num_free_blocks() >= count;
+}
+
+int BlockPool::ShrinkTop(int max_blocks, int max_cached) {
+  int removed = 0;
+  std::unordered_set<PrefixId> gone;
+  while (removed < max_blocks && active_blocks_ > 0) {
+    KvBlock& top = blocks_[active_blocks_ - 1];
+    if (top.ref_count > 0) break;
+    if (top.identity.has_value()) {
+      if (max_cached <= 0) break;
+      --max_cached;
+      --num_cached_evictable_;
+      ++num_evictions_;
+      const PrefixId prefix_id = top.identity->prefix_id;
+      if (Evict(top)) gone.insert(prefix_id);
+    }
+    free_queue_.Remove(&top);
+    --active_blocks_;
+    ++removed;
+  }
+  if (keeps_parent_prefixes_ && !gone.empty()) EvictOrphans(std::move(gone));
+  return removed;
+}
+
+void BlockPool::EvictOrphans(std::unordered_set<PrefixId> gone) {
+  // A child's prefix id is newer than its parent's: one pass in id order reaches every
+  // descendant. A holder of one would hold a copy of its parent too, so none is in use.
+  std::vector<KvBlock*> cached;
+  for (BlockId id = 0; id < active_blocks_; ++id) {
+    if (blocks_[id].identity.has_value()) cached.push_back(&blocks_[id]);
+  }
+  std::ranges::sort(cached, {}, [](const KvBlock* b) { return b->identity->prefix_id; });
+  for (KvBlock* block : cached) {
+    if (block->ref_count > 0 || !gone.contains(block->identity->parent_prefix_id)) continue;
+    const PrefixId prefix_id = block->identity->prefix_id;
+    --num_cached_evictable_;
+    ++num_evictions_;
+    if (Evict(*block)) gone.insert(prefix_id);
   }
 }
 
@@ -168,7 +235,7 @@ std::vector<KvCacheEvent> BlockPool::CachedPrefixes() const {
   return prefixes;
 }
 
-void BlockPool::Evict(KvBlock& block) {
+bool BlockPool::Evict(KvBlock& block) {
   const BlockHash hash = block.identity->hash;
   const PrefixId prefix_id = block.identity->prefix_id;
   const auto [begin, end] = cached_by_hash_.equal_range(hash);
@@ -182,11 +249,12 @@ void BlockPool::Evict(KvBlock& block) {
     }
   }
   block.identity.reset();
-  if (!last_copy) return;
+  if (!last_copy) return false;
   LogEvent(KvCacheEvent::Removed(hash));
   if (prefix_log_ != nullptr) {
     prefix_log_->push_back(PrefixChange::Removed(prefix_id, hash));
   }
+  return true;
 }
 
 bool BlockPool::ResetPrefixCache() {
@@ -209,7 +277,7 @@ void BlockPool::Reset() {
   for (KvBlock& block : blocks_) {
     block.ref_count = 0;
     block.identity.reset();
-    free_queue_.PushBack(&block);
+    if (block.id < active_blocks_) free_queue_.PushBack(&block);
   }
   cached_by_hash_.clear();
   num_cached_evictable_ = 0;
@@ -269,6 +337,12 @@ Status BlockPool::CheckInvariants(std::span<const int> expected_ref_counts) cons
   std::unordered_set<PrefixId> cached_prefixes;
   for (const KvBlock& block : blocks_) {
     const std::string name = "block " + std::to_string(block.id);
+    if (block.id >= active_blocks_) {
+      if (block.ref_count != 0 || block.identity.has_value() || block.in_free_queue) {
+        return InternalError(name + " is unbacked but in use, cached or queued");
+      }
+      continue;
+    }
     if (block.ref_count < 0) return InternalError(name + " has a negative ref count");
     if ((block.ref_count == 0) != block.in_free_queue) {
       return InternalError(name + " with ref count " + std::to_string(block.ref_count) +
@@ -291,13 +365,13 @@ Status BlockPool::CheckInvariants(std::span<const int> expected_ref_counts) cons
       ++num_cached;
     }
   }
-  if (num_free + num_cached_evictable + num_in_use != num_blocks() ||
+  if (num_free + num_cached_evictable + num_in_use != active_blocks_ ||
       num_free + num_cached_evictable != num_free_blocks() ||
       num_cached_evictable != num_cached_evictable_) {
     return InternalError("free " + std::to_string(num_free) + " + cached-evictable " +
                          std::to_string(num_cached_evictable) + " + in use " +
                          std::to_string(num_in_use) + " disagree with total " +
-                         std::to_string(num_blocks()) + ", queue length " +
+                         std::to_string(active_blocks_) + ", queue length " +
                          std::to_string(num_free_blocks()) + ", evictable counter " +
                          std::to_string(num_cached_evictable_));
   }

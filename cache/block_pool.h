@@ -3,13 +3,20 @@
 //
 // Block states (kv_block.h): free, cached-evictable, in use. Each method below names the
 // transitions it makes. Prefix lookups (FindCached) never change state.
+//
+// An elastic pool (MakeElastic: several models under one KV memory limit) holds only blocks
+// [0, active_blocks()); the rest are unbacked (no memory, in no state above). It grows when an
+// allocation needs more (Reserve) and gives back blocks from the top (ShrinkTop), so that the
+// engine can release one contiguous range of each KV array.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cache/block_hash.h"
@@ -41,14 +48,17 @@ class BlockPool {
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
 
+  // Every block id the pool may use (an elastic pool's most).
   int num_blocks() const { return static_cast<int>(blocks_.size()); }
+  // Blocks [0, active_blocks()) are backed: num_blocks(), unless elastic.
+  int active_blocks() const { return active_blocks_; }
   int block_size() const { return block_size_; }
   // Blocks a fresh allocation can take: free + cached-evictable.
   int num_free_blocks() const { return free_queue_.size(); }
   // Of the free-queue blocks, those still holding a cached prefix.
   int num_cached_evictable_blocks() const { return num_cached_evictable_; }
-  int num_in_use_blocks() const { return num_blocks() - num_free_blocks(); }
-  // Fraction of blocks in use, in [0, 1].
+  int num_in_use_blocks() const { return active_blocks_ - num_free_blocks(); }
+  // Fraction of blocks in use (of num_blocks()), in [0, 1].
   double Usage() const;
   // Cached blocks whose prefix was dropped to make room for a fresh allocation.
   int64_t num_evictions() const { return num_evictions_; }
@@ -56,6 +66,25 @@ class BlockPool {
   const KvBlock& block(BlockId id) const;
   // Free-queue block ids from the front (next to be allocated) to the back.
   std::vector<BlockId> FreeQueueIds() const { return free_queue_.Ids(); }
+
+  // Where an elastic pool gets memory for more blocks: it asks for `blocks` and returns how
+  // many it grants (fewer, maybe none); the pool cannot serve its requests without `needed`.
+  using BlockGrant = std::function<int(int blocks, int needed)>;
+  // Every block -> unbacked (no block may be in use or cached); from now on Reserve grows the
+  // pool through `grant`.
+  void MakeElastic(BlockGrant grant);
+  bool elastic() const { return grant_ != nullptr; }
+  // Whether `count` blocks can be allocated fresh (num_free_blocks() >= count). An elastic
+  // pool first grows (unbacked -> free, lowest ids first) when fewer than `count` of its free
+  // blocks hold nothing cached, so that memory the limit has to spare is used before a cached
+  // prefix is evicted.
+  bool Reserve(int count);
+  // Gives back at most max_blocks blocks from the top of the backed range, stopping at a block
+  // in use, or at a cached one once max_cached were taken: free -> unbacked, or
+  // cached-evictable -> unbacked with its prefix evicted (and the prefixes cached after it,
+  // which nothing could reach any more). Returns the blocks given back; the caller releases
+  // their memory [active_blocks(), active_blocks() + returned).
+  int ShrinkTop(int max_blocks, int max_cached);
 
   // free -> in use, or cached-evictable -> in use with its prefix evicted, for `count`
   // blocks from the front of the free queue; each gets ref count 1. CHECKs that
@@ -92,7 +121,7 @@ class BlockPool {
   // block is in use; returns false, changing nothing, otherwise.
   bool ResetPrefixCache();
 
-  // Every block -> free, queued in id order, with no prefix cached: the initial state. The
+  // Every backed block -> free, queued in id order, with no prefix cached. The
   // caller drops every block table first. Counters are kept (they are monotonic).
   void Reset();
 
@@ -115,7 +144,10 @@ class BlockPool {
  private:
   KvBlock& mutable_block(BlockId id);
   bool Matches(const KvBlock& block, const BlockKey& key) const;
-  void Evict(KvBlock& block);  // drops its identity and index entry
+  // Drops its identity and index entry; returns whether that was its prefix's last copy.
+  bool Evict(KvBlock& block);
+  // Evicts the cached-evictable blocks whose parent prefix is in `gone`, and theirs in turn.
+  void EvictOrphans(std::unordered_set<PrefixId> gone);
   KvCacheEvent StoredEvent(const BlockIdentity& identity) const;
   void LogEvent(KvCacheEvent event);
   Status CheckFreeQueue() const;
@@ -125,6 +157,8 @@ class BlockPool {
   BlockHasher hasher_;
   bool keeps_parent_prefixes_;
   std::vector<KvBlock> blocks_;
+  int active_blocks_ = 0;
+  BlockGrant grant_;  // set: elastic
   FreeBlockQueue free_queue_;
   // Hash -> cached blocks with that hash (copies of one prefix, or collisions).
   std::unordered_multimap<BlockHash, BlockId> cached_by_hash_;

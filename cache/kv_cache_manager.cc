@@ -173,7 +173,9 @@ std::optional<std::vector<BlockId>> KvCacheManager::AllocateSlots(const KvCacheR
   // Both groups' tables have the same length.
   const int64_t num_to_allocate = std::max<int64_t>(0, num_required_blocks - num_held_blocks);
   const int reserve = first_allocation ? config_.watermark_blocks : 0;
-  if (num_to_allocate + reserve > pool_.num_free_blocks() - num_evictable(pool_, hit.blocks)) {
+  // Hit blocks in the free queue leave it without being fresh: they count as taken.
+  if (!pool_.Reserve(static_cast<int>(num_to_allocate) + reserve +
+                     num_evictable(pool_, hit.blocks))) {
     return std::nullopt;
   }
   if (sliding_pool_.has_value()) {
@@ -184,8 +186,8 @@ std::optional<std::vector<BlockId>> KvCacheManager::AllocateSlots(const KvCacheR
         if (sliding_pool_->block(id).ref_count == 1) ++num_freed;
       }
     }
-    if (num_to_allocate + reserve > sliding_pool_->num_free_blocks() + num_freed -
-                                        num_evictable(*sliding_pool_, hit.sliding_blocks)) {
+    if (!sliding_pool_->Reserve(static_cast<int>(num_to_allocate) + reserve - num_freed +
+                                num_evictable(*sliding_pool_, hit.sliding_blocks))) {
       return std::nullopt;
     }
   }
@@ -261,6 +263,7 @@ int KvCacheManager::ImportPrefixBlocks(
     chain.blocks.push_back(*found);
   }
   const int num_held = static_cast<int>(chain.blocks.size());
+  pool_.Reserve(wanted - num_held + config_.watermark_blocks);
   const int end = num_held + std::clamp(pool_.num_free_blocks() - config_.watermark_blocks, 0,
                                         wanted - num_held);
   std::vector<BlockId> fresh = pool_.AllocateFresh(end - num_held);
@@ -284,7 +287,7 @@ int KvCacheManager::ImportPrefixBlocks(
   const int num_sliding_fresh =
       static_cast<int>(std::count(sliding_fresh.begin(), sliding_fresh.end(), true));
   if (num_sliding_fresh > 0 &&
-      num_sliding_fresh <= sliding_pool_->num_free_blocks() - config_.watermark_blocks) {
+      sliding_pool_->Reserve(num_sliding_fresh + config_.watermark_blocks)) {
     const std::vector<BlockId> taken = sliding_pool_->AllocateFresh(num_sliding_fresh);
     auto next = taken.begin();
     for (size_t k = 0; k < sliding.size(); ++k) {
@@ -339,8 +342,7 @@ std::optional<std::vector<BlockCopy>> KvCacheManager::Fork(const KvCacheRequest&
   TM_CHECK_EQ(num_blocks, (request.num_computed_tokens + block_size() - 1) / block_size())
       << "request " << request.id << " holds blocks past its tokens";
   const bool partial = request.num_computed_tokens % block_size() != 0;
-  if (partial && (pool_.num_free_blocks() < 1 ||
-                  (sliding_pool_.has_value() && sliding_pool_->num_free_blocks() < 1))) {
+  if (partial && (!pool_.Reserve(1) || (sliding_pool_.has_value() && !sliding_pool_->Reserve(1)))) {
     return std::nullopt;
   }
   // The shared blocks are then cached in the parent's table as in the child's.
@@ -440,6 +442,19 @@ std::span<const BlockId> KvCacheManager::BlockTable(uint64_t request_id, int gro
   return group == 0 ? it->second.blocks : it->second.sliding_blocks;
 }
 
+BlockPool& KvCacheManager::mutable_pool(int group) {
+  TM_CHECK(group == 0 || (group == 1 && sliding_pool_.has_value())) << "no KV group " << group;
+  return group == 0 ? pool_ : *sliding_pool_;
+}
+
+void KvCacheManager::MakeElastic(int group, BlockPool::BlockGrant grant) {
+  mutable_pool(group).MakeElastic(std::move(grant));
+}
+
+int KvCacheManager::ShrinkTop(int group, int max_blocks, int max_cached) {
+  return mutable_pool(group).ShrinkTop(max_blocks, max_cached);
+}
+
 bool KvCacheManager::ResetPrefixCache() {
   if (pool_.num_in_use_blocks() > 0 ||
       (sliding_pool_.has_value() && sliding_pool_->num_in_use_blocks() > 0)) {
@@ -459,6 +474,7 @@ void KvCacheManager::Reset() {
 KvCacheStats KvCacheManager::Stats() const {
   KvCacheStats stats{
       .num_blocks = pool_.num_blocks(),
+      .num_active_blocks = pool_.active_blocks(),
       .num_free_blocks = pool_.num_free_blocks() - pool_.num_cached_evictable_blocks(),
       .num_cached_evictable_blocks = pool_.num_cached_evictable_blocks(),
       .num_in_use_blocks = pool_.num_in_use_blocks(),
@@ -472,6 +488,7 @@ KvCacheStats KvCacheManager::Stats() const {
   };
   if (sliding_pool_.has_value()) {
     stats.sliding_num_blocks = sliding_pool_->num_blocks();
+    stats.sliding_num_active_blocks = sliding_pool_->active_blocks();
     stats.sliding_num_in_use_blocks = sliding_pool_->num_in_use_blocks();
     stats.usage = std::max(stats.usage, sliding_pool_->Usage());
     stats.evictions += sliding_pool_->num_evictions();

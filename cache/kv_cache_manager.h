@@ -90,10 +90,12 @@ struct BlockCopy {
 // Counters for metrics; the token counters only grow.
 struct KvCacheStats {
   int num_blocks = 0;
+  int num_active_blocks = 0;  // backed: num_blocks unless the pool is elastic
   int num_free_blocks = 0;  // free, nothing cached
   int num_cached_evictable_blocks = 0;
   int num_in_use_blocks = 0;
   int sliding_num_blocks = 0;         // group 1's pool (0 without sliding-window layers)
+  int sliding_num_active_blocks = 0;
   int sliding_num_in_use_blocks = 0;
   int64_t sliding_released_blocks = 0;  // group-1 blocks released outside windows
   double usage = 0.0;               // in use / total, of the fuller pool
@@ -205,6 +207,12 @@ class KvCacheManager {
   // kReleasedBlock where a block was released.
   std::span<const BlockId> BlockTable(uint64_t request_id, int group = 0) const;
 
+  // Group `group`'s pool grows through `grant` from now on (BlockPool::MakeElastic), before
+  // any request is served.
+  void MakeElastic(int group, BlockPool::BlockGrant grant);
+  // BlockPool::ShrinkTop on group `group`'s pool; the caller releases the blocks' memory.
+  int ShrinkTop(int group, int max_blocks, int max_cached);
+
   // Drops every cached prefix (cached-evictable -> free) when no block is in use, in every
   // pool; returns false, changing nothing, otherwise.
   bool ResetPrefixCache();
@@ -231,6 +239,7 @@ class KvCacheManager {
     int num_released_blocks = 0;
   };
 
+  BlockPool& mutable_pool(int group);
   // Whether GetComputedBlocks looks the request up: caching on, nothing computed or held.
   bool LooksUp(const KvCacheRequest& request) const;
   // The key of the request's full block `index`, chained to group 0's block index-1.

@@ -30,21 +30,25 @@ Engine::Engine(std::unique_ptr<EngineCore> core, int max_queue,
       max_queue_(max_queue),
       kv_event_handler_(std::move(kv_event_handler)) {
   if (kv_event_handler_) core_->set_kv_event_log(&kv_events_);
-  if (tiering_ != nullptr) {
-    tiering_->SetWake([this] {
-      {
-        std::lock_guard<std::mutex> lock(inbox_mutex_);
-        inbox_.tier_news = true;
-      }
-      inbox_cv_.notify_one();
-    });
+  if (tiering_ != nullptr) tiering_->SetWake([this] { Wake(); });
+  if (ElasticKv* elastic = core_->elastic_kv(); elastic != nullptr) {
+    elastic->set_wake([this] { Wake(); });
   }
 }
 
 Engine::~Engine() {
   Shutdown(std::chrono::milliseconds(0));
-  // The loader thread must not wake an engine that is gone.
+  // The loader thread and the other engines must not wake an engine that is gone.
   if (tiering_ != nullptr) tiering_->SetWake(nullptr);
+  if (ElasticKv* elastic = core_->elastic_kv(); elastic != nullptr) elastic->set_wake(nullptr);
+}
+
+void Engine::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mutex_);
+    inbox_.woken = true;
+  }
+  inbox_cv_.notify_one();
 }
 
 StatusOr<int64_t> Engine::PurgeKvTier(std::string_view salt_prefix) {
@@ -169,7 +173,7 @@ void Engine::Loop() {
       inbox_cv_.wait_until(lock, shutting_down_ ? drain_deadline_ : Clock::time_point::max(),
                            [&] {
                              return !inbox_.submitted.empty() || !inbox_.aborted.empty() ||
-                                    !inbox_.prefix_dumps.empty() || inbox_.tier_news ||
+                                    !inbox_.prefix_dumps.empty() || inbox_.woken ||
                                     !inbox_.added_loras.empty() ||
                                     !inbox_.removed_loras.empty() ||
                                     (shutting_down_ && !core_->has_unfinished_requests()) ||
@@ -212,6 +216,8 @@ void Engine::Loop() {
       idle_checked = true;
       (void)core_->CheckIdle();  // counted and logged by the core
     }
+    // After the tier has copied this step's new blocks: a block given back loses its bytes.
+    if (ElasticKv* elastic = core_->elastic_kv(); elastic != nullptr) elastic->GiveBack();
     PublishStats();
     TakeTierEvents();
     if (!kv_events_.empty()) {

@@ -125,12 +125,16 @@ class Engine {
     };
     std::vector<AddedLora> added_loras;
     std::vector<int> removed_loras;
-    bool tier_news = false;  // a disk load finished, or its contents changed
+    // A disk load finished or its contents changed, or another engine asks for KV memory or
+    // gave some back (the shared KV limit).
+    bool woken = false;
   };
 
   Engine(std::unique_ptr<EngineCore> core, int max_queue,
          std::function<void(std::vector<KvCacheEvent>)> kv_event_handler);
   void Loop();
+  // Makes the loop run an iteration (from another thread).
+  void Wake();
   // num_waiting_in_scheduler_ = the scheduler's queue (and the requests loading their prefix
   // from disk) now. Engine thread.
   void CountWaiting();

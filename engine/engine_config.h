@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cache/kv_events.h"
+#include "cache/kv_memory_budget.h"
 #include "common/status.h"
 #include "engine/speculative/spec_config.h"
 #include "kernels/cpu/cpu_features.h"
@@ -44,6 +45,10 @@ struct EngineConfig {
   int block_size = 16;
   int64_t kv_cache_bytes = int64_t{256} << 20;
   int num_kv_blocks = 0;  // > 0: exactly this many blocks, kv_cache_bytes ignored
+  // Set: the pools are sized for the whole of this limit (kv_cache_bytes, its total) and grow
+  // and shrink within it, shared with other engines: the models of one server
+  // (engine/elastic_kv.h). The CPU only.
+  std::shared_ptr<KvMemoryBudget> kv_memory_budget;
   KvType kv_type = KvType::kF16;  // K's, and V's unless kv_type_v is set
   // V's type where it differs from K's (--kv-cache-dtype-v; keys are the sensitive half).
   std::optional<KvType> kv_type_v;

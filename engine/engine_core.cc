@@ -14,13 +14,15 @@ namespace tokenmill {
 EngineCore::EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManager> kv,
                        std::unique_ptr<Scheduler> scheduler, std::unique_ptr<ModelRunner> runner,
                        std::unique_ptr<Speculator> speculator,
-                       std::unique_ptr<KvTiering> tiering)
+                       std::unique_ptr<KvTiering> tiering,
+                       std::unique_ptr<ElasticKv> elastic_kv)
     : tokenizer_(tokenizer),
       kv_(std::move(kv)),
       scheduler_(std::move(scheduler)),
       runner_(std::move(runner)),
       speculator_(std::move(speculator)),
       tiering_(std::move(tiering)),
+      elastic_kv_(std::move(elastic_kv)),
       limits_{.max_model_len = scheduler_->max_model_len(),
               .vocab_size = tokenizer.vocab_size(),
               .speculative_decoding = speculator_ != nullptr,
@@ -223,6 +225,7 @@ void EngineCore::AbortAll() {
 }
 
 bool EngineCore::Step(const std::function<void()>& on_scheduled) {
+  if (elastic_kv_ != nullptr) elastic_kv_->BeginStep();
   AddLoaded();
   const SchedulerOutput step = Schedule(on_scheduled);
   // Before the forward pass overwrites any block the pool evicted while scheduling.
@@ -380,6 +383,7 @@ EngineStats EngineCore::Stats() const {
   stats.kv_usage = k.usage;
   stats.num_kv_blocks = k.num_blocks;
   stats.num_kv_blocks_in_use = k.num_in_use_blocks;
+  if (elastic_kv_ != nullptr) stats.kv_memory_bytes = elastic_kv_->held_bytes();
   stats.prefix_query_tokens = k.prefix_query_tokens;
   stats.prefix_hit_tokens = k.prefix_hit_tokens;
   stats.num_preemptions = s.num_preemptions;

@@ -13,6 +13,7 @@
 
 #include "cache/kv_cache_manager.h"
 #include "engine/beam_search.h"
+#include "engine/elastic_kv.h"
 #include "common/status.h"
 #include "engine/engine_stats.h"
 #include "engine/generate_request.h"
@@ -34,10 +35,12 @@ class EngineCore {
   using Clock = std::chrono::steady_clock;
 
   // `scheduler` runs over `kv`; `speculator` is null without speculative decoding, `tiering`
-  // without a disk tier. `tokenizer` must outlive the core.
+  // without a disk tier, `elastic_kv` unless kv's pools share a limit with other engines'.
+  // `tokenizer` must outlive the core.
   EngineCore(const Tokenizer& tokenizer, std::unique_ptr<KvCacheManager> kv,
              std::unique_ptr<Scheduler> scheduler, std::unique_ptr<ModelRunner> runner,
-             std::unique_ptr<Speculator> speculator, std::unique_ptr<KvTiering> tiering = nullptr);
+             std::unique_ptr<Speculator> speculator, std::unique_ptr<KvTiering> tiering = nullptr,
+             std::unique_ptr<ElasticKv> elastic_kv = nullptr);
 
   // What Add's requests are validated against.
   const RequestLimits& limits() const { return limits_; }
@@ -89,6 +92,8 @@ class EngineCore {
   void RetireLoras();
   // The disk tier's engine side; null without one.
   KvTiering* tiering() { return tiering_.get(); }
+  // The pools' share of a limit over several engines; null when they are fixed.
+  ElasticKv* elastic_kv() { return elastic_kv_.get(); }
 
  private:
   using OutputMap = std::unordered_map<RequestId, RequestOutput>;
@@ -133,6 +138,7 @@ class EngineCore {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Speculator> speculator_;  // null without speculative decoding
   std::unique_ptr<KvTiering> tiering_;      // null without a disk tier
+  std::unique_ptr<ElasticKv> elastic_kv_;   // null for fixed pools
   // By the load's ticket: the requests waiting for it (several when they share its blocks).
   std::unordered_map<uint64_t, std::vector<Loading>> loading_;
   int num_loading_ = 0;

@@ -188,6 +188,42 @@ EngineConfig ForModel(const ModelConfig& mc, EngineConfig config) {
   return config;
 }
 
+// The pools' share of config.kv_memory_budget, releasing through `backend` and the draft
+// model's proposer (in `speculator`); null without a budget.
+StatusOr<std::unique_ptr<ElasticKv>> MakeElasticKv(const ModelConfig& mc,
+                                                   const EngineConfig& config,
+                                                   const Model* draft_model, KvCacheManager& kv,
+                                                   ForwardBackend& backend,
+                                                   Speculator* speculator) {
+  if (config.kv_memory_budget == nullptr) return std::unique_ptr<ElasticKv>();
+  if (config.device != Device::kCpu) {
+    return InvalidArgumentError("a KV memory limit shared by several models needs pools that "
+                                "give memory back, which only the CPU's do: serve one model a "
+                                "server with --device cuda");
+  }
+  // Group 0's blocks hold every layer unless group 1 has its own pool; a draft model's pool
+  // takes the same ids.
+  std::vector<int64_t> block_bytes;
+  for (int group = 0; group < kv.num_groups(); ++group) {
+    block_bytes.push_back(
+        GeometryOf(mc, config, kv.num_groups() == 1 ? -1 : group).BytesPerToken() *
+        config.block_size);
+  }
+  const bool drafts = config.spec.method == SpecMethod::kDraft && speculator != nullptr;
+  for (int group = 0; drafts && group < NumKvGroups(draft_model->config()); ++group) {
+    block_bytes[0] +=
+        GeometryOf(draft_model->config(), config, group).BytesPerToken() * config.block_size;
+  }
+  ElasticKv::ReleaseKv release = [&backend, speculator = drafts ? speculator : nullptr](
+                                     int group, int64_t first, int64_t end) -> Status {
+    TM_RETURN_IF_ERROR(backend.ReleaseKv(group, first, end));
+    return group == 0 && speculator != nullptr ? speculator->ReleaseKv(first, end) : OkStatus();
+  };
+  return std::make_unique<ElasticKv>(kv, std::move(release),
+                                     config.kv_memory_budget->Join(nullptr),
+                                     std::move(block_bytes));
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<EngineCore>> BuildEngineCore(const Model& model,
@@ -246,11 +282,14 @@ StatusOr<std::unique_ptr<EngineCore>> BuildEngineCore(const Model& model,
                         MakeProposer(tokenizer, config, draft_model, num_blocks[0]));
     speculator = std::make_unique<Speculator>(config.spec, std::move(proposer));
   }
+  TM_ASSIGN_OR_RETURN(std::unique_ptr<ElasticKv> elastic_kv,
+                      MakeElasticKv(mc, config, draft_model, *kv, runner->backend(),
+                                    speculator.get()));
   TM_ASSIGN_OR_RETURN(std::unique_ptr<KvTiering> tiering,
                       MakeTiering(model, config, *kv, runner->backend()));
   return std::make_unique<EngineCore>(tokenizer, std::move(kv), std::move(scheduler),
                                       std::move(runner), std::move(speculator),
-                                      std::move(tiering));
+                                      std::move(tiering), std::move(elastic_kv));
 }
 
 }  // namespace tokenmill

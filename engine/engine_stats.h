@@ -18,6 +18,9 @@ struct EngineStats {
   double kv_usage = 0.0;  // fraction of KV blocks in use
   int num_kv_blocks = 0;
   int num_kv_blocks_in_use = 0;
+  // Of a KV limit shared with other models' engines, what this one's pools hold; unset for
+  // fixed pools.
+  std::optional<int64_t> kv_memory_bytes;
   int64_t prefix_query_tokens = 0;  // prompt tokens looked up in the prefix cache
   int64_t prefix_hit_tokens = 0;    // of those, found there
   int64_t num_preemptions = 0;

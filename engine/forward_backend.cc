@@ -64,6 +64,9 @@ class CpuBackend final : public ForwardBackend {
                                            v_type);
     return OkStatus();
   }
+  Status ReleaseKv(int group, int64_t first_block, int64_t end_block) override {
+    return kv_->Release(group, first_block, end_block);
+  }
   Status CopyKvBlocks(std::span<const KvBlockCopy> copies) override {
     return tokenmill::CopyKvBlocks(kv_->view(), model_.config(), copies, CopyHostBytes);
   }

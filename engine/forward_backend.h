@@ -36,6 +36,13 @@ class ForwardBackend {
   // the first Run. InvalidArgument naming the flag for a type the device does not take.
   virtual Status AllocateKv(KvType k_type, KvType v_type,
                             std::span<const int64_t> group_num_blocks, int block_size) = 0;
+  // Lets the memory of blocks [first_block, end_block) of KV group `group`'s pool go: an
+  // elastic pool (cache/block_pool.h) gave them back. The CPU's pool is mapped memory, given
+  // back page by page; a GPU's is allocated whole, so its pools are not elastic.
+  virtual Status ReleaseKv(int group, int64_t first_block, int64_t end_block) {
+    (void)group, (void)first_block, (void)end_block;
+    return UnimplementedError("this device's KV pool cannot give memory back");
+  }
   // Copies blocks of the pool (kernels/kv_cache_view.h), in order, before the next Run.
   virtual Status CopyKvBlocks(std::span<const KvBlockCopy> copies) = 0;
   // Block group_blocks[g] of each KV group g (every layer's K, V and scales: KvBlockBytes of

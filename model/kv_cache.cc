@@ -1,6 +1,10 @@
 #include "model/kv_cache.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <new>
 #include <functional>
 #include <string>
 #include <utility>
@@ -24,19 +28,17 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
   const bool v_in_k = config.HasLatentKv();
   TM_CHECK(!v_in_k || v_type.value_or(type) == type) << "a latent KV cache has one type";
   const KvType v = v_type.value_or(type);
-  // One side's codes and scales of `rows` rows of head_dim (new[]'s alignment holds floats).
+  // One side's codes and scales of `rows` rows of head_dim (page-aligned).
   const auto allocate = [&](KvType side, int64_t rows, int head_dim, void*& codes_at,
                             void*& scales_at) {
     const Status fits = CheckKvTypeFits(side, head_dim);
     TM_CHECK(fits.ok()) << fits.ToString();
-    codes_at = arrays_.emplace_back(static_cast<size_t>(rows * KvRowBytes(side, head_dim)), 0)
-                   .data();
+    codes_at = arrays_.emplace_back(rows * KvRowBytes(side, head_dim)).data();
     const int64_t scale_bytes = rows * KvRowScaleBytes(side, head_dim);
-    if (scale_bytes > 0) {
-      scales_at = arrays_.emplace_back(static_cast<size_t>(scale_bytes), 0).data();
-    }
+    if (scale_bytes > 0) scales_at = arrays_.emplace_back(scale_bytes).data();
   };
   layer_views_.resize(static_cast<size_t>(config.n_layers));
+  layer_groups_.assign(static_cast<size_t>(config.n_layers), -1);
   for (int layer = 0; layer < config.n_layers; ++layer) {
     const ModelConfig::LayerShape shape = config.Shape(layer);
     KvCacheView& own = layer_views_[static_cast<size_t>(layer)];
@@ -49,6 +51,7 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
         .v_type = v,
         .v_in_k = v_in_k};
     if (!config.StoresKv(layer)) continue;  // its source's view, below (the source is earlier)
+    layer_groups_[static_cast<size_t>(layer)] = KvGroupOfLayer(config, layer);
     const int64_t rows = own.num_blocks * block_size * shape.n_kv_heads;
     allocate(type, rows, shape.head_dim, own.k, own.k_scale);
     if (v_in_k) {
@@ -68,6 +71,52 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
 }
 
 KvCacheView KvCacheStorage::view() { return view_; }
+
+KvCacheStorage::MappedArray::MappedArray(int64_t bytes) : bytes_(std::max<int64_t>(bytes, 1)) {
+  // NORESERVE: a pool sized for a whole shared limit commits only what it writes.
+  void* data = mmap(nullptr, static_cast<size_t>(bytes_), PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (data == MAP_FAILED) throw std::bad_alloc();
+  data_ = static_cast<uint8_t*>(data);
+}
+
+KvCacheStorage::MappedArray::~MappedArray() { munmap(data_, static_cast<size_t>(bytes_)); }
+
+void KvCacheStorage::MappedArray::Drop(int64_t begin, int64_t end) {
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  begin = (begin + page - 1) / page * page;
+  end = std::min(end, bytes_) / page * page;
+  if (end <= begin) return;
+  // Private anonymous pages read as zeros after this: nothing of the blocks stays.
+  TM_CHECK_EQ(madvise(data_ + begin, static_cast<size_t>(end - begin), MADV_DONTNEED), 0);
+}
+
+Status KvCacheStorage::Release(int group, int64_t first_block, int64_t end_block) {
+  for (size_t layer = 0; layer < layer_groups_.size(); ++layer) {
+    if (layer_groups_[layer] != group) continue;
+    const KvCacheView& view = layer_views_[layer];
+    if (first_block < 0 || first_block > end_block || end_block > view.num_blocks) {
+      return InvalidArgumentError("KV blocks [" + std::to_string(first_block) + ", " +
+                                  std::to_string(end_block) + ") lie outside group " +
+                                  std::to_string(group) + "'s pool");
+    }
+    const int64_t block_rows = int64_t{view.block_size} * view.n_kv_heads;
+    // Each array holds its rows in block order from its start.
+    const auto drop = [&](void* data, int64_t row_bytes) {
+      if (data == nullptr || row_bytes == 0) return;
+      for (MappedArray& array : arrays_) {
+        if (array.data() != data) continue;
+        array.Drop(first_block * block_rows * row_bytes, end_block * block_rows * row_bytes);
+      }
+    };
+    drop(view.k, KvRowBytes(view.type, view.head_dim));
+    drop(view.k_scale, KvRowScaleBytes(view.type, view.head_dim));
+    if (view.v_in_k) continue;
+    drop(view.v, KvRowBytes(view.v_type, view.head_dim));
+    drop(view.v_scale, KvRowScaleBytes(view.v_type, view.head_dim));
+  }
+  return OkStatus();
+}
 
 namespace {
 

@@ -21,20 +21,46 @@ namespace tokenmill {
 // (model/forward_input.h), so that a sliding-window group's smaller pool takes only its
 // layers' bytes; each layer's rows of its own shape, none for a layer that reads another's
 // KV (ModelConfig::kv_source_layers), no V arrays for a latent cache (ModelConfig::mla). `type`
-// is K's, and V's unless v_type is given.
+// is K's, and V's unless v_type is given. The memory is mapped, not committed: a page takes
+// RAM once a block on it is written, so an elastic pool (cache/block_pool.h) sized for the
+// whole KV limit holds only what it uses, and Release gives a range back.
 class KvCacheStorage {
  public:
   KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks, int block_size,
                  std::optional<KvType> v_type = std::nullopt);
   KvCacheStorage(const ModelConfig& config, KvType type, std::span<const int64_t> group_num_blocks,
                  int block_size, std::optional<KvType> v_type = std::nullopt);
+  KvCacheStorage(const KvCacheStorage&) = delete;
+  KvCacheStorage& operator=(const KvCacheStorage&) = delete;
   KvCacheView view();
 
+  // Lets the RAM of blocks [first_block, end_block) of KV group `group` go (the whole pages
+  // inside that range of each array); they read as zeros when next written. InvalidArgument
+  // for a range outside the group's pool.
+  Status Release(int group, int64_t first_block, int64_t end_block);
+
  private:
+  // Zeroed bytes mapped, not committed.
+  class MappedArray {
+   public:
+    explicit MappedArray(int64_t bytes);
+    ~MappedArray();
+    MappedArray(const MappedArray&) = delete;
+    MappedArray& operator=(const MappedArray&) = delete;
+    uint8_t* data() const { return data_; }
+    // Drops the whole pages within [begin, end).
+    void Drop(int64_t begin, int64_t end);
+
+   private:
+    uint8_t* data_;
+    int64_t bytes_;
+  };
+
   std::vector<KvCacheView> layer_views_;  // the view's (kv_cache_view.h)
+  std::vector<int> layer_groups_;         // each layer's KV group; -1 for one that stores none
   KvCacheView view_;
   // Each storing layer's K and V codes and scales; a deque, so that adding one moves none.
-  std::deque<std::vector<uint8_t>> arrays_;
+  std::deque<MappedArray> arrays_;
 };
 
 // Copies each of `copies` in order through copy_bytes(dst, src, bytes), once per array (K, V

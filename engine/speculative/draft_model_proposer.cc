@@ -69,6 +69,13 @@ DraftModelProposer::DraftModelProposer(const Model& draft, std::unique_ptr<Forwa
       num_scratch_blocks_(NumScratchBlocks(max_requests, max_drafts, block_size)),
       sampler_(std::move(end_of_generation_ids)) {}
 
+Status DraftModelProposer::ReleaseKv(int64_t first_block, int64_t end_block) {
+  for (int group = 0; group < NumKvGroups(draft_.config()); ++group) {
+    TM_RETURN_IF_ERROR(backend_->ReleaseKv(group, first_block, end_block));
+  }
+  return OkStatus();
+}
+
 StatusOr<std::vector<Proposal>> DraftModelProposer::Propose(
     std::span<const ProposalRequest> requests) {
   // Pass 0 catches each request up over its tokens without draft K/V and drafts one token;

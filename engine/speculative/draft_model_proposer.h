@@ -36,6 +36,9 @@ class DraftModelProposer final : public DraftProposer {
 
   StatusOr<std::vector<Proposal>> Propose(std::span<const ProposalRequest> requests) override;
   void Forget(RequestId id) override { num_computed_.erase(id); }
+  // Every draft KV group reads the target's group-0 ids. What a block held is recomputed
+  // before it is read again (nothing is kept past Forget), so its bytes may go.
+  Status ReleaseKv(int64_t first_block, int64_t end_block) override;
 
  private:
   const Model& draft_;

@@ -44,6 +44,9 @@ class DraftProposer {
   // The request finished, was preempted or restarted: whatever the proposer kept for it
   // (e.g. draft K/V in its blocks) is no longer valid.
   virtual void Forget(RequestId /*id*/) {}
+  // The target's pool gave blocks [first_block, end_block) back (engine/elastic_kv.h): a KV
+  // pool over the same block ids lets their memory go too.
+  virtual Status ReleaseKv(int64_t /*first_block*/, int64_t /*end_block*/) { return OkStatus(); }
 };
 
 }  // namespace tokenmill

@@ -36,6 +36,10 @@ class Speculator {
                    ModelOutput& sampled);
 
   const SpecStats& stats() const { return stats_; }
+  // DraftProposer::ReleaseKv.
+  Status ReleaseKv(int64_t first_block, int64_t end_block) {
+    return proposer_->ReleaseKv(first_block, end_block);
+  }
   // The q rows of the drafts proposed by the last AfterStep (for the runner's verification).
   const DraftProbs& draft_probs() const { return draft_probs_; }
 

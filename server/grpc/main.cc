@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/kv_memory_budget.h"
 #include "common/byte_size.h"
 #include "common/logging.h"
 #include "common/url_query.h"
@@ -169,6 +170,9 @@ std::string RenderModelStates(ModelRegistry& models) {
 
 // Each model's options, engine settings and what the registry knows of it; the default first.
 struct ModelPlan {
+  // Several models on the CPU: one KV limit (--kv-cache-memory) their pools share; null when
+  // each model has a pool of its own.
+  std::shared_ptr<KvMemoryBudget> shared_kv;
   std::vector<ServerOptions> options;
   std::vector<EngineConfig> engine_configs;
   std::vector<RegisteredModel> registered;
@@ -208,12 +212,20 @@ StatusOr<ModelPlan> PlanModels(const ServerOptions& options, int64_t available_m
     ServerOptions model_options = OptionsForModel(options, sources[i], i == 0);
     TM_ASSIGN_OR_RETURN(EngineConfig config,
                         MakeEngineConfig(model_options, available_memory_bytes));
+    // The models' pools grow and shrink within one limit where pools can give memory back.
+    if (sources.size() > 1 && config.device == Device::kCpu && config.num_kv_blocks == 0) {
+      if (plan.shared_kv == nullptr) plan.shared_kv = KvMemoryBudget::Create(config.kv_cache_bytes);
+      config.kv_memory_budget = plan.shared_kv;
+    }
     const int64_t footprint = ModelFootprintBytes(model_options, config);
+    const int64_t shared_kv = plan.shared_kv != nullptr ? plan.shared_kv->total_bytes() : 0;
     const std::string& id = sources[i].names.front();
-    if (memory > 0 && footprint > memory) {
+    if (memory > 0 && footprint + shared_kv > memory) {
       return InvalidArgumentError(
-          "model " + id + " needs " + FormatBytes(footprint) + " (its files and KV memory) but "
-          "--model-memory is " + FormatBytes(memory) +
+          "model " + id + " needs " + FormatBytes(footprint + shared_kv) +
+          (shared_kv > 0 ? " (its files, and the KV memory the models share)"
+                         : " (its files and KV memory)") +
+          " but --model-memory is " + FormatBytes(memory) +
           ": raise --model-memory or lower --kv-cache-memory");
     }
     TM_ASSIGN_OR_RETURN(std::shared_ptr<LoraTable> loras, LoraTableOf(model_options));
@@ -310,6 +322,7 @@ int Run(const ServerOptions& options) {
   ModelRegistry models(
       plan->registered,
       {.memory_bytes = *ModelMemoryOf(options),
+       .shared_kv_bytes = plan->shared_kv != nullptr ? plan->shared_kv->total_bytes() : 0,
        .idle_timeout = std::chrono::milliseconds(
            static_cast<int64_t>(options.model_idle_timeout_seconds * 1000.0)),
        .load_timeout = std::chrono::milliseconds(

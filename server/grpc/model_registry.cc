@@ -134,7 +134,7 @@ void ModelRegistry::Acquire(int index, Granted granted) {
 }
 
 int64_t ModelRegistry::ResidentBytes() const {
-  int64_t bytes = 0;
+  int64_t bytes = limits_.shared_kv_bytes;
   for (const Slot& slot : models_) {
     if (slot.phase != Phase::kUnloaded && slot.phase != Phase::kFailed) {
       bytes += slot.model.footprint_bytes;

@@ -35,11 +35,14 @@ struct RegisteredModel {
   // Names that reach this model with something of its own: its LoRA adapters, as they come
   // and go (null: none). The model's ServingModel::loras when loaded.
   std::shared_ptr<const LoraTable> adapters;
-  int64_t footprint_bytes = 0;  // what --model-memory counts for it: files plus KV pool
+  // What --model-memory counts for it: its files, and its KV pool unless the models share one
+  // KV limit (ModelLimits::shared_kv_bytes).
+  int64_t footprint_bytes = 0;
 };
 
 struct ModelLimits {
   int64_t memory_bytes = 0;                    // 0: no limit
+  int64_t shared_kv_bytes = 0;  // the KV limit the models' pools share: counted once
   std::chrono::milliseconds idle_timeout{0};   // 0: never unloaded for idleness alone
   std::chrono::milliseconds load_timeout{120'000};  // a call's wait for its model
   // Calls waiting for loads at once, all models together (--max-queue): more are refused

@@ -408,7 +408,9 @@ int64_t ModelFootprintBytes(const ServerOptions& model_options,
       files.push_back(flag.substr(equals + 1));
     }
   }
-  int64_t bytes = engine_config.kv_cache_bytes + engine_config.kv_tiers.host_bytes;
+  // A KV limit shared by several models is counted once, not by each (ModelLimits).
+  int64_t bytes = (engine_config.kv_memory_budget != nullptr ? 0 : engine_config.kv_cache_bytes) +
+                  engine_config.kv_tiers.host_bytes;
   for (const std::string& file : files) {
     // A file that cannot be read counts nothing: its load fails, naming it and its flag.
     std::error_code error;

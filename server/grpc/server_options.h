@@ -146,7 +146,8 @@ ServerOptions OptionsForModel(const ServerOptions& options, const ModelSource& s
                               bool is_default);
 
 // What --model-memory counts for a model: its files (model, draft, adapters) and its KV
-// memory (pool and host tier); a file that cannot be read counts nothing (its load says why).
+// memory (host tier, and pool unless it shares a limit with other models: counted once by the
+// registry); a file that cannot be read counts nothing (its load says why).
 int64_t ModelFootprintBytes(const ServerOptions& model_options,
                             const EngineConfig& engine_config);
 

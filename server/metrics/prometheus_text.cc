@@ -226,6 +226,11 @@ std::string RenderMetrics(const ServedModelInfo& model,
   w.Gauge("tokenmill:kv_cache_blocks_in_use", "KV cache blocks held by requests.",
           s.num_kv_blocks_in_use);
   w.Gauge("tokenmill:kv_cache_blocks", "KV cache blocks in the pool.", s.num_kv_blocks);
+  if (s.kv_memory_bytes.has_value()) {
+    w.Gauge("tokenmill:kv_cache_memory_bytes",
+            "Bytes of the KV memory limit the models share that this model's pool holds.",
+            static_cast<double>(*s.kv_memory_bytes));
+  }
   w.Counter("tokenmill:prefix_cache_queries_total",
             "Prompt tokens looked up in the prefix cache.",
             static_cast<double>(s.prefix_query_tokens));

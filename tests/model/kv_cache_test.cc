@@ -1,11 +1,14 @@
 // KvCacheStorage: each layer's K/V (and int8 scales) round-trip through StoreKv and stay
-// apart from the other layers' memory.
+// apart from the other layers' memory; Release lets a range of blocks' pages go.
 #include "model/kv_cache.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <span>
 #include <vector>
@@ -103,6 +106,48 @@ INSTANTIATE_TEST_SUITE_P(KvTypes, KvCacheStorageTest,
                          [](const ::testing::TestParamInfo<KvType>& param_info) {
                            return std::string(KvTypeName(param_info.param));
                          });
+
+// An elastic pool gives blocks back from its top (cache/block_pool.h): their pages leave RAM
+// and read as zeros, while the blocks below keep their bytes.
+TEST(KvCacheReleaseTest, DropsTheRangesPagesOnly) {
+  ModelConfig c = TinyConfig();
+  c.head_dim = 64;  // a block of 16 tokens: 16 x 2 heads x 64 x 2 B = 4 KiB a layer's K
+  constexpr int kBlocks = 64, kBlockSize = 16;
+  KvCacheStorage storage(c, KvType::kF16, kBlocks, kBlockSize);
+  const KvCacheView view = storage.view();
+  const int64_t block_bytes = int64_t{kBlockSize} * c.n_kv_heads * c.head_dim * 2;
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  ASSERT_EQ(block_bytes % page, 0) << "the test assumes blocks of whole pages";
+  const auto resident_pages = [&](const void* data, int64_t first, int64_t end) {
+    std::vector<unsigned char> in_core(static_cast<size_t>((end - first) * block_bytes / page));
+    EXPECT_EQ(mincore(static_cast<uint8_t*>(const_cast<void*>(data)) + first * block_bytes,
+                      static_cast<size_t>((end - first) * block_bytes), in_core.data()),
+              0);
+    return std::count_if(in_core.begin(), in_core.end(), [](unsigned char b) { return b & 1; });
+  };
+  // Mapped, not committed: nothing is resident before a write.
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    EXPECT_EQ(resident_pages(view.Layer(layer).k, 0, kBlocks), 0);
+  }
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const KvCacheView l = view.Layer(layer);
+    std::memset(l.k, 0x5a, static_cast<size_t>(kBlocks * block_bytes));
+    std::memset(l.v, 0x5a, static_cast<size_t>(kBlocks * block_bytes));
+  }
+  ASSERT_TRUE(storage.Release(0, 40, kBlocks).ok());
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const KvCacheView l = view.Layer(layer);
+    for (void* array : {l.k, l.v}) {
+      EXPECT_EQ(resident_pages(array, 40, kBlocks), 0) << "layer " << layer;
+      EXPECT_EQ(resident_pages(array, 0, 40), 40 * block_bytes / page) << "layer " << layer;
+      const auto* bytes = static_cast<const uint8_t*>(array);
+      EXPECT_EQ(bytes[40 * block_bytes - 1], 0x5a);
+      EXPECT_EQ(bytes[40 * block_bytes], 0);
+      EXPECT_EQ(bytes[kBlocks * block_bytes - 1], 0);
+    }
+  }
+  EXPECT_FALSE(storage.Release(0, 60, kBlocks + 1).ok());
+}
 
 TEST(BatchBuilderTest, TruncateKeepsThePrefixAndReusesItsBlocks) {
   BatchBuilder builder(4, 4);
