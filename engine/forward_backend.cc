@@ -38,10 +38,14 @@ std::vector<int64_t> GroupBlockIds(std::span<const BlockId> blocks, const ModelC
 
 class CpuBackend final : public ForwardBackend {
  public:
-  CpuBackend(const Model& model, CpuIsa isa, int num_threads)
+  // `kv_on_demand`: the KV pool is elastic (EngineConfig::kv_memory_budget), its memory
+  // committed as blocks are written; else all of it at AllocateKv: the server takes its memory
+  // at startup, not under load.
+  CpuBackend(const Model& model, CpuIsa isa, int num_threads, bool kv_on_demand)
       : model_(model),
         pool_(std::make_unique<ThreadPool>(num_threads)),
-        forward_(model, CpuContext{&KernelTable(isa), pool_.get()}) {}
+        forward_(model, CpuContext{&KernelTable(isa), pool_.get()}),
+        kv_on_demand_(kv_on_demand) {}
 
   StatusOr<int64_t> FreeMemoryBytes() const override {
     return UnimplementedError("a fractional KV budget on the CPU is resolved by the caller");
@@ -60,8 +64,9 @@ class CpuBackend final : public ForwardBackend {
     }
     TM_RETURN_IF_ERROR(CheckKvTypeFitsLayers(model_.config(), k_type));
     TM_RETURN_IF_ERROR(CheckKvTypeFitsLayers(model_.config(), v_type));
-    kv_ = std::make_unique<KvCacheStorage>(model_.config(), k_type, group_num_blocks, block_size,
-                                           v_type);
+    kv_ = std::make_unique<KvCacheStorage>(
+        model_.config(), k_type, group_num_blocks, block_size, v_type,
+        kv_on_demand_ ? KvCacheStorage::Commit::kOnWrite : KvCacheStorage::Commit::kAtOnce);
     return OkStatus();
   }
   Status ReleaseKv(int group, int64_t first_block, int64_t end_block) override {
@@ -120,6 +125,7 @@ class CpuBackend final : public ForwardBackend {
   const Model& model_;
   std::unique_ptr<ThreadPool> pool_;
   ForwardPass forward_;
+  const bool kv_on_demand_;
   std::unique_ptr<KvCacheStorage> kv_;
   std::vector<float> logits_, greedy_logits_;
 };
@@ -236,7 +242,8 @@ StatusOr<std::unique_ptr<ForwardBackend>> CreateForwardBackend(const Model& mode
                           ? config.num_threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   return std::unique_ptr<ForwardBackend>(
-      new CpuBackend(model, config.isa.value_or(BestCpuIsa()), threads));
+      new CpuBackend(model, config.isa.value_or(BestCpuIsa()), threads,
+                     /*kv_on_demand=*/config.kv_memory_budget != nullptr));
 }
 
 }  // namespace tokenmill

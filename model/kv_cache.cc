@@ -16,13 +16,13 @@
 namespace tokenmill {
 
 KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks,
-                               int block_size, std::optional<KvType> v_type)
+                               int block_size, std::optional<KvType> v_type, Commit commit)
     : KvCacheStorage(config, type, std::vector<int64_t>(NumKvGroups(config), num_blocks),
-                     block_size, v_type) {}
+                     block_size, v_type, commit) {}
 
 KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
                                std::span<const int64_t> group_num_blocks, int block_size,
-                               std::optional<KvType> v_type) {
+                               std::optional<KvType> v_type, Commit commit) {
   TM_CHECK_EQ(static_cast<int>(group_num_blocks.size()), NumKvGroups(config));
   // MLA's latent cache has no V of its own (KvCacheView::v_in_k).
   const bool v_in_k = config.HasLatentKv();
@@ -33,9 +33,9 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
                             void*& scales_at) {
     const Status fits = CheckKvTypeFits(side, head_dim);
     TM_CHECK(fits.ok()) << fits.ToString();
-    codes_at = arrays_.emplace_back(rows * KvRowBytes(side, head_dim)).data();
+    codes_at = arrays_.emplace_back(rows * KvRowBytes(side, head_dim), commit).data();
     const int64_t scale_bytes = rows * KvRowScaleBytes(side, head_dim);
-    if (scale_bytes > 0) scales_at = arrays_.emplace_back(scale_bytes).data();
+    if (scale_bytes > 0) scales_at = arrays_.emplace_back(scale_bytes, commit).data();
   };
   layer_views_.resize(static_cast<size_t>(config.n_layers));
   layer_groups_.assign(static_cast<size_t>(config.n_layers), -1);
@@ -72,10 +72,12 @@ KvCacheStorage::KvCacheStorage(const ModelConfig& config, KvType type,
 
 KvCacheView KvCacheStorage::view() { return view_; }
 
-KvCacheStorage::MappedArray::MappedArray(int64_t bytes) : bytes_(std::max<int64_t>(bytes, 1)) {
+KvCacheStorage::MappedArray::MappedArray(int64_t bytes, Commit commit)
+    : bytes_(std::max<int64_t>(bytes, 1)) {
   // NORESERVE: a pool sized for a whole shared limit commits only what it writes.
+  const int how = commit == Commit::kAtOnce ? MAP_POPULATE : MAP_NORESERVE;
   void* data = mmap(nullptr, static_cast<size_t>(bytes_), PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+                    MAP_PRIVATE | MAP_ANONYMOUS | how, -1, 0);
   if (data == MAP_FAILED) throw std::bad_alloc();
   data_ = static_cast<uint8_t*>(data);
 }

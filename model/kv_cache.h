@@ -21,15 +21,17 @@ namespace tokenmill {
 // (model/forward_input.h), so that a sliding-window group's smaller pool takes only its
 // layers' bytes; each layer's rows of its own shape, none for a layer that reads another's
 // KV (ModelConfig::kv_source_layers), no V arrays for a latent cache (ModelConfig::mla). `type`
-// is K's, and V's unless v_type is given. The memory is mapped, not committed: a page takes
-// RAM once a block on it is written, so an elastic pool (cache/block_pool.h) sized for the
-// whole KV limit holds only what it uses, and Release gives a range back.
+// is K's, and V's unless v_type is given. The memory is mapped anonymous memory, committed at
+// once or, for an elastic pool (cache/block_pool.h) sized for a whole shared KV limit, page by
+// page as blocks are written; Release gives a range back.
 class KvCacheStorage {
  public:
+  enum class Commit { kAtOnce, kOnWrite };
   KvCacheStorage(const ModelConfig& config, KvType type, int64_t num_blocks, int block_size,
-                 std::optional<KvType> v_type = std::nullopt);
+                 std::optional<KvType> v_type = std::nullopt, Commit commit = Commit::kAtOnce);
   KvCacheStorage(const ModelConfig& config, KvType type, std::span<const int64_t> group_num_blocks,
-                 int block_size, std::optional<KvType> v_type = std::nullopt);
+                 int block_size, std::optional<KvType> v_type = std::nullopt,
+                 Commit commit = Commit::kAtOnce);
   KvCacheStorage(const KvCacheStorage&) = delete;
   KvCacheStorage& operator=(const KvCacheStorage&) = delete;
   KvCacheView view();
@@ -40,10 +42,10 @@ class KvCacheStorage {
   Status Release(int group, int64_t first_block, int64_t end_block);
 
  private:
-  // Zeroed bytes mapped, not committed.
+  // Zeroed bytes, mapped.
   class MappedArray {
    public:
-    explicit MappedArray(int64_t bytes);
+    MappedArray(int64_t bytes, Commit commit);
     ~MappedArray();
     MappedArray(const MappedArray&) = delete;
     MappedArray& operator=(const MappedArray&) = delete;

@@ -107,13 +107,15 @@ INSTANTIATE_TEST_SUITE_P(KvTypes, KvCacheStorageTest,
                            return std::string(KvTypeName(param_info.param));
                          });
 
-// An elastic pool gives blocks back from its top (cache/block_pool.h): their pages leave RAM
-// and read as zeros, while the blocks below keep their bytes.
+// An elastic pool's memory is committed as it is written, and the pool gives blocks back from
+// its top (cache/block_pool.h): their pages leave RAM and read as zeros, while the blocks below
+// keep their bytes.
 TEST(KvCacheReleaseTest, DropsTheRangesPagesOnly) {
   ModelConfig c = TinyConfig();
   c.head_dim = 64;  // a block of 16 tokens: 16 x 2 heads x 64 x 2 B = 4 KiB a layer's K
   constexpr int kBlocks = 64, kBlockSize = 16;
-  KvCacheStorage storage(c, KvType::kF16, kBlocks, kBlockSize);
+  KvCacheStorage storage(c, KvType::kF16, kBlocks, kBlockSize, std::nullopt,
+                         KvCacheStorage::Commit::kOnWrite);
   const KvCacheView view = storage.view();
   const int64_t block_bytes = int64_t{kBlockSize} * c.n_kv_heads * c.head_dim * 2;
   const int64_t page = sysconf(_SC_PAGESIZE);
@@ -147,6 +149,10 @@ TEST(KvCacheReleaseTest, DropsTheRangesPagesOnly) {
     }
   }
   EXPECT_FALSE(storage.Release(0, 60, kBlocks + 1).ok());
+
+  // A fixed pool is committed whole at once: it fails at startup, not under load.
+  KvCacheStorage fixed(c, KvType::kF16, kBlocks, kBlockSize);
+  EXPECT_EQ(resident_pages(fixed.view().Layer(0).k, 0, kBlocks), kBlocks * block_bytes / page);
 }
 
 TEST(BatchBuilderTest, TruncateKeepsThePrefixAndReusesItsBlocks) {
