@@ -73,7 +73,6 @@ class BlockPool {
   // Every block -> unbacked (no block may be in use or cached); from now on Reserve grows the
   // pool through `grant`.
   void MakeElastic(BlockGrant grant);
-  bool elastic() const { return grant_ != nullptr; }
   // Whether `count` blocks can be allocated fresh (num_free_blocks() >= count). An elastic
   // pool first grows (unbacked -> free, lowest ids first) when fewer than `count` of its free
   // blocks hold nothing cached, so that memory the limit has to spare is used before a cached

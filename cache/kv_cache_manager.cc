@@ -474,7 +474,6 @@ void KvCacheManager::Reset() {
 KvCacheStats KvCacheManager::Stats() const {
   KvCacheStats stats{
       .num_blocks = pool_.num_blocks(),
-      .num_active_blocks = pool_.active_blocks(),
       .num_free_blocks = pool_.num_free_blocks() - pool_.num_cached_evictable_blocks(),
       .num_cached_evictable_blocks = pool_.num_cached_evictable_blocks(),
       .num_in_use_blocks = pool_.num_in_use_blocks(),
@@ -488,7 +487,6 @@ KvCacheStats KvCacheManager::Stats() const {
   };
   if (sliding_pool_.has_value()) {
     stats.sliding_num_blocks = sliding_pool_->num_blocks();
-    stats.sliding_num_active_blocks = sliding_pool_->active_blocks();
     stats.sliding_num_in_use_blocks = sliding_pool_->num_in_use_blocks();
     stats.usage = std::max(stats.usage, sliding_pool_->Usage());
     stats.evictions += sliding_pool_->num_evictions();

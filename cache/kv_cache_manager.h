@@ -90,12 +90,10 @@ struct BlockCopy {
 // Counters for metrics; the token counters only grow.
 struct KvCacheStats {
   int num_blocks = 0;
-  int num_active_blocks = 0;  // backed: num_blocks unless the pool is elastic
   int num_free_blocks = 0;  // free, nothing cached
   int num_cached_evictable_blocks = 0;
   int num_in_use_blocks = 0;
   int sliding_num_blocks = 0;         // group 1's pool (0 without sliding-window layers)
-  int sliding_num_active_blocks = 0;
   int sliding_num_in_use_blocks = 0;
   int64_t sliding_released_blocks = 0;  // group-1 blocks released outside windows
   double usage = 0.0;               // in use / total, of the fuller pool

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <new>
 #include <functional>
+#include <new>
 #include <string>
 #include <utility>
 

@@ -93,10 +93,12 @@ StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Load(const std::string& path
       return InvalidArgumentError(path + ": " + m.name + " has " + std::to_string(a_file.cols) +
                                   " inputs, not whole Q8_0 blocks of 32: use f32 LoRA weights");
     }
-    LoraPair pair{.a = adapter->Converted(a_file, weights),
-                  .b_transposed = adapter->Transposed(b_file),
-                  .rank = rank,
-                  .scale = alpha != 0.0f ? alpha / static_cast<float>(rank) : 1.0f};
+    LoraPair pair;
+    pair.a = adapter->Converted(a_file, weights);
+    pair.rank = rank;
+    pair.scale = alpha != 0.0f ? alpha / static_cast<float>(rank) : 1.0f;
+    adapter->Transposed(b_file, weights == LoraWeights::kQ8_0 || b_file.type == TensorType::kF16,
+                        pair);
     adapter->by_base_data_[m.file_layout->data] = pair;
     adapter->by_base_data_[m.cpu_layout->data] = pair;
     used.insert(a_name);
@@ -156,16 +158,29 @@ WeightMatrix LoraAdapter::Converted(const WeightMatrix& w, LoraWeights weights) 
                       .row_bytes = row_bytes};
 }
 
-std::span<const float> LoraAdapter::Transposed(const WeightMatrix& w) {
+void LoraAdapter::Transposed(const WeightMatrix& w, bool f16, LoraPair& pair) {
+  const size_t count = static_cast<size_t>(w.rows * w.cols);
   std::vector<float> row(static_cast<size_t>(w.cols));
-  std::vector<uint8_t>& data = converted_.emplace_back(static_cast<size_t>(w.rows * w.cols) *
-                                                    sizeof(float));
-  auto* out = reinterpret_cast<float*>(data.data());
+  std::vector<uint8_t>& data =
+      converted_.emplace_back(count * (f16 ? sizeof(uint16_t) : sizeof(float)));
+  auto* out32 = reinterpret_cast<float*>(data.data());
+  auto* out16 = reinterpret_cast<uint16_t*>(data.data());
   for (int64_t r = 0; r < w.rows; ++r) {
     DequantizeReference(w.type, w.data + r * w.row_bytes, std::span<float>(row));
-    for (int64_t c = 0; c < w.cols; ++c) out[c * w.rows + r] = row[static_cast<size_t>(c)];
+    for (int64_t c = 0; c < w.cols; ++c) {
+      const float value = row[static_cast<size_t>(c)];
+      if (f16) {
+        out16[c * w.rows + r] = FloatToHalf(value);
+      } else {
+        out32[c * w.rows + r] = value;
+      }
+    }
   }
-  return {out, static_cast<size_t>(w.rows * w.cols)};
+  if (f16) {
+    pair.b_transposed_f16 = {out16, count};
+  } else {
+    pair.b_transposed = {out32, count};
+  }
 }
 
 const LoraPair* LoraAdapter::Find(const WeightMatrix& w) const {

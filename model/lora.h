@@ -21,20 +21,29 @@
 
 namespace tokenmill {
 
-// How A is kept for the kernels: f32 (the file's values, as llama.cpp multiplies an f32
-// adapter), or Q8_0 rows (llama.cpp's quantize_row_q8_0: a quarter of f32's bytes and the int8
-// dot products of the base matrices; A·x then differs from the f32 one by the rounding of A and
-// x to 8 bits). B stays f32 either way.
+// How the pairs are kept for the kernels: kF32 keeps the file's values (A in f32, as llama.cpp
+// multiplies an f32 adapter; B in f16 where the file has it so, else f32: exact either way).
+// kQ8_0 keeps A in Q8_0 rows (llama.cpp's quantize_row_q8_0: a quarter of f32's bytes and the
+// int8 dot products of the base matrices; A·x then differs from the f32 one by the rounding of A
+// and x to 8 bits) and B in f16 (B·(A·x) reads each adapter's B once a step: half the bytes).
 enum class LoraWeights { kF32, kQ8_0 };
 
 // The pair as the blocks take it: A as a matrix of the kernels (rank rows of the base matrix's
-// inputs), B transposed in f32 (rank rows of the base matrix's outputs), so that B·(A·x) is
-// rank scaled row additions: B's rows are rank long, too short for dot products to pay.
+// inputs), B transposed (rank rows of the base matrix's outputs), so that B·(A·x) is rank
+// scaled row additions: B's rows are rank long, too short for dot products to pay.
 struct LoraPair {
   WeightMatrix a;
-  std::span<const float> b_transposed;  // rank x outputs, row-major
+  // Bᵀ, rank x outputs, row-major: in f32, or (b_transposed empty) in f16.
+  std::span<const float> b_transposed;
+  std::span<const uint16_t> b_transposed_f16;
   int64_t rank = 0;
   float scale = 1.0f;
+
+  // Bᵀ's first byte: the pair's identity.
+  const void* b_data() const {
+    return b_transposed.empty() ? static_cast<const void*>(b_transposed_f16.data())
+                                : static_cast<const void*>(b_transposed.data());
+  }
 };
 
 class LoraAdapter {
@@ -58,8 +67,9 @@ class LoraAdapter {
   explicit LoraAdapter(GgufFile file) : file_(std::move(file)) {}
   // `w` in `weights`' type (for Q8_0, its cols a multiple of 32), kept in converted_.
   WeightMatrix Converted(const WeightMatrix& w, LoraWeights weights);
-  // `w` in f32, transposed, kept in converted_.
-  std::span<const float> Transposed(const WeightMatrix& w);
+  // `w` transposed, kept in converted_: in f32 into pair.b_transposed, or in f16 into
+  // pair.b_transposed_f16.
+  void Transposed(const WeightMatrix& w, bool f16, LoraPair& pair);
 
   GgufFile file_;
   std::vector<std::vector<uint8_t>> converted_;  // the pairs' matrices point into these

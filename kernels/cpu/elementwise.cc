@@ -116,6 +116,11 @@ void AddLowRank(const CpuContext& ctx, const float* coeffs, int64_t n_tokens, in
   ctx.kernels->add_low_rank(coeffs, n_tokens, rank, bt, n, y);
 }
 
+void AddLowRank(const CpuContext& ctx, const float* coeffs, int64_t n_tokens, int64_t rank,
+                const uint16_t* bt, int64_t n, float* const* y) {
+  ctx.kernels->add_low_rank_f16(coeffs, n_tokens, rank, bt, n, y);
+}
+
 namespace {
 
 // GELU-tanh of every f16 value, as f16: ggml's ggml_table_gelu_f16. ggml's C is compiled

@@ -117,6 +117,10 @@ void AddInPlace(float* x, const float* y, int64_t n);
 // values in every table).
 void AddLowRank(const CpuContext& ctx, const float* coeffs, int64_t n_tokens, int64_t rank,
                 const float* bt, int64_t n, float* const* y);
+// The same with bt in f16 (half the bytes to read): each element widened to f32 exactly, so
+// the sums equal those over bt widened first.
+void AddLowRank(const CpuContext& ctx, const float* coeffs, int64_t n_tokens, int64_t rank,
+                const uint16_t* bt, int64_t n, float* const* y);
 
 // Adds bias (one row) to each of n_rows rows.
 void AddBias(float* x, std::span<const float> bias, int64_t n_rows);

@@ -133,9 +133,11 @@ struct CpuKernelTable {
   void (*swiglu)(const float* gate, const float* up, int64_t n_rows, int64_t row_size,
                  float* out);
   void (*softmax_like_ggml)(std::span<float> x, float sink);
-  // AddLowRank (elementwise.h).
+  // AddLowRank (elementwise.h), with Bᵀ in f32 or in f16.
   void (*add_low_rank)(const float* coeffs, int64_t n_tokens, int64_t rank, const float* bt,
                        int64_t n, float* const* y);
+  void (*add_low_rank_f16)(const float* coeffs, int64_t n_tokens, int64_t rank,
+                           const uint16_t* bt, int64_t n, float* const* y);
 };
 
 namespace internal {

@@ -42,7 +42,8 @@ constexpr CpuKernelTable MakeScalarTable() {
   table.attend = AttendWith<ScalarOps>;
   table.swiglu = ScalarSwiGlu;
   table.softmax_like_ggml = ScalarSoftmaxLikeGgml;
-  table.add_low_rank = LoopAddLowRank;
+  table.add_low_rank = LoopAddLowRank<float>;
+  table.add_low_rank_f16 = LoopAddLowRank<uint16_t>;
   FillMatmulEntries(table);
   return table;
 }

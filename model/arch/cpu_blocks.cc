@@ -151,11 +151,18 @@ void CpuForwardBlocks::ApplyLora(const WeightMatrix& w, const float* x, int64_t 
       const auto [first, last] = lora_tasks_[static_cast<size_t>(t)];
       const LoraPair& pair = *lora_rows_[first].first;
       const int64_t count = static_cast<int64_t>(last - first);
-      float* in = lora_in_.data() + first * w.cols;
       float* mid = lora_mid_.data() + first * max_rank;
-      for (int64_t i = 0; i < count; ++i) {
-        const int64_t row = lora_rows_[first + i].second;
-        std::copy(x + row * w.cols, x + (row + 1) * w.cols, in + i * w.cols);
+      // A prefill's rows are consecutive: A·x reads them where they are.
+      const int64_t row0 = lora_rows_[first].second;
+      const bool consecutive = lora_rows_[last - 1].second == row0 + count - 1;
+      const float* in = x + row0 * w.cols;
+      if (!consecutive) {
+        float* gathered = lora_in_.data() + first * w.cols;
+        for (int64_t i = 0; i < count; ++i) {
+          const int64_t row = lora_rows_[first + i].second;
+          std::copy(x + row * w.cols, x + (row + 1) * w.cols, gathered + i * w.cols);
+        }
+        in = gathered;
       }
       Matmul(serial, pair.a, in, count, mid);
       // y += scale · B·mid, with B transposed (each row's sum in a fixed order: batching
@@ -165,8 +172,13 @@ void CpuForwardBlocks::ApplyLora(const WeightMatrix& w, const float* x, int64_t 
       for (int64_t i = 0; i < count; i += kMaxRowsPerCall) {
         const int64_t rows = std::min(kMaxRowsPerCall, count - i);
         for (int64_t k = 0; k < rows; ++k) y_rows[k] = y + lora_rows_[first + i + k].second * w.rows;
-        AddLowRank(serial, mid + i * pair.rank, rows, pair.rank, pair.b_transposed.data(), w.rows,
-                   y_rows);
+        if (pair.b_transposed.empty()) {
+          AddLowRank(serial, mid + i * pair.rank, rows, pair.rank, pair.b_transposed_f16.data(),
+                     w.rows, y_rows);
+        } else {
+          AddLowRank(serial, mid + i * pair.rank, rows, pair.rank, pair.b_transposed.data(),
+                     w.rows, y_rows);
+        }
       }
     }
   };

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "kernels/dequantize.h"
+#include "kernels/half.h"
 
 namespace tokenmill::cuda {
 namespace {
@@ -39,13 +40,16 @@ Status CudaLoras::Add(const LoraAdapter& adapter) {
   }
   copy.slot = static_cast<int32_t>(std::find(taken.begin(), taken.end(), false) - taken.begin());
   // A pair is listed once per layout of its base matrix: upload each once.
-  std::map<const float*, DeviceLoraPair> uploaded;  // by the host Bᵀ
+  std::map<const void*, DeviceLoraPair> uploaded;  // by the host Bᵀ
   for (const auto& [base, pair] : adapter.pairs_by_base()) {
-    DeviceLoraPair& device = uploaded[pair.b_transposed.data()];
+    DeviceLoraPair& device = uploaded[pair.b_data()];
     if (device.a == nullptr) {
       TM_ASSIGN_OR_RETURN(const std::vector<float> a, AsFloats(pair.a));
       TM_ASSIGN_OR_RETURN(DeviceBuffer a_copy, DeviceBuffer::CopyOf(std::span<const float>(a)));
-      TM_ASSIGN_OR_RETURN(DeviceBuffer bt_copy, DeviceBuffer::CopyOf(pair.b_transposed));
+      // Bᵀ in f32 on the device (f16 widens exactly).
+      std::vector<float> bt(pair.b_transposed.begin(), pair.b_transposed.end());
+      for (const uint16_t half : pair.b_transposed_f16) bt.push_back(HalfToFloat(half));
+      TM_ASSIGN_OR_RETURN(DeviceBuffer bt_copy, DeviceBuffer::CopyOf(std::span<const float>(bt)));
       device = {.a = a_copy.as<const float>(),
                 .b_transposed = bt_copy.as<const float>(),
                 .rank = static_cast<int32_t>(pair.rank),

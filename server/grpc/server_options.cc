@@ -178,10 +178,10 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "once per adapter: a request whose model is NAME runs with it")
       ->take_all();
   AddOption(app, "--lora-weights", o.lora_weights,
-            "how the LoRA adapters' A matrices are kept: f32 (their values, as llama.cpp "
-            "multiplies f32 adapters) or q8_0 (llama.cpp's 8-bit blocks: a quarter of the "
-            "memory traffic, on the int8 kernels of the base matrices; A·x rounds to 8 bits). "
-            "B stays f32")
+            "how the LoRA adapters' pairs are kept: f32 (their values, as llama.cpp "
+            "multiplies them; B in f16 where the file has it so) or q8_0 (A in llama.cpp's "
+            "8-bit blocks: a quarter of the memory traffic, on the int8 kernels of the base "
+            "matrices, A·x rounded to 8 bits; B in f16)")
       ->check(CLI::IsMember({"f32", "q8_0"}));
   AddOption(app, "--lora-dir", o.lora_dir,
             "lets the admin load and unload LoRA adapters at run time (POST "

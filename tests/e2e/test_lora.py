@@ -12,7 +12,8 @@ feed-forward matrices):
 - prefixes cached under one adapter are not served to another; an unknown model name is
   NOT_FOUND; bad adapter files are refused at startup by name;
 - --metrics-compat vllm serves vllm:lora_requests_info with the adapters of running requests;
-- --lora-weights q8_0 (A in 8-bit blocks) stays within llama.cpp's near-ties on the default model."""
+- --lora-weights q8_0 (A in 8-bit blocks, B in f16) stays within llama.cpp's near-ties on the
+  default model."""
 import ctypes
 import subprocess
 import sys
@@ -103,6 +104,23 @@ def test_tiny_adapters_equal_llama_cpp_alone_and_batched(tiny):
         assert list(info.lora_adapters) == ["a", "b"]
         assert check_against_llama_cpp(server, base, adapters, prompts, EXACT_NEAR_TIE) == 0
         check_mixed_batch(server, prompts, ["", "a", "b"])
+
+
+def test_an_f16_b_runs_as_its_values_in_f32(tiny, tmp_path):
+    """An adapter whose B is F16 (convert_lora_to_gguf.py's default type) is kept in f16 and
+    widened in the kernels: its tokens equal those of an F32 file of the same values, bit for
+    bit, alone and batched with the base model; a different B would move them."""
+    base, _ = tiny
+    f16, twin = tmp_path / "b-f16.gguf", tmp_path / "b-f32-twin.gguf"
+    write_adapter(str(base), str(f16), rank=4, alpha=8, seed=5, gain=1.0, b_dtype=np.float16)
+    write_adapter(str(base), str(twin), rank=4, alpha=8, seed=5, gain=1.0, b_in_f16=True)
+    prompts = [[1, 50, 60, 70, 80, 90, 100], [1, 7, 300, 21, 99]]
+    with Server("--lora", f"f16={f16}", "--lora", f"twin={twin}", model=base) as server:
+        for p in prompts:
+            got = generate(server.stub, request(p, "f16"))[0]
+            assert got == generate(server.stub, request(p, "twin"))[0]
+            assert got != generate(server.stub, request(p))[0]
+        check_mixed_batch(server, prompts, ["", "f16"])
 
 
 def check_mixed_batch(server, prompts, models):

@@ -597,6 +597,42 @@ TEST(AddLowRankTest, AddsTheRankTermsAlikeOnEveryIsaAndAloneOrTogether) {
   }
 }
 
+// With Bᵀ in f16 (half the bytes): every ISA's sums bit for bit those of the f32 kernel over
+// the same values widened, so an f16 adapter's B changes nothing but the bytes read.
+TEST(AddLowRankTest, F16BEqualsItsValuesInF32OnEveryIsa) {
+  std::mt19937 rng(43);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  constexpr int64_t kTokens = 3, kRank = 16;
+  for (const int64_t n : {8960, 576, 37}) {
+    std::vector<float> coeffs(kTokens * kRank), y0(static_cast<size_t>(kTokens * n));
+    std::vector<uint16_t> bt16(static_cast<size_t>(kRank * n));
+    std::vector<float> bt32(bt16.size());
+    for (float& v : coeffs) v = normal(rng);
+    for (float& v : y0) v = normal(rng);
+    for (size_t i = 0; i < bt16.size(); ++i) {
+      bt16[i] = FloatToHalf(normal(rng));
+      bt32[i] = HalfToFloat(bt16[i]);
+    }
+    const auto run = [&](CpuIsa isa, auto bt) {
+      std::vector<float> y = y0;
+      std::vector<float*> rows;
+      for (int64_t t = 0; t < kTokens; ++t) rows.push_back(y.data() + t * n);
+      AddLowRank(CpuContext{&KernelTable(isa)}, coeffs.data(), kTokens, kRank, bt, n,
+                 rows.data());
+      return y;
+    };
+    const std::vector<float> expected = run(CpuIsa::kScalar, bt32.data());
+    for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+      if (!CpuSupports(isa)) continue;
+      const std::vector<float> got = run(isa, bt16.data());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(expected[i]))
+            << IsaName(isa) << " n " << n << " at " << i;
+      }
+    }
+  }
+}
+
 TEST(SoftmaxTest, SumsToOneAndSurvivesLargeValues) {
   std::vector<float> x = {1000.0f, 999.0f, -1000.0f, 1000.0f};
   SoftmaxInPlace(x);

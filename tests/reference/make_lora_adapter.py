@@ -1,8 +1,8 @@
 """Writes a LoRA adapter of a GGUF model in llama.cpp's adapter form (general.type adapter,
 adapter.type lora, adapter.lora.alpha; what convert_lora_to_gguf.py writes): random low-rank
 pairs <name>.lora_a (rank rows of the matrix's inputs) and <name>.lora_b (its outputs' rows of
-rank) for the attention and feed-forward matrices of every layer, in F32, scaled so that the
-update moves the model's greedy output without drowning it.
+rank) for the attention and feed-forward matrices of every layer, in F32 (B in F16 if asked),
+scaled so that the update moves the model's greedy output without drowning it.
   .venv/bin/python tests/reference/make_lora_adapter.py BASE.gguf OUT.gguf [--rank 16]
       [--alpha 32] [--seed 0] [--gain 0.5]
 The e2e tests make theirs with write_adapter (tests/e2e/test_lora.py)."""
@@ -14,9 +14,12 @@ import numpy as np
 ADAPTED = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
-def write_adapter(base, out, rank=16, alpha=32.0, seed=0, gain=0.5):
+def write_adapter(base, out, rank=16, alpha=32.0, seed=0, gain=0.5, b_dtype=np.float32,
+                  b_in_f16=False):
     """The adapter of `base` at `out`; returns the number of matrices adapted. B·A's entries
-    have a standard deviation of about gain / sqrt(inputs) before the scale alpha / rank."""
+    have a standard deviation of about gain / sqrt(inputs) before the scale alpha / rank. B is
+    stored as b_dtype (np.float16: as convert_lora_to_gguf.py's default writes it), its values
+    rounded to f16 first when b_in_f16 (an F32 twin of the F16 file of the same seed)."""
     reader = gguf.GGUFReader(base)
     arch = reader.fields["general.architecture"].contents()
     rng = np.random.default_rng(seed)
@@ -33,7 +36,9 @@ def write_adapter(base, out, rank=16, alpha=32.0, seed=0, gain=0.5):
         a = rng.standard_normal((rank, n_in)) / np.sqrt(n_in)
         b = rng.standard_normal((n_out, rank)) * gain / np.sqrt(rank)
         writer.add_tensor(tensor.name + ".lora_a", a.astype(np.float32))
-        writer.add_tensor(tensor.name + ".lora_b", b.astype(np.float32))
+        if b_in_f16 or b_dtype == np.float16:
+            b = b.astype(np.float16)
+        writer.add_tensor(tensor.name + ".lora_b", b.astype(b_dtype))
         adapted += 1
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
