@@ -11,6 +11,12 @@ std::shared_ptr<KvMemoryBudget> KvMemoryBudget::Create(int64_t total_bytes) {
   return std::shared_ptr<KvMemoryBudget>(new KvMemoryBudget(total_bytes));
 }
 
+int64_t KvMemoryBudget::Member::wanted() const {
+  int64_t sum = 0;
+  for (const int64_t want : wants) sum += want;
+  return sum;
+}
+
 int64_t KvMemoryBudget::unclaimed_bytes() const {
   std::lock_guard lock(mutex_);
   return total_bytes_ - held_;
@@ -19,7 +25,7 @@ int64_t KvMemoryBudget::unclaimed_bytes() const {
 std::unique_ptr<KvMemoryShare> KvMemoryBudget::Join(std::function<void()> wake) {
   std::unique_ptr<KvMemoryShare> share(new KvMemoryShare(shared_from_this()));
   std::lock_guard lock(mutex_);
-  members_.push_back(Member{.share = share.get(), .wake = std::move(wake)});
+  members_.push_back(Member{.share = share.get(), .wake = std::move(wake), .held = 0, .wants = {}});
   return share;
 }
 
@@ -37,7 +43,7 @@ void KvMemoryBudget::WakeOthers(const KvMemoryShare* share) {
 
 void KvMemoryBudget::WakeWanting() {
   for (const Member& member : members_) {
-    if (member.wanted > 0 && member.wake) member.wake();
+    if (member.wanted() > 0 && member.wake) member.wake();
   }
 }
 
@@ -51,23 +57,26 @@ KvMemoryShare::~KvMemoryShare() {
   if (gave) budget.WakeWanting();
 }
 
-int KvMemoryShare::TakeBlocks(int blocks, int needed, int64_t block_bytes) {
+int KvMemoryShare::TakeBlocks(int pool, int blocks, int needed, int64_t block_bytes) {
   TM_CHECK_GT(block_bytes, 0);
+  TM_CHECK_GE(pool, 0);
   KvMemoryBudget& budget = *budget_;
   std::lock_guard lock(budget.mutex_);
   KvMemoryBudget::Member& member = budget.MemberOf(this);
   // What was given back for another share's ask is kept for it.
   int64_t available = budget.total_bytes_ - budget.held_;
   for (const KvMemoryBudget::Member& other : budget.members_) {
-    if (other.share != this) available -= other.wanted;
+    if (other.share != this) available -= other.wanted();
   }
   const int granted =
       static_cast<int>(std::clamp<int64_t>(available / block_bytes, 0, std::max(blocks, 0)));
   member.held += granted * block_bytes;
   budget.held_ += granted * block_bytes;
+  if (member.wants.size() <= static_cast<size_t>(pool)) member.wants.resize(pool + 1);
+  int64_t& want = member.wants[static_cast<size_t>(pool)];
   const int64_t wanted = std::max(0, needed - granted) * block_bytes;
-  const bool new_ask = wanted > member.wanted;
-  member.wanted = wanted;
+  const bool new_ask = wanted > want;
+  want = wanted;
   if (new_ask) budget.WakeOthers(this);
   return granted;
 }
@@ -86,7 +95,7 @@ void KvMemoryShare::GiveBlocks(int blocks, int64_t block_bytes) {
 
 void KvMemoryShare::ClearWant() {
   std::lock_guard lock(budget_->mutex_);
-  budget_->MemberOf(this).wanted = 0;
+  budget_->MemberOf(this).wants.clear();
 }
 
 int64_t KvMemoryShare::held_bytes() const {
@@ -99,7 +108,7 @@ int64_t KvMemoryShare::BytesAsked() const {
   std::lock_guard lock(budget.mutex_);
   int64_t wanted = 0;
   for (const KvMemoryBudget::Member& member : budget.members_) {
-    if (member.share != this) wanted += member.wanted;
+    if (member.share != this) wanted += member.wanted();
   }
   return std::max<int64_t>(0, wanted - (budget.total_bytes_ - budget.held_));
 }

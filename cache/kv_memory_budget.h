@@ -39,7 +39,10 @@ class KvMemoryBudget : public std::enable_shared_from_this<KvMemoryBudget> {
     const KvMemoryShare* share;
     std::function<void()> wake;
     int64_t held = 0;
-    int64_t wanted = 0;  // bytes it lacked at its last shortfall, until it takes them
+    // By pool (an engine's KV groups): bytes it lacked at its last shortfall, until it takes
+    // them or its engine's next step.
+    std::vector<int64_t> wants;
+    int64_t wanted() const;
   };
   explicit KvMemoryBudget(int64_t total_bytes) : total_bytes_(total_bytes) {}
   Member& MemberOf(const KvMemoryShare* share);  // mutex_ held
@@ -59,13 +62,13 @@ class KvMemoryShare {
   KvMemoryShare(const KvMemoryShare&) = delete;
   KvMemoryShare& operator=(const KvMemoryShare&) = delete;
 
-  // Takes memory for at most `blocks` blocks of `block_bytes`, as many as the unclaimed part
-  // holds beyond what the other shares ask for; returns the blocks granted. Granting fewer than
-  // `needed` (the blocks without which the pool cannot serve its requests) asks the other
-  // shares for the rest.
-  int TakeBlocks(int blocks, int needed, int64_t block_bytes);
+  // Takes memory for at most `blocks` blocks of `block_bytes` for pool `pool` (0, 1, ...: an
+  // engine's KV groups), as many as the unclaimed part holds beyond what the other shares ask
+  // for; returns the blocks granted. Granting fewer than `needed` (the blocks without which
+  // the pool cannot serve its requests) asks the other shares for the rest, for that pool.
+  int TakeBlocks(int pool, int blocks, int needed, int64_t block_bytes);
   void GiveBlocks(int blocks, int64_t block_bytes);
-  // Drops this share's ask (its engine no longer waits for memory).
+  // Drops this share's asks (its engine's next step makes them again if it must).
   void ClearWant();
 
   int64_t held_bytes() const;

@@ -17,9 +17,9 @@ ElasticKv::ElasticKv(KvCacheManager& kv, ReleaseKv release, std::unique_ptr<KvMe
       group_block_bytes_(std::move(group_block_bytes)) {
   TM_CHECK_EQ(static_cast<int>(group_block_bytes_.size()), kv_.num_groups());
   for (int group = 0; group < kv_.num_groups(); ++group) {
-    kv_.MakeElastic(group, [share = share_.get(), bytes = group_block_bytes_[group]](
+    kv_.MakeElastic(group, [share = share_.get(), group, bytes = group_block_bytes_[group]](
                                int blocks, int needed) {
-      return share->TakeBlocks(blocks, needed, bytes);
+      return share->TakeBlocks(group, blocks, needed, bytes);
     });
   }
 }

@@ -31,14 +31,14 @@ TEST(KvMemoryBudgetTest, GrantsWhatIsUnclaimedAndAsksTheOthersForTheRest) {
   auto a = budget->Join([&] { ++a_woken; });
   auto b = budget->Join([&] { ++b_woken; });
 
-  EXPECT_EQ(a->TakeBlocks(8, 8, kBlockBytes), 8);
+  EXPECT_EQ(a->TakeBlocks(0, 8, 8, kBlockBytes), 8);
   EXPECT_EQ(a->held_bytes(), 8 * kBlockBytes);
   EXPECT_EQ(budget->unclaimed_bytes(), 2 * kBlockBytes);
   EXPECT_EQ(a->BytesAsked(), 0);
   EXPECT_EQ(b_woken, 0);
 
   // b needs 5 and gets 2: a is asked for 3 and woken.
-  EXPECT_EQ(b->TakeBlocks(6, 5, kBlockBytes), 2);
+  EXPECT_EQ(b->TakeBlocks(0, 6, 5, kBlockBytes), 2);
   EXPECT_EQ(budget->unclaimed_bytes(), 0);
   EXPECT_EQ(a->BytesAsked(), 3 * kBlockBytes);
   EXPECT_EQ(b->BytesAsked(), 0);
@@ -48,8 +48,8 @@ TEST(KvMemoryBudgetTest, GrantsWhatIsUnclaimedAndAsksTheOthersForTheRest) {
   a->GiveBlocks(3, kBlockBytes);
   EXPECT_EQ(b_woken, 1);
   EXPECT_EQ(a->BytesAsked(), 0);
-  EXPECT_EQ(a->TakeBlocks(3, 0, kBlockBytes), 0);
-  EXPECT_EQ(b->TakeBlocks(3, 3, kBlockBytes), 3);
+  EXPECT_EQ(a->TakeBlocks(0, 3, 0, kBlockBytes), 0);
+  EXPECT_EQ(b->TakeBlocks(0, 3, 3, kBlockBytes), 3);
   EXPECT_EQ(a->BytesAsked(), 0);
   EXPECT_EQ(budget->unclaimed_bytes(), 0);
 
@@ -62,20 +62,34 @@ TEST(KvMemoryBudgetTest, ClearedWantAsksNothing) {
   const auto budget = KvMemoryBudget::Create(4 * kBlockBytes);
   auto a = budget->Join(nullptr);
   auto b = budget->Join(nullptr);
-  EXPECT_EQ(a->TakeBlocks(4, 4, kBlockBytes), 4);
-  EXPECT_EQ(b->TakeBlocks(2, 1, kBlockBytes), 0);
+  EXPECT_EQ(a->TakeBlocks(0, 4, 4, kBlockBytes), 4);
+  EXPECT_EQ(b->TakeBlocks(0, 2, 1, kBlockBytes), 0);
   EXPECT_EQ(a->BytesAsked(), kBlockBytes);
   b->ClearWant();
   EXPECT_EQ(a->BytesAsked(), 0);
   // Asking for less than it takes asks nothing.
-  EXPECT_EQ(b->TakeBlocks(2, 0, kBlockBytes), 0);
+  EXPECT_EQ(b->TakeBlocks(0, 2, 0, kBlockBytes), 0);
+  EXPECT_EQ(a->BytesAsked(), 0);
+}
+
+TEST(KvMemoryBudgetTest, EachPoolsAskStandsUntilItsOwnTakeOrTheNextStep) {
+  const auto budget = KvMemoryBudget::Create(4 * kBlockBytes);
+  auto a = budget->Join(nullptr);
+  auto b = budget->Join(nullptr);
+  EXPECT_EQ(a->TakeBlocks(0, 4, 4, kBlockBytes), 4);
+  EXPECT_EQ(b->TakeBlocks(0, 2, 2, kBlockBytes), 0);  // b's pool 0 asks for 2 blocks
+  EXPECT_EQ(b->TakeBlocks(1, 1, 0, kBlockBytes), 0);  // its pool 1 asks nothing
+  EXPECT_EQ(a->BytesAsked(), 2 * kBlockBytes);        // pool 0's ask stands
+  EXPECT_EQ(b->TakeBlocks(1, 1, 1, 3 * kBlockBytes), 0);  // pool 1 asks for a larger block
+  EXPECT_EQ(a->BytesAsked(), 5 * kBlockBytes);
+  b->ClearWant();
   EXPECT_EQ(a->BytesAsked(), 0);
 }
 
 // The manager's pool grows through `share`.
 void MakeElastic(KvCacheManager& m, KvMemoryShare& share) {
   m.MakeElastic(0, [&share](int blocks, int needed) {
-    return share.TakeBlocks(blocks, needed, kBlockBytes);
+    return share.TakeBlocks(0, blocks, needed, kBlockBytes);
   });
 }
 
@@ -138,8 +152,7 @@ TEST(ElasticPoolTest, ShrinksFromTheTopStoppingAtABlockInUse) {
   EXPECT_EQ(m.ShrinkTop(0, 100, 0), 11);  // 15..5
   EXPECT_EQ(m.pool().active_blocks(), 5);
   EXPECT_INVARIANTS(m);
-  // Evicting block 4 (the third of the chain) leaves 2 and 3 cached; evicting 3 too would
-  // orphan nothing more.
+  // Block 4 ends the chain: evicting it orphans nothing, and 2 and 3 stay cached.
   EXPECT_EQ(m.ShrinkTop(0, 100, 1), 1);
   EXPECT_EQ(m.pool().active_blocks(), 4);
   EXPECT_INVARIANTS(m);
@@ -199,7 +212,7 @@ TEST(ElasticPoolTest, RandomTrafficOfTwoPoolsKeepsInvariantsAndTheLimit) {
         testing::CacheConfig(static_cast<int>(kLimit / block_bytes[i]), kBlockSize, 1)));
     managers[i]->MakeElastic(0, [share = shares[i].get(), bytes = block_bytes[i]](
                                     int blocks, int needed) {
-      return share->TakeBlocks(blocks, needed, bytes);
+      return share->TakeBlocks(0, blocks, needed, bytes);
     });
   }
   std::mt19937 rng(7);
