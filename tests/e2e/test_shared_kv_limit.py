@@ -1,17 +1,22 @@
 """Several models share one KV limit (--kv-cache-memory on the CPU; cache/kv_memory_budget.h,
 engine/elastic_kv.h): one model's cached prompts grow its pool into all of the limit, and a
 request of another model that cannot run takes blocks back (their pages returned); both answer
-as a server without the limit does, a draft model's KV counts in its model's part, and the
-pools together never hold more than the limit (tokenmill:kv_cache_memory_bytes)."""
+as a server without the limit does, a draft model's KV counts in its model's part, a
+sliding-window model's two pools both take their blocks from it, and the pools together never
+hold more than the limit (tokenmill:kv_cache_memory_bytes)."""
 import random
+import sys
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server_harness import DEFAULT_MODEL, TINY_MODEL, Server, generate
+from server_harness import DEFAULT_MODEL, REPO, TINY_MODEL, Server, generate
 from test_multi_model import DEFAULT_ID, MiB, PROMPTS, SMOL_PROMPTS, TINY_ID, request
+
+sys.path.insert(0, str(REPO / "tests" / "reference"))
+from tiny_families import gemma3  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +101,29 @@ def test_a_draft_models_kv_counts_in_the_shared_limit(lone):
         held = kv_memory(server)
         assert held[DEFAULT_ID] > 0 and held[DEFAULT_ID] % (2 * SMOL_BLOCK_BYTES) == 0, held
         assert sum(held.values()) <= limit, held
+
+
+def test_a_sliding_window_models_two_pools_take_from_the_limit_too(tmp_path):
+    """The tiny gemma3 (window 8: its sliding-window layers in a pool of their own) beside
+    stories260K (its vocabulary): stories260K's cached prompts take the limit, then gemma3's
+    prompts, which cross the window, take blocks back for both of its pools and answer as
+    gemma3 alone does."""
+    gemma = tmp_path / "tiny-gemma3.gguf"
+    gemma3.write(str(gemma), vocabulary_from=str(TINY_MODEL))
+    flags = ("--block-size", "4", "--max-num-batched-tokens", "12")
+    rng = random.Random(2)
+    prompts = [[1] + [rng.randrange(3, 512) for _ in range(60)] for _ in range(3)]
+    with Server(*flags, model=gemma) as alone:
+        want = [generate(alone.stub, request(p, ""))[0] for p in prompts]
+    limit_kib = 128
+    with Server("--model", f"stories={TINY_MODEL}", *flags, "--kv-cache-memory",
+                f"{limit_kib}KiB", model=f"gemma={gemma}") as server:
+        for p in [[1] + [rng.randrange(3, 512) for _ in range(60)] for _ in range(4)]:
+            generate(server.stub, request(p, "stories", max_tokens=1))
+        before = kv_memory(server)
+        assert before["stories"] > limit_kib * 1024 * 3 / 4, before
+        got = [generate(server.stub, request(p, "gemma"))[0] for p in prompts]
+        assert got == want
+        after = kv_memory(server)
+        assert after["gemma"] > 0 and after["stories"] < before["stories"], (before, after)
+        assert sum(after.values()) <= limit_kib * 1024
