@@ -115,7 +115,8 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
             "(faster prefill; greedy tokens may then depend on the batch); 0: never")
       ->check(CLI::NonNegativeNumber);
   AddOption(app, "--kv-cache-memory", o.kv_cache_memory,
-            "KV cache size (\"2GiB\") or fraction of available memory (\"0.5\")");
+            "KV cache size (\"2GiB\") or fraction of available memory (\"0.5\"); with several "
+            "models on the CPU, one limit their pools share");
   AddOption(app, "--kv-cache-dtype", o.kv_cache_dtype,
             "KV cache element type: f16, int8 (a scale per token and KV head: about twice "
             "the tokens), q4_0 (llama.cpp's 4-bit blocks of 32: 3.56x the tokens), int4 "
