@@ -269,7 +269,8 @@ void BlockPool::Reset() {
     std::unordered_set<PrefixId> removed;
     for (const KvBlock& block : blocks_) {
       if (block.identity.has_value() && removed.insert(block.identity->prefix_id).second) {
-        prefix_log_->push_back(PrefixChange::Removed(block.identity->prefix_id, block.identity->hash));
+        prefix_log_->push_back(
+            PrefixChange::Removed(block.identity->prefix_id, block.identity->hash));
       }
     }
   }
@@ -306,19 +307,21 @@ Status BlockPool::CheckFreeQueue() const {
 
 Status BlockPool::CheckCachedBlock(const KvBlock& block) const {
   const BlockIdentity& identity = *block.identity;
-  const std::string name = "cached block " + std::to_string(block.id);
+  // Named only on failure: the check runs on every block at every scheduler step in debug and
+  // sanitizer builds.
+  const auto name = [&] { return "cached block " + std::to_string(block.id); };
   if (static_cast<int>(identity.tokens.size()) != block_size_) {
-    return InternalError(name + " holds " + std::to_string(identity.tokens.size()) + " tokens");
+    return InternalError(name() + " holds " + std::to_string(identity.tokens.size()) + " tokens");
   }
   if (hasher_(identity.parent_hash, identity.tokens, identity.extra_key) != identity.hash) {
-    return InternalError(name + ": its tokens do not hash to its hash");
+    return InternalError(name() + ": its tokens do not hash to its hash");
   }
   if (identity.parent_prefix_id >= identity.prefix_id) {
-    return InternalError(name + ": its prefix id is not newer than its parent's");
+    return InternalError(name() + ": its prefix id is not newer than its parent's");
   }
   const auto [begin, end] = cached_by_hash_.equal_range(identity.hash);
   if (std::none_of(begin, end, [&](const auto& entry) { return entry.second == block.id; })) {
-    return InternalError(name + " is missing from the hash index");
+    return InternalError(name() + " is missing from the hash index");
   }
   return OkStatus();
 }
@@ -336,20 +339,20 @@ Status BlockPool::CheckInvariants(std::span<const int> expected_ref_counts) cons
   int num_cached = 0;
   std::unordered_set<PrefixId> cached_prefixes;
   for (const KvBlock& block : blocks_) {
-    const std::string name = "block " + std::to_string(block.id);
+    const auto name = [&] { return "block " + std::to_string(block.id); };
     if (block.id >= active_blocks_) {
       if (block.ref_count != 0 || block.identity.has_value() || block.in_free_queue) {
-        return InternalError(name + " is unbacked but in use, cached or queued");
+        return InternalError(name() + " is unbacked but in use, cached or queued");
       }
       continue;
     }
-    if (block.ref_count < 0) return InternalError(name + " has a negative ref count");
+    if (block.ref_count < 0) return InternalError(name() + " has a negative ref count");
     if ((block.ref_count == 0) != block.in_free_queue) {
-      return InternalError(name + " with ref count " + std::to_string(block.ref_count) +
+      return InternalError(name() + " with ref count " + std::to_string(block.ref_count) +
                            (block.in_free_queue ? " is" : " is not") + " in the free queue");
     }
     if (!expected_ref_counts.empty() && expected_ref_counts[block.id] != block.ref_count) {
-      return InternalError(name + " has ref count " + std::to_string(block.ref_count) + " but " +
+      return InternalError(name() + " has ref count " + std::to_string(block.ref_count) + " but " +
                            std::to_string(expected_ref_counts[block.id]) + " block tables hold it");
     }
     if (block.ref_count > 0) {

@@ -542,31 +542,32 @@ Status KvCacheManager::CheckInvariants() const {
   std::vector<int> sliding_ref_counts(sliding_pool_.has_value() ? sliding_pool_->num_blocks() : 0,
                                       0);
   for (const auto& [request_id, table] : tables_) {
-    const std::string name = "request " + std::to_string(request_id);
+    const auto name = [&] { return "request " + std::to_string(request_id); };
     std::unordered_set<BlockId> seen;
     PrefixId parent_prefix = kEmptyPrefix;
     for (int i = 0; i < static_cast<int>(table.blocks.size()); ++i) {
       const BlockId id = table.blocks[i];
       if (id < 0 || id >= pool_.num_blocks() || !seen.insert(id).second) {
-        return InternalError(name + " holds block " + std::to_string(id) + " twice or not at all");
+        return InternalError(name() + " holds block " + std::to_string(id) +
+                             " twice or not at all");
       }
       ++ref_counts[id];
       const std::optional<BlockIdentity>& identity = pool_.block(id).identity;
       if (i >= table.num_cached_blocks) {
         if (identity.has_value()) {
-          return InternalError(name + ": block " + std::to_string(id) +
+          return InternalError(name() + ": block " + std::to_string(id) +
                                " is cached past the table's cached prefix");
         }
         continue;
       }
       if (!identity.has_value() || identity->parent_prefix_id != parent_prefix) {
-        return InternalError(name + ": block " + std::to_string(id) + " at index " +
+        return InternalError(name() + ": block " + std::to_string(id) + " at index " +
                              std::to_string(i) + " does not continue the cached prefix chain");
       }
       parent_prefix = identity->prefix_id;
     }
     if (sliding_pool_.has_value()) {
-      TM_RETURN_IF_ERROR(CheckSlidingTable(name, table, sliding_ref_counts));
+      TM_RETURN_IF_ERROR(CheckSlidingTable(name(), table, sliding_ref_counts));
     }
   }
   TM_RETURN_IF_ERROR(pool_.CheckInvariants(ref_counts));
