@@ -9,14 +9,6 @@
 namespace tokenmill::testing {
 namespace {
 
-int Vocab() { return Stories().tokenizer->vocab_size(); }
-
-std::unique_ptr<EngineCore> NewCore(EngineConfig config) {
-  auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
-  TM_CHECK(core.ok()) << core.status().ToString();
-  return std::move(*core);
-}
-
 RequestState StateOf(const EngineCore& core, RequestId id) {
   const Request* request = core.scheduler().Find(id);
   TM_CHECK(request != nullptr);
@@ -32,10 +24,12 @@ void ExpectAborted(const Collector& collector, RequestId id) {
 TEST(EngineAbortTest, WaitingRequest) {
   EngineConfig config = SmallConfig();
   config.scheduler.max_num_seqs = 1;
-  auto core = NewCore(config);
+  auto core = NewCore(Stories(), config);
   Collector collector;
-  ASSERT_TRUE(core->Add(1, Greedy(RandomPrompt(10, Vocab(), 1), 20, collector.Sink(1))).ok());
-  ASSERT_TRUE(core->Add(2, Greedy(RandomPrompt(10, Vocab(), 2), 20, collector.Sink(2))).ok());
+  ASSERT_TRUE(
+      core->Add(1, Greedy(RandomPrompt(10, StoriesVocab(), 1), 20, collector.Sink(1))).ok());
+  ASSERT_TRUE(
+      core->Add(2, Greedy(RandomPrompt(10, StoriesVocab(), 2), 20, collector.Sink(2))).ok());
   ASSERT_TRUE(core->Step());
   ASSERT_EQ(StateOf(*core, 2), RequestState::kWaiting);
   EXPECT_TRUE(core->Abort(2));
@@ -50,9 +44,10 @@ TEST(EngineAbortTest, WaitingRequest) {
 TEST(EngineAbortTest, RequestInChunkedPrefill) {
   EngineConfig config = SmallConfig();
   config.scheduler.max_num_batched_tokens = 8;
-  auto core = NewCore(config);
+  auto core = NewCore(Stories(), config);
   Collector collector;
-  ASSERT_TRUE(core->Add(1, Greedy(RandomPrompt(60, Vocab(), 3), 20, collector.Sink(1))).ok());
+  ASSERT_TRUE(
+      core->Add(1, Greedy(RandomPrompt(60, StoriesVocab(), 3), 20, collector.Sink(1))).ok());
   ASSERT_TRUE(core->Step());
   ASSERT_TRUE(core->Step());
   ASSERT_EQ(StateOf(*core, 1), RequestState::kRunning);
@@ -68,11 +63,12 @@ TEST(EngineAbortTest, RequestInChunkedPrefill) {
 }
 
 TEST(EngineAbortTest, DecodingRequestAmongOthers) {
-  auto core = NewCore(SmallConfig());
+  auto core = NewCore(Stories(), SmallConfig());
   Collector collector;
   for (RequestId id = 1; id <= 3; ++id) {
-    ASSERT_TRUE(core->Add(id, Greedy(RandomPrompt(30, Vocab(), static_cast<uint32_t>(id)), 40,
-                                     collector.Sink(id))).ok());
+    ASSERT_TRUE(core->Add(id, Greedy(RandomPrompt(30, StoriesVocab(), static_cast<uint32_t>(id)),
+                                     40, collector.Sink(id)))
+                    .ok());
   }
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(core->Step());
   ASSERT_EQ(collector[2].token_ids.size(), 5u);
@@ -89,11 +85,12 @@ TEST(EngineAbortTest, DecodingRequestAmongOthers) {
 }
 
 TEST(EngineAbortTest, PreemptedRequest) {
-  auto core = NewCore(SmallConfig(12));
+  auto core = NewCore(Stories(), SmallConfig(12));
   Collector collector;
   for (RequestId id = 1; id <= 4; ++id) {
-    ASSERT_TRUE(core->Add(id, Greedy(RandomPrompt(24, Vocab(), static_cast<uint32_t>(id)), 90,
-                                     collector.Sink(id))).ok());
+    ASSERT_TRUE(core->Add(id, Greedy(RandomPrompt(24, StoriesVocab(), static_cast<uint32_t>(id)),
+                                     90, collector.Sink(id)))
+                    .ok());
   }
   std::optional<RequestId> preempted;
   for (int i = 0; i < 200 && !preempted; ++i) {
@@ -120,11 +117,12 @@ TEST(EngineAbortTest, AbortAllEndsEveryState) {
   EngineConfig config = SmallConfig();
   config.scheduler.max_num_seqs = 2;
   config.scheduler.max_num_batched_tokens = 8;
-  auto core = NewCore(config);
+  auto core = NewCore(Stories(), config);
   Collector collector;
   for (RequestId id = 1; id <= 4; ++id) {
-    ASSERT_TRUE(core->Add(id, Greedy(RandomPrompt(12, Vocab(), static_cast<uint32_t>(id)), 30,
-                                     collector.Sink(id))).ok());
+    ASSERT_TRUE(core->Add(id, Greedy(RandomPrompt(12, StoriesVocab(), static_cast<uint32_t>(id)),
+                                     30, collector.Sink(id)))
+                    .ok());
   }
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(core->Step());
   core->AbortAll();

@@ -15,12 +15,6 @@
 namespace tokenmill::testing {
 namespace {
 
-std::unique_ptr<EngineCore> NewCore(const TestModel& model, EngineConfig config) {
-  auto core = BuildEngineCore(*model.model, *model.tokenizer, config);
-  TM_CHECK(core.ok()) << core.status().ToString();
-  return std::move(*core);
-}
-
 GenerateRequest Beam(std::vector<TokenId> prompt, int width, int max_tokens, OutputSink sink,
                      bool ignore_eos = false, float length_penalty = 1.0f) {
   GenerateRequest request = Greedy(std::move(prompt), max_tokens, std::move(sink), ignore_eos);

@@ -20,8 +20,6 @@ struct Spec {
   int max_tokens;
 };
 
-int Vocab() { return Stories().tokenizer->vocab_size(); }
-
 // Each spec run by itself on a fresh engine with a roomy pool and whole prefill.
 std::vector<std::vector<TokenId>> RunEachAlone(const std::vector<Spec>& specs) {
   std::vector<std::vector<TokenId>> outputs;
@@ -43,7 +41,7 @@ std::vector<Spec> MixedSpecs() {
   std::vector<Spec> specs;
   for (size_t i = 0; i < lengths.size(); ++i) {
     const int room = 127 - lengths[i];
-    specs.push_back({RandomPrompt(lengths[i], Vocab(), 100 + static_cast<uint32_t>(i)),
+    specs.push_back({RandomPrompt(lengths[i], StoriesVocab(), 100 + static_cast<uint32_t>(i)),
                      i == 0 ? 60 : 1 + static_cast<int>(i * 7) % room});
   }
   return specs;
@@ -80,12 +78,12 @@ TEST(EngineDeterminismTest, BatchedWithFifteenOthersEqualsAlone) {
 }
 
 TEST(EngineDeterminismTest, PrefixCacheHitEqualsMiss) {
-  const std::vector<TokenId> shared = RandomPrompt(48, Vocab(), 7);
+  const std::vector<TokenId> shared = RandomPrompt(48, StoriesVocab(), 7);
   std::vector<TokenId> same = shared;
   same.push_back(300);
   std::vector<TokenId> other = shared;
   other.resize(32);  // shares two full blocks
-  for (TokenId t : RandomPrompt(20, Vocab(), 8)) other.push_back(t);
+  for (TokenId t : RandomPrompt(20, StoriesVocab(), 8)) other.push_back(t);
   const std::vector<Spec> specs = {{same, 50}, {same, 50}, {other, 50}};
 
   EngineConfig no_cache = SmallConfig();
@@ -121,8 +119,8 @@ TEST(EngineDeterminismTest, PrefixCacheHitEqualsMiss) {
 }
 
 TEST(EngineDeterminismTest, ChunkedPrefillEqualsWholePrefill) {
-  const std::vector<Spec> specs = {{RandomPrompt(61, Vocab(), 21), 40},
-                                   {RandomPrompt(9, Vocab(), 22), 60}};
+  const std::vector<Spec> specs = {{RandomPrompt(61, StoriesVocab(), 21), 40},
+                                   {RandomPrompt(9, StoriesVocab(), 22), 60}};
   const std::vector<std::vector<TokenId>> whole = RunEachAlone(specs);
   for (const int budget : {1, 5, 16, 17}) {
     EngineConfig config = SmallConfig();
@@ -145,7 +143,9 @@ TEST(EngineDeterminismTest, ChunkedPrefillEqualsWholePrefill) {
 
 TEST(EngineDeterminismTest, PreemptedRequestsResumeWithTheSameTokens) {
   std::vector<Spec> specs;
-  for (uint32_t i = 0; i < 6; ++i) specs.push_back({RandomPrompt(20 + 3 * i, Vocab(), 40 + i), 80});
+  for (uint32_t i = 0; i < 6; ++i) {
+    specs.push_back({RandomPrompt(20 + 3 * i, StoriesVocab(), 40 + i), 80});
+  }
   const std::vector<std::vector<TokenId>> alone = RunEachAlone(specs);
 
   // 6 requests of ~100 tokens (7 blocks each) in a pool of 16 blocks.
@@ -188,7 +188,7 @@ std::vector<TokenId> GenerateAlone(const Model& model, std::span<const TokenId> 
     TM_CHECK((*backend)->Run({builder.token_ids(), builder.batch(), builder.logit_rows()}, logits)
                  .ok());
     builder.Clear();
-    out.push_back(Argmax(logits));
+    out.push_back(tokenmill::Argmax(logits));
     step = {out.back()};
   }
   return out;
@@ -250,7 +250,7 @@ TEST(EngineDeterminismTest, RunGreedyGivesEachRowsArgmax) {
   ASSERT_TRUE((*backend)->RunGreedy(in, argmax).ok());
   std::set<int32_t> distinct;
   for (size_t r = 0; r < rows; ++r) {
-    EXPECT_EQ(argmax[r], Argmax(logits->subspan(r * vocab, vocab))) << "row " << r;
+    EXPECT_EQ(argmax[r], tokenmill::Argmax(logits->subspan(r * vocab, vocab))) << "row " << r;
     distinct.insert(argmax[r]);
   }
   EXPECT_GT(distinct.size(), 3u);  // rows differ: not one row's answer repeated

@@ -13,16 +13,8 @@
 namespace tokenmill::testing {
 namespace {
 
-const Tokenizer& Tok() { return *Stories().tokenizer; }
-
-std::unique_ptr<EngineCore> NewCore() {
-  auto core = BuildEngineCore(*Stories().model, Tok(), SmallConfig());
-  TM_CHECK(core.ok()) << core.status().ToString();
-  return std::move(*core);
-}
-
 std::vector<TokenId> Prompt() {
-  auto prompt = Tok().Encode("Once upon a time, there was a little girl named Lily.");
+  auto prompt = StoriesTokenizer().Encode("Once upon a time, there was a little girl named Lily.");
   TM_CHECK(prompt.ok());
   return *prompt;
 }
@@ -33,8 +25,8 @@ struct WindowRun {
 };
 
 // Steps the request alone to its end, checking the cache invariants after every step.
-WindowRun RunAlone(GenerateRequest request) {
-  auto core = NewCore();
+WindowRun RunWindowed(GenerateRequest request) {
+  auto core = NewCore(Stories());
   Collector collector;
   request.sink = collector.Sink(1);
   const Status added = core->Add(1, std::move(request));
@@ -54,7 +46,7 @@ WindowRun RunAlone(GenerateRequest request) {
   return run;
 }
 
-int ContextLength() { return NewCore()->limits().max_model_len; }
+int ContextLength() { return NewCore(Stories())->limits().max_model_len; }
 
 TEST(EngineKvWindowTest, ContextIsSmall) { EXPECT_EQ(ContextLength(), 128); }
 
@@ -63,7 +55,7 @@ TEST(EngineKvWindowTest, FourTimesTheContextWithBoundedBlocks) {
   const std::vector<TokenId> prompt = Prompt();
   GenerateRequest request = Greedy(prompt, 4 * context, nullptr);
   request.kv_window = KvWindow{.sink_tokens = 4, .window_tokens = 0};
-  const WindowRun run = RunAlone(std::move(request));
+  const WindowRun run = RunWindowed(std::move(request));
   const Collected& c = run.collected;
   ASSERT_TRUE(c.finished);
   EXPECT_EQ(c.final_event.finish_reason, CompletionReason::kLength);
@@ -82,7 +74,7 @@ TEST(EngineKvWindowTest, FourTimesTheContextWithBoundedBlocks) {
 TEST(EngineKvWindowTest, WithoutThePolicyTheSameRequestStopsAtTheContext) {
   const int context = ContextLength();
   const std::vector<TokenId> prompt = Prompt();
-  const WindowRun run = RunAlone(Greedy(prompt, 4 * context, nullptr));
+  const WindowRun run = RunWindowed(Greedy(prompt, 4 * context, nullptr));
   const Collected& c = run.collected;
   ASSERT_TRUE(c.finished);
   EXPECT_EQ(c.final_event.finish_reason, CompletionReason::kLength);
@@ -96,8 +88,8 @@ TEST(EngineKvWindowTest, TokenAfterEvictionMatchesAFreshPrefillOfTheKeptTokens) 
   const int window = 64;  // the first eviction comes at 81 tokens and keeps the last 32
   GenerateRequest request = Greedy(prompt, 100, nullptr);
   request.kv_window = KvWindow{.sink_tokens = 5, .window_tokens = window};
-  const Collected windowed = RunAlone(std::move(request)).collected;
-  const Collected plain = RunAlone(Greedy(prompt, 100, nullptr)).collected;
+  const Collected windowed = RunWindowed(std::move(request)).collected;
+  const Collected plain = RunWindowed(Greedy(prompt, 100, nullptr)).collected;
   std::vector<TokenId> all = prompt;
   all.insert(all.end(), windowed.token_ids.begin(), windowed.token_ids.end());
 
@@ -114,14 +106,14 @@ TEST(EngineKvWindowTest, TokenAfterEvictionMatchesAFreshPrefillOfTheKeptTokens) 
   const int recent = window / 2;
   std::vector<TokenId> kept(all.begin(), all.begin() + sinks);
   kept.insert(kept.end(), all.begin() + (limit + 1 - recent), all.begin() + limit + 1);
-  const Collected fresh = RunAlone(Greedy(kept, 3, nullptr)).collected;
+  const Collected fresh = RunWindowed(Greedy(kept, 3, nullptr)).collected;
   EXPECT_EQ(std::vector<TokenId>(all.begin() + limit + 1, all.begin() + limit + 4),
             fresh.token_ids);
   EXPECT_GT(windowed.final_event.usage.evicted_tokens, 0);
 }
 
 TEST(EngineKvWindowTest, RefusesSinksThatLeaveNoRoom) {
-  auto core = NewCore();
+  auto core = NewCore(Stories());
   GenerateRequest request = Greedy(Prompt(), 10, [](GenerateOutput&&) {});
   request.kv_window = KvWindow{.sink_tokens = 120, .window_tokens = 0};
   const Status status = core->Add(1, std::move(request));

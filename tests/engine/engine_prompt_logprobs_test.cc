@@ -13,14 +13,6 @@ namespace {
 
 constexpr int kTop = 5;
 
-int Vocab() { return Stories().tokenizer->vocab_size(); }
-
-std::unique_ptr<EngineCore> Core(const EngineConfig& config = SmallConfig()) {
-  auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
-  TM_CHECK(core.ok()) << core.status().ToString();
-  return std::move(core).value();
-}
-
 GenerateRequest WithPromptLogprobs(std::vector<TokenId> prompt, OutputSink sink) {
   GenerateRequest request = Greedy(std::move(prompt), 4, std::move(sink));
   request.sampling.prompt_logprobs = kTop;
@@ -30,7 +22,7 @@ GenerateRequest WithPromptLogprobs(std::vector<TokenId> prompt, OutputSink sink)
 // The entries of `prompt` from a fresh engine with the given config.
 Collected RunWithPromptLogprobs(const std::vector<TokenId>& prompt,
                                 const EngineConfig& config = SmallConfig()) {
-  const std::unique_ptr<EngineCore> core = Core(config);
+  const std::unique_ptr<EngineCore> core = NewCore(Stories(), config);
   Collector collector;
   TM_CHECK(core->Add(1, WithPromptLogprobs(prompt, collector.Sink(1))).ok());
   TM_CHECK(RunToCompletion(*core));
@@ -39,7 +31,7 @@ Collected RunWithPromptLogprobs(const std::vector<TokenId>& prompt,
 }
 
 TEST(EnginePromptLogprobsTest, OneEntryPerPromptTokenBeforeTheFirstGeneratedToken) {
-  const std::vector<TokenId> prompt = RandomPrompt(37, Vocab(), 7);
+  const std::vector<TokenId> prompt = RandomPrompt(37, StoriesVocab(), 7);
   const Collected out = RunWithPromptLogprobs(prompt);
   ASSERT_EQ(out.prompt_logprobs.size(), prompt.size());
   EXPECT_LE(out.num_tokens_before_prompt_logprobs_done, 1);
@@ -56,7 +48,7 @@ TEST(EnginePromptLogprobsTest, OneEntryPerPromptTokenBeforeTheFirstGeneratedToke
     for (int k = 1; k < kTop; ++k) EXPECT_LE(entry.top[k].logprob, entry.top[k - 1].logprob);
   }
   // Sampling is untouched: the same tokens as without prompt logprobs.
-  const std::unique_ptr<EngineCore> core = Core();
+  const std::unique_ptr<EngineCore> core = NewCore(Stories());
   Collector plain;
   ASSERT_TRUE(core->Add(1, Greedy(prompt, 4, plain.Sink(1))).ok());
   ASSERT_TRUE(RunToCompletion(*core));
@@ -66,11 +58,11 @@ TEST(EnginePromptLogprobsTest, OneEntryPerPromptTokenBeforeTheFirstGeneratedToke
 // Entry i is what the model predicts after prompt[0, i): the logprobs a request with that
 // prefix as its whole prompt reports for its first sampled token.
 TEST(EnginePromptLogprobsTest, EachEntryEqualsTheNextTokenLogprobsOfItsPrefix) {
-  const std::vector<TokenId> prompt = RandomPrompt(20, Vocab(), 11);
+  const std::vector<TokenId> prompt = RandomPrompt(20, StoriesVocab(), 11);
   const Collected out = RunWithPromptLogprobs(prompt);
   ASSERT_EQ(out.prompt_logprobs.size(), prompt.size());
   for (size_t i = 1; i < prompt.size(); ++i) {
-    const std::unique_ptr<EngineCore> core = Core();
+    const std::unique_ptr<EngineCore> core = NewCore(Stories());
     Collector collector;
     GenerateRequest request =
         Greedy(std::vector<TokenId>(prompt.begin(), prompt.begin() + i), 1, collector.Sink(1));
@@ -88,7 +80,7 @@ TEST(EnginePromptLogprobsTest, EachEntryEqualsTheNextTokenLogprobsOfItsPrefix) {
 }
 
 TEST(EnginePromptLogprobsTest, ChunkedPrefillGivesTheSameEntries) {
-  const std::vector<TokenId> prompt = RandomPrompt(50, Vocab(), 13);
+  const std::vector<TokenId> prompt = RandomPrompt(50, StoriesVocab(), 13);
   const Collected whole = RunWithPromptLogprobs(prompt);
   EngineConfig chunked = SmallConfig();
   chunked.scheduler.max_num_batched_tokens = 16;
@@ -104,8 +96,8 @@ TEST(EnginePromptLogprobsTest, ChunkedPrefillGivesTheSameEntries) {
 }
 
 TEST(EnginePromptLogprobsTest, SkipsPrefixCacheReadsAndGivesEveryBlockBack) {
-  const std::vector<TokenId> prompt = RandomPrompt(60, Vocab(), 17);
-  const std::unique_ptr<EngineCore> core = Core();
+  const std::vector<TokenId> prompt = RandomPrompt(60, StoriesVocab(), 17);
+  const std::unique_ptr<EngineCore> core = NewCore(Stories());
   Collector collector;
   // The first request caches the prompt's full blocks.
   ASSERT_TRUE(core->Add(1, Greedy(prompt, 2, collector.Sink(1))).ok());
@@ -130,9 +122,11 @@ TEST(EnginePromptLogprobsTest, SkipsPrefixCacheReadsAndGivesEveryBlockBack) {
 // again, and every block comes back.
 TEST(EnginePromptLogprobsTest, PreemptionSendsEachEntryOnce) {
   std::vector<std::vector<TokenId>> prompts;
-  for (uint32_t i = 0; i < 6; ++i) prompts.push_back(RandomPrompt(20 + 3 * i, Vocab(), 40 + i));
+  for (uint32_t i = 0; i < 6; ++i) {
+    prompts.push_back(RandomPrompt(20 + 3 * i, StoriesVocab(), 40 + i));
+  }
   // 6 requests of ~100 tokens (7 blocks each) in a pool of 16 blocks.
-  const std::unique_ptr<EngineCore> core = Core(SmallConfig(16));
+  const std::unique_ptr<EngineCore> core = NewCore(Stories(), SmallConfig(16));
   Collector collector;
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerateRequest request = Greedy(prompts[i], 80, collector.Sink(i + 1));
@@ -154,8 +148,8 @@ TEST(EnginePromptLogprobsTest, PreemptionSendsEachEntryOnce) {
 }
 
 TEST(EnginePromptLogprobsTest, OnlySequenceZeroOfNCarriesThem) {
-  const std::vector<TokenId> prompt = RandomPrompt(40, Vocab(), 19);
-  const std::unique_ptr<EngineCore> core = Core();
+  const std::vector<TokenId> prompt = RandomPrompt(40, StoriesVocab(), 19);
+  const std::unique_ptr<EngineCore> core = NewCore(Stories());
   Collector collector;
   GenerateRequest request = WithPromptLogprobs(prompt, collector.Sink(1));
   request.n = 3;
@@ -174,9 +168,10 @@ TEST(EnginePromptLogprobsTest, OnlySequenceZeroOfNCarriesThem) {
 }
 
 TEST(EnginePromptLogprobsTest, OutOfRangeOrWithKvWindowIsRefused) {
-  const std::unique_ptr<EngineCore> core = Core();
+  const std::unique_ptr<EngineCore> core = NewCore(Stories());
   Collector collector;
-  GenerateRequest request = WithPromptLogprobs(RandomPrompt(5, Vocab(), 1), collector.Sink(1));
+  GenerateRequest request =
+      WithPromptLogprobs(RandomPrompt(5, StoriesVocab(), 1), collector.Sink(1));
   request.sampling.prompt_logprobs = 21;
   const Status too_many = core->Add(1, request);
   EXPECT_EQ(too_many.code(), StatusCode::kInvalidArgument);

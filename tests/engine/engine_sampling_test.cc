@@ -15,7 +15,7 @@
 namespace tokenmill::testing {
 namespace {
 
-int Vocab() { return SmolLm2().tokenizer->vocab_size(); }
+int SmolVocab() { return SmolLm2().tokenizer->vocab_size(); }
 
 GenerateRequest Sampled(std::vector<TokenId> prompt, int max_tokens, OutputSink sink,
                         std::optional<uint64_t> seed, float temperature = 0.9f) {
@@ -33,14 +33,8 @@ EngineConfig Config(int num_kv_blocks = 128) {
   return config;
 }
 
-std::unique_ptr<EngineCore> NewCore(const EngineConfig& config) {
-  auto core = BuildEngineCore(*SmolLm2().model, *SmolLm2().tokenizer, config);
-  TM_CHECK(core.ok()) << core.status().ToString();
-  return std::move(*core);
-}
-
-std::vector<TokenId> RunAlone(GenerateRequest request) {
-  auto core = NewCore(Config());
+std::vector<TokenId> SampleAlone(GenerateRequest request) {
+  auto core = NewCore(SmolLm2(), Config());
   Collector collector;
   request.sink = collector.Sink(1);
   TM_CHECK(core->Add(1, std::move(request)).ok());
@@ -49,22 +43,23 @@ std::vector<TokenId> RunAlone(GenerateRequest request) {
 }
 
 TEST(EngineSamplingTest, SeededRequestIsTheSameAloneAndBatchedWithFifteenOthers) {
-  const std::vector<TokenId> prompt = RandomPrompt(23, Vocab(), 5);
-  const std::vector<TokenId> alone = RunAlone(Sampled(prompt, 12, nullptr, 1234));
+  const std::vector<TokenId> prompt = RandomPrompt(23, SmolVocab(), 5);
+  const std::vector<TokenId> alone = SampleAlone(Sampled(prompt, 12, nullptr, 1234));
   ASSERT_EQ(alone.size(), 12u);
-  EXPECT_EQ(RunAlone(Sampled(prompt, 12, nullptr, 1234)), alone);
-  EXPECT_NE(RunAlone(Sampled(prompt, 12, nullptr, 4321)), alone) << "the seed should matter";
+  EXPECT_EQ(SampleAlone(Sampled(prompt, 12, nullptr, 1234)), alone);
+  EXPECT_NE(SampleAlone(Sampled(prompt, 12, nullptr, 4321)), alone) << "the seed should matter";
 
   EngineConfig config = Config();
   config.scheduler.max_num_batched_tokens = 40;  // chunked prompts mixed with decodes
-  auto core = NewCore(config);
+  auto core = NewCore(SmolLm2(), config);
   Collector collector;
   const std::vector<int> lengths = {1, 50, 7, 33, 3, 64, 12, 2, 41, 5, 19, 27, 9, 80, 15};
   for (size_t i = 0; i < lengths.size(); ++i) {
     const RequestId id = 10 + i;
-    GenerateRequest other = Sampled(RandomPrompt(lengths[i], Vocab(), 60 + static_cast<uint32_t>(i)),
-                                    4 + static_cast<int>(i % 9), collector.Sink(id), std::nullopt,
-                                    0.3f + 0.1f * static_cast<float>(i));
+    GenerateRequest other =
+        Sampled(RandomPrompt(lengths[i], SmolVocab(), 60 + static_cast<uint32_t>(i)),
+                4 + static_cast<int>(i % 9), collector.Sink(id), std::nullopt,
+                0.3f + 0.1f * static_cast<float>(i));
     other.sampling.repetition_penalty = i % 2 == 0 ? 1.2f : 1.0f;
     other.sampling.min_p = i % 3 == 0 ? 0.05f : 0.0f;
     ASSERT_TRUE(core->Add(id, std::move(other)).ok());
@@ -86,11 +81,11 @@ TEST(EngineSamplingTest, SeededRequestsResumeAfterPreemptionWithTheSameTokens) {
   std::vector<std::vector<TokenId>> prompts;
   std::vector<std::vector<TokenId>> alone;
   for (uint32_t i = 0; i < 4; ++i) {
-    prompts.push_back(RandomPrompt(30 + 5 * static_cast<int>(i), Vocab(), 70 + i));
-    alone.push_back(RunAlone(Sampled(prompts[i], 30, nullptr, 100 + i)));
+    prompts.push_back(RandomPrompt(30 + 5 * static_cast<int>(i), SmolVocab(), 70 + i));
+    alone.push_back(SampleAlone(Sampled(prompts[i], 30, nullptr, 100 + i)));
   }
   // 4 requests of ~65 tokens (5 blocks each) in a pool of 12 blocks.
-  auto core = NewCore(Config(12));
+  auto core = NewCore(SmolLm2(), Config(12));
   Collector collector;
   for (size_t i = 0; i < prompts.size(); ++i) {
     ASSERT_TRUE(core->Add(i + 1, Sampled(prompts[i], 30, collector.Sink(i + 1), 100 + i)).ok());
@@ -103,8 +98,8 @@ TEST(EngineSamplingTest, SeededRequestsResumeAfterPreemptionWithTheSameTokens) {
 }
 
 TEST(EngineSamplingTest, UnseededRequestsDiffer) {
-  const std::vector<TokenId> prompt = RandomPrompt(10, Vocab(), 9);
-  auto core = NewCore(Config());
+  const std::vector<TokenId> prompt = RandomPrompt(10, SmolVocab(), 9);
+  auto core = NewCore(SmolLm2(), Config());
   Collector collector;
   for (RequestId id = 1; id <= 2; ++id) {
     ASSERT_TRUE(core->Add(id, Sampled(prompt, 16, collector.Sink(id), std::nullopt, 1.5f)).ok());
@@ -114,8 +109,8 @@ TEST(EngineSamplingTest, UnseededRequestsDiffer) {
 }
 
 TEST(EngineSamplingTest, NSequencesShareThePromptBlocksAndFollowTheirSeedAndIndex) {
-  const std::vector<TokenId> prompt = RandomPrompt(40, Vocab(), 11);  // 2 full blocks
-  auto core = NewCore(Config());
+  const std::vector<TokenId> prompt = RandomPrompt(40, SmolVocab(), 11);  // 2 full blocks
+  auto core = NewCore(SmolLm2(), Config());
   SequenceCollector sequences;
   GenerateRequest request = Sampled(prompt, 8, sequences.Sink(), 77);
   request.n = 4;
@@ -145,16 +140,16 @@ TEST(EngineSamplingTest, NSequencesShareThePromptBlocksAndFollowTheirSeedAndInde
     // Sequence i is the request with seed 77 and sequence_index i.
     GenerateRequest single = Sampled(prompt, 8, nullptr, 77);
     single.sampling.sequence_index = i;
-    EXPECT_EQ(RunAlone(std::move(single)), s.token_ids) << "sequence " << i;
+    EXPECT_EQ(SampleAlone(std::move(single)), s.token_ids) << "sequence " << i;
   }
   EXPECT_EQ(distinct.size(), 4u);
   EXPECT_EQ(core->kv_cache().Stats().num_in_use_blocks, 0);
 }
 
 TEST(EngineSamplingTest, AbortEndsAllNSequences) {
-  auto core = NewCore(Config());
+  auto core = NewCore(SmolLm2(), Config());
   SequenceCollector sequences;
-  GenerateRequest request = Sampled(RandomPrompt(20, Vocab(), 12), 50, sequences.Sink(), 5);
+  GenerateRequest request = Sampled(RandomPrompt(20, SmolVocab(), 12), 50, sequences.Sink(), 5);
   request.n = 3;
   ASSERT_TRUE(core->Add(7, std::move(request)).ok());
   EXPECT_FALSE(core->Add(9, Sampled({5}, 2, sequences.Sink(), 1)).ok()) << "9 is sequence 2's";
@@ -169,9 +164,9 @@ TEST(EngineSamplingTest, AbortEndsAllNSequences) {
 }
 
 TEST(EngineSamplingTest, LogprobsComeWithEveryTokenAndRankTheChosenOne) {
-  auto core = NewCore(Config());
+  auto core = NewCore(SmolLm2(), Config());
   Collector collector;
-  GenerateRequest request = Greedy(RandomPrompt(15, Vocab(), 13), 6, collector.Sink(1));
+  GenerateRequest request = Greedy(RandomPrompt(15, SmolVocab(), 13), 6, collector.Sink(1));
   request.sampling.logprobs = true;
   request.sampling.top_logprobs = 3;
   ASSERT_TRUE(core->Add(1, std::move(request)).ok());
@@ -199,11 +194,11 @@ TEST(EngineSamplingTest, MinTokensKeepsEndOfGenerationAway) {
                               EncodeOptions{.add_special = false, .parse_special = true});
   ASSERT_TRUE(ids.ok());
   GenerateRequest plain = Greedy(*ids, 40, nullptr, /*ignore_eos=*/false);
-  const std::vector<TokenId> short_answer = RunAlone(plain);
+  const std::vector<TokenId> short_answer = SampleAlone(plain);
   ASSERT_LT(short_answer.size(), 20u) << "the model should end its answer early";
   GenerateRequest longer = Greedy(*ids, 40, nullptr, /*ignore_eos=*/false);
   longer.sampling.min_tokens = 20;
-  const std::vector<TokenId> forced = RunAlone(std::move(longer));
+  const std::vector<TokenId> forced = SampleAlone(std::move(longer));
   EXPECT_GE(forced.size(), 20u);
   const auto& eog = tokenizer.end_of_generation_ids();
   for (size_t i = 0; i + 1 < std::min<size_t>(forced.size(), 20); ++i) {

@@ -11,16 +11,8 @@
 namespace tokenmill::testing {
 namespace {
 
-const Tokenizer& Tok() { return *Stories().tokenizer; }
-
-std::unique_ptr<EngineCore> NewCore(EngineConfig config = SmallConfig()) {
-  auto core = BuildEngineCore(*Stories().model, Tok(), config);
-  TM_CHECK(core.ok()) << core.status().ToString();
-  return std::move(*core);
-}
-
-Collected RunAlone(GenerateRequest request) {
-  auto core = NewCore();
+Collected CollectAlone(GenerateRequest request) {
+  auto core = NewCore(Stories());
   Collector collector;
   request.sink = collector.Sink(1);
   TM_CHECK(core->Add(1, std::move(request)).ok());
@@ -36,21 +28,23 @@ struct Baseline {
 };
 const Baseline& GetBaseline() {
   static const Baseline* baseline = [] {
-    auto prompt = Tok().Encode("Once upon a time, there was a little girl named Lily.");
+    auto prompt =
+        StoriesTokenizer().Encode("Once upon a time, there was a little girl named Lily.");
     TM_CHECK(prompt.ok());
-    const Collected c = RunAlone(Greedy(*prompt, 60, nullptr));
+    const Collected c = CollectAlone(Greedy(*prompt, 60, nullptr));
     return new Baseline{*prompt, c.token_ids};
   }();
   return *baseline;
 }
 
 std::string Text(std::span<const TokenId> ids) {
-  return Tok().Decode(ids, DecodeOptions{.render_special = false, .strip_space_prefix = false});
+  return StoriesTokenizer().Decode(
+      ids, DecodeOptions{.render_special = false, .strip_space_prefix = false});
 }
 
 TEST(EngineStopTest, MaxTokensFinishesWithLengthAndFullUsage) {
   const Baseline& base = GetBaseline();
-  const Collected c = RunAlone(Greedy(base.prompt, 7, nullptr));
+  const Collected c = CollectAlone(Greedy(base.prompt, 7, nullptr));
   ASSERT_TRUE(c.finished);
   EXPECT_EQ(c.final_event.finish_reason, CompletionReason::kLength);
   EXPECT_EQ(c.token_ids, std::vector<TokenId>(base.tokens.begin(), base.tokens.begin() + 7));
@@ -72,7 +66,8 @@ TEST(EngineStopTest, StopStringSpanningTokensIsNeverStreamed) {
   // first boundary where both pieces have at least two bytes and the string is new.
   for (size_t k = 5; k + 1 < base.tokens.size(); ++k) {
     const std::string before = Text(std::span(base.tokens).first(k + 1));
-    const std::string a(Tok().Piece(base.tokens[k])), b(Tok().Piece(base.tokens[k + 1]));
+    const std::string a(StoriesTokenizer().Piece(base.tokens[k])),
+        b(StoriesTokenizer().Piece(base.tokens[k + 1]));
     if (a.size() < 2 || b.size() < 2) continue;
     const std::string stop = a.substr(a.size() - 2) + b.substr(0, 2);
     const size_t at = full.find(stop);
@@ -80,7 +75,7 @@ TEST(EngineStopTest, StopStringSpanningTokensIsNeverStreamed) {
 
     GenerateRequest request = Greedy(base.prompt, 60, nullptr);
     request.stop_strings = {"never appears here", stop};
-    const Collected c = RunAlone(std::move(request));
+    const Collected c = CollectAlone(std::move(request));
     EXPECT_EQ(c.final_event.finish_reason, CompletionReason::kStop);
     EXPECT_EQ(c.final_event.stop_string, stop);
     EXPECT_EQ(c.text, full.substr(0, at)) << "stop '" << stop << "'";
@@ -100,7 +95,7 @@ TEST(EngineStopTest, StopTokenIdIsStreamedAndEndsTheRequest) {
   }
   GenerateRequest request = Greedy(base.prompt, 60, nullptr);
   request.sampling.stop_token_ids = {base.tokens[k]};
-  const Collected c = RunAlone(std::move(request));
+  const Collected c = CollectAlone(std::move(request));
   EXPECT_EQ(c.final_event.finish_reason, CompletionReason::kStop);
   EXPECT_EQ(c.token_ids, std::vector<TokenId>(base.tokens.begin(), base.tokens.begin() + k + 1));
 }
@@ -141,7 +136,7 @@ TEST(EngineStopTest, EndOfGenerationStopsUnlessIgnored) {
 }
 
 TEST(EngineStopTest, BadRequestsAreRefusedWithAMessage) {
-  auto core = NewCore();
+  auto core = NewCore(Stories());
   Collector collector;
   const int context = core->limits().max_model_len;
   EXPECT_EQ(context, 128);

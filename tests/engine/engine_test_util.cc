@@ -77,6 +77,12 @@ EngineConfig SmallConfig(int num_kv_blocks) {
   return config;
 }
 
+std::unique_ptr<EngineCore> NewCore(const TestModel& model, const EngineConfig& config) {
+  auto core = BuildEngineCore(*model.model, *model.tokenizer, config);
+  TM_CHECK(core.ok()) << core.status().ToString();
+  return std::move(*core);
+}
+
 bool RunToCompletion(EngineCore& core, int max_steps) {
   for (int i = 0; i < max_steps && core.has_unfinished_requests(); ++i) {
     if (!core.Step()) return false;

@@ -72,6 +72,11 @@ GenerateRequest Greedy(std::vector<TokenId> prompt, int max_tokens, OutputSink s
 // engine_cuda_test).
 EngineConfig SmallConfig(int num_kv_blocks = 256);
 
+// An engine core over `model` (CHECKs that it builds).
+std::unique_ptr<EngineCore> NewCore(const TestModel& model,
+                                    const EngineConfig& config = SmallConfig());
+inline const Tokenizer& StoriesTokenizer() { return *Stories().tokenizer; }
+inline int StoriesVocab() { return StoriesTokenizer().vocab_size(); }
 // Steps until no request is left; false if a step could run nothing meanwhile.
 bool RunToCompletion(EngineCore& core, int max_steps = 100000);
 

@@ -15,8 +15,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-int Vocab() { return Stories().tokenizer->vocab_size(); }
-
 std::unique_ptr<Engine> NewEngine(EngineConfig config = SmallConfig()) {
   auto engine = Engine::Create(*Stories().model, *Stories().tokenizer, config);
   TM_CHECK(engine.ok()) << engine.status().ToString();
@@ -53,7 +51,7 @@ TEST(EngineThreadTest, ManySubmittersOnSeveralThreads) {
   auto engine = NewEngine(config);
   std::vector<std::vector<TokenId>> prompts;
   for (int i = 0; i < kThreads * kPerThread; ++i) {
-    prompts.push_back(RandomPrompt(5 + i * 3, Vocab(), 500 + static_cast<uint32_t>(i)));
+    prompts.push_back(RandomPrompt(5 + i * 3, StoriesVocab(), 500 + static_cast<uint32_t>(i)));
   }
   std::vector<std::unique_ptr<OutputStream>> streams;
   for (size_t i = 0; i < prompts.size(); ++i) streams.push_back(std::make_unique<OutputStream>());
@@ -89,7 +87,7 @@ TEST(EngineThreadTest, ManySubmittersOnSeveralThreads) {
 TEST(EngineThreadTest, AbortFreesBlocksWithinOneStep) {
   auto engine = NewEngine();
   OutputStream stream;
-  auto id = engine->Submit(Greedy(RandomPrompt(40, Vocab(), 9), 80, stream.Sink()));
+  auto id = engine->Submit(Greedy(RandomPrompt(40, StoriesVocab(), 9), 80, stream.Sink()));
   ASSERT_TRUE(id.ok());
   GenerateOutput first = stream.Next();
   ASSERT_FALSE(first.finished);
@@ -114,7 +112,7 @@ TEST(EngineThreadTest, AbortFreesBlocksWithinOneStep) {
 TEST(EngineThreadTest, IdleLoopRunsNoSteps) {
   auto engine = NewEngine();
   OutputStream stream;
-  ASSERT_TRUE(engine->Submit(Greedy(RandomPrompt(4, Vocab(), 3), 3, stream.Sink())).ok());
+  ASSERT_TRUE(engine->Submit(Greedy(RandomPrompt(4, StoriesVocab(), 3), 3, stream.Sink())).ok());
   Drain(stream);
   std::this_thread::sleep_for(milliseconds(20));
   const int64_t steps = engine->Stats().num_steps;
@@ -137,15 +135,15 @@ TEST(EngineThreadTest, IdleCheckRunsOncePerIdlePeriodAndPasses) {
   auto engine = NewEngine();
   EXPECT_EQ(engine->Stats().idle_checks, 0);  // a fresh engine has had no request yet
   OutputStream finished;
-  ASSERT_TRUE(engine->Submit(Greedy(RandomPrompt(20, Vocab(), 4), 5, finished.Sink())).ok());
+  ASSERT_TRUE(engine->Submit(Greedy(RandomPrompt(20, StoriesVocab(), 4), 5, finished.Sink())).ok());
   Drain(finished);
   EngineStats stats = WaitForIdleChecks(*engine, 1);
   EXPECT_EQ(stats.idle_checks, 1);
   // An aborted request and one sequence group (n = 3) sharing prompt blocks.
   OutputStream aborted, group;
-  auto id = engine->Submit(Greedy(RandomPrompt(40, Vocab(), 5), 200, aborted.Sink()));
+  auto id = engine->Submit(Greedy(RandomPrompt(40, StoriesVocab(), 5), 200, aborted.Sink()));
   ASSERT_TRUE(id.ok());
-  GenerateRequest three = Greedy(RandomPrompt(35, Vocab(), 6), 8, group.Sink());
+  GenerateRequest three = Greedy(RandomPrompt(35, StoriesVocab(), 6), 8, group.Sink());
   three.n = 3;
   ASSERT_TRUE(engine->Submit(std::move(three)).ok());
   ASSERT_FALSE(aborted.Next().finished);
@@ -165,7 +163,9 @@ TEST(EngineThreadTest, ShutdownDrainsRequestsInFlight) {
   std::vector<std::unique_ptr<OutputStream>> streams;
   for (uint32_t i = 0; i < 4; ++i) {
     streams.push_back(std::make_unique<OutputStream>());
-    ASSERT_TRUE(engine->Submit(Greedy(RandomPrompt(10, Vocab(), i), 20, streams.back()->Sink())).ok());
+    ASSERT_TRUE(
+        engine->Submit(Greedy(RandomPrompt(10, StoriesVocab(), i), 20, streams.back()->Sink()))
+            .ok());
   }
   engine->Shutdown();  // drains without a time limit
   for (auto& stream : streams) {
@@ -185,7 +185,9 @@ TEST(EngineThreadTest, ShutdownPastItsDrainTimeAbortsTheRest) {
   std::vector<std::unique_ptr<OutputStream>> streams;
   for (uint32_t i = 0; i < 6; ++i) {
     streams.push_back(std::make_unique<OutputStream>());
-    ASSERT_TRUE(engine->Submit(Greedy(RandomPrompt(10, Vocab(), i), 110, streams.back()->Sink())).ok());
+    ASSERT_TRUE(
+        engine->Submit(Greedy(RandomPrompt(10, StoriesVocab(), i), 110, streams.back()->Sink()))
+            .ok());
   }
   streams[0]->Next();  // at least one is running
   engine->Shutdown(milliseconds(0));
@@ -207,7 +209,9 @@ TEST(EngineThreadTest, DestructorWithRequestsInFlightSendsAbortEvents) {
     auto engine = NewEngine();
     for (uint32_t i = 0; i < 3; ++i) {
       streams.push_back(std::make_unique<OutputStream>());
-      ASSERT_TRUE(engine->Submit(Greedy(RandomPrompt(8, Vocab(), i), 110, streams.back()->Sink())).ok());
+      ASSERT_TRUE(
+          engine->Submit(Greedy(RandomPrompt(8, StoriesVocab(), i), 110, streams.back()->Sink()))
+              .ok());
     }
   }
   for (auto& stream : streams) EXPECT_TRUE(Drain(*stream).finished);
@@ -236,7 +240,8 @@ TEST(EngineThreadTest, FullQueueRefusesInSubmit) {
   std::vector<RequestId> ids;
   for (uint32_t i = 0; i < 4; ++i) {
     streams.push_back(std::make_unique<OutputStream>());
-    auto id = engine->Submit(Greedy(RandomPrompt(8, Vocab(), i), 110, streams.back()->Sink()));
+    auto id =
+        engine->Submit(Greedy(RandomPrompt(8, StoriesVocab(), i), 110, streams.back()->Sink()));
     if (i < 3) {
       ASSERT_TRUE(id.ok()) << id.status().ToString();
       ids.push_back(*id);
@@ -266,10 +271,11 @@ TEST(EngineThreadTest, RequestThatStartedRunningFreesItsQueuePlaceBeforeItsFirst
   std::optional<StatusOr<RequestId>> second;  // set on the engine thread before the push
   auto engine = NewEngine(config);
   OutputSink first_sink = first_stream.Sink();
-  auto first = engine->Submit(Greedy(
-      RandomPrompt(8, Vocab(), 1), 110, [&, first_sink](GenerateOutput&& out) {
+  auto first = engine->Submit(
+      Greedy(RandomPrompt(8, StoriesVocab(), 1), 110, [&, first_sink](GenerateOutput&& out) {
         if (!second) {
-          second = engine->Submit(Greedy(RandomPrompt(8, Vocab(), 2), 4, second_stream.Sink()));
+          second =
+              engine->Submit(Greedy(RandomPrompt(8, StoriesVocab(), 2), 4, second_stream.Sink()));
         }
         first_sink(std::move(out));  // the stream's lock publishes `second` to the reader
       }));
@@ -279,7 +285,7 @@ TEST(EngineThreadTest, RequestThatStartedRunningFreesItsQueuePlaceBeforeItsFirst
   ASSERT_TRUE(second->ok()) << second->status().ToString();
   // The queue is full now: a third is refused.
   OutputStream third_stream;
-  auto third = engine->Submit(Greedy(RandomPrompt(8, Vocab(), 3), 4, third_stream.Sink()));
+  auto third = engine->Submit(Greedy(RandomPrompt(8, StoriesVocab(), 3), 4, third_stream.Sink()));
   EXPECT_EQ(third.status().code(), StatusCode::kResourceExhausted);
   engine->Abort(*first);
   EXPECT_TRUE(Drain(first_stream).finished);
