@@ -6,7 +6,7 @@
 #include <vector>
 
 namespace tokenmill {
-namespace {
+namespace block_hash_test {
 
 TEST(BlockHashTest, DependsOnParentEveryTokenAndTheExtraKey) {
   const std::vector<TokenId> tokens = {1, 2, 3, 4};
@@ -42,5 +42,5 @@ TEST(BlockHashTest, NoCollisionsAmongManySmallBlocks) {
   EXPECT_EQ(seen.size(), 2u * 16 * 16 * 16 * 16);
 }
 
-}  // namespace
+}  // namespace block_hash_test
 }  // namespace tokenmill

@@ -14,7 +14,7 @@
 #include "tests/cache/cache_test_util.h"
 
 namespace tokenmill {
-namespace {
+namespace elastic_pool_test {
 
 using testing::Blocks;
 using testing::TestRequest;
@@ -277,5 +277,5 @@ TEST(ElasticPoolTest, RandomTrafficOfTwoPoolsKeepsInvariantsAndTheLimit) {
   EXPECT_GT(given_back, 10);
 }
 
-}  // namespace
+}  // namespace elastic_pool_test
 }  // namespace tokenmill

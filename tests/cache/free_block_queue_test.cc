@@ -6,7 +6,7 @@
 #include <vector>
 
 namespace tokenmill {
-namespace {
+namespace free_block_queue_test {
 
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
@@ -66,5 +66,5 @@ TEST_F(FreeBlockQueueTest, MisuseIsAProgrammerError) {
   EXPECT_DEATH(empty.PopFront(), "empty free queue");
 }
 
-}  // namespace
+}  // namespace free_block_queue_test
 }  // namespace tokenmill

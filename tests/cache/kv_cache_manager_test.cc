@@ -11,7 +11,7 @@
 #include "tests/cache/cache_test_util.h"
 
 namespace tokenmill {
-namespace {
+namespace kv_cache_manager_test {
 
 using testing::Blocks;
 using testing::Concat;
@@ -344,5 +344,5 @@ TEST(BlockPoolDeathTest, TakingMoreBlocksThanAreFreeIsAProgrammerError) {
   EXPECT_DEATH(pool.Release(ids), "released more often than taken");
 }
 
-}  // namespace
+}  // namespace kv_cache_manager_test
 }  // namespace tokenmill

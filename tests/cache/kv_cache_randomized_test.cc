@@ -22,7 +22,7 @@
 #include "tests/cache/reference_kv_cache.h"
 
 namespace tokenmill {
-namespace {
+namespace kv_cache_randomized_test {
 
 using testing::ReferenceKvCache;
 using testing::TestRequest;
@@ -370,5 +370,5 @@ TEST_P(KvCacheRandomizedTest, MatchesTheReferenceAndKeepsInvariantsAfterEveryOpe
 
 INSTANTIATE_TEST_SUITE_P(Hashers, KvCacheRandomizedTest, ::testing::Values(0, 1, 2));
 
-}  // namespace
+}  // namespace kv_cache_randomized_test
 }  // namespace tokenmill

@@ -9,7 +9,7 @@
 #include "common/byte_size.h"
 
 namespace tokenmill {
-namespace {
+namespace kv_cache_sizing_test {
 
 using ::testing::HasSubstr;
 
@@ -134,5 +134,5 @@ TEST(KvCacheSizingTest, GroupPoolsNeedRoomForTheWindow) {
   EXPECT_FALSE(PlanKvCacheGroups(no_window, 16, int64_t{1} << 30, 8192, 162).ok());
 }
 
-}  // namespace
+}  // namespace kv_cache_sizing_test
 }  // namespace tokenmill

@@ -10,7 +10,7 @@
 #include "tests/cache/cache_test_util.h"
 
 namespace tokenmill {
-namespace {
+namespace kv_cache_waste_test {
 
 using testing::TestRequest;
 
@@ -74,5 +74,5 @@ TEST(KvCacheWasteTest, UnusedSlotsStayBelowOneBlockPerSequence) {
   EXPECT_LT(allocated_slots - used_slots, int64_t{kSequences} * kBlockSize);
 }
 
-}  // namespace
+}  // namespace kv_cache_waste_test
 }  // namespace tokenmill

@@ -10,7 +10,7 @@
 #include "tests/cache/cache_test_util.h"
 
 namespace tokenmill {
-namespace {
+namespace kv_fork_test {
 
 using testing::Blocks;
 using testing::Concat;
@@ -160,5 +160,5 @@ TEST(KvForkTest, SlidingWindowGroupForksItsHeldBlocksAndCopiesItsPartialOne) {
   EXPECT_INVARIANTS(m);
 }
 
-}  // namespace
+}  // namespace kv_fork_test
 }  // namespace tokenmill

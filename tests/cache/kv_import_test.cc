@@ -11,7 +11,7 @@
 #include "tests/cache/cache_test_util.h"
 
 namespace tokenmill {
-namespace {
+namespace kv_import_test {
 
 using testing::Blocks;
 using testing::Concat;
@@ -218,5 +218,5 @@ TEST_F(KvImportSlidingTest, AFullGroupOnePoolImportsGroupZeroAlone) {
   EXPECT_INVARIANTS(manager_);
 }
 
-}  // namespace
+}  // namespace kv_import_test
 }  // namespace tokenmill

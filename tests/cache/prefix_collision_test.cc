@@ -9,7 +9,7 @@
 #include "tests/cache/cache_test_util.h"
 
 namespace tokenmill {
-namespace {
+namespace prefix_collision_test {
 
 using testing::Blocks;
 using testing::Concat;
@@ -87,5 +87,5 @@ TEST(PrefixCollisionTest, CacheSaltSeparatesTenantsEvenWhenHashesCollide) {
   EXPECT_THAT(RunPrompt(manager, bob_again), ElementsAre(3, 4));
 }
 
-}  // namespace
+}  // namespace prefix_collision_test
 }  // namespace tokenmill

@@ -10,7 +10,7 @@
 #include "tests/cache/cache_test_util.h"
 
 namespace tokenmill {
-namespace {
+namespace sliding_window_test {
 
 using testing::Blocks;
 using testing::Concat;
@@ -229,5 +229,5 @@ TEST(SlidingWindowTest, UncachedReleaseAndTruncation) {
   EXPECT_INVARIANTS(m);
 }
 
-}  // namespace
+}  // namespace sliding_window_test
 }  // namespace tokenmill

@@ -7,7 +7,7 @@
 #include <string>
 
 namespace tokenmill {
-namespace {
+namespace kv_window_test {
 
 TEST(KvWindowTest, SinksRoundUpToBlocksAndTheLimitIsSinksPlusWindow) {
   EXPECT_EQ(KvWindowSinkTokens(KvWindow{.sink_tokens = 4}, 16), 16);
@@ -38,5 +38,5 @@ TEST(KvWindowTest, BadWindowsNameTheFieldToChange) {
   EXPECT_TRUE(CheckKvWindow(KvWindow{.sink_tokens = 4, .window_tokens = 32}, 16, 128).ok());
 }
 
-}  // namespace
+}  // namespace kv_window_test
 }  // namespace tokenmill

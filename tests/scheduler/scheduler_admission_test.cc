@@ -10,7 +10,7 @@
 #include "tests/scheduler/scheduler_sim.h"
 
 namespace tokenmill::testing {
-namespace {
+namespace scheduler_admission_test {
 
 using ::testing::HasSubstr;
 
@@ -352,5 +352,5 @@ TEST(SchedulerPromptLogprobsTest, NoPrefixHitAndBoundedChunks) {
   sim.ExpectReferenceOutputs();
 }
 
-}  // namespace
+}  // namespace scheduler_admission_test
 }  // namespace tokenmill::testing

@@ -7,7 +7,7 @@
 #include "tests/scheduler/scheduler_sim.h"
 
 namespace tokenmill::testing {
-namespace {
+namespace scheduler_draft_test {
 
 SchedulerConfig Config(int budget = 64, int max_model_len = 64) {
   SchedulerConfig config;
@@ -117,5 +117,5 @@ TEST(SchedulerDraftTest, PreemptionDropsDraftsAndResumesWithTheSameTokens) {
   sim.ExpectReferenceOutputs();
 }
 
-}  // namespace
+}  // namespace scheduler_draft_test
 }  // namespace tokenmill::testing

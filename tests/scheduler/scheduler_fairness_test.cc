@@ -9,7 +9,7 @@
 #include "tests/scheduler/scheduler_sim.h"
 
 namespace tokenmill::testing {
-namespace {
+namespace scheduler_fairness_test {
 
 NewRequest OfTenant(std::string tenant, NewRequest request) {
   request.tenant = std::move(tenant);
@@ -130,5 +130,5 @@ TEST(SchedulerFairnessTest, OneTenantKeepsPriorityThenArrivalOrder) {
   }
 }
 
-}  // namespace
+}  // namespace scheduler_fairness_test
 }  // namespace tokenmill::testing

@@ -10,7 +10,7 @@
 #include "tests/scheduler/scheduler_sim.h"
 
 namespace tokenmill::testing {
-namespace {
+namespace scheduler_fork_test {
 
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
@@ -146,5 +146,5 @@ TEST_F(SchedulerForkOneSeatTest, AForkWithoutASeatWaitsAndParkedOnesGiveWay) {
   EXPECT_EQ(out.requests[0].token_ids.back(), 100);
 }
 
-}  // namespace
+}  // namespace scheduler_fork_test
 }  // namespace tokenmill::testing

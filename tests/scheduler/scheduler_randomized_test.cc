@@ -14,7 +14,7 @@
 #include "tests/scheduler/scheduler_sim.h"
 
 namespace tokenmill::testing {
-namespace {
+namespace scheduler_randomized_test {
 
 struct Coverage {
   int64_t preemptions = 0;
@@ -178,5 +178,5 @@ TEST(SchedulerRandomizedTest, SlidingWindowGroupReleasesAndKeepsEveryWindow) {
   EXPECT_GT(coverage.completed, 2000);
 }
 
-}  // namespace
+}  // namespace scheduler_randomized_test
 }  // namespace tokenmill::testing

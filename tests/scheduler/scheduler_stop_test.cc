@@ -7,7 +7,7 @@
 #include "tests/scheduler/scheduler_sim.h"
 
 namespace tokenmill::testing {
-namespace {
+namespace scheduler_stop_test {
 
 SchedulerConfig Config(std::vector<TokenId> eos_token_ids = {}, int max_model_len = 64) {
   SchedulerConfig config;
@@ -69,5 +69,5 @@ TEST(SchedulerStopTest, ContextLengthEndsWithLength) {
   EXPECT_EQ(sim.streamed(1).size(), 3u);  // 5 + 3 = 8
 }
 
-}  // namespace
+}  // namespace scheduler_stop_test
 }  // namespace tokenmill::testing

@@ -11,7 +11,7 @@
 #include "tests/scheduler/scheduler_sim.h"
 
 namespace tokenmill::testing {
-namespace {
+namespace scheduler_table_test {
 
 struct TimedRequest {
   int before_step;  // 1-based: added just before this step
@@ -339,5 +339,5 @@ INSTANTIATE_TEST_SUITE_P(Steps, SchedulerTableTest, ::testing::ValuesIn(Cases())
                            return param_info.param.name;
                          });
 
-}  // namespace
+}  // namespace scheduler_table_test
 }  // namespace tokenmill::testing

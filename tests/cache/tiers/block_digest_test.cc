@@ -7,7 +7,7 @@
 #include <vector>
 
 namespace tokenmill {
-namespace {
+namespace block_digest_test {
 
 TEST(BlockDigestTest, Sha256MatchesFipsVectors) {
   EXPECT_EQ(DigestHex(Sha256("")),
@@ -97,5 +97,5 @@ TEST(BlockDigestTest, HexIsLowerCase) {
   EXPECT_EQ(hex.substr(62), "0f");
 }
 
-}  // namespace
+}  // namespace block_digest_test
 }  // namespace tokenmill

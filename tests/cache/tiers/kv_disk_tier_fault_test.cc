@@ -13,7 +13,7 @@
 #include "tests/cache/tiers/tier_test_util.h"
 
 namespace tokenmill::testing {
-namespace {
+namespace kv_disk_tier_fault_test {
 
 // Offsets in a block file (cache/tiers/block_file.h) with a salt of one byte.
 constexpr size_t kSaltSizeOffset = 96;
@@ -303,5 +303,5 @@ TEST(KvDiskTierUnusableTest, AReadOnlyDirectoryStopsWritesAndLoadsGoOn) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "failed checks in the child (its stderr says which)";
 }
 
-}  // namespace
+}  // namespace kv_disk_tier_fault_test
 }  // namespace tokenmill::testing

@@ -11,7 +11,7 @@
 #include "tests/cache/tiers/tier_test_util.h"
 
 namespace tokenmill::testing {
-namespace {
+namespace kv_disk_tier_test {
 
 std::unique_ptr<KvDiskTier> OpenTier(const KvDiskTierConfig& config,
                                      std::atomic<int>* wakes = nullptr) {
@@ -311,5 +311,5 @@ TEST(KvDiskTierTest, CancelledLoadsNeverComeOut) {
   tier.reset();
 }
 
-}  // namespace
+}  // namespace kv_disk_tier_test
 }  // namespace tokenmill::testing

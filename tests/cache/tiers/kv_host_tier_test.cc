@@ -8,7 +8,7 @@
 #include "cache/tiers/kv_host_tier.h"
 
 namespace tokenmill {
-namespace {
+namespace kv_host_tier_test {
 
 constexpr int64_t kPayload = 64;
 
@@ -111,5 +111,5 @@ TEST(KvHostTierEmptyTest, AnArenaWithoutASlotStoresNothing) {
   EXPECT_TRUE(tier.TakeEvents().empty());
 }
 
-}  // namespace
+}  // namespace kv_host_tier_test
 }  // namespace tokenmill
