@@ -542,7 +542,8 @@ Status KvCacheManager::CheckInvariants() const {
   std::vector<int> sliding_ref_counts(sliding_pool_.has_value() ? sliding_pool_->num_blocks() : 0,
                                       0);
   for (const auto& [request_id, table] : tables_) {
-    const auto name = [&] { return "request " + std::to_string(request_id); };
+    // Named only on failure (clang 14 cannot capture a structured binding itself).
+    const auto name = [id = request_id] { return "request " + std::to_string(id); };
     std::unordered_set<BlockId> seen;
     PrefixId parent_prefix = kEmptyPrefix;
     for (int i = 0; i < static_cast<int>(table.blocks.size()); ++i) {
