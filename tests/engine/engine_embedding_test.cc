@@ -13,14 +13,7 @@
 namespace tokenmill::testing {
 namespace {
 
-int EmbedVocab() { return Stories().tokenizer->vocab_size(); }
 int Width() { return Stories().model->config().n_embd; }
-
-std::unique_ptr<EngineCore> EmbedCore(const EngineConfig& config = SmallConfig()) {
-  auto core = BuildEngineCore(*Stories().model, *Stories().tokenizer, config);
-  TM_CHECK(core.ok()) << core.status().ToString();
-  return std::move(core).value();
-}
 
 EngineConfig Chunked(int tokens_per_step) {
   EngineConfig config = SmallConfig();
@@ -40,7 +33,7 @@ GenerateRequest Embedding(std::vector<TokenId> prompt, Pooling pooling, OutputSi
 // The final event of one embedding run alone on a fresh engine.
 GenerateOutput EmbedAlone(const std::vector<TokenId>& prompt, Pooling pooling,
                           const EngineConfig& config = SmallConfig(), bool normalize = true) {
-  const std::unique_ptr<EngineCore> core = EmbedCore(config);
+  const std::unique_ptr<EngineCore> core = NewCore(Stories(), config);
   Collector collector;
   TM_CHECK(core->Add(1, Embedding(prompt, pooling, collector.Sink(1), normalize)).ok());
   TM_CHECK(RunToCompletion(*core));
@@ -81,7 +74,7 @@ TEST(EmbeddingPoolerTest, PoolsRowsThatComeAStepAtATime) {
 }
 
 TEST(EngineEmbeddingTest, EachPoolingGivesOneUnitVectorAndSamplesNothing) {
-  const std::vector<TokenId> prompt = RandomPrompt(23, EmbedVocab(), 5);
+  const std::vector<TokenId> prompt = RandomPrompt(23, StoriesVocab(), 5);
   for (const Pooling pooling : {Pooling::kMean, Pooling::kCls, Pooling::kLast}) {
     const GenerateOutput out = EmbedAlone(prompt, pooling);
     EXPECT_EQ(out.finish_reason, CompletionReason::kStop) << PoolingName(pooling);
@@ -104,7 +97,7 @@ TEST(EngineEmbeddingTest, EachPoolingGivesOneUnitVectorAndSamplesNothing) {
 }
 
 TEST(EngineEmbeddingTest, TheVectorDoesNotDependOnHowThePromptIsChunked) {
-  const std::vector<TokenId> prompt = RandomPrompt(45, EmbedVocab(), 9);
+  const std::vector<TokenId> prompt = RandomPrompt(45, StoriesVocab(), 9);
   for (const Pooling pooling : {Pooling::kMean, Pooling::kCls, Pooling::kLast}) {
     const GenerateOutput whole = EmbedAlone(prompt, pooling);
     for (const int chunk : {1, 7, 16}) {
@@ -119,16 +112,18 @@ TEST(EngineEmbeddingTest, TheVectorDoesNotDependOnHowThePromptIsChunked) {
 }
 
 TEST(EngineEmbeddingTest, BatchedWithGenerationsNeitherChanges) {
-  const std::vector<TokenId> gen_prompt = RandomPrompt(12, EmbedVocab(), 1);
+  const std::vector<TokenId> gen_prompt = RandomPrompt(12, StoriesVocab(), 1);
   Collector alone;
   {
-    const std::unique_ptr<EngineCore> core = EmbedCore();
+    const std::unique_ptr<EngineCore> core = NewCore(Stories());
     ASSERT_TRUE(core->Add(1, Greedy(gen_prompt, 20, alone.Sink(1))).ok());
     ASSERT_TRUE(RunToCompletion(*core));
   }
   std::vector<std::vector<TokenId>> prompts;
-  for (uint32_t i = 0; i < 6; ++i) prompts.push_back(RandomPrompt(5 + 9 * i, EmbedVocab(), 20 + i));
-  const std::unique_ptr<EngineCore> core = EmbedCore(Chunked(24));
+  for (uint32_t i = 0; i < 6; ++i) {
+    prompts.push_back(RandomPrompt(5 + 9 * i, StoriesVocab(), 20 + i));
+  }
+  const std::unique_ptr<EngineCore> core = NewCore(Stories(), Chunked(24));
   Collector together;
   ASSERT_TRUE(core->Add(1, Greedy(gen_prompt, 20, together.Sink(1))).ok());
   // Added while the generation decodes: they share its steps.
@@ -150,9 +145,9 @@ TEST(EngineEmbeddingTest, BatchedWithGenerationsNeitherChanges) {
 }
 
 TEST(EngineEmbeddingTest, OnlyLastTokenPoolingReadsTheCachedPrefix) {
-  const std::vector<TokenId> prompt = RandomPrompt(40, EmbedVocab(), 3);
+  const std::vector<TokenId> prompt = RandomPrompt(40, StoriesVocab(), 3);
   for (const Pooling pooling : {Pooling::kMean, Pooling::kLast}) {
-    const std::unique_ptr<EngineCore> core = EmbedCore();
+    const std::unique_ptr<EngineCore> core = NewCore(Stories());
     Collector collector;
     ASSERT_TRUE(core->Add(1, Embedding(prompt, pooling, collector.Sink(1))).ok());
     ASSERT_TRUE(RunToCompletion(*core));
@@ -174,11 +169,12 @@ TEST(EngineEmbeddingTest, APreemptedEmbeddingPoolsItsRecomputeOnly) {
   // embedding, admitted last, is preempted part way and recomputes after the generation.
   EngineConfig config = SmallConfig(/*num_kv_blocks=*/7);
   config.scheduler.max_num_batched_tokens = 8;
-  const std::unique_ptr<EngineCore> core = EmbedCore(config);
+  const std::unique_ptr<EngineCore> core = NewCore(Stories(), config);
   Collector collector;
-  ASSERT_TRUE(core->Add(1, Greedy(RandomPrompt(50, EmbedVocab(), 49), 60, collector.Sink(1))).ok());
+  ASSERT_TRUE(
+      core->Add(1, Greedy(RandomPrompt(50, StoriesVocab(), 49), 60, collector.Sink(1))).ok());
   for (int step = 0; step < 7; ++step) ASSERT_TRUE(core->Step());
-  const std::vector<TokenId> prompt = RandomPrompt(60, EmbedVocab(), 50);
+  const std::vector<TokenId> prompt = RandomPrompt(60, StoriesVocab(), 50);
   ASSERT_TRUE(core->Add(2, Embedding(prompt, Pooling::kMean, collector.Sink(2))).ok());
   ASSERT_TRUE(RunToCompletion(*core));
   ASSERT_TRUE(core->CheckIdle().ok());
@@ -190,17 +186,18 @@ TEST(EngineEmbeddingTest, APreemptedEmbeddingPoolsItsRecomputeOnly) {
 TEST(EngineEmbeddingTest, APromptMayFillTheContext) {
   EngineConfig config = SmallConfig();
   config.scheduler.max_model_len = 32;
-  const GenerateOutput out = EmbedAlone(RandomPrompt(32, EmbedVocab(), 8), Pooling::kLast, config);
+  const GenerateOutput out =
+      EmbedAlone(RandomPrompt(32, StoriesVocab(), 8), Pooling::kLast, config);
   EXPECT_EQ(out.finish_reason, CompletionReason::kStop);
   EXPECT_EQ(static_cast<int>(out.embedding.size()), Width());
 }
 
 TEST(EngineEmbeddingTest, AbortedEmbeddingGivesItsBlocksBack) {
-  const std::unique_ptr<EngineCore> core = EmbedCore(Chunked(8));
+  const std::unique_ptr<EngineCore> core = NewCore(Stories(), Chunked(8));
   Collector collector;
-  ASSERT_TRUE(
-      core->Add(1, Embedding(RandomPrompt(60, EmbedVocab(), 4), Pooling::kMean, collector.Sink(1)))
-          .ok());
+  ASSERT_TRUE(core->Add(1, Embedding(RandomPrompt(60, StoriesVocab(), 4), Pooling::kMean,
+                                     collector.Sink(1)))
+                  .ok());
   ASSERT_TRUE(core->Step());
   ASSERT_TRUE(core->Abort(1));
   EXPECT_EQ(collector[1].final_event.finish_reason, CompletionReason::kAbort);
@@ -209,7 +206,7 @@ TEST(EngineEmbeddingTest, AbortedEmbeddingGivesItsBlocksBack) {
 }
 
 TEST(EngineEmbeddingTest, RefusesWhatOnlyAGenerationUses) {
-  const RequestLimits limits{.max_model_len = 128, .vocab_size = EmbedVocab()};
+  const RequestLimits limits{.max_model_len = 128, .vocab_size = StoriesVocab()};
   GenerateRequest request = Embedding({1, 2, 3}, Pooling::kMean, [](GenerateOutput&&) {});
   EXPECT_TRUE(ValidateGenerateRequest(request, limits).ok());
   request.n = 2;
