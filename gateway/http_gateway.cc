@@ -30,9 +30,12 @@ namespace {
 // After --drain-timeout: how long the requests then ended have to write their error.
 constexpr std::chrono::seconds kFinalWrites(5);
 
-asio::awaitable<void> Listen(tcp::acceptor& acceptor, GatewayContext& context) {
+// Runs on the acceptor's strand, as its closes do (Drain, ~HttpGateway); each connection gets a
+// strand of its own on the I/O threads.
+asio::awaitable<void> Listen(tcp::acceptor& acceptor, asio::io_context& io,
+                             GatewayContext& context) {
   for (;;) {
-    auto strand = asio::make_strand(acceptor.get_executor());
+    auto strand = asio::make_strand(io);
     beast::error_code error;
     tcp::socket socket =
         co_await acceptor.async_accept(strand, asio::redirect_error(asio::use_awaitable, error));
@@ -54,7 +57,7 @@ struct HttpGateway::Impl {
                  .ttl = std::chrono::seconds(options.response_store_ttl_seconds)},
                 static_cast<size_t>(limits.body_buffer_bytes)),
         io(options.io_threads),
-        acceptor(io) {}
+        acceptor(asio::make_strand(io)) {}
 
   // Declared before io so that they outlive it: io's destructor destroys the coroutines still
   // suspended on it (connections mid-request at shutdown), and their frames hold admissions
@@ -97,7 +100,8 @@ StatusOr<std::unique_ptr<HttpGateway>> HttpGateway::Start(const GatewayOptions& 
   }
   impl->bound_port = impl->acceptor.local_endpoint(error).port();
   Impl* raw = impl.get();
-  asio::co_spawn(raw->io, Listen(raw->acceptor, raw->context), asio::detached);
+  asio::co_spawn(raw->acceptor.get_executor(), Listen(raw->acceptor, raw->io, raw->context),
+                 asio::detached);
   for (int i = 0; i < options.io_threads; ++i) {
     raw->threads.emplace_back([raw] { raw->io.run(); });
   }
@@ -122,10 +126,7 @@ bool WaitForRequests(const GatewayMetrics& metrics,
 
 void HttpGateway::Drain(std::chrono::milliseconds timeout) {
   impl_->context.draining = true;
-  asio::post(impl_->io, [this] {
-    beast::error_code ignored;
-    impl_->acceptor.close(ignored);
-  });
+  CloseAcceptor();
   spdlog::info("draining {} requests (up to {} s): they finish, new ones get 503",
                impl_->context.metrics.in_flight(), static_cast<double>(timeout.count()) / 1000.0);
   const auto now = std::chrono::steady_clock::now();
@@ -138,11 +139,17 @@ void HttpGateway::Drain(std::chrono::milliseconds timeout) {
   WaitForRequests(impl_->context.metrics, std::chrono::steady_clock::now() + kFinalWrites);
 }
 
-HttpGateway::~HttpGateway() {
-  asio::post(impl_->io, [this] {
+void HttpGateway::CloseAcceptor() {
+  // On the acceptor's strand: Drain's close, the destructor's and Listen's accepts would race
+  // on the I/O threads otherwise (ThreadSanitizer saw the two closes do).
+  asio::post(impl_->acceptor.get_executor(), [this] {
     beast::error_code ignored;
     impl_->acceptor.close(ignored);
   });
+}
+
+HttpGateway::~HttpGateway() {
+  CloseAcceptor();
   // Backend calls report to connection strands: cancel them and let them finish before the
   // I/O threads stop.
   impl_->context.calls.CancelAll();

@@ -37,6 +37,7 @@ class HttpGateway {
  private:
   struct Impl;
   explicit HttpGateway(std::unique_ptr<Impl> impl);
+  void CloseAcceptor();  // stops new connections; Drain and the destructor both may
   std::unique_ptr<Impl> impl_;
 };
 
