@@ -1,0 +1,26 @@
+# Sourced by scripts/test and scripts/sanitize: a build at idle priority beside a test stage.
+# The e2e tests leave part of the two cores idle while they wait on servers and clients (ctest
+# and the ASan tests ran at 180% of 200%); a build at nice 19 takes that time and little else.
+# When the tests end, the build is stopped (what it finished stays built, and the compiler
+# cache keeps it) and the next stage builds the rest at full priority.
+IDLE_BUILD_PID=""
+
+# log command...: the command (or function) at nice 19, in a process group of its own.
+idle_build_start() {
+  local log=$1
+  shift
+  set -m
+  (renice -n 19 -p "$BASHPID" > /dev/null && "$@") > "$log" 2>&1 &
+  IDLE_BUILD_PID=$!
+  set +m
+  trap idle_build_stop EXIT  # set +m put the signals back to their defaults (bash 5.2)
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}
+
+idle_build_stop() {  # interrupts the build and waits for it; a failure there is not this one's
+  [ -n "$IDLE_BUILD_PID" ] || return 0
+  kill -INT -- -"$IDLE_BUILD_PID" 2>/dev/null || true
+  wait "$IDLE_BUILD_PID" 2>/dev/null || true
+  IDLE_BUILD_PID=""
+}
