@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/thread_pool.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill::cli {
 namespace {
@@ -21,7 +22,7 @@ namespace {
 class KvWindowStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto model = Model::Load(std::string(TOKENMILL_MODELS_DIR) + "/stories260K.gguf");
+    auto model = Model::Load(TestModelsDir() + "/stories260K.gguf");
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     model_ = std::move(*model);
     std::mt19937 rng(13);

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "common/check.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill::testing {
 
@@ -13,7 +14,7 @@ const TestModel& LoadTestModel(const std::string& file) {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = models->find(file);
   if (it == models->end()) {
-    auto model = Model::Load(std::string(TOKENMILL_MODELS_DIR) + "/" + file);
+    auto model = Model::Load(TestModelsDir() + "/" + file);
     TM_CHECK(model.ok()) << model.status().ToString();
     auto tokenizer = Tokenizer::FromGguf((*model)->file());
     TM_CHECK(tokenizer.ok()) << tokenizer.status().ToString();

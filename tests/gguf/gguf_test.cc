@@ -8,6 +8,7 @@
 
 #include "common/byte_size.h"
 #include "tests/gguf/gguf_builder.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill {
 namespace {
@@ -226,7 +227,7 @@ TEST(GgufTest, OpenReportsMissingFilesByPath) {
 // The two real models: every tensor in bounds, and the metadata the model code needs.
 TEST(GgufTest, OpensTheDefaultModel) {
   const StatusOr<GgufFile> file =
-      GgufFile::Open(std::string(TOKENMILL_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf");
+      GgufFile::Open(TestModelsDir() + "/SmolLM2-135M-Instruct.Q4_1.gguf");
   ASSERT_TRUE(file.ok()) << file.status().ToString() << " (run scripts/setup)";
   EXPECT_EQ(file->version(), 3u);
   EXPECT_EQ(*file->GetString("general.architecture"), "llama");
@@ -242,7 +243,7 @@ TEST(GgufTest, OpensTheDefaultModel) {
 // A model loader drops the pages of weights it copied (GgufFile::ReleasePages): what is read
 // after is still the file's bytes, those of the released tensor and of its neighbours.
 TEST(GgufTest, ReleasedPagesReadBackAsTheFile) {
-  const std::string path = std::string(TOKENMILL_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string path = TestModelsDir() + "/SmolLM2-135M-Instruct.Q4_1.gguf";
   const StatusOr<GgufFile> file = GgufFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status().ToString() << " (run scripts/setup)";
   const std::vector<uint8_t> before(file->bytes().begin(), file->bytes().end());
@@ -253,7 +254,7 @@ TEST(GgufTest, ReleasedPagesReadBackAsTheFile) {
 }
 
 TEST(GgufTest, OpensTheTinyStoriesModel) {
-  const StatusOr<GgufFile> file = GgufFile::Open(std::string(TOKENMILL_MODELS_DIR) + "/stories260K.gguf");
+  const StatusOr<GgufFile> file = GgufFile::Open(TestModelsDir() + "/stories260K.gguf");
   ASSERT_TRUE(file.ok()) << file.status().ToString() << " (run scripts/setup)";
   EXPECT_EQ(*file->GetU32("llama.embedding_length"), 64u);
   EXPECT_EQ(*file->GetString("tokenizer.ggml.model"), "llama");

@@ -1,21 +1,21 @@
 // tokenmill's masks equal xgrammar's at every step of the golden sequences
 // (tests/reference/make_grammar_golden.py): same vocabulary, same GBNF text.
+#include <gtest/gtest.h>
 #include <zlib.h>
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "common/hash.h"
 #include "gguf/gguf.h"
 #include "grammar/compiler.h"
 #include "grammar/matcher.h"
+#include "tests/test_paths.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace tokenmill::grammar {
@@ -23,7 +23,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-const std::string kDataDir = std::string(TOKENMILL_TEST_DATA_DIR) + "/grammar/";
+const std::string kDataDir = TestDataDir() + "/grammar/";
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -45,7 +45,7 @@ std::string ReadGzip(const std::string& path) {
 
 // The engine's view of the model's vocabulary: each token's bytes, control tokens empty.
 Vocabulary ModelVocabulary(const std::string& model, const std::vector<int32_t>& eos) {
-  auto file = GgufFile::Open(std::string(TOKENMILL_MODELS_DIR) + "/" + model);
+  auto file = GgufFile::Open(TestModelsDir() + "/" + model);
   TM_CHECK(file.ok()) << file.status().ToString();
   auto tokenizer = Tokenizer::FromGguf(*file);
   TM_CHECK(tokenizer.ok()) << tokenizer.status().ToString();

@@ -9,22 +9,23 @@
 // RoutingExpf and GlibcExpf are those two functions operation for operation, so probs and
 // weights are equal bit for bit and ties in logits stay ties (or not) as on the CPU. Ties in
 // probs fall to the lower index, as RouteToken's stable sort of up to 16 experts puts them.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cuda/moe_math.h"
 #include "model/arch/moe.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill {
 namespace {
@@ -253,7 +254,7 @@ TEST(RouteTokenOnDevice, TiedGroupsFallAsRouteTokens) {
 }
 
 TEST(RouteTokenOnDevice, MatchesLlamaCppsCapturedRouting) {
-  std::ifstream in(std::string(TOKENMILL_TEST_DATA_DIR) + "/moe/routing.json");
+  std::ifstream in(TestDataDir() + "/moe/routing.json");
   ASSERT_TRUE(in.good()) << "run tests/reference/make_moe_routing_golden.py";
   const nlohmann::json golden = nlohmann::json::parse(in);
   for (const char* name : {"qwen3moe", "qwen2moe", "mixtral"}) {

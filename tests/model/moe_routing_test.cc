@@ -2,22 +2,23 @@
 // models, captured from its graph by tests/reference/make_moe_routing_golden.py: the same
 // experts in the same order, ties included, and the same weights bit for bit. And the
 // grouping of a step's choices by expert.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "model/arch/moe.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill {
 namespace {
 
 nlohmann::json LoadGolden() {
-  std::ifstream in(std::string(TOKENMILL_TEST_DATA_DIR) + "/moe/routing.json");
+  std::ifstream in(TestDataDir() + "/moe/routing.json");
   EXPECT_TRUE(in.good()) << "run tests/reference/make_moe_routing_golden.py";
   return nlohmann::json::parse(in);
 }

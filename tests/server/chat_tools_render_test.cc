@@ -8,13 +8,14 @@
 #include <sstream>
 
 #include "server/grpc/request_builder.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill::server {
 namespace {
 
 using Json = nlohmann::ordered_json;
 
-const std::string kDataDir = std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/";
+const std::string kDataDir = TestDataDir() + "/chat_templates/";
 
 Json ReadJson(const std::string& path) {
   std::ifstream file(path, std::ios::binary);

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "common/request_limits.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill::server {
 namespace {
@@ -14,8 +15,7 @@ using ::testing::HasSubstr;
 
 const Tokenizer& Stories() {
   static const Tokenizer tokenizer = [] {
-    StatusOr<GgufFile> file =
-        GgufFile::Open(std::string(TOKENMILL_MODELS_DIR) + "/stories260K.gguf");
+    StatusOr<GgufFile> file = GgufFile::Open(TestModelsDir() + "/stories260K.gguf");
     TM_CHECK(file.ok()) << file.status().ToString();
     StatusOr<Tokenizer> t = Tokenizer::FromGguf(*file);
     TM_CHECK(t.ok()) << t.status().ToString();

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "server/grpc/server_options.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill::server {
 namespace {
@@ -19,7 +20,7 @@ namespace {
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
-const std::string kModelPath = std::string(TOKENMILL_MODELS_DIR) + "/stories260K.gguf";
+const std::string kModelPath = TestModelsDir() + "/stories260K.gguf";
 constexpr int64_t kFootprint = 60;  // as the registry counts it: two do not fit in 100
 
 // A registry of `names.size()` copies of stories260K; a name starting with "broken" loads a

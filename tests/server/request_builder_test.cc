@@ -9,6 +9,7 @@
 
 #include "common/json_nesting.h"
 #include "engine/grammar_vocabulary.h"
+#include "tests/test_paths.h"
 #include "text/tokenizer/incremental_decoder.h"
 
 namespace tokenmill::server {
@@ -20,7 +21,7 @@ using ::testing::HasSubstr;
 // A model's tokenizer and chat template, loaded once per test suite.
 struct LoadedVocab {
   explicit LoadedVocab(const std::string& file_name) {
-    StatusOr<GgufFile> file = GgufFile::Open(std::string(TOKENMILL_MODELS_DIR) + "/" + file_name);
+    StatusOr<GgufFile> file = GgufFile::Open(TestModelsDir() + "/" + file_name);
     TM_CHECK(file.ok()) << file.status().ToString();
     StatusOr<Tokenizer> t = Tokenizer::FromGguf(*file);
     TM_CHECK(t.ok()) << t.status().ToString();
@@ -380,8 +381,8 @@ TEST(BuildGenerateRequest, ChatWithoutTemplateIsAFailedPrecondition) {
 }
 
 TEST(RenderChat, ToolsReachTheTemplate) {
-  StatusOr<ChatTemplate> qwen = ChatTemplate::FromFile(
-      std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/qwen2.5.jinja", {});
+  StatusOr<ChatTemplate> qwen =
+      ChatTemplate::FromFile(TestDataDir() + "/chat_templates/qwen2.5.jinja", {});
   ASSERT_TRUE(qwen.ok()) << qwen.status().ToString();
   v1::Chat chat;
   v1::ChatMessage* message = chat.add_messages();
@@ -435,8 +436,8 @@ TEST(BuildGenerateRequest, ToolCallMarkersThatAreControlTokensReachTheParser) {
   // Mistral 7B v0.3's vocabulary (scripts/setup writes it from mistral-common's tokenizer):
   // [TOOL_CALLS] is the control token 5, which the model emits and the detokenizer drops.
   const LoadedVocab mistral("mistral-v3-vocab.gguf");
-  StatusOr<ChatTemplate> chat_template = ChatTemplate::FromFile(
-      std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/mistral_tools.jinja", {});
+  StatusOr<ChatTemplate> chat_template =
+      ChatTemplate::FromFile(TestDataDir() + "/chat_templates/mistral_tools.jinja", {});
   ASSERT_TRUE(chat_template.ok()) << chat_template.status().ToString();
   RequestContext context = mistral.Context(4096);
   context.chat_template = &*chat_template;
@@ -492,13 +493,12 @@ TEST(BuildGenerateRequest, LlamaPythonTagIsAControlTokenThatReachesTheParser) {
   const std::string file_name = "llama31-vocab.gguf";
   const LoadedVocab llama(file_name);
   // As the server loads --chat-template FILE: bos_token and eos_token from the GGUF.
-  StatusOr<GgufFile> file = GgufFile::Open(std::string(TOKENMILL_MODELS_DIR) + "/" + file_name);
+  StatusOr<GgufFile> file = GgufFile::Open(TestModelsDir() + "/" + file_name);
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   StatusOr<ChatSpecialTokens> special_tokens = ChatSpecialTokensFromGguf(*file);
   ASSERT_TRUE(special_tokens.ok()) << special_tokens.status().ToString();
   StatusOr<ChatTemplate> chat_template = ChatTemplate::FromFile(
-      std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/llama3.1_tools.jinja",
-      *std::move(special_tokens));
+      TestDataDir() + "/chat_templates/llama3.1_tools.jinja", *std::move(special_tokens));
   ASSERT_TRUE(chat_template.ok()) << chat_template.status().ToString();
   RequestContext context = llama.Context(4096);
   context.chat_template = &*chat_template;
@@ -612,8 +612,8 @@ TEST(RenderChat, ContinueFinalMessageLeavesTheAssistantTextOpen) {
   EXPECT_EQ(*continued, *opening + "The answer is");
 
   // Llama 2's template puts a space before the answer and none in the opening: refused.
-  StatusOr<ChatTemplate> llama2 = ChatTemplate::FromFile(
-      std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/llama2.jinja", {});
+  StatusOr<ChatTemplate> llama2 =
+      ChatTemplate::FromFile(TestDataDir() + "/chat_templates/llama2.jinja", {});
   ASSERT_TRUE(llama2.ok()) << llama2.status().ToString();
   const StatusOr<std::string> refused = RenderChat(chat, &*llama2);
   ASSERT_FALSE(refused.ok());
@@ -800,8 +800,8 @@ v1::Chat ChatWithToolCall(const std::string& arguments) {
 }
 
 TEST(BuildGenerateRequest, JsonNestedDeeperThanTheBoundIsRefusedNamingItsField) {
-  StatusOr<ChatTemplate> qwen = ChatTemplate::FromFile(
-      std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/qwen2.5.jinja", {});
+  StatusOr<ChatTemplate> qwen =
+      ChatTemplate::FromFile(TestDataDir() + "/chat_templates/qwen2.5.jinja", {});
   ASSERT_TRUE(qwen.ok()) << qwen.status().ToString();
   const std::string deep = DeepObject(100000);
   const std::string arguments_field = "chat.messages[1].tool_calls[0].arguments";

@@ -14,6 +14,7 @@
 #include "engine/grammar_vocabulary.h"
 #include "grammar/matcher.h"
 #include "server/grpc/request_builder.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill::server {
 namespace {
@@ -33,14 +34,13 @@ constexpr char kTools[] = R"([
 
 struct Served {
   Served() {
-    StatusOr<GgufFile> file =
-        GgufFile::Open(std::string(TOKENMILL_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf");
+    StatusOr<GgufFile> file = GgufFile::Open(TestModelsDir() + "/SmolLM2-135M-Instruct.Q4_1.gguf");
     TM_CHECK(file.ok());
     StatusOr<Tokenizer> t = Tokenizer::FromGguf(*file);
     TM_CHECK(t.ok());
     tokenizer.emplace(std::move(*t));
-    StatusOr<ChatTemplate> c = ChatTemplate::FromFile(
-        std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/deepseek_r1_distill.jinja", {});
+    StatusOr<ChatTemplate> c =
+        ChatTemplate::FromFile(TestDataDir() + "/chat_templates/deepseek_r1_distill.jinja", {});
     TM_CHECK(c.ok()) << c.status().ToString();
     r1_template.emplace(std::move(*c));
     StatusOr<ChatTemplate> own = ChatTemplate::FromGguf(*file);

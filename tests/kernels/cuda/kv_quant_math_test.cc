@@ -23,6 +23,7 @@
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cuda/kernel_math.h"
 #include "kernels/half.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill::cuda {
 namespace {
@@ -40,7 +41,7 @@ struct Golden {
 
 Golden ReadGolden() {
   Golden g;
-  std::ifstream in(std::string(TOKENMILL_TEST_DATA_DIR) + "/kv/e4m3_golden.txt");
+  std::ifstream in(TestDataDir() + "/kv/e4m3_golden.txt");
   EXPECT_TRUE(in.good()) << "tests/data/kv/e4m3_golden.txt";
   std::string line;
   while (std::getline(in, line)) {

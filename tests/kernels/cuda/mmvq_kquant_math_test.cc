@@ -26,6 +26,7 @@
 #include "kernels/dequantize_k_quants.h"
 #include "kernels/half.h"
 #include "kernels/tensor_type.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill::cuda {
 namespace {
@@ -56,7 +57,7 @@ Rows RandomRows(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) 
 // Up to `rows` rows of the first tensor of `type` in `stem`.gguf under models/: blocks as
 // llama.cpp's quantizer shapes them. Empty when the file is not there.
 Rows FileRows(const std::string& stem, TensorType type, int64_t rows) {
-  const std::string path = std::string(TOKENMILL_MODELS_DIR) + "/" + stem + ".gguf";
+  const std::string path = TestModelsDir() + "/" + stem + ".gguf";
   StatusOr<GgufFile> file = GgufFile::Open(path);
   if (!file.ok()) return {};
   for (const GgufTensor& t : file->tensors()) {
@@ -111,7 +112,7 @@ class KQuantMathTest : public ::testing::TestWithParam<TensorType> {
     if (real.rows > 0) {
       cases.push_back(std::move(real));
     } else if (q2_k || GetParam() == TensorType::kQ4_K || GetParam() == TensorType::kQ6_K) {
-      std::cout << "[ note ] no " << stem << ".gguf in " << TOKENMILL_MODELS_DIR
+      std::cout << "[ note ] no " << stem << ".gguf in " << TestModelsDir()
                 << " (scripts/setup makes it): random blocks only\n";
     }
     return cases;

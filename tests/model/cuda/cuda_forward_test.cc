@@ -2,6 +2,7 @@
 // tests/data/logits/ (NumPy logits, llama.cpp continuations). Label gpu: skipped without a
 // CUDA device.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,11 +15,10 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "model/cuda/cuda_kv_cache.h"
 #include "model/lora.h"
 #include "tests/model/cuda/cuda_model_test.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill::cuda {
 namespace {
@@ -250,7 +250,7 @@ TEST_P(CudaForwardTest, BadInputIsAStatusNotACrash) {
 // the prompt's bound (GpuToleranceOverCpu), the adapter moves the first sequence's logits by
 // far more than that, and once removed the first sequence's are the base model's again.
 TEST_P(CudaForwardTest, LoraAdaptersRunPerSequenceAsOnTheCpu) {
-  std::string path = std::string(TOKENMILL_TEST_DATA_DIR) + "/lora/" + GetParam().stem + ".gguf";
+  std::string path = TestDataDir() + "/lora/" + GetParam().stem + ".gguf";
   if (!std::filesystem::exists(path)) {
     if (!std::filesystem::exists(TOKENMILL_PYTHON)) {
       GTEST_SKIP() << path << " is missing and there is no " << TOKENMILL_PYTHON << " to write it";
@@ -260,8 +260,8 @@ TEST_P(CudaForwardTest, LoraAdaptersRunPerSequenceAsOnTheCpu) {
     const std::string command =
         std::string(TOKENMILL_PYTHON) + " -c \"import sys; sys.path.insert(0, '" +
         TOKENMILL_SOURCE_DIR "/tests/reference'); from make_lora_adapter import write_adapter; " +
-        "write_adapter('" + std::string(TOKENMILL_MODELS_DIR) + "/" + golden_.model_file +
-        "', '" + path + "', rank=2, seed=3)\"";
+        "write_adapter('" + TestModelsDir() + "/" + golden_.model_file + "', '" + path +
+        "', rank=2, seed=3)\"";
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
   }
   auto adapter = LoraAdapter::Load(path, *model_);
@@ -321,7 +321,7 @@ class CudaGemma3Q4KMTest : public CudaTest {};
 
 TEST_F(CudaGemma3Q4KMTest, GreedyContinuationsMatchLlamaCpp) {
   const std::string stem = "gemma-3-270m-q4_k_m";
-  const std::string path = std::string(TOKENMILL_MODELS_DIR) + "/" + stem + ".gguf";
+  const std::string path = TestModelsDir() + "/" + stem + ".gguf";
   if (!std::filesystem::exists(path)) {
     GTEST_SKIP() << path << " is missing: scripts/setup fetches it";
   }

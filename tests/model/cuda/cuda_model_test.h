@@ -20,6 +20,7 @@
 #include "model/kv_cache.h"
 #include "tests/kernels/cuda/cuda_test.h"
 #include "tests/model/forward/golden.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill::cuda {
 
@@ -82,9 +83,7 @@ class CudaModelTest : public CudaTest, public ::testing::WithParamInterface<Case
   }
 
   // Where the golden's model lies (a fixture whose files are elsewhere says so).
-  virtual std::string ModelPath() const {
-    return std::string(TOKENMILL_MODELS_DIR) + "/" + golden_.model_file;
-  }
+  virtual std::string ModelPath() const { return TestModelsDir() + "/" + golden_.model_file; }
 
   // The CPU's fast kernels (KernelMode::kFast), to hold the GPU's logits against: the GPU
   // quantizes the activations of quantized weights to q8_1 blocks exactly as they do and takes

@@ -15,6 +15,7 @@
 
 #include "model/cuda/cuda_kv_cache.h"
 #include "tests/model/cuda/cuda_model_test.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill::cuda {
 namespace {
@@ -30,7 +31,7 @@ struct RequantizedCase {
 std::ostream& operator<<(std::ostream& os, const RequantizedCase& c) { return os << c.stem; }
 
 std::string RequantizedPath(const std::string& stem) {
-  return std::string(TOKENMILL_MODELS_DIR) + "/" + stem + ".gguf";
+  return TestModelsDir() + "/" + stem + ".gguf";
 }
 
 class CudaRequantizedTest : public CudaModelTest<RequantizedCase> {

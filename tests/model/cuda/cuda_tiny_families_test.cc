@@ -31,6 +31,7 @@
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "tests/kernels/cuda/cuda_test.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill::cuda {
 namespace {
@@ -53,7 +54,7 @@ struct PrewrittenFamily {
   TinyFamilyFile file;
 };
 PrewrittenFamily FindPrewrittenFamily(const std::string& name) {
-  const std::string base = std::string(TOKENMILL_TEST_DATA_DIR) + "/tiny_families/" + name;
+  const std::string base = TestDataDir() + "/tiny_families/" + name;
   std::ifstream info(base + ".txt");
   PrewrittenFamily found;
   if (!info || !(info >> found.file.context)) return found;
@@ -112,7 +113,7 @@ class CudaTinyFamilyTest : public CudaTest, public ::testing::WithParamInterface
     CudaTest::SetUp();
     if (IsSkipped()) return;
     const std::string name = GetParam();
-    std::ifstream file(std::string(TOKENMILL_TEST_DATA_DIR) + "/logits/tiny/" + name + ".json");
+    std::ifstream file(TestDataDir() + "/logits/tiny/" + name + ".json");
     ASSERT_TRUE(file) << "no golden for " << name;
     golden_ = nlohmann::json::parse(file);
     PrewrittenFamily prewritten = FindPrewrittenFamily(name);

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/thread_pool.h"
 #include "model/forward.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill {
 namespace {
@@ -31,7 +32,7 @@ struct GenerationResult {
 class DeterminismTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto model = Model::Load(std::string(TOKENMILL_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf");
+    auto model = Model::Load(TestModelsDir() + "/SmolLM2-135M-Instruct.Q4_1.gguf");
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     model_ = std::move(*model).release();
   }

@@ -13,6 +13,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "model/forward.h"
 #include "tests/model/forward/golden.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill {
 namespace {
@@ -41,7 +42,7 @@ class ForwardGoldenTest : public ::testing::TestWithParam<ModelCase> {
  protected:
   void SetUp() override {
     golden_ = LoadGolden(GetParam().stem);
-    auto model = Model::Load(std::string(TOKENMILL_MODELS_DIR) + "/" + golden_.model_file);
+    auto model = Model::Load(TestModelsDir() + "/" + golden_.model_file);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     model_ = std::move(*model);
   }

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/thread_pool.h"
 #include "model/forward.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill {
 namespace {
@@ -24,7 +25,7 @@ struct Shown {
 class ForwardTapTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto model = Model::Load(std::string(TOKENMILL_MODELS_DIR) + "/stories260K.gguf");
+    auto model = Model::Load(TestModelsDir() + "/stories260K.gguf");
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     model_ = std::move(*model);
   }

@@ -15,6 +15,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "model/model.h"
 #include "tests/model/forward/golden.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill {
 namespace {
@@ -38,7 +39,7 @@ constexpr float kGemmaOwnOrderNearTie = 0.9f;
 class Gemma3GoldenTest : public ::testing::TestWithParam<LayoutCase> {};
 
 TEST_P(Gemma3GoldenTest, GreedyContinuationsMatchLlamaCpp) {
-  const std::string path = std::string(TOKENMILL_MODELS_DIR) + "/" + kStem + ".gguf";
+  const std::string path = TestModelsDir() + "/" + kStem + ".gguf";
   if (!std::filesystem::exists(path)) {
     GTEST_SKIP() << path << " is missing: scripts/setup fetches it";
   }

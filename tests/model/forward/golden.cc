@@ -1,16 +1,17 @@
 #include "tests/model/forward/golden.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <fstream>
 #include <iostream>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
 #include "model/forward.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill::testing {
 namespace {
@@ -22,7 +23,7 @@ SparseLogits ToSparse(const nlohmann::json& j) {
 }  // namespace
 
 Golden LoadGolden(const std::string& model_stem) {
-  const std::string path = std::string(TOKENMILL_TEST_DATA_DIR) + "/logits/" + model_stem + ".json";
+  const std::string path = TestDataDir() + "/logits/" + model_stem + ".json";
   std::ifstream in(path);
   TM_CHECK(in.good()) << "cannot read " << path;
   const nlohmann::json j = nlohmann::json::parse(in);
@@ -50,8 +51,7 @@ Golden LoadGolden(const std::string& model_stem) {
 }
 
 std::vector<SparseLogits> LoadBf16Logits(const std::string& model_stem) {
-  const std::string path =
-      std::string(TOKENMILL_TEST_DATA_DIR) + "/logits/" + model_stem + ".bf16.json";
+  const std::string path = TestDataDir() + "/logits/" + model_stem + ".bf16.json";
   std::ifstream in(path);
   TM_CHECK(in.good()) << "cannot read " << path;
   const nlohmann::json j = nlohmann::json::parse(in);

@@ -20,6 +20,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "model/model.h"
 #include "tests/model/forward/golden.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill {
 namespace {
@@ -37,7 +38,7 @@ std::string FileOf(const std::string& target) {
 }
 
 std::string PathOf(const std::string& target) {
-  return std::string(TOKENMILL_MODELS_DIR) + "/requantized/" + FileOf(target);
+  return TestModelsDir() + "/requantized/" + FileOf(target);
 }
 
 // {ggml type name: tensors of that type} of a GGUF file.
@@ -59,8 +60,8 @@ class RequantizedGoldenTest : public ::testing::TestWithParam<RequantizedCase> {
 
 TEST_P(RequantizedGoldenTest, GreedyContinuationsMatchLlamaCpp) {
   const std::string& target = GetParam().target;
-  const std::string golden_path = std::string(TOKENMILL_TEST_DATA_DIR) +
-                                  "/logits/requantized/SmolLM2-135M-Instruct." + target + ".json";
+  const std::string golden_path =
+      TestDataDir() + "/logits/requantized/SmolLM2-135M-Instruct." + target + ".json";
   if (!std::filesystem::exists(golden_path)) {
     GTEST_SKIP() << golden_path << " is missing: tests/reference/make_requantized_golden.py "
                  << target << " writes it";

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "tests/gguf/gguf_builder.h"
+#include "tests/test_paths.h"
 
 namespace tokenmill {
 namespace {
@@ -216,7 +217,7 @@ TEST(ChatTemplateGgufTest, BrokenGgufTemplateOrTokenIdsAreReported) {
 }
 
 TEST(ChatTemplateGgufTest, RealModelWithoutTemplate) {
-  const std::string model = std::string(TOKENMILL_MODELS_DIR) + "/stories260K.gguf";
+  const std::string model = TestModelsDir() + "/stories260K.gguf";
   if (!std::ifstream(model).good()) GTEST_SKIP() << "no " << model << " (run scripts/setup)";
   const StatusOr<GgufFile> gguf = GgufFile::Open(model);
   ASSERT_TRUE(gguf.ok());

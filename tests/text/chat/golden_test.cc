@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "gguf/gguf.h"
+#include "tests/test_paths.h"
 #include "text/chat/chat_template.h"
 #include "text/jinja/template.h"
 #include "text/tokenizer/tokenizer.h"
@@ -21,7 +22,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 using ::testing::HasSubstr;
 
-const std::string kDataDir = std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/";
+const std::string kDataDir = TestDataDir() + "/chat_templates/";
 
 std::string ReadFile(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
@@ -184,7 +185,7 @@ TEST(FeatureGoldenTest, MatchesJinja2) {
 // The default model's template comes out of its GGUF, with its special tokens, and renders as
 // jinja2 rendered the same text.
 TEST(DefaultModelTemplateTest, GgufTemplateMatchesGolden) {
-  const std::string model = std::string(TOKENMILL_MODELS_DIR) + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string model = TestModelsDir() + "/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!std::ifstream(model).good()) GTEST_SKIP() << "no " << model << " (run scripts/setup)";
   const StatusOr<GgufFile> gguf = GgufFile::Open(model);
   ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
@@ -213,7 +214,7 @@ TEST(MarkedTokenizationTest, IdsOfOrdinaryConversationsAreUnchanged) {
       {"llama2", "ggml-vocab-llama-spm.gguf"},        {"llama2", "stories260K.gguf"}};
   for (const auto& [name, vocab] : kTemplateVocab) {
     SCOPED_TRACE(name + " on " + vocab);
-    const std::string path = std::string(TOKENMILL_MODELS_DIR) + "/" + vocab;
+    const std::string path = TestModelsDir() + "/" + vocab;
     if (!std::ifstream(path).good()) GTEST_SKIP() << "no " << path << " (run scripts/setup)";
     const StatusOr<GgufFile> gguf = GgufFile::Open(path);
     ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();

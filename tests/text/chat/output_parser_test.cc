@@ -5,15 +5,16 @@
 #include "text/chat/output_parser.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "tests/test_paths.h"
 #include "text/chat/chat_template.h"
 
 namespace tokenmill {
@@ -504,7 +505,7 @@ TEST(OutputParserTest, SectionFormatsSurviveMarkupSoup) {
 TEST(OutputParserTest, DeepSeekAndKimiTemplatesRoundTrip) {
   const auto load = [](const std::string& file) {
     StatusOr<ChatTemplate> t = ChatTemplate::FromFile(
-        std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/" + file,
+        TestDataDir() + "/chat_templates/" + file,
         {.bos_token = "<｜begin▁of▁sentence｜>", .eos_token = "<｜end▁of▁sentence｜>"});
     EXPECT_TRUE(t.ok()) << file << ": " << t.status().ToString();
     return std::move(*t);
@@ -573,7 +574,7 @@ TEST(OutputParserTest, FormatsFromTemplates) {
   EXPECT_FALSE(TemplateUsesHarmony("<think>"));
   // DeepSeek's and Kimi's templates (tests/data/chat_templates, as llama.cpp vendors them).
   const auto detected = [](const std::string& file) {
-    std::ifstream in(std::string(TOKENMILL_TEST_DATA_DIR) + "/chat_templates/" + file);
+    std::ifstream in(TestDataDir() + "/chat_templates/" + file);
     EXPECT_TRUE(in.good()) << file;
     return DetectToolCallFormat(std::string(std::istreambuf_iterator<char>(in), {}));
   };

@@ -3,10 +3,10 @@
 // strings, for both models and both settings of special-token parsing; and decode(encode(s)),
 // which for WordPiece is llama-cpp-python's detokenized text (s lowercased, accents stripped).
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cctype>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <span>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "tests/test_paths.h"
 #include "text/tokenizer/incremental_decoder.h"
 #include "text/tokenizer/tokenizer.h"
 
@@ -37,7 +38,7 @@ struct Golden {
 };
 
 Golden LoadGolden(const std::string& stem) {
-  std::ifstream in(std::string(TOKENMILL_TEST_DATA_DIR) + "/tokenizer/" + stem + ".json");
+  std::ifstream in(TestDataDir() + "/tokenizer/" + stem + ".json");
   EXPECT_TRUE(in.good()) << "missing golden file for " << stem;
   Golden golden;
   if (!in.good()) return golden;
@@ -58,7 +59,7 @@ std::string Show(const std::vector<TokenId>& ids) { return nlohmann::json(ids).d
 class GoldenTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    const std::string path = std::string(TOKENMILL_MODELS_DIR) + "/" + GetParam() + ".gguf";
+    const std::string path = TestModelsDir() + "/" + GetParam() + ".gguf";
     StatusOr<GgufFile> file = GgufFile::Open(path);
     ASSERT_TRUE(file.ok()) << file.status().ToString() << " (run scripts/setup to fetch models)";
     StatusOr<Tokenizer> tokenizer = Tokenizer::FromGguf(*file);

@@ -5,11 +5,13 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "tests/test_paths.h"
 
 namespace tokenmill::tokenizer {
 namespace {
@@ -17,7 +19,7 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(PreTokenizerTest, SplitsLikeTheOriginalRegexes) {
-  std::ifstream in(std::string(TOKENMILL_TEST_DATA_DIR) + "/tokenizer/pre_tokenizer_splits.json");
+  std::ifstream in(TestDataDir() + "/tokenizer/pre_tokenizer_splits.json");
   ASSERT_TRUE(in.good());
   const nlohmann::json golden = nlohmann::json::parse(in);
   ASSERT_EQ(golden.size(), 3u);

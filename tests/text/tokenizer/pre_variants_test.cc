@@ -4,14 +4,15 @@
 // o200k's (gpt-4o) on Llama 3's vocabulary (pre_variants_o200k.json), and DeepSeek-V3's and
 // Kimi K2's there too (pre_variants_deepseek_kimi.json: the corpus and CJK-heavy extras).
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "gguf/gguf.h"
 #include "tests/gguf/gguf_builder.h"
+#include "tests/test_paths.h"
 #include "text/tokenizer/tokenizer.h"
 
 namespace tokenmill {
@@ -53,11 +54,11 @@ struct VariantsGolden {
 class PreVariantsTest : public ::testing::TestWithParam<VariantsGolden> {};
 
 TEST_P(PreVariantsTest, SameIdsAsLlamaCppForEveryPreTokenizer) {
-  std::ifstream in(std::string(TOKENMILL_TEST_DATA_DIR) + "/tokenizer/" + GetParam().file);
+  std::ifstream in(TestDataDir() + "/tokenizer/" + GetParam().file);
   ASSERT_TRUE(in.good());
   const nlohmann::json golden = nlohmann::json::parse(in);
   const std::string vocabulary = golden.at("vocabulary").get<std::string>();
-  StatusOr<GgufFile> source = GgufFile::Open(std::string(TOKENMILL_MODELS_DIR) + "/" + vocabulary);
+  StatusOr<GgufFile> source = GgufFile::Open(TestModelsDir() + "/" + vocabulary);
   if (!source.ok() && vocabulary.starts_with("ggml-vocab-")) {
     GTEST_SKIP() << vocabulary << " is missing: scripts/setup extracts it";
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/gguf/gguf_builder.h"
+#include "tests/test_paths.h"
 #include "text/tokenizer/incremental_decoder.h"
 #include "text/tokenizer/utf8.h"
 
@@ -22,7 +23,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 Tokenizer Load(const std::string& name) {
-  StatusOr<GgufFile> file = GgufFile::Open(std::string(TOKENMILL_MODELS_DIR) + "/" + name);
+  StatusOr<GgufFile> file = GgufFile::Open(TestModelsDir() + "/" + name);
   TM_CHECK(file.ok()) << file.status().ToString();
   StatusOr<Tokenizer> tokenizer = Tokenizer::FromGguf(*file);
   TM_CHECK(tokenizer.ok()) << tokenizer.status().ToString();

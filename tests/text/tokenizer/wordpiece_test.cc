@@ -4,17 +4,18 @@
 // BERT GGUF can carry, on small vocabularies made here.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "tests/gguf/gguf_builder.h"
+#include "tests/test_paths.h"
 #include "text/tokenizer/incremental_decoder.h"
 #include "text/tokenizer/tokenizer.h"
 #include "text/tokenizer/utf8.h"
@@ -27,15 +28,14 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 nlohmann::json LoadJson(const std::string& name) {
-  std::ifstream in(std::string(TOKENMILL_TEST_DATA_DIR) + "/tokenizer/" + name);
+  std::ifstream in(TestDataDir() + "/tokenizer/" + name);
   TM_CHECK(in.good()) << "missing " << name;
   return nlohmann::json::parse(in);
 }
 
 const Tokenizer& Bge() {
   static const Tokenizer* tokenizer = [] {
-    StatusOr<GgufFile> file =
-        GgufFile::Open(std::string(TOKENMILL_MODELS_DIR) + "/ggml-vocab-bert-bge.gguf");
+    StatusOr<GgufFile> file = GgufFile::Open(TestModelsDir() + "/ggml-vocab-bert-bge.gguf");
     TM_CHECK(file.ok()) << file.status().ToString() << " (run scripts/setup)";
     StatusOr<Tokenizer> t = Tokenizer::FromGguf(*file);
     TM_CHECK(t.ok()) << t.status().ToString();
