@@ -6,12 +6,12 @@
 # built, and the compiler cache keeps it) and scripts/fuzz builds the rest at full priority.
 IDLE_BUILD_PID=""
 
-# log command...: the command (or function) at nice 19, in a process group of its own.
+# log command...: the command at nice 19, in a process group of its own (set -m).
 idle_build_start() {
   local log=$1
   shift
   set -m
-  (renice -n 19 -p "$BASHPID" > /dev/null && "$@") > "$log" 2>&1 &
+  nice -n 19 "$@" > "$log" 2>&1 &
   IDLE_BUILD_PID=$!
   set +m
   trap idle_build_stop EXIT  # set +m put the signals back to their defaults (bash 5.2)
