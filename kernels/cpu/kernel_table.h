@@ -33,6 +33,7 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
@@ -88,16 +89,24 @@ struct AttendArgs {
   int n_kv_heads;
   int head_dim;
   const int32_t* blocks;
-  int32_t begin;
-  int32_t len;
+  int32_t begin = 0;
+  int32_t len = 0;
   int kv_head;
-  const float* q_group;  // group × head_dim, already rounded to f16 when K is f16
+  const float* q_group = nullptr;  // group × head_dim, already rounded to f16 when K is f16
   int group;
   float scale;
   float softcap;  // > 0: each score is softcap · tanh(score / softcap) before the scale
   const float* sinks;  // null, or the group's sink logits (AttentionVariant::sinks)
-  float* scores;
-  float* out_group;  // group × head_dim
+  float* scores = nullptr;
+  float* out_group = nullptr;  // group × head_dim
+};
+
+// Memory the attend entry may grow and reuse from run to run (a worker's, over its chunk of
+// runs): fresh buffers of a few hundred KB a run were mapped and unmapped each time, and on
+// 2 threads the TLB shootdowns cost more than the pass saved.
+struct AttendScratch {
+  std::vector<float> floats;
+  std::vector<int64_t> offsets;
 };
 
 // Where a unit's scores start: the multiple of 8 at or before its first position, those
@@ -127,8 +136,11 @@ struct CpuKernelTable {
   // QuantizeActivations and QuantizeActivationsQ8K.
   void (*quantize)(const float* x, int64_t n, Q8ActivationBlock* out);
   void (*quantize_q8k)(const float* x, int64_t n, Q8KActivationBlock* out);
-  // One unit of PagedAttention.
-  void (*attend)(const AttendArgs& args);
+  // A run of PagedAttention's units: consecutive tokens of one sequence, one KV head, whose
+  // query heads may read each K/V row once; attend_run_tokens says how many tokens of a
+  // GQA group's size and head size a run should hold.
+  void (*attend)(std::span<const AttendArgs> run, AttendScratch& scratch);
+  int (*attend_run_tokens)(int group, int head_dim);
   // SwiGlu and SoftmaxLikeGgml (elementwise.h).
   void (*swiglu)(const float* gate, const float* up, int64_t n_rows, int64_t row_size,
                  float* out);

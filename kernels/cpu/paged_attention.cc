@@ -233,29 +233,71 @@ void AttendAll(const CpuContext& ctx, const KvCacheView& kv, const RaggedBatch& 
   const int group = n_heads / kv.n_kv_heads;
   const int64_t d = kv.head_dim;
   const CpuKernelTable& k = *ctx.kernels;
-  const int64_t units = b.num_tokens() * kv.n_kv_heads;
+  // Runs of up to `per_run` consecutive tokens of a sequence: a run's query heads read each
+  // K/V row once (a prefill chunk's, or the tokens a draft is verified with).
+  const int64_t per_run = k.attend_run_tokens(group, kv.head_dim);
+  std::vector<int64_t> run_starts;
+  for (size_t s = 0; s + 1 < b.cu_seqlens.size(); ++s) {
+    for (int64_t t = b.cu_seqlens[s]; t < b.cu_seqlens[s + 1]; t += per_run) {
+      run_starts.push_back(t);
+    }
+  }
+  run_starts.push_back(b.num_tokens());
+  const int64_t units = (std::ssize(run_starts) - 1) * kv.n_kv_heads;
   // Small chunks taken dynamically: a causal prefill's late tokens attend over more
   // positions, so fixed equal ranges would leave threads idle.
   ParallelFor(ctx.pool, units, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores, q_rounded;
+    std::vector<float> scores, q_rounded;  // the run's units', one after another
+    std::vector<int64_t> score_offsets;
+    std::vector<AttendArgs> run;
+    AttendScratch scratch;
     for (int64_t u = begin; u < end; ++u) {
-      const int64_t t = u / kv.n_kv_heads;
+      const int64_t r = u / kv.n_kv_heads;
       const int kv_head = static_cast<int>(u % kv.n_kv_heads);
-      const int32_t* blocks = table.kv_indices.data() + table.kv_indptr[seq_of[t]];
-      const int32_t len = VisibleEnd(variant, b, seq_of, t);
-      const int32_t first = FirstVisible(variant, b.positions[t]);
-      scores.resize(static_cast<size_t>(group) * (len - ScoresBase(first)));
-      const float* q_group = q + (t * n_heads + kv_head * group) * d;
-      if (kv.type == KvType::kF16) {  // K's
-        q_rounded.resize(static_cast<size_t>(group * d));
-        for (int64_t i = 0; i < group * d; ++i) q_rounded[i] = RoundToHalf(q_group[i]);
-        q_group = q_rounded.data();
+      const int64_t first_token = run_starts[r], tokens = run_starts[r + 1] - first_token;
+      score_offsets.assign(static_cast<size_t>(tokens) + 1, 0);
+      for (int64_t i = 0; i < tokens; ++i) {
+        const int64_t t = first_token + i;
+        score_offsets[i + 1] =
+            score_offsets[i] + group * (VisibleEnd(variant, b, seq_of, t) -
+                                        ScoresBase(FirstVisible(variant, b.positions[t])));
       }
-      k.attend(AttendArgs{kv.k, kv.v, kv.type, kv.v_type, kv.k_scale, kv.v_scale,
-                          kv.block_size, kv.n_kv_heads, kv.head_dim, blocks, first, len, kv_head,
-                          q_group, group, scale, variant.softcap,
-                          variant.sinks.empty() ? nullptr : variant.sinks.data() + kv_head * group,
-                          scores.data(), out + (t * n_heads + kv_head * group) * d});
+      scores.resize(static_cast<size_t>(score_offsets.back()));
+      if (kv.type == KvType::kF16) q_rounded.resize(static_cast<size_t>(tokens * group * d));
+      // What the run's units share; each token's window, query, scores and output below.
+      const int32_t* blocks = table.kv_indices.data() + table.kv_indptr[seq_of[first_token]];
+      const float* sinks = variant.sinks.empty() ? nullptr : variant.sinks.data() + kv_head * group;
+      AttendArgs unit{.k = kv.k,
+                      .v = kv.v,
+                      .k_type = kv.type,
+                      .v_type = kv.v_type,
+                      .k_scale = kv.k_scale,
+                      .v_scale = kv.v_scale,
+                      .block_size = kv.block_size,
+                      .n_kv_heads = kv.n_kv_heads,
+                      .head_dim = kv.head_dim,
+                      .blocks = blocks,
+                      .kv_head = kv_head,
+                      .group = group,
+                      .scale = scale,
+                      .softcap = variant.softcap,
+                      .sinks = sinks};
+      run.clear();
+      for (int64_t i = 0; i < tokens; ++i) {
+        const int64_t t = first_token + i;
+        unit.begin = FirstVisible(variant, b.positions[t]);
+        unit.len = VisibleEnd(variant, b, seq_of, t);
+        unit.q_group = q + (t * n_heads + kv_head * group) * d;
+        if (kv.type == KvType::kF16) {  // K's
+          float* rounded = q_rounded.data() + i * group * d;
+          for (int64_t e = 0; e < group * d; ++e) rounded[e] = RoundToHalf(unit.q_group[e]);
+          unit.q_group = rounded;
+        }
+        unit.scores = scores.data() + score_offsets[i];
+        unit.out_group = out + (t * n_heads + kv_head * group) * d;
+        run.push_back(unit);
+      }
+      k.attend(run, scratch);
     }
   });
 }

@@ -39,7 +39,8 @@ constexpr CpuKernelTable MakeScalarTable() {
   table.isa = CpuIsa::kScalar;
   table.quantize = QuantizeActivations;
   table.quantize_q8k = QuantizeActivationsQ8K;
-  table.attend = AttendWith<ScalarOps>;
+  table.attend = AttendRunWith<ScalarOps>;
+  table.attend_run_tokens = [](int, int) { return 1; };
   table.swiglu = ScalarSwiGlu;
   table.softmax_like_ggml = ScalarSoftmaxLikeGgml;
   table.add_low_rank = LoopAddLowRank<float>;

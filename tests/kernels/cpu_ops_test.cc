@@ -373,18 +373,26 @@ struct GqaShape {
 
 class F16AttentionOrderTest : public ::testing::TestWithParam<GqaShape> {};
 
-TEST_P(F16AttentionOrderTest, DecodeIsLlamaCppsOrderBitForBit) {
-  // One token at position 74 over 75 positions in scattered blocks (more than 32 positions,
-  // so each V lane sums several); GQA groups of 3 to 7 heads, each split into other passes
-  // by the SIMD tables (up to 3 heads a pass on AVX2, 6 on AVX-512).
-  const auto [kHeads, kKvHeads, kDim] = GetParam();
+// Tokens at positions [kLen - chunk, kLen) of one sequence over kLen positions in scattered
+// blocks (more than 32, so each V lane sums several), attending causally (within `window`
+// positions, 0: all) with or without a sink logit per head: each ISA's output equals
+// llama.cpp's sums, computed here token by token and head by head, bit for bit. GQA groups of
+// 1 to 7 heads, split into passes and joined with other tokens' heads into runs by the SIMD
+// tables (up to 3 heads a pass on AVX2, 12 on AVX-512).
+void ExpectLlamaCppsF16Order(const GqaShape& shape, int chunk, int32_t window, bool sinks) {
+  const auto [kHeads, kKvHeads, kDim] = shape;
   constexpr int kBlock = 4, kBlocks = 19, kLen = 75;
   std::vector<int32_t> blocks(kBlocks);
   for (int b = 0; b < kBlocks; ++b) blocks[b] = (b * 7) % kBlocks;
-  const std::vector<int32_t> positions = {kLen - 1}, cu_seqlens = {0, 1},
-                             kv_indptr = {0, kBlocks}, last_len = {kLen - (kBlocks - 1) * kBlock};
-  const std::vector<int64_t> slots = {int64_t{blocks[(kLen - 1) / kBlock]} * kBlock +
-                                      (kLen - 1) % kBlock};
+  auto slot_of = [&](int pos) { return int64_t{blocks[pos / kBlock]} * kBlock + pos % kBlock; };
+  std::vector<int32_t> positions;
+  std::vector<int64_t> slots;
+  for (int pos = kLen - chunk; pos < kLen; ++pos) {
+    positions.push_back(pos);
+    slots.push_back(slot_of(pos));
+  }
+  const std::vector<int32_t> cu_seqlens = {0, chunk}, kv_indptr = {0, kBlocks},
+                             last_len = {kLen - (kBlocks - 1) * kBlock};
   const KvBlockTable table{slots, kv_indptr, blocks, last_len};
   const RaggedBatch batch{positions, cu_seqlens, {&table, 1}};
   ASSERT_TRUE(ValidateRaggedBatch(batch, kBlock, kBlocks).ok());
@@ -396,42 +404,64 @@ TEST_P(F16AttentionOrderTest, DecodeIsLlamaCppsOrderBitForBit) {
   std::vector<int64_t> all_slots(kBlocks * kBlock);
   std::iota(all_slots.begin(), all_slots.end(), 0);
   StoreKv(kv, all_slots, Random(elements, rng).data(), Random(elements, rng).data());
-  const std::vector<float> q = Random(kHeads * kDim, rng);
+  const std::vector<float> q = Random(chunk * kHeads * kDim, rng);
+  std::vector<float> sink_logits;
+  for (int h = 0; sinks && h < kHeads; ++h) sink_logits.push_back(-2.0f + 0.5f * h);
+  const AttentionVariant variant{.softcap = 0.0f, .sliding_window = window, .sinks = sink_logits};
   const float scale = 0.125f;
   auto kv_at = [&](const std::vector<uint16_t>& m, int pos, int kv_head, int i) {
-    const int64_t slot = int64_t{blocks[pos / kBlock]} * kBlock + pos % kBlock;
-    return HalfToFloat(m[(slot * kKvHeads + kv_head) * kDim + i]);
+    return HalfToFloat(m[(slot_of(pos) * kKvHeads + kv_head) * kDim + i]);
   };
-  std::vector<float> expected(kHeads * kDim);
-  for (int h = 0; h < kHeads; ++h) {
-    const int kv_head = h / (kHeads / kKvHeads);
-    std::vector<float> qh(kDim), p(kLen);
-    for (int i = 0; i < kDim; ++i) qh[i] = HalfToFloat(FloatToHalf(q[h * kDim + i]));
-    for (int j = 0; j < kLen; ++j) {
-      std::vector<float> kj(kDim);
-      for (int i = 0; i < kDim; ++i) kj[i] = kv_at(k, j, kv_head, i);
-      p[j] = GgmlDotOrder(kj, qh) * scale;
-    }
-    // llama.cpp's row softmax (elementwise.h; covered by the goldens)
-    SoftmaxLikeGgml(CpuContext{&KernelTable(CpuIsa::kScalar)}, p);
-    for (float& x : p) x = HalfToFloat(FloatToHalf(x));
-    for (int i = 0; i < kDim; ++i) {
-      std::vector<float> vi(kLen);  // V transposed, as llama.cpp stores it
-      for (int j = 0; j < kLen; ++j) vi[j] = kv_at(v, j, kv_head, i);
-      expected[h * kDim + i] = GgmlDotOrder(p, vi);
+  std::vector<float> expected(q.size());
+  for (int t = 0; t < chunk; ++t) {
+    const int pos = positions[t], begin = window > 0 ? std::max(0, pos - window + 1) : 0;
+    for (int h = 0; h < kHeads; ++h) {
+      const int kv_head = h / (kHeads / kKvHeads);
+      const float* qt = q.data() + (t * kHeads + h) * kDim;
+      std::vector<float> qh(kDim), p(pos + 1, -INFINITY);
+      for (int i = 0; i < kDim; ++i) qh[i] = HalfToFloat(FloatToHalf(qt[i]));
+      for (int j = begin; j <= pos; ++j) {
+        std::vector<float> kj(kDim);
+        for (int i = 0; i < kDim; ++i) kj[i] = kv_at(k, j, kv_head, i);
+        p[j] = GgmlDotOrder(kj, qh) * scale;
+      }
+      // llama.cpp's row softmax (elementwise.h; covered by the goldens), masked positions
+      // -inf, then 0 in the sums
+      SoftmaxLikeGgml(CpuContext{&KernelTable(CpuIsa::kScalar)}, p,
+                      sinks ? sink_logits[h] : -INFINITY);
+      for (float& x : p) x = HalfToFloat(FloatToHalf(x));
+      for (int i = 0; i < kDim; ++i) {
+        std::vector<float> vi(pos + 1);  // V transposed, as llama.cpp stores it
+        for (int j = 0; j <= pos; ++j) vi[j] = kv_at(v, j, kv_head, i);
+        expected[(t * kHeads + h) * kDim + i] = GgmlDotOrder(p, vi);
+      }
     }
   }
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
-    for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+    for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
       if (!CpuSupports(isa)) continue;
       std::vector<float> out(expected.size(), NAN);
       PagedAttention(CpuContext{&KernelTable(isa), &pool}, kv, batch, table, q.data(), kHeads,
-                     scale, out.data());
+                     scale, out.data(), variant);
       for (size_t i = 0; i < out.size(); ++i) {
         ASSERT_EQ(out[i], expected[i]) << IsaName(isa) << " " << threads << " threads at " << i;
       }
     }
+  }
+}
+
+TEST_P(F16AttentionOrderTest, DecodeIsLlamaCppsOrderBitForBit) {
+  ExpectLlamaCppsF16Order(GetParam(), 1, 0, false);
+}
+
+// A prefill chunk's tokens each attend as they would alone, whatever run or pass their heads
+// share: causal (each its own length), in a sliding window (each its own start) and with
+// sinks.
+TEST_P(F16AttentionOrderTest, PrefillChunkIsLlamaCppsOrderBitForBit) {
+  for (const auto& [window, sinks] : {std::pair{0, false}, {40, false}, {9, true}}) {
+    SCOPED_TRACE("window " + std::to_string(window) + (sinks ? " with sinks" : ""));
+    ExpectLlamaCppsF16Order(GetParam(), 13, window, sinks);
   }
 }
 
@@ -441,7 +471,9 @@ INSTANTIATE_TEST_SUITE_P(
                       GqaShape{8, 2, 64},    // Llama 3's group of 4
                       GqaShape{10, 2, 64},   // 5
                       GqaShape{12, 2, 128},  // Qwen2.5-1.5B's 6
-                      GqaShape{14, 2, 32}),  // Qwen2.5-7B's 7
+                      GqaShape{14, 2, 32},   // Qwen2.5-7B's 7
+                      GqaShape{6, 3, 128},   // 2: 6 tokens a run on AVX-512
+                      GqaShape{4, 4, 32}),   // 1 (no GQA): 3 tokens a run on AVX2, 8 on AVX-512
     [](const ::testing::TestParamInfo<GqaShape>& param_info) {
       const GqaShape& g = param_info.param;
       return "h" + std::to_string(g.heads) + "_kv" + std::to_string(g.kv_heads) + "_d" +
