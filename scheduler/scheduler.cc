@@ -244,7 +244,9 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
   // queue orders by priority and arrival): the rest of the queue, other tenants' included,
   // goes on.
   std::vector<Request*> sitting_out;
-  while (!waiting_.empty() && budget > 0) {
+  int prefills = 0;
+  while (!waiting_.empty() && budget > 0 &&
+         (config_.max_prefills_per_step == 0 || prefills < config_.max_prefills_per_step)) {
     Request* request = waiting_.Front(running_per_tenant_);
     EvictIfOverWindow(*request);
     // A parked request has nothing to compute before its next token comes.
@@ -290,6 +292,7 @@ void Scheduler::AdmitWaiting(std::vector<StepPlan>& plans, int& budget, Schedule
     running_.push_back(request);
     running_per_tenant_.Add(request->tenant, 1);
     budget -= num_new;
+    if (num_new > kv_.block_size()) ++prefills;
     plans.push_back(StepPlan{.request = request,
                              .num_verified_tokens = num_new,
                              .num_draft_tokens = 0,

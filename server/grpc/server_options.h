@@ -53,6 +53,7 @@ struct ServerOptions {
   int block_size = 16;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
+  int max_prefills_per_step = 0;  // 0: no limit
   int max_queue = 1024;
   int max_model_len = 0;  // 0: the model's context length
   bool no_prefix_cache = false;

@@ -33,6 +33,9 @@ TEST(SchedulerConfigTest, RejectsNonPositiveLimitsNamingTheFlag) {
   EXPECT_THAT(ValidateSchedulerConfig(config).message(), HasSubstr("--max-num-seqs"));
   config = Config(64, 8, /*max_model_len=*/1);
   EXPECT_EQ(ValidateSchedulerConfig(config).code(), StatusCode::kInvalidArgument);
+  config = Config();
+  config.max_prefills_per_step = -1;
+  EXPECT_THAT(ValidateSchedulerConfig(config).message(), HasSubstr("--max-prefills-per-step"));
 }
 
 TEST(SchedulerAddTest, PromptLongerThanTheContextIsRejected) {
@@ -323,6 +326,28 @@ TEST(SchedulerSharedPrefillTest, NoWaitWhereNothingWouldBeShared) {
   ASSERT_TRUE(sim.Add(MakeRequest(1, SharedPrompt(1), 1)).ok());
   ASSERT_TRUE(sim.Add(MakeRequest(2, SharedPrompt(2), 1)).ok());
   EXPECT_EQ(sim.Step(), "1:11 2:11");
+  sim.ExpectReferenceOutputs();
+}
+
+// --max-prefills-per-step 1: a burst of requests begins its prompts a step apart, those
+// already running decoding beside each; one whose prompt is found cached but for its last
+// block (a request of SharedPrompt's after the first) does not count.
+TEST(SchedulerPrefillsPerStepTest, ABurstBeginsItsPromptsOneAStep) {
+  SchedulerConfig config = Config();
+  config.max_prefills_per_step = 1;
+  SchedulerSim sim(config, MakeCacheConfig(32, 4));
+  ASSERT_TRUE(sim.Add(MakeRequest(1, SharedPrompt(1), 4)).ok());
+  ASSERT_TRUE(sim.Add(MakeRequest(2, 7, 4)).ok());
+  ASSERT_TRUE(sim.Add(MakeRequest(3, 6, 4)).ok());
+  EXPECT_EQ(sim.Step(), "1:11");
+  EXPECT_EQ(sim.Step(), "1:1 2:7");
+  EXPECT_EQ(sim.Step(), "1:1 2:1 3:6");
+  ASSERT_TRUE(sim.Add(MakeRequest(4, SharedPrompt(4), 2)).ok());
+  ASSERT_TRUE(sim.Add(MakeRequest(5, 9, 2)).ok());
+  ASSERT_TRUE(sim.Add(MakeRequest(6, 5, 2)).ok());
+  EXPECT_EQ(sim.Step(), "1:1 2:1 3:1 4:3 5:9");
+  EXPECT_EQ(sim.Step(), "2:1 3:1 4:1 5:1 6:5");  // request 1 has its 4 tokens
+  ASSERT_TRUE(sim.RunToCompletion(10));
   sim.ExpectReferenceOutputs();
 }
 

@@ -251,6 +251,7 @@ TEST(MakeEngineConfig, MapsFlagsToTheEngine) {
   options.block_size = 32;
   options.max_num_seqs = 8;
   options.max_num_batched_tokens = 512;
+  options.max_prefills_per_step = 1;
   options.max_queue = 3;
   options.max_model_len = 1024;
   options.no_prefix_cache = true;
@@ -262,6 +263,7 @@ TEST(MakeEngineConfig, MapsFlagsToTheEngine) {
   EXPECT_EQ(config->block_size, 32);
   EXPECT_EQ(config->scheduler.max_num_seqs, 8);
   EXPECT_EQ(config->scheduler.max_num_batched_tokens, 512);
+  EXPECT_EQ(config->scheduler.max_prefills_per_step, 1);
   EXPECT_EQ(config->scheduler.max_queue, 3);
   EXPECT_EQ(config->scheduler.max_model_len, 1024);
   EXPECT_FALSE(config->enable_prefix_caching);
