@@ -79,10 +79,12 @@ struct AttentionVariant {
 // Causal attention of each token's n_heads query heads (row stride n_heads * head_dim)
 // over its sequence's cached K/V at positions <= its own (those of its window: `variant`),
 // found through `table` (the block table of the layer's KV group in `batch`); one kernel for
-// prefill chunks and decode. Query heads sharing a KV head (GQA) are processed together. int8 K/V rows
-// are dequantized in registers (q · scale), never copied out at full precision; a q4_0 row is
-// (or int4) row is dequantized into one row of scratch and read as f32, the query rotated as its
-// keys and the output rotated back (KvRotationOf).
+// prefill chunks and decode. Query heads sharing a KV head (GQA) are processed together, and
+// with f16 K/V on the SIMD tables those of a run of a sequence's consecutive tokens too (each
+// K/V row read once for all of them; every token's sums as it alone would have them). int8
+// K/V rows are dequantized in registers (q · scale), never copied out at full precision; a
+// q4_0 (or int4) row is dequantized into one row of scratch and read as f32, the query
+// rotated as its keys and the output rotated back (KvRotationOf).
 void PagedAttention(const CpuContext& ctx, const KvCacheView& kv, const RaggedBatch& batch,
                     const KvBlockTable& table, const float* q, int n_heads, float scale,
                     float* out, const AttentionVariant& variant = {});
