@@ -32,8 +32,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <span>
-#include <vector>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
@@ -101,12 +101,28 @@ struct AttendArgs {
   float* out_group = nullptr;  // group × head_dim
 };
 
-// Memory the attend entry may grow and reuse from run to run (a worker's, over its chunk of
-// runs): fresh buffers of a few hundred KB a run were mapped and unmapped each time, and on
-// 2 threads the TLB shootdowns cost more than the pass saved.
-struct AttendScratch {
-  std::vector<float> floats;
-  std::vector<int64_t> offsets;
+// Memory the attend entry reuses from run to run (a worker's, over its chunk of runs): grown,
+// never shrunk, not zeroed (the kernels write each element before they read it). Fresh
+// buffers a run were mapped and unmapped each time: on 2 threads the TLB shootdowns cost more
+// than the pass saved.
+class AttendScratch {
+ public:
+  float* Floats(size_t n) { return Grow(floats_, floats_size_, n); }
+  int64_t* Offsets(size_t n) { return Grow(offsets_, offsets_size_, n); }
+
+ private:
+  template <typename T>
+  static T* Grow(std::unique_ptr<T[]>& buffer, size_t& size, size_t n) {
+    if (n > size) {
+      buffer.reset(new T[n]);
+      size = n;
+    }
+    return buffer.get();
+  }
+  std::unique_ptr<float[]> floats_;
+  size_t floats_size_ = 0;
+  std::unique_ptr<int64_t[]> offsets_;
+  size_t offsets_size_ = 0;
 };
 
 // Where a unit's scores start: the multiple of 8 at or before its first position, those
