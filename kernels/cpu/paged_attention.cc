@@ -248,21 +248,12 @@ void AttendAll(const CpuContext& ctx, const KvCacheView& kv, const RaggedBatch& 
   // positions, so fixed equal ranges would leave threads idle.
   ParallelFor(ctx.pool, units, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, q_rounded;  // the run's units', one after another
-    std::vector<int64_t> score_offsets;
     std::vector<AttendArgs> run;
     AttendScratch scratch;
     for (int64_t u = begin; u < end; ++u) {
       const int64_t r = u / kv.n_kv_heads;
       const int kv_head = static_cast<int>(u % kv.n_kv_heads);
       const int64_t first_token = run_starts[r], tokens = run_starts[r + 1] - first_token;
-      score_offsets.assign(static_cast<size_t>(tokens) + 1, 0);
-      for (int64_t i = 0; i < tokens; ++i) {
-        const int64_t t = first_token + i;
-        score_offsets[i + 1] =
-            score_offsets[i] + group * (VisibleEnd(variant, b, seq_of, t) -
-                                        ScoresBase(FirstVisible(variant, b.positions[t])));
-      }
-      scores.resize(static_cast<size_t>(score_offsets.back()));
       if (kv.type == KvType::kF16) q_rounded.resize(static_cast<size_t>(tokens * group * d));
       // What the run's units share; each token's window, query, scores and output below.
       const int32_t* blocks = table.kv_indices.data() + table.kv_indptr[seq_of[first_token]];
@@ -293,9 +284,16 @@ void AttendAll(const CpuContext& ctx, const KvCacheView& kv, const RaggedBatch& 
           for (int64_t e = 0; e < group * d; ++e) rounded[e] = RoundToHalf(unit.q_group[e]);
           unit.q_group = rounded;
         }
-        unit.scores = scores.data() + score_offsets[i];
         unit.out_group = out + (t * n_heads + kv_head * group) * d;
         run.push_back(unit);
+      }
+      int64_t scores_size = 0;
+      for (const AttendArgs& a : run) scores_size += group * (a.len - ScoresBase(a.begin));
+      scores.resize(static_cast<size_t>(scores_size));
+      float* next_scores = scores.data();
+      for (AttendArgs& a : run) {
+        a.scores = next_scores;
+        next_scores += group * (a.len - ScoresBase(a.begin));
       }
       k.attend(run, scratch);
     }
