@@ -20,10 +20,10 @@ struct SchedulerConfig {
   // The model's context length: prompt plus generated tokens.
   int max_model_len = 2048;
   // Waiting requests that begin computing their prompts in one step, 0 for no limit
-  // (--max-prefills-per-step). On the CPU a step's time grows with its tokens: prompts
-  // computed together each answer after all of them, one a step each after its own, at the
-  // cost of a step's fixed work per prompt (docs/benchmarks.md). A request with no more than
-  // a block to compute (its prompt found cached) does not count.
+  // (--max-prefills-per-step; the server's default is 1 on the CPU). On the CPU a step's time
+  // grows with its tokens: prompts computed together each answer after all of them, one a step
+  // each after its own (docs/design.md). A request with no more than a block to compute (its
+  // prompt found cached) does not count.
   int max_prefills_per_step = 0;
   // Waiting requests beyond which Add refuses new ones (preempted ones always requeue).
   int max_queue = 1024;

@@ -135,10 +135,10 @@ void AddServerOptions(CLI::App& app, ServerOptions& o) {
   AddOption(app, "--max-num-batched-tokens", o.max_num_batched_tokens, "tokens per engine step")
       ->check(CLI::PositiveNumber);
   AddOption(app, "--max-prefills-per-step", o.max_prefills_per_step,
-            "waiting requests that begin computing their prompts in one step (0: no limit); 1 "
-            "lowers the time to first token of a burst of requests behind one cached prompt "
-            "(each answers after its own prompt, not all of theirs) and costs throughput when "
-            "many short prompts arrive together (docs/benchmarks.md)")
+            "waiting requests that begin computing their prompts in one step, 0 for no limit "
+            "(default: 1 on the CPU, where a step's time grows with its tokens, so each prompt of "
+            "a burst answers after its own rather than after all of them; no limit with "
+            "--device cuda; docs/benchmarks.md)")
       ->check(CLI::NonNegativeNumber);
   AddOption(app, "--max-queue", o.max_queue,
             "waiting requests beyond which Generate answers RESOURCE_EXHAUSTED")
@@ -522,7 +522,8 @@ StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t availabl
   config.num_threads = o.threads;
   config.scheduler.max_num_seqs = o.max_num_seqs;
   config.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
-  config.scheduler.max_prefills_per_step = o.max_prefills_per_step;
+  config.scheduler.max_prefills_per_step =
+      o.max_prefills_per_step.value_or(o.device == "cuda" ? 0 : 1);
   config.scheduler.max_queue = o.max_queue;
   // The engine caps the limit at the model's context: 0 asks for exactly that.
   config.scheduler.max_model_len =

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,7 +53,8 @@ struct ServerOptions {
   int block_size = 16;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
-  int max_prefills_per_step = 0;  // 0: no limit
+  // 0: no limit; unset: 1 on the CPU (a step's time grows with its tokens), none on CUDA.
+  std::optional<int> max_prefills_per_step;
   int max_queue = 1024;
   int max_model_len = 0;  // 0: the model's context length
   bool no_prefix_cache = false;

@@ -251,7 +251,7 @@ TEST(MakeEngineConfig, MapsFlagsToTheEngine) {
   options.block_size = 32;
   options.max_num_seqs = 8;
   options.max_num_batched_tokens = 512;
-  options.max_prefills_per_step = 1;
+  options.max_prefills_per_step = 2;
   options.max_queue = 3;
   options.max_model_len = 1024;
   options.no_prefix_cache = true;
@@ -263,7 +263,7 @@ TEST(MakeEngineConfig, MapsFlagsToTheEngine) {
   EXPECT_EQ(config->block_size, 32);
   EXPECT_EQ(config->scheduler.max_num_seqs, 8);
   EXPECT_EQ(config->scheduler.max_num_batched_tokens, 512);
-  EXPECT_EQ(config->scheduler.max_prefills_per_step, 1);
+  EXPECT_EQ(config->scheduler.max_prefills_per_step, 2);
   EXPECT_EQ(config->scheduler.max_queue, 3);
   EXPECT_EQ(config->scheduler.max_model_len, 1024);
   EXPECT_FALSE(config->enable_prefix_caching);
@@ -292,6 +292,19 @@ TEST(MakeEngineConfig, FractionOfAvailableMemory) {
   EXPECT_EQ(config->kv_cache_bytes, int64_t{1} << 30);
 }
 
+// Unset, one prompt begins a step on the CPU (each of a burst answers after its own prompt);
+// 0 asks for no limit.
+TEST(MakeEngineConfig, OnePrefillAStepOnTheCpuUnlessAsked) {
+  ServerOptions options;
+  StatusOr<EngineConfig> config = MakeEngineConfig(options, 0);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->scheduler.max_prefills_per_step, 1);
+  options.max_prefills_per_step = 0;
+  config = MakeEngineConfig(options, 0);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->scheduler.max_prefills_per_step, 0);
+}
+
 TEST(MakeEngineConfig, RefusesWhatCannotWork) {
   ServerOptions options;
   options.kv_cache_memory = "lots";
@@ -315,6 +328,8 @@ TEST(MakeEngineConfig, CudaWhereAGpuIsElseRefused) {
   ASSERT_TRUE(cuda.ok()) << cuda.status().ToString();
   EXPECT_EQ(cuda->device, Device::kCuda);
   EXPECT_EQ(cuda->kv_cache_fraction, 0.5);  // of the GPU's memory, not of the host's
+  // A GPU step's time hardly grows with its tokens: prompts begin together.
+  EXPECT_EQ(cuda->scheduler.max_prefills_per_step, 0);
   EXPECT_EQ(cuda->cuda_cublas_min_tokens, 64);
   options.kv_cache_dtype = "q4_0";  // the 4-bit types run on CUDA too
   const StatusOr<EngineConfig> q4 = MakeEngineConfig(options, int64_t{4} << 30);
