@@ -130,8 +130,8 @@ namespace {
 std::vector<uint16_t> MakeGeluTable() {
   constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
   constexpr float kCoefA = 0.044715f;
-  std::vector<uint16_t> table(1 << 16);
-  for (uint32_t i = 0; i < table.size(); ++i) {
+  std::vector<uint16_t> table((1 << 16) + 1);
+  for (uint32_t i = 0; i < 1 << 16; ++i) {
     const float x = HalfToFloat(static_cast<uint16_t>(i));
     const float inner = std::fma(kCoefA * x, x, 1.0f);
     table[i] = FloatToHalf(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * inner)));
@@ -160,6 +160,12 @@ void GeluTanhGlu(const float* gate, const float* up, int64_t n, float* out) {
     out[i] = gate[i] <= -10.0f ? 0.0f : GeluTanhOne(table, gate[i]) * up[i];
   }
 }
+
+void GeluTanhGlu(const CpuContext& ctx, const float* gate, const float* up, int64_t n, float* out) {
+  ctx.kernels->gelu_tanh_glu(gate, up, n, out);
+}
+
+const uint16_t* GeluHalfTable() { return GeluTable().data(); }
 
 void GeluTanh(const float* x, int64_t n, float* out) {
   const std::vector<uint16_t>& table = GeluTable();

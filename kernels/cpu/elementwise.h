@@ -105,6 +105,11 @@ void SwiGluOai(const float* gate, const float* up, int64_t n, float alpha, float
 // 0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²))) in float rounded to f16 (a table of every f16),
 // times up; gate <= -10 gives 0, gate >= 10 gate · up.
 void GeluTanhGlu(const float* gate, const float* up, int64_t n, float* out);
+// The same with the kernels of ctx (8 elements a time in the SIMD tables).
+void GeluTanhGlu(const CpuContext& ctx, const float* gate, const float* up, int64_t n, float* out);
+// GeluTanhGlu's table: GELU-tanh of f16 value h at [h], then one 0 (a 32-bit gather of the last
+// entry stays inside).
+const uint16_t* GeluHalfTable();
 // out[i] = GELU-tanh(x[i]) alone, as ggml_gelu on the CPU (ggml_vec_gelu_f32): GeluTanhGlu's
 // with no up.
 void GeluTanh(const float* x, int64_t n, float* out);

@@ -161,6 +161,8 @@ struct CpuKernelTable {
   void (*swiglu)(const float* gate, const float* up, int64_t n_rows, int64_t row_size,
                  float* out);
   void (*softmax_like_ggml)(std::span<float> x, float sink);
+  // GeluTanhGlu (elementwise.h).
+  void (*gelu_tanh_glu)(const float* gate, const float* up, int64_t n, float* out);
   // AddLowRank (elementwise.h), with Bᵀ in f32 or in f16.
   void (*add_low_rank)(const float* coeffs, int64_t n_tokens, int64_t rank, const float* bt,
                        int64_t n, float* const* y);

@@ -43,6 +43,7 @@ constexpr CpuKernelTable MakeScalarTable() {
   table.attend_run_tokens = [](int, int) { return 1; };
   table.swiglu = ScalarSwiGlu;
   table.softmax_like_ggml = ScalarSoftmaxLikeGgml;
+  table.gelu_tanh_glu = GeluTanhGlu;
   table.add_low_rank = LoopAddLowRank<float>;
   table.add_low_rank_f16 = LoopAddLowRank<uint16_t>;
   FillMatmulEntries(table);

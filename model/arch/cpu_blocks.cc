@@ -395,7 +395,8 @@ void CpuForwardBlocks::GeluFeedForward(const WeightMatrix& gate, const WeightMat
   GatedFeedForward(gate, up, down, "ffn_geglu",
                    [&](const float* g, const float* u, int64_t, int64_t size, float* out) {
                      ForTokens([&](int64_t b, int64_t e) {
-                       GeluTanhGlu(g + b * size, u + b * size, (e - b) * size, out + b * size);
+                       GeluTanhGlu(ctx_, g + b * size, u + b * size, (e - b) * size,
+                                   out + b * size);
                      });
                    });
 }
@@ -475,7 +476,7 @@ void CpuForwardBlocks::SparseGeluFeedForward(const WeightMatrix& gate, const Wei
               const float above = gate_row[i] - cutoff;
               row[i] = above > 0.0f ? above : 0.0f;
             }
-            GeluTanhGlu(row, u + t * size, size, row);
+            GeluTanhGlu(ctx_, row, u + t * size, size, row);
           }
         });
       });

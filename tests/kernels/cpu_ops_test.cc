@@ -582,6 +582,39 @@ TEST(SwiGluTest, EveryIsaEqualsThePlainLoopsBitForBit) {
   }
 }
 
+// Every ISA's GeluTanhGlu against the plain loop (ggml's table), bit for bit: every f16 value
+// as a gate (the whole table, ±10 and beyond, infinities), values between f16s (rounding to
+// nearest even) and a tail past the last full 8. NaN gates give NaN either way.
+TEST(GeluTanhGluTest, EveryIsaEqualsThePlainLoopBitForBit) {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> wide(-12.0f, 12.0f);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> gate;
+  for (uint32_t h = 0; h < 1 << 16; ++h) gate.push_back(HalfToFloat(static_cast<uint16_t>(h)));
+  for (int i = 0; i < 20000; ++i) gate.push_back(i % 2 == 0 ? wide(rng) : normal(rng));
+  gate.push_back(-10.0f);
+  gate.push_back(10.0f);
+  gate.push_back(1.0f);  // 65536 + 20003: a tail of 3
+  std::vector<float> up(gate.size());
+  for (float& u : up) u = normal(rng);
+  const auto n = static_cast<int64_t>(gate.size());
+  std::vector<float> expected(gate.size());
+  GeluTanhGlu(gate.data(), up.data(), n, expected.data());
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni}) {
+    if (!CpuSupports(isa)) continue;
+    std::vector<float> out(gate.size(), -1.0f);
+    GeluTanhGlu(CpuContext{&KernelTable(isa)}, gate.data(), up.data(), n, out.data());
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (std::isnan(expected[i])) {
+        ASSERT_TRUE(std::isnan(out[i])) << IsaName(isa) << " gate " << gate[i];
+        continue;
+      }
+      ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(expected[i]))
+          << IsaName(isa) << " at " << i << " gate " << gate[i] << " up " << up[i];
+    }
+  }
+}
+
 // LoRA's B·(A·x) with B transposed (AddLowRank): the sum, every ISA bit for bit equal to the
 // scalar table's, and each row's result the same whether its tokens run alone or together.
 TEST(AddLowRankTest, AddsTheRankTermsAlikeOnEveryIsaAndAloneOrTogether) {
