@@ -267,9 +267,11 @@ def test_streamed_prompt_logprobs_with_n_give_each_choice_the_prompts_entries(cl
 
 def test_streamed_prompt_entries_wait_for_sequence_0_when_the_others_run_ahead():
     # Without the prefix cache the other sequences do not wait for sequence 0's prompt, which
-    # takes 256 tokens a step with prompt_logprobs: they generate first, and their chunks wait.
+    # takes 256 tokens a step with prompt_logprobs: all three prompts begin in one step (no
+    # limit on prefills a step), so they generate first, and their chunks wait.
     text = "one two three four five six seven eight nine ten " * 40
-    with Server("--no-prefix-cache") as server, Gateway(backend_address(server)) as gateway:
+    with Server("--no-prefix-cache", "--max-prefills-per-step", "0") as server, \
+            Gateway(backend_address(server)) as gateway:
         _, _, responses = generate(server.stub, pb2.GenerateRequest(
             text=text, n=3, max_tokens=4, prompt_logprobs=0,
             sampling=pb2.SamplingParams(temperature=1.0, seed=3)))
