@@ -523,7 +523,7 @@ StatusOr<EngineConfig> MakeEngineConfig(const ServerOptions& o, int64_t availabl
   config.scheduler.max_num_seqs = o.max_num_seqs;
   config.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   config.scheduler.max_prefills_per_step =
-      o.max_prefills_per_step.value_or(o.device == "cuda" ? 0 : 1);
+      o.max_prefills_per_step.value_or(device == Device::kCuda ? 0 : 1);
   config.scheduler.max_queue = o.max_queue;
   // The engine caps the limit at the model's context: 0 asks for exactly that.
   config.scheduler.max_model_len =
